@@ -1,0 +1,46 @@
+# hermes-bridge. `make test` is what CI runs (.ci/run).
+GO        ?= go
+PKGS      ?= ./...
+FUZZTIME  ?= 30s
+TEST_TIMEOUT ?= 15m
+
+.PHONY: all build test test-short lint vet fmt-check fuzz run demo bench soak clean help
+
+all: build
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## compile every binary into ./bin
+	$(GO) build -o bin/ ./cmd/...
+
+test: vet fmt-check ## vet, gofmt check, and every test with -race (what CI runs)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+test-short: ## quick tests without the e2e suite
+	$(GO) test -race -count=1 -short $(PKGS)
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+fmt-check: ## fail if gofmt would change a file
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+lint: vet fmt-check ## go vet + gofmt (+ golangci-lint when installed)
+	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS); else echo "golangci-lint not installed; ran go vet and gofmt only"; fi
+
+fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
+	$(GO) test -run '^$$' -fuzz '^FuzzSSEReader$$' -fuzztime $(FUZZTIME) ./hermes
+	$(GO) test -run '^$$' -fuzz '^FuzzPrepare$$' -fuzztime $(FUZZTIME) ./hermes
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnvelope$$' -fuzztime $(FUZZTIME) ./events
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./events
+
+run: ## run the bridge on its embedded NATS server (endpoints from the environment)
+	$(GO) run ./cmd/hermes-bridge run
+
+demo: ## run the bridge against cmd/fake-hermes and send one streaming action
+	./deploy/demo.sh
+
+clean: ## remove build output
+	rm -rf bin
