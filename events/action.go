@@ -1,0 +1,347 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on action fields.
+const (
+	MaxIdempotencyKeyLen = 1024       // characters
+	MaxTenantIDLen       = 256        // characters
+	MaxTimeoutMS         = 86_400_000 // 24 h
+)
+
+// Approval decisions.
+const (
+	DecisionApprove = "approve"
+	DecisionDeny    = "deny"
+)
+
+// ErrInvalidAction marks an action object that breaks the contract; the
+// bridge answers it with a failed invalid_action result.
+var ErrInvalidAction = errors.New("events: invalid action")
+
+// ActionError describes why an action (or approval) object is invalid.
+// errors.Is(err, ErrInvalidAction) holds. Field is the JSON path of the
+// offending member ("" for the object itself, "timeout_ms",
+// "approval.input_sha256", or the name of an unknown member); Reason
+// describes the constraint and never quotes the value.
+type ActionError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ActionError) Error() string {
+	if e.Field == "" {
+		return "events: invalid action: " + e.Reason
+	}
+	return "events: invalid action: " + e.Field + ": " + e.Reason
+}
+
+// Is reports whether target is [ErrInvalidAction].
+func (e *ActionError) Is(target error) bool { return target == ErrInvalidAction }
+
+// Action is the data of an action CloudEvent (CONTRACT §2).
+type Action struct {
+	// CapabilityID, when set, must equal the capability named by the subject
+	// (the caller checks that).
+	CapabilityID string `json:"capability_id,omitempty"`
+	// Input is the operation input, verbatim. DecodeAction sets {} when the
+	// member is absent or null.
+	Input          json.RawMessage `json:"input,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	TimeoutMS      *int64          `json:"timeout_ms,omitempty"`
+	TenantID       string          `json:"tenant_id,omitempty"`
+	Approval       *Approval       `json:"approval,omitempty"`
+}
+
+// Approval is an approval decision: the data of an approval CloudEvent
+// (CONTRACT §7) or an action's pre-approval.
+type Approval struct {
+	Decision    string     `json:"decision"` // DecisionApprove or DecisionDeny
+	Approver    string     `json:"approver,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	InputSHA256 string     `json:"input_sha256,omitempty"` // see InputSHA256
+	DecidedAt   *time.Time `json:"decided_at,omitempty"`
+}
+
+// Timeout returns the action's timeout, or 0 when it has none.
+func (a *Action) Timeout() time.Duration {
+	if a.TimeoutMS == nil {
+		return 0
+	}
+	return time.Duration(*a.TimeoutMS) * time.Millisecond
+}
+
+var emptyObject = json.RawMessage(`{}`)
+
+// DecodeAction parses the data of an action CloudEvent. Rules:
+//   - data is a JSON object; members other than capability_id, input,
+//     idempotency_key, timeout_ms, tenant_id and approval are rejected;
+//   - a null member counts as absent;
+//   - capability_id is a string;
+//   - input, if present, is an object (absent: {});
+//   - idempotency_key is a string of 1..1024 characters without control characters;
+//   - timeout_ms is a positive integer no greater than 86,400,000;
+//   - tenant_id is a string of at most 256 characters without control characters;
+//   - approval is an object {decision, approver?, reason?, input_sha256,
+//     decided_at} with decision approve|deny, input_sha256 64 lowercase hex
+//     digits and decided_at an RFC 3339 timestamp (see [DecodeApproval]).
+//
+// Errors are *[ActionError].
+func DecodeAction(data []byte) (*Action, error) {
+	members, err := objectMembers(data, "action")
+	if err != nil {
+		return nil, err
+	}
+	if k := firstUnknown(members, actionFields); k != "" {
+		return nil, &ActionError{Field: safeFieldName(k), Reason: "unknown field"}
+	}
+	a := &Action{Input: emptyObject}
+	for _, k := range actionFields {
+		v, ok := members[k]
+		if !ok || isNull(v) {
+			continue
+		}
+		switch k {
+		case "capability_id":
+			if a.CapabilityID, err = jsonString(k, v); err != nil {
+				return nil, err
+			}
+		case "input":
+			if firstByte(v) != '{' {
+				return nil, &ActionError{Field: k, Reason: "must be a JSON object"}
+			}
+			a.Input = v
+		case "idempotency_key":
+			s, err := jsonString(k, v)
+			if err != nil {
+				return nil, err
+			}
+			if reason := checkText(s, 1, MaxIdempotencyKeyLen); reason != "" {
+				return nil, &ActionError{Field: k, Reason: reason}
+			}
+			a.IdempotencyKey = s
+		case "timeout_ms":
+			n, ok := jsonInteger(v)
+			if !ok || n <= 0 || n > MaxTimeoutMS {
+				return nil, &ActionError{Field: k, Reason: "must be a positive integer no greater than 86400000"}
+			}
+			a.TimeoutMS = &n
+		case "tenant_id":
+			s, err := jsonString(k, v)
+			if err != nil {
+				return nil, err
+			}
+			if reason := checkText(s, 0, MaxTenantIDLen); reason != "" {
+				return nil, &ActionError{Field: k, Reason: reason}
+			}
+			a.TenantID = s
+		case "approval":
+			ap, err := decodeApproval(v, "approval.", true)
+			if err != nil {
+				return nil, err
+			}
+			a.Approval = ap
+		}
+	}
+	return a, nil
+}
+
+// DecodeApproval parses the data of an approval CloudEvent:
+// {decision, approver?, reason?, input_sha256?, decided_at?}. decision is
+// approve or deny; input_sha256, when present, is 64 lowercase hex digits
+// (the bridge requires it to approve); decided_at, when present, is an
+// RFC 3339 timestamp. Unknown members are rejected. Errors are *[ActionError].
+func DecodeApproval(data []byte) (*Approval, error) {
+	return decodeApproval(data, "", false)
+}
+
+func decodeApproval(data []byte, prefix string, pre bool) (*Approval, error) {
+	members, err := objectMembers(data, "approval")
+	if err != nil {
+		if prefix != "" {
+			return nil, &ActionError{Field: "approval", Reason: "must be a JSON object"}
+		}
+		return nil, err
+	}
+	if k := firstUnknown(members, approvalFields); k != "" {
+		return nil, &ActionError{Field: prefix + safeFieldName(k), Reason: "unknown field"}
+	}
+	ap := &Approval{}
+	for _, k := range approvalFields {
+		v, ok := members[k]
+		if !ok || isNull(v) {
+			continue
+		}
+		f := prefix + k
+		switch k {
+		case "decision":
+			s, err := jsonString(f, v)
+			if err != nil {
+				return nil, err
+			}
+			if s != DecisionApprove && s != DecisionDeny {
+				return nil, &ActionError{Field: f, Reason: "must be approve or deny"}
+			}
+			ap.Decision = s
+		case "approver", "reason":
+			s, err := jsonString(f, v)
+			if err != nil {
+				return nil, err
+			}
+			if k == "approver" {
+				ap.Approver = s
+			} else {
+				ap.Reason = s
+			}
+		case "input_sha256":
+			s, err := jsonString(f, v)
+			if err != nil {
+				return nil, err
+			}
+			if !validSHA256Hex(s) {
+				return nil, &ActionError{Field: f, Reason: "must be 64 lowercase hexadecimal digits"}
+			}
+			ap.InputSHA256 = s
+		case "decided_at":
+			s, err := jsonString(f, v)
+			if err != nil {
+				return nil, err
+			}
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return nil, &ActionError{Field: f, Reason: "must be an RFC 3339 timestamp"}
+			}
+			ap.DecidedAt = &t
+		}
+	}
+	if ap.Decision == "" {
+		return nil, &ActionError{Field: prefix + "decision", Reason: "is required"}
+	}
+	if pre && ap.InputSHA256 == "" {
+		return nil, &ActionError{Field: prefix + "input_sha256", Reason: "is required"}
+	}
+	if pre && ap.DecidedAt == nil {
+		return nil, &ActionError{Field: prefix + "decided_at", Reason: "is required"}
+	}
+	return ap, nil
+}
+
+var (
+	actionFields   = []string{"capability_id", "input", "idempotency_key", "timeout_ms", "tenant_id", "approval"}
+	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at"}
+)
+
+// firstUnknown returns the smallest member name not in known, or "" when all
+// are known. An unknown empty name is reported as "(unnamed field)".
+func firstUnknown(m map[string]json.RawMessage, known []string) string {
+	first, found := "", false
+	for k := range m {
+		if !slices.Contains(known, k) && (!found || k < first) {
+			first, found = k, true
+		}
+	}
+	if found && first == "" {
+		return "(unnamed field)"
+	}
+	return first
+}
+
+func objectMembers(data []byte, what string) (map[string]json.RawMessage, error) {
+	if firstByte(data) != '{' {
+		if !json.Valid(data) {
+			return nil, &ActionError{Reason: what + " is not valid JSON"}
+		}
+		return nil, &ActionError{Reason: what + " must be a JSON object"}
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, &ActionError{Reason: what + " is not valid JSON"}
+	}
+	return m, nil
+}
+
+func firstByte(b []byte) byte {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}
+
+func isNull(v json.RawMessage) bool {
+	return string(bytes.TrimSpace(v)) == "null"
+}
+
+func jsonString(field string, v json.RawMessage) (string, error) {
+	var s string
+	if firstByte(v) != '"' || json.Unmarshal(v, &s) != nil {
+		return "", &ActionError{Field: field, Reason: "must be a string"}
+	}
+	return s, nil
+}
+
+// jsonInteger accepts a JSON number with an integral value (1, 1.0, 1e3), like
+// JSON Schema's "integer".
+func jsonInteger(v json.RawMessage) (int64, bool) {
+	s := string(bytes.TrimSpace(v))
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// checkText checks a length in characters and the absence of control characters.
+func checkText(s string, minLen, maxLen int) string {
+	n := utf8.RuneCountInString(s)
+	if n < minLen || n > maxLen {
+		return "must have " + strconv.Itoa(minLen) + " to " + strconv.Itoa(maxLen) + " characters"
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return "must not contain control characters"
+		}
+	}
+	return ""
+}
+
+func validSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// safeFieldName returns a member name fit for an error message: names that
+// are not short identifiers are replaced by a placeholder.
+func safeFieldName(k string) string {
+	if len(k) == 0 || len(k) > 64 {
+		return "(unnamed field)"
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return "(unnamed field)"
+		}
+	}
+	return k
+}

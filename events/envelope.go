@@ -1,0 +1,441 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/nats-io/nats.go"
+)
+
+// Content modes reported in [Envelope.Mode].
+const (
+	ModeBinary     = "binary"
+	ModeStructured = "structured"
+)
+
+// ErrNotCloudEvent marks a message that is not a readable CloudEvent or has
+// no usable action id. Such a message cannot be answered on a results
+// subject; the bridge copies it to the dead-letter subject.
+var ErrNotCloudEvent = errors.New("events: not a readable CloudEvent")
+
+// ErrInvalidAttribute marks a readable CloudEvent with a valid action id whose
+// other attributes break the contract (wrong type or specversion, missing or
+// malformed source, bad time, non-JSON data content type, ...). The bridge
+// answers it with a failed result (code invalid_action).
+var ErrInvalidAttribute = errors.New("events: invalid CloudEvent attribute")
+
+// DecodeError is the error [DecodeEnvelope] returns for a message that goes
+// to the dead-letter subject. errors.Is(err, ErrNotCloudEvent) holds. Reason
+// is a human-readable description that never quotes message content.
+type DecodeError struct {
+	Reason string
+}
+
+func (e *DecodeError) Error() string { return "events: not a readable CloudEvent: " + e.Reason }
+
+// Is reports whether target is [ErrNotCloudEvent].
+func (e *DecodeError) Is(target error) bool { return target == ErrNotCloudEvent }
+
+// AttributeError is the error [DecodeEnvelope] returns, together with a
+// non-nil [Envelope] whose ID is valid, when the event is identifiable but an
+// attribute is wrong. errors.Is(err, ErrInvalidAttribute) holds;
+// errors.Is(err, ErrNotCloudEvent) does not.
+type AttributeError struct {
+	Attribute string // CloudEvents attribute name, e.g. "type"
+	Reason    string // describes the constraint, never the value
+}
+
+func (e *AttributeError) Error() string {
+	return "events: invalid CloudEvent attribute " + e.Attribute + ": " + e.Reason
+}
+
+// Is reports whether target is [ErrInvalidAttribute].
+func (e *AttributeError) Is(target error) bool { return target == ErrInvalidAttribute }
+
+// Envelope is the CloudEvent wrapper of an action, as read from NATS.
+type Envelope struct {
+	ID          string    // valid action id (see ValidActionID)
+	SpecVersion string    // "1.0" unless an AttributeError says otherwise
+	Source      string    // URI-reference naming the publisher
+	Type        string    // TypeAction unless an AttributeError says otherwise
+	Subject     string    // optional CloudEvents subject ("" when absent)
+	Traceparent string    // W3C traceparent: the CloudEvents extension, else the plain NATS header
+	Tracestate  string    // W3C tracestate, same precedence
+	Time        time.Time // zero when absent
+	Mode        string    // ModeBinary or ModeStructured
+	Data        []byte    // the event data (the action JSON), verbatim; nil when absent
+}
+
+// DecodeEnvelope reads an action CloudEvent from a NATS message. h may be nil.
+//
+// Mode detection: structured when a content-type header (name matched
+// case-insensitively) starts with application/cloudevents; otherwise binary
+// when a ce-specversion header exists; otherwise structured when the payload
+// is a JSON object with a "specversion" member (the sdk-go rule); otherwise
+// the message is not a CloudEvent. Binary-mode ce- header names are matched
+// case-insensitively; values may be quoted (RFC 7230 quoted-string) and are
+// percent-decoded once, and must then be valid UTF-8. Structured payloads are
+// read with the CloudEvents JSON event format (sdk-go).
+//
+// Results:
+//   - (env, nil): a valid action CloudEvent: specversion 1.0, type
+//     [TypeAction], a valid action id, a non-empty source.
+//   - (nil, *DecodeError): not a readable CloudEvent or no usable id (missing,
+//     unreadable, or not matching [ValidActionID]); errors.Is(err,
+//     ErrNotCloudEvent). The message belongs on the DLQ.
+//   - (env, *AttributeError): the id is readable and valid (env.ID is set and
+//     the other fields are filled as far as they could be read) but another
+//     attribute breaks the contract; errors.Is(err, ErrInvalidAttribute). The
+//     caller should answer with a failed invalid_action result for env.ID.
+//
+// DecodeEnvelope does not look inside the data; see [DecodeAction].
+func DecodeEnvelope(h nats.Header, data []byte) (*Envelope, error) {
+	var hv headerView
+	for k, vs := range h {
+		hv.add(k, vs)
+	}
+	if hv.conflict != "" && hv.conflict == "id" {
+		return nil, &DecodeError{Reason: "conflicting ce-id headers"}
+	}
+	switch {
+	case hasPrefixFold(strings.TrimSpace(hv.contentType), "application/cloudevents"):
+		ct := strings.ToLower(strings.TrimSpace(hv.contentType))
+		if strings.HasPrefix(ct, "application/cloudevents-batch") {
+			return nil, &DecodeError{Reason: "batched CloudEvents are not supported"}
+		}
+		return decodeStructured(&hv, data)
+	case hv.has[attrSpecVersion]:
+		return decodeBinary(&hv, data)
+	case looksStructured(data):
+		return decodeStructured(&hv, data)
+	default:
+		return nil, &DecodeError{Reason: "no ce-specversion header and no structured CloudEvent payload"}
+	}
+}
+
+// Indexes of the header attributes DecodeEnvelope reads.
+const (
+	attrSpecVersion = iota
+	attrID
+	attrSource
+	attrType
+	attrSubject
+	attrTime
+	attrTraceparent
+	attrTracestate
+	attrDataSchema
+	numAttrs
+)
+
+var attrNames = [numAttrs]string{"specversion", "id", "source", "type", "subject", "time", "traceparent", "tracestate", "dataschema"}
+
+// headerView is the case-insensitive view of the headers DecodeEnvelope needs.
+type headerView struct {
+	raw         [numAttrs]string
+	has         [numAttrs]bool
+	conflict    string // name of the first attribute given conflicting values
+	contentType string
+	traceparent string // plain W3C headers
+	tracestate  string
+}
+
+func (hv *headerView) add(k string, vs []string) {
+	if len(vs) == 0 {
+		return
+	}
+	switch {
+	case hasPrefixFold(k, "ce-"):
+		name := k[3:]
+		for i, an := range attrNames {
+			if !strings.EqualFold(name, an) {
+				continue
+			}
+			for _, v := range vs {
+				if hv.has[i] && hv.raw[i] != v && hv.conflict == "" {
+					hv.conflict = an
+				}
+				if !hv.has[i] {
+					hv.raw[i], hv.has[i] = v, true
+				}
+			}
+			return
+		}
+	case strings.EqualFold(k, "content-type"):
+		hv.contentType = vs[0]
+	case strings.EqualFold(k, "traceparent"):
+		hv.traceparent = vs[0]
+	case strings.EqualFold(k, "tracestate"):
+		hv.tracestate = vs[0]
+	}
+}
+
+func looksStructured(data []byte) bool {
+	d := bytes.TrimLeft(data, " \t\r\n")
+	return len(d) > 0 && d[0] == '{' && bytes.Contains(d, []byte(`"specversion"`))
+}
+
+func decodeBinary(hv *headerView, data []byte) (*Envelope, error) {
+	var vals [numAttrs]string
+	var bad [numAttrs]string
+	for i := range vals {
+		if hv.has[i] {
+			vals[i], bad[i] = decodeHeaderValue(hv.raw[i])
+		}
+	}
+	if !hv.has[attrID] {
+		return nil, &DecodeError{Reason: "missing ce-id header"}
+	}
+	if bad[attrID] != "" {
+		return nil, &DecodeError{Reason: "ce-id header " + bad[attrID]}
+	}
+	if !ValidActionID(vals[attrID]) {
+		return nil, &DecodeError{Reason: "id is not a valid action id token"}
+	}
+	env := &Envelope{ID: vals[attrID], Mode: ModeBinary, Data: data}
+	if bad[attrSpecVersion] == "" {
+		env.SpecVersion = vals[attrSpecVersion]
+	}
+	if bad[attrSource] == "" {
+		env.Source = vals[attrSource]
+	}
+	if bad[attrType] == "" {
+		env.Type = vals[attrType]
+	}
+	if bad[attrSubject] == "" {
+		env.Subject = vals[attrSubject]
+	}
+	env.Traceparent, env.Tracestate = vals[attrTraceparent], vals[attrTracestate]
+	if !hv.has[attrTraceparent] || bad[attrTraceparent] != "" {
+		env.Traceparent = plainTrace(hv.traceparent)
+	}
+	if !hv.has[attrTracestate] || bad[attrTracestate] != "" {
+		env.Tracestate = plainTrace(hv.tracestate)
+	}
+	if hv.conflict != "" {
+		return env, &AttributeError{Attribute: hv.conflict, Reason: "conflicting ce-" + hv.conflict + " headers"}
+	}
+	for i, reason := range bad {
+		if reason != "" {
+			return env, &AttributeError{Attribute: attrNames[i], Reason: "ce-" + attrNames[i] + " header " + reason}
+		}
+	}
+	if env.SpecVersion != SpecVersion {
+		return env, &AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"}
+	}
+
+	ev := event.New(event.CloudEventsVersionV1)
+	ev.SetID(env.ID)
+	ev.SetType(env.Type)
+	if hv.has[attrSource] {
+		if _, err := url.Parse(env.Source); err != nil {
+			return env, &AttributeError{Attribute: "source", Reason: "source must be a URI-reference"}
+		}
+		ev.SetSource(env.Source)
+	}
+	if hv.has[attrSubject] {
+		ev.SetSubject(env.Subject)
+	}
+	if hv.has[attrTime] {
+		ts, err := types.ParseTimestamp(vals[attrTime])
+		if err != nil || ts == nil {
+			return env, &AttributeError{Attribute: "time", Reason: "time must be an RFC 3339 timestamp"}
+		}
+		env.Time = ts.Time
+		ev.SetTime(ts.Time)
+	}
+	if hv.has[attrDataSchema] {
+		ev.SetDataSchema(vals[attrDataSchema])
+	}
+	if ct := strings.TrimSpace(hv.contentType); ct != "" {
+		if reason := checkJSONContentType(ct); reason != "" {
+			return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
+		}
+		ev.SetDataContentType(ct)
+	}
+	if err := validateEvent(&ev); err != nil {
+		return env, err
+	}
+	return env, checkActionType(env)
+}
+
+func plainTrace(v string) string {
+	if v == "" || !utf8Printable(v) {
+		return ""
+	}
+	return v
+}
+
+// utf8Printable reports whether v is printable ASCII (trace-context values are).
+func utf8Printable(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func checkJSONContentType(ct string) string {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "datacontenttype is not a valid media type"
+	}
+	if mt != "application/json" && mt != "text/json" && !strings.HasSuffix(mt, "+json") {
+		return "datacontenttype must be application/json"
+	}
+	return ""
+}
+
+func checkActionType(env *Envelope) error {
+	if env.Type != TypeAction {
+		return &AttributeError{Attribute: "type", Reason: "type must be " + TypeAction}
+	}
+	return nil
+}
+
+// validateEvent runs the sdk-go validation and turns its first failure (in
+// attribute-name order, for determinism) into an AttributeError whose reason
+// does not echo values.
+func validateEvent(ev *event.Event) error {
+	err := ev.Validate()
+	if err == nil {
+		return nil
+	}
+	var ve event.ValidationError
+	if !errors.As(err, &ve) || len(ve) == 0 {
+		return &AttributeError{Attribute: "event", Reason: "event fails CloudEvents validation"}
+	}
+	keys := make([]string, 0, len(ve))
+	for k := range ve {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	k := keys[0]
+	reason := k + " is invalid"
+	switch k {
+	case "source":
+		reason = "source is required and must be a non-empty URI-reference"
+	case "type":
+		reason = "type is required"
+	case "subject":
+		reason = "subject, if present, must be non-empty"
+	case "time":
+		reason = "time must be an RFC 3339 timestamp"
+	case "datacontenttype":
+		reason = "datacontenttype must be an RFC 2046 media type"
+	case "dataschema":
+		reason = "dataschema must be an absolute URI"
+	}
+	return &AttributeError{Attribute: k, Reason: reason}
+}
+
+// structuredPeek reads the attributes needed to classify a structured event
+// that sdk-go could not read.
+type structuredPeek struct {
+	ID          *string         `json:"id"`
+	SpecVersion json.RawMessage `json:"specversion"`
+	Type        json.RawMessage `json:"type"`
+	Source      json.RawMessage `json:"source"`
+	Subject     json.RawMessage `json:"subject"`
+}
+
+func rawString(r json.RawMessage) string {
+	var s string
+	if len(r) == 0 || json.Unmarshal(r, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+func decodeStructured(hv *headerView, data []byte) (*Envelope, error) {
+	var ev event.Event
+	if err := ev.UnmarshalJSON(data); err != nil {
+		if !json.Valid(data) {
+			return nil, &DecodeError{Reason: "structured payload is not valid JSON"}
+		}
+		var p structuredPeek
+		if json.Unmarshal(data, &p) != nil {
+			return nil, &DecodeError{Reason: "structured payload is not a JSON object with string attributes"}
+		}
+		if p.ID == nil {
+			return nil, &DecodeError{Reason: "missing id attribute"}
+		}
+		if !ValidActionID(*p.ID) {
+			return nil, &DecodeError{Reason: "id is not a valid action id token"}
+		}
+		env := &Envelope{
+			ID: *p.ID, Mode: ModeStructured,
+			SpecVersion: rawString(p.SpecVersion), Type: rawString(p.Type),
+			Source: rawString(p.Source), Subject: rawString(p.Subject),
+			Traceparent: plainTrace(hv.traceparent), Tracestate: plainTrace(hv.tracestate),
+		}
+		if env.SpecVersion != SpecVersion {
+			return env, &AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"}
+		}
+		return env, &AttributeError{Attribute: "event", Reason: "event does not follow the CloudEvents JSON format"}
+	}
+	id := ev.ID()
+	if id == "" {
+		return nil, &DecodeError{Reason: "missing id attribute"}
+	}
+	if !ValidActionID(id) {
+		return nil, &DecodeError{Reason: "id is not a valid action id token"}
+	}
+	env := &Envelope{
+		ID:          id,
+		SpecVersion: ev.SpecVersion(),
+		Source:      ev.Source(),
+		Type:        ev.Type(),
+		Subject:     ev.Subject(),
+		Time:        ev.Time(),
+		Mode:        ModeStructured,
+		Data:        ev.Data(),
+	}
+	var extErr error
+	env.Traceparent, extErr = stringExtension(&ev, "traceparent", hv.traceparent)
+	if extErr == nil {
+		env.Tracestate, extErr = stringExtension(&ev, "tracestate", hv.tracestate)
+	}
+	if env.SpecVersion != SpecVersion {
+		return env, &AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"}
+	}
+	if extErr != nil {
+		return env, extErr
+	}
+	if ev.DataBase64 {
+		// data_base64 carries bytes; accept it only with a JSON content type.
+		if ct := ev.DataContentType(); ct != "" {
+			if reason := checkJSONContentType(ct); reason != "" {
+				return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
+			}
+		}
+	} else if ct := ev.DataContentType(); ct != "" {
+		if reason := checkJSONContentType(ct); reason != "" {
+			return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
+		}
+	}
+	if err := validateEvent(&ev); err != nil {
+		return env, err
+	}
+	return env, checkActionType(env)
+}
+
+func stringExtension(ev *event.Event, name, fallback string) (string, error) {
+	v, ok := ev.Extensions()[name]
+	if !ok {
+		return plainTrace(fallback), nil
+	}
+	s, err := types.ToString(v)
+	if err != nil {
+		return "", &AttributeError{Attribute: name, Reason: name + " must be a string"}
+	}
+	return s, nil
+}
