@@ -1,0 +1,370 @@
+package hermes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode"
+)
+
+// Client calls one Hermes API server. It is safe for concurrent use.
+type Client struct {
+	base string // scheme://host[:port][/prefix], no trailing slash
+	hc   *http.Client
+	o    options
+}
+
+type options struct {
+	apiKey      string
+	keyFunc     func() string
+	hc          *http.Client
+	endpointID  string
+	frameLimit  int
+	streamLimit int64
+	bodyLimit   int64
+}
+
+// Option configures a Client.
+type Option func(*options) error
+
+var errOption = errors.New("hermes: invalid option")
+
+// WithAPIKey sets the bearer token sent on every route but /health. The key must be non-empty,
+// at most 16 KiB, without whitespace or control characters.
+func WithAPIKey(key string) Option {
+	return func(o *options) error {
+		if !validAPIKey(key) {
+			return errors.Join(errOption, errors.New("API key must be non-empty, at most 16 KiB, without whitespace or control characters"))
+		}
+		o.apiKey, o.keyFunc = key, nil
+		return nil
+	}
+}
+
+// WithKeyFunc sets a function that returns the bearer token; it is called on each request, so a
+// reloaded key takes effect at once. An empty or invalid key fails the call with authentication.
+func WithKeyFunc(f func() string) Option {
+	return func(o *options) error {
+		if f == nil {
+			return errors.Join(errOption, errors.New("nil key func"))
+		}
+		o.keyFunc, o.apiKey = f, ""
+		return nil
+	}
+}
+
+// WithHTTPClient sets the HTTP client. The Client uses a shallow copy whose CheckRedirect refuses
+// redirects. Its Timeout, if any, also bounds streams; leave it 0 and rely on ctx.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(o *options) error {
+		if hc == nil {
+			return errors.Join(errOption, errors.New("nil http client"))
+		}
+		o.hc = hc
+		return nil
+	}
+}
+
+// WithEndpointID sets the endpoint id used in health's normalized output and the stream aggregate.
+func WithEndpointID(id string) Option {
+	return func(o *options) error { o.endpointID = id; return nil }
+}
+
+// WithFrameLimit sets the largest SSE frame in bytes (default 1 MiB).
+func WithFrameLimit(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return errors.Join(errOption, errors.New("frame limit must be positive"))
+		}
+		o.frameLimit = n
+		return nil
+	}
+}
+
+// WithStreamLimit sets the largest SSE stream in bytes (default 64 MiB).
+func WithStreamLimit(n int64) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return errors.Join(errOption, errors.New("stream limit must be positive"))
+		}
+		o.streamLimit = n
+		return nil
+	}
+}
+
+// WithBodyLimit sets the largest JSON response body in bytes (default 64 MiB).
+func WithBodyLimit(n int64) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return errors.Join(errOption, errors.New("body limit must be positive"))
+		}
+		o.bodyLimit = n
+		return nil
+	}
+}
+
+func validAPIKey(k string) bool {
+	if k == "" || len(k) > maxHeaderValueBytes {
+		return false
+	}
+	for _, r := range k {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r > unicode.MaxASCII {
+			return false
+		}
+	}
+	return true
+}
+
+// New returns a Client for baseURL: an http or https origin with an optional path prefix and no
+// userinfo, query or fragment. Without WithHTTPClient it uses a clone of http.DefaultTransport.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, errors.Join(errOption, errors.New("base URL does not parse"))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Opaque != "" {
+		return nil, errors.Join(errOption, errors.New("base URL must be an http(s) origin"))
+	}
+	if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.RawFragment != "" {
+		return nil, errors.Join(errOption, errors.New("base URL must not have userinfo, query or fragment"))
+	}
+	o := options{frameLimit: DefaultFrameLimit, streamLimit: DefaultStreamLimit, bodyLimit: DefaultBodyLimit}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	var hc http.Client
+	if o.hc != nil {
+		hc = *o.hc
+	} else {
+		hc.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Client{
+		base: u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/"),
+		hc:   &hc,
+		o:    o,
+	}, nil
+}
+
+// Result of a completed HTTP exchange.
+type Result struct {
+	Operation  string
+	HTTPStatus int
+	// Output: for JSON operations the body (non-JSON -> {"text":...}, empty -> null; health:
+	// normalized {endpoint_id,status,platform,version,http_status,raw}); for stream operations
+	// the aggregate {endpoint_id,operation,http_status,event_count,text,terminal,truncated}.
+	Output json.RawMessage
+	Stream *StreamSummary // nil for JSON operations
+	Status string         // "completed" | "failed" | "cancelled"
+}
+
+// Call runs one operation: Prepare, then one HTTP exchange (never retried here; Go's transport
+// is also kept from silently resending unsafe requests).
+//
+// For stream operations onEvent is called for each event in order, on the calling goroutine,
+// while the HTTP stream is open; an error from it aborts the stream and is returned wrapped
+// (errors.Is/As reach it). Cancelling ctx closes the HTTP stream. JSON operations are bounded by
+// the operation's HTTP timeout (Spec.Timeout) as well as ctx.
+//
+// It returns (*Result, nil) on success, including a stream that ended with run.cancelled
+// (Status "cancelled"); (*Result, *Error) when the exchange finished but the outcome is a
+// failure (health not ok: unhealthy; stream truncated, incomplete or failed: stream_*), with
+// Result.Status "failed"; and (nil, err) otherwise, where err is an *InputError, an *Error or a
+// wrapped callback error.
+func (c *Client) Call(ctx context.Context, req Request, onEvent func(Event) error) (*Result, error) {
+	p, err := Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(ctx, p, onEvent)
+}
+
+func (c *Client) key() string {
+	if c.o.keyFunc != nil {
+		return c.o.keyFunc()
+	}
+	return c.o.apiKey
+}
+
+func (c *Client) send(ctx context.Context, p *Prepared, onEvent func(Event) error) (*Result, error) {
+	spec := p.Spec
+	op := spec.Name
+	if spec.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
+		defer cancel()
+	}
+	if ctx.Err() != nil {
+		return nil, ctxError(ctx, op)
+	}
+	var body io.Reader
+	if p.Body != nil {
+		body = bytes.NewReader(p.Body)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, p.Method, c.base+p.Path, body)
+	if err != nil {
+		e := newError(op, CodeTransport, "cannot build the request")
+		e.NotStarted = true
+		return nil, e
+	}
+	if !spec.Safe {
+		// Keep net/http from replaying the request on a reused connection: without GetBody a
+		// request with a body is not replayable, and the transport's check for the
+		// Idempotency-Key header looks up the canonical key only.
+		hreq.GetBody = nil
+	}
+	for k, vs := range p.Header {
+		if k == "Idempotency-Key" && !spec.Safe {
+			hreq.Header["idempotency-key"] = append([]string(nil), vs...)
+			continue
+		}
+		hreq.Header[k] = append([]string(nil), vs...)
+	}
+	hreq.Header.Set("User-Agent", "hermes-bridge")
+	if spec.Auth {
+		k := c.key()
+		if !validAPIKey(k) {
+			e := newError(op, CodeAuthentication, "no valid API key configured")
+			e.NotStarted = true
+			return nil, e
+		}
+		hreq.Header.Set("Authorization", "Bearer "+k)
+	}
+
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return nil, transportError(ctx, op, err, 0)
+	}
+	defer resp.Body.Close()
+	status := resp.StatusCode
+
+	if status < 200 || status > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, statusError(spec, status, resp.Header, b)
+	}
+
+	if spec.Stream {
+		return c.stream(ctx, p, resp, onEvent)
+	}
+
+	if resp.ContentLength > c.o.bodyLimit {
+		return nil, invalidResponse(op, "body_too_large", status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.o.bodyLimit+1))
+	if err != nil {
+		return nil, transportError(ctx, op, err, status)
+	}
+	if int64(len(b)) > c.o.bodyLimit {
+		return nil, invalidResponse(op, "body_too_large", status)
+	}
+	out := normalizeBody(b)
+	if op == "health" {
+		return c.health(out, status)
+	}
+	return &Result{Operation: op, HTTPStatus: status, Output: out, Status: "completed"}, nil
+}
+
+func (c *Client) stream(ctx context.Context, p *Prepared, resp *http.Response, onEvent func(Event) error) (*Result, error) {
+	op, status := p.Spec.Name, resp.StatusCode
+	sum, failedChunk, err := consumeStream(resp.Body, c.o.frameLimit, c.o.streamLimit, p.MaxEvents, onEvent)
+	if err != nil {
+		var ce *errCallback
+		var se *errSSE
+		switch {
+		case errors.As(err, &ce):
+			return nil, &callbackError{op: op, err: ce.err}
+		case errors.As(err, &se):
+			return nil, invalidResponse(op, se.reason, status)
+		default:
+			return nil, transportError(ctx, op, err, status)
+		}
+	}
+	agg := struct {
+		EndpointID string `json:"endpoint_id"`
+		Operation  string `json:"operation"`
+		HTTPStatus int    `json:"http_status"`
+		EventCount int    `json:"event_count"`
+		Text       string `json:"text"`
+		Terminal   bool   `json:"terminal"`
+		Truncated  bool   `json:"truncated"`
+	}{c.o.endpointID, op, status, sum.EventCount, sum.Text, sum.Terminal, sum.Truncated}
+	res := &Result{Operation: op, HTTPStatus: status, Output: marshalNoEscape(agg), Stream: &sum}
+	var e *Error
+	res.Status, e = streamOutcome(op, sum, failedChunk, p.MaxEvents, status)
+	if e != nil {
+		return res, e
+	}
+	return res, nil
+}
+
+// callbackError wraps an error returned by the onEvent callback.
+type callbackError struct {
+	op  string
+	err error
+}
+
+func (e *callbackError) Error() string {
+	return "hermes: " + e.op + ": event callback: " + e.err.Error()
+}
+func (e *callbackError) Unwrap() error { return e.err }
+
+func (c *Client) health(raw json.RawMessage, status int) (*Result, error) {
+	var fields struct {
+		Status   any `json:"status"`
+		Platform any `json:"platform"`
+		Version  any `json:"version"`
+	}
+	_ = json.Unmarshal(raw, &fields) // non-objects leave the fields nil
+	str := func(v any) any {
+		if s, ok := v.(string); ok {
+			return s
+		}
+		return nil
+	}
+	out := struct {
+		EndpointID string          `json:"endpoint_id"`
+		Status     any             `json:"status"`
+		Platform   any             `json:"platform"`
+		Version    any             `json:"version"`
+		HTTPStatus int             `json:"http_status"`
+		Raw        json.RawMessage `json:"raw"`
+	}{c.o.endpointID, str(fields.Status), str(fields.Platform), str(fields.Version), status, raw}
+	res := &Result{Operation: "health", HTTPStatus: status, Output: marshalNoEscape(out), Status: "completed"}
+	if s, _ := fields.Status.(string); s != "ok" {
+		res.Status = "failed"
+		e := newError("health", CodeUnhealthy, "Hermes endpoint health is not ok")
+		e.HTTPStatus = status
+		return res, e
+	}
+	return res, nil
+}
+
+// normalizeBody maps a response body to JSON: empty or blank -> null, JSON -> itself (trimmed),
+// anything else -> {"text": <lossy UTF-8>}.
+func normalizeBody(b []byte) json.RawMessage {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 {
+		return jsonNull
+	}
+	if json.Valid(t) {
+		return append(json.RawMessage(nil), t...)
+	}
+	return marshalNoEscape(map[string]string{"text": strings.ToValidUTF8(string(b), "\uFFFD")})
+}
+
+func marshalNoEscape(v any) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // only called with plain structs, maps and valid RawMessages
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n")
+}

@@ -1,0 +1,83 @@
+// Package hermes is the HTTP/SSE client for one Hermes Agent API server.
+//
+// It owns the table of the 21 operations the bridge exposes ([Operations], [Lookup]), maps an
+// action input to an HTTP request without I/O ([Prepare]) and runs one exchange ([Client.Call]).
+// It never logs and never retries; the caller decides with [Error.Retryable].
+//
+// # Input mapping
+//
+// [Prepare] applies the rules of the seeds (the AIP hermes-agent capability pages) and of the
+// AIP connector's implementation notes; see its doc comment for the per-operation rules. Invalid
+// input is an [*InputError], matched by errors.Is(err, [ErrInvalidInput]); its Field names the
+// offending member ("input.messages", "input.body.title") and never holds the value. A request
+// body over [MaxRequestBody] is refused before sending ([Error] payload_too_large, NotStarted).
+//
+// Path ids (response_id, session_id) are percent-encoded as one path segment: the unreserved
+// bytes A–Z a–z 0–9 - . _ ~ are kept and every other byte becomes %XX in upper case. This is not
+// the connector's form_urlencoded serializer (which keeps '*' and encodes a space as '+'): in a
+// path '+' would be a literal plus.
+//
+// # Requests
+//
+// Every route but /health carries Authorization: Bearer; streams send Accept:
+// text/event-stream; bodies are application/json; Request.IdempotencyKey becomes
+// Idempotency-Key. JSON operations have a per-request timeout (300 s for chat, responses and
+// session_chat, 30 s for the others); streams are bounded by ctx only, and cancelling ctx closes
+// the HTTP stream at once. Redirects are not followed. For unsafe operations the request is
+// built so that net/http never replays it on a broken keep-alive connection.
+//
+// # Results
+//
+// JSON bodies are returned verbatim (bounded by the body limit); a non-JSON body becomes
+// {"text": ...}, an empty one null. health is normalized to {endpoint_id, status, platform,
+// version, http_status, raw} and completes only when status is exactly "ok"; otherwise the
+// result is returned with Status "failed" and an [Error] with Code unhealthy.
+//
+// # Errors
+//
+// Failures are [*Error] values with a Code, a Category and NotStarted, which is true only when
+// Hermes certainly did not start the work: 401/403 (authentication), other 4xx
+// (remote_rejected, RemoteCode = Hermes's error.code), 413 (payload_too_large), 429 with code
+// rate_limit_exceeded (the concurrency gate), 503 gateway_draining, and a dial error such as a
+// refused connection. 429 and 5xx are remote_unavailable (RetryAfter from Retry-After, seconds
+// or HTTP date); 502 agent_incomplete is agent_incomplete. A session_fork 400 invalid_title has
+// NotStarted false, because the provider's fork ends the source and creates the child before it
+// validates the title. Transport failures after connecting are transport (NotStarted false);
+// undecodable or oversized responses are invalid_response; an expired or cancelled ctx gives
+// deadline_exceeded or cancelled. Messages hold only the operation, status and remote code:
+// never content, tokens, session ids or keys, nor Hermes's error message (which may echo ids).
+//
+// # Streams
+//
+// The SSE reader (on bufio.Reader) handles event:, id: and data: fields (several data lines
+// joined with "\n", one leading space stripped), LF and CRLF, comment lines (": keepalive",
+// ": stream closed"), drops empty frames and parses a trailing partial frame at EOF. A frame
+// over 1 MiB, a stream over 64 MiB (both configurable) or invalid UTF-8 is invalid_response.
+// Event.Data is the JSON data verbatim; other data is a JSON string; empty data is null.
+//
+// An event is terminal when its trimmed data is [DONE], or its SSE event name or data.event is
+// one of done, run.completed, run.failed, run.cancelled, response.completed, response.failed,
+// response.incomplete or error. Reading stops at the first terminal event. max_events (input,
+// default 4096, 1..100000) is checked before the terminal rule: reaching it stops the stream as
+// truncated (stream_truncated, even if that event was terminal). A stream that closes without a
+// terminal event is stream_incomplete. Otherwise the last named event decides: run.cancelled
+// gives Status "cancelled" (no error); run.failed, response.failed, response.incomplete and error
+// give stream_failed (Details.last_event). As an improvement over the AIP connector, a chat
+// chunk with choices[0].finish_reason "error" also gives stream_failed.
+//
+// Event kinds follow the AIP table: failure names are error; other terminal events are done;
+// tool.started, tool.completed, tool.failed and hermes.tool.progress are tool; approval.request
+// is pending_approval; reasoning.available and the session stream's tool.progress with tool_name
+// "_thinking" are thought (another tool.progress is tool); run.started, message.started,
+// response.created, response.in_progress and assistant.completed are progress; the rest is data.
+//
+// Event.Text is what the event adds to the assembled text, by the AIP rule: choices[0].delta.content,
+// else a string data.delta, else data.text for response.output_text.delta, else (only while the
+// text is still empty) data.content or data.output. Deviation from AIP: thought events add no
+// text, because Hermes fills them with a copy of the assistant content, which AIP would append
+// a second time when no delta preceded them.
+//
+// The stream result's Output is the aggregate {endpoint_id, operation, http_status,
+// event_count, text, terminal, truncated}; events are handed one by one to the callback and
+// are not collected.
+package hermes

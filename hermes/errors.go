@@ -1,0 +1,289 @@
+package hermes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Error codes reported in Error.Code. They match the result error codes of the bridge contract.
+const (
+	CodeAuthentication    = "authentication"
+	CodeRemoteRejected    = "remote_rejected"
+	CodeRemoteUnavailable = "remote_unavailable"
+	CodeAgentIncomplete   = "agent_incomplete"
+	CodeTransport         = "transport"
+	CodeInvalidResponse   = "invalid_response"
+	CodePayloadTooLarge   = "payload_too_large"
+	CodeStreamTruncated   = "stream_truncated"
+	CodeStreamIncomplete  = "stream_incomplete"
+	CodeStreamFailed      = "stream_failed"
+	CodeDeadlineExceeded  = "deadline_exceeded"
+	CodeCancelled         = "cancelled"
+	CodeUnhealthy         = "unhealthy"
+)
+
+// Error categories reported in Error.Category.
+const (
+	CategoryAuth      = "auth"
+	CategoryPermanent = "permanent"
+	CategoryTemporary = "temporary"
+	CategoryTransport = "transport"
+	CategoryConnector = "connector"
+)
+
+// Error is every failure the client reports, except *InputError.
+//
+// Message is safe to log: it never contains prompts, outputs, bearer tokens, Hermes session ids
+// or keys, nor Hermes's own error message (which can echo ids, e.g. "Session not found: <id>").
+type Error struct {
+	Operation  string // operation name (an addition to the shared design; may be "")
+	Code       string // see the Code* constants
+	Category   string // see the Category* constants
+	Message    string // safe text
+	HTTPStatus int    // 0 when no HTTP response was read
+	RemoteCode string // Hermes error.code, e.g. session_not_found, rate_limit_exceeded
+	RetryAfter time.Duration
+	NotStarted bool // certain that Hermes did not start the work
+	Details    map[string]any
+	Err        error // underlying cause (never an *url.Error, whose text holds the URL)
+}
+
+// Error returns "hermes: <op>: <code>: <message>" plus the status, remote code and cause.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("hermes: ")
+	if e.Operation != "" {
+		b.WriteString(e.Operation)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Code)
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable reports whether resending the request is safe. A failure that certainly did not start
+// the work (NotStarted) and is temporary (429 concurrency gate, 503 draining, refused connection)
+// is retryable for any operation; for safe (read-only) operations every transport failure, 429 and
+// 5xx is retryable too. Deadlines, cancellations, rejections and invalid responses never are.
+func (e *Error) Retryable(safe bool) bool {
+	switch e.Code {
+	case CodeRemoteUnavailable, CodeTransport:
+		return e.NotStarted || safe
+	}
+	return false
+}
+
+// ErrInvalidInput is matched (errors.Is) by every *InputError.
+var ErrInvalidInput = errors.New("hermes: invalid input")
+
+// InputError reports action input that fails validation. Field is a JSON-pointer-ish path such as
+// "input.messages" or "input.body.title"; Reason never contains the offending value.
+type InputError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InputError) Error() string {
+	return "hermes: invalid input: " + e.Field + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrInvalidInput) true.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+func inputErr(field, reason string) *InputError { return &InputError{Field: field, Reason: reason} }
+
+func categoryOf(code string) string {
+	switch code {
+	case CodeAuthentication:
+		return CategoryAuth
+	case CodeRemoteRejected, CodePayloadTooLarge:
+		return CategoryPermanent
+	case CodeTransport:
+		return CategoryTransport
+	case CodeInvalidResponse, CodeStreamTruncated, CodeStreamIncomplete, CodeStreamFailed:
+		return CategoryConnector
+	default: // remote_unavailable, agent_incomplete, deadline_exceeded, cancelled, unhealthy
+		return CategoryTemporary
+	}
+}
+
+func newError(op, code, msg string) *Error {
+	return &Error{Operation: op, Code: code, Category: categoryOf(code), Message: msg}
+}
+
+// remoteError is the tolerant decoding of a Hermes error body.
+type remoteError struct {
+	code string
+}
+
+// decodeRemoteError accepts {"error":{...code...}}, {"error":"text"}, any other JSON, or non-JSON.
+// Only the code is kept, and only when it looks like an identifier.
+func decodeRemoteError(body []byte) remoteError {
+	var env struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &env) != nil || len(env.Error) == 0 {
+		return remoteError{}
+	}
+	var obj struct {
+		Code any `json:"code"`
+	}
+	if json.Unmarshal(env.Error, &obj) != nil {
+		return remoteError{}
+	}
+	s, _ := obj.Code.(string)
+	return remoteError{code: sanitizeCode(s)}
+}
+
+// sanitizeCode keeps a remote error code only if it is a short identifier.
+func sanitizeCode(s string) string {
+	if s == "" || len(s) > 64 {
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return ""
+		}
+	}
+	return s
+}
+
+// statusError classifies a non-2xx response.
+func statusError(spec Spec, status int, header http.Header, body []byte) *Error {
+	rc := decodeRemoteError(body).code
+	msg := "Hermes returned HTTP " + strconv.Itoa(status)
+	if rc != "" {
+		msg += " (" + rc + ")"
+	}
+	var e *Error
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		e = newError(spec.Name, CodeAuthentication, msg)
+		e.NotStarted = true
+	case status == http.StatusRequestEntityTooLarge:
+		e = newError(spec.Name, CodePayloadTooLarge, msg)
+		e.NotStarted = true
+	case status == http.StatusTooManyRequests:
+		e = newError(spec.Name, CodeRemoteUnavailable, msg)
+		e.NotStarted = rc == "rate_limit_exceeded"
+		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
+	case status == http.StatusServiceUnavailable && rc == "gateway_draining":
+		e = newError(spec.Name, CodeRemoteUnavailable, msg)
+		e.NotStarted = true
+		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
+	case status == http.StatusBadGateway && rc == "agent_incomplete":
+		e = newError(spec.Name, CodeAgentIncomplete, msg)
+	case status >= 500:
+		e = newError(spec.Name, CodeRemoteUnavailable, msg)
+		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
+	default: // other 4xx (and 1xx/3xx, as redirects are not followed)
+		e = newError(spec.Name, CodeRemoteRejected, msg)
+		// The provider's fork is not atomic: it ends the source, creates the child and copies
+		// messages before validating the title, so invalid_title may follow durable changes.
+		e.NotStarted = !(spec.Name == "session_fork" && rc == "invalid_title")
+	}
+	e.HTTPStatus = status
+	e.RemoteCode = rc
+	return e
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; it returns 0 when absent or invalid.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0
+		}
+		if n > 86400 {
+			n = 86400
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			if d > 24*time.Hour {
+				d = 24 * time.Hour
+			}
+			return d
+		}
+	}
+	return 0
+}
+
+// transportError classifies a failure to send the request or read its response. ctx is the
+// context the request ran under.
+func transportError(ctx context.Context, op string, err error, status int) *Error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // the url.Error text contains the URL, and so maybe a session id
+	}
+	dial := isDialError(err)
+	var e *Error
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		e = newError(op, CodeDeadlineExceeded, "deadline exceeded")
+		e.Err = context.DeadlineExceeded
+	case ctx.Err() != nil:
+		e = newError(op, CodeCancelled, "cancelled")
+		e.Err = context.Canceled
+	default:
+		e = newError(op, CodeTransport, "transport failure")
+		e.Err = err
+	}
+	e.HTTPStatus = status
+	e.NotStarted = dial && status == 0
+	return e
+}
+
+// isDialError reports a failure to connect, before any request byte was written.
+func isDialError(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// ctxError reports a context that ended before the request was sent.
+func ctxError(ctx context.Context, op string) *Error {
+	var e *Error
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		e = newError(op, CodeDeadlineExceeded, "deadline exceeded before the request was sent")
+		e.Err = context.DeadlineExceeded
+	} else {
+		e = newError(op, CodeCancelled, "cancelled before the request was sent")
+		e.Err = context.Canceled
+	}
+	e.NotStarted = true
+	return e
+}
+
+func invalidResponse(op, reason string, status int) *Error {
+	e := newError(op, CodeInvalidResponse, fmt.Sprintf("invalid response from Hermes: %s", reason))
+	e.HTTPStatus = status
+	e.Details = map[string]any{"reason": reason}
+	return e
+}

@@ -1,0 +1,73 @@
+package hermes
+
+import (
+	"net/http"
+	"time"
+)
+
+// Spec describes one Hermes operation: its HTTP route and its safety class.
+type Spec struct {
+	Name        string        // operation name, e.g. "chat_stream"
+	Method      string        // HTTP method
+	Path        string        // route template, e.g. "/api/sessions/{session_id}/chat"
+	Stream      bool          // the response is an SSE stream
+	Safe        bool          // read-only and retry-safe
+	KeyRequired bool          // an idempotency key is required by the contract
+	Approval    bool          // human approval is required by the contract
+	Auth        bool          // the route needs the Bearer token (false only for health)
+	Timeout     time.Duration // per-request HTTP timeout; 0 for streams (ctx-bound)
+}
+
+const (
+	jsonTimeout  = 30 * time.Second
+	agentTimeout = 300 * time.Second
+)
+
+// operations is the table of the 21 operations, in the documented order.
+var operations = []Spec{
+	{Name: "health", Method: http.MethodGet, Path: "/health", Safe: true, Timeout: jsonTimeout},
+	{Name: "health_detailed", Method: http.MethodGet, Path: "/health/detailed", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "models", Method: http.MethodGet, Path: "/v1/models", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "capabilities", Method: http.MethodGet, Path: "/v1/capabilities", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "skills", Method: http.MethodGet, Path: "/v1/skills", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "toolsets", Method: http.MethodGet, Path: "/v1/toolsets", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "chat", Method: http.MethodPost, Path: "/v1/chat/completions", Auth: true, Timeout: agentTimeout},
+	{Name: "chat_stream", Method: http.MethodPost, Path: "/v1/chat/completions", Stream: true, Auth: true},
+	{Name: "responses", Method: http.MethodPost, Path: "/v1/responses", Auth: true, Timeout: agentTimeout},
+	{Name: "responses_stream", Method: http.MethodPost, Path: "/v1/responses", Stream: true, Auth: true},
+	{Name: "response_get", Method: http.MethodGet, Path: "/v1/responses/{response_id}", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "response_delete", Method: http.MethodDelete, Path: "/v1/responses/{response_id}", KeyRequired: true, Approval: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "sessions_list", Method: http.MethodGet, Path: "/api/sessions", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "session_create", Method: http.MethodPost, Path: "/api/sessions", KeyRequired: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "session_get", Method: http.MethodGet, Path: "/api/sessions/{session_id}", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "session_patch", Method: http.MethodPatch, Path: "/api/sessions/{session_id}", KeyRequired: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "session_delete", Method: http.MethodDelete, Path: "/api/sessions/{session_id}", KeyRequired: true, Approval: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "session_messages", Method: http.MethodGet, Path: "/api/sessions/{session_id}/messages", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "session_fork", Method: http.MethodPost, Path: "/api/sessions/{session_id}/fork", KeyRequired: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "session_chat", Method: http.MethodPost, Path: "/api/sessions/{session_id}/chat", Auth: true, Timeout: agentTimeout},
+	{Name: "session_chat_stream", Method: http.MethodPost, Path: "/api/sessions/{session_id}/chat/stream", Stream: true, Auth: true},
+}
+
+var opIndex = func() map[string]int {
+	m := make(map[string]int, len(operations))
+	for i, s := range operations {
+		m[s.Name] = i
+	}
+	return m
+}()
+
+// Lookup returns the Spec of the named operation and whether it exists.
+func Lookup(op string) (Spec, bool) {
+	i, ok := opIndex[op]
+	if !ok {
+		return Spec{}, false
+	}
+	return operations[i], true
+}
+
+// Operations returns all 21 operations in table order. The slice is a fresh copy.
+func Operations() []Spec {
+	out := make([]Spec, len(operations))
+	copy(out, operations)
+	return out
+}

@@ -1,0 +1,895 @@
+package hermes
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits applied by Prepare.
+const (
+	// MaxRequestBody is the largest request body sent to Hermes (its MAX_REQUEST_BYTES).
+	MaxRequestBody = 10_000_000
+	// DefaultMaxEvents is the stream event limit when the input has no max_events.
+	DefaultMaxEvents = 4096
+	// MaxMaxEvents is the largest accepted max_events.
+	MaxMaxEvents = 100_000
+
+	maxPathIDBytes      = 512
+	maxSessionHeaderLen = 256 // characters, for X-Hermes-Session-Id/-Key
+	maxSessionIDLen     = 256 // characters, for created/forked session ids
+	maxMessageText      = 65_536
+	maxContentParts     = 1_000
+	maxQueryValueBytes  = 4096
+	maxHeaderValueBytes = 16 << 10
+	defaultListLimit    = 50
+	maxListLimit        = 200
+	maxListOffset       = 1_000_000
+	defaultModel        = "hermes-agent"
+)
+
+// Request is one call.
+type Request struct {
+	Operation      string
+	Input          json.RawMessage // the action input, verbatim; nil/`null` treated as {}
+	IdempotencyKey string          // sent as Idempotency-Key when non-empty
+	Header         http.Header     // extra headers (e.g. traceparent); may be nil
+}
+
+// Prepared is the mapped HTTP request, produced without any I/O.
+type Prepared struct {
+	Spec      Spec
+	Method    string
+	Path      string      // escaped path incl. query string
+	Header    http.Header // without Authorization
+	Body      []byte      // nil for GET/DELETE
+	MaxEvents int         // streams: 1..100000, default 4096; 0 for JSON operations
+}
+
+// obj is a decoded JSON object whose values stay verbatim.
+type obj map[string]json.RawMessage
+
+// Prepare validates the request with the seeds' rules and maps it to an HTTP request. It does no
+// I/O. Invalid input gives an *InputError (errors.Is(err, ErrInvalidInput)); a body over
+// MaxRequestBody gives an *Error with Code payload_too_large and NotStarted set.
+//
+// Mapping, per operation:
+//   - health, health_detailed, models, capabilities, skills, toolsets: the input must be empty.
+//   - chat, chat_stream: exactly one of prompt, query (non-empty strings) or messages (non-empty
+//     array of objects); prompt/query become [{"role":"user","content":...}]; model defaults to
+//     "hermes-agent"; stream is forced; session_id and session_key become X-Hermes-Session-Id and
+//     X-Hermes-Session-Key; idempotency_key and max_events are removed; other fields pass through.
+//   - responses, responses_stream: the body is input.body (a non-object is wrapped as {"input":…})
+//     or the whole input minus session_key, idempotency_key and max_events; beside body only those
+//     control fields are allowed; input is required; conversation excludes previous_response_id;
+//     conversation_history entries need role and content; stream is forced.
+//   - response_get, response_delete: response_id from the input or input.body.
+//   - sessions_list: limit (default 50, clamped to 200), offset (default 0, clamped to 1000000),
+//     source, include_children, at top level or in a query object (no unknown keys, no
+//     conflicting duplicates); the query string is always "limit=&offset=" then the others.
+//   - session_create: input.body or the whole input; the selected id (first non-empty of id and
+//     session_id) must satisfy the create-id rules (see validSessionID).
+//   - session_patch: only title and end_reason may remain in the body.
+//   - session_fork: the path id comes from the top-level session_id only; the body (possibly {})
+//     keeps id/session_id as the child id, checked with the create-id rules.
+//   - session_chat, session_chat_stream: input.body or the input; message is set from prompt or
+//     query when message and input are absent; session_id, session_key, idempotency_key,
+//     max_events, prompt and query are removed; a visible message or input is required, each text
+//     at most 65536 characters, at most 1000 content parts.
+//
+// Every path id must be a string that is not blank, has no control character, is at most 512
+// bytes and is not "." or ".."; it is percent-encoded as one path segment (see escapeSegment).
+// Request.Header entries are copied except Authorization, Host, Content-Length, Content-Type,
+// Accept, Transfer-Encoding, Connection, Idempotency-Key and X-Hermes-*, which the client owns.
+func Prepare(req Request) (*Prepared, error) {
+	spec, ok := Lookup(req.Operation)
+	if !ok {
+		return nil, inputErr("operation", "unknown operation")
+	}
+	in, ierr := parseInput(req.Input)
+	if ierr != nil {
+		return nil, ierr
+	}
+	p := &Prepared{Spec: spec, Method: spec.Method, Path: spec.Path, Header: make(http.Header)}
+	if err := copyExtraHeaders(p.Header, req.Header); err != nil {
+		return nil, err
+	}
+	if req.IdempotencyKey != "" {
+		if !validHeaderValue(req.IdempotencyKey) {
+			return nil, inputErr("idempotency_key", "must be a valid header value of at most 16 KiB")
+		}
+		p.Header.Set("Idempotency-Key", req.IdempotencyKey)
+	}
+
+	var body obj
+	var err error
+	switch spec.Name {
+	case "health", "health_detailed", "models", "capabilities", "skills", "toolsets":
+		err = requireEmpty(in)
+	case "chat", "chat_stream":
+		body, err = prepChat(spec, in, p.Header)
+	case "responses", "responses_stream":
+		body, err = prepResponses(spec, in, p.Header)
+	case "response_get", "response_delete":
+		err = fillPath(p, in, "response_id", true)
+	case "sessions_list":
+		var q string
+		q, err = prepSessionsList(in)
+		p.Path += q
+	case "session_create":
+		body, err = prepSessionCreate(in)
+	case "session_get", "session_delete", "session_messages":
+		err = fillPath(p, in, "session_id", true)
+	case "session_patch":
+		if err = fillPath(p, in, "session_id", true); err == nil {
+			body, err = prepSessionPatch(in)
+		}
+	case "session_fork":
+		if err = fillPath(p, in, "session_id", false); err == nil {
+			body, err = prepSessionFork(in)
+		}
+	case "session_chat", "session_chat_stream":
+		if err = fillPath(p, in, "session_id", true); err == nil {
+			body, err = prepSessionChat(in, p.Header)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if spec.Stream {
+		if p.MaxEvents, err = maxEvents(in); err != nil {
+			return nil, err
+		}
+		p.Header.Set("Accept", "text/event-stream")
+	} else {
+		p.Header.Set("Accept", "application/json")
+	}
+	if body != nil {
+		p.Body = encodeObject(body)
+		if len(p.Body) > MaxRequestBody {
+			e := newError(spec.Name, CodePayloadTooLarge, "request body exceeds 10000000 bytes")
+			e.NotStarted = true
+			e.Details = map[string]any{"limit_bytes": MaxRequestBody, "body_bytes": len(p.Body)}
+			return nil, e
+		}
+		p.Header.Set("Content-Type", "application/json")
+	}
+	return p, nil
+}
+
+// --- JSON helpers -------------------------------------------------------------------------
+
+func parseInput(raw json.RawMessage) (obj, *InputError) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return obj{}, nil
+	}
+	if t[0] != '{' {
+		return nil, inputErr("input", "must be a JSON object")
+	}
+	var m obj
+	if err := json.Unmarshal(t, &m); err != nil {
+		return nil, inputErr("input", "must be a valid JSON object")
+	}
+	if m == nil {
+		m = obj{}
+	}
+	return m, nil
+}
+
+// kindOf returns the JSON kind of a raw value: '{', '[', '"', 'b' (bool), 'n' (null), '0'
+// (number) or 0 for an empty value.
+func kindOf(raw json.RawMessage) byte {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	if len(t) == 0 {
+		return 0
+	}
+	switch t[0] {
+	case '{', '[', '"':
+		return t[0]
+	case 't', 'f':
+		return 'b'
+	case 'n':
+		return 'n'
+	default:
+		return '0'
+	}
+}
+
+// get returns a member that is present and not null.
+func (m obj) get(k string) (json.RawMessage, bool) {
+	v, ok := m[k]
+	if !ok || kindOf(v) == 'n' || kindOf(v) == 0 {
+		return nil, false
+	}
+	return v, true
+}
+
+func (m obj) without(keys ...string) obj {
+	out := make(obj, len(m))
+	for k, v := range m {
+		if !slices.Contains(keys, k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func asString(raw json.RawMessage) (string, bool) {
+	if kindOf(raw) != '"' {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+func asObject(raw json.RawMessage) (obj, bool) {
+	if kindOf(raw) != '{' {
+		return nil, false
+	}
+	var m obj
+	if json.Unmarshal(raw, &m) != nil {
+		return nil, false
+	}
+	if m == nil {
+		m = obj{}
+	}
+	return m, true
+}
+
+func asArray(raw json.RawMessage) ([]json.RawMessage, bool) {
+	if kindOf(raw) != '[' {
+		return nil, false
+	}
+	var a []json.RawMessage
+	if json.Unmarshal(raw, &a) != nil {
+		return nil, false
+	}
+	return a, true
+}
+
+// asInt accepts an integral JSON number (and, when allowString, a decimal string).
+func asInt(raw json.RawMessage, allowString bool) (int64, bool) {
+	var s string
+	switch kindOf(raw) {
+	case '0':
+		s = string(bytes.TrimSpace(raw))
+	case '"':
+		if !allowString {
+			return 0, false
+		}
+		s, _ = asString(raw)
+		s = strings.TrimSpace(s)
+	default:
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1e15 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only called with strings and simple values
+	}
+	return b
+}
+
+// encodeObject writes m with sorted keys and the values verbatim.
+func encodeObject(m obj) []byte {
+	keys := make([]string, 0, len(m))
+	n := 2
+	for k, v := range m {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 4
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, mustJSON(k)...)
+		b = append(b, ':')
+		b = append(b, bytes.TrimSpace(m[k])...)
+	}
+	return append(b, '}')
+}
+
+func sortedKeys(m obj) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// --- validators -----------------------------------------------------------------------------
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func validHeaderValue(s string) bool {
+	if len(s) > maxHeaderValueBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+var reservedHeaders = []string{"Authorization", "Host", "Content-Length", "Content-Type", "Accept",
+	"Transfer-Encoding", "Connection", "Idempotency-Key", "Te", "Trailer", "Upgrade"}
+
+func copyExtraHeaders(dst, src http.Header) error {
+	for name, vals := range src {
+		cn := http.CanonicalHeaderKey(name)
+		if slices.Contains(reservedHeaders, cn) || strings.HasPrefix(cn, "X-Hermes-") {
+			continue
+		}
+		if !validHeaderName(name) {
+			return inputErr("header", "invalid header name")
+		}
+		for _, v := range vals {
+			if !validHeaderValue(v) {
+				return inputErr("header."+cn, "invalid header value")
+			}
+			dst.Add(cn, v)
+		}
+	}
+	return nil
+}
+
+// sessionHeader maps an optional session_id/session_key member to its header.
+func sessionHeader(h http.Header, m obj, key, header, field string) error {
+	raw, ok := m.get(key)
+	if !ok {
+		return nil
+	}
+	s, ok := asString(raw)
+	if !ok {
+		return inputErr(field, "must be a string")
+	}
+	if s == "" {
+		return nil
+	}
+	if utf8.RuneCountInString(s) > maxSessionHeaderLen {
+		return inputErr(field, "must be at most 256 characters")
+	}
+	if hasControl(s) || !validHeaderValue(s) {
+		return inputErr(field, "must not contain control characters")
+	}
+	h.Set(header, s)
+	return nil
+}
+
+// validPathID checks an id that becomes one path segment.
+func validPathID(field, s string) error {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return inputErr(field, "must not be blank")
+	case hasControl(s):
+		return inputErr(field, "must not contain control characters")
+	case len(s) > maxPathIDBytes:
+		return inputErr(field, "must be at most 512 bytes")
+	case s == "." || s == "..":
+		return inputErr(field, "must not be a dot segment")
+	}
+	return nil
+}
+
+// validSessionID applies Hermes's create-id rules (used for create and, stricter than the
+// provider, for fork): non-empty after trimming, at most 256 characters, no control characters,
+// no "..", "/" or "\", and no leading Windows drive prefix such as "C:".
+func validSessionID(field, s string) error {
+	t := strings.TrimSpace(s)
+	switch {
+	case t == "":
+		return inputErr(field, "must not be blank")
+	case utf8.RuneCountInString(s) > maxSessionIDLen:
+		return inputErr(field, "must be at most 256 characters")
+	case hasControl(s):
+		return inputErr(field, "must not contain control characters")
+	case strings.Contains(s, "..") || strings.ContainsAny(s, `/\`):
+		return inputErr(field, `must not contain "..", "/" or "\"`)
+	case len(t) >= 2 && t[1] == ':' && (t[0] >= 'A' && t[0] <= 'Z' || t[0] >= 'a' && t[0] <= 'z'):
+		return inputErr(field, "must not start with a drive prefix")
+	}
+	return nil
+}
+
+// escapeSegment percent-encodes s as one path segment. It keeps the RFC 3986 unreserved bytes
+// A–Z a–z 0–9 - . _ ~ and writes every other byte as %XX with upper-case hex. This differs from
+// the AIP connector's form_urlencoded serializer (which keeps '*' and writes a space as '+'):
+// in a path '+' is a literal plus, so %20 is the correct encoding of a space, and '~' is
+// unreserved. It is also used for query values, where the same encoding is valid.
+func escapeSegment(s string) string {
+	const hex = "0123456789ABCDEF"
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if !unreserved(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if unreserved(c) {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return string(b)
+}
+
+func unreserved(c byte) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+// fillPath takes the path id from input[key] (or input.body[key] when allowBody) and substitutes it.
+func fillPath(p *Prepared, in obj, key string, allowBody bool) error {
+	field := "input." + key
+	raw, ok := in.get(key)
+	if !ok && allowBody {
+		if b, okb := in.get("body"); okb {
+			if bm, isObj := asObject(b); isObj {
+				raw, ok = bm.get(key)
+				field = "input.body." + key
+			}
+		}
+	}
+	if !ok {
+		return inputErr(field, "is required")
+	}
+	s, isStr := asString(raw)
+	if !isStr {
+		return inputErr(field, "must be a string")
+	}
+	if err := validPathID(field, s); err != nil {
+		return err
+	}
+	p.Path = strings.Replace(p.Path, "{"+key+"}", escapeSegment(s), 1)
+	return nil
+}
+
+func requireEmpty(in obj) error {
+	if len(in) > 0 {
+		return inputErr("input."+sortedKeys(in)[0], "unexpected property: the input must be an empty object")
+	}
+	return nil
+}
+
+func maxEvents(in obj) (int, error) {
+	raw, ok := in.get("max_events")
+	if !ok {
+		return DefaultMaxEvents, nil
+	}
+	n, ok := asInt(raw, false)
+	if !ok || n < 1 || n > MaxMaxEvents {
+		return 0, inputErr("input.max_events", "must be an integer from 1 to 100000")
+	}
+	return int(n), nil
+}
+
+// --- per-operation mapping ---------------------------------------------------------------------
+
+func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
+	var messages json.RawMessage
+	branches := 0
+	for _, k := range []string{"prompt", "query", "messages"} {
+		raw, ok := in.get(k)
+		if !ok {
+			continue
+		}
+		branches++
+		field := "input." + k
+		if k == "messages" {
+			arr, isArr := asArray(raw)
+			if !isArr || len(arr) == 0 {
+				return nil, inputErr(field, "must be a non-empty array")
+			}
+			for i, m := range arr {
+				if kindOf(m) != '{' {
+					return nil, inputErr(field+"["+strconv.Itoa(i)+"]", "must be an object")
+				}
+			}
+			messages = raw
+			continue
+		}
+		s, isStr := asString(raw)
+		if !isStr || strings.TrimSpace(s) == "" {
+			return nil, inputErr(field, "must be a non-empty string")
+		}
+		messages = mustJSON([]map[string]string{{"role": "user", "content": s}})
+	}
+	if branches != 1 {
+		return nil, inputErr("input", "exactly one of prompt, query or messages is required")
+	}
+	if err := sessionHeader(h, in, "session_id", "X-Hermes-Session-Id", "input.session_id"); err != nil {
+		return nil, err
+	}
+	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
+		return nil, err
+	}
+	body := in.without("prompt", "query", "session_id", "session_key", "idempotency_key", "max_events")
+	body["messages"] = messages
+	if raw, ok := in.get("model"); ok {
+		if s, isStr := asString(raw); !isStr || s == "" {
+			return nil, inputErr("input.model", "must be a non-empty string")
+		}
+	} else {
+		body["model"] = mustJSON(defaultModel)
+	}
+	body["stream"] = mustJSON(spec.Stream)
+	return body, nil
+}
+
+var controlFields = []string{"session_key", "idempotency_key", "max_events"}
+
+// bodyOrInput returns input.body (an object) or the input minus the control fields; beside a
+// body only the control fields (and extraSiblings) are allowed.
+func bodyOrInput(in obj, wrapNonObject bool, strip []string, extraSiblings ...string) (obj, string, error) {
+	raw, ok := in.get("body")
+	if !ok {
+		return in.without(append([]string{"body"}, strip...)...), "input", nil
+	}
+	for _, k := range sortedKeys(in) {
+		if k != "body" && !slices.Contains(controlFields, k) && !slices.Contains(extraSiblings, k) {
+			return nil, "", inputErr("input."+k, "is not allowed beside body")
+		}
+	}
+	if m, isObj := asObject(raw); isObj {
+		return m, "input.body", nil
+	}
+	if wrapNonObject {
+		return obj{"input": raw}, "input.body", nil
+	}
+	return nil, "", inputErr("input.body", "must be a JSON object")
+}
+
+func prepResponses(spec Spec, in obj, h http.Header) (obj, error) {
+	body, prefix, err := bodyOrInput(in, true, controlFields)
+	if err != nil {
+		return nil, err
+	}
+	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
+		return nil, err
+	}
+	raw, ok := body.get("input")
+	if !ok {
+		return nil, inputErr(prefix+".input", "is required")
+	}
+	if k := kindOf(raw); k != '"' && k != '[' {
+		return nil, inputErr(prefix+".input", "must be a string or an array")
+	}
+	_, hasConv := body.get("conversation")
+	_, hasPrev := body.get("previous_response_id")
+	if hasConv && hasPrev {
+		return nil, inputErr(prefix+".conversation", "cannot be combined with previous_response_id")
+	}
+	if raw, ok := body.get("conversation_history"); ok {
+		arr, isArr := asArray(raw)
+		if !isArr {
+			return nil, inputErr(prefix+".conversation_history", "must be an array")
+		}
+		for i, it := range arr {
+			m, isObj := asObject(it)
+			_, hasRole := m["role"]
+			_, hasContent := m["content"]
+			if !isObj || !hasRole || !hasContent {
+				return nil, inputErr(prefix+".conversation_history["+strconv.Itoa(i)+"]", "must be an object with role and content")
+			}
+		}
+	}
+	body["stream"] = mustJSON(spec.Stream)
+	return body, nil
+}
+
+// listParam validates one sessions_list parameter and returns its normalised query value.
+func listParam(k string, raw json.RawMessage, field string, fromQuery bool) (string, error) {
+	switch k {
+	case "limit", "offset":
+		n, ok := asInt(raw, fromQuery)
+		if !ok || n < 0 {
+			return "", inputErr(field, "must be a non-negative integer")
+		}
+		if k == "limit" && n > maxListLimit {
+			n = maxListLimit
+		}
+		if k == "offset" && n > maxListOffset {
+			n = maxListOffset
+		}
+		return strconv.FormatInt(n, 10), nil
+	case "source":
+		s, ok := asString(raw)
+		if !ok || strings.TrimSpace(s) == "" {
+			return "", inputErr(field, "must be a non-empty string")
+		}
+		if hasControl(s) || len(s) > maxQueryValueBytes {
+			return "", inputErr(field, "must have no control characters and at most 4096 bytes")
+		}
+		return s, nil
+	case "include_children":
+		if kindOf(raw) == 'b' {
+			return strings.TrimSpace(string(raw)), nil
+		}
+		if s, ok := asString(raw); fromQuery && ok && (s == "true" || s == "false") {
+			return s, nil
+		}
+		return "", inputErr(field, "must be a boolean")
+	}
+	return "", inputErr(field, "is not a sessions_list parameter")
+}
+
+var listParams = []string{"limit", "offset", "source", "include_children"}
+
+func prepSessionsList(in obj) (string, error) {
+	vals := map[string]string{}
+	for _, k := range sortedKeys(in) {
+		if k == "query" || k == "idempotency_key" {
+			continue
+		}
+		if !slices.Contains(listParams, k) {
+			return "", inputErr("input."+k, "unexpected property")
+		}
+		raw, ok := in.get(k)
+		if !ok {
+			continue
+		}
+		v, err := listParam(k, raw, "input."+k, false)
+		if err != nil {
+			return "", err
+		}
+		vals[k] = v
+	}
+	if raw, ok := in.get("query"); ok {
+		q, isObj := asObject(raw)
+		if !isObj {
+			return "", inputErr("input.query", "must be an object")
+		}
+		for _, k := range sortedKeys(q) {
+			field := "input.query." + k
+			if !slices.Contains(listParams, k) {
+				return "", inputErr(field, "unknown query parameter")
+			}
+			switch kindOf(q[k]) {
+			case '"', '0', 'b':
+			default:
+				return "", inputErr(field, "must be a scalar")
+			}
+			v, err := listParam(k, q[k], field, true)
+			if err != nil {
+				return "", err
+			}
+			if prev, dup := vals[k]; dup && prev != v {
+				return "", inputErr(field, "conflicts with input."+k)
+			}
+			vals[k] = v
+		}
+	}
+	if _, ok := vals["limit"]; !ok {
+		vals["limit"] = strconv.Itoa(defaultListLimit)
+	}
+	if _, ok := vals["offset"]; !ok {
+		vals["offset"] = "0"
+	}
+	var b strings.Builder
+	for _, k := range listParams {
+		v, ok := vals[k]
+		if !ok {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteByte('?')
+		} else {
+			b.WriteByte('&')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(escapeSegment(v))
+	}
+	return b.String(), nil
+}
+
+// childID checks the first non-empty of id and session_id in a create or fork body.
+func childID(body obj, prefix string) error {
+	for _, k := range []string{"id", "session_id"} {
+		raw, ok := body.get(k)
+		if !ok {
+			continue
+		}
+		s, isStr := asString(raw)
+		if !isStr {
+			return inputErr(prefix+"."+k, "must be a string")
+		}
+		if s == "" {
+			continue
+		}
+		return validSessionID(prefix+"."+k, s)
+	}
+	return nil
+}
+
+func prepSessionCreate(in obj) (obj, error) {
+	body, prefix, err := bodyOrInput(in, false, controlFields)
+	if err != nil {
+		return nil, err
+	}
+	if err := childID(body, prefix); err != nil {
+		return nil, err
+	}
+	if raw, ok := body.get("system_prompt"); ok && kindOf(raw) != '"' {
+		return nil, inputErr(prefix+".system_prompt", "must be a string")
+	}
+	return body, nil
+}
+
+func prepSessionPatch(in obj) (obj, error) {
+	body, prefix, err := bodyOrInput(in, false, append([]string{"session_id"}, controlFields...), "session_id")
+	if err != nil {
+		return nil, err
+	}
+	body = body.without("session_id", "session_key", "idempotency_key")
+	for _, k := range sortedKeys(body) {
+		if k != "title" && k != "end_reason" {
+			return nil, inputErr(prefix+"."+k, "unsupported session field: only title and end_reason can be patched")
+		}
+		if kd := kindOf(body[k]); kd != '"' && kd != 'n' {
+			return nil, inputErr(prefix+"."+k, "must be a string or null")
+		}
+	}
+	return body, nil
+}
+
+func prepSessionFork(in obj) (obj, error) {
+	body, prefix, err := bodyOrInput(in, false, append([]string{"session_id"}, controlFields...), "session_id")
+	if err != nil {
+		return nil, err
+	}
+	body = body.without("session_key", "idempotency_key")
+	if err := childID(body, prefix); err != nil {
+		return nil, err
+	}
+	if raw, ok := body.get("title"); ok && kindOf(raw) != '"' {
+		return nil, inputErr(prefix+".title", "must be a string")
+	}
+	return body, nil
+}
+
+func prepSessionChat(in obj, h http.Header) (obj, error) {
+	src, prefix, err := bodyOrInput(in, false, nil, "session_id")
+	if err != nil {
+		return nil, err
+	}
+	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
+		return nil, err
+	}
+	if h.Get("X-Hermes-Session-Key") == "" && prefix == "input.body" {
+		if err := sessionHeader(h, src, "session_key", "X-Hermes-Session-Key", prefix+".session_key"); err != nil {
+			return nil, err
+		}
+	}
+	_, hasMsg := src.get("message")
+	_, hasInput := src.get("input")
+	body := src.without("session_id", "session_key", "idempotency_key", "max_events", "prompt", "query")
+	if !hasMsg && !hasInput {
+		for _, k := range []string{"prompt", "query"} {
+			raw, ok := src.get(k)
+			if !ok {
+				continue
+			}
+			s, isStr := asString(raw)
+			if !isStr {
+				return nil, inputErr(prefix+"."+k, "must be a string")
+			}
+			if strings.TrimSpace(s) != "" {
+				body["message"] = raw
+				break
+			}
+		}
+	}
+	visible := false
+	for _, k := range []string{"message", "input"} {
+		raw, ok := body.get(k)
+		if !ok {
+			continue
+		}
+		v, err := checkContent(prefix+"."+k, raw)
+		if err != nil {
+			return nil, err
+		}
+		visible = visible || v
+	}
+	if !visible {
+		return nil, inputErr(prefix+".message", "a non-empty message or input is required")
+	}
+	return body, nil
+}
+
+// checkContent validates a session-chat message: a string or a list of content parts. It reports
+// whether the content is visible (non-blank text or at least one part).
+func checkContent(field string, raw json.RawMessage) (bool, error) {
+	switch kindOf(raw) {
+	case '"':
+		s, _ := asString(raw)
+		if utf8.RuneCountInString(s) > maxMessageText {
+			return false, inputErr(field, "text exceeds 65536 characters")
+		}
+		return strings.TrimSpace(s) != "", nil
+	case '[':
+		parts, ok := asArray(raw)
+		if !ok {
+			return false, inputErr(field, "must be a string or an array of content parts")
+		}
+		if len(parts) > maxContentParts {
+			return false, inputErr(field, "has more than 1000 content parts")
+		}
+		for i, p := range parts {
+			pf := field + "[" + strconv.Itoa(i) + "]"
+			switch kindOf(p) {
+			case '"':
+				if s, _ := asString(p); utf8.RuneCountInString(s) > maxMessageText {
+					return false, inputErr(pf, "text exceeds 65536 characters")
+				}
+			case '{':
+				m, _ := asObject(p)
+				if t, ok := m.get("text"); ok {
+					s, isStr := asString(t)
+					if !isStr {
+						return false, inputErr(pf+".text", "must be a string")
+					}
+					if utf8.RuneCountInString(s) > maxMessageText {
+						return false, inputErr(pf+".text", "text exceeds 65536 characters")
+					}
+				}
+			default:
+				return false, inputErr(pf, "must be a string or an object")
+			}
+		}
+		return len(parts) > 0, nil
+	}
+	return false, inputErr(field, "must be a string or an array of content parts")
+}

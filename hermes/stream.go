@@ -1,0 +1,334 @@
+package hermes
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+)
+
+// Event is one parsed SSE event handed to the callback as soon as it is read.
+type Event struct {
+	Index    int             // 0-based
+	Event    string          // SSE `event:` field, "" when absent
+	ID       *string         // SSE `id:` field, nil when absent
+	Data     json.RawMessage // JSON data verbatim; non-JSON -> JSON string; empty -> null
+	RawData  string          // data lines joined by "\n"
+	Name     string          // event, else data.event, else data.type, else ""
+	Kind     string          // data|progress|tool|thought|pending_approval|error|done
+	Text     string          // assistant text this event adds ("" if none)
+	Terminal bool
+}
+
+// Event kinds.
+const (
+	KindData            = "data"
+	KindProgress        = "progress"
+	KindTool            = "tool"
+	KindThought         = "thought"
+	KindPendingApproval = "pending_approval"
+	KindError           = "error"
+	KindDone            = "done"
+)
+
+// StreamSummary is the outcome of a stream operation.
+type StreamSummary struct {
+	EventCount int
+	Text       string
+	Terminal   bool
+	Truncated  bool
+	LastName   string // name of the last event that had one
+}
+
+func isTerminalName(n string) bool {
+	switch n {
+	case "done", "run.completed", "run.failed", "run.cancelled",
+		"response.completed", "response.failed", "response.incomplete", "error":
+		return true
+	}
+	return false
+}
+
+func isFailureName(n string) bool {
+	switch n {
+	case "run.failed", "response.failed", "response.incomplete", "error":
+		return true
+	}
+	return false
+}
+
+// internName returns a constant string for common event names, avoiding an allocation.
+func internName(b []byte) string {
+	switch string(b) {
+	case "":
+		return ""
+	case "done":
+		return "done"
+	case "error":
+		return "error"
+	case "hermes.tool.progress":
+		return "hermes.tool.progress"
+	case "run.started":
+		return "run.started"
+	case "run.completed":
+		return "run.completed"
+	case "message.started":
+		return "message.started"
+	case "assistant.delta":
+		return "assistant.delta"
+	case "assistant.completed":
+		return "assistant.completed"
+	case "tool.progress":
+		return "tool.progress"
+	case "tool.started":
+		return "tool.started"
+	case "tool.completed":
+		return "tool.completed"
+	case "response.created":
+		return "response.created"
+	case "response.output_text.delta":
+		return "response.output_text.delta"
+	case "response.output_text.done":
+		return "response.output_text.done"
+	case "response.output_item.added":
+		return "response.output_item.added"
+	case "response.output_item.done":
+		return "response.output_item.done"
+	case "response.completed":
+		return "response.completed"
+	}
+	return string(b)
+}
+
+// probe holds the few data members the classifier and the text assembly look at. A member of an
+// unexpected type is left nil (json reports an UnmarshalTypeError and carries on).
+type probe struct {
+	Event    *string `json:"event"`
+	Type     *string `json:"type"`
+	Delta    *string `json:"delta"`
+	Text     *string `json:"text"`
+	Content  *string `json:"content"`
+	Output   *string `json:"output"`
+	ToolName *string `json:"tool_name"`
+	Choices  []struct {
+		Delta struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+var (
+	jsonNull = json.RawMessage("null")
+	doneData = json.RawMessage(`"[DONE]"`)
+)
+
+// streamState turns frames into events and keeps the aggregate.
+type streamState struct {
+	count       int
+	text        strings.Builder
+	lastName    string
+	terminal    bool
+	truncated   bool
+	failedChunk bool // a chat chunk with finish_reason "error" was seen
+}
+
+// event builds the Event for frame f. It does not update the aggregate.
+func (st *streamState) event(f *sseFrame) (Event, bool) {
+	ev := Event{Index: st.count, Event: internName(f.event)}
+	if f.hasID {
+		id := string(f.id)
+		ev.ID = &id
+	}
+	ev.RawData = string(f.data)
+	trimmed := bytes.TrimSpace(f.data)
+	var p probe
+	switch {
+	case len(trimmed) == 0:
+		ev.Data = jsonNull
+	case string(trimmed) == "[DONE]":
+		ev.Data = doneData
+		ev.Terminal = true
+	case trimmed[0] == '{':
+		err := json.Unmarshal(trimmed, &p)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			p = probe{}
+			ev.Data = mustJSON(ev.RawData)
+		} else {
+			ev.Data = append(json.RawMessage(nil), trimmed...)
+		}
+	case json.Valid(trimmed):
+		ev.Data = append(json.RawMessage(nil), trimmed...)
+	default:
+		ev.Data = mustJSON(ev.RawData)
+	}
+
+	dataEvent := ""
+	if p.Event != nil {
+		dataEvent = *p.Event
+	}
+	switch {
+	case ev.Event != "":
+		ev.Name = ev.Event
+	case dataEvent != "":
+		ev.Name = dataEvent
+	case p.Type != nil:
+		ev.Name = *p.Type
+	}
+	if isTerminalName(ev.Event) || isTerminalName(dataEvent) {
+		ev.Terminal = true
+	}
+
+	toolName := ""
+	if p.ToolName != nil {
+		toolName = *p.ToolName
+	}
+	ev.Kind = classify(ev.Name, ev.Terminal, toolName)
+
+	failed := false
+	if len(p.Choices) > 0 && p.Choices[0].FinishReason != nil && *p.Choices[0].FinishReason == "error" {
+		failed = true
+	}
+	if ev.Kind != KindThought {
+		ev.Text = eventText(&p, ev.Name, st.text.Len() == 0)
+	}
+	return ev, failed
+}
+
+// classify maps an event to its kind (AIP connector §2 table, extended): failure names are
+// error; other terminal events are done; tool.* and hermes.tool.progress are tool; the session
+// stream's tool.progress is thought when tool_name is "_thinking" and tool otherwise;
+// approval.request is pending_approval; reasoning.available is thought; lifecycle events are
+// progress; everything else is data.
+func classify(name string, terminal bool, toolName string) string {
+	if isFailureName(name) {
+		return KindError
+	}
+	if terminal {
+		return KindDone
+	}
+	switch name {
+	case "tool.started", "tool.completed", "tool.failed", "hermes.tool.progress":
+		return KindTool
+	case "tool.progress":
+		if toolName == "_thinking" {
+			return KindThought
+		}
+		return KindTool
+	case "approval.request":
+		return KindPendingApproval
+	case "reasoning.available":
+		return KindThought
+	case "run.started", "message.started", "response.created", "response.in_progress", "assistant.completed":
+		return KindProgress
+	}
+	return KindData
+}
+
+// eventText is the text an event adds (AIP append_event_text): choices[0].delta.content; else a
+// string data.delta; else data.text for response.output_text.delta; else, only while the text is
+// still empty, data.content or data.output.
+func eventText(p *probe, name string, textEmpty bool) string {
+	if len(p.Choices) > 0 && p.Choices[0].Delta.Content != nil {
+		return *p.Choices[0].Delta.Content
+	}
+	if p.Delta != nil {
+		return *p.Delta
+	}
+	if name == "response.output_text.delta" && p.Text != nil {
+		return *p.Text
+	}
+	if textEmpty {
+		if p.Content != nil {
+			return *p.Content
+		}
+		if p.Output != nil {
+			return *p.Output
+		}
+	}
+	return ""
+}
+
+// errCallback wraps an error returned by the event callback.
+type errCallback struct{ err error }
+
+func (e *errCallback) Error() string { return "event callback: " + e.err.Error() }
+func (e *errCallback) Unwrap() error { return e.err }
+
+// consumeStream reads SSE events from r, calls onEvent for each in order and stops at the first
+// terminal event, at maxEvents (truncated) or at EOF. Read errors are returned as they are
+// (*errSSE for an invalid stream); a callback error is returned as *errCallback.
+// failedChunk reports a chat chunk with finish_reason "error".
+func consumeStream(r io.Reader, frameLimit int, streamLimit int64, maxEvents int, onEvent func(Event) error) (sum StreamSummary, failedChunk bool, err error) {
+	if maxEvents <= 0 {
+		maxEvents = DefaultMaxEvents
+	}
+	rd := newSSEReader(r, frameLimit, streamLimit)
+	var st streamState
+	for {
+		f, err := rd.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return st.summary(), st.failedChunk, err
+		}
+		ev, failed := st.event(f)
+		st.failedChunk = st.failedChunk || failed
+		st.text.WriteString(ev.Text)
+		if ev.Name != "" {
+			st.lastName = ev.Name
+		}
+		st.terminal = ev.Terminal
+		if onEvent != nil {
+			if err := onEvent(ev); err != nil {
+				return st.summary(), st.failedChunk, &errCallback{err}
+			}
+		}
+		st.count++
+		if st.count >= maxEvents {
+			st.truncated, st.terminal = true, false
+			break
+		}
+		if ev.Terminal {
+			break
+		}
+	}
+	return st.summary(), st.failedChunk, nil
+}
+
+func (st *streamState) summary() StreamSummary {
+	return StreamSummary{EventCount: st.count, Text: st.text.String(), Terminal: st.terminal,
+		Truncated: st.truncated, LastName: st.lastName}
+}
+
+// streamOutcome gives the result status and error of a finished stream (AIP stream_outcome):
+// truncated -> failed stream_truncated; no terminal event -> failed stream_incomplete; last named
+// event run.cancelled -> cancelled; run.failed, response.failed, response.incomplete or error ->
+// failed stream_failed. As an improvement over the AIP connector, a chat chunk whose
+// choices[0].finish_reason is "error" also makes the stream fail with stream_failed.
+func streamOutcome(op string, s StreamSummary, failedChunk bool, maxEvents int, status int) (string, *Error) {
+	var e *Error
+	switch {
+	case s.Truncated:
+		e = newError(op, CodeStreamTruncated, "stream reached max_events before a terminal event")
+		e.Details = map[string]any{"operation": op, "max_events": maxEvents}
+	case !s.Terminal:
+		e = newError(op, CodeStreamIncomplete, "stream closed without a terminal event")
+		e.Details = map[string]any{"operation": op}
+	case s.LastName == "run.cancelled":
+		return "cancelled", nil
+	case isFailureName(s.LastName):
+		e = newError(op, CodeStreamFailed, "stream ended with a failure event")
+		e.Details = map[string]any{"operation": op, "last_event": s.LastName}
+	case failedChunk:
+		e = newError(op, CodeStreamFailed, "stream ended with finish_reason error")
+		e.Details = map[string]any{"operation": op, "last_event": s.LastName, "finish_reason": "error"}
+	default:
+		return "completed", nil
+	}
+	e.HTTPStatus = status
+	return "failed", e
+}
