@@ -1,0 +1,172 @@
+package hermestest
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// Agent decides the reply to one agent turn. It is called on its own
+// goroutine; it may block (to simulate a slow model) but must return promptly
+// once ctx is done (client gone or Server.Close). Server.Close waits for it.
+type Agent func(ctx context.Context, t Turn) Reply
+
+// Message is one history message handed to the Agent.
+type Message struct {
+	Role    string
+	Content string
+}
+
+// Turn describes one agent run.
+type Turn struct {
+	Route        string    // route key: chat, chat_stream, responses, responses_stream, session_chat, session_chat_stream
+	UserText     string    // text of the new user turn (text parts joined with "\n")
+	History      []Message // prior messages (body, stored response chain, or session DB)
+	SessionID    string    // effective Hermes session id
+	SessionKey   string    // X-Hermes-Session-Key, "" when absent
+	Instructions string    // ephemeral system prompt ("" when none)
+	Model        string    // requested model name
+}
+
+// Tool is one server-side tool call the fake pretends the agent made.
+type Tool struct {
+	Name   string // tool name; names starting with "_" are never reported on chat streams
+	Args   string // JSON object text, e.g. `{"command": "ls"}`; "" means {}
+	Output string // tool result content (string)
+	CallID string // default "call_" + 24 hex
+	Emoji  string // default "💻"
+	Label  string // default: first string argument value, else the name
+	// Text is assistant text streamed before this tool call (the "thinking
+	// aloud" of the LLM response that requested the tool). It appears in
+	// streams only, never in non-stream final content.
+	Text string
+}
+
+// Usage is the token usage the fake reports. Zero value: derived from text.
+type Usage struct {
+	Input, Output int
+}
+
+// Reply scripts one agent run.
+type Reply struct {
+	Text       string        // final assistant text
+	Deltas     int           // number of stream deltas the final text is split into; 0 = one per word
+	Delay      time.Duration // before the first event after the stream preamble (and before a JSON reply)
+	DeltaDelay time.Duration // between consecutive deltas
+	Tools      []Tool        // tool calls, run in order before the final text
+	// Fail is an agent error. chat: 502 agent_incomplete when Text is empty,
+	// else 200 with finish_reason "error" and a hermes block; chat stream:
+	// finish chunk with error+hermes; responses: 200 completed with the error as
+	// text (stream: response.failed when Text is empty); session chat: text/plain
+	// 500; session chat stream: error then done.
+	Fail string
+	// Partial marks the run as partial (truncated): finish_reason "length"
+	// when the error mentions "truncat" (default error text does).
+	Partial bool
+	// Events adds this many extra delta events after the text (each carrying
+	// PadText, default "") for cheap large streams; they bypass Responses
+	// batching.
+	Events  int
+	PadText string
+	Usage   Usage
+}
+
+// StubAgent is the default agent: "stub reply: <last user text>", streamed
+// one word per delta like the recorded stub LLM.
+func StubAgent(_ context.Context, t Turn) Reply {
+	return Reply{Text: "stub reply: " + t.UserText}
+}
+
+// splitDeltas splits text into n pieces (n<=0: one piece per word, each
+// piece carrying its leading whitespace, like the recorded transcripts).
+func splitDeltas(text string, n int) []string {
+	if text == "" {
+		return nil
+	}
+	if n <= 0 {
+		var out []string
+		start := 0
+		inWord := false
+		for i, r := range text {
+			space := r == ' ' || r == '\n' || r == '\t'
+			if !space && !inWord && i > 0 && start < i {
+				// word begins: previous piece ends before the whitespace run
+				// preceding this word.
+				j := i
+				for j > start && (text[j-1] == ' ' || text[j-1] == '\n' || text[j-1] == '\t') {
+					j--
+				}
+				if j > start {
+					out = append(out, text[start:j])
+					start = j
+				}
+			}
+			inWord = !space
+		}
+		return append(out, text[start:])
+	}
+	runes := []rune(text)
+	if n > len(runes) {
+		n = len(runes)
+	}
+	out := make([]string, 0, n)
+	per := len(runes) / n
+	rem := len(runes) % n
+	pos := 0
+	for i := 0; i < n; i++ {
+		sz := per
+		if i < rem {
+			sz++
+		}
+		out = append(out, string(runes[pos:pos+sz]))
+		pos += sz
+	}
+	return out
+}
+
+// outcome is the derived completion state of a reply.
+type outcome struct {
+	completed, partial, failed bool
+	err                        string
+	finish                     string // stop|length|error
+	errorCode                  string // output_truncated|agent_error
+}
+
+func (r Reply) outcome() outcome {
+	o := outcome{failed: r.Fail != "", partial: r.Partial, err: r.Fail}
+	if o.partial && o.err == "" {
+		o.err = "Response truncated due to output length limit"
+	}
+	o.completed = !o.failed && !o.partial
+	switch {
+	case o.partial && strings.Contains(strings.ToLower(o.err), "truncat"):
+		o.finish = "length"
+	case o.failed || (!o.completed && o.err != ""):
+		o.finish = "error"
+	default:
+		o.finish = "stop"
+	}
+	if o.finish == "length" {
+		o.errorCode = "output_truncated"
+	} else {
+		o.errorCode = "agent_error"
+	}
+	return o
+}
+
+// fullText is the final assistant text including padding.
+func (r Reply) fullText() string {
+	if r.Events > 0 && r.PadText != "" {
+		return r.Text + strings.Repeat(r.PadText, r.Events)
+	}
+	return r.Text
+}
+
+func (r Reply) usage(prompt string) (in, out int) {
+	if r.Usage.Input != 0 || r.Usage.Output != 0 {
+		return r.Usage.Input, r.Usage.Output
+	}
+	in = 570 + len(prompt)/4
+	out = len(strings.Fields(r.fullText())) + 2
+	return in, out
+}

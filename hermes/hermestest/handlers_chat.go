@@ -1,0 +1,286 @@
+package hermestest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// checkHeaderID validates X-Hermes-Session-Id / -Key style values.
+// what is "Session ID" or "Session key".
+func checkHeaderID(v, what string) string {
+	if strings.ContainsAny(v, "\r\n\x00") {
+		return "Invalid " + strings.ToLower(what[:1]) + what[1:]
+	}
+	if utf8.RuneCountInString(v) > 256 {
+		return what + " too long"
+	}
+	return ""
+}
+
+// sessionKeyError validates X-Hermes-Session-Key; "" when fine.
+func sessionKeyError(r *http.Request) string {
+	v := r.Header.Get("X-Hermes-Session-Key")
+	if v == "" {
+		return ""
+	}
+	if strings.ContainsAny(v, "\r\n\x00") {
+		return "Invalid session key"
+	}
+	if utf8.RuneCountInString(v) > 256 {
+		return "Session key too long"
+	}
+	return ""
+}
+
+func sessionIDError(v string) string {
+	if strings.ContainsAny(v, "\r\n\x00") || strings.Contains(v, "..") || strings.ContainsAny(v, `/\`) {
+		return "Invalid session ID"
+	}
+	if utf8.RuneCountInString(v) > 256 {
+		return "Session ID too long"
+	}
+	return ""
+}
+
+func derivedChatSessionID(system, firstUser string) string {
+	sum := sha256.Sum256([]byte(system + "\n" + firstUser))
+	return "api-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// echoHeaders returns X-Hermes-Session-Id and the optional key echo.
+func echoHeaders(r *http.Request, sessionID string) http.Header {
+	h := http.Header{}
+	if sessionID != "" {
+		h.Set("X-Hermes-Session-Id", sessionID)
+	}
+	if k := r.Header.Get("X-Hermes-Session-Key"); k != "" {
+		h.Set("X-Hermes-Session-Key", k)
+	}
+	return h
+}
+
+func (s *Server) handleChat(c *call) {
+	release, ok := s.admit(c, true)
+	if !ok {
+		return
+	}
+	defer release()
+	var body obj
+	if !c.tooBig {
+		v, err := loads(c.body)
+		if err != nil {
+			c.tooBig = true
+		} else {
+			body, _ = v.(obj)
+		}
+	}
+	if c.tooBig {
+		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
+		return
+	}
+	mv, _ := body.get("messages")
+	msgs, _ := mv.([]any)
+	if len(msgs) == 0 {
+		writeJSON(c.w, 400, nil, adhocError("Missing or invalid 'messages' field"))
+		return
+	}
+	var systems []string
+	var kept []Message
+	var keptImage []bool
+	firstUser := ""
+	haveFirstUser := false
+	for i, m := range msgs {
+		mo, _ := m.(obj)
+		rv, _ := mo.get("role")
+		role, _ := rv.(string)
+		cv, _ := mo.get("content")
+		text, img, _, cerr := normContent(cv, "messages["+strconv.Itoa(i)+"].content")
+		if cerr != nil {
+			writeJSON(c.w, 400, nil, cerr.body())
+			return
+		}
+		switch role {
+		case "system":
+			systems = append(systems, text)
+		case "user", "assistant":
+			kept = append(kept, Message{Role: role, Content: text})
+			keptImage = append(keptImage, img)
+			if role == "user" && !haveFirstUser {
+				firstUser, haveFirstUser = text, true
+			}
+		}
+	}
+	if len(kept) == 0 || (strings.TrimSpace(kept[len(kept)-1].Content) == "" && !keptImage[len(kept)-1]) {
+		writeJSON(c.w, 400, nil, adhocError("No user message found in messages"))
+		return
+	}
+	if e := sessionKeyError(c.r); e != "" {
+		writeJSON(c.w, 400, nil, adhocError(e))
+		return
+	}
+	system := strings.Join(systems, "\n")
+	hdrID := c.r.Header.Get("X-Hermes-Session-Id")
+	var sessionID string
+	history := kept[:len(kept)-1]
+	if hdrID != "" {
+		if e := sessionIDError(hdrID); e != "" {
+			writeJSON(c.w, 400, nil, adhocError(e))
+			return
+		}
+		sessionID = hdrID
+		history = s.sessions.history(hdrID)
+	} else {
+		sessionID = derivedChatSessionID(system, firstUser)
+	}
+	model := s.cfg.model
+	if m, ok := body.get("model"); ok {
+		if ms, ok := m.(string); ok && ms != "" {
+			model = ms
+		}
+	}
+	user := kept[len(kept)-1].Content
+	turn := Turn{Route: c.route.key, UserText: user, History: history, SessionID: sessionID,
+		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: model}
+	id := "chatcmpl-" + randHex(29)
+	created := s.now().Unix()
+	hdr := echoHeaders(c.r, sessionID)
+	if c.route.key == "chat_stream" {
+		s.chatStream(c, turn, id, created, model, hdr, system)
+		return
+	}
+	rep, ok := s.runAgent(c.ctx, turn, nil)
+	if !ok || !sleepCtx(c.ctx, rep.Delay) {
+		return
+	}
+	rep.Tools = prepareTools(rep.Tools)
+	oc := rep.outcome()
+	text := rep.fullText()
+	in, out := rep.usage(user + system)
+	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, systemPrompt: system, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	if s.jsonFault(c) {
+		return
+	}
+	if text == "" && (oc.failed || oc.partial) {
+		hdr.Set("X-Hermes-Completed", "false")
+		hdr.Set("X-Hermes-Partial", strconv.FormatBool(oc.partial))
+		writeJSON(c.w, http.StatusBadGateway, hdr, obj{{"error", obj{
+			{"message", oc.err}, {"type", "server_error"}, {"param", nil}, {"code", "agent_incomplete"},
+			{"hermes", obj{{"completed", false}, {"partial", oc.partial}, {"failed", oc.failed}}},
+		}}})
+		return
+	}
+	resp := obj{
+		{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+		{"choices", []any{obj{{"index", 0}, {"message", obj{{"role", "assistant"}, {"content", text}}}, {"finish_reason", oc.finish}}}},
+		{"usage", obj{{"prompt_tokens", in}, {"completion_tokens", out}, {"total_tokens", in + out}}},
+	}
+	if !oc.completed {
+		resp = append(resp, kv{"hermes", hermesBlock(oc)})
+		hdr.Set("X-Hermes-Completed", "false")
+		hdr.Set("X-Hermes-Partial", strconv.FormatBool(oc.partial))
+		if oc.err != "" {
+			e := oc.err
+			if len(e) > 200 {
+				e = e[:200]
+			}
+			hdr.Set("X-Hermes-Error", strings.Map(func(r rune) rune {
+				if r < 0x20 || r > 0x7e {
+					return ' '
+				}
+				return r
+			}, e))
+		}
+	}
+	writeJSON(c.w, http.StatusOK, hdr, resp)
+}
+
+func hermesBlock(oc outcome) obj {
+	return obj{{"completed", oc.completed}, {"partial", oc.partial}, {"failed", oc.failed}, {"error", oc.err}, {"error_code", oc.errorCode}}
+}
+
+func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model string, hdr http.Header, system string) {
+	sw := s.startSSE(c, hdr)
+	prefix := dumps(obj{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}}, true)
+	prefix = append(prefix[:len(prefix)-1], `, "choices": [{"index": 0, "delta": `...)
+	const nullFinish = `, "finish_reason": null}]}`
+	b := append([]byte(nil), prefix...)
+	b = append(b, `{"role": "assistant"}`+nullFinish...)
+	if sw.frame("", b) != nil {
+		return
+	}
+	rep, ok := s.runAgent(c.ctx, turn, sw.waitReply)
+	if !ok || !sw.wait(rep.Delay) {
+		return
+	}
+	rep.Tools = prepareTools(rep.Tools)
+	content := func(d string) bool {
+		b = append(b[:0], prefix...)
+		b = append(b, `{"content": `...)
+		b = appendString(b, d, true)
+		b = append(b, '}')
+		b = append(b, nullFinish...)
+		return sw.frame("", b) == nil
+	}
+	deltas := func(text string, n int) bool {
+		for i, d := range splitDeltas(text, n) {
+			if i > 0 && !sw.wait(rep.DeltaDelay) {
+				return false
+			}
+			if !content(d) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, t := range rep.Tools {
+		if t.Text != "" && !deltas(t.Text, 0) {
+			return
+		}
+		if strings.HasPrefix(t.Name, "_") {
+			continue
+		}
+		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"emoji", t.Emoji}, {"label", t.Label}, {"toolCallId", t.CallID}, {"status", "running"}}, true)) != nil {
+			return
+		}
+		if !sw.wait(rep.DeltaDelay) {
+			return
+		}
+		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"toolCallId", t.CallID}, {"status", "completed"}}, true)) != nil {
+			return
+		}
+	}
+	if !deltas(rep.Text, rep.Deltas) {
+		return
+	}
+	for i := 0; i < rep.Events; i++ {
+		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
+			return
+		}
+		if !content(rep.PadText) {
+			return
+		}
+	}
+	oc := rep.outcome()
+	in, out := rep.usage(turn.UserText + system)
+	fin := obj{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+		{"choices", []any{obj{{"index", 0}, {"delta", obj{}}, {"finish_reason", oc.finish}}}},
+		{"usage", obj{{"prompt_tokens", in}, {"completion_tokens", out}, {"total_tokens", in + out}}}}
+	if oc.finish != "stop" {
+		fin = append(fin, kv{"error", obj{{"message", oc.err}, {"type", "agent_error"}}}, kv{"hermes", hermesBlock(oc)})
+	}
+	if sw.frame("", dumps(fin, true)) != nil {
+		return
+	}
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: system, tools: rep.Tools, final: rep.fullText(), finish: oc.finish, in: in, out: out})
+	if sw.frame("", []byte("[DONE]")) != nil {
+		return
+	}
+	_ = sw.flush()
+}
+
+var _ = time.Second

@@ -1,0 +1,352 @@
+package hermestest
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+func sessionNotFound(id string) obj {
+	return openaiError("Session not found: "+id, "invalid_request_error", "session_not_found")
+}
+
+func (s *Server) writeDBErr(c *call, e *dbErr) {
+	writeJSON(c.w, e.status, nil, openaiError(e.msg, "invalid_request_error", e.code))
+}
+
+// parseObject parses the request body as a JSON object; on failure it writes
+// the 400 and returns false.
+func (s *Server) parseObject(c *call, emptyOK bool) (obj, bool) {
+	if emptyOK && len(strings.TrimSpace(string(c.body))) == 0 {
+		return obj{}, true
+	}
+	if c.tooBig {
+		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
+		return nil, false
+	}
+	v, err := loads(c.body)
+	if err != nil {
+		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
+		return nil, false
+	}
+	o, ok := v.(obj)
+	if !ok {
+		writeJSON(c.w, 400, nil, openaiError("Request body must be a JSON object", "invalid_request_error", nil))
+		return nil, false
+	}
+	return o, true
+}
+
+// pickID returns the first truthy of id/session_id.
+func pickID(body obj) (id string, given bool, ok bool) {
+	for _, k := range []string{"id", "session_id"} {
+		v, _ := body.get(k)
+		if truthy(v) {
+			s, isStr := v.(string)
+			return s, true, isStr
+		}
+	}
+	return "", false, true
+}
+
+func (s *Server) handleSessionCreate(c *call) {
+	body, ok := s.parseObject(c, false)
+	if !ok {
+		return
+	}
+	id, _, isStr := pickID(body)
+	if !isStr {
+		writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+		return
+	}
+	sp := ""
+	if v, ok := body.get("system_prompt"); ok && v != nil {
+		str, isStr := v.(string)
+		if !isStr {
+			writeJSON(c.w, 400, nil, openaiError("system_prompt must be a string", "invalid_request_error", "invalid_system_prompt"))
+			return
+		}
+		sp = str
+	}
+	model := s.cfg.model
+	if v, ok := body.get("model"); ok {
+		if m, ok := v.(string); ok && m != "" {
+			model = m
+		}
+	}
+	title, _ := body.get("title")
+	o, e := s.sessions.create(id, title, model, sp)
+	if e != nil {
+		s.writeDBErr(c, e)
+		return
+	}
+	writeJSON(c.w, http.StatusCreated, nil, obj{{"object", "hermes.session"}, {"session", o}})
+}
+
+func (s *Server) handleSessionGet(c *call) {
+	id := c.route.params[0]
+	o, ok := s.sessions.get(id)
+	if !ok {
+		writeJSON(c.w, 404, nil, sessionNotFound(id))
+		return
+	}
+	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session"}, {"session", o}})
+}
+
+func queryInt(v string, def, maxV int) int {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return def
+	}
+	if n > maxV {
+		return maxV
+	}
+	return n
+}
+
+func (s *Server) handleSessionsList(c *call) {
+	q := c.r.URL.Query()
+	limit := queryInt(q.Get("limit"), 50, 200)
+	offset := queryInt(q.Get("offset"), 0, 1_000_000)
+	children := false
+	switch strings.ToLower(q.Get("include_children")) {
+	case "1", "true", "yes", "on":
+		children = true
+	}
+	data := s.sessions.list(limit, offset, q.Get("source"), children)
+	writeJSON(c.w, 200, nil, obj{{"object", "list"}, {"data", data}, {"limit", limit}, {"offset", offset}, {"has_more", len(data) == limit}})
+}
+
+func (s *Server) handleSessionPatch(c *call) {
+	id := c.route.params[0]
+	if !s.sessions.exists(id) {
+		writeJSON(c.w, 404, nil, sessionNotFound(id))
+		return
+	}
+	body, ok := s.parseObject(c, true)
+	if !ok {
+		return
+	}
+	o, e := s.sessions.patch(id, body)
+	if e != nil {
+		s.writeDBErr(c, e)
+		return
+	}
+	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session"}, {"session", o}})
+}
+
+func (s *Server) handleSessionDelete(c *call) {
+	id := c.route.params[0]
+	if !s.sessions.delete(id) {
+		writeJSON(c.w, 404, nil, sessionNotFound(id))
+		return
+	}
+	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session.deleted"}, {"id", id}, {"deleted", true}})
+}
+
+func (s *Server) handleSessionMessages(c *call) {
+	id := c.route.params[0]
+	data, ok := s.sessions.messages(id)
+	if !ok {
+		writeJSON(c.w, 404, nil, sessionNotFound(id))
+		return
+	}
+	writeJSON(c.w, 200, nil, obj{{"object", "list"}, {"session_id", id}, {"data", data}})
+}
+
+func (s *Server) handleSessionFork(c *call) {
+	id := c.route.params[0]
+	if !s.sessions.exists(id) {
+		writeJSON(c.w, 404, nil, sessionNotFound(id))
+		return
+	}
+	body, ok := s.parseObject(c, false)
+	if !ok {
+		return
+	}
+	child, given, isStr := pickID(body)
+	if !isStr {
+		writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+		return
+	}
+	title, titleGiven := body.get("title")
+	o, e := s.sessions.fork(id, child, given, title, titleGiven)
+	if e != nil {
+		s.writeDBErr(c, e)
+		return
+	}
+	writeJSON(c.w, http.StatusCreated, nil, obj{{"object", "hermes.session"}, {"session", o}})
+}
+
+func (s *Server) handleSessionChat(c *call) {
+	release, ok := s.admit(c, false)
+	if !ok {
+		return
+	}
+	defer release()
+	if e := sessionKeyError(c.r); e != "" {
+		writeJSON(c.w, 400, nil, adhocError(e))
+		return
+	}
+	id := c.route.params[0]
+	if !s.sessions.exists(id) {
+		writeJSON(c.w, 404, nil, sessionNotFound(id))
+		return
+	}
+	body, ok := s.parseObject(c, false)
+	if !ok {
+		return
+	}
+	mv, _ := body.get("message")
+	if !truthy(mv) {
+		mv, _ = body.get("input")
+	}
+	if !truthy(mv) {
+		writeJSON(c.w, 400, nil, openaiError("Missing 'message' field", "invalid_request_error", "missing_message"))
+		return
+	}
+	text, img, norm, cerr := normContent(mv, "message")
+	if cerr != nil {
+		writeJSON(c.w, 400, nil, cerr.body())
+		return
+	}
+	if strings.TrimSpace(text) == "" && !img {
+		writeJSON(c.w, 400, nil, openaiError("Missing 'message' field", "invalid_request_error", "missing_message"))
+		return
+	}
+	system := ""
+	for _, k := range []string{"system_message", "instructions"} {
+		v, ok := body.get(k)
+		if !ok || v == nil {
+			continue
+		}
+		str, isStr := v.(string)
+		if !isStr {
+			writeJSON(c.w, 400, nil, openaiError(k+" must be a string", "invalid_request_error", "invalid_system_message"))
+			return
+		}
+		if str != "" {
+			system = str
+			break
+		}
+	}
+	turn := Turn{Route: c.route.key, UserText: text, History: s.sessions.history(id), SessionID: id,
+		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: s.cfg.model}
+	hdr := echoHeaders(c.r, id)
+	if c.route.key == "session_chat_stream" {
+		s.sessionStream(c, turn, norm, hdr)
+		return
+	}
+	rep, ok := s.runAgent(c.ctx, turn, nil)
+	if !ok || !sleepCtx(c.ctx, rep.Delay) {
+		return
+	}
+	if rep.Fail != "" {
+		writeText(c.w, 500, "500 Internal Server Error\n\nServer got itself in trouble")
+		return
+	}
+	rep.Tools = prepareTools(rep.Tools)
+	oc := rep.outcome()
+	full := rep.fullText()
+	in, out := rep.usage(text + system)
+	s.sessions.persistTurn(turnRecord{sessionID: id, userContent: text, systemPrompt: system, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	if s.jsonFault(c) {
+		return
+	}
+	writeJSON(c.w, 200, hdr, obj{{"object", "hermes.session.chat.completion"}, {"session_id", id},
+		{"message", obj{{"role", "assistant"}, {"content", full}}}, {"usage", respUsage(in, out)}})
+}
+
+func thinkingCopy(s string) string {
+	if utf8.RuneCountInString(s) > 500 {
+		return string([]rune(s)[:500])
+	}
+	return s
+}
+
+func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
+	sw := s.startSSE(c, hdr)
+	runID := "run_" + randHex(32)
+	msgID := "msg_" + randHex(32)
+	seq := 0
+	var b []byte
+	emit := func(event string, o obj) bool {
+		if _, ok := o.get("session_id"); !ok {
+			o = append(o, kv{"session_id", turn.SessionID})
+		}
+		seq++
+		o = append(o, kv{"run_id", runID}, kv{"seq", seq}, kv{"ts", pyFloat(float64(s.now().UnixMicro()) / 1e6)})
+		b = appendJSON(b[:0], o, false)
+		return sw.frame(event, b) == nil
+	}
+	if !emit("run.started", obj{{"user_message", obj{{"role", "user"}, {"content", norm}}}}) ||
+		!emit("message.started", obj{{"message", obj{{"id", msgID}, {"role", "assistant"}}}}) {
+		return
+	}
+	rep, ok := s.runAgent(c.ctx, turn, sw.waitReply)
+	if !ok || !sw.wait(rep.Delay) {
+		return
+	}
+	rep.Tools = prepareTools(rep.Tools)
+	deltas := func(t string, n int) bool {
+		for i, d := range splitDeltas(t, n) {
+			if i > 0 && !sw.wait(rep.DeltaDelay) {
+				return false
+			}
+			if !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) {
+				return false
+			}
+		}
+		return true
+	}
+	thinking := func(t string) bool {
+		if t == "" {
+			return true
+		}
+		return emit("tool.progress", obj{{"message_id", msgID}, {"tool_name", "_thinking"}, {"delta", thinkingCopy(t)}})
+	}
+	var msgs []any
+	for _, t := range rep.Tools {
+		if !deltas(t.Text, 0) || !thinking(t.Text) ||
+			!emit("tool.started", obj{{"message_id", msgID}, {"tool_name", t.Name}, {"preview", t.Label}, {"args", argsObj(t)}}) ||
+			!sw.wait(rep.DeltaDelay) ||
+			!emit("tool.completed", obj{{"message_id", msgID}, {"tool_name", t.Name}, {"preview", nil}, {"args", nil}}) {
+			return
+		}
+		msgs = append(msgs,
+			obj{{"role", "assistant"}, {"content", t.Text}, {"tool_calls", []any{toolCallObj(t)}}, {"finish_reason", "tool_calls"}, {"reasoning", nil}},
+			obj{{"role", "tool"}, {"content", t.Output}, {"tool_call_id", t.CallID}})
+	}
+	if !deltas(rep.Text, rep.Deltas) {
+		return
+	}
+	for i := 0; i < rep.Events; i++ {
+		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
+			return
+		}
+		if !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", rep.PadText}}) {
+			return
+		}
+	}
+	if rep.Fail != "" {
+		if emit("error", obj{{"message", rep.Fail}}) && emit("done", obj{}) {
+			_ = sw.flush()
+		}
+		return
+	}
+	full := rep.fullText()
+	oc := rep.outcome()
+	in, out := rep.usage(turn.UserText + turn.Instructions)
+	if !thinking(full) {
+		return
+	}
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: turn.Instructions, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	msgs = append(msgs, obj{{"role", "assistant"}, {"content", full}, {"finish_reason", oc.finish}, {"reasoning", nil}})
+	if !emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) ||
+		!emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) ||
+		!emit("done", obj{}) {
+		return
+	}
+	_ = sw.flush()
+}

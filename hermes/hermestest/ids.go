@@ -1,0 +1,69 @@
+package hermestest
+
+import (
+	"encoding/hex"
+	"math/rand/v2"
+)
+
+// randHex returns n lowercase hex characters.
+func randHex(n int) string {
+	b := make([]byte, (n+1)/2)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	return hex.EncodeToString(b)[:n]
+}
+
+// uuid4 returns a random RFC 4122 version 4 UUID string.
+func uuid4() string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// prepareTools fills tool defaults (call id, python-style args, emoji, label).
+func prepareTools(tools []Tool) []Tool {
+	out := make([]Tool, len(tools))
+	for i, t := range tools {
+		if t.CallID == "" {
+			t.CallID = "call_" + randHex(24)
+		}
+		args := obj{}
+		if t.Args != "" {
+			if v, err := loads([]byte(t.Args)); err == nil {
+				if o, ok := v.(obj); ok {
+					args = o
+				}
+			}
+		}
+		t.Args = string(dumps(args, true))
+		if t.Emoji == "" {
+			t.Emoji = "\U0001F4BB"
+		}
+		if t.Label == "" {
+			t.Label = t.Name
+			for _, m := range args {
+				if s, ok := m.v.(string); ok {
+					t.Label = s
+					break
+				}
+			}
+		}
+		out[i] = t
+	}
+	return out
+}
+
+// argsObj returns the decoded (ordered) args of a prepared tool.
+func argsObj(t Tool) any {
+	v, err := loads([]byte(t.Args))
+	if err != nil {
+		return obj{}
+	}
+	return v
+}

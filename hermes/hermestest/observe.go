@@ -1,0 +1,194 @@
+package hermestest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Recorded is one request the fake received.
+type Recorded struct {
+	Time   time.Time
+	Method string
+	Path   string // escaped path
+	Query  string // raw query
+	Route  string // route key ("" for 404/405/413)
+	// Header is a copy of the request headers with Authorization replaced by
+	// "Bearer <redacted>" (or "<redacted>" when not a Bearer header).
+	Header    http.Header
+	AuthValid bool // the bearer key matched
+	Body      []byte
+	// Convenience copies of headers the bridge sets.
+	IdempotencyKey string
+	SessionID      string // X-Hermes-Session-Id
+	SessionKey     string // X-Hermes-Session-Key
+}
+
+func (s *Server) record(r *http.Request, key string, body []byte, authOK bool) {
+	h := r.Header.Clone()
+	if a := h.Get("Authorization"); a != "" {
+		if len(a) >= 7 && a[:7] == "Bearer " {
+			h.Set("Authorization", "Bearer <redacted>")
+		} else {
+			h.Set("Authorization", "<redacted>")
+		}
+	}
+	rec := Recorded{
+		Time:           s.now(),
+		Method:         r.Method,
+		Path:           r.URL.EscapedPath(),
+		Query:          r.URL.RawQuery,
+		Route:          key,
+		Header:         h,
+		AuthValid:      authOK,
+		Body:           append([]byte(nil), body...),
+		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		SessionID:      r.Header.Get("X-Hermes-Session-Id"),
+		SessionKey:     r.Header.Get("X-Hermes-Session-Key"),
+	}
+	s.mu.Lock()
+	s.calls[key]++
+	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+	s.notify()
+}
+
+// notify wakes WaitCalls/WaitInFlight waiters.
+func (s *Server) notify() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Calls returns how many requests the route key received (see package doc).
+func (s *Server) Calls(route string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[route]
+}
+
+// Requests returns a copy of every recorded request, in arrival order.
+func (s *Server) Requests() []Recorded {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Recorded(nil), s.requests...)
+}
+
+// ResetCounters clears Calls and Requests (not sessions, responses or faults).
+func (s *Server) ResetCounters() {
+	s.mu.Lock()
+	s.calls = map[string]int{}
+	s.requests = nil
+	s.mu.Unlock()
+	s.notify()
+}
+
+// WaitCalls blocks until Calls(route) >= n or ctx is done.
+func (s *Server) WaitCalls(ctx context.Context, route string, n int) error {
+	return s.waitFor(ctx, func() bool { return s.calls[route] >= n })
+}
+
+// WaitInFlight blocks until InFlight() == n or ctx is done.
+func (s *Server) WaitInFlight(ctx context.Context, n int) error {
+	return s.waitFor(ctx, func() bool { return s.active == n })
+}
+
+func (s *Server) waitFor(ctx context.Context, cond func() bool) error {
+	for {
+		s.mu.Lock()
+		ok := cond()
+		ch := s.changed
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.quit:
+			return context.Canceled
+		}
+	}
+}
+
+// ---- response helpers ----
+
+var securityHeaders = [][2]string{
+	{"Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"},
+	{"Permissions-Policy", "camera=(), microphone=(), geolocation=()"},
+	{"Strict-Transport-Security", "max-age=31536000; includeSubDomains"},
+	{"X-Content-Type-Options", "nosniff"},
+	{"X-Frame-Options", "DENY"},
+	{"X-XSS-Protection", "0"},
+	{"Referrer-Policy", "no-referrer"},
+}
+
+// writeJSON writes a JSON response with the security headers.
+func writeJSON(w http.ResponseWriter, status int, extra http.Header, body any) {
+	hdr := w.Header()
+	for k, v := range extra {
+		hdr[k] = v
+	}
+	for _, kv := range securityHeaders {
+		if hdr.Get(kv[0]) == "" {
+			hdr.Set(kv[0], kv[1])
+		}
+	}
+	writeRaw(w, status, nil, dumps(body, true))
+}
+
+func writeRaw(w http.ResponseWriter, status int, extra http.Header, b []byte) {
+	hdr := w.Header()
+	for k, v := range extra {
+		hdr[k] = v
+	}
+	if hdr.Get("Content-Type") == "" {
+		hdr.Set("Content-Type", "application/json; charset=utf-8")
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeText(w http.ResponseWriter, status int, text string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(text)))
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(text))
+}
+
+// openaiError is the _openai_error envelope (with param null).
+func openaiError(msg, typ string, code any) obj {
+	return obj{{"error", obj{{"message", msg}, {"type", typ}, {"param", nil}, {"code", code}}}}
+}
+
+// openaiParamError is _openai_error with a param.
+func openaiParamError(msg, typ, param string, code any) obj {
+	return obj{{"error", obj{{"message", msg}, {"type", typ}, {"param", param}, {"code", code}}}}
+}
+
+// adhocError is the {"error":{"message","type"}} shape without param/code.
+func adhocError(msg string) obj {
+	return obj{{"error", obj{{"message", msg}, {"type", "invalid_request_error"}}}}
+}
+
+// resetConn closes the client connection without a response (RST when possible).
+func resetConn(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func pathUnescape(s string) (string, error) { return url.PathUnescape(s) }

@@ -1,0 +1,327 @@
+package hermestest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// kv is one member of an ordered JSON object.
+type kv struct {
+	k string
+	v any
+}
+
+// obj is a JSON object that keeps insertion order, like a Python dict.
+type obj []kv
+
+// get returns the value of key k and whether it was present.
+func (o obj) get(k string) (any, bool) {
+	for i := len(o) - 1; i >= 0; i-- {
+		if o[i].k == k {
+			return o[i].v, true
+		}
+	}
+	return nil, false
+}
+
+// set replaces the value of k in place or appends it.
+func (o obj) set(k string, v any) obj {
+	for i := range o {
+		if o[i].k == k {
+			o[i].v = v
+			return o
+		}
+	}
+	return append(o, kv{k, v})
+}
+
+// rawJSON is pre-encoded Python-style JSON inserted verbatim.
+type rawJSON []byte
+
+// pyFloat forces float formatting (Python repr) even for integral values.
+type pyFloat float64
+
+// dumps encodes v like Python's json.dumps with default separators.
+// ascii selects ensure_ascii=True.
+func dumps(v any, ascii bool) []byte {
+	return appendJSON(nil, v, ascii)
+}
+
+func appendJSON(b []byte, v any, ascii bool) []byte {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...)
+	case bool:
+		if x {
+			return append(b, "true"...)
+		}
+		return append(b, "false"...)
+	case string:
+		return appendString(b, x, ascii)
+	case int:
+		return strconv.AppendInt(b, int64(x), 10)
+	case int64:
+		return strconv.AppendInt(b, x, 10)
+	case float64:
+		return appendFloat(b, x)
+	case pyFloat:
+		return appendFloat(b, float64(x))
+	case json.Number:
+		return append(b, x...)
+	case rawJSON:
+		return append(b, x...)
+	case obj:
+		b = append(b, '{')
+		for i, m := range x {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendString(b, m.k, ascii)
+			b = append(b, ": "...)
+			b = appendJSON(b, m.v, ascii)
+		}
+		return append(b, '}')
+	case []any:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendJSON(b, e, ascii)
+		}
+		return append(b, ']')
+	case []obj:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendJSON(b, e, ascii)
+		}
+		return append(b, ']')
+	case []string:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendString(b, e, ascii)
+		}
+		return append(b, ']')
+	default:
+		// Fall back to encoding/json for anything else (not expected).
+		raw, err := json.Marshal(x)
+		if err != nil {
+			return append(b, "null"...)
+		}
+		dv, err := loads(raw)
+		if err != nil {
+			return append(b, raw...)
+		}
+		return appendJSON(b, dv, ascii)
+	}
+}
+
+// appendFloat formats f like Python's float repr.
+func appendFloat(b []byte, f float64) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(b, "NaN"...)
+	case math.IsInf(f, 1):
+		return append(b, "Infinity"...)
+	case math.IsInf(f, -1):
+		return append(b, "-Infinity"...)
+	}
+	a := math.Abs(f)
+	if a != 0 && (a < 1e-4 || a >= 1e16) {
+		return strconv.AppendFloat(b, f, 'e', -1, 64)
+	}
+	start := len(b)
+	b = strconv.AppendFloat(b, f, 'f', -1, 64)
+	if bytes.IndexByte(b[start:], '.') < 0 {
+		b = append(b, ".0"...)
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString writes a JSON string literal like Python's json encoder.
+func appendString(b []byte, s string, ascii bool) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && (c != 0x7f || !ascii) {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"':
+				b = append(b, '\\', '"')
+			case '\\':
+				b = append(b, '\\', '\\')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			if ascii {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, "\uFFFD"...)
+			}
+			i += size
+			start = i
+			continue
+		}
+		if !ascii {
+			i += size
+			continue
+		}
+		b = append(b, s[start:i]...)
+		if r >= 0x10000 {
+			r1, r2 := utf16.EncodeRune(r)
+			b = appendU(b, r1)
+			b = appendU(b, r2)
+		} else {
+			b = appendU(b, r)
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+func appendU(b []byte, r rune) []byte {
+	return append(b, '\\', 'u', hexDigits[(r>>12)&0xf], hexDigits[(r>>8)&0xf], hexDigits[(r>>4)&0xf], hexDigits[r&0xf])
+}
+
+// loads decodes JSON into ordered values: obj, []any, string, json.Number, bool, nil.
+func loads(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeValue(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder) (any, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch x := t.(type) {
+	case json.Delim:
+		switch x {
+		case '{':
+			o := obj{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return nil, errors.New("object key is not a string")
+				}
+				v, err := decodeValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				o = o.set(k, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return o, nil
+		case '[':
+			a := []any{}
+			for dec.More() {
+				v, err := decodeValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				a = append(a, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return a, nil
+		}
+		return nil, errors.New("unexpected delimiter")
+	default:
+		return x, nil
+	}
+}
+
+// truthy mirrors Python truthiness for decoded JSON values.
+func truthy(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case string:
+		return x != ""
+	case json.Number:
+		f, err := x.Float64()
+		return err != nil || f != 0
+	case obj:
+		return len(x) > 0
+	case []any:
+		return len(x) > 0
+	}
+	return true
+}
+
+// boolish interprets a "stream"/"store" style flag the way Hermes does.
+func boolish(v any, def bool) bool {
+	switch x := v.(type) {
+	case nil:
+		return def
+	case bool:
+		return x
+	case string:
+		switch x {
+		case "true", "1", "yes", "on", "True", "TRUE", "Yes", "YES", "On", "ON":
+			return true
+		case "false", "0", "no", "off", "False", "FALSE", "No", "NO", "Off", "OFF", "":
+			return false
+		}
+		return def
+	case json.Number:
+		f, err := x.Float64()
+		return err == nil && f != 0
+	}
+	return truthy(v)
+}

@@ -1,0 +1,541 @@
+// Package hermestest is an in-process fake of the Hermes Agent API server
+// (gateway/platforms/api_server.py) for tests and benchmarks.
+//
+// It reproduces the routes, auth, error envelopes, concurrency gate, SSE
+// framing and byte-level JSON shapes (Python json.dumps separators,
+// ensure_ascii) recorded from real Hermes v0.16.0 and v0.19.0 servers, keeps
+// sessions and stored responses in memory, and lets tests script the agent
+// (Agent/Reply), inject faults (Fault) and observe calls (Calls, Requests,
+// WaitCalls, InFlight).
+//
+// Route keys (used by Calls, WaitCalls, Fault.Route and Recorded.Route) are
+// the bridge operation names: health, health_detailed, models, capabilities,
+// skills, toolsets, chat, chat_stream, responses, responses_stream,
+// response_get, response_delete, sessions_list, session_create, session_get,
+// session_patch, session_delete, session_messages, session_fork,
+// session_chat, session_chat_stream. chat vs chat_stream and responses vs
+// responses_stream are decided by the request body's "stream" flag. Requests
+// to unknown paths or with a wrong method get the route key "" (Calls("")).
+package hermestest
+
+import (
+	"context"
+	"crypto/subtle"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Versions the fake can imitate.
+const (
+	Version019 = "0.19.0"
+	Version016 = "0.16.0"
+)
+
+// DefaultAPIKey is the bearer key used when WithAPIKey is not given.
+const DefaultAPIKey = "hermestest-key-0123456789"
+
+// MaxRequestBytes is Hermes' MAX_REQUEST_BYTES.
+const MaxRequestBytes = 10_000_000
+
+// Option configures a Server.
+type Option func(*config)
+
+type config struct {
+	key          string
+	version      string
+	maxRuns      int
+	maxRunsSet   bool
+	keepalive    time.Duration
+	agent        Agent
+	model        string
+	agentModel   string
+	clock        func() time.Time
+	maxResponses int
+	batch        time.Duration
+}
+
+// WithAPIKey sets the bearer key (default DefaultAPIKey).
+func WithAPIKey(key string) Option { return func(c *config) { c.key = key } }
+
+// WithVersion selects the imitated version: "0.19.0" (default) or "0.16.0".
+// 0.16.0: 401 invalid_api_key; /health without version; /health/detailed
+// unauthenticated and without version/readiness/busy fields; no concurrency
+// gate on chat/responses unless WithMaxConcurrentRuns is given.
+func WithVersion(v string) Option { return func(c *config) { c.version = v } }
+
+// WithMaxConcurrentRuns sets gateway.api_server.max_concurrent_runs (default
+// 10; 0 or negative disables the gate).
+func WithMaxConcurrentRuns(n int) Option {
+	return func(c *config) { c.maxRuns = n; c.maxRunsSet = true }
+}
+
+// WithKeepalive sets the SSE idle time after which ": keepalive" is written
+// (default 30s).
+func WithKeepalive(d time.Duration) Option { return func(c *config) { c.keepalive = d } }
+
+// WithAgent sets the agent script (default StubAgent).
+func WithAgent(a Agent) Option { return func(c *config) { c.agent = a } }
+
+// WithModel sets the advertised model name (default "hermes-agent").
+func WithModel(name string) Option { return func(c *config) { c.model = name } }
+
+// WithAgentModel sets the model recorded on sessions the agent ran in
+// (default "stub-model", as in the transcripts).
+func WithAgentModel(name string) Option { return func(c *config) { c.agentModel = name } }
+
+// WithClock sets the time source (default time.Now).
+func WithClock(f func() time.Time) Option { return func(c *config) { c.clock = f } }
+
+// WithMaxStoredResponses sets the Responses LRU size (default 100).
+func WithMaxStoredResponses(n int) Option { return func(c *config) { c.maxResponses = n } }
+
+// WithResponsesBatch sets the Responses stream text batching window (default
+// 50ms): deltas produced less than this apart are merged into one
+// response.output_text.delta. 0 disables batching.
+func WithResponsesBatch(d time.Duration) Option { return func(c *config) { c.batch = d } }
+
+// Server is a fake Hermes API server.
+type Server struct {
+	// URL is the base URL (http://127.0.0.1:port) once started; "" for a
+	// server used only through Handler.
+	URL string
+
+	cfg  config
+	ts   *httptest.Server
+	quit chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup // agent goroutines
+
+	mu        sync.Mutex
+	calls     map[string]int
+	requests  []Recorded
+	changed   chan struct{}
+	faults    []*Fault
+	active    int // concurrency gate count
+	draining  bool
+	sessions  *sessionDB
+	responses *responseStore
+}
+
+// NewServer starts a fake on a loopback port.
+func NewServer(opts ...Option) *Server {
+	s := NewUnstartedServer(opts...)
+	s.Start()
+	return s
+}
+
+// NewUnstartedServer returns a fake that is not listening yet; call Start,
+// or serve Handler yourself (then call Close when done).
+func NewUnstartedServer(opts ...Option) *Server {
+	c := config{
+		key:          DefaultAPIKey,
+		version:      Version019,
+		maxRuns:      10,
+		keepalive:    30 * time.Second,
+		agent:        StubAgent,
+		model:        "hermes-agent",
+		agentModel:   "stub-model",
+		clock:        time.Now,
+		maxResponses: 100,
+		batch:        50 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.version == Version016 && !c.maxRunsSet {
+		c.maxRuns = 0
+	}
+	if c.maxRuns < 0 {
+		c.maxRuns = 0
+	}
+	s := &Server{
+		cfg:     c,
+		quit:    make(chan struct{}),
+		calls:   map[string]int{},
+		changed: make(chan struct{}),
+	}
+	s.sessions = newSessionDB(s)
+	s.responses = newResponseStore(c.maxResponses)
+	s.ts = httptest.NewUnstartedServer(s)
+	return s
+}
+
+// Start starts listening on 127.0.0.1 and sets URL.
+func (s *Server) Start() {
+	s.ts.Start()
+	s.URL = s.ts.URL
+}
+
+// Handler returns the fake's HTTP handler (for cmd/fake-hermes).
+func (s *Server) Handler() http.Handler { return s }
+
+// APIKey returns the configured bearer key.
+func (s *Server) APIKey() string { return s.cfg.key }
+
+// Close stops the server: stalled streams, keepalive loops and agent
+// goroutines are released (agents see ctx done), then the listener and all
+// connections are closed. Safe to call more than once.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.quit)
+		if s.ts.Listener != nil && s.URL != "" {
+			s.ts.CloseClientConnections()
+			s.ts.Close()
+		}
+		s.wg.Wait()
+	})
+}
+
+// SetDraining makes agent routes answer 503 gateway_draining (after auth).
+func (s *Server) SetDraining(on bool) {
+	s.mu.Lock()
+	s.draining = on
+	s.mu.Unlock()
+}
+
+func (s *Server) now() time.Time { return s.cfg.clock() }
+
+// ---- routing ----
+
+type route struct {
+	key    string // route key
+	params []string
+}
+
+// match resolves method+path. It returns ok=false,known=false for 404 and
+// ok=false,known=true for 405.
+func match(method string, segs []string, stream bool) (r route, ok, known bool) {
+	n := len(segs)
+	is := func(m string) bool { return method == m }
+	switch {
+	case n == 1 && segs[0] == "health", n == 2 && segs[0] == "v1" && segs[1] == "health":
+		return route{key: "health"}, is("GET"), true
+	case n == 2 && segs[0] == "health" && segs[1] == "detailed":
+		return route{key: "health_detailed"}, is("GET"), true
+	case n == 2 && segs[0] == "v1":
+		switch segs[1] {
+		case "models", "capabilities", "skills", "toolsets":
+			return route{key: segs[1]}, is("GET"), true
+		case "responses":
+			if stream {
+				return route{key: "responses_stream"}, is("POST"), true
+			}
+			return route{key: "responses"}, is("POST"), true
+		}
+	case n == 3 && segs[0] == "v1" && segs[1] == "chat" && segs[2] == "completions":
+		if stream {
+			return route{key: "chat_stream"}, is("POST"), true
+		}
+		return route{key: "chat"}, is("POST"), true
+	case n == 3 && segs[0] == "v1" && segs[1] == "responses" && segs[2] != "":
+		switch method {
+		case "GET":
+			return route{key: "response_get", params: segs[2:]}, true, true
+		case "DELETE":
+			return route{key: "response_delete", params: segs[2:]}, true, true
+		}
+		return route{}, false, true
+	case n == 2 && segs[0] == "api" && segs[1] == "sessions":
+		switch method {
+		case "GET":
+			return route{key: "sessions_list"}, true, true
+		case "POST":
+			return route{key: "session_create"}, true, true
+		}
+		return route{}, false, true
+	case n >= 3 && segs[0] == "api" && segs[1] == "sessions" && segs[2] != "":
+		p := segs[2:3]
+		switch {
+		case n == 3:
+			switch method {
+			case "GET":
+				return route{key: "session_get", params: p}, true, true
+			case "PATCH":
+				return route{key: "session_patch", params: p}, true, true
+			case "DELETE":
+				return route{key: "session_delete", params: p}, true, true
+			}
+			return route{}, false, true
+		case n == 4 && segs[3] == "messages":
+			return route{key: "session_messages", params: p}, is("GET"), true
+		case n == 4 && segs[3] == "fork":
+			return route{key: "session_fork", params: p}, is("POST"), true
+		case n == 4 && segs[3] == "chat":
+			return route{key: "session_chat", params: p}, is("POST"), true
+		case n == 5 && segs[3] == "chat" && segs[4] == "stream":
+			return route{key: "session_chat_stream", params: p}, is("POST"), true
+		}
+	}
+	return route{}, false, false
+}
+
+// splitPath splits an escaped path into unescaped segments.
+func splitPath(escaped string) ([]string, bool) {
+	escaped = strings.TrimPrefix(escaped, "/")
+	if escaped == "" {
+		return nil, true
+	}
+	parts := strings.Split(escaped, "/")
+	for i, p := range parts {
+		u, err := pathUnescape(p)
+		if err != nil {
+			return nil, false
+		}
+		parts[i] = u
+	}
+	return parts, true
+}
+
+// call carries per-request state to handlers.
+type call struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	ctx    context.Context
+	route  route
+	body   []byte
+	tooBig bool
+	fault  *Fault
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// body_limit_middleware (outermost of the ones we model; no security headers).
+	if r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
+		if r.ContentLength > MaxRequestBytes {
+			s.record(r, "", nil, false)
+			writeRaw(w, http.StatusRequestEntityTooLarge, nil, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
+			return
+		}
+	}
+	var body []byte
+	tooBig := false
+	if r.Body != nil && r.Method != "GET" && r.Method != "HEAD" {
+		b, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
+		if err == nil {
+			body = b
+			if len(b) > MaxRequestBytes {
+				tooBig = true
+			}
+		} else {
+			tooBig = true
+		}
+	}
+	segs, okPath := splitPath(r.URL.EscapedPath())
+	if okPath && s.cfg.version != Version016 && len(segs) >= 2 && segs[0] == "p" {
+		segs = segs[2:] // /p/{profile}/ accepted and ignored without multiplexing
+	}
+	stream := false
+	if len(body) > 0 && !tooBig && r.Method == "POST" && len(segs) >= 2 && segs[0] == "v1" {
+		if v, err := loads(body); err == nil {
+			if o, ok := v.(obj); ok {
+				sv, _ := o.get("stream")
+				stream = boolish(sv, false)
+			}
+		}
+	}
+	rt, ok, known := route{}, false, false
+	if okPath {
+		rt, ok, known = match(r.Method, segs, stream)
+	}
+	if !ok {
+		s.record(r, "", body, false)
+		if known {
+			w.Header().Set("Allow", allowFor(segs))
+			writeText(w, http.StatusMethodNotAllowed, "405: Method Not Allowed")
+		} else {
+			writeText(w, http.StatusNotFound, "404: Not Found")
+		}
+		return
+	}
+	authOK := s.checkAuth(r)
+	f := s.takeFault(rt.key)
+	s.record(r, rt.key, body, authOK)
+
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() { // tie ctx to Close; exits with the handler
+		select {
+		case <-s.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	c := &call{w: w, r: r, ctx: ctx, route: rt, body: body, tooBig: tooBig, fault: f}
+	if f != nil {
+		if f.Delay > 0 && !sleepCtx(ctx, f.Delay) {
+			return
+		}
+		if f.Reset {
+			resetConn(w)
+			return
+		}
+		if f.Status != 0 {
+			s.writeFault(w, f)
+			return
+		}
+	}
+	s.dispatch(c, authOK)
+}
+
+func allowFor(segs []string) string {
+	var allowed []string
+	for _, m := range []string{"DELETE", "GET", "PATCH", "POST"} {
+		if _, ok, _ := match(m, segs, false); ok {
+			allowed = append(allowed, m)
+		}
+	}
+	return strings.Join(allowed, ",")
+}
+
+func (s *Server) checkAuth(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	if !strings.HasPrefix(h, "Bearer ") {
+		return false
+	}
+	tok := strings.TrimSpace(h[len("Bearer "):])
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.key)) == 1
+}
+
+func (s *Server) authError(w http.ResponseWriter) {
+	var body obj
+	if s.cfg.version == Version016 {
+		body = obj{{"error", obj{{"message", "Invalid API key"}, {"type", "invalid_request_error"}, {"code", "invalid_api_key"}}}}
+	} else {
+		body = obj{{"error", obj{{"message", "Invalid gateway API key (API_SERVER_KEY)"}, {"type", "gateway_auth_error"}, {"code", "gateway_auth_failed"}}}}
+	}
+	writeJSON(w, http.StatusUnauthorized, nil, body)
+}
+
+func (s *Server) dispatch(c *call, authOK bool) {
+	key := c.route.key
+	if key != "health" && !authOK && !(key == "health_detailed" && s.cfg.version == Version016) {
+		s.authError(c.w)
+		return
+	}
+	switch key {
+	case "health":
+		s.handleHealth(c)
+	case "health_detailed":
+		s.handleHealthDetailed(c)
+	case "models":
+		s.handleModels(c)
+	case "capabilities":
+		s.handleCapabilities(c)
+	case "skills":
+		s.handleSkills(c)
+	case "toolsets":
+		s.handleToolsets(c)
+	case "chat", "chat_stream":
+		s.handleChat(c)
+	case "responses", "responses_stream":
+		s.handleResponses(c)
+	case "response_get":
+		s.handleResponseGet(c)
+	case "response_delete":
+		s.handleResponseDelete(c)
+	case "sessions_list":
+		s.handleSessionsList(c)
+	case "session_create":
+		s.handleSessionCreate(c)
+	case "session_get":
+		s.handleSessionGet(c)
+	case "session_patch":
+		s.handleSessionPatch(c)
+	case "session_delete":
+		s.handleSessionDelete(c)
+	case "session_messages":
+		s.handleSessionMessages(c)
+	case "session_fork":
+		s.handleSessionFork(c)
+	case "session_chat", "session_chat_stream":
+		s.handleSessionChat(c)
+	}
+}
+
+// ---- concurrency gate ----
+
+// admit reserves a run slot. gate=false counts without rejecting (session
+// chat). It returns false when the gate is full or draining (response written).
+func (s *Server) admit(c *call, gate bool) (release func(), ok bool) {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		writeJSON(c.w, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
+			openaiError("Gateway is draining existing work; retry shortly.", "invalid_request_error", "gateway_draining"))
+		return nil, false
+	}
+	if gate && s.cfg.maxRuns > 0 && s.active >= s.cfg.maxRuns {
+		s.mu.Unlock()
+		writeJSON(c.w, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}},
+			openaiError("Too many concurrent runs (max "+itoa(s.cfg.maxRuns)+")", "rate_limit_error", "rate_limit_exceeded"))
+		return nil, false
+	}
+	s.active++
+	s.mu.Unlock()
+	s.notify()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.active--
+			s.mu.Unlock()
+			s.notify()
+		})
+	}, true
+}
+
+// InFlight reports the number of admitted agent runs (chat, responses and
+// session chat requests currently holding a concurrency slot).
+func (s *Server) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.active
+}
+
+// ---- agent invocation ----
+
+// runAgent calls the agent on an owned goroutine and waits for its reply;
+// wait is called with the reply channel so streams can send keepalives.
+func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (Reply, bool)) (Reply, bool) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan Reply, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ch <- s.cfg.agent(actx, t)
+	}()
+	if wait == nil {
+		wait = func(ch <-chan Reply) (Reply, bool) {
+			select {
+			case r := <-ch:
+				return r, true
+			case <-ctx.Done():
+				return Reply{}, false
+			}
+		}
+	}
+	r, ok := wait(ch)
+	if !ok {
+		cancel()
+	}
+	return r, ok
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,233 @@
+package hermestest
+
+import (
+	"bufio"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+)
+
+var errStreamGone = errors.New("hermestest: stream ended")
+
+// sseWriter writes SSE frames through a buffered writer, flushing only
+// before waits and at the end, and emits ": keepalive" comments while idle.
+type sseWriter struct {
+	s         *Server
+	c         *call
+	rc        *http.ResponseController
+	bw        *bufio.Writer
+	ka        time.Duration
+	last      time.Time
+	n         int
+	fault     *Fault
+	faultDone bool
+	err       error
+	scratch   []byte
+}
+
+// startSSE writes the SSE response headers (no security headers, as in Hermes).
+func (s *Server) startSSE(c *call, extra http.Header) *sseWriter {
+	h := c.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	for k, v := range extra {
+		h[k] = v
+	}
+	c.w.WriteHeader(http.StatusOK)
+	sw := &sseWriter{
+		s:     s,
+		c:     c,
+		rc:    http.NewResponseController(c.w),
+		bw:    bufio.NewWriterSize(c.w, 32<<10),
+		ka:    s.cfg.keepalive,
+		last:  time.Now(),
+		fault: c.fault,
+	}
+	if !c.fault.streamEffect() {
+		sw.faultDone = true
+	}
+	_ = sw.flush()
+	return sw
+}
+
+func (sw *sseWriter) flush() error {
+	if sw.err != nil {
+		return sw.err
+	}
+	if err := sw.bw.Flush(); err != nil {
+		sw.err = err
+		return err
+	}
+	if err := sw.rc.Flush(); err != nil {
+		sw.err = err
+		return err
+	}
+	sw.last = time.Now()
+	return nil
+}
+
+// frame writes one SSE frame; event "" omits the event: line.
+func (sw *sseWriter) frame(event string, data []byte) error {
+	if sw.err != nil {
+		return sw.err
+	}
+	if !sw.faultDone && sw.n >= sw.fault.AfterEvents {
+		sw.faultDone = true
+		if err := sw.applyFault(); err != nil {
+			return err
+		}
+	}
+	if event != "" {
+		_, _ = sw.bw.WriteString("event: ")
+		_, _ = sw.bw.WriteString(event)
+		_ = sw.bw.WriteByte('\n')
+	}
+	_, _ = sw.bw.WriteString("data: ")
+	_, _ = sw.bw.Write(data)
+	_, err := sw.bw.WriteString("\n\n")
+	sw.n++
+	if err != nil {
+		sw.err = err
+	}
+	return sw.err
+}
+
+func (sw *sseWriter) applyFault() error {
+	f := sw.fault
+	switch {
+	case f.Drop:
+		_ = sw.flush()
+		panic(http.ErrAbortHandler)
+	case f.Stall:
+		_ = sw.flush()
+		<-sw.c.ctx.Done()
+		sw.err = errStreamGone
+		return sw.err
+	}
+	if f.Malformed {
+		_, _ = sw.bw.WriteString("data: {\"type\": \"\xff\xfe\xfd broken\n")
+		_, _ = sw.bw.WriteString("this line is not an SSE field \xc3\x28\n\n")
+	}
+	if f.Oversized > 0 {
+		_, _ = sw.bw.WriteString("data: \"")
+		chunk := strings.Repeat("x", 4096)
+		for left := f.Oversized; left > 0; left -= len(chunk) {
+			if left < len(chunk) {
+				chunk = chunk[:left]
+			}
+			_, _ = sw.bw.WriteString(chunk)
+		}
+		_, _ = sw.bw.WriteString("\"\n\n")
+	}
+	return nil
+}
+
+// comment writes an SSE comment line (": text").
+func (sw *sseWriter) comment(text string) error {
+	if sw.err != nil {
+		return sw.err
+	}
+	_, _ = sw.bw.WriteString(": ")
+	_, _ = sw.bw.WriteString(text)
+	_, _ = sw.bw.WriteString("\n\n")
+	return sw.flush()
+}
+
+// wait flushes, then idles for d sending keepalives; false when the stream
+// is gone (client disconnect, Close, write error).
+func (sw *sseWriter) wait(d time.Duration) bool {
+	if d <= 0 {
+		return sw.err == nil && sw.c.ctx.Err() == nil
+	}
+	if sw.flush() != nil {
+		return false
+	}
+	deadline := time.Now().Add(d)
+	return sw.idle(deadline, nil, nil)
+}
+
+// waitReply flushes and waits for the agent reply, sending keepalives.
+func (sw *sseWriter) waitReply(ch <-chan Reply) (Reply, bool) {
+	if sw.flush() != nil {
+		return Reply{}, false
+	}
+	var got Reply
+	ok := sw.idle(time.Time{}, ch, &got)
+	return got, ok
+}
+
+// idle is the keepalive loop. Either deadline (non-zero) or ch ends it.
+func (sw *sseWriter) idle(deadline time.Time, ch <-chan Reply, out *Reply) bool {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		next := time.Time{}
+		if sw.ka > 0 {
+			next = sw.last.Add(sw.ka)
+		}
+		end := false
+		var wake time.Time
+		switch {
+		case !deadline.IsZero() && (next.IsZero() || !deadline.After(next)):
+			wake, end = deadline, true
+		case !next.IsZero():
+			wake = next
+		}
+		if wake.IsZero() {
+			t.Reset(time.Hour)
+		} else {
+			t.Reset(max(wake.Sub(now), 0))
+		}
+		select {
+		case r := <-ch:
+			if out != nil {
+				*out = r
+			}
+			return true
+		case <-sw.c.ctx.Done():
+			return false
+		case <-t.C:
+			if wake.IsZero() {
+				continue
+			}
+			if end {
+				return true
+			}
+			if sw.comment("keepalive") != nil {
+				return false
+			}
+		}
+	}
+}
+
+// ---- JSON-route fault effects ----
+
+// jsonFault applies stream-style fault effects on a JSON route after the work
+// is done; it returns true when it handled (or ruined) the response.
+func (s *Server) jsonFault(c *call) bool {
+	f := c.fault
+	if !f.streamEffect() {
+		return false
+	}
+	switch {
+	case f.Drop:
+		resetConn(c.w)
+	case f.Stall:
+		c.w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		c.w.WriteHeader(http.StatusOK)
+		_ = http.NewResponseController(c.w).Flush()
+		<-c.ctx.Done()
+	case f.Malformed:
+		writeRaw(c.w, http.StatusOK, nil, []byte("{\"id\": \"\xff\xfe\", garbage"))
+	case f.Oversized > 0:
+		b := make([]byte, 0, f.Oversized+2)
+		b = append(b, '"')
+		b = append(b, strings.Repeat("x", f.Oversized)...)
+		b = append(b, '"')
+		writeRaw(c.w, http.StatusOK, nil, b)
+	}
+	return true
+}
