@@ -263,7 +263,8 @@ func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header 
 	set(HeaderID, id) // ids are [A-Za-z0-9_:-]: never need encoding
 	set(HeaderSource, PercentEncodeHeader(src))
 	set(HeaderType, typ)
-	set(HeaderTime, string(time.Now().UTC().AppendFormat(make([]byte, 0, 32), time.RFC3339Nano)))
+	var tb [40]byte
+	set(HeaderTime, string(time.Now().UTC().AppendFormat(tb[:0], time.RFC3339Nano)))
 	set(HeaderContentType, ContentTypeJSON)
 	set(HeaderMsgID, id)
 	if subject != "" {

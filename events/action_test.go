@@ -1,0 +1,115 @@
+package events_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+const sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func TestDecodeAction(t *testing.T) {
+	a, err := events.DecodeAction([]byte(`{
+		"capability_id": "cap:hermes_agent:primary:chat_stream",
+		"input": { "prompt": "Summarize the incident notes." },
+		"idempotency_key": "incident-42-summary",
+		"timeout_ms": 120000,
+		"tenant_id": "acme",
+		"approval": null
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.CapabilityID != "cap:hermes_agent:primary:chat_stream" || a.IdempotencyKey != "incident-42-summary" ||
+		a.TimeoutMS == nil || *a.TimeoutMS != 120000 || a.TenantID != "acme" || a.Approval != nil ||
+		string(a.Input) != `{ "prompt": "Summarize the incident notes." }` || a.Timeout().Seconds() != 120 {
+		t.Fatalf("unexpected action %+v", a)
+	}
+
+	a, err = events.DecodeAction([]byte(`{}`))
+	if err != nil || string(a.Input) != `{}` || a.TimeoutMS != nil {
+		t.Fatalf("empty action: %+v, %v", a, err)
+	}
+	a, err = events.DecodeAction([]byte(`{"input":null,"timeout_ms":1e3}`))
+	if err != nil || string(a.Input) != `{}` || *a.TimeoutMS != 1000 {
+		t.Fatalf("null input: %+v, %v", a, err)
+	}
+
+	a, err = events.DecodeAction([]byte(`{"approval":{"decision":"approve","approver":"ops","reason":"ok","input_sha256":"` + sha + `","decided_at":"2030-01-01T00:00:00Z"}}`))
+	if err != nil || a.Approval == nil || a.Approval.Decision != "approve" || a.Approval.InputSHA256 != sha || a.Approval.DecidedAt == nil {
+		t.Fatalf("approval: %+v, %v", a, err)
+	}
+}
+
+func TestDecodeActionErrors(t *testing.T) {
+	tests := []struct{ name, in, field string }{
+		{"not JSON", `{`, ""},
+		{"array", `[]`, ""},
+		{"string", `"x"`, ""},
+		{"empty", ``, ""},
+		{"unknown field", `{"input":{},"prompt":"x"}`, "prompt"},
+		{"unknown field with odd name", `{"a b":1}`, "(unnamed field)"},
+		{"input array", `{"input":[]}`, "input"},
+		{"input string", `{"input":"x"}`, "input"},
+		{"capability not string", `{"capability_id":1}`, "capability_id"},
+		{"key empty", `{"idempotency_key":""}`, "idempotency_key"},
+		{"key too long", `{"idempotency_key":"` + strings.Repeat("k", 1025) + `"}`, "idempotency_key"},
+		{"key control char", `{"idempotency_key":"a\nb"}`, "idempotency_key"},
+		{"key number", `{"idempotency_key":5}`, "idempotency_key"},
+		{"timeout zero", `{"timeout_ms":0}`, "timeout_ms"},
+		{"timeout negative", `{"timeout_ms":-5}`, "timeout_ms"},
+		{"timeout fraction", `{"timeout_ms":1.5}`, "timeout_ms"},
+		{"timeout too big", `{"timeout_ms":86400001}`, "timeout_ms"},
+		{"timeout string", `{"timeout_ms":"100"}`, "timeout_ms"},
+		{"tenant not string", `{"tenant_id":true}`, "tenant_id"},
+		{"approval not object", `{"approval":"yes"}`, "approval"},
+		{"approval bad decision", `{"approval":{"decision":"maybe","input_sha256":"` + sha + `","decided_at":"2030-01-01T00:00:00Z"}}`, "approval.decision"},
+		{"approval missing decision", `{"approval":{"input_sha256":"` + sha + `","decided_at":"2030-01-01T00:00:00Z"}}`, "approval.decision"},
+		{"approval uppercase hash", `{"approval":{"decision":"approve","input_sha256":"` + strings.ToUpper(sha) + `","decided_at":"2030-01-01T00:00:00Z"}}`, "approval.input_sha256"},
+		{"approval missing hash", `{"approval":{"decision":"approve","decided_at":"2030-01-01T00:00:00Z"}}`, "approval.input_sha256"},
+		{"approval bad time", `{"approval":{"decision":"approve","input_sha256":"` + sha + `","decided_at":"yesterday"}}`, "approval.decided_at"},
+		{"approval missing time", `{"approval":{"decision":"approve","input_sha256":"` + sha + `"}}`, "approval.decided_at"},
+		{"approval unknown field", `{"approval":{"decision":"approve","input_sha256":"` + sha + `","decided_at":"2030-01-01T00:00:00Z","extra":1}}`, "approval.extra"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := events.DecodeAction([]byte(tt.in))
+			var ae *events.ActionError
+			if !errors.As(err, &ae) || !errors.Is(err, events.ErrInvalidAction) {
+				t.Fatalf("err = %v, want *ActionError", err)
+			}
+			if ae.Field != tt.field {
+				t.Fatalf("field = %q (%v), want %q", ae.Field, err, tt.field)
+			}
+		})
+	}
+}
+
+func TestDecodeApproval(t *testing.T) {
+	ap, err := events.DecodeApproval([]byte(`{"decision":"deny","approver":"ops","reason":"no"}`))
+	if err != nil || ap.Decision != "deny" || ap.InputSHA256 != "" || ap.DecidedAt != nil {
+		t.Fatalf("%+v, %v", ap, err)
+	}
+	if _, err := events.DecodeApproval([]byte(`{"decision":"approve","input_sha256":"abc"}`)); err == nil {
+		t.Fatal("short hash accepted")
+	}
+}
+
+func TestActionJSONRoundTrip(t *testing.T) {
+	ms := int64(5000)
+	in := events.Action{CapabilityID: "cap:hermes_agent:p:chat", Input: json.RawMessage(`{"prompt":"x"}`), IdempotencyKey: "k", TimeoutMS: &ms, TenantID: "t"}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := events.DecodeAction(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.CapabilityID != in.CapabilityID || string(out.Input) != string(in.Input) || *out.TimeoutMS != ms || out.TenantID != "t" || out.IdempotencyKey != "k" {
+		t.Fatalf("round trip: %+v", out)
+	}
+}
