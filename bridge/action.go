@@ -1,0 +1,682 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+	// SCHEMAS "github.com/hermes-bridge/hermes-bridge/schemas"
+)
+
+// Default action deadlines (CONTRACT §8).
+const (
+	defaultJSONTimeout   = 60 * time.Second
+	defaultStreamTimeout = 300 * time.Second
+)
+
+// job is one delivery of one action message. Its methods run on the handler goroutine,
+// except renewLease, which the heartbeat goroutine calls; mu guards the claim state.
+type job struct {
+	b     *Bridge
+	msg   jetstream.Msg
+	md    *jetstream.MsgMetadata
+	env   *events.Envelope
+	start time.Time
+
+	actionID   string
+	endpointID string
+	op         string
+	capID      string
+	spec       hermes.Spec
+	ep         *endpoint
+	action     *events.Action
+	inputHash  string
+	deadline   time.Time
+	trace      events.TraceContext
+
+	mu     sync.Mutex
+	actRev uint64
+	actRec kvstore.Record
+	key    string // scoped idempotency key, "" when the action has none
+	keyRev uint64
+	owned  bool // this job holds the key claim
+
+	// outcome, for the log line
+	status   string
+	code     string
+	replayOf string
+}
+
+// decision is what to do with the message once the job returns. Exactly one place
+// (apply) turns it into Ack, NakWithDelay or TermWithReason.
+type decision struct {
+	kind   decisionKind
+	delay  time.Duration
+	reason string
+}
+
+type decisionKind int
+
+const (
+	ack decisionKind = iota
+	nak
+	term
+)
+
+func ackIt() decision                     { return decision{kind: ack} }
+func nakAfter(d time.Duration) decision   { return decision{kind: nak, delay: d} }
+func termWith(reason string) decision     { return decision{kind: term, reason: reason} }
+func (d decision) String() string         { return [...]string{"ack", "nak", "term"}[d.kind] }
+func (j *job) attempt() int               { return int(j.md.NumDelivered) }
+func (j *job) lastDelivery() bool         { return j.attempt() >= j.b.cfg.MaxDeliver }
+func (j *job) remaining() time.Duration   { return time.Until(j.deadline) }
+func (j *job) infra(err error) decision   { return j.retryLater(err, "infrastructure") }
+func (j *job) logger() *zerolog.Logger    { return &j.b.log }
+func (j *job) record() kvstore.Record     { j.mu.Lock(); defer j.mu.Unlock(); return j.actRec }
+func (j *job) setStatus(s, code string)   { j.status, j.code = s, code }
+func (j *job) isStream() bool             { return j.spec.Stream }
+func (j *job) resultSubject() string      { return j.b.subjects.Results(j.actionID) }
+func (j *job) eventsSubject() string      { return j.b.subjects.Events(j.actionID) }
+func (j *job) leaseUntil() time.Time      { return j.b.now().Add(j.b.cfg.Lease) }
+func (j *job) actKey() string             { return kvstore.ActionKey(j.actionID) }
+func (j *job) owner() string              { return j.b.cfg.ReplicaID }
+func (j *job) ownsRecord() bool           { r := j.record(); return r.Owner == j.owner() }
+func (j *job) hasKey() bool               { return j.key != "" }
+func (j *job) timeoutFor() time.Duration  { return timeoutFor(j.spec, j.action) }
+func (j *job) safe() bool                 { return j.spec.Safe }
+func (j *job) traceHeader() events.TraceContext { return j.trace }
+
+func timeoutFor(spec hermes.Spec, a *events.Action) time.Duration {
+	if a != nil && a.TimeoutMS != nil && *a.TimeoutMS > 0 {
+		return time.Duration(*a.TimeoutMS) * time.Millisecond
+	}
+	if spec.Stream {
+		return defaultStreamTimeout
+	}
+	return defaultJSONTimeout
+}
+
+// handle processes one delivery end to end and acknowledges it exactly once.
+func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
+	start := b.now()
+	md, err := msg.Metadata()
+	if err != nil {
+		_ = msg.TermWithReason("not a JetStream message")
+		return
+	}
+	env, err := events.DecodeEnvelope(msg.Headers(), msg.Data())
+	if env == nil || env.ID == "" {
+		if err == nil {
+			err = errors.New("no usable id")
+		}
+		b.apply(ctx, msg, b.deadLetter(ctx, msg, md, err))
+		return
+	}
+	j := &job{b: b, msg: msg, md: md, env: env, start: start, actionID: env.ID,
+		trace: events.TraceContext{Traceparent: env.Traceparent, Tracestate: env.Tracestate}}
+	hb := j.startHeartbeat(ctx)
+	d := j.run(ctx, err)
+	hb()
+	b.apply(ctx, msg, d)
+	ev := b.log.Info()
+	if d.kind != ack {
+		ev = b.log.Warn()
+	}
+	ev = ev.Str("action_id", j.actionID).Str("capability", j.capID).Str("status", j.status).
+		Dur("duration", b.now().Sub(start)).Int("attempt", j.attempt()).Str("decision", d.String())
+	if j.code != "" {
+		ev = ev.Str("code", j.code)
+	}
+	if j.replayOf != "" {
+		ev = ev.Str("replay_of", j.replayOf)
+	}
+	if d.kind == nak {
+		ev = ev.Dur("retry_in", d.delay)
+	}
+	if d.reason != "" {
+		ev = ev.Str("reason", d.reason)
+	}
+	ev.Msg("action")
+}
+
+// apply is the single place where a delivery is acknowledged.
+func (b *Bridge) apply(ctx context.Context, msg jetstream.Msg, d decision) {
+	var err error
+	switch d.kind {
+	case ack:
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = msg.DoubleAck(actx)
+		cancel()
+	case nak:
+		err = msg.NakWithDelay(d.delay)
+	case term:
+		err = msg.TermWithReason(d.reason)
+	}
+	if err != nil {
+		b.log.Warn().Err(err).Str("decision", d.String()).Msg("acknowledgement failed; the message will be redelivered")
+	}
+}
+
+// run decides the fate of an identified action. decodeErr is the envelope error for a
+// readable CloudEvent whose other attributes are wrong.
+func (j *job) run(ctx context.Context, decodeErr error) decision {
+	b := j.b
+	// Identify: subject -> endpoint, operation, capability.
+	ep, op, perr := b.subjects.ParseAction(j.msg.Subject())
+	j.endpointID, j.op = ep, op
+	j.capID = events.CapabilityID(ep, op)
+	j.spec, _ = hermes.Lookup(op)
+	var invalid *events.ErrorInfo
+	if decodeErr != nil {
+		invalid = invalidAction("", decodeErr.Error())
+	} else if perr != nil {
+		invalid = invalidAction("subject", perr.Error())
+	}
+	var action *events.Action
+	if invalid == nil {
+		a, err := events.DecodeAction(j.env.Data)
+		if err != nil {
+			invalid = actionErrorInfo(err)
+		} else {
+			action = a
+			j.action = a
+		}
+	}
+	if action != nil {
+		if h, err := events.InputSHA256(action.Input); err == nil {
+			j.inputHash = h
+		} else {
+			invalid = invalidAction("input", "input is not valid JSON")
+		}
+	}
+	j.deadline = j.md.Timestamp.Add(timeoutFor(j.spec, action))
+
+	// The action id is a dedup unit of its own: claim it before anything else happens.
+	if d, done := j.claimAction(ctx); done {
+		return d
+	}
+	if invalid == nil {
+		invalid = j.validate()
+	}
+	if invalid != nil {
+		return j.settle(ctx, failedResult(j, invalid))
+	}
+	if j.action.IdempotencyKey != "" {
+		if d, done := j.claimKey(ctx); done {
+			return d
+		}
+	}
+	return j.execute(ctx)
+}
+
+// validate checks everything about an identified action that needs no I/O.
+func (j *job) validate() *events.ErrorInfo {
+	b, a := j.b, j.action
+	ep, ok := b.eps[j.endpointID]
+	if !ok {
+		return invalidAction("subject", fmt.Sprintf("unknown endpoint %q", j.endpointID))
+	}
+	j.ep = ep
+	if _, ok := hermes.Lookup(j.op); !ok {
+		return invalidAction("subject", fmt.Sprintf("unknown operation %q", j.op))
+	}
+	if a.CapabilityID != "" && a.CapabilityID != j.capID {
+		return invalidAction("capability_id", "capability_id does not match the subject's capability "+j.capID)
+	}
+	if j.env.Subject != "" && j.env.Subject != j.capID {
+		return invalidAction("subject", "the CloudEvent subject does not match the capability "+j.capID)
+	}
+	// SCHEMAS if err := schemas.ValidateAction(j.op, j.env.Data); err != nil {
+	// SCHEMAS 	return actionErrorInfo(err)
+	// SCHEMAS }
+	if _, err := hermes.Prepare(j.request()); err != nil {
+		return clientErrorInfo(err, true)
+	}
+	if j.spec.KeyRequired && a.IdempotencyKey == "" {
+		return &events.ErrorInfo{Code: "idempotency_key_required", Category: "policy",
+			Message: j.op + " requires an idempotency_key", Details: map[string]any{"operation": j.op}}
+	}
+	if t := ep.cfg.TenantID; t != "" && a.TenantID != t {
+		return &events.ErrorInfo{Code: "tenant_mismatch", Category: "auth",
+			Message: "the action's tenant is not admitted to endpoint " + j.endpointID}
+	}
+	return nil
+}
+
+func (j *job) request() hermes.Request {
+	r := hermes.Request{Operation: j.op, Input: j.action.Input, IdempotencyKey: j.action.IdempotencyKey}
+	if j.trace.Traceparent != "" {
+		r.Header = map[string][]string{"Traceparent": {j.trace.Traceparent}}
+		if j.trace.Tracestate != "" {
+			r.Header["Tracestate"] = []string{j.trace.Tracestate}
+		}
+	}
+	return r
+}
+
+// claimAction creates the action record, or decides what a redelivery or duplicate
+// must do. done is false when this job now owns the action and should go on.
+func (j *job) claimAction(ctx context.Context) (decision, bool) {
+	b := j.b
+	rec := kvstore.Record{State: kvstore.StateClaimed, ActionID: j.actionID, CapabilityID: j.capID,
+		InputSHA256: j.inputHash, Owner: j.owner(), LeaseUntil: j.leaseUntil(), Attempt: j.attempt(),
+		CreatedAt: b.now(), UpdatedAt: b.now()}
+	rev, err := b.store.Create(ctx, j.actKey(), rec)
+	if err == nil {
+		j.mu.Lock()
+		j.actRev, j.actRec = rev, rec
+		j.mu.Unlock()
+		return decision{}, false
+	}
+	if !errors.Is(err, kvstore.ErrExists) {
+		return j.infra(err), true
+	}
+	for {
+		e, err := b.store.Get(ctx, j.actKey())
+		if errors.Is(err, kvstore.ErrNotFound) {
+			// Released between Create and Get (a retry in progress): try again later.
+			return nakAfter(b.cfg.RetryBase), true
+		}
+		if err != nil {
+			return j.infra(err), true
+		}
+		switch {
+		case e.Record.State == kvstore.StateSettled:
+			j.setStatus("duplicate", "")
+			return j.republish(ctx, e.Record), true
+		case !e.Record.LeaseExpired(b.now()):
+			// Another delivery holds it: wait for it to settle, then republish.
+			we, err := j.waitSettled(ctx, j.actKey(), e.Revision)
+			if err != nil {
+				return j.retryLater(err, "original still in flight"), true
+			}
+			if we.Record.State == kvstore.StateSettled {
+				j.setStatus("duplicate", "")
+				return j.republish(ctx, we.Record), true
+			}
+			continue
+		}
+		// The owner is gone. Take the claim over with CAS.
+		prev := e.Record
+		rec.CreatedAt, rec.State = prev.CreatedAt, kvstore.StateClaimed
+		if prev.State == kvstore.StateDispatched && !j.safe() {
+			// The request may have reached Hermes: never resend an unsafe call.
+			rec.State = kvstore.StateDispatched
+		}
+		rev, err := b.store.Update(ctx, j.actKey(), rec, e.Revision)
+		if errors.Is(err, kvstore.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return j.infra(err), true
+		}
+		j.mu.Lock()
+		j.actRev, j.actRec = rev, rec
+		j.mu.Unlock()
+		if rec.State == kvstore.StateDispatched {
+			// Recover the key claim too, so the key's waiters see the outcome.
+			if j.action != nil && j.action.IdempotencyKey != "" {
+				j.key = kvstore.IdempotencyKey(j.capID, j.action.IdempotencyKey)
+				if ke, err := b.store.Get(ctx, j.key); err == nil && ke.Record.ActionID == j.actionID && ke.Record.State != kvstore.StateSettled {
+					j.keyRev, j.owned = ke.Revision, true
+				}
+			}
+			return j.settle(ctx, failedResult(j, outcomeUnknown())), true
+		}
+		return decision{}, false
+	}
+}
+
+// claimKey claims the scoped idempotency key, or replays, conflicts or waits.
+func (j *job) claimKey(ctx context.Context) (decision, bool) {
+	b := j.b
+	j.key = kvstore.IdempotencyKey(j.capID, j.action.IdempotencyKey)
+	rec := kvstore.Record{State: kvstore.StateClaimed, ActionID: j.actionID, CapabilityID: j.capID,
+		InputSHA256: j.inputHash, Owner: j.owner(), CreatedAt: b.now(), UpdatedAt: b.now()}
+	for {
+		rev, err := b.store.Create(ctx, j.key, rec)
+		if err == nil {
+			j.keyRev, j.owned = rev, true
+			return decision{}, false
+		}
+		if !errors.Is(err, kvstore.ErrExists) {
+			return j.infra(err), true
+		}
+		e, err := b.store.Get(ctx, j.key)
+		if errors.Is(err, kvstore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return j.infra(err), true
+		}
+		if e.Record.ActionID == j.actionID {
+			// Our own earlier delivery claimed it and released nothing: keep going.
+			j.keyRev, j.owned = e.Revision, true
+			if e.Record.State == kvstore.StateSettled {
+				return j.settleReplay(ctx, e.Record), true
+			}
+			return decision{}, false
+		}
+		if e.Record.InputSHA256 != j.inputHash {
+			return j.settle(ctx, failedResult(j, &events.ErrorInfo{Code: "idempotency_conflict", Category: "policy",
+				Message: "the idempotency key was already used with a different input",
+				Details: map[string]any{"original_action_id": e.Record.ActionID}})), true
+		}
+		if e.Record.State == kvstore.StateSettled {
+			return j.settleReplay(ctx, e.Record), true
+		}
+		// Same key, same input, still in flight: wait for the original, then replay.
+		we, err := j.waitKey(ctx, e)
+		if err != nil {
+			if errors.Is(err, errOwnerGone) {
+				continue // released or taken over: try to claim again
+			}
+			if j.remaining() <= 0 {
+				return j.settle(ctx, failedResult(j, deadlineExceeded(false))), true
+			}
+			return j.retryLater(err, "waiting for the original action"), true
+		}
+		return j.settleReplay(ctx, we.Record), true
+	}
+}
+
+var errOwnerGone = errors.New("bridge: the key's owner is gone")
+
+// waitKey waits until the key record settles. When the owning action's claim has
+// expired it takes over: an undispatched or safe original is released (errOwnerGone,
+// the caller claims again); a dispatched unsafe one settles the key as outcome_unknown.
+func (j *job) waitKey(ctx context.Context, e kvstore.Entry) (kvstore.Entry, error) {
+	b := j.b
+	for {
+		wctx, cancel := context.WithTimeout(ctx, min(b.cfg.Lease, max(j.remaining(), time.Millisecond)))
+		we, err := b.store.Wait(wctx, j.key, e.Revision)
+		cancel()
+		if err == nil {
+			if we.Record.State == kvstore.StateSettled {
+				return we, nil
+			}
+			e = we
+			continue
+		}
+		if errors.Is(err, kvstore.ErrNotFound) {
+			return kvstore.Entry{}, errOwnerGone
+		}
+		if ctx.Err() != nil || j.remaining() <= 0 {
+			return kvstore.Entry{}, err
+		}
+		// Timed out: is the owner alive?
+		oe, oerr := b.store.Get(ctx, kvstore.ActionKey(e.Record.ActionID))
+		switch {
+		case oerr == nil && oe.Record.State == kvstore.StateSettled:
+			continue // the key update is on its way
+		case oerr == nil && !oe.Record.LeaseExpired(b.now()):
+			continue
+		case oerr != nil && !errors.Is(oerr, kvstore.ErrNotFound):
+			return kvstore.Entry{}, oerr
+		}
+		if oerr == nil && oe.Record.State == kvstore.StateDispatched && !j.safe() {
+			res := &events.Result{ActionID: e.Record.ActionID, CapabilityID: j.capID, Status: "failed", Error: outcomeUnknown()}
+			raw, _ := json.Marshal(res)
+			rec := e.Record
+			rec.State, rec.Result, rec.UpdatedAt = kvstore.StateSettled, raw, b.now()
+			if _, err := b.store.Update(ctx, j.key, rec, e.Revision); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+				return kvstore.Entry{}, err
+			}
+			if ne, err := b.store.Get(ctx, j.key); err == nil {
+				e = ne
+				if ne.Record.State == kvstore.StateSettled {
+					return ne, nil
+				}
+			}
+			continue
+		}
+		if err := b.store.Delete(ctx, j.key, e.Revision); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+			return kvstore.Entry{}, err
+		}
+		return kvstore.Entry{}, errOwnerGone
+	}
+}
+
+// waitSettled waits for key to reach a revision after rev, bounded by the lease and deadline.
+func (j *job) waitSettled(ctx context.Context, key string, rev uint64) (kvstore.Entry, error) {
+	d := min(j.b.cfg.Lease, max(j.remaining(), j.b.cfg.Heartbeat))
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return j.b.store.Wait(wctx, key, rev)
+}
+
+// execute calls Hermes, with retries for failures that are certain not to have started.
+func (j *job) execute(ctx context.Context) decision {
+	b := j.b
+	if j.remaining() <= 0 {
+		return j.settle(ctx, failedResult(j, deadlineExceeded(false)))
+	}
+	cctx, cancel := context.WithDeadline(ctx, j.deadline)
+	defer cancel()
+	select {
+	case j.ep.sem <- struct{}{}:
+	case <-cctx.Done():
+		if ctx.Err() != nil {
+			return j.release(ctx, nakAfter(b.cfg.RetryBase))
+		}
+		return j.settle(ctx, failedResult(j, deadlineExceeded(false)))
+	}
+	defer func() { <-j.ep.sem }()
+
+	if !j.safe() {
+		// Write ahead: from here the request may reach Hermes.
+		if err := j.updateAction(ctx, func(r *kvstore.Record) { r.State = kvstore.StateDispatched }); err != nil {
+			return j.infra(err)
+		}
+	}
+	var pub *eventPublisher
+	var onEvent func(hermes.Event) error
+	if j.isStream() {
+		pub = newEventPublisher(b.js, j)
+		onEvent = pub.publish
+	}
+	res, err := j.ep.client.Call(cctx, j.request(), onEvent)
+	if pub != nil {
+		if perr := pub.flush(ctx); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if err != nil && ctx.Err() != nil && res == nil {
+		// Shutdown interrupted the call: a safe call or one certain not to have started
+		// is released for another replica; an unsafe one settles below as uncertain.
+		var he *hermes.Error
+		if j.safe() || (errors.As(err, &he) && he.NotStarted) {
+			return j.release(ctx, nakAfter(b.cfg.RetryBase))
+		}
+	}
+	var he *hermes.Error
+	if res == nil && errors.As(err, &he) && he.Retryable(j.safe()) {
+		delay := backoff(b.cfg.RetryBase, b.cfg.RetryMax, j.attempt(), he.RetryAfter)
+		if !j.lastDelivery() && delay < j.remaining() {
+			j.setStatus("retrying", he.Code)
+			return j.release(ctx, nakAfter(delay))
+		}
+	}
+	return j.settle(ctx, resultOf(j, res, err))
+}
+
+// release gives up this delivery's claims so a later delivery starts afresh.
+func (j *job) release(ctx context.Context, d decision) decision {
+	b := j.b
+	if j.owned {
+		if err := b.store.Delete(ctx, j.key, j.keyRev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+			b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("releasing the idempotency claim failed")
+		}
+		j.owned = false
+	}
+	j.mu.Lock()
+	rev := j.actRev
+	j.actRev = 0
+	j.mu.Unlock()
+	if rev != 0 {
+		if err := b.store.Delete(ctx, j.actKey(), rev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+			b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("releasing the action claim failed")
+		}
+	}
+	return d
+}
+
+// retryLater naks for a bridge-side failure (KV or publish). On the last delivery it
+// still tries to end the action with a terminal result.
+func (j *job) retryLater(err error, what string) decision {
+	j.setStatus("retrying", "")
+	j.b.log.Warn().Err(err).Str("action_id", j.actionID).Str("while", what).Msg("retrying action later")
+	return nakAfter(backoff(j.b.cfg.RetryBase, j.b.cfg.RetryMax, j.attempt(), 0))
+}
+
+// updateAction applies fn to the action record with CAS.
+func (j *job) updateAction(ctx context.Context, fn func(*kvstore.Record)) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	rec := j.actRec
+	fn(&rec)
+	rec.UpdatedAt = j.b.now()
+	rev, err := j.b.store.Update(ctx, j.actKey(), rec, j.actRev)
+	if err != nil {
+		return err
+	}
+	j.actRev, j.actRec = rev, rec
+	return nil
+}
+
+// renewLease extends the claim while the job runs; called by the heartbeat.
+func (j *job) renewLease(ctx context.Context) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.actRev == 0 || j.actRec.State == kvstore.StateSettled || j.actRec.Owner != j.owner() {
+		return
+	}
+	rec := j.actRec
+	rec.LeaseUntil = j.leaseUntil()
+	rev, err := j.b.store.Update(ctx, j.actKey(), rec, j.actRev)
+	if err == nil {
+		j.actRev, j.actRec = rev, rec
+	}
+}
+
+// startHeartbeat sends InProgress every Heartbeat and renews the claim's lease until
+// the returned stop function is called. stop waits for the goroutine to end.
+func (j *job) startHeartbeat(ctx context.Context) (stop func()) {
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(j.b.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+				_ = j.msg.InProgress()
+				j.renewLease(hctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// settle stores the terminal result (action record, then key record), publishes it and
+// acks. If the store or the publish fails the message is redelivered and the stored
+// result (if any) is republished then.
+func (j *job) settle(ctx context.Context, res *events.Result) decision {
+	b := j.b
+	if res.Error != nil {
+		j.setStatus(res.Status, res.Error.Code)
+	} else {
+		j.setStatus(res.Status, "")
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return j.infra(err)
+	}
+	j.mu.Lock()
+	haveClaim := j.actRev != 0
+	j.mu.Unlock()
+	if haveClaim {
+		err := j.updateAction(ctx, func(r *kvstore.Record) { r.State, r.Result = kvstore.StateSettled, raw })
+		if errors.Is(err, kvstore.ErrConflict) {
+			// Someone else settled or took over; their result wins.
+			e, gerr := b.store.Get(ctx, j.actKey())
+			if gerr == nil && e.Record.State == kvstore.StateSettled {
+				return j.republish(ctx, e.Record)
+			}
+			return j.infra(err)
+		}
+		if err != nil {
+			return j.infra(err)
+		}
+	}
+	if j.owned {
+		certainRetryable := res.Error != nil && res.Error.Retryable && !res.Error.UncertainOutcome
+		if certainRetryable {
+			// Hermes never started: let a later action with the same key run.
+			if err := b.store.Delete(ctx, j.key, j.keyRev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+				b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("releasing the idempotency claim failed")
+			}
+		} else {
+			rec := kvstore.Record{State: kvstore.StateSettled, ActionID: j.actionID, CapabilityID: j.capID,
+				InputSHA256: j.inputHash, Owner: j.owner(), Result: raw, CreatedAt: j.start, UpdatedAt: b.now()}
+			if _, err := b.store.Update(ctx, j.key, rec, j.keyRev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+				return j.infra(err)
+			}
+		}
+		j.owned = false
+	}
+	if err := j.publishResult(ctx, res); err != nil {
+		return j.infra(err)
+	}
+	return ackIt()
+}
+
+// settleReplay settles this action with the original's stored result.
+func (j *job) settleReplay(ctx context.Context, orig kvstore.Record) decision {
+	var r events.Result
+	if err := json.Unmarshal(orig.Result, &r); err != nil {
+		return j.infra(fmt.Errorf("stored result of %s is unreadable: %w", orig.ActionID, err))
+	}
+	origID := orig.ActionID
+	if r.ReplayOf != nil {
+		origID = *r.ReplayOf
+	}
+	r.ActionID = j.actionID
+	r.ReplayOf = &origID
+	j.replayOf = origID
+	j.owned = false // the key belongs to the original
+	return j.settle(ctx, &r)
+}
+
+// republish publishes an already settled action's result again. The Nats-Msg-Id makes
+// it a no-op inside the duplicate window; outside it, the stream is checked first.
+func (j *job) republish(ctx context.Context, rec kvstore.Record) decision {
+	var r events.Result
+	if err := json.Unmarshal(rec.Result, &r); err != nil {
+		return j.infra(fmt.Errorf("stored result is unreadable: %w", err))
+	}
+	if r.Error != nil {
+		j.setStatus("duplicate:"+r.Status, r.Error.Code)
+	} else {
+		j.setStatus("duplicate:"+r.Status, "")
+	}
+	if m, err := j.b.output.GetLastMsgForSubject(ctx, j.resultSubject()); err == nil && isTerminalResult(m) {
+		return ackIt()
+	}
+	if err := j.publishResult(ctx, &r); err != nil {
+		return j.infra(err)
+	}
+	return ackIt()
+}

@@ -1,0 +1,238 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// Bridge consumes actions from JetStream, calls Hermes and republishes events and results.
+// Create it with New and run it with Run; it is not reusable after Run returns.
+type Bridge struct {
+	cfg      Config
+	log      zerolog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects events.Subjects
+	store    recordStore
+	output   jetstream.Stream
+	eps      map[string]*endpoint
+	now      func() time.Time
+
+	// shutdown: handlers use work (cancelled after the grace period), not Run's ctx.
+	workCtx    context.Context
+	cancelWork context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+type endpoint struct {
+	cfg    Endpoint
+	client caller
+	sem    chan struct{}
+}
+
+// caller is what the bridge needs from a Hermes client.
+type caller interface {
+	Call(ctx context.Context, req hermes.Request, onEvent func(hermes.Event) error) (*hermes.Result, error)
+}
+
+// recordStore is what the bridge needs from the KV records (kvstore.Store satisfies it).
+type recordStore interface {
+	Create(ctx context.Context, key string, r kvstore.Record) (uint64, error)
+	Get(ctx context.Context, key string) (kvstore.Entry, error)
+	Update(ctx context.Context, key string, r kvstore.Record, rev uint64) (uint64, error)
+	Delete(ctx context.Context, key string, rev uint64) error
+	Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error)
+}
+
+var _ recordStore = (*kvstore.Store)(nil)
+
+// New checks cfg and builds a Bridge on the connection nc. Nothing is provisioned or
+// consumed until Run. The logger receives one line per action outcome and lifecycle
+// events; it never receives content, keys or session identifiers.
+func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
+	cfg = cfg.WithDefaults()
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = nuid.Next()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: jetstream: %w", err)
+	}
+	b := &Bridge{
+		cfg:      cfg,
+		log:      log,
+		nc:       nc,
+		js:       js,
+		subjects: events.Subjects{Prefix: cfg.Prefix},
+		eps:      make(map[string]*endpoint, len(cfg.Endpoints)),
+		now:      time.Now,
+	}
+	for _, ep := range cfg.Endpoints {
+		opts := []hermes.Option{hermes.WithEndpointID(ep.ID)}
+		if ep.Key != nil {
+			opts = append(opts, hermes.WithKeyFunc(ep.Key))
+		}
+		c, err := hermes.New(ep.BaseURL, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: endpoint %q: %w", ep.ID, err)
+		}
+		b.eps[ep.ID] = &endpoint{cfg: ep, client: c, sem: make(chan struct{}, ep.MaxConcurrency)}
+	}
+	return b, nil
+}
+
+// Config returns the configuration in force, defaults applied.
+func (b *Bridge) Config() Config { return b.cfg }
+
+// Run provisions (or binds to) the streams, consumer and bucket, then handles actions
+// until ctx is cancelled. On cancellation it stops fetching, lets in-flight actions
+// finish within ShutdownGrace, then cancels them (their messages are redelivered to
+// another replica), and returns nil. It returns an error if setup fails.
+func (b *Bridge) Run(ctx context.Context) error {
+	cons, err := b.setup(ctx)
+	if err != nil {
+		return err
+	}
+	b.workCtx, b.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
+	defer b.cancelWork()
+
+	it, err := cons.Messages(
+		jetstream.PullMaxMessages(min(b.cfg.Workers, 16)),
+		jetstream.WithMessagesErrOnMissingHeartbeat(false),
+	)
+	if err != nil {
+		return fmt.Errorf("bridge: consume: %w", err)
+	}
+	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
+		Int("endpoints", len(b.eps)).Str("replica", b.cfg.ReplicaID).Msg("bridge started")
+
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	sem := make(chan struct{}, b.cfg.Workers)
+loop:
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			<-sem
+			switch {
+			case ctx.Err() != nil, errors.Is(err, jetstream.ErrMsgIteratorClosed):
+				break loop
+			case errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, nats.ErrTimeout),
+				errors.Is(err, context.DeadlineExceeded):
+				continue // transient: the iterator re-pulls by itself
+			default:
+				b.log.Warn().Err(err).Msg("consumer iterator error; retrying")
+				select {
+				case <-time.After(200 * time.Millisecond):
+				case <-ctx.Done():
+					break loop
+				}
+				continue
+			}
+		}
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer func() { <-sem }()
+			b.handle(b.workCtx, msg)
+		}()
+	}
+	it.Stop()
+	b.drain()
+	return nil
+}
+
+// drain waits for in-flight actions for up to ShutdownGrace, then cancels them.
+func (b *Bridge) drain() {
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	t := time.NewTimer(b.cfg.ShutdownGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		b.log.Warn().Dur("grace", b.cfg.ShutdownGrace).Msg("shutdown grace over; cancelling in-flight actions")
+		b.cancelWork()
+		<-done
+	}
+	b.log.Info().Msg("bridge stopped")
+}
+
+// setup creates or binds every JetStream resource and returns the consumer.
+func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
+	c := b.cfg
+	streams := []jetstream.StreamConfig{
+		{Name: c.ActionsStream, Subjects: []string{b.subjects.Actions()}, Storage: c.Storage, Replicas: c.Replicas,
+			MaxAge: c.ActionsMaxAge, Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
+			Description: "hermes-bridge actions in"},
+		{Name: c.OutputStream, Subjects: []string{c.Prefix + ".events.>", c.Prefix + ".results.>"}, Storage: c.Storage,
+			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, Duplicates: 2 * time.Minute,
+			Description: "hermes-bridge events and results out"},
+		{Name: c.DLQStream, Subjects: []string{b.subjects.DLQ()}, Storage: c.Storage, Replicas: c.Replicas,
+			MaxAge: c.DLQMaxAge, Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},
+	}
+	for _, sc := range streams {
+		var s jetstream.Stream
+		var err error
+		if c.Provision {
+			if s, err = b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+				return nil, fmt.Errorf("bridge: provision stream %s: %w", sc.Name, err)
+			}
+		} else if s, err = b.js.Stream(ctx, sc.Name); err != nil {
+			return nil, fmt.Errorf("bridge: stream %s is not available (provisioning is off): %w", sc.Name, err)
+		}
+		if sc.Name == c.OutputStream {
+			b.output = s
+		}
+	}
+	store, err := kvstore.Open(ctx, b.js, kvstore.Config{
+		Bucket: c.Bucket, TTL: c.IdempotencyTTL, Replicas: c.Replicas, Storage: c.Storage, Provision: c.Provision,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	b.store = store
+	cc := jetstream.ConsumerConfig{
+		Durable:       c.Consumer,
+		Description:   "hermes-bridge replicas share this consumer",
+		FilterSubject: b.subjects.Actions(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    c.MaxDeliver,
+		MaxAckPending: c.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Replicas:      c.Replicas,
+	}
+	if c.Provision {
+		cons, err := b.js.CreateOrUpdateConsumer(ctx, c.ActionsStream, cc)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: provision consumer %s: %w", c.Consumer, err)
+		}
+		return cons, nil
+	}
+	cons, err := b.js.Consumer(ctx, c.ActionsStream, c.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: consumer %s on %s is not available (provisioning is off): %w", c.Consumer, c.ActionsStream, err)
+	}
+	return cons, nil
+}

@@ -1,0 +1,245 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("bridge: invalid configuration")
+
+// Endpoint is one Hermes API server the bridge may call.
+type Endpoint struct {
+	// ID is the endpoint id used in subjects and capability ids: [a-z0-9_-]{1,128}.
+	ID string
+	// BaseURL is an http(s) origin with an optional path prefix and no credentials.
+	BaseURL string
+	// Key returns the bearer key at the moment of each request, so a key file can be
+	// re-read without restarting. It may return "" for an endpoint without a key.
+	Key func() string
+	// TenantID, when set, restricts the endpoint to actions carrying that tenant.
+	TenantID string
+	// MaxConcurrency bounds the calls in flight to this endpoint (default 10).
+	MaxConcurrency int
+}
+
+// Config is what the bridge is: every value it needs, already parsed by cmd/.
+// The zero value of each field means its documented default (see WithDefaults).
+type Config struct {
+	// Prefix is the first subject token (default "hermes").
+	Prefix string
+	// ActionsStream captures <prefix>.actions.> (default HERMES_ACTIONS).
+	ActionsStream string
+	// OutputStream captures events and results (default HERMES_OUTPUT).
+	OutputStream string
+	// DLQStream captures <prefix>.dlq (default HERMES_DLQ).
+	DLQStream string
+	// Consumer is the durable pull consumer shared by every replica (default hermes-bridge).
+	Consumer string
+	// Bucket is the KV bucket of action and idempotency records (default HERMES_IDEMPOTENCY).
+	Bucket string
+
+	// OutputMaxAge bounds how long events and results can be replayed (default 24h).
+	OutputMaxAge time.Duration
+	// DLQMaxAge bounds how long dead letters are kept (default 7 days).
+	DLQMaxAge time.Duration
+	// ActionsMaxAge bounds how long actions stay in their stream (default 24h).
+	ActionsMaxAge time.Duration
+	// IdempotencyTTL is the bucket TTL: how long keys and results are remembered (default 24h).
+	IdempotencyTTL time.Duration
+	// Storage is the storage of streams and bucket (default file).
+	Storage jetstream.StorageType
+	// Replicas of streams and bucket (default 1).
+	Replicas int
+
+	// Provision creates or updates streams, consumer and bucket at start. When false the
+	// bridge only binds to them and fails with a clear error if one is missing.
+	Provision bool
+
+	// AckWait is the consumer's ack wait (default 30s). Heartbeats (InProgress) are sent
+	// every Heartbeat (default AckWait/3), which must be less than AckWait/2.
+	AckWait   time.Duration
+	Heartbeat time.Duration
+	// MaxDeliver bounds deliveries of one action (default 10).
+	MaxDeliver int
+	// Workers bounds actions handled at once by this replica (default: sum of endpoint
+	// MaxConcurrency).
+	Workers int
+	// MaxAckPending is the consumer's limit of unacknowledged actions across every replica
+	// (default Workers; set it to Workers times the number of replicas).
+	MaxAckPending int
+	// Lease is how long a claim stays valid without renewal (default 2*AckWait).
+	Lease time.Duration
+
+	// ReplicaID names this process in claims (default: a random id).
+	ReplicaID string
+	// Source is the CloudEvents source of everything the bridge publishes (default "hermes-bridge").
+	Source string
+	// ShutdownGrace bounds how long in-flight actions may run after shutdown starts (default 30s).
+	ShutdownGrace time.Duration
+
+	// RetryBase and RetryMax bound the exponential backoff of retries (defaults 500ms and 30s).
+	RetryBase, RetryMax time.Duration
+
+	Endpoints []Endpoint
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defd := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Prefix, "hermes")
+	def(&c.ActionsStream, "HERMES_ACTIONS")
+	def(&c.OutputStream, "HERMES_OUTPUT")
+	def(&c.DLQStream, "HERMES_DLQ")
+	def(&c.Consumer, "hermes-bridge")
+	def(&c.Bucket, "HERMES_IDEMPOTENCY")
+	def(&c.Source, "hermes-bridge")
+	defd(&c.OutputMaxAge, 24*time.Hour)
+	defd(&c.DLQMaxAge, 7*24*time.Hour)
+	defd(&c.ActionsMaxAge, 24*time.Hour)
+	defd(&c.IdempotencyTTL, 24*time.Hour)
+	defd(&c.AckWait, 30*time.Second)
+	defd(&c.Heartbeat, c.AckWait/3)
+	defd(&c.Lease, 2*c.AckWait)
+	defd(&c.ShutdownGrace, 30*time.Second)
+	defd(&c.RetryBase, 500*time.Millisecond)
+	defd(&c.RetryMax, 30*time.Second)
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 10
+	}
+	eps := make([]Endpoint, len(c.Endpoints))
+	copy(eps, c.Endpoints)
+	total := 0
+	for i := range eps {
+		if eps[i].MaxConcurrency == 0 {
+			eps[i].MaxConcurrency = 10
+		}
+		total += eps[i].MaxConcurrency
+	}
+	c.Endpoints = eps
+	if c.Workers == 0 {
+		c.Workers = total
+		if c.Workers == 0 {
+			c.Workers = 1
+		}
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = c.Workers
+	}
+	return c
+}
+
+// Validate reports every problem of c (after defaults) in one error wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if !validToken(c.Prefix) {
+		add("subject prefix %q must be one subject token of letters, digits, - or _", c.Prefix)
+	}
+	for name, v := range map[string]string{"actions stream": c.ActionsStream, "output stream": c.OutputStream, "dlq stream": c.DLQStream, "consumer": c.Consumer, "bucket": c.Bucket} {
+		if !validToken(v) {
+			add("%s name %q must be letters, digits, - or _", name, v)
+		}
+	}
+	if c.AckWait < time.Second {
+		add("ack wait %s must be at least 1s", c.AckWait)
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat*2 > c.AckWait {
+		add("heartbeat %s must be positive and at most half the ack wait %s", c.Heartbeat, c.AckWait)
+	}
+	if c.Lease < c.AckWait {
+		add("claim lease %s must be at least the ack wait %s", c.Lease, c.AckWait)
+	}
+	if c.MaxDeliver < 1 {
+		add("max deliver %d must be at least 1", c.MaxDeliver)
+	}
+	if c.Workers < 1 {
+		add("workers %d must be at least 1", c.Workers)
+	}
+	if c.MaxAckPending < c.Workers {
+		add("max ack pending %d must be at least the workers %d", c.MaxAckPending, c.Workers)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		add("replicas %d must be between 1 and 5", c.Replicas)
+	}
+	if c.IdempotencyTTL < time.Minute {
+		add("idempotency ttl %s must be at least 1m", c.IdempotencyTTL)
+	}
+	if len(c.Endpoints) == 0 {
+		add("no Hermes endpoint is configured")
+	}
+	seen := map[string]bool{}
+	for i, ep := range c.Endpoints {
+		if !events.ValidEndpointID(ep.ID) {
+			add("endpoint %d: id %q must match [a-z0-9_-]{1,128}", i, ep.ID)
+		}
+		if seen[ep.ID] {
+			add("endpoint %q is configured twice", ep.ID)
+		}
+		seen[ep.ID] = true
+		if err := ValidateBaseURL(ep.BaseURL); err != nil {
+			add("endpoint %q: %v", ep.ID, err)
+		}
+		if ep.MaxConcurrency < 1 {
+			add("endpoint %q: max_concurrency %d must be at least 1", ep.ID, ep.MaxConcurrency)
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n  - %s", ErrInvalidConfig, strings.Join(problems, "\n  - "))
+}
+
+// ValidateBaseURL checks that raw is an http(s) origin with an optional path prefix and
+// no credentials, query or fragment. The error never repeats the URL's userinfo.
+func ValidateBaseURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("base_url is not a valid URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errors.New("base_url must start with http:// or https://")
+	}
+	if u.Host == "" {
+		return errors.New("base_url has no host")
+	}
+	if u.User != nil {
+		return errors.New("base_url must not carry credentials; use a key file or variable")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("base_url must not have a query or fragment")
+	}
+	return nil
+}
+
+func validToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,37 @@
+// Package bridge is the hermes-bridge service: it consumes action CloudEvents from a
+// durable JetStream pull consumer, calls Hermes once, and republishes every streamed
+// event and the terminal result on the action's own subjects.
+//
+// # Flow of one action
+//
+//  1. The message is decoded as a CloudEvent (events.DecodeEnvelope). A message that is
+//     not a readable CloudEvent or has no usable id is copied to the DLQ subject with
+//     the reason in a header and terminated.
+//  2. The action id is claimed in the KV bucket (record "act.<id>", a KV Create). A
+//     redelivery or a second publish of the same id finds the record: a settled action's
+//     result is republished, an in-flight one is waited for, and a claim whose owner's
+//     lease ran out is taken over with CAS.
+//  3. The action is validated: subject, capability, JSON Schema, the Hermes client's
+//     input rules, required idempotency key, tenant. A failure settles the action
+//     "failed" with invalid_action (or the specific code) and Hermes is not called.
+//  4. The idempotency key, scoped to the capability, is claimed (record "idem.<hash>").
+//     Same key and input: the original result is replayed with replay_of; a changed
+//     input fails with idempotency_conflict; an original still in flight is waited for.
+//  5. Unsafe operations are marked "dispatched" before the request is sent (write-ahead),
+//     so a crash after that point can never lead to a second call: the redelivered action
+//     settles failed with outcome_unknown and uncertain_outcome true.
+//  6. Hermes is called under the endpoint's concurrency limit. SSE events are
+//     republished in order by the goroutine reading the stream, with Nats-Msg-Id
+//     "<action_id>:<sequence>", while the stream is still open.
+//  7. The terminal result is stored in KV, then published with Nats-Msg-Id
+//     "<action_id>:result", then the message is acknowledged.
+//
+// While an action runs, the handler sends InProgress to JetStream and renews its claim's
+// lease every Heartbeat. Failures that certainly did not start any work (a refused
+// connection, Hermes's 429 concurrency gate) and, for safe operations, transport errors
+// and 5xx are retried with NakWithDelay and jittered exponential backoff within the
+// action's deadline and the consumer's MaxDeliver.
+//
+// Every acknowledgement decision is made in one place (Bridge.apply). The package logs
+// one line per action outcome and never logs content, keys or session identifiers.
+package bridge

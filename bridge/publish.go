@@ -1,0 +1,166 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+)
+
+// eventWindow bounds the event publishes of one action awaiting their acks.
+const eventWindow = 512
+
+// eventPublisher republishes one action's SSE events in order. It is used by exactly
+// one goroutine: the one reading the Hermes stream. Publishes are asynchronous with at
+// most eventWindow outstanding acks; flush waits for the rest.
+type eventPublisher struct {
+	js      jetstream.JetStream
+	j       *job
+	subject string
+	seq     int64
+	pending []jetstream.PubAckFuture // ring of outstanding futures, oldest at head
+	head    int
+	n       int
+}
+
+func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
+	return &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID),
+		pending: make([]jetstream.PubAckFuture, eventWindow)}
+}
+
+// publish sends ev as event number p.seq. It blocks only when the window is full.
+func (p *eventPublisher) publish(ev hermes.Event) error {
+	d := events.EventData{ActionID: p.j.actionID, Sequence: p.seq, Kind: ev.Kind,
+		Event: events.SSE{Event: ev.Event, ID: ev.ID, Data: ev.Data}, Text: ev.Text}
+	h, body, err := events.EncodeEvent(p.j.b.cfg.Source, &d, p.j.trace)
+	if err != nil {
+		return fmt.Errorf("encode event %d: %w", p.seq, err)
+	}
+	p.seq++
+	if p.n == len(p.pending) {
+		if err := p.awaitOldest(p.j.b.workCtx); err != nil {
+			return err
+		}
+	}
+	f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: h, Data: body})
+	if err != nil {
+		// Could not even queue it: publish synchronously with retries.
+		return publishRetry(p.j.b.workCtx, p.js, &nats.Msg{Subject: p.subject, Header: h, Data: body})
+	}
+	p.pending[(p.head+p.n)%len(p.pending)] = f
+	p.n++
+	return nil
+}
+
+func (p *eventPublisher) awaitOldest(ctx context.Context) error {
+	f := p.pending[p.head]
+	p.pending[p.head] = nil
+	p.head = (p.head + 1) % len(p.pending)
+	p.n--
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		if err == nil {
+			return nil
+		}
+		// The same Nats-Msg-Id makes a retry of an already stored event a no-op.
+		return publishRetry(ctx, p.js, f.Msg())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush waits until every event published so far is stored.
+func (p *eventPublisher) flush(ctx context.Context) error {
+	var first error
+	for p.n > 0 {
+		if err := p.awaitOldest(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// publishRetry publishes m synchronously, retrying transient failures for up to 30s.
+func publishRetry(ctx context.Context, js jetstream.JetStream, m *nats.Msg) error {
+	delay := 50 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.PublishMsg(pctx, m)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("publish %s: %w", m.Subject, err)
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// publishResult publishes the action's result (terminal or pending) durably.
+func (j *job) publishResult(ctx context.Context, r *events.Result) error {
+	h, body, err := events.EncodeResult(j.b.cfg.Source, r, j.trace)
+	if err != nil {
+		return err
+	}
+	return publishRetry(ctx, j.b.js, &nats.Msg{Subject: j.resultSubject(), Header: h, Data: body})
+}
+
+// DLQ headers. The original headers are kept; these are added.
+const (
+	HeaderDLQReason  = "Hermes-Dlq-Reason"
+	HeaderDLQSubject = "Hermes-Dlq-Subject"
+	HeaderDLQStream  = "Hermes-Dlq-Stream"
+	HeaderDLQSeq     = "Hermes-Dlq-Stream-Seq"
+)
+
+// deadLetter copies a message that is not a readable action to the DLQ with the reason,
+// then terminates it. If the copy cannot be stored the message is redelivered.
+func (b *Bridge) deadLetter(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) decision {
+	reason := cause.Error()
+	var de *events.DecodeError
+	if errors.As(cause, &de) {
+		reason = de.Reason
+	}
+	h := nats.Header{}
+	for k, v := range msg.Headers() {
+		if k == jetstream.MsgIDHeader {
+			continue
+		}
+		h[k] = v
+	}
+	seq := strconv.FormatUint(md.Sequence.Stream, 10)
+	h.Set(HeaderDLQReason, reason)
+	h.Set(HeaderDLQSubject, msg.Subject())
+	h.Set(HeaderDLQStream, md.Stream)
+	h.Set(HeaderDLQSeq, seq)
+	h.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+seq)
+	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: b.subjects.DLQ(), Header: h, Data: msg.Data()}); err != nil {
+		b.log.Warn().Err(err).Uint64("stream_seq", md.Sequence.Stream).Msg("dead-lettering failed; will retry")
+		return nakAfter(b.cfg.RetryBase)
+	}
+	b.log.Warn().Uint64("stream_seq", md.Sequence.Stream).Str("subject", msg.Subject()).
+		Str("reason", reason).Msg("dead-lettered a message that is not a readable action")
+	return termWith("dead-lettered: " + reason)
+}
+
+// isTerminalResult reports whether a stored result message is a terminal one.
+func isTerminalResult(m *jetstream.RawStreamMsg) bool {
+	return !strings.HasSuffix(m.Header.Get(jetstream.MsgIDHeader), ":pending")
+}

@@ -1,0 +1,124 @@
+package bridge
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+	// SCHEMAS "github.com/hermes-bridge/hermes-bridge/schemas"
+)
+
+// failedResult is a terminal failed result of j carrying info.
+func failedResult(j *job, info *events.ErrorInfo) *events.Result {
+	return &events.Result{ActionID: j.actionID, CapabilityID: j.capID, Status: "failed", Error: info}
+}
+
+func invalidAction(field, reason string) *events.ErrorInfo {
+	msg := "invalid action"
+	if field != "" {
+		msg += ": " + field
+	}
+	msg += ": " + reason
+	return &events.ErrorInfo{Code: "invalid_action", Category: "permanent", Message: msg,
+		Details: map[string]any{"field": field, "reason": reason}}
+}
+
+// actionErrorInfo turns a decoding or schema error into invalid_action with its field.
+func actionErrorInfo(err error) *events.ErrorInfo {
+	var ae *events.ActionError
+	if errors.As(err, &ae) {
+		return invalidAction(ae.Field, ae.Reason)
+	}
+	// SCHEMAS var ve *schemas.ValidationError
+	// SCHEMAS if errors.As(err, &ve) {
+	// SCHEMAS 	return invalidAction(ve.Field, ve.Reason)
+	// SCHEMAS }
+	return invalidAction("", err.Error())
+}
+
+func outcomeUnknown() *events.ErrorInfo {
+	return &events.ErrorInfo{Code: "outcome_unknown", Category: "temporary", UncertainOutcome: true,
+		Message: "the bridge stopped after the request may have reached Hermes; it is not resent. Reconcile before acting again"}
+}
+
+func deadlineExceeded(uncertain bool) *events.ErrorInfo {
+	return &events.ErrorInfo{Code: "deadline_exceeded", Category: "temporary", UncertainOutcome: uncertain,
+		Message: "the action's deadline passed"}
+}
+
+// clientErrorInfo maps any error of the Hermes client to the contract's error object.
+// safe is the operation's retry safety.
+func clientErrorInfo(err error, safe bool) *events.ErrorInfo {
+	var ie *hermes.InputError
+	if errors.As(err, &ie) {
+		return invalidAction(ie.Field, ie.Reason)
+	}
+	var he *hermes.Error
+	if !errors.As(err, &he) {
+		return &events.ErrorInfo{Code: "internal", Category: "connector", Message: "internal error",
+			UncertainOutcome: !safe}
+	}
+	info := &events.ErrorInfo{
+		Code:             he.Code,
+		Message:          he.Message,
+		Category:         he.Category,
+		Retryable:        he.Retryable(safe),
+		UncertainOutcome: !safe && !he.NotStarted,
+		HTTPStatus:       he.HTTPStatus,
+		RetryAfterMS:     he.RetryAfter.Milliseconds(),
+	}
+	if len(he.Details) > 0 || he.RemoteCode != "" {
+		info.Details = make(map[string]any, len(he.Details)+1)
+		for k, v := range he.Details {
+			info.Details[k] = v
+		}
+		if he.RemoteCode != "" {
+			info.Details["remote_code"] = he.RemoteCode
+		}
+	}
+	return info
+}
+
+// resultOf builds the terminal result of a Hermes call.
+func resultOf(j *job, res *hermes.Result, err error) *events.Result {
+	r := &events.Result{ActionID: j.actionID, CapabilityID: j.capID, Status: "completed"}
+	if res != nil {
+		r.Output = res.Output
+		if res.Status != "" {
+			r.Status = res.Status
+		}
+	}
+	if err != nil {
+		r.Error = clientErrorInfo(err, j.safe())
+		if r.Status == "completed" {
+			r.Status = "failed"
+		}
+		if r.Error.Code == "cancelled" {
+			r.Status = "cancelled"
+		}
+	}
+	if len(r.Output) == 0 {
+		r.Output = json.RawMessage("null")
+	}
+	return r
+}
+
+// backoff is bounded exponential backoff with full jitter on attempt (1-based),
+// never shorter than retryAfter.
+func backoff(base, maxDelay time.Duration, attempt int, retryAfter time.Duration) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := base << min(attempt-1, 20)
+	if d > maxDelay || d <= 0 {
+		d = maxDelay
+	}
+	d = d/2 + rand.N(d/2+1)
+	if d < retryAfter {
+		d = retryAfter
+	}
+	return d
+}

@@ -1,0 +1,241 @@
+// Package e2e_test drives the whole bridge black-box: an embedded nats-server, the fake
+// Hermes from hermes/hermestest, and the bridge running in-process. Tests talk to the
+// bridge through NATS only and check what reached Hermes through the fake's records.
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// harness is one embedded NATS server, one fake Hermes and one or more bridges.
+type harness struct {
+	t      *testing.T
+	ns     *natsembed.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	fake   *hermestest.Server
+	client *events.Client
+	cfg    bridge.Config
+	logs   *syncBuffer
+
+	mu      sync.Mutex
+	bridges []*runningBridge
+}
+
+type runningBridge struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+type harnessOption func(*harnessOptions)
+
+type harnessOptions struct {
+	fakeOpts []hermestest.Option
+	cfg      func(*bridge.Config)
+	noBridge bool
+}
+
+func withFake(opts ...hermestest.Option) harnessOption {
+	return func(o *harnessOptions) { o.fakeOpts = append(o.fakeOpts, opts...) }
+}
+
+func withConfig(f func(*bridge.Config)) harnessOption {
+	return func(o *harnessOptions) { o.cfg = f }
+}
+
+func withoutBridge() harnessOption { return func(o *harnessOptions) { o.noBridge = true } }
+
+// newHarness starts NATS, the fake Hermes and one bridge; everything stops at cleanup.
+func newHarness(t *testing.T, opts ...harnessOption) *harness {
+	t.Helper()
+	var o harnessOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	ns := natsembed.RunTest(t)
+	nc, js := natsembed.Connect(t, ns)
+	fake := hermestest.NewServer(o.fakeOpts...)
+	t.Cleanup(fake.Close)
+	key := fake.APIKey()
+	cfg := bridge.Config{
+		Provision: true,
+		AckWait:   5 * time.Second,
+		RetryBase: 20 * time.Millisecond,
+		RetryMax:  200 * time.Millisecond,
+		Endpoints: []bridge.Endpoint{{
+			ID: "primary", BaseURL: fake.URL, Key: func() string { return key }, MaxConcurrency: 10,
+		}},
+	}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	h := &harness{t: t, ns: ns, nc: nc, js: js, fake: fake, cfg: cfg, logs: &syncBuffer{},
+		client: events.NewClient(js)}
+	if !o.noBridge {
+		h.startBridge()
+	}
+	return h
+}
+
+// startBridge runs one more bridge replica on its own connection and waits until its
+// consumer exists.
+func (h *harness) startBridge() *runningBridge {
+	h.t.Helper()
+	nc, _ := natsembed.Connect(h.t, h.ns)
+	var w io.Writer = h.logs
+	if testing.Verbose() {
+		w = io.MultiWriter(h.logs, os.Stderr)
+	}
+	b, err := bridge.New(nc, h.cfg, zerolog.New(w).With().Timestamp().Logger())
+	if err != nil {
+		h.t.Fatalf("bridge.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rb := &runningBridge{cancel: cancel, done: make(chan error, 1)}
+	go func() { rb.done <- b.Run(ctx) }()
+	h.mu.Lock()
+	h.bridges = append(h.bridges, rb)
+	h.mu.Unlock()
+	h.t.Cleanup(func() { rb.stop(h.t) })
+	cfg := b.Config()
+	h.eventually(10*time.Second, func() error {
+		_, err := h.js.Consumer(context.Background(), cfg.ActionsStream, cfg.Consumer)
+		return err
+	})
+	return rb
+}
+
+func (rb *runningBridge) stop(t *testing.T) {
+	rb.cancel()
+	select {
+	case err := <-rb.done:
+		if err != nil {
+			t.Errorf("bridge.Run: %v", err)
+		}
+		rb.done <- nil
+	case <-time.After(60 * time.Second):
+		t.Errorf("bridge did not stop within 60s")
+	}
+}
+
+// eventually polls f until it returns nil or the timeout passes.
+func (h *harness) eventually(timeout time.Duration, f func() error) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("condition not met within %s: %v", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// publish publishes an action and returns its id.
+func (h *harness) publish(op string, a events.Action, opts ...events.PublishOption) string {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := h.client.Publish(ctx, "primary", op, a, opts...)
+	if err != nil {
+		h.t.Fatalf("publish %s: %v", op, err)
+	}
+	return id
+}
+
+// follow replays and follows an action until its terminal result.
+func (h *harness) follow(id string) (*events.Result, []*events.EventData) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var evs []*events.EventData
+	res, err := h.client.Follow(ctx, id, func(e *events.EventData) error {
+		evs = append(evs, e)
+		return nil
+	}, nil)
+	if err != nil {
+		h.t.Fatalf("follow %s: %v", id, err)
+	}
+	return res, evs
+}
+
+// call publishes and follows.
+func (h *harness) call(op string, input any, mod ...func(*events.Action)) (*events.Result, []*events.EventData) {
+	h.t.Helper()
+	a := events.Action{Input: mustJSON(h.t, input)}
+	for _, f := range mod {
+		f(&a)
+	}
+	return h.follow(h.publish(op, a))
+}
+
+// results counts the result messages stored for an action.
+func (h *harness) results(id string) int {
+	h.t.Helper()
+	s, err := h.js.Stream(context.Background(), "HERMES_OUTPUT")
+	if err != nil {
+		h.t.Fatalf("output stream: %v", err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("hermes.results."+id))
+	if err != nil {
+		h.t.Fatalf("stream info: %v", err)
+	}
+	return int(info.State.Msgs)
+}
+
+func withKey(k string) func(*events.Action) { return func(a *events.Action) { a.IdempotencyKey = k } }
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	if raw, ok := v.(json.RawMessage); ok {
+		return raw
+	}
+	if s, ok := v.(string); ok {
+		return json.RawMessage(s)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	return b
+}
+
+// syncBuffer collects log output from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+var errNotYet = errors.New("not yet")

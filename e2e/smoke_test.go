@@ -1,0 +1,33 @@
+package e2e_test
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestChatStreamEndToEnd(t *testing.T) {
+	h := newHarness(t)
+	res, evs := h.call("chat_stream", `{"prompt":"Summarize the incident notes."}`)
+	if res.Status != "completed" {
+		t.Fatalf("status %q, error %+v", res.Status, res.Error)
+	}
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	var text strings.Builder
+	for i, e := range evs {
+		if e.Sequence != int64(i) {
+			t.Fatalf("event %d has sequence %d", i, e.Sequence)
+		}
+		text.WriteString(e.Text)
+	}
+	if got, want := text.String(), "stub reply: Summarize the incident notes."; got != want {
+		t.Errorf("text %q, want %q", got, want)
+	}
+	if evs[len(evs)-1].Kind != "done" {
+		t.Errorf("last kind %q", evs[len(evs)-1].Kind)
+	}
+	if n := h.fake.Calls("chat_stream"); n != 1 {
+		t.Errorf("chat_stream calls %d", n)
+	}
+}
