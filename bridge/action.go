@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
@@ -72,28 +71,20 @@ const (
 	term
 )
 
-func ackIt() decision                     { return decision{kind: ack} }
-func nakAfter(d time.Duration) decision   { return decision{kind: nak, delay: d} }
-func termWith(reason string) decision     { return decision{kind: term, reason: reason} }
-func (d decision) String() string         { return [...]string{"ack", "nak", "term"}[d.kind] }
-func (j *job) attempt() int               { return int(j.md.NumDelivered) }
-func (j *job) lastDelivery() bool         { return j.attempt() >= j.b.cfg.MaxDeliver }
-func (j *job) remaining() time.Duration   { return time.Until(j.deadline) }
-func (j *job) infra(err error) decision   { return j.retryLater(err, "infrastructure") }
-func (j *job) logger() *zerolog.Logger    { return &j.b.log }
-func (j *job) record() kvstore.Record     { j.mu.Lock(); defer j.mu.Unlock(); return j.actRec }
-func (j *job) setStatus(s, code string)   { j.status, j.code = s, code }
-func (j *job) isStream() bool             { return j.spec.Stream }
-func (j *job) resultSubject() string      { return j.b.subjects.Results(j.actionID) }
-func (j *job) eventsSubject() string      { return j.b.subjects.Events(j.actionID) }
-func (j *job) leaseUntil() time.Time      { return j.b.now().Add(j.b.cfg.Lease) }
-func (j *job) actKey() string             { return kvstore.ActionKey(j.actionID) }
-func (j *job) owner() string              { return j.b.cfg.ReplicaID }
-func (j *job) ownsRecord() bool           { r := j.record(); return r.Owner == j.owner() }
-func (j *job) hasKey() bool               { return j.key != "" }
-func (j *job) timeoutFor() time.Duration  { return timeoutFor(j.spec, j.action) }
-func (j *job) safe() bool                 { return j.spec.Safe }
-func (j *job) traceHeader() events.TraceContext { return j.trace }
+func ackIt() decision                   { return decision{kind: ack} }
+func nakAfter(d time.Duration) decision { return decision{kind: nak, delay: d} }
+func termWith(reason string) decision   { return decision{kind: term, reason: reason} }
+func (d decision) String() string       { return [...]string{"ack", "nak", "term"}[d.kind] }
+func (j *job) attempt() int             { return int(j.md.NumDelivered) }
+func (j *job) lastDelivery() bool       { return j.attempt() >= j.b.cfg.MaxDeliver }
+func (j *job) remaining() time.Duration { return time.Until(j.deadline) }
+func (j *job) infra(err error) decision { return j.retryLater(err, "infrastructure") }
+func (j *job) setStatus(s, code string) { j.status, j.code = s, code }
+func (j *job) resultSubject() string    { return j.b.subjects.Results(j.actionID) }
+func (j *job) leaseUntil() time.Time    { return j.b.now().Add(j.b.cfg.Lease) }
+func (j *job) actKey() string           { return kvstore.ActionKey(j.actionID) }
+func (j *job) owner() string            { return j.b.cfg.ReplicaID }
+func (j *job) safe() bool               { return j.spec.Safe }
 
 func timeoutFor(spec hermes.Spec, a *events.Action) time.Duration {
 	if a != nil && a.TimeoutMS != nil && *a.TimeoutMS > 0 {
@@ -480,7 +471,7 @@ func (j *job) execute(ctx context.Context) decision {
 	}
 	var pub *eventPublisher
 	var onEvent func(hermes.Event) error
-	if j.isStream() {
+	if j.spec.Stream {
 		pub = newEventPublisher(b.js, j)
 		onEvent = pub.publish
 	}
