@@ -1,0 +1,287 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults applied by Open.
+const (
+	DefaultBucket = "HERMES_IDEMPOTENCY"
+	DefaultTTL    = 24 * time.Hour
+)
+
+// Config describes the bucket. The zero value (plus Provision) gives the
+// defaults.
+type Config struct {
+	// Bucket is the KV bucket name. Default DefaultBucket.
+	Bucket string
+	// TTL is the bucket TTL (stream MaxAge), counted from each revision's
+	// write. Default DefaultTTL; JetStream requires at least 100 ms.
+	TTL time.Duration
+	// Replicas is the bucket's replica count when provisioning. Default 1.
+	Replicas int
+	// Storage is the bucket's storage when provisioning. The zero value is
+	// jetstream.FileStorage.
+	Storage jetstream.StorageType
+	// Provision creates the bucket or updates its configuration when true;
+	// when false Open only binds to an existing bucket.
+	Provision bool
+	// MaxValueSize limits an encoded record in bytes. 0 means the server's
+	// max payload when provisioning, or the existing bucket's limit when
+	// binding.
+	MaxValueSize int32
+}
+
+// Store reads and writes records in one bucket. It is safe for concurrent
+// use.
+type Store struct {
+	kv     jetstream.KeyValue
+	bucket string
+	ttl    time.Duration
+	limit  int // client-side size check; 0 = none
+	now    func() time.Time
+}
+
+// Entry is a record with its revision. Revision is the compare-and-set token
+// for Update and Delete.
+type Entry struct {
+	Key      string
+	Record   Record
+	Revision uint64
+	// Written is when this revision was stored; the bucket TTL runs from it.
+	Written time.Time
+}
+
+// Open provisions (cfg.Provision) or binds to the bucket and returns a Store.
+// Binding to a missing bucket fails with an error matching ErrNoBucket (and
+// jetstream.ErrBucketNotFound) whose message says to create the bucket or
+// enable provisioning. Provisioning is idempotent.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
+	if js == nil {
+		return nil, errors.New("kvstore: nil JetStream")
+	}
+	if cfg.Bucket == "" {
+		cfg.Bucket = DefaultBucket
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	switch {
+	case cfg.TTL < 0:
+		return nil, fmt.Errorf("kvstore: negative TTL %s", cfg.TTL)
+	case cfg.Replicas < 0:
+		return nil, fmt.Errorf("kvstore: negative replicas %d", cfg.Replicas)
+	case cfg.MaxValueSize < 0:
+		return nil, fmt.Errorf("kvstore: negative MaxValueSize %d", cfg.MaxValueSize)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+
+	var maxPayload int
+	if nc := js.Conn(); nc != nil {
+		maxPayload = int(nc.MaxPayload())
+	}
+
+	var kv jetstream.KeyValue
+	var err error
+	if cfg.Provision {
+		maxValue := cfg.MaxValueSize
+		if maxValue == 0 {
+			maxValue = -1 // bound by the server's max payload
+			if maxPayload > 0 {
+				maxValue = int32(maxPayload)
+			}
+		}
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:       cfg.Bucket,
+			Description:  "hermes-bridge action and idempotency records",
+			History:      1,
+			TTL:          cfg.TTL,
+			MaxValueSize: maxValue,
+			Storage:      cfg.Storage,
+			Replicas:     cfg.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kvstore: provision bucket %s: %w", cfg.Bucket, err)
+		}
+	} else {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, &bucketError{bucket: cfg.Bucket, err: err}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kvstore: bind bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+
+	s := &Store{kv: kv, bucket: cfg.Bucket, ttl: cfg.TTL, now: time.Now}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
+	}
+	s.ttl = st.TTL()
+	var bucketMax int
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		bucketMax = int(bs.Config().MaxValueSize)
+	}
+	s.limit = minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)
+	return s, nil
+}
+
+// minPositive returns the smallest positive argument, or 0 if none is.
+func minPositive(vs ...int) int {
+	m := 0
+	for _, v := range vs {
+		if v > 0 && (m == 0 || v < m) {
+			m = v
+		}
+	}
+	return m
+}
+
+// Bucket returns the bucket name.
+func (s *Store) Bucket() string { return s.bucket }
+
+// TTL returns the bucket TTL in force (0 means no expiry).
+func (s *Store) TTL() time.Duration { return s.ttl }
+
+// MaxValueSize returns the encoded-record limit checked before writing (0
+// means none known).
+func (s *Store) MaxValueSize() int { return s.limit }
+
+func (s *Store) encode(key string, r Record) ([]byte, error) {
+	b, err := encodeRecord(r)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: encode %s: %w", key, err)
+	}
+	if s.limit > 0 && len(b) > s.limit {
+		return nil, &TooLargeError{Key: key, Size: len(b), Limit: s.limit}
+	}
+	return b, nil
+}
+
+// Create claims key with r and returns the new revision. It fails with
+// ErrExists when the key holds a live value; it succeeds over a deleted or
+// expired key. Of any number of concurrent Creates on one key, exactly one
+// succeeds. Create sets r.UpdatedAt to now, and r.CreatedAt when zero.
+// Errors: ErrExists, ErrTooLarge.
+func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error) {
+	now := s.now().UTC()
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now
+	}
+	r.UpdatedAt = now
+	b, err := s.encode(key, r)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Create(ctx, key, b)
+	return rev, mapWriteErr("create", key, len(b), err, ErrExists)
+}
+
+// Get returns the live record under key. Errors: ErrNotFound, ErrCorrupt.
+func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return Entry{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("kvstore: get %s: %w", key, err)
+	}
+	return toEntry(key, e)
+}
+
+func toEntry(key string, e jetstream.KeyValueEntry) (Entry, error) {
+	r, err := decodeRecord(e.Value())
+	if err != nil {
+		return Entry{}, fmt.Errorf("kvstore: %s revision %d: %w", key, e.Revision(), err)
+	}
+	return Entry{Key: key, Record: r, Revision: e.Revision(), Written: e.Created()}, nil
+}
+
+// Update replaces the record under key if its latest revision is rev, and
+// returns the new revision. It fails with ErrConflict when the key changed
+// since rev or has no live value. Update sets r.UpdatedAt to now.
+// Errors: ErrConflict, ErrTooLarge.
+func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (uint64, error) {
+	if rev == 0 {
+		return 0, fmt.Errorf("%w: update %s: revision 0", ErrConflict, key)
+	}
+	r.UpdatedAt = s.now().UTC()
+	b, err := s.encode(key, r)
+	if err != nil {
+		return 0, err
+	}
+	nrev, err := s.kv.Update(ctx, key, b, rev)
+	return nrev, mapWriteErr("update", key, len(b), err, ErrConflict)
+}
+
+// Delete removes the record under key if its latest revision is rev,
+// releasing the claim: a later Create on key succeeds. rev must be non-zero
+// (there is no unconditional delete). Errors: ErrConflict.
+func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
+	if rev == 0 {
+		return fmt.Errorf("%w: delete %s: revision 0", ErrConflict, key)
+	}
+	err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	return mapWriteErr("delete", key, 0, err, ErrConflict)
+}
+
+// Wait blocks until key holds a revision newer than afterRev and returns it.
+// It returns at once if one is already there. It fails with ErrNotFound
+// when the key is deleted or has no value (never written or expired), and
+// with ctx.Err() when ctx is done. Duplicates use it to wait for an
+// in-flight original. The watch it opens is stopped before Wait returns.
+func (s *Store) Wait(ctx context.Context, key string, afterRev uint64) (Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return Entry{}, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := s.kv.Watch(wctx, key)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Entry{}, ctx.Err()
+		}
+		return Entry{}, fmt.Errorf("kvstore: watch %s: %w", key, err)
+	}
+	defer func() { _ = w.Stop() }()
+
+	seen := false
+	for {
+		select {
+		case <-ctx.Done():
+			return Entry{}, ctx.Err()
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				if ctx.Err() != nil {
+					return Entry{}, ctx.Err()
+				}
+				return Entry{}, fmt.Errorf("kvstore: watch %s: watcher closed", key)
+			case e == nil: // end of initial values
+				if !seen {
+					return Entry{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+				}
+			case e.Operation() != jetstream.KeyValuePut:
+				return Entry{}, fmt.Errorf("%w: %s deleted", ErrNotFound, key)
+			default:
+				seen = true
+				if e.Revision() > afterRev {
+					return toEntry(key, e)
+				}
+			}
+		}
+	}
+}
