@@ -1,0 +1,140 @@
+package bridge
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+)
+
+func validConfig() Config {
+	return Config{Endpoints: []Endpoint{{ID: "primary", BaseURL: "http://127.0.0.1:8642"}}}.WithDefaults()
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c := validConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"prefix", c.Prefix, "hermes"},
+		{"actions stream", c.ActionsStream, "HERMES_ACTIONS"},
+		{"output stream", c.OutputStream, "HERMES_OUTPUT"},
+		{"consumer", c.Consumer, "hermes-bridge"},
+		{"bucket", c.Bucket, "HERMES_IDEMPOTENCY"},
+		{"ttl", c.IdempotencyTTL, 24 * time.Hour},
+		{"ack wait", c.AckWait, 30 * time.Second},
+		{"heartbeat", c.Heartbeat, 10 * time.Second},
+		{"workers", c.Workers, 10},
+		{"max ack pending", c.MaxAckPending, 10},
+		{"endpoint concurrency", c.Endpoints[0].MaxConcurrency, 10},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: got %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"no endpoint", func(c *Config) { c.Endpoints = nil }, "no Hermes endpoint"},
+		{"bad endpoint id", func(c *Config) { c.Endpoints[0].ID = "Primary.1" }, "must match [a-z0-9_-]"},
+		{"duplicate endpoint", func(c *Config) { c.Endpoints = append(c.Endpoints, c.Endpoints[0]) }, "configured twice"},
+		{"ftp url", func(c *Config) { c.Endpoints[0].BaseURL = "ftp://h" }, "http:// or https://"},
+		{"credentials in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://u:secretpw@h" }, "must not carry credentials"},
+		{"query in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://h/?a=1" }, "query or fragment"},
+		{"heartbeat too slow", func(c *Config) { c.Heartbeat = 20 * time.Second }, "at most half the ack wait"},
+		{"ack wait too short", func(c *Config) { c.AckWait = 10 * time.Millisecond; c.Heartbeat = time.Millisecond }, "at least 1s"},
+		{"lease shorter than ack wait", func(c *Config) { c.Lease = time.Second }, "claim lease"},
+		{"prefix with dot", func(c *Config) { c.Prefix = "a.b" }, "one subject token"},
+		{"max ack pending", func(c *Config) { c.MaxAckPending = 1 }, "max ack pending"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mod(&c)
+			err := c.Validate()
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("got %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "secretpw") {
+				t.Errorf("error leaks the URL password: %q", err)
+			}
+		})
+	}
+}
+
+func TestBackoffBounds(t *testing.T) {
+	base, maxd := 100*time.Millisecond, 2*time.Second
+	for attempt := 1; attempt <= 40; attempt++ {
+		for i := 0; i < 50; i++ {
+			d := backoff(base, maxd, attempt, 0)
+			ceil := min(base<<min(attempt-1, 20), maxd)
+			if d < ceil/2 || d > ceil {
+				t.Fatalf("attempt %d: %s outside [%s, %s]", attempt, d, ceil/2, ceil)
+			}
+		}
+	}
+	if d := backoff(base, maxd, 1, 5*time.Second); d != 5*time.Second {
+		t.Errorf("Retry-After not honoured: %s", d)
+	}
+}
+
+func TestClientErrorInfo(t *testing.T) {
+	tests := []struct {
+		name          string
+		err           error
+		safe          bool
+		code          string
+		retryable     bool
+		uncertain     bool
+		wantRemote    string
+		wantRetryAfMS int64
+	}{
+		{"input", &hermes.InputError{Field: "input.prompt", Reason: "empty"}, false, "invalid_action", false, false, "", 0},
+		{"5xx unsafe", &hermes.Error{Code: "remote_unavailable", HTTPStatus: 500}, false, "remote_unavailable", false, true, "", 0},
+		{"5xx safe", &hermes.Error{Code: "remote_unavailable", HTTPStatus: 500}, true, "remote_unavailable", true, false, "", 0},
+		{"429 gate unsafe", &hermes.Error{Code: "remote_unavailable", HTTPStatus: 429, NotStarted: true, RemoteCode: "rate_limit_exceeded", RetryAfter: time.Second}, false, "remote_unavailable", true, false, "rate_limit_exceeded", 1000},
+		{"4xx", &hermes.Error{Code: "remote_rejected", HTTPStatus: 404, NotStarted: true, RemoteCode: "session_not_found"}, false, "remote_rejected", false, false, "session_not_found", 0},
+		{"fork title", &hermes.Error{Code: "remote_rejected", HTTPStatus: 400, RemoteCode: "invalid_title"}, false, "remote_rejected", false, true, "invalid_title", 0},
+		{"not a hermes error", errors.New("boom"), false, "internal", false, true, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			info := clientErrorInfo(tt.err, tt.safe)
+			if info.Code != tt.code || info.Retryable != tt.retryable || info.UncertainOutcome != tt.uncertain {
+				t.Errorf("got code=%s retryable=%v uncertain=%v, want %s %v %v", info.Code, info.Retryable, info.UncertainOutcome, tt.code, tt.retryable, tt.uncertain)
+			}
+			if tt.wantRemote != "" && info.Details["remote_code"] != tt.wantRemote {
+				t.Errorf("remote_code %v, want %s", info.Details["remote_code"], tt.wantRemote)
+			}
+			if info.RetryAfterMS != tt.wantRetryAfMS {
+				t.Errorf("retry_after_ms %d, want %d", info.RetryAfterMS, tt.wantRetryAfMS)
+			}
+		})
+	}
+}
+
+func TestTimeoutFor(t *testing.T) {
+	chat, _ := hermes.Lookup("chat")
+	stream, _ := hermes.Lookup("chat_stream")
+	if got := timeoutFor(chat, nil); got != 60*time.Second {
+		t.Errorf("chat default %s", got)
+	}
+	if got := timeoutFor(stream, nil); got != 300*time.Second {
+		t.Errorf("stream default %s", got)
+	}
+}
