@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+)
+
+// publishTimeout bounds connecting and publishing (not following).
+const publishTimeout = 15 * time.Second
+
+// callOptions are the flags of call and watch.
+type callOptions struct {
+	endpoint, op, input, prompt, key, tenant, actionID, server string
+	timeout, wait                                              time.Duration
+	structured, noFollow, jsonOut, eventsOut                   bool
+}
+
+func commonFlags(fs *flag.FlagSet, o *callOptions) {
+	fs.BoolVar(&o.jsonOut, "json", false, "print only the result, as JSON (no streamed text)")
+	fs.BoolVar(&o.eventsOut, "events", false, "print each event as a JSON line, then the result as a JSON line")
+	fs.StringVar(&o.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
+	fs.DurationVar(&o.wait, "wait", 0, "stop waiting for the result after this long (exit 2); 0 waits until it settles")
+}
+
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(discard{})
+	fs.Usage = func() {}
+	return fs
+}
+
+func callFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
+	fs := newFlagSet("call")
+	fs.StringVar(&o.endpoint, "endpoint", "primary", "Hermes endpoint id")
+	fs.StringVar(&o.op, "op", "chat_stream", "operation: "+strings.Join(opNames(), ", "))
+	fs.StringVar(&o.input, "input", "", "operation input: a JSON object, @file to read it from a file, or - for stdin")
+	fs.StringVar(&o.prompt, "prompt", "", `shortcut for --input '{"prompt": TEXT}'`)
+	fs.StringVar(&o.key, "key", "", "idempotency key (required by session_create, session_patch, session_fork, session_delete, response_delete)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "action deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
+	fs.StringVar(&o.tenant, "tenant", "", "tenant id of the action")
+	fs.StringVar(&o.actionID, "action-id", "", "action id (default: a random one)")
+	fs.BoolVar(&o.structured, "structured", false, "publish in CloudEvents structured content mode (default binary)")
+	fs.BoolVar(&o.noFollow, "no-follow", false, "print the action id and exit without following it")
+	commonFlags(fs, o)
+	return fs
+}
+
+func watchFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
+	fs := newFlagSet("watch")
+	commonFlags(fs, o)
+	return fs
+}
+
+func opNames() []string {
+	var names []string
+	for _, s := range hermes.Operations() {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+func cmdCall(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
+	var o callOptions
+	fs := callFlags(&o, sio.err)
+	pos, err := parseArgs(fs, args)
+	switch {
+	case errors.Is(err, errHelp):
+		printFlagsHelp(sio.out, usageCall, fs, examplesCall)
+		return exitOK
+	case err != nil:
+		return usageError(sio.err, "call", err.Error())
+	case len(pos) > 0:
+		return usageError(sio.err, "call", fmt.Sprintf("unexpected argument %q (use --prompt or --input for the input)", pos[0]))
+	}
+	action, err := o.action(sio.in)
+	if err != nil {
+		return usageError(sio.err, "call", err.Error())
+	}
+	if o.jsonOut && o.eventsOut {
+		return usageError(sio.err, "call", "--json and --events exclude each other")
+	}
+	var popts []events.PublishOption
+	if o.actionID != "" {
+		popts = append(popts, events.WithActionID(o.actionID))
+	}
+	if o.structured {
+		popts = append(popts, events.WithStructuredMode())
+	}
+
+	cl, closeConn, code := dialClient(environ, o.server, sio.err)
+	if cl == nil {
+		return code
+	}
+	defer closeConn()
+
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	id, err := cl.c.Publish(pctx, o.endpoint, o.op, *action, popts...)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(sio.err, "hermes-bridge call: publish: %v\n", explainPublish(err, cl.subjects.Action(o.endpoint, o.op)))
+		return exitUsage
+	}
+	if o.noFollow {
+		fmt.Fprintln(sio.out, id)
+		return exitOK
+	}
+	if !o.jsonOut && !o.eventsOut {
+		fmt.Fprintf(sio.err, "action %s published on %s\n", id, cl.subjects.Action(o.endpoint, o.op))
+	}
+	return follow(ctx, cl, id, &o, sio)
+}
+
+func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
+	var o callOptions
+	fs := watchFlags(&o, sio.err)
+	pos, err := parseArgs(fs, args)
+	switch {
+	case errors.Is(err, errHelp):
+		printFlagsHelp(sio.out, usageWatch, fs, examplesWatch)
+		return exitOK
+	case err != nil:
+		return usageError(sio.err, "watch", err.Error())
+	case len(pos) == 0:
+		return usageError(sio.err, "watch", "missing the action id")
+	case len(pos) > 1:
+		return usageError(sio.err, "watch", fmt.Sprintf("unexpected argument %q (watch takes one action id)", pos[1]))
+	case !events.ValidActionID(pos[0]):
+		return usageError(sio.err, "watch", "the action id must match [A-Za-z0-9_-]{1,128}")
+	case o.jsonOut && o.eventsOut:
+		return usageError(sio.err, "watch", "--json and --events exclude each other")
+	}
+	cl, closeConn, code := dialClient(environ, o.server, sio.err)
+	if cl == nil {
+		return code
+	}
+	defer closeConn()
+	return follow(ctx, cl, pos[0], &o, sio)
+}
+
+// action builds the action from the flags; errors are usage errors.
+func (o *callOptions) action(stdin io.Reader) (*events.Action, error) {
+	spec, ok := hermes.Lookup(o.op)
+	if !ok {
+		return nil, fmt.Errorf("unknown operation %q; one of: %s", o.op, strings.Join(opNames(), ", "))
+	}
+	if !events.ValidEndpointID(o.endpoint) {
+		return nil, fmt.Errorf("--endpoint %q must match [a-z0-9_-]{1,128}", o.endpoint)
+	}
+	if o.actionID != "" && !events.ValidActionID(o.actionID) {
+		return nil, errors.New("--action-id must match [A-Za-z0-9_-]{1,128}")
+	}
+	a := &events.Action{IdempotencyKey: o.key, TenantID: o.tenant}
+	switch {
+	case o.prompt != "" && o.input != "":
+		return nil, errors.New("--prompt and --input exclude each other")
+	case o.prompt != "":
+		a.Input, _ = json.Marshal(map[string]string{"prompt": o.prompt})
+	case o.input != "":
+		in, err := readInput(o.input, stdin)
+		if err != nil {
+			return nil, err
+		}
+		a.Input = in
+	default:
+		a.Input = json.RawMessage(`{}`)
+	}
+	if spec.KeyRequired && o.key == "" {
+		return nil, fmt.Errorf("--op %s needs an idempotency key: add --key", o.op)
+	}
+	if len(o.key) > events.MaxIdempotencyKeyLen || strings.IndexFunc(o.key, unicode.IsControl) >= 0 {
+		return nil, fmt.Errorf("--key must be at most %d characters without control characters", events.MaxIdempotencyKeyLen)
+	}
+	if len(o.tenant) > events.MaxTenantIDLen || strings.IndexFunc(o.tenant, unicode.IsControl) >= 0 {
+		return nil, fmt.Errorf("--tenant must be at most %d characters without control characters", events.MaxTenantIDLen)
+	}
+	if o.timeout != 0 {
+		ms := o.timeout.Milliseconds()
+		if ms < 1 || ms > events.MaxTimeoutMS {
+			return nil, errors.New("--timeout must be between 1ms and 24h")
+		}
+		a.TimeoutMS = &ms
+	}
+	if o.wait < 0 {
+		return nil, errors.New("--wait must not be negative")
+	}
+	return a, nil
+}
+
+// readInput reads --input: literal JSON, @file, or - for stdin. It must be an object.
+func readInput(v string, stdin io.Reader) (json.RawMessage, error) {
+	var data []byte
+	var err error
+	src := "--input"
+	switch {
+	case v == "-":
+		src = "--input - (stdin)"
+		data, err = io.ReadAll(io.LimitReader(stdin, 16<<20))
+	case strings.HasPrefix(v, "@"):
+		src = "--input " + v
+		data, err = os.ReadFile(v[1:])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s", src, fileProblem(err))
+		}
+	default:
+		data = []byte(v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", src, err)
+	}
+	data = bytes.TrimSpace(data)
+	if !json.Valid(data) {
+		return nil, fmt.Errorf("%s is not valid JSON", src)
+	}
+	if len(data) == 0 || data[0] != '{' {
+		return nil, fmt.Errorf("%s must be a JSON object", src)
+	}
+	return json.RawMessage(data), nil
+}
+
+// client is a connected events client.
+type client struct {
+	c        *events.Client
+	subjects events.Subjects
+}
+
+// dialClient connects for call/watch. On failure it prints the reason and returns
+// a nil client and the exit status.
+func dialClient(environ map[string]string, server string, stderr io.Writer) (*client, func(), int) {
+	cfg, err := LoadConfig(environ)
+	all := &ConfigError{}
+	if err != nil {
+		errors.As(err, &all)
+	}
+	if server != "" {
+		cfg.NATSURL = server
+	}
+	all.merge(cfg.ValidateClient())
+	if err := all.errOrNil(); err != nil {
+		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
+		return nil, nil, exitUsage
+	}
+	url, err := cfg.clientURL()
+	if err != nil {
+		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
+		return nil, nil, exitUsage
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}).Level(zerolog.WarnLevel).
+		With().Timestamp().Logger()
+	opts, err := cfg.natsOptions("hermes-bridge-cli", log)
+	if err != nil {
+		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
+		return nil, nil, exitUsage
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		hint := ""
+		if cfg.NATSURL == "" {
+			hint = " (is 'hermes-bridge run' running? set NATS_URL or --server for another server)"
+		}
+		fmt.Fprintf(stderr, "hermes-bridge: cannot connect to NATS at %s: %v%s\n", redactURLs(url), err, hint)
+		return nil, nil, exitUsage
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		fmt.Fprintf(stderr, "hermes-bridge: jetstream: %v\n", err)
+		return nil, nil, exitUsage
+	}
+	subjects := events.Subjects{Prefix: cfg.Prefix}
+	c := events.NewClient(js, events.WithSubjects(subjects), events.WithOutputStream(cfg.OutputStream))
+	return &client{c: c, subjects: subjects}, nc.Close, exitOK
+}
+
+func explainPublish(err error, subject string) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("no stream captures %s: is 'hermes-bridge run' running (it provisions the streams), with the same HERMES_BRIDGE_PREFIX?", subject)
+	}
+	return err
+}
+
+// follow prints the action's output until it settles and maps the result to the exit status.
+func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdio) int {
+	fctx := ctx
+	if o.wait > 0 {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(ctx, o.wait)
+		defer cancel()
+	}
+	p := newPrinter(sio.out, sio.err, o)
+	res, err := cl.c.Follow(fctx, id, p.event, p.pending)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		p.endText()
+		fmt.Fprintf(sio.err, "stopped following action %s; it goes on: hermes-bridge watch %s\n", id, id)
+		return exitInterrupted
+	case fctx.Err() != nil:
+		p.endText()
+		fmt.Fprintf(sio.err, "no result for action %s within --wait %s; it may still run: hermes-bridge watch %s\n", id, o.wait, id)
+		return exitUsage
+	case errors.Is(err, events.ErrOutputStreamNotFound):
+		fmt.Fprintf(sio.err, "hermes-bridge: %v\n", err)
+		return exitUsage
+	default:
+		p.endText()
+		fmt.Fprintf(sio.err, "hermes-bridge: following action %s: %v\n", id, err)
+		return exitUsage
+	}
+	if err := p.result(res); err != nil {
+		fmt.Fprintf(sio.err, "hermes-bridge: %v\n", err)
+		return exitUsage
+	}
+	return statusCode(res.Status)
+}
+
+func statusCode(status string) int {
+	switch status {
+	case events.StatusCompleted:
+		return exitOK
+	case events.StatusCancelled:
+		return exitCancelled
+	default:
+		return exitFailed
+	}
+}
+
+// Output modes.
+const (
+	modeText   = iota // streamed text, then the pretty result
+	modeJSON          // only the pretty result
+	modeEvents        // one JSON line per event and per result
+)
+
+// printer writes what call and watch show. Each event is written with one Write on
+// the unbuffered stdout, so text appears as it arrives.
+type printer struct {
+	out, err io.Writer
+	mode     int
+	midLine  bool // text written without a final newline
+}
+
+func newPrinter(out, errw io.Writer, o *callOptions) *printer {
+	p := &printer{out: out, err: errw}
+	switch {
+	case o.eventsOut:
+		p.mode = modeEvents
+	case o.jsonOut:
+		p.mode = modeJSON
+	}
+	return p
+}
+
+func (p *printer) event(ev *events.EventData) error {
+	switch p.mode {
+	case modeEvents:
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		_, err = p.out.Write(append(b, '\n'))
+		return err
+	case modeText:
+		if ev.Text == "" {
+			return nil
+		}
+		if _, err := io.WriteString(p.out, ev.Text); err != nil {
+			return err
+		}
+		p.midLine = !strings.HasSuffix(ev.Text, "\n")
+	}
+	return nil
+}
+
+func (p *printer) pending(r *events.Result) {
+	if p.mode == modeEvents {
+		if b, err := json.Marshal(r); err == nil {
+			p.out.Write(append(b, '\n'))
+		}
+		return
+	}
+	p.endText()
+	var out struct {
+		InputSHA256 string `json:"input_sha256"`
+		ExpiresAt   string `json:"expires_at"`
+	}
+	_ = json.Unmarshal(r.Output, &out)
+	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on its approvals subject\n",
+		r.ActionID, out.InputSHA256, out.ExpiresAt)
+}
+
+// endText ends a line of streamed text.
+func (p *printer) endText() {
+	if p.midLine {
+		io.WriteString(p.out, "\n")
+		p.midLine = false
+	}
+}
+
+func (p *printer) result(r *events.Result) error {
+	var b []byte
+	var err error
+	if p.mode == modeEvents {
+		b, err = json.Marshal(r)
+	} else {
+		p.endText()
+		b, err = json.MarshalIndent(r, "", "  ")
+	}
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	if _, err := p.out.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if p.mode == modeText && r.Status != events.StatusCompleted && r.Error != nil {
+		fmt.Fprintf(p.err, "action %s %s: %s: %s\n", r.ActionID, r.Status, r.Error.Code, r.Error.Message)
+	}
+	return nil
+}

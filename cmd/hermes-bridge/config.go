@@ -1,0 +1,834 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/goccy/go-yaml"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// Config is the process configuration read from the environment. Its struct tags are
+// the single source of the variable names, defaults and descriptions: parsing, the
+// `run --help` listing and the README table are all derived from them.
+//
+// Fields tagged secret:"true" hold secrets; they are never printed (see Config.Dump).
+type Config struct {
+	// NATS connection (an existing server or cluster). Unset NATS_URL: `run` starts an
+	// embedded server and `call`/`watch` connect to it.
+	NATSURL          string `env:"NATS_URL" desc:"NATS server URL(s), comma-separated. Unset: run starts an embedded server; call/watch connect to nats://HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT"`
+	NATSCreds        string `env:"NATS_CREDS" desc:"NATS credentials file (JWT + nkey seed)"`
+	NATSNKey         string `env:"NATS_NKEY" desc:"NATS nkey seed file"`
+	NATSUser         string `env:"NATS_USER" desc:"NATS user name (with NATS_PASSWORD or NATS_PASSWORD_FILE)"`
+	NATSPassword     string `env:"NATS_PASSWORD" secret:"true" desc:"NATS password (prefer NATS_PASSWORD_FILE)"`
+	NATSPasswordFile string `env:"NATS_PASSWORD_FILE" desc:"file holding the NATS password"`
+	NATSToken        string `env:"NATS_TOKEN" secret:"true" desc:"NATS authentication token (prefer NATS_TOKEN_FILE)"`
+	NATSTokenFile    string `env:"NATS_TOKEN_FILE" desc:"file holding the NATS token"`
+	NATSTLSCA        string `env:"NATS_TLS_CA" desc:"PEM file of the CA(s) that sign the NATS server certificate"`
+	NATSTLSCert      string `env:"NATS_TLS_CERT" desc:"PEM client certificate for mutual TLS (with NATS_TLS_KEY)"`
+	NATSTLSKey       string `env:"NATS_TLS_KEY" desc:"PEM private key of NATS_TLS_CERT"`
+
+	// Embedded NATS server (only when NATS_URL is unset).
+	DataDir  string `env:"HERMES_BRIDGE_DATA_DIR" envDefault:"./data/nats" desc:"embedded server: JetStream store directory (created if missing)"`
+	NATSHost string `env:"HERMES_BRIDGE_NATS_HOST" envDefault:"127.0.0.1" desc:"embedded server: listen address"`
+	NATSPort int    `env:"HERMES_BRIDGE_NATS_PORT" envDefault:"4222" desc:"embedded server: client port; -1 picks a free port (the URL is printed)"`
+
+	// Bridge resources.
+	Prefix        string `env:"HERMES_BRIDGE_PREFIX" envDefault:"hermes" desc:"first subject token (hermes.actions.<endpoint>.<op>, ...)"`
+	ActionsStream string `env:"HERMES_BRIDGE_ACTIONS_STREAM" envDefault:"HERMES_ACTIONS" desc:"stream capturing <prefix>.actions.>"`
+	OutputStream  string `env:"HERMES_BRIDGE_OUTPUT_STREAM" envDefault:"HERMES_OUTPUT" desc:"stream capturing <prefix>.events.> and <prefix>.results.>"`
+	DLQStream     string `env:"HERMES_BRIDGE_DLQ_STREAM" envDefault:"HERMES_DLQ" desc:"stream capturing <prefix>.dlq"`
+	Consumer      string `env:"HERMES_BRIDGE_CONSUMER" envDefault:"hermes-bridge" desc:"durable pull consumer shared by every replica"`
+	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action and idempotency records"`
+	Provision     bool   `env:"HERMES_BRIDGE_PROVISION" envDefault:"true" desc:"create or update streams, consumer and bucket at start; false binds only to operator-provisioned ones"`
+
+	// Bridge behaviour.
+	AckWait        time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s)"`
+	Heartbeat      time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3)"`
+	MaxDeliver     int           `env:"HERMES_BRIDGE_MAX_DELIVER" envDefault:"10" desc:"deliveries of one action before it is given up"`
+	Workers        int           `env:"HERMES_BRIDGE_WORKERS" desc:"actions handled at once by this replica (default: sum of the endpoints' max concurrency)"`
+	MaxAckPending  int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: workers; set workers x replicas)"`
+	IdempotencyTTL time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
+	OutputMaxAge   time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed"`
+	Storage        string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
+	Replicas       int           `env:"HERMES_BRIDGE_REPLICAS" envDefault:"1" desc:"replicas of streams and bucket (1 to 5; clustered JetStream for more than 1)"`
+	ShutdownGrace  time.Duration `env:"HERMES_BRIDGE_SHUTDOWN_GRACE" envDefault:"30s" desc:"how long in-flight actions may finish after SIGINT/SIGTERM"`
+	ReplicaID      string        `env:"HERMES_BRIDGE_REPLICA_ID" desc:"name of this process in claims and logs (default: random)"`
+	LogLevel       string        `env:"HERMES_BRIDGE_LOG_LEVEL" envDefault:"info" desc:"trace, debug, info, warn or error"`
+	LogFormat      string        `env:"HERMES_BRIDGE_LOG_FORMAT" envDefault:"json" desc:"json or console"`
+
+	// Hermes endpoints: a file, or the single-endpoint shortcut below.
+	EndpointsFile        string `env:"HERMES_ENDPOINTS_FILE" desc:"JSON or YAML file listing the Hermes endpoints (excludes HERMES_URL)"`
+	HermesURL            string `env:"HERMES_URL" desc:"single endpoint: Hermes API server base URL (unset and no endpoints file: http://127.0.0.1:8642)"`
+	HermesAPIKey         string `env:"HERMES_API_KEY" secret:"true" desc:"single endpoint: API key (prefer HERMES_API_KEY_FILE)"`
+	HermesAPIKeyFile     string `env:"HERMES_API_KEY_FILE" desc:"single endpoint: file holding the API key (re-read on SIGHUP)"`
+	HermesEndpointID     string `env:"HERMES_ENDPOINT_ID" envDefault:"primary" desc:"single endpoint: endpoint id used in subjects"`
+	HermesTenantID       string `env:"HERMES_TENANT_ID" desc:"single endpoint: only actions carrying this tenant_id are accepted"`
+	HermesMaxConcurrency int    `env:"HERMES_MAX_CONCURRENCY" envDefault:"10" desc:"single endpoint: calls in flight at once"`
+}
+
+// DefaultHermesURL is used when neither HERMES_ENDPOINTS_FILE nor HERMES_URL is set:
+// the Hermes API server's default port on this machine.
+const DefaultHermesURL = "http://127.0.0.1:8642"
+
+// maxKeyLen bounds an API key.
+const maxKeyLen = 16 << 10
+
+// LoadConfig parses the configuration from environ (a name->value map such as
+// env.ToMap(os.Environ())). Parse errors name the variable and the value (never
+// the value of a secret). On a parse error the returned Config is still usable
+// for further validation: the fields that failed are zero, and the problems
+// Validate* would report about them are suppressed (see ConfigError.merge).
+func LoadConfig(environ map[string]string) (*Config, error) {
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: environ})
+	if err != nil {
+		return &cfg, parseProblems(err, environ)
+	}
+	return &cfg, nil
+}
+
+// parseProblems rewrites caarlos0/env errors so each names its variable.
+func parseProblems(err error, environ map[string]string) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return &ConfigError{Problems: []string{err.Error()}}
+	}
+	ce := &ConfigError{failed: map[string]bool{}}
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			key := envKey(pe.Name)
+			reason := "invalid value"
+			switch pe.Type {
+			case reflect.TypeFor[time.Duration]():
+				reason = "must be a duration such as 500ms, 30s, 5m or 24h"
+			case reflect.TypeFor[int]():
+				reason = "must be an integer"
+			case reflect.TypeFor[bool]():
+				reason = "must be true or false"
+			}
+			ce.Problems = append(ce.Problems, fmt.Sprintf("%s=%s: %s", key, shown(key, environ[key]), reason))
+			ce.failed[key] = true
+			continue
+		}
+		ce.Problems = append(ce.Problems, e.Error())
+	}
+	return ce
+}
+
+// ConfigError lists every configuration problem found.
+type ConfigError struct {
+	Problems []string
+	failed   map[string]bool // variables that could not be parsed
+}
+
+// merge appends the problems of err, dropping those about a variable that
+// already failed to parse (its zero value would only cause a second message).
+func (e *ConfigError) merge(err error) {
+	for _, p := range asProblems(err) {
+		key, _, _ := strings.Cut(p, "=")
+		if e.failed[key] {
+			continue
+		}
+		e.Problems = append(e.Problems, p)
+	}
+}
+
+// errOrNil returns e as an error, or nil when it lists no problem.
+func (e *ConfigError) errOrNil() error {
+	if len(e.Problems) == 0 {
+		return nil
+	}
+	return e
+}
+
+func asProblems(err error) []string {
+	if err == nil {
+		return nil
+	}
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return ce.Problems
+	}
+	return []string{err.Error()}
+}
+
+func (e *ConfigError) Error() string {
+	return "invalid configuration:\n  - " + strings.Join(e.Problems, "\n  - ")
+}
+
+// field describes one variable of Config.
+type field struct {
+	Name, Key, Default, Desc string
+	Secret                   bool
+}
+
+// configFields lists Config's variables in declaration order.
+func configFields() []field {
+	t := reflect.TypeFor[Config]()
+	out := make([]field, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		if key == "" {
+			continue
+		}
+		out = append(out, field{Name: f.Name, Key: key, Default: f.Tag.Get("envDefault"),
+			Desc: f.Tag.Get("desc"), Secret: f.Tag.Get("secret") == "true"})
+	}
+	return out
+}
+
+func envKey(fieldName string) string {
+	for _, f := range configFields() {
+		if f.Name == fieldName {
+			return f.Key
+		}
+	}
+	return fieldName
+}
+
+func isSecretKey(key string) bool {
+	for _, f := range configFields() {
+		if f.Key == key {
+			return f.Secret
+		}
+	}
+	return false
+}
+
+// shown returns v for messages (quoted if it has unprintable characters), or a
+// placeholder when key names a secret.
+func shown(key, v string) string {
+	if isSecretKey(key) {
+		return "[redacted]"
+	}
+	if strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(v)
+	}
+	return v
+}
+
+// problems collects validation messages.
+type problems []string
+
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
+
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return &ConfigError{Problems: p}
+}
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidateClient checks what `call` and `watch` use: the NATS connection settings and
+// the subject prefix and output stream names.
+func (c *Config) ValidateClient() error {
+	var p problems
+	c.validateNATS(&p)
+	c.validateNames(&p, false)
+	return p.err()
+}
+
+// ValidateRun checks everything `run` uses, except the endpoints (see Endpoints).
+func (c *Config) ValidateRun() error {
+	var p problems
+	c.validateNATS(&p)
+	c.validateNames(&p, true)
+	c.validateBridge(&p)
+	return p.err()
+}
+
+func (c *Config) validateNATS(p *problems) {
+	if c.NATSURL != "" {
+		for _, raw := range strings.Split(c.NATSURL, ",") {
+			raw = strings.TrimSpace(raw)
+			full := raw
+			if !strings.Contains(full, "://") {
+				full = "nats://" + full
+			}
+			u, err := url.Parse(full)
+			switch {
+			case raw == "" || err != nil || u.Host == "":
+				p.add("NATS_URL=%s: each comma-separated entry must be a URL such as nats://host:4222", redactURL(raw))
+			case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme):
+				p.add("NATS_URL=%s: scheme must be nats, tls, ws or wss", redactURL(raw))
+			}
+		}
+	} else {
+		for _, k := range []struct{ key, v string }{
+			{"NATS_CREDS", c.NATSCreds}, {"NATS_NKEY", c.NATSNKey}, {"NATS_USER", c.NATSUser},
+			{"NATS_PASSWORD", c.NATSPassword}, {"NATS_PASSWORD_FILE", c.NATSPasswordFile},
+			{"NATS_TOKEN", c.NATSToken}, {"NATS_TOKEN_FILE", c.NATSTokenFile},
+			{"NATS_TLS_CA", c.NATSTLSCA}, {"NATS_TLS_CERT", c.NATSTLSCert}, {"NATS_TLS_KEY", c.NATSTLSKey},
+		} {
+			if k.v != "" {
+				p.add("%s is set but NATS_URL is not: connection settings apply only to an external NATS server", k.key)
+			}
+		}
+		if c.NATSHost == "" {
+			p.add("HERMES_BRIDGE_NATS_HOST is empty: must be a listen address such as 127.0.0.1")
+		}
+		if c.NATSPort != -1 && (c.NATSPort < 1 || c.NATSPort > 65535) {
+			p.add("HERMES_BRIDGE_NATS_PORT=%d: must be 1 to 65535, or -1 for a free port", c.NATSPort)
+		}
+	}
+	methods := []string{}
+	if c.NATSCreds != "" {
+		methods = append(methods, "NATS_CREDS")
+	}
+	if c.NATSNKey != "" {
+		methods = append(methods, "NATS_NKEY")
+	}
+	if c.NATSUser != "" || c.NATSPassword != "" || c.NATSPasswordFile != "" {
+		methods = append(methods, "NATS_USER")
+	}
+	if c.NATSToken != "" || c.NATSTokenFile != "" {
+		methods = append(methods, "NATS_TOKEN")
+	}
+	if len(methods) > 1 {
+		p.add("NATS authentication: set only one of %s", strings.Join(methods, ", "))
+	}
+	if c.NATSPassword != "" && c.NATSPasswordFile != "" {
+		p.add("NATS_PASSWORD and NATS_PASSWORD_FILE are both set: use one")
+	}
+	if c.NATSToken != "" && c.NATSTokenFile != "" {
+		p.add("NATS_TOKEN and NATS_TOKEN_FILE are both set: use one")
+	}
+	if c.NATSUser == "" && (c.NATSPassword != "" || c.NATSPasswordFile != "") {
+		p.add("NATS_PASSWORD is set but NATS_USER is not")
+	}
+	if c.NATSUser != "" && c.NATSPassword == "" && c.NATSPasswordFile == "" {
+		p.add("NATS_USER is set but neither NATS_PASSWORD nor NATS_PASSWORD_FILE is")
+	}
+	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
+		p.add("NATS_TLS_CERT and NATS_TLS_KEY must be set together")
+	}
+	for _, k := range []struct{ key, path string }{
+		{"NATS_CREDS", c.NATSCreds}, {"NATS_NKEY", c.NATSNKey}, {"NATS_PASSWORD_FILE", c.NATSPasswordFile},
+		{"NATS_TOKEN_FILE", c.NATSTokenFile}, {"NATS_TLS_CA", c.NATSTLSCA}, {"NATS_TLS_CERT", c.NATSTLSCert},
+		{"NATS_TLS_KEY", c.NATSTLSKey},
+	} {
+		if k.path == "" {
+			continue
+		}
+		if st, err := os.Stat(k.path); err != nil {
+			p.add("%s=%s: %s", k.key, k.path, fileProblem(err))
+		} else if st.IsDir() {
+			p.add("%s=%s: is a directory, not a file", k.key, k.path)
+		}
+	}
+}
+
+func fileProblem(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "file does not exist"
+	case errors.Is(err, os.ErrPermission):
+		return "file is not readable (permission denied)"
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func (c *Config) validateNames(p *problems, all bool) {
+	names := []struct{ key, v string }{
+		{"HERMES_BRIDGE_PREFIX", c.Prefix}, {"HERMES_BRIDGE_OUTPUT_STREAM", c.OutputStream},
+	}
+	if all {
+		names = append(names, []struct{ key, v string }{
+			{"HERMES_BRIDGE_ACTIONS_STREAM", c.ActionsStream}, {"HERMES_BRIDGE_DLQ_STREAM", c.DLQStream},
+			{"HERMES_BRIDGE_CONSUMER", c.Consumer}, {"HERMES_BRIDGE_BUCKET", c.Bucket},
+		}...)
+	}
+	for _, n := range names {
+		if !tokenRE.MatchString(n.v) {
+			p.add("%s=%s: must be 1 to 128 letters, digits, - or _", n.key, shown(n.key, n.v))
+		}
+	}
+}
+
+func (c *Config) validateBridge(p *problems) {
+	if c.AckWait < time.Second {
+		p.add("HERMES_BRIDGE_ACK_WAIT=%s: must be at least 1s", c.AckWait)
+	}
+	if c.Heartbeat < 0 || c.Heartbeat > 0 && c.Heartbeat*2 > c.AckWait {
+		p.add("HERMES_BRIDGE_HEARTBEAT=%s: must be positive and at most half of HERMES_BRIDGE_ACK_WAIT (%s)", c.Heartbeat, c.AckWait)
+	}
+	if c.MaxDeliver < 1 {
+		p.add("HERMES_BRIDGE_MAX_DELIVER=%d: must be at least 1", c.MaxDeliver)
+	}
+	if c.Workers < 0 {
+		p.add("HERMES_BRIDGE_WORKERS=%d: must be at least 1 (unset: sum of the endpoints' max concurrency)", c.Workers)
+	}
+	if c.MaxAckPending < 0 {
+		p.add("HERMES_BRIDGE_MAX_ACK_PENDING=%d: must be at least 1 (unset: the workers)", c.MaxAckPending)
+	}
+	if c.MaxAckPending > 0 && c.Workers > 0 && c.MaxAckPending < c.Workers {
+		p.add("HERMES_BRIDGE_MAX_ACK_PENDING=%d: must be at least HERMES_BRIDGE_WORKERS (%d)", c.MaxAckPending, c.Workers)
+	}
+	if c.IdempotencyTTL < time.Minute {
+		p.add("HERMES_BRIDGE_IDEMPOTENCY_TTL=%s: must be at least 1m", c.IdempotencyTTL)
+	}
+	if c.OutputMaxAge < time.Minute {
+		p.add("HERMES_BRIDGE_OUTPUT_MAX_AGE=%s: must be at least 1m", c.OutputMaxAge)
+	}
+	if c.Storage != "file" && c.Storage != "memory" {
+		p.add("HERMES_BRIDGE_STORAGE=%s: must be file or memory", c.Storage)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		p.add("HERMES_BRIDGE_REPLICAS=%d: must be 1 to 5", c.Replicas)
+	}
+	if c.ShutdownGrace < 0 {
+		p.add("HERMES_BRIDGE_SHUTDOWN_GRACE=%s: must not be negative", c.ShutdownGrace)
+	}
+	if c.ReplicaID != "" && !tokenRE.MatchString(c.ReplicaID) {
+		p.add("HERMES_BRIDGE_REPLICA_ID=%s: must be 1 to 128 letters, digits, - or _", c.ReplicaID)
+	}
+	if _, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel)); err != nil || c.LogLevel == "" {
+		p.add("HERMES_BRIDGE_LOG_LEVEL=%s: must be trace, debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		p.add("HERMES_BRIDGE_LOG_FORMAT=%s: must be json or console", c.LogFormat)
+	}
+}
+
+// storageType maps HERMES_BRIDGE_STORAGE.
+func (c *Config) storageType() jetstream.StorageType {
+	if c.Storage == "memory" {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// BridgeConfig maps c and the endpoints onto bridge.Config. Zero values keep the
+// bridge's own defaults.
+func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
+	return bridge.Config{
+		Prefix:         c.Prefix,
+		ActionsStream:  c.ActionsStream,
+		OutputStream:   c.OutputStream,
+		DLQStream:      c.DLQStream,
+		Consumer:       c.Consumer,
+		Bucket:         c.Bucket,
+		OutputMaxAge:   c.OutputMaxAge,
+		IdempotencyTTL: c.IdempotencyTTL,
+		Storage:        c.storageType(),
+		Replicas:       c.Replicas,
+		Provision:      c.Provision,
+		AckWait:        c.AckWait,
+		Heartbeat:      c.Heartbeat,
+		MaxDeliver:     c.MaxDeliver,
+		Workers:        c.Workers,
+		MaxAckPending:  c.MaxAckPending,
+		ReplicaID:      replicaID,
+		ShutdownGrace:  c.ShutdownGrace,
+		Endpoints:      eps,
+	}
+}
+
+// ---- Endpoints ----
+
+// EndpointSpec is one entry of the endpoints file.
+type EndpointSpec struct {
+	ID             string `json:"id"`
+	BaseURL        string `json:"base_url"`
+	APIKeyFile     string `json:"api_key_file,omitempty"`
+	APIKeyEnv      string `json:"api_key_env,omitempty"`
+	TenantID       string `json:"tenant_id,omitempty"`
+	MaxConcurrency int    `json:"max_concurrency,omitempty"`
+
+	// apiKey is set only by the HERMES_API_KEY shortcut (never read from a file).
+	apiKey string
+}
+
+type endpointsFile struct {
+	Endpoints []EndpointSpec `json:"endpoints"`
+}
+
+// ReadEndpointsFile reads a JSON or YAML endpoints file: {"endpoints": [...]} or a bare
+// array. The format is chosen by the extension (.json, .yaml, .yml), else by content.
+// Unknown fields are rejected.
+func ReadEndpointsFile(path string) ([]EndpointSpec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("HERMES_ENDPOINTS_FILE=%s: %s", path, fileProblem(err))
+	}
+	specs, err := parseEndpoints(data, filepath.Ext(path))
+	if err != nil {
+		return nil, fmt.Errorf("HERMES_ENDPOINTS_FILE=%s: %w", path, err)
+	}
+	return specs, nil
+}
+
+func parseEndpoints(data []byte, ext string) ([]EndpointSpec, error) {
+	trimmed := bytes.TrimSpace(data)
+	isJSON := false
+	switch strings.ToLower(ext) {
+	case ".json":
+		isJSON = true
+	case ".yaml", ".yml":
+	default:
+		isJSON = len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
+	}
+	if len(trimmed) == 0 {
+		return nil, errors.New("file is empty")
+	}
+	if !isJSON {
+		j, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			return nil, fmt.Errorf("not valid YAML: %s", firstLine(err.Error()))
+		}
+		trimmed = bytes.TrimSpace(j)
+	}
+	var specs []EndpointSpec
+	var err error
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		err = strictJSON(trimmed, &specs)
+	} else {
+		var f endpointsFile
+		err = strictJSON(trimmed, &f)
+		specs = f.Endpoints
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("lists no endpoint")
+	}
+	return specs, nil
+}
+
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "json: ")
+		if strings.Contains(msg, `unknown field "api_key"`) {
+			msg += " (keys are never written inline: use api_key_file or api_key_env)"
+		}
+		return fmt.Errorf("invalid endpoints document: %s", msg)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("invalid endpoints document: trailing data after the document")
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// EndpointSpecs returns the endpoints `run` serves: the endpoints file, the
+// HERMES_URL shortcut, or the default local Hermes (defaulted reports that case).
+func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err error) {
+	var p problems
+	shortcutKeys := []struct{ key, v string }{
+		{"HERMES_API_KEY", c.HermesAPIKey}, {"HERMES_API_KEY_FILE", c.HermesAPIKeyFile},
+		{"HERMES_TENANT_ID", c.HermesTenantID},
+	}
+	if c.EndpointsFile != "" {
+		if c.HermesURL != "" {
+			p.add("HERMES_ENDPOINTS_FILE and HERMES_URL are both set: use one")
+		}
+		for _, k := range shortcutKeys {
+			if k.v != "" {
+				p.add("%s is set with HERMES_ENDPOINTS_FILE: it applies only to the single endpoint of HERMES_URL; set api_key_file, api_key_env or tenant_id in the file", k.key)
+			}
+		}
+		if len(p) > 0 {
+			return nil, false, p.err()
+		}
+		specs, err := ReadEndpointsFile(c.EndpointsFile)
+		if err != nil {
+			return nil, false, &ConfigError{Problems: []string{err.Error()}}
+		}
+		return specs, false, nil
+	}
+	u := c.HermesURL
+	if u == "" {
+		u, defaulted = DefaultHermesURL, true
+	}
+	if c.HermesAPIKey != "" && c.HermesAPIKeyFile != "" {
+		p.add("HERMES_API_KEY and HERMES_API_KEY_FILE are both set: use one")
+	}
+	if c.HermesMaxConcurrency < 1 {
+		p.add("HERMES_MAX_CONCURRENCY=%d: must be at least 1", c.HermesMaxConcurrency)
+	}
+	if err := p.err(); err != nil {
+		return nil, false, err
+	}
+	return []EndpointSpec{{
+		ID: c.HermesEndpointID, BaseURL: u, APIKeyFile: c.HermesAPIKeyFile,
+		TenantID: c.HermesTenantID, MaxConcurrency: c.HermesMaxConcurrency, apiKey: c.HermesAPIKey,
+	}}, defaulted, nil
+}
+
+// validateSpecs checks every endpoint; where names the source for messages
+// ("HERMES_URL" or "HERMES_ENDPOINTS_FILE endpoint 0").
+func validateSpecs(specs []EndpointSpec, fromFile bool, environ map[string]string) error {
+	var p problems
+	seen := map[string]bool{}
+	for i, s := range specs {
+		where := "HERMES_ENDPOINT_ID"
+		if fromFile {
+			where = fmt.Sprintf("HERMES_ENDPOINTS_FILE endpoints[%d]", i)
+		}
+		if !events.ValidEndpointID(s.ID) {
+			p.add("%s: id %q must match [a-z0-9_-]{1,128}", where, s.ID)
+		} else if seen[s.ID] {
+			p.add("%s: id %q is listed twice", where, s.ID)
+		}
+		seen[s.ID] = true
+		if fromFile {
+			where = fmt.Sprintf("HERMES_ENDPOINTS_FILE endpoint %q", s.ID)
+		} else {
+			where = "HERMES_URL"
+		}
+		if s.BaseURL == "" {
+			p.add("%s: base_url is required", where)
+		} else if err := bridge.ValidateBaseURL(s.BaseURL); err != nil {
+			p.add("%s=%s: %v", where, redactURL(s.BaseURL), err)
+		}
+		if fromFile {
+			if s.MaxConcurrency < 0 {
+				p.add("%s: max_concurrency %d must be at least 1 (omit it for 10)", where, s.MaxConcurrency)
+			}
+			if s.APIKeyFile != "" && s.APIKeyEnv != "" {
+				p.add("%s: set only one of api_key_file and api_key_env", where)
+			}
+			if s.APIKeyEnv != "" {
+				if !envNameRE.MatchString(s.APIKeyEnv) {
+					p.add("%s: api_key_env %q is not an environment variable name", where, s.APIKeyEnv)
+				} else if v, ok := environ[s.APIKeyEnv]; !ok || v == "" {
+					p.add("%s: api_key_env names %s, which is not set", where, s.APIKeyEnv)
+				} else if err := checkKey(v); err != nil {
+					p.add("%s: the key in %s %v", where, s.APIKeyEnv, err)
+				}
+			}
+			if len(s.TenantID) > events.MaxTenantIDLen || strings.IndexFunc(s.TenantID, unicode.IsControl) >= 0 {
+				p.add("%s: tenant_id must be at most %d characters without control characters", where, events.MaxTenantIDLen)
+			}
+		} else if s.apiKey != "" {
+			if err := checkKey(s.apiKey); err != nil {
+				p.add("HERMES_API_KEY: the key %v", err)
+			}
+		}
+	}
+	return p.err()
+}
+
+// checkKey validates a bearer key; the error never contains the key.
+func checkKey(k string) error {
+	switch {
+	case k == "":
+		return errors.New("is empty")
+	case len(k) > maxKeyLen:
+		return fmt.Errorf("is longer than %d bytes", maxKeyLen)
+	case strings.IndexFunc(k, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		return errors.New("contains whitespace or control characters")
+	}
+	return nil
+}
+
+// redactURL removes a password from a URL for messages and logs.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		if err != nil && strings.Contains(raw, "@") {
+			return "[unparseable URL redacted]"
+		}
+		return raw
+	}
+	return u.Redacted()
+}
+
+// ---- Config dump ----
+
+// Dump returns the configuration for the startup log: every variable that is set or
+// has a default, secrets replaced by "[redacted]", URLs without passwords, and the
+// endpoints with the source of their key (never the key).
+func (c *Config) Dump(specs []EndpointSpec) map[string]any {
+	out := map[string]any{}
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		if key == "" {
+			continue
+		}
+		fv := v.Field(i)
+		if fv.IsZero() && f.Tag.Get("envDefault") == "" {
+			continue
+		}
+		switch {
+		case f.Tag.Get("secret") == "true":
+			out[key] = "[redacted]"
+		case fv.Kind() == reflect.String && strings.HasSuffix(key, "_URL"):
+			parts := strings.Split(fv.String(), ",")
+			for i := range parts {
+				parts[i] = redactURL(strings.TrimSpace(parts[i]))
+			}
+			out[key] = strings.Join(parts, ",")
+		case fv.Type() == reflect.TypeFor[time.Duration]():
+			out[key] = fv.Interface().(time.Duration).String()
+		default:
+			out[key] = fv.Interface()
+		}
+	}
+	eps := make([]map[string]any, 0, len(specs))
+	for _, s := range specs {
+		key := "none"
+		switch {
+		case s.APIKeyFile != "":
+			key = "file:" + s.APIKeyFile
+		case s.APIKeyEnv != "":
+			key = "env:" + s.APIKeyEnv
+		case s.apiKey != "":
+			key = "env:HERMES_API_KEY"
+		}
+		ep := map[string]any{"id": s.ID, "base_url": redactURL(s.BaseURL), "key": key, "max_concurrency": s.MaxConcurrency}
+		if s.TenantID != "" {
+			ep["tenant_id"] = s.TenantID
+		}
+		eps = append(eps, ep)
+	}
+	out["endpoints"] = eps
+	return out
+}
+
+// ---- NATS options ----
+
+// natsOptions builds the client options for c: name, reconnects forever with a wait,
+// credentials and TLS, and handlers that log connection changes. Secret files are read
+// here; errors name the file, never its content.
+func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.Timeout(5 * time.Second),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() || nc.IsDraining() {
+				return // our own shutdown
+			}
+			ev := log.Warn()
+			if err != nil {
+				ev = ev.Err(err)
+			}
+			ev.Msg("NATS disconnected; reconnecting")
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("NATS reconnected")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := log.Warn().Err(err)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("NATS asynchronous error")
+		}),
+	}
+	if c.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	}
+	if c.NATSNKey != "" {
+		o, err := nats.NkeyOptionFromSeed(c.NATSNKey)
+		if err != nil {
+			return nil, fmt.Errorf("NATS_NKEY=%s: cannot read an nkey seed from this file", c.NATSNKey)
+		}
+		opts = append(opts, o)
+	}
+	if c.NATSUser != "" {
+		pw := c.NATSPassword
+		if c.NATSPasswordFile != "" {
+			s, err := readSecretFile("NATS_PASSWORD_FILE", c.NATSPasswordFile)
+			if err != nil {
+				return nil, err
+			}
+			pw = s
+		}
+		opts = append(opts, nats.UserInfo(c.NATSUser, pw))
+	}
+	if c.NATSToken != "" || c.NATSTokenFile != "" {
+		tok := c.NATSToken
+		if c.NATSTokenFile != "" {
+			s, err := readSecretFile("NATS_TOKEN_FILE", c.NATSTokenFile)
+			if err != nil {
+				return nil, err
+			}
+			tok = s
+		}
+		opts = append(opts, nats.Token(tok))
+	}
+	if c.NATSTLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.NATSTLSCA))
+	}
+	if c.NATSTLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.NATSTLSCert, c.NATSTLSKey))
+	}
+	return opts, nil
+}
+
+// clientURL is where `call` and `watch` connect.
+func (c *Config) clientURL() (string, error) {
+	if c.NATSURL != "" {
+		return c.NATSURL, nil
+	}
+	if c.NATSPort == -1 {
+		return "", errors.New("NATS_URL is not set and HERMES_BRIDGE_NATS_PORT=-1: set NATS_URL (or --server) to the URL `run` printed")
+	}
+	host := c.NATSHost
+	if host == "0.0.0.0" || host == "::" || host == "" {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("nats://%s", netJoin(host, c.NATSPort)), nil
+}
+
+func netJoin(host string, port int) string {
+	if strings.Contains(host, ":") {
+		return fmt.Sprintf("[%s]:%d", host, port)
+	}
+	return fmt.Sprintf("%s:%d", host, port)
+}
+
+// readSecretFile reads a one-line secret; errors name the variable and path only.
+func readSecretFile(key, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s=%s: %s", key, path, fileProblem(err))
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if err := checkKey(s); err != nil {
+		return "", fmt.Errorf("%s=%s: the secret in this file %v", key, path, err)
+	}
+	return s, nil
+}

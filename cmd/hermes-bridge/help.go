@@ -1,0 +1,245 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+)
+
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+const usageTop = `hermes-bridge bridges NATS JetStream to Hermes Agent API servers.
+
+Usage:
+  hermes-bridge <command> [flags]
+
+Commands:
+  run        run the bridge service (starts an embedded NATS server unless NATS_URL is set)
+  call       publish one action and follow it until it settles
+  watch      replay and follow an action's events and result
+  version    print the version
+  help       show help for a command: hermes-bridge help <command>
+
+Examples:
+  # Start the bridge with its own NATS server, against Hermes on 127.0.0.1:8642:
+  HERMES_API_KEY_FILE=./hermes.key hermes-bridge run
+
+  # In another terminal, stream a chat reply:
+  hermes-bridge call --prompt "Summarize the incident notes."
+
+  # Follow an action published elsewhere:
+  hermes-bridge watch 3xTnq8v2...
+
+Configuration comes from the environment: 'hermes-bridge run --help' lists every variable.
+`
+
+const usageRun = `Usage:
+  hermes-bridge run
+
+Runs the bridge: consumes actions from JetStream, calls Hermes, and publishes
+events and results. Stops gracefully on SIGINT or SIGTERM (in-flight actions get
+HERMES_BRIDGE_SHUTDOWN_GRACE to finish). SIGHUP re-reads every API key file.
+
+Without NATS_URL, an embedded NATS server with JetStream is started on
+HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT (default 127.0.0.1:4222) with its
+store in HERMES_BRIDGE_DATA_DIR (default ./data/nats); its URL is printed on stderr.
+With NATS_URL the bridge connects to that server or cluster instead.
+
+Hermes endpoints come from HERMES_ENDPOINTS_FILE, or from HERMES_URL (one
+endpoint), or default to endpoint "primary" at http://127.0.0.1:8642.
+
+Examples:
+  # Local: embedded NATS, Hermes on this machine, key from a file.
+  HERMES_API_KEY_FILE=./hermes.key hermes-bridge run
+
+  # Production: an existing cluster and several endpoints.
+  NATS_URL=tls://nats-1:4222,tls://nats-2:4222 NATS_CREDS=/run/secrets/bridge.creds \
+  HERMES_ENDPOINTS_FILE=/etc/hermes-bridge/endpoints.yaml HERMES_BRIDGE_REPLICAS=3 \
+  hermes-bridge run
+
+Endpoints file (JSON or YAML; a bare array is accepted too):
+  {"endpoints": [{"id": "primary", "base_url": "http://127.0.0.1:8642",
+                  "api_key_file": "/run/secrets/hermes_key", "tenant_id": "acme",
+                  "max_concurrency": 10}]}
+  Each endpoint takes its key from exactly one of api_key_file or api_key_env (the
+  name of a variable holding the key), or from neither for a server without a key.
+
+Environment:
+`
+
+const usageCall = `Usage:
+  hermes-bridge call [flags]
+
+Publishes one action and follows it: streamed text is printed as it arrives,
+then the result as JSON. The exit status is 0 when the action completed, 1 when
+it failed, 3 when it was cancelled, 2 for usage or connection errors, and 130
+when interrupted (the action itself goes on; follow it with 'watch').
+
+Connects to NATS_URL, or to the embedded server of 'hermes-bridge run'
+(nats://HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT), with the same
+credential variables as run.
+
+Flags:
+`
+
+const examplesCall = `
+Examples:
+  hermes-bridge call --prompt "Summarize the incident notes."
+  hermes-bridge call --op chat --input '{"messages":[{"role":"user","content":"hi"}]}' --json
+  hermes-bridge call --op session_create --input @session.json --key incident-42
+  hermes-bridge call --op health --endpoint secondary
+  echo '{"prompt":"hello"}' | hermes-bridge call --input - --events
+  hermes-bridge call --prompt "long job" --no-follow   # prints the action id
+`
+
+const usageWatch = `Usage:
+  hermes-bridge watch [flags] <action_id>
+
+Replays an action's events and result from the first one and follows it until
+it settles; it works for actions started (or finished) before watch. Printing
+and exit status are those of 'hermes-bridge call'.
+
+Flags:
+`
+
+const examplesWatch = `
+Examples:
+  hermes-bridge watch 3xTnq8v2Lk0aQ
+  hermes-bridge watch --events 3xTnq8v2Lk0aQ | jq .kind
+`
+
+const usageVersion = `Usage:
+  hermes-bridge version
+
+Prints the version, the VCS revision when known, and the Go version.
+`
+
+// cmdHelp implements `hermes-bridge help [command]`.
+func cmdHelp(args []string, io stdio) int {
+	if len(args) == 0 {
+		fmt.Fprint(io.out, usageTop)
+		return exitOK
+	}
+	switch args[0] {
+	case "run":
+		printRunHelp(io.out)
+	case "call":
+		printFlagsHelp(io.out, usageCall, callFlags(&callOptions{}, io.err), examplesCall)
+	case "watch":
+		printFlagsHelp(io.out, usageWatch, watchFlags(&callOptions{}, io.err), examplesWatch)
+	case "version":
+		fmt.Fprint(io.out, usageVersion)
+	case "help":
+		fmt.Fprint(io.out, usageTop)
+	default:
+		fmt.Fprintf(io.err, "hermes-bridge help: unknown command %q\nRun 'hermes-bridge --help' for the list of commands.\n", args[0])
+		return exitUsage
+	}
+	return exitOK
+}
+
+func printRunHelp(w io.Writer) {
+	fmt.Fprint(w, usageRun)
+	writeEnvTable(w)
+}
+
+// writeEnvTable lists the variables from the Config struct tags.
+func writeEnvTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range configFields() {
+		def := f.Default
+		if def == "" {
+			def = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Key, def, f.Desc)
+	}
+	tw.Flush()
+}
+
+func printFlagsHelp(w io.Writer, head string, fs *flag.FlagSet, examples string) {
+	fmt.Fprint(w, head)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprint(w, examples)
+}
+
+func cmdVersion(args []string, io stdio) int {
+	if len(args) > 0 {
+		if isHelp(args[0]) {
+			fmt.Fprint(io.out, usageVersion)
+			return exitOK
+		}
+		fmt.Fprintf(io.err, "hermes-bridge version: unexpected argument %q\n", args[0])
+		return exitUsage
+	}
+	fmt.Fprintf(io.out, "hermes-bridge %s\n", versionString())
+	return exitOK
+}
+
+func versionString() string {
+	v := version
+	rev := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = s.Value[:12]
+			}
+		}
+	}
+	s := v
+	if rev != "" {
+		s += " (" + rev + ")"
+	}
+	return s + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+func isHelp(a string) bool {
+	return a == "-h" || a == "-help" || a == "--help" || a == "help"
+}
+
+// errHelp is returned by parseArgs when help was requested (already printed).
+var errHelp = errors.New("help requested")
+
+// parseArgs parses flags that may be interspersed with positional arguments
+// (`watch ID --json` and `watch --json ID` both work); "--" ends the flags.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag stops at the first non-flag argument, or after "--".
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError prints msg and a hint, and returns exitUsage.
+func usageError(w io.Writer, cmd, msg string) int {
+	msg = strings.TrimPrefix(msg, "flag provided but not defined: ")
+	if strings.HasPrefix(msg, "-") {
+		msg = "unknown flag " + msg
+	}
+	fmt.Fprintf(w, "hermes-bridge %s: %s\nRun 'hermes-bridge %s --help' for usage.\n", cmd, msg, cmd)
+	return exitUsage
+}

@@ -1,0 +1,69 @@
+// Command hermes-bridge bridges NATS JetStream to Hermes Agent API servers.
+//
+//	hermes-bridge run                 the service
+//	hermes-bridge call [flags]        publish one action and follow it
+//	hermes-bridge watch <action_id>   follow an action's events and result
+//	hermes-bridge version
+//
+// Configuration comes from the environment (see `hermes-bridge run --help`).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitFailed      = 1   // the action failed, or `run` stopped on an error
+	exitUsage       = 2   // usage, configuration or connection error
+	exitCancelled   = 3   // the action was cancelled
+	exitInterrupted = 130 // call/watch stopped following on SIGINT/SIGTERM
+)
+
+// stdio are the process streams, replaceable in tests.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, restore the default behaviour so a second one kills
+	// the process even if the graceful shutdown hangs.
+	go func() { <-ctx.Done(); stop() }()
+	code := Main(ctx, os.Args[1:], env.ToMap(os.Environ()), stdio{os.Stdin, os.Stdout, os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// Main dispatches the subcommand and returns the exit status.
+func Main(ctx context.Context, args []string, environ map[string]string, io stdio) int {
+	if len(args) == 0 {
+		fmt.Fprint(io.err, usageTop)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return cmdRun(ctx, rest, environ, io)
+	case "call":
+		return cmdCall(ctx, rest, environ, io)
+	case "watch":
+		return cmdWatch(ctx, rest, environ, io)
+	case "version", "--version":
+		return cmdVersion(rest, io)
+	case "help", "-h", "-help", "--help":
+		return cmdHelp(rest, io)
+	default:
+		fmt.Fprintf(io.err, "hermes-bridge: unknown command %q\nRun 'hermes-bridge --help' for the list of commands.\n", cmd)
+		return exitUsage
+	}
+}

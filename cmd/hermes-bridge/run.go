@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+)
+
+// Shutdown bounds after the bridge's Run has returned.
+const (
+	drainTimeout       = 10 * time.Second
+	serverStopTimeout  = 15 * time.Second
+	embeddedServerName = "hermes-bridge"
+)
+
+func cmdRun(ctx context.Context, args []string, environ map[string]string, io stdio) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(discard{})
+	fs.Usage = func() {}
+	pos, err := parseArgs(fs, args)
+	switch {
+	case errors.Is(err, errHelp):
+		printRunHelp(io.out)
+		return exitOK
+	case err != nil:
+		return usageError(io.err, "run", err.Error())
+	case len(pos) > 0:
+		return usageError(io.err, "run", fmt.Sprintf("unexpected argument %q (run takes no arguments; configure it with environment variables)", pos[0]))
+	}
+
+	p, err := prepareRun(environ)
+	if err != nil {
+		fmt.Fprintf(io.err, "hermes-bridge run: %v\n", err)
+		return exitUsage
+	}
+	log := newLogger(p.cfg, io.err, p.replicaID)
+	if err := runService(ctx, p, log, io.err, nil); err != nil {
+		log.Error().Err(err).Msg("hermes-bridge stopped on an error")
+		return exitFailed
+	}
+	return exitOK
+}
+
+// runPlan is a validated `run` configuration.
+type runPlan struct {
+	cfg       *Config
+	specs     []EndpointSpec
+	defaulted bool // no endpoint configured: the local default is used
+	keys      *keyring
+	replicaID string
+	bridge    bridge.Config
+}
+
+// prepareRun parses and validates everything `run` needs and reads the key files.
+// The error lists every problem found, naming variables and files, never secrets.
+func prepareRun(environ map[string]string) (*runPlan, error) {
+	cfg, err := LoadConfig(environ)
+	all := &ConfigError{}
+	if err != nil {
+		errors.As(err, &all)
+	}
+	all.merge(cfg.ValidateRun())
+	specs, defaulted, err := cfg.EndpointSpecs()
+	if err != nil {
+		all.merge(err)
+	} else {
+		all.merge(validateSpecs(specs, cfg.EndpointsFile != "", environ))
+	}
+	if err := all.errOrNil(); err != nil {
+		return nil, err
+	}
+	keys, err := newKeyring(specs, environ)
+	if err != nil {
+		return nil, err
+	}
+	replica := cfg.ReplicaID
+	if replica == "" {
+		replica = nuid.Next()
+	}
+	eps := make([]bridge.Endpoint, 0, len(specs))
+	for _, s := range specs {
+		ep := bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency}
+		if ks := keys.source(s.ID); ks != nil {
+			ep.Key = ks.Key
+		}
+		eps = append(eps, ep)
+	}
+	bc := cfg.BridgeConfig(eps, replica)
+	// The bridge's own rules are the final word (they may grow); our messages above
+	// name the variables, these name the settings.
+	if err := bc.WithDefaults().Validate(); err != nil {
+		var ps problems
+		for _, line := range strings.Split(strings.TrimPrefix(err.Error(), bridge.ErrInvalidConfig.Error()+":"), "\n") {
+			if line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- ")); line != "" {
+				ps.add("%s", line)
+			}
+		}
+		return nil, ps.err()
+	}
+	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc}, nil
+}
+
+// newLogger returns the root logger: JSON (or console) lines on w with the service
+// and replica fields.
+func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
+	if err != nil || lvl == zerolog.NoLevel {
+		lvl = zerolog.InfoLevel
+	}
+	out := w
+	if cfg.LogFormat == "console" {
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
+	}
+	return zerolog.New(out).Level(lvl).With().Timestamp().
+		Str("service", "hermes-bridge").Str("replica", replica).Logger()
+}
+
+// runService runs the bridge until ctx is cancelled: embedded server (if any), NATS
+// connection, SIGHUP key reloads, bridge. Shutdown order: the bridge drains its
+// in-flight actions, then the connection drains, then the embedded server stops.
+// ready, if non-nil, is called with the NATS URL once connected (tests use it).
+func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.Writer, ready func(natsURL string)) (err error) {
+	cfg := p.cfg
+	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
+	if p.defaulted {
+		log.Warn().Str("endpoint", p.specs[0].ID).Str("base_url", DefaultHermesURL).
+			Msg("neither HERMES_ENDPOINTS_FILE nor HERMES_URL is set; using the local Hermes default " + DefaultHermesURL)
+	}
+	for _, s := range p.specs {
+		if s.APIKeyFile == "" && s.APIKeyEnv == "" && s.apiKey == "" {
+			log.Warn().Str("endpoint", s.ID).Msg("endpoint has no API key; requests are sent without authentication (fine for a keyless test server only)")
+		}
+	}
+
+	url := cfg.NATSURL
+	if url == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return fmt.Errorf("HERMES_BRIDGE_DATA_DIR=%s: cannot create the data directory: %s", cfg.DataDir, fileProblem(err))
+		}
+		srvLog := log.With().Str("component", "nats-server").Logger()
+		if srvLog.GetLevel() < zerolog.WarnLevel {
+			srvLog = srvLog.Level(zerolog.WarnLevel) // the server's notices are many; debug shows them
+			if cfg.LogLevel == "debug" || cfg.LogLevel == "trace" {
+				srvLog = srvLog.Level(zerolog.DebugLevel)
+			}
+		}
+		srv, err := natsembed.Start(natsembed.Options{
+			Host: cfg.NATSHost, Port: cfg.NATSPort, StoreDir: cfg.DataDir,
+			ServerName: embeddedServerName, Logger: srvLog,
+		})
+		if err != nil {
+			return fmt.Errorf("embedded NATS server on %s (HERMES_BRIDGE_NATS_HOST/HERMES_BRIDGE_NATS_PORT): %w", netJoin(cfg.NATSHost, cfg.NATSPort), err)
+		}
+		// Stops LAST: registered first, so it runs after the connection has drained.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serverStopTimeout)
+			defer cancel()
+			if serr := srv.Shutdown(sctx); serr != nil {
+				log.Warn().Err(serr).Msg("embedded NATS server did not stop in time")
+			} else {
+				log.Info().Msg("embedded NATS server stopped")
+			}
+		}()
+		url = srv.ClientURL()
+		fmt.Fprintf(stderr, "embedded NATS server listening on %s (store %s)\n", url, cfg.DataDir)
+		log.Info().Str("url", url).Str("store", cfg.DataDir).Msg("embedded NATS server started")
+	}
+
+	connLog := log.With().Str("component", "nats").Logger()
+	opts, err := cfg.natsOptions("hermes-bridge", connLog)
+	if err != nil {
+		return err
+	}
+	closed := make(chan struct{})
+	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", redactURLs(url), err)
+	}
+	defer func() {
+		if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+			log.Warn().Err(derr).Msg("NATS drain failed")
+			nc.Close()
+		}
+		select {
+		case <-closed:
+		case <-time.After(drainTimeout):
+			log.Warn().Dur("timeout", drainTimeout).Msg("NATS connection did not drain in time; closing")
+			nc.Close()
+		}
+	}()
+	log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("server", nc.ConnectedServerName()).Msg("connected to NATS")
+	if ready != nil {
+		ready(url)
+	}
+
+	b, err := bridge.New(nc, p.bridge, log)
+	if err != nil {
+		return err
+	}
+
+	hupCtx, stopHUP := context.WithCancel(ctx)
+	hupDone := make(chan struct{})
+	go func() {
+		defer close(hupDone)
+		reloadOnHUP(hupCtx, p.keys, log)
+	}()
+	defer func() { stopHUP(); <-hupDone }()
+
+	if err := b.Run(ctx); err != nil {
+		return err
+	}
+	log.Info().Msg("bridge stopped; draining the NATS connection")
+	return nil
+}
+
+// reloadOnHUP re-reads every key file on SIGHUP until ctx is done.
+func reloadOnHUP(ctx context.Context, keys *keyring, log zerolog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			reloadKeys(keys, log)
+		}
+	}
+}
+
+func reloadKeys(keys *keyring, log zerolog.Logger) {
+	n, err := keys.Reload()
+	if err != nil {
+		log.Error().Err(err).Int("reloaded", n).Msg("some endpoint keys could not be reloaded")
+		return
+	}
+	log.Info().Int("reloaded", n).Msgf("reloaded %d endpoint keys", n)
+}
+
+// redactURLs redacts every URL of a comma-separated list.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i := range parts {
+		parts[i] = redactURL(strings.TrimSpace(parts[i]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// isTerminal reports whether w is a terminal (colors only then).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
