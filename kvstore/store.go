@@ -60,7 +60,8 @@ type Entry struct {
 // Open provisions (cfg.Provision) or binds to the bucket and returns a Store.
 // Binding to a missing bucket fails with an error matching ErrNoBucket (and
 // jetstream.ErrBucketNotFound) whose message says to create the bucket or
-// enable provisioning. Provisioning is idempotent.
+// enable provisioning. Provisioning is idempotent. Without a ctx deadline
+// Open applies a 30 s timeout.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	if js == nil {
 		return nil, errors.New("kvstore: nil JetStream")
