@@ -378,7 +378,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if f.streamEffect() && !agentRoute(rt.key) {
+		// Plain JSON route: do the work, then ruin the response.
+		real := c.w
+		c.w = httptest.NewRecorder()
+		s.dispatch(c, authOK)
+		c.w = real
+		s.jsonFault(c)
+		return
+	}
 	s.dispatch(c, authOK)
+}
+
+// agentRoute reports whether the route applies stream/JSON fault effects itself.
+func agentRoute(key string) bool {
+	switch key {
+	case "chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream":
+		return true
+	}
+	return false
 }
 
 func allowFor(segs []string) string {

@@ -184,10 +184,10 @@ func TestSessionChatRules(t *testing.T) {
 	srv := newServer(t)
 	must(t, do(t, srv, "POST", "/api/sessions", `{"id":"s"}`), 201)
 	for body, code := range map[string]string{
-		`{}`:                       "missing_message",
-		`{"message":""}`:           "missing_message",
-		`{"message":[{"type":"file","file":{}}]}`: "unsupported_content_type",
-		`{"message":"hi","system_message":5}`:     "invalid_system_message",
+		`{}`:             "missing_message",
+		`{"message":""}`: "missing_message",
+		`{"message":[{"type":"file","file":{}}]}`:          "unsupported_content_type",
+		`{"message":"hi","system_message":5}`:              "invalid_system_message",
 		`{"message":"` + strings.Repeat("x", 65537) + `"}`: "invalid_content_part",
 	} {
 		if c := must(t, do(t, srv, "POST", "/api/sessions/s/chat", body), 400).errCode(t); c != code {
