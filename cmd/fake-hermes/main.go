@@ -117,24 +117,27 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fake-hermes:", err)
 		os.Exit(2)
 	}
-	if err := run(o); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, func(url string) {
+		log.Printf("fake-hermes %s listening on %s (model: hermes-agent)", o.version, url)
+	}); err != nil {
 		fmt.Fprintln(os.Stderr, "fake-hermes:", err)
 		os.Exit(1)
 	}
 }
 
-func run(o options) error {
+// run serves until ctx is done; ready is called with the base URL once listening.
+func run(ctx context.Context, o options, ready func(url string)) error {
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
 	fake := hermestest.NewUnstartedServer(o.serverOptions()...)
 	srv := &http.Server{Handler: fake.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Printf("fake-hermes %s listening on http://%s (model: hermes-agent)", o.version, ln.Addr())
+	ready("http://" + ln.Addr().String())
 	select {
 	case err := <-errc:
 		fake.Close()

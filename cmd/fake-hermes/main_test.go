@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Setenv("FAKE_HERMES_KEY", "env-key-0123456789abcdef")
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.addr != "127.0.0.1:8642" || o.key != "env-key-0123456789abcdef" || o.version != "0.19.0" || o.maxRuns != -1 || o.keepalive != 30*time.Second {
+		t.Errorf("defaults %+v", o)
+	}
+	o, err = parseFlags([]string{"--key", "flag-key-0123456789abcdef", "--version", "0.16.0", "--max-concurrent-runs", "3", "--deltas", "4", "--delta-delay", "5ms"}, io.Discard)
+	if err != nil || o.key != "flag-key-0123456789abcdef" || o.version != "0.16.0" || o.maxRuns != 3 || o.deltas != 4 || o.deltaDelay != 5*time.Millisecond {
+		t.Errorf("flags %+v %v", o, err)
+	}
+	for _, bad := range [][]string{{"--version", "1.0"}, {"--key", "short"}, {"extra"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"--help"}, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("help err %v", err)
+	}
+	for _, want := range []string{"Examples:", "-addr", "-max-concurrent-runs", "FAKE_HERMES_KEY"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, help.String())
+		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	o, err := parseFlags([]string{"--addr", "127.0.0.1:0", "--key", "run-key-0123456789abcdef", "--deltas", "2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, o, func(u string) { urls <- u }) }()
+	url := <-urls
+	resp, err := http.Get(url + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != `{"status": "ok", "platform": "hermes-agent", "version": "0.19.0"}` {
+		t.Errorf("health %s", b)
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"a b c d"}]}`))
+	req.Header.Set("Authorization", "Bearer run-key-0123456789abcdef")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if n := strings.Count(string(b), `"delta": {"content": `); n != 2 {
+		t.Errorf("%d content deltas, want 2:\n%s", n, b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
