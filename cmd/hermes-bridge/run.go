@@ -234,6 +234,11 @@ func reloadOnHUP(ctx context.Context, keys *keyring, log zerolog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	reloadLoop(ctx, hup, keys, log)
+}
+
+// reloadLoop reloads the keys each time hup delivers, until ctx is done.
+func reloadLoop(ctx context.Context, hup <-chan os.Signal, keys *keyring, log zerolog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():

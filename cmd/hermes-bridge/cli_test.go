@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// runMain runs the CLI in-process.
+func runMain(ctx context.Context, environ map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	code = Main(ctx, args, environ, stdio{in: strings.NewReader(stdin), out: out, err: errb})
+	return code, out.String(), errb.String()
+}
+
+func TestHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"Commands:", "run", "call", "watch", "version", "Examples:"}},
+		{[]string{"-h"}, []string{"Commands:"}},
+		{[]string{"help"}, []string{"Commands:"}},
+		{[]string{"help", "help"}, []string{"Commands:"}},
+		{[]string{"run", "--help"}, []string{"hermes-bridge run", "Examples:", "Environment:", "HERMES_BRIDGE_ACK_WAIT", "30s", "SIGHUP"}},
+		{[]string{"run", "-h"}, []string{"Environment:"}},
+		{[]string{"help", "run"}, []string{"Environment:", "HERMES_ENDPOINTS_FILE"}},
+		{[]string{"call", "--help"}, []string{"hermes-bridge call [flags]", "-prompt", "-no-follow", "-structured", "-events", "Examples:", "chat_stream"}},
+		{[]string{"call", "-h"}, []string{"-endpoint"}},
+		{[]string{"help", "call"}, []string{"-input"}},
+		{[]string{"watch", "--help"}, []string{"hermes-bridge watch [flags] <action_id>", "-json", "-events", "Examples:"}},
+		{[]string{"watch", "x", "--help"}, []string{"<action_id>"}},
+		{[]string{"help", "watch"}, []string{"<action_id>"}},
+		{[]string{"version", "--help"}, []string{"hermes-bridge version"}},
+		{[]string{"help", "version"}, []string{"Prints the version"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), nil, "", tt.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("help lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runMain(context.Background(), nil, "", "version")
+	if code != exitOK || !strings.HasPrefix(out, "hermes-bridge ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("exit %d out %q", code, out)
+	}
+	code, out, _ = runMain(context.Background(), nil, "", "--version")
+	if code != exitOK || !strings.HasPrefix(out, "hermes-bridge ") {
+		t.Fatalf("--version: exit %d out %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "Commands:"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"run", "--bogus"}, "unknown flag -bogus"},
+		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"call", "--bogus"}, "unknown flag -bogus"},
+		{[]string{"call", "--timeout", "soon"}, `invalid value "soon" for flag -timeout`},
+		{[]string{"call", "--op", "dance"}, `unknown operation "dance"`},
+		{[]string{"call", "--endpoint", "Bad!"}, `--endpoint "Bad!" must match`},
+		{[]string{"call", "--prompt", "a", "--input", "{}"}, "--prompt and --input exclude each other"},
+		{[]string{"call", "--input", "[1]"}, "--input must be a JSON object"},
+		{[]string{"call", "--input", "{nope"}, "--input is not valid JSON"},
+		{[]string{"call", "--input", "@" + filepath.Join(dir, "missing.json")}, "file does not exist"},
+		{[]string{"call", "--op", "session_create"}, "needs an idempotency key: add --key"},
+		{[]string{"call", "--action-id", "a.b"}, "--action-id must match"},
+		{[]string{"call", "--timeout", "-1s"}, "--timeout must be between"},
+		{[]string{"call", "--json", "--events"}, "--json and --events exclude each other"},
+		{[]string{"call", "positional"}, `unexpected argument "positional"`},
+		{[]string{"watch"}, "missing the action id"},
+		{[]string{"watch", "a", "b"}, `unexpected argument "b"`},
+		{[]string{"watch", "a.b"}, "action id must match"},
+		{[]string{"watch", "--nope", "a"}, "unknown flag -nope"},
+		{[]string{"version", "extra"}, `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), map[string]string{}, "", tt.args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errOut)
+			}
+			if !strings.Contains(errOut, tt.want) {
+				t.Fatalf("stderr lacks %q:\n%s", tt.want, errOut)
+			}
+			if out != "" {
+				t.Fatalf("stdout not empty on usage error: %q", out)
+			}
+		})
+	}
+}
+
+func TestConfigErrorExitCodes(t *testing.T) {
+	code, _, errOut := runMain(context.Background(), map[string]string{"HERMES_BRIDGE_ACK_WAIT": "100ms", "HERMES_API_KEY": "has space-Secret"}, "", "run")
+	if code != exitUsage || !strings.Contains(errOut, "HERMES_BRIDGE_ACK_WAIT=100ms: must be at least 1s") {
+		t.Fatalf("exit %d stderr %s", code, errOut)
+	}
+	if strings.Contains(errOut, "Secret") {
+		t.Fatalf("secret printed: %s", errOut)
+	}
+	// call validates the connection settings it uses.
+	code, _, errOut = runMain(context.Background(), map[string]string{"NATS_TOKEN": "t"}, "", "call", "--prompt", "x")
+	if code != exitUsage || !strings.Contains(errOut, "NATS_TOKEN is set but NATS_URL is not") {
+		t.Fatalf("exit %d stderr %s", code, errOut)
+	}
+	// Connection refused is a connection error: exit 2 with a hint.
+	code, _, errOut = runMain(context.Background(), map[string]string{"HERMES_BRIDGE_NATS_PORT": "1"}, "", "call", "--prompt", "x")
+	if code != exitUsage || !strings.Contains(errOut, "cannot connect to NATS at nats://127.0.0.1:1") || !strings.Contains(errOut, "hermes-bridge run") {
+		t.Fatalf("exit %d stderr %s", code, errOut)
+	}
+	code, _, errOut = runMain(context.Background(), map[string]string{}, "", "watch", "--server", "nats://127.0.0.1:1", "abc")
+	if code != exitUsage || !strings.Contains(errOut, "cannot connect") {
+		t.Fatalf("watch: exit %d stderr %s", code, errOut)
+	}
+}
+
+func TestInputSources(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "in.json")
+	if err := os.WriteFile(file, []byte(`{"query":"from file"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		o     callOptions
+		stdin string
+		want  string
+	}{
+		{callOptions{prompt: "hi \"there\""}, "", `{"prompt":"hi \"there\""}`},
+		{callOptions{input: `{"a":1}`}, "", `{"a":1}`},
+		{callOptions{input: "@" + file}, "", `{"query":"from file"}`},
+		{callOptions{input: "-"}, " {\"x\":true}\n", `{"x":true}`},
+		{callOptions{}, "", `{}`},
+	} {
+		tt.o.op, tt.o.endpoint = "chat", "primary"
+		a, err := tt.o.action(strings.NewReader(tt.stdin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a.Input) != tt.want {
+			t.Errorf("input %s, want %s", a.Input, tt.want)
+		}
+	}
+	o := callOptions{op: "session_create", endpoint: "primary", key: "k1", tenant: "acme", timeout: 1500e6}
+	a, err := o.action(strings.NewReader(""))
+	if err != nil || a.IdempotencyKey != "k1" || a.TenantID != "acme" || a.TimeoutMS == nil || *a.TimeoutMS != 1500 {
+		t.Fatalf("action %+v err %v", a, err)
+	}
+}
+
+func TestParseArgsInterspersed(t *testing.T) {
+	var o callOptions
+	fs := watchFlags(&o, nil)
+	pos, err := parseArgs(fs, []string{"abc", "--json", "--wait", "5s"})
+	if err != nil || len(pos) != 1 || pos[0] != "abc" || !o.jsonOut || o.wait.String() != "5s" {
+		t.Fatalf("pos %v err %v o %+v", pos, err, o)
+	}
+	fs = watchFlags(&o, nil)
+	pos, err = parseArgs(fs, []string{"--", "-weird"})
+	if err != nil || len(pos) != 1 || pos[0] != "-weird" {
+		t.Fatalf("pos %v err %v", pos, err)
+	}
+	fs = flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(discard{})
+	if _, err := parseArgs(fs, []string{"-h"}); err != errHelp {
+		t.Fatalf("help: %v", err)
+	}
+}
+
+func TestStatusCodes(t *testing.T) {
+	for status, want := range map[string]int{
+		events.StatusCompleted: exitOK, events.StatusFailed: exitFailed, events.StatusCancelled: exitCancelled,
+	} {
+		if got := statusCode(status); got != want {
+			t.Errorf("%s: %d, want %d", status, got, want)
+		}
+	}
+}
+
+func TestPrinterModes(t *testing.T) {
+	res := &events.Result{ActionID: "a1", CapabilityID: "cap:hermes_agent:primary:chat_stream", Status: events.StatusFailed,
+		Output: json.RawMessage(`null`), Error: &events.ErrorInfo{Code: "stream_incomplete", Message: "closed early", Category: "temporary"}}
+	evs := []*events.EventData{
+		{ActionID: "a1", Sequence: 0, Kind: "data", Event: events.SSE{Data: json.RawMessage(`{"delta":"Hel"}`)}, Text: "Hel"},
+		{ActionID: "a1", Sequence: 1, Kind: "progress", Event: events.SSE{Event: "tool.progress", Data: json.RawMessage(`{}`)}},
+		{ActionID: "a1", Sequence: 2, Kind: "data", Event: events.SSE{Data: json.RawMessage(`{"delta":"lo"}`)}, Text: "lo"},
+	}
+	run := func(o callOptions) (string, string) {
+		out, errb := &syncBuffer{}, &syncBuffer{}
+		p := newPrinter(out, errb, &o)
+		for _, e := range evs {
+			if err := p.event(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.result(res); err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String()
+	}
+	out, errOut := run(callOptions{})
+	if !strings.HasPrefix(out, "Hello\n{\n  \"action_id\": \"a1\"") || !strings.Contains(errOut, "action a1 failed: stream_incomplete: closed early") {
+		t.Fatalf("text mode:\n%s\n--\n%s", out, errOut)
+	}
+	out, _ = run(callOptions{jsonOut: true})
+	var r events.Result
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Status != "failed" || strings.Contains(out, "Hello") {
+		t.Fatalf("json mode: %s %v", out, err)
+	}
+	out, _ = run(callOptions{eventsOut: true})
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("events mode: %d lines:\n%s", len(lines), out)
+	}
+	for i, l := range lines[:3] {
+		var e events.EventData
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e.Sequence != int64(i) {
+			t.Fatalf("line %d: %s %v", i, l, err)
+		}
+	}
+	if !strings.Contains(lines[3], `"status":"failed"`) {
+		t.Fatalf("result line %s", lines[3])
+	}
+}

@@ -1,0 +1,471 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+)
+
+// syncBuffer is a goroutine-safe bytes.Buffer for captured output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfigDefaults(t *testing.T) {
+	cfg, err := LoadConfig(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		DataDir: "./data/nats", NATSHost: "127.0.0.1", NATSPort: 4222, Prefix: "hermes",
+		ActionsStream: "HERMES_ACTIONS", OutputStream: "HERMES_OUTPUT", DLQStream: "HERMES_DLQ",
+		Consumer: "hermes-bridge", Bucket: "HERMES_IDEMPOTENCY", Provision: true, AckWait: 30 * time.Second,
+		MaxDeliver: 10, IdempotencyTTL: 24 * time.Hour, OutputMaxAge: 24 * time.Hour, Storage: "file",
+		Replicas: 1, ShutdownGrace: 30 * time.Second, LogLevel: "info", LogFormat: "json",
+		HermesEndpointID: "primary", HermesMaxConcurrency: 10,
+	}
+	if !reflect.DeepEqual(*cfg, want) {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", *cfg, want)
+	}
+	if err := cfg.ValidateRun(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+}
+
+// The env defaults must agree with the bridge's own defaults, so the README table
+// and `run --help` tell the truth.
+func TestDefaultsMatchBridge(t *testing.T) {
+	cfg, err := LoadConfig(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []bridge.Endpoint{{ID: "primary", BaseURL: DefaultHermesURL, MaxConcurrency: 10}}
+	ours := cfg.BridgeConfig(eps, "r1")
+	theirs := bridge.Config{Endpoints: eps, ReplicaID: "r1", Provision: true}.WithDefaults()
+	ours = ours.WithDefaults()
+	ours.Endpoints, theirs.Endpoints = nil, nil
+	if !reflect.DeepEqual(ours, theirs) {
+		t.Fatalf("env defaults differ from bridge defaults:\n env    %+v\n bridge %+v", ours, theirs)
+	}
+}
+
+func TestLoadConfigValues(t *testing.T) {
+	cfg, err := LoadConfig(map[string]string{
+		"NATS_URL": "nats://a:4222,nats://b:4222", "HERMES_BRIDGE_ACK_WAIT": "1m", "HERMES_BRIDGE_PROVISION": "false",
+		"HERMES_BRIDGE_WORKERS": "4", "HERMES_BRIDGE_STORAGE": "memory", "HERMES_ENDPOINT_ID": "edge",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AckWait != time.Minute || cfg.Provision || cfg.Workers != 4 || cfg.HermesEndpointID != "edge" || cfg.NATSURL != "nats://a:4222,nats://b:4222" {
+		t.Fatalf("unexpected %+v", cfg)
+	}
+	bc := cfg.BridgeConfig(nil, "x")
+	if bc.Storage.String() != "Memory" || bc.AckWait != time.Minute || bc.Provision {
+		t.Fatalf("bridge config %+v", bc)
+	}
+}
+
+// Env parsing through caarlos0/env with an explicit environment map.
+func TestParseAsWithOptionsEnvironment(t *testing.T) {
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"HERMES_BRIDGE_PREFIX": "acme"}})
+	if err != nil || cfg.Prefix != "acme" || cfg.Bucket != "HERMES_IDEMPOTENCY" {
+		t.Fatalf("cfg %+v err %v", cfg, err)
+	}
+}
+
+func TestParseErrorsNameTheVariable(t *testing.T) {
+	_, err := LoadConfig(map[string]string{
+		"HERMES_BRIDGE_ACK_WAIT": "soon", "HERMES_BRIDGE_WORKERS": "many", "HERMES_BRIDGE_PROVISION": "perhaps",
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"HERMES_BRIDGE_ACK_WAIT=soon: must be a duration",
+		"HERMES_BRIDGE_WORKERS=many: must be an integer",
+		"HERMES_BRIDGE_PROVISION=perhaps: must be true or false",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+func TestValidationMessages(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		environ map[string]string
+		want    []string
+	}{
+		{"ack wait", map[string]string{"HERMES_BRIDGE_ACK_WAIT": "500ms"}, []string{"HERMES_BRIDGE_ACK_WAIT=500ms: must be at least 1s"}},
+		{"heartbeat", map[string]string{"HERMES_BRIDGE_ACK_WAIT": "10s", "HERMES_BRIDGE_HEARTBEAT": "6s"},
+			[]string{"HERMES_BRIDGE_HEARTBEAT=6s: must be positive and at most half of HERMES_BRIDGE_ACK_WAIT (10s)"}},
+		{"several at once", map[string]string{"HERMES_BRIDGE_MAX_DELIVER": "0", "HERMES_BRIDGE_REPLICAS": "7", "HERMES_BRIDGE_STORAGE": "disk",
+			"HERMES_BRIDGE_LOG_FORMAT": "xml", "HERMES_BRIDGE_LOG_LEVEL": "loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL": "10s"},
+			[]string{"HERMES_BRIDGE_MAX_DELIVER=0: must be at least 1", "HERMES_BRIDGE_REPLICAS=7: must be 1 to 5",
+				"HERMES_BRIDGE_STORAGE=disk: must be file or memory", "HERMES_BRIDGE_LOG_FORMAT=xml: must be json or console",
+				"HERMES_BRIDGE_LOG_LEVEL=loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL=10s: must be at least 1m"}},
+		{"names", map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_BUCKET": "has space"},
+			[]string{"HERMES_BRIDGE_PREFIX=a.b: must be 1 to 128 letters", "HERMES_BRIDGE_BUCKET=has space: must be"}},
+		{"workers vs pending", map[string]string{"HERMES_BRIDGE_WORKERS": "8", "HERMES_BRIDGE_MAX_ACK_PENDING": "4"},
+			[]string{"HERMES_BRIDGE_MAX_ACK_PENDING=4: must be at least HERMES_BRIDGE_WORKERS (8)"}},
+		{"port", map[string]string{"HERMES_BRIDGE_NATS_PORT": "0"}, []string{"HERMES_BRIDGE_NATS_PORT=0: must be 1 to 65535, or -1"}},
+		{"nats auth without url", map[string]string{"NATS_CREDS": "/x.creds"},
+			[]string{"NATS_CREDS is set but NATS_URL is not", "NATS_CREDS=/x.creds: file does not exist"}},
+		{"nats auth conflicts", map[string]string{"NATS_URL": "nats://h:4222", "NATS_TOKEN": "t0k", "NATS_USER": "u",
+			"NATS_PASSWORD": "p", "NATS_PASSWORD_FILE": writeFile(t, dir, "pw", "p\n"), "NATS_TLS_CERT": writeFile(t, dir, "c.pem", "x")},
+			[]string{"NATS authentication: set only one of NATS_USER, NATS_TOKEN", "NATS_PASSWORD and NATS_PASSWORD_FILE are both set",
+				"NATS_TLS_CERT and NATS_TLS_KEY must be set together"}},
+		{"nats url", map[string]string{"NATS_URL": "http://h:4222"}, []string{"NATS_URL=http://h:4222: scheme must be nats, tls, ws or wss"}},
+		{"hermes url", map[string]string{"HERMES_URL": "ftp://h"}, []string{"HERMES_URL=ftp://h: base_url must start with http:// or https://"}},
+		{"hermes url creds", map[string]string{"HERMES_URL": "http://u:hunter2@h"}, []string{"HERMES_URL=http://u:xxxxx@h: base_url must not carry credentials"}},
+		{"both endpoint sources", map[string]string{"HERMES_URL": "http://h", "HERMES_ENDPOINTS_FILE": "/e.json"},
+			[]string{"HERMES_ENDPOINTS_FILE and HERMES_URL are both set"}},
+		{"shortcut with file", map[string]string{"HERMES_API_KEY_FILE": "/k", "HERMES_ENDPOINTS_FILE": "/e.json"},
+			[]string{"HERMES_API_KEY_FILE is set with HERMES_ENDPOINTS_FILE"}},
+		{"both keys", map[string]string{"HERMES_API_KEY": "k", "HERMES_API_KEY_FILE": "/k"}, []string{"HERMES_API_KEY and HERMES_API_KEY_FILE are both set"}},
+		{"endpoint id", map[string]string{"HERMES_ENDPOINT_ID": "Primary"}, []string{`HERMES_ENDPOINT_ID: id "Primary" must match [a-z0-9_-]{1,128}`}},
+		{"concurrency", map[string]string{"HERMES_MAX_CONCURRENCY": "0"}, []string{"HERMES_MAX_CONCURRENCY=0: must be at least 1"}},
+		{"bad key", map[string]string{"HERMES_API_KEY": "two words"}, []string{"HERMES_API_KEY: the key contains whitespace"}},
+		{"parse error plus others", map[string]string{"HERMES_BRIDGE_ACK_WAIT": "x", "HERMES_BRIDGE_REPLICAS": "9"},
+			[]string{"HERMES_BRIDGE_ACK_WAIT=x: must be a duration", "HERMES_BRIDGE_REPLICAS=9"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := prepareRun(tt.environ)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("missing %q in:\n%v", w, err)
+				}
+			}
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "two words") {
+				t.Errorf("secret in error: %v", err)
+			}
+		})
+	}
+}
+
+// A value that failed to parse is reported once, not again as its zero value.
+func TestParseErrorNotRepeated(t *testing.T) {
+	_, err := prepareRun(map[string]string{"HERMES_BRIDGE_ACK_WAIT": "x"})
+	if err == nil || strings.Count(err.Error(), "HERMES_BRIDGE_ACK_WAIT") != 1 {
+		t.Fatalf("want one message about HERMES_BRIDGE_ACK_WAIT, got:\n%v", err)
+	}
+}
+
+func TestEndpointsFile(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := writeFile(t, dir, "key", "file-key-0123456789\n")
+	environ := map[string]string{"SECOND_KEY": "env-key-0123456789"}
+	docs := map[string]string{
+		"eps.json": `{"endpoints":[{"id":"primary","base_url":"http://127.0.0.1:8642","api_key_file":"` + keyFile + `","tenant_id":"acme","max_concurrency":4},
+			{"id":"second","base_url":"https://h.example/hermes","api_key_env":"SECOND_KEY"}]}`,
+		"eps.yaml": "endpoints:\n  - id: primary\n    base_url: http://127.0.0.1:8642\n    api_key_file: " + keyFile +
+			"\n    tenant_id: acme\n    max_concurrency: 4\n  - id: second\n    base_url: https://h.example/hermes\n    api_key_env: SECOND_KEY\n",
+		"array.yml": "- id: primary\n  base_url: http://127.0.0.1:8642\n  api_key_file: " + keyFile +
+			"\n  tenant_id: acme\n  max_concurrency: 4\n- {id: second, base_url: 'https://h.example/hermes', api_key_env: SECOND_KEY}\n",
+		"array-no-ext": `[{"id":"primary","base_url":"http://127.0.0.1:8642","api_key_file":"` + keyFile + `","tenant_id":"acme","max_concurrency":4},
+			{"id":"second","base_url":"https://h.example/hermes","api_key_env":"SECOND_KEY"}]`,
+		"yaml-no-ext": "endpoints:\n- id: primary\n  base_url: http://127.0.0.1:8642\n  api_key_file: " + keyFile +
+			"\n  tenant_id: acme\n  max_concurrency: 4\n- id: second\n  base_url: https://h.example/hermes\n  api_key_env: SECOND_KEY\n",
+	}
+	for name, doc := range docs {
+		t.Run(name, func(t *testing.T) {
+			environ := maps(environ, map[string]string{"HERMES_ENDPOINTS_FILE": writeFile(t, dir, name, doc)})
+			p, err := prepareRun(environ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eps := p.bridge.Endpoints
+			if len(eps) != 2 || eps[0].ID != "primary" || eps[0].TenantID != "acme" || eps[0].MaxConcurrency != 4 ||
+				eps[1].ID != "second" || eps[1].BaseURL != "https://h.example/hermes" {
+				t.Fatalf("endpoints %+v", eps)
+			}
+			if k := eps[0].Key(); k != "file-key-0123456789" {
+				t.Fatalf("file key %q", k)
+			}
+			if k := eps[1].Key(); k != "env-key-0123456789" {
+				t.Fatalf("env key %q", k)
+			}
+		})
+	}
+}
+
+func maps(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func TestEndpointsFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, doc, want string }{
+		{"unknown field.json", `{"endpoints":[{"id":"a","base_url":"http://h","colour":"red"}]}`, `unknown field "colour"`},
+		{"inline key.json", `{"endpoints":[{"id":"a","base_url":"http://h","api_key":"sekrit-value"}]}`, "use api_key_file or api_key_env"},
+		{"unknown top.yaml", "endpoint:\n  - id: a\n", `unknown field "endpoint"`},
+		{"empty.json", ``, "file is empty"},
+		{"none.json", `{"endpoints":[]}`, "lists no endpoint"},
+		{"bad.json", `{"endpoints":[`, "invalid endpoints document"},
+		{"bad.yaml", "endpoints: [\n", "not valid YAML"},
+		{"trailing.json", `{"endpoints":[{"id":"a","base_url":"http://h"}]} {}`, "trailing data"},
+		{"both keys.json", `{"endpoints":[{"id":"a","base_url":"http://h","api_key_file":"/k","api_key_env":"K"}]}`, "set only one of api_key_file and api_key_env"},
+		{"env unset.json", `{"endpoints":[{"id":"a","base_url":"http://h","api_key_env":"NOT_SET_ANYWHERE"}]}`, "api_key_env names NOT_SET_ANYWHERE, which is not set"},
+		{"dup.json", `[{"id":"a","base_url":"http://h"},{"id":"a","base_url":"http://h"}]`, `id "a" is listed twice`},
+		{"bad id.json", `[{"id":"A!","base_url":"http://h"}]`, `endpoints[0]: id "A!" must match`},
+		{"no url.json", `[{"id":"a"}]`, `endpoint "a": base_url is required`},
+		{"neg conc.json", `[{"id":"a","base_url":"http://h","max_concurrency":-1}]`, "max_concurrency -1 must be at least 1"},
+		{"missing key file.json", `[{"id":"a","base_url":"http://h","api_key_file":"` + filepath.Join(dir, "nope") + `"}]`,
+			"key file " + filepath.Join(dir, "nope") + ": file does not exist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := prepareRun(map[string]string{"HERMES_ENDPOINTS_FILE": writeFile(t, dir, tt.name, tt.doc)})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("want %q, got %v", tt.want, err)
+			}
+			if !strings.Contains(err.Error(), "HERMES_ENDPOINTS_FILE") && !strings.Contains(err.Error(), "key file") {
+				t.Errorf("error does not name its source: %v", err)
+			}
+			if strings.Contains(err.Error(), "sekrit-value") {
+				t.Errorf("secret in error: %v", err)
+			}
+		})
+	}
+	_, err := prepareRun(map[string]string{"HERMES_ENDPOINTS_FILE": filepath.Join(dir, "absent.json")})
+	if err == nil || !strings.Contains(err.Error(), "HERMES_ENDPOINTS_FILE="+filepath.Join(dir, "absent.json")+": file does not exist") {
+		t.Fatalf("absent file: %v", err)
+	}
+}
+
+func TestKeyFileValidation(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, content, want string }{
+		{"empty", "", "the key is empty"},
+		{"newline only", "\n", "the key is empty"},
+		{"space", "abc def\n", "whitespace or control"},
+		{"two lines", "abc\ndef\n", "whitespace or control"},
+		{"huge", strings.Repeat("k", maxKeyLen+10), "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, dir, tt.name, tt.content)
+			_, err := readKeyFile(path)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("want %q naming %s, got %v", tt.want, path, err)
+			}
+			if c := strings.TrimSpace(tt.content); c != "" && strings.Contains(err.Error(), c) {
+				t.Fatalf("content leaked: %v", err)
+			}
+		})
+	}
+	ok := writeFile(t, dir, "crlf", "k-0123456789\r\n")
+	if v, err := readKeyFile(ok); err != nil || v != "k-0123456789" {
+		t.Fatalf("crlf: %q %v", v, err)
+	}
+}
+
+func TestKeyringReload(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "key", "first-key-0000\n")
+	specs := []EndpointSpec{
+		{ID: "a", BaseURL: "http://h", APIKeyFile: path},
+		{ID: "b", BaseURL: "http://h", APIKeyEnv: "B_KEY"},
+		{ID: "c", BaseURL: "http://h"},
+	}
+	kr, err := newKeyring(specs, map[string]string{"B_KEY": "b-key-1111"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := kr.source("a"), kr.source("b"), kr.source("c")
+	if a.Key() != "first-key-0000" || b.Key() != "b-key-1111" || c.Key() != "" {
+		t.Fatalf("keys %q %q %q", a.Key(), b.Key(), c.Key())
+	}
+	writeFile(t, dir, "key", "second-key-0000\n")
+	if a.Key() != "first-key-0000" {
+		t.Fatal("key changed before reload")
+	}
+
+	// Reload through the SIGHUP loop (a channel stands in for the signal).
+	logs := &syncBuffer{}
+	log := zerolog.New(logs)
+	hup := make(chan os.Signal)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); reloadLoop(ctx, hup, kr, log) }()
+	hup <- os.Interrupt
+	hup <- os.Interrupt // the second send returns only after the first reload finished
+	cancel()
+	<-done
+	if a.Key() != "second-key-0000" {
+		t.Fatalf("after reload: %q", a.Key())
+	}
+	if !strings.Contains(logs.String(), "reloaded 1 endpoint keys") || strings.Contains(logs.String(), "second-key") {
+		t.Fatalf("logs: %s", logs.String())
+	}
+
+	// A broken file keeps the previous key and names the path.
+	writeFile(t, dir, "key", "bad key\n")
+	n, err := kr.Reload()
+	if n != 0 || err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "keeping the previous key") {
+		t.Fatalf("n=%d err=%v", n, err)
+	}
+	if strings.Contains(err.Error(), "bad key") || a.Key() != "second-key-0000" {
+		t.Fatalf("err=%v key=%q", err, a.Key())
+	}
+}
+
+// The startup config dump never contains a secret, whatever variable holds it.
+func TestDumpRedactsSecrets(t *testing.T) {
+	dir := t.TempDir()
+	const marker = "SuperSecret-7f3a"
+	environ := map[string]string{
+		"NATS_URL":       "nats://bridge:" + marker + "@nats.example:4222,nats://other:4222",
+		"NATS_USER":      "bridge",
+		"NATS_PASSWORD":  marker + "pw",
+		"NATS_TOKEN":     marker + "tok",
+		"HERMES_API_KEY": marker + "key",
+		"HERMES_URL":     "http://127.0.0.1:8642",
+	}
+	cfg, err := LoadConfig(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, _, err := cfg.EndpointSpecs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	lg := zerolog.New(logs)
+	lg.Info().Interface("config", cfg.Dump(specs)).Msg("starting")
+	out := logs.String()
+	if strings.Contains(out, marker) {
+		t.Fatalf("secret in dump: %s", out)
+	}
+	for _, want := range []string{`"NATS_PASSWORD":"[redacted]"`, `"NATS_TOKEN":"[redacted]"`, `"HERMES_API_KEY":"[redacted]"`,
+		`nats://bridge:xxxxx@nats.example:4222`, `"key":"env:HERMES_API_KEY"`, `"NATS_USER":"bridge"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dump lacks %s: %s", want, out)
+		}
+	}
+
+	// The whole `run` startup log with a key file: neither the key nor the file content.
+	keyPath := writeFile(t, dir, "k", marker+"file\n")
+	p, err := prepareRun(map[string]string{"HERMES_API_KEY_FILE": keyPath, "HERMES_URL": "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs = &syncBuffer{}
+	lg = zerolog.New(logs)
+	lg.Info().Interface("config", p.cfg.Dump(p.specs)).Msg("starting")
+	if strings.Contains(logs.String(), marker) || !strings.Contains(logs.String(), `"key":"file:`+keyPath+`"`) {
+		t.Fatalf("dump: %s", logs.String())
+	}
+}
+
+// Every secret field is marked, so Dump and error messages redact it.
+func TestSecretFieldsMarked(t *testing.T) {
+	want := map[string]bool{"NATS_PASSWORD": true, "NATS_TOKEN": true, "HERMES_API_KEY": true}
+	for _, f := range configFields() {
+		if f.Secret != want[f.Key] {
+			t.Errorf("%s: secret=%v, want %v", f.Key, f.Secret, want[f.Key])
+		}
+		if f.Desc == "" {
+			t.Errorf("%s has no desc tag", f.Key)
+		}
+	}
+}
+
+func TestNATSOptionsReadSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	cfg := &Config{NATSURL: "nats://h:4222", NATSUser: "u", NATSPasswordFile: filepath.Join(dir, "missing")}
+	if _, err := cfg.natsOptions("t", zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "NATS_PASSWORD_FILE="+filepath.Join(dir, "missing")) {
+		t.Fatalf("missing password file: %v", err)
+	}
+	cfg.NATSPasswordFile = writeFile(t, dir, "pw", "pw-0123\n")
+	opts, err := cfg.natsOptions("t", zerolog.Nop())
+	if err != nil || len(opts) < 6 {
+		t.Fatalf("opts %d err %v", len(opts), err)
+	}
+	cfg = &Config{NATSURL: "nats://h:4222", NATSTokenFile: writeFile(t, dir, "tok", "a b\n")}
+	if _, err := cfg.natsOptions("t", zerolog.Nop()); err == nil || strings.Contains(err.Error(), "a b") {
+		t.Fatalf("bad token file: %v", err)
+	}
+}
+
+func TestClientURL(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{NATSHost: "127.0.0.1", NATSPort: 4222}, "nats://127.0.0.1:4222"},
+		{Config{NATSHost: "0.0.0.0", NATSPort: 5222}, "nats://127.0.0.1:5222"},
+		{Config{NATSHost: "::1", NATSPort: 4222}, "nats://[::1]:4222"},
+		{Config{NATSURL: "nats://x:1"}, "nats://x:1"},
+	} {
+		got, err := tt.cfg.clientURL()
+		if err != nil || got != tt.want {
+			t.Errorf("%+v: %q %v", tt.cfg, got, err)
+		}
+	}
+	if _, err := (&Config{NATSPort: -1}).clientURL(); err == nil {
+		t.Error("port -1 without NATS_URL: no error")
+	}
+}
+
+func TestDefaultEndpoint(t *testing.T) {
+	p, err := prepareRun(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.defaulted || len(p.bridge.Endpoints) != 1 || p.bridge.Endpoints[0].BaseURL != DefaultHermesURL || p.bridge.Endpoints[0].ID != "primary" {
+		t.Fatalf("plan %+v", p.bridge.Endpoints)
+	}
+	b, _ := json.Marshal(p.cfg.Dump(p.specs))
+	if !strings.Contains(string(b), `"key":"none"`) {
+		t.Fatalf("dump %s", b)
+	}
+}
