@@ -34,6 +34,10 @@ type harness struct {
 	cfg    bridge.Config
 	logs   *syncBuffer
 
+	state *harnessState // shared by every view of the harness (see at)
+}
+
+type harnessState struct {
 	mu      sync.Mutex
 	bridges []*runningBridge
 }
@@ -48,7 +52,13 @@ type harnessOption func(*harnessOptions)
 type harnessOptions struct {
 	fakeOpts []hermestest.Option
 	cfg      func(*bridge.Config)
+	natsOpts []func(*natsembed.Options)
 	noBridge bool
+}
+
+// withNATS adjusts the embedded server's options (for example MaxPayload).
+func withNATS(f func(*natsembed.Options)) harnessOption {
+	return func(o *harnessOptions) { o.natsOpts = append(o.natsOpts, f) }
 }
 
 func withFake(opts ...hermestest.Option) harnessOption {
@@ -68,7 +78,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	for _, f := range opts {
 		f(&o)
 	}
-	ns := natsembed.RunTest(t)
+	ns := natsembed.RunTest(t, o.natsOpts...)
 	nc, js := natsembed.Connect(t, ns)
 	fake := hermestest.NewServer(o.fakeOpts...)
 	t.Cleanup(fake.Close)
@@ -86,7 +96,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		o.cfg(&cfg)
 	}
 	h := &harness{t: t, ns: ns, nc: nc, js: js, fake: fake, cfg: cfg, logs: &syncBuffer{},
-		client: events.NewClient(js)}
+		client: events.NewClient(js), state: &harnessState{}}
 	if !o.noBridge {
 		h.startBridge()
 	}
@@ -109,9 +119,9 @@ func (h *harness) startBridge() *runningBridge {
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &runningBridge{cancel: cancel, done: make(chan error, 1)}
 	go func() { rb.done <- b.Run(ctx) }()
-	h.mu.Lock()
-	h.bridges = append(h.bridges, rb)
-	h.mu.Unlock()
+	h.state.mu.Lock()
+	h.state.bridges = append(h.state.bridges, rb)
+	h.state.mu.Unlock()
 	h.t.Cleanup(func() { rb.stop(h.t) })
 	cfg := b.Config()
 	h.eventually(10*time.Second, func() error {

@@ -1,0 +1,361 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// at returns a view of h whose helpers report to t (a subtest). Every view shares the
+// servers, the fake, the bridges and the log buffer.
+func (h *harness) at(t *testing.T) *harness {
+	c := *h
+	c.t = t
+	return &c
+}
+
+// publishTo publishes an action for op on endpoint ep and returns its id.
+func (h *harness) publishTo(ep, op string, a events.Action, opts ...events.PublishOption) string {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := h.client.Publish(ctx, ep, op, a, opts...)
+	if err != nil {
+		h.t.Fatalf("publish %s.%s: %v", ep, op, err)
+	}
+	return id
+}
+
+// callOn publishes an action on endpoint ep and follows it to its terminal result.
+func (h *harness) callOn(ep, op string, input any, mod ...func(*events.Action)) (*events.Result, []*events.EventData) {
+	h.t.Helper()
+	a := events.Action{Input: mustJSON(h.t, input)}
+	for _, f := range mod {
+		f(&a)
+	}
+	return h.follow(h.publishTo(ep, op, a))
+}
+
+// publishRaw publishes a hand-made message on subject (no Nats-Msg-Id unless hdr has one).
+func (h *harness) publishRaw(subject string, hdr nats.Header, data []byte) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := h.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: hdr, Data: data}); err != nil {
+		h.t.Fatalf("publish raw on %s: %v", subject, err)
+	}
+}
+
+// waitIdle waits until the bridge consumer has no undelivered and no unacknowledged action.
+func (h *harness) waitIdle(timeout time.Duration) {
+	h.t.Helper()
+	cfg := h.cfg.WithDefaults()
+	h.eventually(timeout, func() error {
+		c, err := h.js.Consumer(context.Background(), cfg.ActionsStream, cfg.Consumer)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
+		}
+		return nil
+	})
+}
+
+// dlq returns every message stored in the dead-letter stream, once there are at least n.
+func (h *harness) dlq(n int, timeout time.Duration) []*jetstream.RawStreamMsg {
+	h.t.Helper()
+	cfg := h.cfg.WithDefaults()
+	var out []*jetstream.RawStreamMsg
+	h.eventually(timeout, func() error {
+		s, err := h.js.Stream(context.Background(), cfg.DLQStream)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if int(info.State.Msgs) < n {
+			return fmt.Errorf("dlq has %d messages, want %d", info.State.Msgs, n)
+		}
+		out = out[:0]
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+			m, err := s.GetMsg(context.Background(), seq)
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	return out
+}
+
+// requests returns the fake's recorded requests for a route key.
+func (h *harness) requests(route string) []hermestest.Recorded {
+	var out []hermestest.Recorded
+	for _, r := range h.fake.Requests() {
+		if r.Route == route {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// lastRequest returns the newest request on route and checks that the route received
+// exactly want requests in total.
+func (h *harness) lastRequest(route string, want int) hermestest.Recorded {
+	h.t.Helper()
+	rs := h.requests(route)
+	if len(rs) != want {
+		h.t.Fatalf("%s: fake received %d requests, want %d", route, len(rs), want)
+	}
+	return rs[len(rs)-1]
+}
+
+// logLine is one parsed JSON log line of the bridge.
+type logLine map[string]any
+
+func (l logLine) str(k string) string { s, _ := l[k].(string); return s }
+
+// logLines parses the bridge's captured log output.
+func (h *harness) logLines() []logLine {
+	h.t.Helper()
+	var out []logLine
+	for _, ln := range strings.Split(h.logs.String(), "\n") {
+		if strings.TrimSpace(ln) == "" {
+			continue
+		}
+		var l logLine
+		if err := json.Unmarshal([]byte(ln), &l); err != nil {
+			h.t.Fatalf("log line is not JSON: %v: %q", err, ln)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// actionLogs returns the "action" log lines of one action id.
+func (h *harness) actionLogs(id string) []logLine {
+	var out []logLine
+	for _, l := range h.logLines() {
+		if l.str("message") == "action" && l.str("action_id") == id {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// closedPortURL returns an http URL on a loopback port nothing listens on.
+func closedPortURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	return "http://" + addr
+}
+
+func withTimeoutMS(ms int64) func(*events.Action) {
+	return func(a *events.Action) { a.TimeoutMS = &ms }
+}
+
+func withCapability(c string) func(*events.Action) {
+	return func(a *events.Action) { a.CapabilityID = c }
+}
+
+// jsonValue decodes raw into a generic value.
+func jsonValue(t *testing.T, raw []byte) any {
+	t.Helper()
+	var v any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("decode JSON %q: %v", truncate(string(raw), 200), err)
+	}
+	return v
+}
+
+// jpath walks v along keys (strings for objects, ints for arrays); nil when absent.
+func jpath(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			a, ok := v.([]any)
+			if !ok || k >= len(a) {
+				return nil
+			}
+			v = a[k]
+		}
+	}
+	return v
+}
+
+// jstr returns the string at path ("" when absent or not a string).
+func jstr(v any, path ...any) string { s, _ := jpath(v, path...).(string); return s }
+
+// jint returns the integer at path (-1 when absent or not an integer).
+func jint(v any, path ...any) int64 {
+	switch n := jpath(v, path...).(type) {
+	case json.Number:
+		i, err := n.Int64()
+		if err != nil {
+			return -1
+		}
+		return i
+	case float64:
+		return int64(n)
+	}
+	return -1
+}
+
+// body decodes a recorded request body as a JSON object.
+func body(t *testing.T, r hermestest.Recorded) map[string]any {
+	t.Helper()
+	m, ok := jsonValue(t, r.Body).(map[string]any)
+	if !ok {
+		t.Fatalf("%s %s: body is not a JSON object: %q", r.Method, r.Path, truncate(string(r.Body), 200))
+	}
+	return m
+}
+
+// output decodes a result's output.
+func output(t *testing.T, r *events.Result) any {
+	t.Helper()
+	if len(r.Output) == 0 {
+		return nil
+	}
+	return jsonValue(t, r.Output)
+}
+
+// requireCompleted fails unless r is a completed result without error or replay.
+func requireCompleted(t *testing.T, r *events.Result) {
+	t.Helper()
+	if r.Status != events.StatusCompleted || r.Error != nil {
+		t.Fatalf("action %s: status %q, error %s", r.ActionID, r.Status, errString(r.Error))
+	}
+}
+
+// requireFailed fails unless r failed with code; it returns the error.
+func requireFailed(t *testing.T, r *events.Result, code string) *events.ErrorInfo {
+	t.Helper()
+	if r.Status != events.StatusFailed || r.Error == nil || r.Error.Code != code {
+		t.Fatalf("action %s: status %q, error %s; want failed %s", r.ActionID, r.Status, errString(r.Error), code)
+	}
+	return r.Error
+}
+
+func errString(e *events.ErrorInfo) string {
+	if e == nil {
+		return "<nil>"
+	}
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+func detail(e *events.ErrorInfo, k string) string {
+	if e == nil || e.Details == nil {
+		return ""
+	}
+	switch v := e.Details[k].(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// checkStream checks a completed stream: contiguous sequences from 0, every event of
+// this action, last kind done, text assembled, and the result's aggregate output.
+func checkStream(t *testing.T, res *events.Result, evs []*events.EventData, op, wantText string) {
+	t.Helper()
+	requireCompleted(t, res)
+	if len(evs) == 0 {
+		t.Fatalf("%s: no events", op)
+	}
+	var text strings.Builder
+	for i, e := range evs {
+		if e.Sequence != int64(i) {
+			t.Fatalf("%s: event %d has sequence %d", op, i, e.Sequence)
+		}
+		if e.ActionID != res.ActionID {
+			t.Fatalf("%s: event %d has action id %q, want %q", op, i, e.ActionID, res.ActionID)
+		}
+		text.WriteString(e.Text)
+	}
+	if k := evs[len(evs)-1].Kind; k != events.KindDone {
+		t.Errorf("%s: last event kind %q, want done", op, k)
+	}
+	if wantText != "" && text.String() != wantText {
+		t.Errorf("%s: assembled text %q, want %q", op, text.String(), wantText)
+	}
+	out := output(t, res)
+	if got := jint(out, "event_count"); got != int64(len(evs)) {
+		t.Errorf("%s: output event_count %d, events received %d", op, got, len(evs))
+	}
+	if jpath(out, "terminal") != true || jpath(out, "truncated") != false {
+		t.Errorf("%s: output terminal=%v truncated=%v, want true/false", op, jpath(out, "terminal"), jpath(out, "truncated"))
+	}
+	if got := jstr(out, "text"); got != text.String() {
+		t.Errorf("%s: output text %q, events text %q", op, got, text.String())
+	}
+	if jstr(out, "operation") != op || jstr(out, "endpoint_id") != "primary" || jint(out, "http_status") != 200 {
+		t.Errorf("%s: output operation/endpoint/status = %v/%v/%v", op, jpath(out, "operation"), jpath(out, "endpoint_id"), jpath(out, "http_status"))
+	}
+}
+
+// binaryHeader builds binary-mode ce- headers by hand.
+func binaryHeader(id, typ, subject string) nats.Header {
+	h := nats.Header{}
+	h.Set("ce-specversion", "1.0")
+	if id != "" {
+		h.Set("ce-id", id)
+	}
+	h.Set("ce-source", "e2e-raw")
+	if typ != "" {
+		h.Set("ce-type", typ)
+	}
+	if subject != "" {
+		h.Set("ce-subject", subject)
+	}
+	h.Set("content-type", "application/json")
+	return h
+}
