@@ -168,7 +168,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 	t.Run("responses", func(t *testing.T) {
 		h := h.at(t)
 		res, _ := h.call("responses", map[string]any{
-			"body": map[string]any{"input": "Tell me a fact", "instructions": "Be brief.", "store": true, "stream": true},
+			"body":        map[string]any{"input": "Tell me a fact", "instructions": "Be brief.", "store": true, "stream": true},
 			"session_key": "memory:resp"}, withKey("resp-key-1"))
 		requireCompleted(t, res)
 		r := h.lastRequest("responses", 1)
