@@ -57,11 +57,8 @@ func TestChatValidation(t *testing.T) {
 }
 
 func TestChatSessionContinuity(t *testing.T) {
-	var seen []hermestest.Turn
-	srv := newServer(t, hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		seen = append(seen, tu)
-		return hermestest.StubAgent(ctx, tu)
-	}))
+	rec := &turnLog{}
+	srv := newServer(t, rec.agent())
 	must(t, do(t, srv, "POST", "/v1/chat/completions", chatBody, "X-Hermes-Session-Id", "s1", "X-Hermes-Session-Key", "mem"), 200)
 	r := must(t, do(t, srv, "POST", "/v1/chat/completions",
 		`{"messages":[{"role":"system","content":"sys"},{"role":"user","content":"ignored history"},{"role":"assistant","content":"x"},{"role":"user","content":"next"}]}`,
@@ -69,6 +66,7 @@ func TestChatSessionContinuity(t *testing.T) {
 	if r.header.Get("X-Hermes-Session-Id") != "s1" {
 		t.Errorf("session header %q", r.header.Get("X-Hermes-Session-Id"))
 	}
+	seen := rec.get()
 	last := seen[len(seen)-1]
 	if len(last.History) != 2 || last.History[0].Content != "Hello" || last.UserText != "next" || last.Instructions != "sys" {
 		t.Errorf("history should come from the session DB: %+v", last)
@@ -79,9 +77,9 @@ func TestChatSessionContinuity(t *testing.T) {
 	if id := must(t, do(t, srv, "POST", "/v1/chat/completions", chatBody), 200).header.Get("X-Hermes-Session-Id"); id != "api-7c129c8425088ece" {
 		t.Errorf("derived id %q", id)
 	}
-	rec := srv.Requests()
-	if rec[0].Header.Get("Authorization") != "Bearer <redacted>" || !rec[0].AuthValid || rec[0].SessionKey != "mem" || rec[0].Route != "chat" {
-		t.Errorf("recorded %+v", rec[0])
+	reqs := srv.Requests()
+	if reqs[0].Header.Get("Authorization") != "Bearer <redacted>" || !reqs[0].AuthValid || reqs[0].SessionKey != "mem" || reqs[0].Route != "chat" {
+		t.Errorf("recorded %+v", reqs[0])
 	}
 }
 

@@ -50,17 +50,14 @@ func TestFaultDelay(t *testing.T) {
 }
 
 func TestFaultReset(t *testing.T) {
-	called := false
-	srv := newServer(t, hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		called = true
-		return hermestest.StubAgent(ctx, tu)
-	}))
+	rec := &turnLog{}
+	srv := newServer(t, rec.agent())
 	srv.InjectFault(hermestest.Fault{Route: "chat", Reset: true})
 	if r := do(t, srv, "POST", "/v1/chat/completions", chatBody); r.err == nil {
 		t.Fatalf("expected a transport error, got %d", r.status)
 	}
-	if called || srv.Calls("chat") != 1 {
-		t.Errorf("agent called=%v calls=%d", called, srv.Calls("chat"))
+	if len(rec.get()) != 0 || srv.Calls("chat") != 1 {
+		t.Errorf("agent called=%d calls=%d", len(rec.get()), srv.Calls("chat"))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,25 @@ func newServer(t *testing.T, opts ...hermestest.Option) *hermestest.Server {
 
 func agentReply(r hermestest.Reply) hermestest.Option {
 	return hermestest.WithAgent(func(context.Context, hermestest.Turn) hermestest.Reply { return r })
+}
+
+// turnLog records the turns the stub agent saw.
+type turnLog struct {
+	mu    sync.Mutex
+	turns []hermestest.Turn
+}
+
+func (l *turnLog) agent() hermestest.Option {
+	return hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
+		l.mu.Lock()
+		l.turns = append(l.turns, tu)
+		l.mu.Unlock()
+		return hermestest.StubAgent(ctx, tu)
+	})
+}
+
+func (l *turnLog) get() []hermestest.Turn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]hermestest.Turn(nil), l.turns...)
 }

@@ -1,7 +1,6 @@
 package hermestest_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -40,11 +39,8 @@ func TestResponsesValidation(t *testing.T) {
 }
 
 func TestResponsesChainStoreAndConversation(t *testing.T) {
-	var turns []hermestest.Turn
-	srv := newServer(t, hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		turns = append(turns, tu)
-		return hermestest.StubAgent(ctx, tu)
-	}))
+	rec := &turnLog{}
+	srv := newServer(t, rec.agent())
 	r1 := must(t, do(t, srv, "POST", "/v1/responses", `{"input":"one","instructions":"be terse","conversation":"conv"}`), 200)
 	id1 := respID(t, r1)
 	sess := r1.header.Get("X-Hermes-Session-Id")
@@ -59,7 +55,7 @@ func TestResponsesChainStoreAndConversation(t *testing.T) {
 	if r2.header.Get("X-Hermes-Session-Id") != sess {
 		t.Errorf("chained session %q != %q", r2.header.Get("X-Hermes-Session-Id"), sess)
 	}
-	if tu := turns[1]; len(tu.History) != 2 || tu.History[0].Content != "one" || tu.Instructions != "be terse" {
+	if tu := rec.get()[1]; len(tu.History) != 2 || tu.History[0].Content != "one" || tu.Instructions != "be terse" {
 		t.Errorf("chained turn %+v", tu)
 	}
 	if p, _ := srv.ConversationPointer("conv"); p != id2 {
@@ -81,6 +77,7 @@ func TestResponsesChainStoreAndConversation(t *testing.T) {
 	must(t, do(t, srv, "POST", "/v1/responses", `{"input":"x","previous_response_id":"`+id3+`"}`), 404)
 	// conversation_history takes precedence over stored history.
 	must(t, do(t, srv, "POST", "/v1/responses", `{"input":["a",{"role":"user","content":"b"}],"previous_response_id":"`+id1+`","conversation_history":[{"role":"user","content":"h"}]}`), 200)
+	turns := rec.get()
 	if tu := turns[len(turns)-1]; len(tu.History) != 2 || tu.History[0].Content != "h" || tu.History[1].Content != "a" || tu.UserText != "b" {
 		t.Errorf("explicit history turn %+v", tu)
 	}

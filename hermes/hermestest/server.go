@@ -182,9 +182,11 @@ func (s *Server) APIKey() string { return s.cfg.key }
 func (s *Server) Close() {
 	s.once.Do(func() {
 		close(s.quit)
-		if s.ts.Listener != nil && s.URL != "" {
+		if s.URL != "" {
 			s.ts.CloseClientConnections()
 			s.ts.Close()
+		} else if s.ts.Listener != nil {
+			_ = s.ts.Listener.Close() // never started: only the reserved listener
 		}
 		s.wg.Wait()
 	})
