@@ -139,12 +139,18 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
 	ev.Msg("action")
 }
 
+// detached returns a context that survives the cancellation of ctx (shutdown) but is
+// bounded, for the writes that end an action: storing, publishing and acknowledging.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+}
+
 // apply is the single place where a delivery is acknowledged.
 func (b *Bridge) apply(ctx context.Context, msg jetstream.Msg, d decision) {
 	var err error
 	switch d.kind {
 	case ack:
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		actx, cancel := detached(ctx)
 		err = msg.DoubleAck(actx)
 		cancel()
 	case nak:
@@ -503,6 +509,8 @@ func (j *job) execute(ctx context.Context) decision {
 // release gives up this delivery's claims so a later delivery starts afresh.
 func (j *job) release(ctx context.Context, d decision) decision {
 	b := j.b
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	if j.owned {
 		if err := b.store.Delete(ctx, j.key, j.keyRev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
 			b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("releasing the idempotency claim failed")
@@ -586,6 +594,9 @@ func (j *job) startHeartbeat(ctx context.Context) (stop func()) {
 // result (if any) is republished then.
 func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	b := j.b
+	// Settling must finish even when shutdown has cancelled the work context.
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	if res.Error != nil {
 		j.setStatus(res.Status, res.Error.Code)
 	} else {
