@@ -1,0 +1,135 @@
+package e2e_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// TestContentModes publishes the same kind of action in structured and binary mode, and
+// a binary-mode message made by hand with mixed-case ce- headers and percent-encoded values.
+func TestContentModes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+
+	for i, mode := range []struct {
+		name string
+		opt  events.PublishOption
+	}{{"structured", events.WithStructuredMode()}, {"binary", events.WithBinaryMode()}} {
+		t.Run(mode.name, func(t *testing.T) {
+			h := h.at(t)
+			prompt := "mode " + mode.name
+			id := h.publish("chat_stream", events.Action{Input: mustJSON(t, map[string]any{"prompt": prompt})}, mode.opt,
+				events.WithTrace(events.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
+			res, evs := h.follow(id)
+			checkStream(t, res, evs, "chat_stream", "stub reply: "+prompt)
+			r := h.lastRequest("chat_stream", i+1)
+			if jstr(body(t, r), "messages", 0, "content") != prompt {
+				t.Errorf("body %s", r.Body)
+			}
+			if got := r.Header.Get("Traceparent"); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+				t.Errorf("traceparent reaching Hermes %q", got)
+			}
+		})
+	}
+
+	t.Run("raw_binary", func(t *testing.T) {
+		h := h.at(t)
+		hdr := nats.Header{}
+		hdr["CE-SpecVersion"] = []string{"1.0"}
+		hdr["Ce-Id"] = []string{"raw%2Dbinary%5F1"} // percent-encoded "raw-binary_1"
+		hdr["ce-SOURCE"] = []string{"urn:e2e%20raw%20publisher"}
+		hdr["cE-type"] = []string{"hermes.bridge.action.v1"}
+		hdr["ce-subject"] = []string{"cap%3Ahermes_agent%3Aprimary%3Achat"}
+		hdr["ce-traceparent"] = []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+		hdr["Content-Type"] = []string{"application/json"}
+		h.publishRaw("hermes.actions.primary.chat", hdr, []byte(`{"input":{"prompt":"raw hello"},"idempotency_key":"raw%20key"}`))
+		res, _ := h.follow("raw-binary_1")
+		requireCompleted(t, res)
+		if res.ActionID != "raw-binary_1" || res.CapabilityID != "cap:hermes_agent:primary:chat" {
+			t.Errorf("result action %q capability %q", res.ActionID, res.CapabilityID)
+		}
+		r := h.lastRequest("chat", 1)
+		if jstr(body(t, r), "messages", 0, "content") != "raw hello" {
+			t.Errorf("body %s", r.Body)
+		}
+		// Only ce- header values are percent-decoded; data is taken verbatim.
+		if r.IdempotencyKey != "raw%20key" {
+			t.Errorf("Idempotency-Key %q, want the data's value verbatim", r.IdempotencyKey)
+		}
+		if got := r.Header.Get("Traceparent"); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+			t.Errorf("traceparent reaching Hermes %q", got)
+		}
+	})
+
+	t.Run("raw_structured", func(t *testing.T) {
+		h := h.at(t)
+		hdr := nats.Header{"Content-Type": []string{"application/cloudevents+json; charset=utf-8"}}
+		h.publishRaw("hermes.actions.primary.models", hdr, []byte(`{"specversion":"1.0","id":"raw-structured-1",
+			"source":"e2e","type":"hermes.bridge.action.v1","subject":"cap:hermes_agent:primary:models",
+			"datacontenttype":"application/json","data":{"input":{}}}`))
+		res, _ := h.follow("raw-structured-1")
+		requireCompleted(t, res)
+		if jstr(output(t, res), "data", 0, "id") != "hermes-agent" {
+			t.Errorf("output %s", res.Output)
+		}
+		h.lastRequest("models", 1)
+	})
+}
+
+// TestLateSubscriberReplaysStream follows a stream only after its result exists and gets
+// every event from the first one.
+func TestLateSubscriberReplaysStream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.publish("session_chat_stream", events.Action{Input: mustJSON(t, `{"session_id":"late","message":"late subscriber"}`)})
+	// The session does not exist: fail fast, and exercise a finished failed JSON-ish
+	// stream too. Then run a real stream.
+	res, _ := h.follow(id)
+	requireFailed(t, res, "remote_rejected")
+
+	id = h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"one two three four five six"}`)})
+	h.eventually(20*time.Second, func() error {
+		if h.results(id) == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	for i := 0; i < 2; i++ { // two independent late subscribers see the same replay
+		res, evs := h.follow(id)
+		checkStream(t, res, evs, "chat_stream", "stub reply: one two three four five six")
+	}
+
+	// A subscriber that joins mid-stream still starts at event 0.
+	slow := newHarness(t, withFake(hermestest.WithAgent(func(_ context.Context, turn hermestest.Turn) hermestest.Reply {
+		return hermestest.Reply{Text: "stub reply: " + turn.UserText, DeltaDelay: 40 * time.Millisecond}
+	})))
+	id = slow.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"mid stream join"}`)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := slow.fake.WaitCalls(ctx, "chat_stream", 1); err != nil {
+		t.Fatalf("wait chat_stream call: %v", err)
+	}
+	slow.eventually(10*time.Second, func() error { // some events are out already
+		s, err := slow.js.Stream(ctx, "HERMES_OUTPUT")
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("hermes.events."+id))
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs < 2 {
+			return errNotYet
+		}
+		return nil
+	})
+	res, evs := slow.follow(id)
+	checkStream(t, res, evs, "chat_stream", "stub reply: mid stream join")
+}
