@@ -3,7 +3,6 @@ package hermes
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"strings"
 )
@@ -101,24 +100,6 @@ func internName(b []byte) string {
 	return string(b)
 }
 
-// probe holds the few data members the classifier and the text assembly look at. A member of an
-// unexpected type is left nil (json reports an UnmarshalTypeError and carries on).
-type probe struct {
-	Event    *string `json:"event"`
-	Type     *string `json:"type"`
-	Delta    *string `json:"delta"`
-	Text     *string `json:"text"`
-	Content  *string `json:"content"`
-	Output   *string `json:"output"`
-	ToolName *string `json:"tool_name"`
-	Choices  []struct {
-		Delta struct {
-			Content *string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-}
-
 var (
 	jsonNull = json.RawMessage("null")
 	doneData = json.RawMessage(`"[DONE]"`)
@@ -150,47 +131,33 @@ func (st *streamState) event(f *sseFrame) (Event, bool) {
 	case string(trimmed) == "[DONE]":
 		ev.Data = doneData
 		ev.Terminal = true
-	case trimmed[0] == '{':
-		err := json.Unmarshal(trimmed, &p)
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			p = probe{}
-			ev.Data = mustJSON(ev.RawData)
-		} else {
-			ev.Data = append(json.RawMessage(nil), trimmed...)
-		}
 	case json.Valid(trimmed):
 		ev.Data = append(json.RawMessage(nil), trimmed...)
+		if trimmed[0] == '{' {
+			scanProbe(trimmed, &p)
+		}
 	default:
 		ev.Data = mustJSON(ev.RawData)
 	}
 
-	dataEvent := ""
-	if p.Event != nil {
-		dataEvent = *p.Event
-	}
+	dataEvent, _ := jsonName(p.event)
 	switch {
 	case ev.Event != "":
 		ev.Name = ev.Event
 	case dataEvent != "":
 		ev.Name = dataEvent
-	case p.Type != nil:
-		ev.Name = *p.Type
+	default:
+		ev.Name, _ = jsonName(p.typ)
 	}
 	if isTerminalName(ev.Event) || isTerminalName(dataEvent) {
 		ev.Terminal = true
 	}
 
-	toolName := ""
-	if p.ToolName != nil {
-		toolName = *p.ToolName
-	}
+	toolName, _ := jsonName(p.toolName)
 	ev.Kind = classify(ev.Name, ev.Terminal, toolName)
 
-	failed := false
-	if len(p.Choices) > 0 && p.Choices[0].FinishReason != nil && *p.Choices[0].FinishReason == "error" {
-		failed = true
-	}
+	fr, _ := jsonName(p.finishReason)
+	failed := fr == "error"
 	if ev.Kind != KindThought {
 		ev.Text = eventText(&p, ev.Name, st.text.Len() == 0)
 	}
@@ -231,21 +198,23 @@ func classify(name string, terminal bool, toolName string) string {
 // string data.delta; else data.text for response.output_text.delta; else, only while the text is
 // still empty, data.content or data.output.
 func eventText(p *probe, name string, textEmpty bool) string {
-	if len(p.Choices) > 0 && p.Choices[0].Delta.Content != nil {
-		return *p.Choices[0].Delta.Content
+	if s, ok := jsonString(p.choiceContent); ok {
+		return s
 	}
-	if p.Delta != nil {
-		return *p.Delta
+	if s, ok := jsonString(p.delta); ok {
+		return s
 	}
-	if name == "response.output_text.delta" && p.Text != nil {
-		return *p.Text
+	if name == "response.output_text.delta" {
+		if s, ok := jsonString(p.text); ok {
+			return s
+		}
 	}
 	if textEmpty {
-		if p.Content != nil {
-			return *p.Content
+		if s, ok := jsonString(p.content); ok {
+			return s
 		}
-		if p.Output != nil {
-			return *p.Output
+		if s, ok := jsonString(p.output); ok {
+			return s
 		}
 	}
 	return ""

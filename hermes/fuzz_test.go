@@ -1,0 +1,226 @@
+package hermes
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+func transcriptSeeds(f *testing.F) [][]byte {
+	files, _ := filepath.Glob("testdata/*.sse")
+	var out [][]byte
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+var validKinds = map[string]bool{KindData: true, KindProgress: true, KindTool: true, KindThought: true,
+	KindPendingApproval: true, KindError: true, KindDone: true}
+
+func FuzzSSEReader(f *testing.F) {
+	for _, b := range transcriptSeeds(f) {
+		f.Add(b, uint16(4096))
+		f.Add(bytes.ReplaceAll(b, []byte("\n"), []byte("\r\n")), uint16(3))
+	}
+	for _, s := range []string{
+		"", "\n\n", ":\n\n", "data\n\n", "data:\ndata:\n\n", "event: done", "data: [DONE]",
+		"id: 1\nretry: 5\nfoo: bar\n\n", "data: {\"choices\":[{\"delta\":{\"content\":1}}]}\n\n",
+		"data: {\"choices\":\"x\",\"delta\":{},\"event\":5}\n\n", "data: {\"\\u0064elta\":\"esc\",\"t\\u0079pe\":\"x\"}\n\n", "data: \xff\n\n", "data: {\"a\":\n\n",
+		chatFailBodyForFuzz,
+	} {
+		f.Add([]byte(s), uint16(2))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, max uint16) {
+		maxEvents := int(max%200) + 1
+		var evs []Event
+		var text strings.Builder
+		sum, _, err := consumeStream(bytes.NewReader(data), 4096, 1<<16, maxEvents, func(ev Event) error {
+			if name, txt := reference(ev, text.Len() == 0); name != ev.Name || txt != ev.Text {
+				t.Fatalf("event %d: name %q text %q, reference gives %q %q (data %s)", ev.Index, ev.Name, ev.Text, name, txt, ev.Data)
+			}
+			evs = append(evs, ev)
+			text.WriteString(ev.Text)
+			return nil
+		})
+		var se *errSSE
+		if err != nil && !errors.As(err, &se) {
+			t.Fatalf("unexpected error type %T %v", err, err)
+		}
+		if sum.EventCount != len(evs) || sum.EventCount > maxEvents {
+			t.Fatalf("count %d events %d max %d", sum.EventCount, len(evs), maxEvents)
+		}
+		if sum.Text != text.String() {
+			t.Fatalf("text %q is not the concatenation %q", sum.Text, text.String())
+		}
+		if sum.Truncated && (sum.Terminal || sum.EventCount != maxEvents) {
+			t.Fatalf("truncated summary %+v", sum)
+		}
+		for i, ev := range evs {
+			if ev.Index != i || !json.Valid(ev.Data) || !validKinds[ev.Kind] {
+				t.Fatalf("event %d: %+v", i, ev)
+			}
+			if ev.Terminal && i != len(evs)-1 {
+				t.Fatalf("event after a terminal event")
+			}
+			if ev.Terminal && ev.Kind != KindDone && ev.Kind != KindError {
+				t.Fatalf("terminal event of kind %s", ev.Kind)
+			}
+			if ev.Kind == KindThought && ev.Text != "" {
+				t.Fatalf("thought adds text")
+			}
+		}
+		if sum.Terminal && (len(evs) == 0 || !evs[len(evs)-1].Terminal) {
+			t.Fatalf("terminal without a terminal event")
+		}
+		if err == nil && !sum.Truncated && !sum.Terminal {
+			for _, ev := range evs {
+				if ev.Terminal {
+					t.Fatalf("missed terminal")
+				}
+			}
+		}
+		status, e := streamOutcome("chat_stream", sum, false, maxEvents, 200)
+		if (status == "failed") != (e != nil) {
+			t.Fatalf("outcome %s %v", status, e)
+		}
+	})
+}
+
+const chatFailBodyForFuzz = "data: {\"choices\": [{\"delta\": {}, \"finish_reason\": \"error\"}]}\n\ndata: [DONE]\n\n"
+
+func FuzzPrepare(f *testing.F) {
+	seeds := []struct {
+		op int
+		in string
+	}{
+		{0, `{}`}, {6, `{"prompt":"hi","session_id":"s","session_key":"k"}`}, {7, `{"messages":[{"role":"user","content":"x"}],"max_events":5}`},
+		{8, `{"body":{"input":"x","store":true},"session_key":"k"}`}, {9, `{"input":[{"role":"user","content":"a"}],"conversation_history":[{"role":"user","content":"b"}]}`},
+		{10, `{"response_id":"resp_1"}`}, {11, `{"body":{"response_id":"a/b"}}`}, {12, `{"limit":500,"query":{"source":"api_server","offset":"3"}}`},
+		{13, `{"body":{"id":"case","title":"t"}}`}, {14, `{"session_id":"s"}`}, {15, `{"session_id":"s","body":{"title":null}}`},
+		{16, `{"session_id":"x y"}`}, {17, `{"session_id":"s"}`}, {18, `{"session_id":"s","body":{"id":"c"}}`},
+		{19, `{"session_id":"s","prompt":"hi"}`}, {20, `{"session_id":"s","message":[{"type":"text","text":"a"}],"max_events":1}`},
+		{6, `null`}, {12, `{"query":{"limit":1e3}}`}, {13, `{"id":"C:x"}`},
+	}
+	for _, s := range seeds {
+		f.Add(uint8(s.op), []byte(s.in))
+	}
+	f.Fuzz(func(t *testing.T, opi uint8, in []byte) {
+		spec := operations[int(opi)%len(operations)]
+		p, err := Prepare(Request{Operation: spec.Name, Input: in, IdempotencyKey: "k"})
+		if err != nil {
+			var ie *InputError
+			var he *Error
+			switch {
+			case errors.As(err, &ie):
+				if !errors.Is(err, ErrInvalidInput) || ie.Field == "" {
+					t.Fatalf("bad input error %#v", ie)
+				}
+			case errors.As(err, &he):
+				if he.Code != CodePayloadTooLarge || !he.NotStarted {
+					t.Fatalf("unexpected %+v", he)
+				}
+			default:
+				t.Fatalf("unexpected error %T %v", err, err)
+			}
+			return
+		}
+		if !strings.HasPrefix(p.Path, "/") || strings.ContainsAny(p.Path, "{} \t\r\n#") {
+			t.Fatalf("bad path %q", p.Path)
+		}
+		for _, r := range p.Path {
+			if r > unicode.MaxASCII || unicode.IsControl(r) {
+				t.Fatalf("non-ASCII path %q", p.Path)
+			}
+		}
+		for k, vs := range p.Header {
+			for _, v := range vs {
+				if !validHeaderName(k) || !validHeaderValue(v) {
+					t.Fatalf("bad header %q: %q", k, v)
+				}
+			}
+		}
+		if (p.Body != nil) != (spec.Method == "POST" || spec.Method == "PATCH") {
+			t.Fatalf("%s body presence %v", spec.Name, p.Body != nil)
+		}
+		if p.Body != nil {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(p.Body, &m); err != nil || len(p.Body) > MaxRequestBody {
+				t.Fatalf("body is not a JSON object: %v %s", err, p.Body)
+			}
+			if spec.Name == "chat" || spec.Name == "chat_stream" || spec.Name == "responses" || spec.Name == "responses_stream" {
+				if string(m["stream"]) != strconv.FormatBool(spec.Stream) {
+					t.Fatalf("stream not forced: %s", m["stream"])
+				}
+			}
+			for _, k := range []string{"idempotency_key", "max_events", "session_key"} {
+				if _, ok := m[k]; ok && spec.Name != "session_create" {
+					if spec.Name == "responses" || spec.Name == "responses_stream" || spec.Name == "session_fork" {
+						continue // a provider body given as input.body is forwarded as is
+					}
+					t.Fatalf("%s: control field %s reached the body", spec.Name, k)
+				}
+			}
+		}
+		if spec.Stream != (p.MaxEvents > 0) || p.MaxEvents > MaxMaxEvents {
+			t.Fatalf("MaxEvents %d", p.MaxEvents)
+		}
+	})
+}
+
+// reference computes an event's name and text with encoding/json, to cross-check the
+// allocation-free scanner. Case-sensitive member lookup, as the scanner does.
+func reference(ev Event, textEmpty bool) (string, string) {
+	var m map[string]any
+	if json.Unmarshal(ev.Data, &m) != nil {
+		m = nil
+	}
+	str := func(v any) (string, bool) { s, ok := v.(string); return s, ok }
+	name := ev.Event
+	if name == "" {
+		if s, _ := str(m["event"]); s != "" {
+			name = s
+		} else if s, ok := str(m["type"]); ok {
+			name = s
+		}
+	}
+	if ev.Kind == KindThought {
+		return name, ""
+	}
+	if ch, ok := m["choices"].([]any); ok && len(ch) > 0 {
+		if c0, ok := ch[0].(map[string]any); ok {
+			if d, ok := c0["delta"].(map[string]any); ok {
+				if s, ok := str(d["content"]); ok {
+					return name, s
+				}
+			}
+		}
+	}
+	if s, ok := str(m["delta"]); ok {
+		return name, s
+	}
+	if name == "response.output_text.delta" {
+		if s, ok := str(m["text"]); ok {
+			return name, s
+		}
+	}
+	if textEmpty {
+		if s, ok := str(m["content"]); ok {
+			return name, s
+		}
+		if s, ok := str(m["output"]); ok {
+			return name, s
+		}
+	}
+	return name, ""
+}
