@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,6 +109,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 func (h *harness) startBridge() *runningBridge {
 	h.t.Helper()
 	nc, _ := natsembed.Connect(h.t, h.ns)
+	started := strings.Count(h.logs.String(), `"message":"bridge started"`)
 	var w io.Writer = h.logs
 	if testing.Verbose() {
 		w = io.MultiWriter(h.logs, os.Stderr)
@@ -123,10 +125,12 @@ func (h *harness) startBridge() *runningBridge {
 	h.state.bridges = append(h.state.bridges, rb)
 	h.state.mu.Unlock()
 	h.t.Cleanup(func() { rb.stop(h.t) })
-	cfg := b.Config()
+	// Ready once this replica has bound its consumer and logged that it started.
 	h.eventually(10*time.Second, func() error {
-		_, err := h.js.Consumer(context.Background(), cfg.ActionsStream, cfg.Consumer)
-		return err
+		if strings.Count(h.logs.String(), `"message":"bridge started"`) <= started {
+			return errNotYet
+		}
+		return nil
 	})
 	return rb
 }
@@ -205,11 +209,13 @@ func (h *harness) results(id string) int {
 	if err != nil {
 		h.t.Fatalf("output stream: %v", err)
 	}
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("hermes.results."+id))
+	subj := "hermes.results." + id
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		h.t.Fatalf("stream info: %v", err)
 	}
-	return int(info.State.Msgs)
+	// State.Msgs counts the whole stream; the filter only fills State.Subjects.
+	return int(info.State.Subjects[subj])
 }
 
 func withKey(k string) func(*events.Action) { return func(a *events.Action) { a.IdempotencyKey = k } }

@@ -359,3 +359,44 @@ func binaryHeader(id, typ, subject string) nats.Header {
 	h.Set("content-type", "application/json")
 	return h
 }
+
+// scriptedAgent is the fake's agent for tests that need slow or failing turns, chosen by
+// the user text's prefix: "slow:" waits 700ms before answering, "block:" never answers
+// (until the client goes away), "fail:" fails without text (chat: 502 agent_incomplete);
+// anything else gets the stub reply.
+func scriptedAgent(ctx context.Context, turn hermestest.Turn) hermestest.Reply {
+	r := hermestest.StubAgent(ctx, turn)
+	switch {
+	case strings.HasPrefix(turn.UserText, "slow:"):
+		r.Delay = 700 * time.Millisecond
+	case strings.HasPrefix(turn.UserText, "block:"):
+		<-ctx.Done()
+		return hermestest.Reply{}
+	case strings.HasPrefix(turn.UserText, "fail:"):
+		return hermestest.Reply{Fail: "scripted failure"}
+	}
+	return r
+}
+
+// sameJSON reports whether a and b are the same JSON value (RFC 8785 canonical forms equal).
+func sameJSON(t *testing.T, a, b json.RawMessage) bool {
+	t.Helper()
+	ca, err := events.Canonicalize(a)
+	if err != nil {
+		t.Fatalf("canonicalize %q: %v", truncate(string(a), 100), err)
+	}
+	cb, err := events.Canonicalize(b)
+	if err != nil {
+		t.Fatalf("canonicalize %q: %v", truncate(string(b), 100), err)
+	}
+	return bytes.Equal(ca, cb)
+}
+
+// stopBridge stops the i-th started bridge replica and waits for it.
+func (h *harness) stopBridge(i int) {
+	h.t.Helper()
+	h.state.mu.Lock()
+	rb := h.state.bridges[i]
+	h.state.mu.Unlock()
+	rb.stop(h.t)
+}
