@@ -86,7 +86,7 @@ type obj map[string]json.RawMessage
 // Every path id must be a string that is not blank, has no control character, is at most 512
 // bytes and is not "." or ".."; it is percent-encoded as one path segment (see escapeSegment).
 // Request.Header entries are copied except Authorization, Host, Content-Length, Content-Type,
-// Accept, Transfer-Encoding, Connection, Idempotency-Key and X-Hermes-*, which the client owns.
+// Accept, Transfer-Encoding, Connection, (X-)Idempotency-Key and X-Hermes-*, which the client owns.
 func Prepare(req Request) (*Prepared, error) {
 	spec, ok := Lookup(req.Operation)
 	if !ok {
@@ -358,7 +358,7 @@ func validHeaderName(s string) bool {
 }
 
 var reservedHeaders = []string{"Authorization", "Host", "Content-Length", "Content-Type", "Accept",
-	"Transfer-Encoding", "Connection", "Idempotency-Key", "Te", "Trailer", "Upgrade"}
+	"Transfer-Encoding", "Connection", "Idempotency-Key", "X-Idempotency-Key", "Te", "Trailer", "Upgrade"}
 
 func copyExtraHeaders(dst, src http.Header) error {
 	for name, vals := range src {
