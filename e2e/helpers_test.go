@@ -96,6 +96,9 @@ func (h *harness) dlq(n int, timeout time.Duration) []*jetstream.RawStreamMsg {
 			return fmt.Errorf("dlq has %d messages, want %d", info.State.Msgs, n)
 		}
 		out = out[:0]
+		if info.State.Msgs == 0 {
+			return nil
+		}
 		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 			m, err := s.GetMsg(context.Background(), seq)
 			if err != nil {
