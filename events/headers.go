@@ -133,3 +133,13 @@ func unhex(c byte) byte {
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
+
+// Headers the bridge adds to a dead-lettered copy on the DLQ subject (see
+// schemas/dlq.schema.json). The original headers and payload are kept.
+const (
+	HeaderDLQReason    = "Hermes-Dlq-Reason"
+	HeaderDLQSubject   = "Hermes-Dlq-Subject"
+	HeaderDLQStream    = "Hermes-Dlq-Stream"
+	HeaderDLQStreamSeq = "Hermes-Dlq-Stream-Seq"
+	HeaderDLQTime      = "Hermes-Dlq-Time"
+)
