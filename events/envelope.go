@@ -102,7 +102,7 @@ func DecodeEnvelope(h nats.Header, data []byte) (*Envelope, error) {
 	for k, vs := range h {
 		hv.add(k, vs)
 	}
-	if hv.conflict != "" && hv.conflict == "id" {
+	if hv.conflict == "id" {
 		return nil, &DecodeError{Reason: "conflicting ce-id headers"}
 	}
 	switch {
@@ -410,14 +410,8 @@ func decodeStructured(hv *headerView, data []byte) (*Envelope, error) {
 	if extErr != nil {
 		return env, extErr
 	}
-	if ev.DataBase64 {
-		// data_base64 carries bytes; accept it only with a JSON content type.
-		if ct := ev.DataContentType(); ct != "" {
-			if reason := checkJSONContentType(ct); reason != "" {
-				return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
-			}
-		}
-	} else if ct := ev.DataContentType(); ct != "" {
+	// data or data_base64: either way the bytes must be JSON (DecodeAction checks them).
+	if ct := ev.DataContentType(); ct != "" {
 		if reason := checkJSONContentType(ct); reason != "" {
 			return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
 		}
