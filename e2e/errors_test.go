@@ -1,0 +1,212 @@
+package e2e_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// TestErrorClasses drives every error class end to end: a wrong endpoint key, a remote
+// rejection, an incomplete agent, 5xx on safe and unsafe operations, the 429 gate,
+// draining, refused connections and deadlines. Subtests share one harness and run in
+// order; call counts are compared as differences.
+func TestErrorClasses(t *testing.T) {
+	t.Parallel()
+	dead := closedPortURL(t)
+	h := newHarness(t, withFake(hermestest.WithAgent(scriptedAgent)), withConfig(func(c *bridge.Config) {
+		c.Endpoints = append(c.Endpoints,
+			bridge.Endpoint{ID: "badkey", BaseURL: c.Endpoints[0].BaseURL, Key: func() string { return "wrong-key-0123456789" }, MaxConcurrency: 2},
+			bridge.Endpoint{ID: "dead", BaseURL: dead, Key: c.Endpoints[0].Key, MaxConcurrency: 2})
+	}))
+
+	t.Run("authentication", func(t *testing.T) {
+		h := h.at(t)
+		for _, op := range []string{"models", "chat"} {
+			before := h.fake.Calls(op)
+			in := `{}`
+			if op == "chat" {
+				in = `{"prompt":"with the wrong key"}`
+			}
+			res, _ := h.callOn("badkey", op, in)
+			e := requireFailed(t, res, "authentication")
+			if e.HTTPStatus != 401 || e.Category != "auth" || e.Retryable || e.UncertainOutcome {
+				t.Errorf("%s: error %s, want 401 auth, not retryable, certain", op, errString(e))
+			}
+			if c := h.fake.Calls(op) - before; c != 1 {
+				t.Errorf("%s: %d calls, want 1 (authentication failures are not retried)", op, c)
+			}
+			if r := h.requests(op); r[len(r)-1].AuthValid {
+				t.Errorf("%s: the fake saw a valid key", op)
+			}
+		}
+		// health needs no key and still works on that endpoint.
+		res, _ := h.callOn("badkey", "health", `{}`)
+		requireCompleted(t, res)
+	})
+
+	t.Run("session_not_found", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("session_get")
+		res, _ := h.call("session_get", `{"session_id":"no-such-session"}`)
+		e := requireFailed(t, res, "remote_rejected")
+		if e.HTTPStatus != 404 || detail(e, "remote_code") != "session_not_found" || e.Retryable {
+			t.Errorf("error %s, want 404 session_not_found, not retryable", errString(e))
+		}
+		if c := h.fake.Calls("session_get") - before; c != 1 {
+			t.Errorf("%d calls, want 1 (a 404 is not retried even on a safe read)", c)
+		}
+		if e.Message == "" || strings.Contains(e.Message, "no-such-session") {
+			t.Errorf("message %q is empty or quotes the session id", e.Message)
+		}
+	})
+
+	t.Run("agent_incomplete", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("chat")
+		res, _ := h.call("chat", `{"prompt":"fail: no usable text"}`)
+		e := requireFailed(t, res, "agent_incomplete")
+		if e.HTTPStatus != 502 || !e.UncertainOutcome || e.Retryable {
+			t.Errorf("error %s, want 502, uncertain, not retryable", errString(e))
+		}
+		if c := h.fake.Calls("chat") - before; c != 1 {
+			t.Errorf("%d calls, want 1", c)
+		}
+	})
+
+	t.Run("safe_500_retried", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("models")
+		h.fake.InjectFault(hermestest.Fault{Route: "models", Status: 500, Times: 1})
+		res, _ := h.call("models", `{}`)
+		requireCompleted(t, res)
+		if c := h.fake.Calls("models") - before; c != 2 {
+			t.Errorf("%d calls, want 2", c)
+		}
+		h.waitIdle(10 * time.Second)
+		if n := h.results(res.ActionID); n != 1 {
+			t.Errorf("%d result messages, want 1", n)
+		}
+	})
+
+	t.Run("safe_500_exhausted", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("session_messages")
+		h.fake.InjectFault(hermestest.Fault{Route: "session_messages", Status: 503, Body: `{"error":{"code":"session_db_unavailable"}}`, Times: 1000})
+		res, _ := h.call("session_messages", `{"session_id":"x"}`, withTimeoutMS(600))
+		h.fake.ClearFaults()
+		e := res.Error
+		if res.Status != "failed" || e == nil || (e.Code != "remote_unavailable" && e.Code != "deadline_exceeded") {
+			t.Fatalf("status %q error %s, want failed remote_unavailable (or deadline_exceeded)", res.Status, errString(e))
+		}
+		if e.UncertainOutcome {
+			t.Errorf("a safe read reported an uncertain outcome")
+		}
+		if c := h.fake.Calls("session_messages") - before; c < 2 {
+			t.Errorf("%d calls, want several retries", c)
+		}
+	})
+
+	t.Run("unsafe_500_not_retried", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("chat")
+		h.fake.InjectFault(hermestest.Fault{Route: "chat", Status: 500, Times: 1})
+		res, _ := h.call("chat", `{"prompt":"server error"}`)
+		e := requireFailed(t, res, "remote_unavailable")
+		if !e.UncertainOutcome || e.Retryable || e.HTTPStatus != 500 {
+			t.Errorf("error %s, want 500, uncertain, not retryable", errString(e))
+		}
+		if c := h.fake.Calls("chat") - before; c != 1 {
+			t.Errorf("%d calls, want exactly 1", c)
+		}
+	})
+
+	t.Run("gate_429_then_success", func(t *testing.T) {
+		h := h.at(t)
+		before := len(h.requests("chat"))
+		h.fake.InjectFault(hermestest.Fault{Route: "chat", Status: 429, Times: 1})
+		res, _ := h.call("chat", `{"prompt":"after the gate"}`)
+		requireCompleted(t, res)
+		rs := h.requests("chat")[before:]
+		if len(rs) != 2 {
+			t.Fatalf("%d calls, want 2", len(rs))
+		}
+		if gap := rs[1].Time.Sub(rs[0].Time); gap < 900*time.Millisecond {
+			t.Errorf("retried after %s; Retry-After: 1 was not honoured", gap)
+		}
+		h.waitIdle(10 * time.Second)
+		if n := h.results(res.ActionID); n != 1 {
+			t.Errorf("%d result messages, want 1", n)
+		}
+		var attempts []float64
+		for _, l := range h.actionLogs(res.ActionID) {
+			a, _ := l["attempt"].(float64)
+			attempts = append(attempts, a)
+		}
+		if len(attempts) != 2 || attempts[1] != 2 {
+			t.Errorf("action log attempts %v, want [1 2] (a JetStream redelivery)", attempts)
+		}
+	})
+
+	t.Run("draining_503_then_success", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("responses")
+		h.fake.InjectFault(hermestest.Fault{Route: "responses", Status: 503, Times: 1,
+			Header: http.Header{"Retry-After": {"0"}}})
+		res, _ := h.call("responses", `{"input":"after draining"}`)
+		requireCompleted(t, res)
+		if c := h.fake.Calls("responses") - before; c != 2 {
+			t.Errorf("%d calls, want 2", c)
+		}
+	})
+
+	t.Run("connection_refused", func(t *testing.T) {
+		h := h.at(t)
+		for _, op := range []string{"chat", "models"} {
+			in := `{}`
+			if op == "chat" {
+				in = `{"prompt":"nobody listens"}`
+			}
+			res, _ := h.callOn("dead", op, in, withTimeoutMS(10000))
+			e := requireFailed(t, res, "transport")
+			if !e.Retryable || e.UncertainOutcome {
+				t.Errorf("%s: error %s, want retryable and certain", op, errString(e))
+			}
+			retries := 0
+			for _, l := range h.actionLogs(res.ActionID) {
+				if l.str("status") == "retrying" {
+					retries++
+				}
+			}
+			if retries < 1 {
+				t.Errorf("%s: %d retries logged, want the refused connection retried", op, retries)
+			}
+		}
+	})
+
+	t.Run("deadline_exceeded", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("chat")
+		start := time.Now()
+		res, _ := h.call("chat", `{"prompt":"slow: past the deadline"}`, withTimeoutMS(300))
+		e := requireFailed(t, res, "deadline_exceeded")
+		if !e.UncertainOutcome {
+			t.Errorf("uncertain_outcome false although Hermes had started")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("settled after %s for a 300ms deadline", d)
+		}
+		if c := h.fake.Calls("chat") - before; c != 1 {
+			t.Errorf("%d calls, want 1", c)
+		}
+	})
+
+	t.Run("still_serving", func(t *testing.T) {
+		h := h.at(t)
+		res, evs := h.call("chat_stream", `{"prompt":"after every error"}`)
+		checkStream(t, res, evs, "chat_stream", "stub reply: after every error")
+	})
+}
