@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -241,5 +243,22 @@ func TestPrinterModes(t *testing.T) {
 	}
 	if !strings.Contains(lines[3], `"status":"failed"`) {
 		t.Fatalf("result line %s", lines[3])
+	}
+}
+
+// `run` that cannot start exits 1 with a clear message (here: the port is taken).
+func TestRunPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	code, _, errOut := runMain(context.Background(), map[string]string{
+		"HERMES_BRIDGE_DATA_DIR": t.TempDir(), "HERMES_BRIDGE_NATS_PORT": strconv.Itoa(port),
+	}, "", "run")
+	if code != exitFailed || !strings.Contains(errOut, "hermes-bridge run: embedded NATS server on 127.0.0.1:"+strconv.Itoa(port)) ||
+		!strings.Contains(errOut, "set HERMES_BRIDGE_NATS_PORT") {
+		t.Fatalf("exit %d stderr:\n%s", code, errOut)
 	}
 }

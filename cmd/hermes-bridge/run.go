@@ -51,6 +51,7 @@ func cmdRun(ctx context.Context, args []string, environ map[string]string, io st
 	log := newLogger(p.cfg, io.err, p.replicaID)
 	if err := runService(ctx, p, log, io.err, nil); err != nil {
 		log.Error().Err(err).Msg("hermes-bridge stopped on an error")
+		fmt.Fprintf(io.err, "hermes-bridge run: %v\n", err)
 		return exitFailed
 	}
 	return exitOK
@@ -164,7 +165,11 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 			ServerName: embeddedServerName, Logger: srvLog,
 		})
 		if err != nil {
-			return fmt.Errorf("embedded NATS server on %s (HERMES_BRIDGE_NATS_HOST/HERMES_BRIDGE_NATS_PORT): %w", netJoin(cfg.NATSHost, cfg.NATSPort), err)
+			hint := ""
+			if strings.Contains(err.Error(), "address already in use") {
+				hint = " (another NATS server or hermes-bridge is using it: stop it, set HERMES_BRIDGE_NATS_PORT, or set NATS_URL to use that server)"
+			}
+			return fmt.Errorf("embedded NATS server on %s: %w%s", netJoin(cfg.NATSHost, cfg.NATSPort), err, hint)
 		}
 		// Stops LAST: registered first, so it runs after the connection has drained.
 		defer func() {
