@@ -303,6 +303,7 @@ func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdi
 		defer cancel()
 	}
 	p := newPrinter(sio.out, sio.err, o)
+	p.approvals = cl.subjects.Approvals(id)
 	res, err := cl.c.Follow(fctx, id, p.event, p.pending)
 	switch {
 	case err == nil:
@@ -350,9 +351,10 @@ const (
 // printer writes what call and watch show. Each event is written with one Write on
 // the unbuffered stdout, so text appears as it arrives.
 type printer struct {
-	out, err io.Writer
-	mode     int
-	midLine  bool // text written without a final newline
+	out, err  io.Writer
+	mode      int
+	midLine   bool   // text written without a final newline
+	approvals string // the action's approvals subject, for the pending note
 }
 
 func newPrinter(out, errw io.Writer, o *callOptions) *printer {
@@ -400,8 +402,12 @@ func (p *printer) pending(r *events.Result) {
 		ExpiresAt   string `json:"expires_at"`
 	}
 	_ = json.Unmarshal(r.Output, &out)
-	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on its approvals subject\n",
-		r.ActionID, out.InputSHA256, out.ExpiresAt)
+	where := "its approvals subject"
+	if p.approvals != "" {
+		where = p.approvals
+	}
+	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
+		r.ActionID, out.InputSHA256, out.ExpiresAt, where)
 }
 
 // endText ends a line of streamed text.

@@ -262,3 +262,21 @@ func TestRunPortInUse(t *testing.T) {
 		t.Fatalf("exit %d stderr:\n%s", code, errOut)
 	}
 }
+
+func TestPrinterPending(t *testing.T) {
+	pend := &events.Result{ActionID: "a2", Status: events.StatusPendingApproval,
+		Output: json.RawMessage(`{"capability_id":"cap:hermes_agent:primary:response_delete","input":{},"input_sha256":"abc123","expires_at":"2026-01-01T00:15:00Z"}`)}
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	p := newPrinter(out, errb, &callOptions{})
+	p.approvals = "hermes.approvals.a2"
+	p.pending(pend)
+	if out.String() != "" || !strings.Contains(errb.String(), "action a2 is waiting for approval (input_sha256 abc123, expires 2026-01-01T00:15:00Z); publish a decision on hermes.approvals.a2") {
+		t.Fatalf("text mode: stdout %q stderr %q", out.String(), errb.String())
+	}
+	out = &syncBuffer{}
+	p = newPrinter(out, errb, &callOptions{eventsOut: true})
+	p.pending(pend)
+	if !strings.Contains(out.String(), `"status":"pending_approval"`) || strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("events mode: %q", out.String())
+	}
+}
