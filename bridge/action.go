@@ -13,7 +13,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
-	// SCHEMAS "github.com/hermes-bridge/hermes-bridge/schemas"
+	"github.com/hermes-bridge/hermes-bridge/schemas"
 )
 
 // Default action deadlines (CONTRACT §8).
@@ -232,9 +232,9 @@ func (j *job) validate() *events.ErrorInfo {
 	if j.env.Subject != "" && j.env.Subject != j.capID {
 		return invalidAction("subject", "the CloudEvent subject does not match the capability "+j.capID)
 	}
-	// SCHEMAS if err := schemas.ValidateAction(j.op, j.env.Data); err != nil {
-	// SCHEMAS 	return actionErrorInfo(err)
-	// SCHEMAS }
+	if err := schemas.ValidateAction(j.op, j.env.Data); err != nil {
+		return actionErrorInfo(err)
+	}
 	if _, err := hermes.Prepare(j.request()); err != nil {
 		return clientErrorInfo(err, true)
 	}
@@ -494,6 +494,9 @@ func (j *job) execute(ctx context.Context) decision {
 		if j.safe() || (errors.As(err, &he) && he.NotStarted) {
 			return j.release(ctx, nakAfter(b.cfg.RetryBase))
 		}
+		info := outcomeUnknown()
+		info.Details = map[string]any{"reason": "the bridge shut down while the call was in flight"}
+		return j.settle(ctx, failedResult(j, info))
 	}
 	var he *hermes.Error
 	if res == nil && errors.As(err, &he) && he.Retryable(j.safe()) {

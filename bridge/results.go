@@ -8,7 +8,7 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
-	// SCHEMAS "github.com/hermes-bridge/hermes-bridge/schemas"
+	"github.com/hermes-bridge/hermes-bridge/schemas"
 )
 
 // failedResult is a terminal failed result of j carrying info.
@@ -32,10 +32,10 @@ func actionErrorInfo(err error) *events.ErrorInfo {
 	if errors.As(err, &ae) {
 		return invalidAction(ae.Field, ae.Reason)
 	}
-	// SCHEMAS var ve *schemas.ValidationError
-	// SCHEMAS if errors.As(err, &ve) {
-	// SCHEMAS 	return invalidAction(ve.Field, ve.Reason)
-	// SCHEMAS }
+	var ve *schemas.ValidationError
+	if errors.As(err, &ve) {
+		return invalidAction(ve.Field, ve.Reason)
+	}
 	return invalidAction("", err.Error())
 }
 

@@ -282,10 +282,30 @@ func (c *Client) stream(ctx context.Context, p *Prepared, resp *http.Response, o
 			return nil, &callbackError{op: op, err: ce.err}
 		case errors.As(err, &se):
 			return nil, invalidResponse(op, se.reason, status)
-		default:
+		case ctx.Err() != nil:
 			return nil, transportError(ctx, op, err, status)
 		}
+		// The connection broke after the stream started: the stream closed without a
+		// terminal event (CONTRACT §6), and the events read so far are in the aggregate.
+		res := c.aggregate(op, status, sum)
+		e := newError(op, CodeStreamIncomplete, "stream broke before a terminal event")
+		e.HTTPStatus = status
+		e.Details = map[string]any{"operation": op, "cause": "transport"}
+		e.Err = err
+		res.Status = "failed"
+		return res, e
 	}
+	res := c.aggregate(op, status, sum)
+	var e *Error
+	res.Status, e = streamOutcome(op, sum, failedChunk, p.MaxEvents, status)
+	if e != nil {
+		return res, e
+	}
+	return res, nil
+}
+
+// aggregate is the result of a stream operation: the stream summary as JSON output.
+func (c *Client) aggregate(op string, status int, sum StreamSummary) *Result {
 	agg := struct {
 		EndpointID string `json:"endpoint_id"`
 		Operation  string `json:"operation"`
@@ -295,13 +315,7 @@ func (c *Client) stream(ctx context.Context, p *Prepared, resp *http.Response, o
 		Terminal   bool   `json:"terminal"`
 		Truncated  bool   `json:"truncated"`
 	}{c.o.endpointID, op, status, sum.EventCount, sum.Text, sum.Terminal, sum.Truncated}
-	res := &Result{Operation: op, HTTPStatus: status, Output: marshalNoEscape(agg), Stream: &sum}
-	var e *Error
-	res.Status, e = streamOutcome(op, sum, failedChunk, p.MaxEvents, status)
-	if e != nil {
-		return res, e
-	}
-	return res, nil
+	return &Result{Operation: op, HTTPStatus: status, Output: marshalNoEscape(agg), Stream: &sum}
 }
 
 // callbackError wraps an error returned by the onEvent callback.

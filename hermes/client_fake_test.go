@@ -262,7 +262,7 @@ func TestFakeErrorClasses(t *testing.T) {
 
 	s.InjectFault(hermestest.Fault{Route: "chat_stream", AfterEvents: 2, Drop: true})
 	_, n, err := run("chat_stream", `{"prompt":"one two three four"}`)
-	if check("drop", err, want{hermes.CodeTransport, "", 200, false}); n != 2 {
+	if check("drop", err, want{hermes.CodeStreamIncomplete, "", 200, false}); n != 2 {
 		t.Fatalf("drop: %d events before the reset", n)
 	}
 

@@ -387,11 +387,15 @@ func TestResetMidStream(t *testing.T) {
 		panic(http.ErrAbortHandler) // closes the connection mid-body
 	})
 	var got []hermes.Event
-	_, err := newClient(t, srv.URL).Call(context.Background(), hermes.Request{Operation: "session_chat_stream",
+	res, err := newClient(t, srv.URL).Call(context.Background(), hermes.Request{Operation: "session_chat_stream",
 		Input: json.RawMessage(`{"session_id":"s","message":"m"}`)}, func(ev hermes.Event) error { got = append(got, ev); return nil })
+	// A stream that breaks after it started closed without a terminal event.
 	e := asError(t, err)
-	if e.Code != hermes.CodeTransport || e.NotStarted || e.HTTPStatus != 200 || e.Retryable(false) {
+	if e.Code != hermes.CodeStreamIncomplete || e.NotStarted || e.HTTPStatus != 200 || e.Retryable(false) {
 		t.Fatalf("%+v", e)
+	}
+	if res == nil || res.Status != "failed" || res.Stream.EventCount != 1 || res.Stream.Text != "a" || res.Stream.Terminal {
+		t.Fatalf("result %+v", res)
 	}
 	if len(got) != 1 || got[0].Text != "a" {
 		t.Fatalf("events %+v", got)

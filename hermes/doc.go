@@ -42,7 +42,9 @@
 // refused connection. 429 and 5xx are remote_unavailable (RetryAfter from Retry-After, seconds
 // or HTTP date); 502 agent_incomplete is agent_incomplete. A session_fork 400 invalid_title has
 // NotStarted false, because the provider's fork ends the source and creates the child before it
-// validates the title. Transport failures after connecting are transport (NotStarted false);
+// validates the title. Transport failures after connecting are transport (NotStarted false),
+// except once a stream has started: a connection that breaks mid-stream is stream_incomplete
+// and the Result with the events read so far is returned beside the error;
 // undecodable or oversized responses are invalid_response; an expired or cancelled ctx gives
 // deadline_exceeded or cancelled. Messages hold only the operation, status and remote code:
 // never content, tokens, session ids or keys, nor Hermes's error message (which may echo ids).
