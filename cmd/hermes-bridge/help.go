@@ -164,8 +164,18 @@ func writeEnvTable(w io.Writer) {
 
 func printFlagsHelp(w io.Writer, head string, fs *flag.FlagSet, examples string) {
 	fmt.Fprint(w, head)
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" {
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
 	fmt.Fprint(w, examples)
 }
 
@@ -236,10 +246,12 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // usageError prints msg and a hint, and returns exitUsage.
 func usageError(w io.Writer, cmd, msg string) int {
-	msg = strings.TrimPrefix(msg, "flag provided but not defined: ")
-	if strings.HasPrefix(msg, "-") {
-		msg = "unknown flag " + msg
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + name
 	}
+	// flag's own messages name flags with one dash; the docs use two.
+	msg = strings.Replace(msg, " for flag -", " for flag --", 1)
+	msg = strings.Replace(msg, "needs an argument: -", "needs an argument: --", 1)
 	fmt.Fprintf(w, "hermes-bridge %s: %s\nRun 'hermes-bridge %s --help' for usage.\n", cmd, msg, cmd)
 	return exitUsage
 }
