@@ -403,3 +403,17 @@ func (h *harness) stopBridge(i int) {
 	h.state.mu.Unlock()
 	rb.stop(h.t)
 }
+
+// lastOutput returns the newest message stored on an output subject.
+func (h *harness) lastOutput(subject string) *jetstream.RawStreamMsg {
+	h.t.Helper()
+	s, err := h.js.Stream(context.Background(), h.cfg.WithDefaults().OutputStream)
+	if err != nil {
+		h.t.Fatalf("output stream: %v", err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		h.t.Fatalf("last message on %s: %v", subject, err)
+	}
+	return m
+}

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -33,8 +34,25 @@ func TestContentModes(t *testing.T) {
 			if jstr(body(t, r), "messages", 0, "content") != prompt {
 				t.Errorf("body %s", r.Body)
 			}
-			if got := r.Header.Get("Traceparent"); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+			const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			if got := r.Header.Get("Traceparent"); got != tp {
 				t.Errorf("traceparent reaching Hermes %q", got)
+			}
+			// The trace context is on every output too.
+			for _, subj := range []string{"hermes.results." + id, "hermes.events." + id} {
+				m := h.lastOutput(subj)
+				if m.Header.Get("ce-traceparent") != tp && m.Header.Get("traceparent") != tp {
+					t.Errorf("%s: headers %v carry no traceparent %s", subj, m.Header, tp)
+				}
+				if m.Header.Get("Nats-Msg-Id") != m.Header.Get("ce-id") || m.Header.Get("ce-id") == "" {
+					t.Errorf("%s: Nats-Msg-Id %q, ce-id %q", subj, m.Header.Get("Nats-Msg-Id"), m.Header.Get("ce-id"))
+				}
+			}
+			if got := h.lastOutput("hermes.results." + id).Header.Get("ce-id"); got != id+":result" {
+				t.Errorf("result ce-id %q, want %s:result", got, id)
+			}
+			if got := h.lastOutput("hermes.events." + id).Header.Get("ce-id"); got != fmt.Sprintf("%s:%d", id, len(evs)-1) {
+				t.Errorf("last event ce-id %q, want %s:%d", got, id, len(evs)-1)
 			}
 		})
 	}
