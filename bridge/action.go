@@ -123,7 +123,7 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
 		ev = b.log.Warn()
 	}
 	ev = ev.Str("action_id", j.actionID).Str("capability", j.capID).Str("status", j.status).
-		Dur("duration", b.now().Sub(start)).Int("attempt", j.attempt()).Str("decision", d.String())
+		Float64("duration_ms", float64(b.now().Sub(start).Microseconds())/1000).Int("attempt", j.attempt()).Str("decision", d.String())
 	if j.code != "" {
 		ev = ev.Str("code", j.code)
 	}

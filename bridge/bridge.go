@@ -119,7 +119,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return fmt.Errorf("bridge: consume: %w", err)
 	}
 	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
-		Int("endpoints", len(b.eps)).Str("replica", b.cfg.ReplicaID).Msg("bridge started")
+		Int("endpoints", len(b.eps)).Msg("bridge started")
 
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()

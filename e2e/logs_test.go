@@ -65,8 +65,8 @@ func TestActionLogs(t *testing.T) {
 		if st := l.str("status"); st == "" || !strings.Contains(st, a.status) && st != "duplicate" {
 			t.Errorf("%s: status %q, result status %q", a.id, st, a.status)
 		}
-		if _, ok := l["duration"].(float64); !ok {
-			t.Errorf("%s: duration %v is not a number", a.id, l["duration"])
+		if _, ok := l["duration_ms"].(float64); !ok {
+			t.Errorf("%s: duration_ms %v is not a number", a.id, l["duration_ms"])
 		}
 		if at, _ := l["attempt"].(float64); at != 1 {
 			t.Errorf("%s: attempt %v, want 1", a.id, l["attempt"])
