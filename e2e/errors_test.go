@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
@@ -209,4 +210,38 @@ func TestErrorClasses(t *testing.T) {
 		res, evs := h.call("chat_stream", `{"prompt":"after every error"}`)
 		checkStream(t, res, evs, "chat_stream", "stub reply: after every error")
 	})
+}
+
+// TestConcurrencyGateRetried: the fake's real concurrency gate (one run at a time) answers
+// 429 to concurrent chats; the bridge waits and retries them (no work started), and every
+// action completes with its own single successful run.
+func TestConcurrencyGateRetried(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFake(hermestest.WithAgent(scriptedAgent), hermestest.WithMaxConcurrentRuns(1)))
+	var ids []string
+	for i := 0; i < 3; i++ {
+		ids = append(ids, h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"slow: gated `+string(rune('a'+i))+`"}`)}))
+	}
+	for i, id := range ids {
+		res, _ := h.follow(id)
+		requireCompleted(t, res)
+		if got, want := jstr(output(t, res), "choices", 0, "message", "content"), "stub reply: slow: gated "+string(rune('a'+i)); got != want {
+			t.Errorf("%s: content %q, want %q", id, got, want)
+		}
+	}
+	total, gated := 0, 0
+	for _, r := range h.requests("chat") {
+		if jstr(body(t, r), "messages", 0, "content") == "" {
+			t.Errorf("request without messages")
+		}
+		total++
+	}
+	for _, l := range h.logLines() {
+		if l.str("message") == "action" && l.str("status") == "retrying" {
+			gated++
+		}
+	}
+	if total < 4 || gated < 1 {
+		t.Errorf("%d chat requests and %d retries; want the gate to have refused some and the bridge to retry", total, gated)
+	}
 }
