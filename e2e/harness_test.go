@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -114,7 +115,10 @@ func (h *harness) startBridge() *runningBridge {
 	if testing.Verbose() {
 		w = io.MultiWriter(h.logs, os.Stderr)
 	}
-	b, err := bridge.New(nc, h.cfg, zerolog.New(w).With().Timestamp().Logger())
+	h.state.mu.Lock()
+	replica := fmt.Sprintf("r%d", len(h.state.bridges))
+	h.state.mu.Unlock()
+	b, err := bridge.New(nc, h.cfg, zerolog.New(w).With().Timestamp().Str("replica", replica).Logger())
 	if err != nil {
 		h.t.Fatalf("bridge.New: %v", err)
 	}
