@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -75,8 +76,8 @@ func ackIt() decision                   { return decision{kind: ack} }
 func nakAfter(d time.Duration) decision { return decision{kind: nak, delay: d} }
 func termWith(reason string) decision   { return decision{kind: term, reason: reason} }
 func (d decision) String() string       { return [...]string{"ack", "nak", "term"}[d.kind] }
-func (j *job) attempt() int             { return int(j.md.NumDelivered) }
-func (j *job) lastDelivery() bool       { return j.attempt() >= j.b.cfg.MaxDeliver }
+func (j *job) delivery() int            { return int(j.md.NumDelivered) }
+func (j *job) lastAttempt() bool        { return j.attempt() >= j.b.cfg.MaxAttempts }
 func (j *job) remaining() time.Duration { return time.Until(j.deadline) }
 func (j *job) infra(err error) decision { return j.retryLater(err, "infrastructure") }
 func (j *job) setStatus(s, code string) { j.status, j.code = s, code }
@@ -85,6 +86,14 @@ func (j *job) leaseUntil() time.Time    { return j.b.now().Add(j.b.cfg.Lease) }
 func (j *job) actKey() string           { return kvstore.ActionKey(j.actionID) }
 func (j *job) owner() string            { return j.b.cfg.ReplicaID }
 func (j *job) safe() bool               { return j.spec.Safe }
+
+// attempt is the number of this attempt at calling Hermes for the action (1-based),
+// kept in the action record so that deliveries spent waiting do not count.
+func (j *job) attempt() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return max(j.actRec.Attempt, 1)
+}
 
 func timeoutFor(spec hermes.Spec, a *events.Action) time.Duration {
 	if a != nil && a.TimeoutMS != nil && *a.TimeoutMS > 0 {
@@ -114,6 +123,7 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	j := &job{b: b, msg: msg, md: md, env: env, start: start, actionID: env.ID,
 		trace: events.TraceContext{Traceparent: env.Traceparent, Tracestate: env.Tracestate}}
+	b.hook(PointDelivered, j.actionID)
 	hb := j.startHeartbeat(ctx)
 	d := j.run(ctx, err)
 	hb()
@@ -123,7 +133,7 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
 		ev = b.log.Warn()
 	}
 	ev = ev.Str("action_id", j.actionID).Str("capability", j.capID).Str("status", j.status).
-		Float64("duration_ms", float64(b.now().Sub(start).Microseconds())/1000).Int("attempt", j.attempt()).Str("decision", d.String())
+		Float64("duration_ms", float64(b.now().Sub(start).Microseconds())/1000).Int("attempt", j.attempt()).Int("delivery", j.delivery()).Str("decision", d.String())
 	if j.code != "" {
 		ev = ev.Str("code", j.code)
 	}
@@ -197,10 +207,20 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 	}
 	j.deadline = j.md.Timestamp.Add(timeoutFor(j.spec, action))
 
+	// A paused endpoint: wait without touching any record while the pause ends before
+	// the action's deadline (otherwise the action is claimed and settled below).
+	if ep, ok := b.eps[j.endpointID]; ok && invalid == nil {
+		if ok, wait := ep.brk.pausedFor(b.now()); ok && wait < j.remaining() {
+			j.setStatus("paused", "")
+			return nakAfter(pauseDelay(wait, j.remaining()))
+		}
+	}
+
 	// The action id is a dedup unit of its own: claim it before anything else happens.
 	if d, done := j.claimAction(ctx); done {
 		return d
 	}
+	b.hook(PointClaimed, j.actionID)
 	if invalid == nil {
 		invalid = j.validate()
 	}
@@ -265,7 +285,7 @@ func (j *job) request() hermes.Request {
 func (j *job) claimAction(ctx context.Context) (decision, bool) {
 	b := j.b
 	rec := kvstore.Record{State: kvstore.StateClaimed, ActionID: j.actionID, CapabilityID: j.capID,
-		InputSHA256: j.inputHash, Owner: j.owner(), LeaseUntil: j.leaseUntil(), Attempt: j.attempt(),
+		InputSHA256: j.inputHash, Owner: j.owner(), LeaseUntil: j.leaseUntil(), Attempt: 1,
 		CreatedAt: b.now(), UpdatedAt: b.now()}
 	rev, err := b.store.Create(ctx, j.actKey(), rec)
 	if err == nil {
@@ -302,9 +322,9 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 			}
 			continue
 		}
-		// The owner is gone. Take the claim over with CAS.
+		// The owner is gone, or released the claim to retry. Take it over with CAS.
 		prev := e.Record
-		rec.CreatedAt, rec.State = prev.CreatedAt, kvstore.StateClaimed
+		rec.CreatedAt, rec.State, rec.Attempt = prev.CreatedAt, kvstore.StateClaimed, prev.Attempt+1
 		if prev.State == kvstore.StateDispatched && !j.safe() {
 			// The request may have reached Hermes: never resend an unsafe call.
 			rec.State = kvstore.StateDispatched
@@ -451,7 +471,9 @@ func (j *job) waitSettled(ctx context.Context, key string, rev uint64) (kvstore.
 	return j.b.store.Wait(wctx, key, rev)
 }
 
-// execute calls Hermes, with retries for failures that are certain not to have started.
+// execute calls Hermes, with retries for failures that are certain not to have started
+// (and, for safe operations, transport errors and 5xx), under the endpoint's concurrency
+// limit and circuit breaker.
 func (j *job) execute(ctx context.Context) decision {
 	b := j.b
 	if j.remaining() <= 0 {
@@ -463,17 +485,27 @@ func (j *job) execute(ctx context.Context) decision {
 	case j.ep.sem <- struct{}{}:
 	case <-cctx.Done():
 		if ctx.Err() != nil {
-			return j.release(ctx, nakAfter(b.cfg.RetryBase))
+			return j.release(ctx, false, nakAfter(b.cfg.RetryBase))
 		}
 		return j.settle(ctx, failedResult(j, deadlineExceeded(false)))
 	}
 	defer func() { <-j.ep.sem }()
+	if ok, wait := j.ep.brk.allow(b.now()); !ok {
+		if wait >= j.remaining() {
+			_, _, code := j.ep.brk.pause(b.now())
+			return j.settle(ctx, failedResult(j, endpointPaused(code)))
+		}
+		j.setStatus("paused", "")
+		return j.release(ctx, false, nakAfter(pauseDelay(wait, j.remaining())))
+	}
 
 	if !j.safe() {
 		// Write ahead: from here the request may reach Hermes.
 		if err := j.updateAction(ctx, func(r *kvstore.Record) { r.State = kvstore.StateDispatched }); err != nil {
+			j.ep.brk.done(b.now(), nil)
 			return j.infra(err)
 		}
+		b.hook(PointDispatched, j.actionID)
 	}
 	var pub *eventPublisher
 	var onEvent func(hermes.Event) error
@@ -487,12 +519,13 @@ func (j *job) execute(ctx context.Context) decision {
 			err = perr
 		}
 	}
+	j.ep.brk.done(b.now(), err)
 	if err != nil && ctx.Err() != nil && res == nil {
 		// Shutdown interrupted the call: a safe call or one certain not to have started
-		// is released for another replica; an unsafe one settles below as uncertain.
+		// is released for another replica; an unsafe one may have reached Hermes.
 		var he *hermes.Error
 		if j.safe() || (errors.As(err, &he) && he.NotStarted) {
-			return j.release(ctx, nakAfter(b.cfg.RetryBase))
+			return j.release(ctx, false, nakAfter(b.cfg.RetryBase))
 		}
 		info := outcomeUnknown()
 		info.Details = map[string]any{"reason": "the bridge shut down while the call was in flight"}
@@ -501,16 +534,28 @@ func (j *job) execute(ctx context.Context) decision {
 	var he *hermes.Error
 	if res == nil && errors.As(err, &he) && he.Retryable(j.safe()) {
 		delay := backoff(b.cfg.RetryBase, b.cfg.RetryMax, j.attempt(), he.RetryAfter)
-		if !j.lastDelivery() && delay < j.remaining() {
+		if !j.lastAttempt() && delay < j.remaining() {
 			j.setStatus("retrying", he.Code)
-			return j.release(ctx, nakAfter(delay))
+			return j.release(ctx, true, nakAfter(delay))
 		}
 	}
 	return j.settle(ctx, resultOf(j, res, err))
 }
 
-// release gives up this delivery's claims so a later delivery starts afresh.
-func (j *job) release(ctx context.Context, d decision) decision {
+// pauseDelay is how long an action waits for a paused endpoint: until the pause ends,
+// with jitter so that the waiting actions do not all come back at once, but never past
+// the action's deadline (then it settles deadline_exceeded).
+func pauseDelay(wait, remaining time.Duration) time.Duration {
+	d := wait + rand.N(wait/4+time.Millisecond)
+	if remaining > 0 && d > remaining {
+		d = remaining
+	}
+	return max(d, time.Millisecond)
+}
+
+// release gives up this delivery's claims so that a later delivery (of this message or
+// a duplicate) starts afresh. counted says whether this delivery spent an attempt.
+func (j *job) release(ctx context.Context, counted bool, d decision) decision {
 	b := j.b
 	ctx, cancel := detached(ctx)
 	defer cancel()
@@ -520,14 +565,20 @@ func (j *job) release(ctx context.Context, d decision) decision {
 		}
 		j.owned = false
 	}
+	// Keep the record (it counts the attempts) but give up the lease: the next delivery
+	// takes the claim over. Nothing was sent, so the state goes back to claimed.
 	j.mu.Lock()
-	rev := j.actRev
-	j.actRev = 0
-	j.mu.Unlock()
-	if rev != 0 {
-		if err := b.store.Delete(ctx, j.actKey(), rev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+	defer j.mu.Unlock()
+	if j.actRev != 0 {
+		rec := j.actRec
+		rec.State, rec.LeaseUntil = kvstore.StateClaimed, time.Time{}
+		if !counted {
+			rec.Attempt = max(rec.Attempt-1, 0)
+		}
+		if _, err := b.store.Update(ctx, j.actKey(), rec, j.actRev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
 			b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("releasing the action claim failed")
 		}
+		j.actRev = 0
 	}
 	return d
 }
@@ -626,6 +677,7 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 			return j.infra(err)
 		}
 	}
+	b.hook(PointStored, j.actionID)
 	if j.owned {
 		certainRetryable := res.Error != nil && res.Error.Retryable && !res.Error.UncertainOutcome
 		if certainRetryable {
@@ -645,6 +697,7 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	if err := j.publishResult(ctx, res); err != nil {
 		return j.infra(err)
 	}
+	b.hook(PointPublished, j.actionID)
 	return ackIt()
 }
 

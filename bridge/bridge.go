@@ -40,6 +40,7 @@ type endpoint struct {
 	cfg    Endpoint
 	client caller
 	sem    chan struct{}
+	brk    *breaker
 }
 
 // caller is what the bridge needs from a Hermes client.
@@ -91,7 +92,8 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bridge: endpoint %q: %w", ep.ID, err)
 		}
-		b.eps[ep.ID] = &endpoint{cfg: ep, client: c, sem: make(chan struct{}, ep.MaxConcurrency)}
+		b.eps[ep.ID] = &endpoint{cfg: ep, client: c, sem: make(chan struct{}, ep.MaxConcurrency),
+			brk: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.BreakerMaxCooldown)}
 	}
 	return b, nil
 }

@@ -67,8 +67,30 @@ type Config struct {
 	// every Heartbeat (default AckWait/3), which must be less than AckWait/2.
 	AckWait   time.Duration
 	Heartbeat time.Duration
-	// MaxDeliver bounds deliveries of one action (default 10).
+	// MaxDeliver is the consumer's delivery limit (default -1: unlimited). The bridge
+	// bounds its own work with MaxAttempts and the action's deadline, and must see every
+	// action again until it is settled, so a finite MaxDeliver is only a last resort
+	// against a message that crashes every replica.
 	MaxDeliver int
+	// MaxAttempts bounds the Hermes calls of one action that failed with a retryable
+	// error (default 5). Deliveries spent waiting (a paused endpoint, a busy claim) do
+	// not count.
+	MaxAttempts int
+
+	// BreakerThreshold consecutive endpoint failures (transport errors and 5xx) pause the
+	// endpoint for BreakerCooldown, doubling up to BreakerMaxCooldown while it keeps
+	// failing (defaults 5, 2s, 60s). While paused its actions wait (NakWithDelay) instead
+	// of calling Hermes; other endpoints keep flowing.
+	BreakerThreshold                    int
+	BreakerCooldown, BreakerMaxCooldown time.Duration
+
+	// ObjectBucket is the JetStream object store holding outputs and events too large for
+	// one message (default HERMES_OUTPUT_OBJECTS, kept OutputMaxAge).
+	ObjectBucket string
+
+	// Hook, when set, is called at fixed points of every action (see Point). It exists
+	// for fault-injection tests and must return quickly.
+	Hook func(p Point, actionID string)
 	// Workers bounds actions handled at once by this replica (default: sum of endpoint
 	// MaxConcurrency).
 	Workers int
@@ -109,6 +131,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.DLQStream, "HERMES_DLQ")
 	def(&c.Consumer, "hermes-bridge")
 	def(&c.Bucket, "HERMES_IDEMPOTENCY")
+	def(&c.ObjectBucket, "HERMES_OUTPUT_OBJECTS")
 	def(&c.Source, "hermes-bridge")
 	defd(&c.OutputMaxAge, 24*time.Hour)
 	defd(&c.DLQMaxAge, 7*24*time.Hour)
@@ -124,8 +147,16 @@ func (c Config) WithDefaults() Config {
 		c.Replicas = 1
 	}
 	if c.MaxDeliver == 0 {
-		c.MaxDeliver = 10
+		c.MaxDeliver = -1
 	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.BreakerThreshold == 0 {
+		c.BreakerThreshold = 5
+	}
+	defd(&c.BreakerCooldown, 2*time.Second)
+	defd(&c.BreakerMaxCooldown, time.Minute)
 	eps := make([]Endpoint, len(c.Endpoints))
 	copy(eps, c.Endpoints)
 	total := 0
@@ -155,7 +186,8 @@ func (c Config) Validate() error {
 	if !validToken(c.Prefix) {
 		add("subject prefix %q must be one subject token of letters, digits, - or _", c.Prefix)
 	}
-	for name, v := range map[string]string{"actions stream": c.ActionsStream, "output stream": c.OutputStream, "dlq stream": c.DLQStream, "consumer": c.Consumer, "bucket": c.Bucket} {
+	for name, v := range map[string]string{"actions stream": c.ActionsStream, "output stream": c.OutputStream,
+		"dlq stream": c.DLQStream, "consumer": c.Consumer, "bucket": c.Bucket, "object bucket": c.ObjectBucket} {
 		if !validToken(v) {
 			add("%s name %q must be letters, digits, - or _", name, v)
 		}
@@ -169,8 +201,17 @@ func (c Config) Validate() error {
 	if c.Lease < c.AckWait {
 		add("claim lease %s must be at least the ack wait %s", c.Lease, c.AckWait)
 	}
-	if c.MaxDeliver < 1 {
-		add("max deliver %d must be at least 1", c.MaxDeliver)
+	if c.MaxDeliver < -1 || c.MaxDeliver == 0 {
+		add("max deliver %d must be -1 (unlimited) or at least 1", c.MaxDeliver)
+	}
+	if c.MaxAttempts < 1 {
+		add("max attempts %d must be at least 1", c.MaxAttempts)
+	}
+	if c.BreakerThreshold < 1 {
+		add("breaker threshold %d must be at least 1", c.BreakerThreshold)
+	}
+	if c.BreakerCooldown <= 0 || c.BreakerMaxCooldown < c.BreakerCooldown {
+		add("breaker cooldown %s must be positive and at most the maximum cooldown %s", c.BreakerCooldown, c.BreakerMaxCooldown)
 	}
 	if c.Workers < 1 {
 		add("workers %d must be at least 1", c.Workers)

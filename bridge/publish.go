@@ -57,6 +57,7 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 	}
 	p.pending[(p.head+p.n)%len(p.pending)] = f
 	p.n++
+	p.j.b.hook(PointEvent, p.j.actionID)
 	return nil
 }
 

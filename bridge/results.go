@@ -44,6 +44,17 @@ func outcomeUnknown() *events.ErrorInfo {
 		Message: "the bridge stopped after the request may have reached Hermes; it is not resent. Reconcile before acting again"}
 }
 
+// endpointPaused ends an action whose endpoint stays paused by its circuit breaker past
+// the action's deadline. Nothing was sent, so a retry later is safe.
+func endpointPaused(lastCode string) *events.ErrorInfo {
+	if lastCode == "" {
+		lastCode = "remote_unavailable"
+	}
+	return &events.ErrorInfo{Code: lastCode, Category: "temporary", Retryable: true,
+		Message: "the endpoint is paused after repeated failures and stays paused past the action's deadline",
+		Details: map[string]any{"reason": "endpoint_paused"}}
+}
+
 func deadlineExceeded(uncertain bool) *events.ErrorInfo {
 	return &events.ErrorInfo{Code: "deadline_exceeded", Category: "temporary", UncertainOutcome: uncertain,
 		Message: "the action's deadline passed"}

@@ -90,6 +90,9 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		AckWait:   5 * time.Second,
 		RetryBase: 20 * time.Millisecond,
 		RetryMax:  200 * time.Millisecond,
+		// Subtests share an endpoint and inject 5xx on purpose: only the breaker tests
+		// (which set their own threshold) should see the endpoint paused.
+		BreakerThreshold: 1000,
 		Endpoints: []bridge.Endpoint{{
 			ID: "primary", BaseURL: fake.URL, Key: func() string { return key }, MaxConcurrency: 10,
 		}},
