@@ -14,7 +14,7 @@ import (
 // half-open: one probe call decides whether it closes again or reopens with twice the
 // cooldown (bounded by maxCooldown). Safe for concurrent use.
 type breaker struct {
-	threshold        int
+	threshold         int
 	base, maxCooldown time.Duration
 
 	mu        sync.Mutex
