@@ -138,3 +138,73 @@ func TestTimeoutFor(t *testing.T) {
 		t.Errorf("stream default %s", got)
 	}
 }
+
+func TestBreaker(t *testing.T) {
+	now := time.Unix(1000, 0)
+	fail := &hermes.Error{Code: hermes.CodeTransport}
+	b := newBreaker(3, time.Second, 4*time.Second)
+	for i := 0; i < 2; i++ {
+		if ok, _ := b.allow(now); !ok {
+			t.Fatalf("closed breaker refused call %d", i)
+		}
+		b.done(now, fail)
+	}
+	if paused, _ := b.pausedFor(now); paused {
+		t.Fatal("paused after 2 failures, threshold is 3")
+	}
+	b.done(now, fail)
+	paused, wait := b.pausedFor(now)
+	if !paused || wait != time.Second {
+		t.Fatalf("after 3 failures: paused %v for %s, want 1s", paused, wait)
+	}
+	if ok, _ := b.allow(now.Add(500 * time.Millisecond)); ok {
+		t.Fatal("open breaker let a call through")
+	}
+	// Half-open: one probe, the others wait.
+	later := now.Add(time.Second)
+	if ok, _ := b.allow(later); !ok {
+		t.Fatal("half-open breaker refused the probe")
+	}
+	if ok, _ := b.allow(later); ok {
+		t.Fatal("half-open breaker let a second call through")
+	}
+	b.done(later, fail) // the probe fails: reopen with twice the cooldown
+	if _, wait := b.pausedFor(later); wait != 2*time.Second {
+		t.Fatalf("reopened for %s, want 2s", wait)
+	}
+	_, _, code := b.pause(later)
+	if code != hermes.CodeTransport {
+		t.Errorf("last failure code %q", code)
+	}
+	later = later.Add(2 * time.Second)
+	if ok, _ := b.allow(later); !ok {
+		t.Fatal("second probe refused")
+	}
+	b.done(later, nil) // the probe succeeds: closed again
+	if paused, _ := b.pausedFor(later); paused {
+		t.Fatal("still paused after a successful probe")
+	}
+	if ok, _ := b.allow(later); !ok {
+		t.Fatal("closed breaker refused a call")
+	}
+}
+
+func TestEndpointFailure(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{&hermes.Error{Code: hermes.CodeTransport}, true},
+		{&hermes.Error{Code: hermes.CodeRemoteUnavailable, HTTPStatus: 503}, true},
+		{&hermes.Error{Code: hermes.CodeRemoteUnavailable, HTTPStatus: 429}, false},
+		{&hermes.Error{Code: hermes.CodeRemoteRejected, HTTPStatus: 404}, false},
+		{&hermes.Error{Code: hermes.CodeAgentIncomplete, HTTPStatus: 502}, false},
+		{errors.New("other"), false},
+	}
+	for _, tt := range tests {
+		if got := endpointFailure(tt.err); got != tt.want {
+			t.Errorf("endpointFailure(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
