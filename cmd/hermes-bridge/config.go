@@ -59,22 +59,27 @@ type Config struct {
 	DLQStream     string `env:"HERMES_BRIDGE_DLQ_STREAM" envDefault:"HERMES_DLQ" desc:"stream capturing <prefix>.dlq"`
 	Consumer      string `env:"HERMES_BRIDGE_CONSUMER" envDefault:"hermes-bridge" desc:"durable pull consumer shared by every replica"`
 	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action and idempotency records"`
+	ObjectBucket  string `env:"HERMES_BRIDGE_OBJECT_BUCKET" envDefault:"HERMES_OUTPUT_OBJECTS" desc:"object store for outputs and events larger than one message"`
 	Provision     bool   `env:"HERMES_BRIDGE_PROVISION" envDefault:"true" desc:"create or update streams, consumer and bucket at start; false binds only to operator-provisioned ones"`
 
 	// Bridge behaviour.
-	AckWait        time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s)"`
-	Heartbeat      time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3)"`
-	MaxDeliver     int           `env:"HERMES_BRIDGE_MAX_DELIVER" envDefault:"10" desc:"deliveries of one action before it is given up"`
-	Workers        int           `env:"HERMES_BRIDGE_WORKERS" desc:"actions handled at once by this replica (default: sum of the endpoints' max concurrency)"`
-	MaxAckPending  int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: workers; set workers x replicas)"`
-	IdempotencyTTL time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
-	OutputMaxAge   time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed"`
-	Storage        string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
-	Replicas       int           `env:"HERMES_BRIDGE_REPLICAS" envDefault:"1" desc:"replicas of streams and bucket (1 to 5; clustered JetStream for more than 1)"`
-	ShutdownGrace  time.Duration `env:"HERMES_BRIDGE_SHUTDOWN_GRACE" envDefault:"30s" desc:"how long in-flight actions may finish after SIGINT/SIGTERM"`
-	ReplicaID      string        `env:"HERMES_BRIDGE_REPLICA_ID" desc:"name of this process in claims and logs (default: random)"`
-	LogLevel       string        `env:"HERMES_BRIDGE_LOG_LEVEL" envDefault:"info" desc:"trace, debug, info, warn or error"`
-	LogFormat      string        `env:"HERMES_BRIDGE_LOG_FORMAT" envDefault:"json" desc:"json or console"`
+	AckWait            time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s)"`
+	Heartbeat          time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3)"`
+	MaxDeliver         int           `env:"HERMES_BRIDGE_MAX_DELIVER" envDefault:"-1" desc:"consumer delivery limit; -1 (unlimited) keeps every action until it is settled"`
+	MaxAttempts        int           `env:"HERMES_BRIDGE_MAX_ATTEMPTS" envDefault:"5" desc:"Hermes calls of one action that failed retryably, before it settles failed"`
+	BreakerThreshold   int           `env:"HERMES_BRIDGE_BREAKER_THRESHOLD" envDefault:"5" desc:"consecutive endpoint failures (transport, 5xx) that pause the endpoint"`
+	BreakerCooldown    time.Duration `env:"HERMES_BRIDGE_BREAKER_COOLDOWN" envDefault:"2s" desc:"first pause of a failing endpoint; doubles while it keeps failing"`
+	BreakerMaxCooldown time.Duration `env:"HERMES_BRIDGE_BREAKER_MAX_COOLDOWN" envDefault:"1m" desc:"longest pause of a failing endpoint"`
+	Workers            int           `env:"HERMES_BRIDGE_WORKERS" desc:"actions handled at once by this replica (default: sum of the endpoints' max concurrency)"`
+	MaxAckPending      int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: workers; set workers x replicas)"`
+	IdempotencyTTL     time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
+	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed"`
+	Storage            string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
+	Replicas           int           `env:"HERMES_BRIDGE_REPLICAS" envDefault:"1" desc:"replicas of streams and bucket (1 to 5; clustered JetStream for more than 1)"`
+	ShutdownGrace      time.Duration `env:"HERMES_BRIDGE_SHUTDOWN_GRACE" envDefault:"30s" desc:"how long in-flight actions may finish after SIGINT/SIGTERM"`
+	ReplicaID          string        `env:"HERMES_BRIDGE_REPLICA_ID" desc:"name of this process in claims and logs (default: random)"`
+	LogLevel           string        `env:"HERMES_BRIDGE_LOG_LEVEL" envDefault:"info" desc:"trace, debug, info, warn or error"`
+	LogFormat          string        `env:"HERMES_BRIDGE_LOG_FORMAT" envDefault:"json" desc:"json or console"`
 
 	// Hermes endpoints: a file, or the single-endpoint shortcut below.
 	EndpointsFile        string `env:"HERMES_ENDPOINTS_FILE" desc:"JSON or YAML file listing the Hermes endpoints (excludes HERMES_URL)"`
@@ -358,6 +363,7 @@ func fileProblem(err error) string {
 func (c *Config) validateNames(p *problems, all bool) {
 	names := []struct{ key, v string }{
 		{"HERMES_BRIDGE_PREFIX", c.Prefix}, {"HERMES_BRIDGE_OUTPUT_STREAM", c.OutputStream},
+		{"HERMES_BRIDGE_OBJECT_BUCKET", c.ObjectBucket},
 	}
 	if all {
 		names = append(names, []struct{ key, v string }{
@@ -379,8 +385,20 @@ func (c *Config) validateBridge(p *problems) {
 	if c.Heartbeat < 0 || c.Heartbeat > 0 && c.Heartbeat*2 > c.AckWait {
 		p.add("HERMES_BRIDGE_HEARTBEAT=%s: must be positive and at most half of HERMES_BRIDGE_ACK_WAIT (%s)", c.Heartbeat, c.AckWait)
 	}
-	if c.MaxDeliver < 1 {
-		p.add("HERMES_BRIDGE_MAX_DELIVER=%d: must be at least 1", c.MaxDeliver)
+	if c.MaxDeliver < -1 || c.MaxDeliver == 0 {
+		p.add("HERMES_BRIDGE_MAX_DELIVER=%d: must be -1 (unlimited) or at least 1", c.MaxDeliver)
+	}
+	if c.MaxAttempts < 1 {
+		p.add("HERMES_BRIDGE_MAX_ATTEMPTS=%d: must be at least 1", c.MaxAttempts)
+	}
+	if c.BreakerThreshold < 1 {
+		p.add("HERMES_BRIDGE_BREAKER_THRESHOLD=%d: must be at least 1", c.BreakerThreshold)
+	}
+	if c.BreakerCooldown <= 0 {
+		p.add("HERMES_BRIDGE_BREAKER_COOLDOWN=%s: must be positive", c.BreakerCooldown)
+	}
+	if c.BreakerMaxCooldown < c.BreakerCooldown {
+		p.add("HERMES_BRIDGE_BREAKER_MAX_COOLDOWN=%s: must be at least HERMES_BRIDGE_BREAKER_COOLDOWN (%s)", c.BreakerMaxCooldown, c.BreakerCooldown)
 	}
 	if c.Workers < 0 {
 		p.add("HERMES_BRIDGE_WORKERS=%d: must be at least 1 (unset: sum of the endpoints' max concurrency)", c.Workers)
@@ -429,25 +447,30 @@ func (c *Config) storageType() jetstream.StorageType {
 // bridge's own defaults.
 func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
 	return bridge.Config{
-		Prefix:         c.Prefix,
-		ActionsStream:  c.ActionsStream,
-		OutputStream:   c.OutputStream,
-		DLQStream:      c.DLQStream,
-		Consumer:       c.Consumer,
-		Bucket:         c.Bucket,
-		OutputMaxAge:   c.OutputMaxAge,
-		IdempotencyTTL: c.IdempotencyTTL,
-		Storage:        c.storageType(),
-		Replicas:       c.Replicas,
-		Provision:      c.Provision,
-		AckWait:        c.AckWait,
-		Heartbeat:      c.Heartbeat,
-		MaxDeliver:     c.MaxDeliver,
-		Workers:        c.Workers,
-		MaxAckPending:  c.MaxAckPending,
-		ReplicaID:      replicaID,
-		ShutdownGrace:  c.ShutdownGrace,
-		Endpoints:      eps,
+		Prefix:             c.Prefix,
+		ActionsStream:      c.ActionsStream,
+		OutputStream:       c.OutputStream,
+		DLQStream:          c.DLQStream,
+		Consumer:           c.Consumer,
+		Bucket:             c.Bucket,
+		ObjectBucket:       c.ObjectBucket,
+		OutputMaxAge:       c.OutputMaxAge,
+		IdempotencyTTL:     c.IdempotencyTTL,
+		Storage:            c.storageType(),
+		Replicas:           c.Replicas,
+		Provision:          c.Provision,
+		AckWait:            c.AckWait,
+		Heartbeat:          c.Heartbeat,
+		MaxDeliver:         c.MaxDeliver,
+		MaxAttempts:        c.MaxAttempts,
+		BreakerThreshold:   c.BreakerThreshold,
+		BreakerCooldown:    c.BreakerCooldown,
+		BreakerMaxCooldown: c.BreakerMaxCooldown,
+		Workers:            c.Workers,
+		MaxAckPending:      c.MaxAckPending,
+		ReplicaID:          replicaID,
+		ShutdownGrace:      c.ShutdownGrace,
+		Endpoints:          eps,
 	}
 }
 

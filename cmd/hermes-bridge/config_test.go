@@ -54,7 +54,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		DataDir: "./data/nats", NATSHost: "127.0.0.1", NATSPort: 4222, Prefix: "hermes",
 		ActionsStream: "HERMES_ACTIONS", OutputStream: "HERMES_OUTPUT", DLQStream: "HERMES_DLQ",
 		Consumer: "hermes-bridge", Bucket: "HERMES_IDEMPOTENCY", Provision: true, AckWait: 30 * time.Second,
-		MaxDeliver: 10, IdempotencyTTL: 24 * time.Hour, OutputMaxAge: 24 * time.Hour, Storage: "file",
+		MaxDeliver: -1, MaxAttempts: 5, BreakerThreshold: 5, BreakerCooldown: 2 * time.Second, BreakerMaxCooldown: time.Minute, ObjectBucket: "HERMES_OUTPUT_OBJECTS", IdempotencyTTL: 24 * time.Hour, OutputMaxAge: 24 * time.Hour, Storage: "file",
 		Replicas: 1, ShutdownGrace: 30 * time.Second, LogLevel: "info", LogFormat: "json",
 		HermesEndpointID: "primary", HermesMaxConcurrency: 10,
 	}
@@ -138,7 +138,7 @@ func TestValidationMessages(t *testing.T) {
 			[]string{"HERMES_BRIDGE_HEARTBEAT=6s: must be positive and at most half of HERMES_BRIDGE_ACK_WAIT (10s)"}},
 		{"several at once", map[string]string{"HERMES_BRIDGE_MAX_DELIVER": "0", "HERMES_BRIDGE_REPLICAS": "7", "HERMES_BRIDGE_STORAGE": "disk",
 			"HERMES_BRIDGE_LOG_FORMAT": "xml", "HERMES_BRIDGE_LOG_LEVEL": "loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL": "10s"},
-			[]string{"HERMES_BRIDGE_MAX_DELIVER=0: must be at least 1", "HERMES_BRIDGE_REPLICAS=7: must be 1 to 5",
+			[]string{"HERMES_BRIDGE_MAX_DELIVER=0: must be -1 (unlimited) or at least 1", "HERMES_BRIDGE_REPLICAS=7: must be 1 to 5",
 				"HERMES_BRIDGE_STORAGE=disk: must be file or memory", "HERMES_BRIDGE_LOG_FORMAT=xml: must be json or console",
 				"HERMES_BRIDGE_LOG_LEVEL=loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL=10s: must be at least 1m"}},
 		{"names", map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_BUCKET": "has space"},
