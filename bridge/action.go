@@ -183,7 +183,10 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 	j.capID = events.CapabilityID(ep, op)
 	j.spec, _ = hermes.Lookup(op)
 	var invalid *events.ErrorInfo
-	if decodeErr != nil {
+	var attrErr *events.AttributeError
+	if errors.As(decodeErr, &attrErr) {
+		invalid = invalidAction(attrErr.Attribute, attrErr.Reason)
+	} else if decodeErr != nil {
 		invalid = invalidAction("", decodeErr.Error())
 	} else if perr != nil {
 		invalid = invalidAction("subject", perr.Error())
@@ -655,6 +658,10 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 		j.setStatus(res.Status, res.Error.Code)
 	} else {
 		j.setStatus(res.Status, "")
+	}
+	res, err := j.offloadResult(ctx, res)
+	if err != nil {
+		return j.infra(err)
 	}
 	raw, err := json.Marshal(res)
 	if err != nil {

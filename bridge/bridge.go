@@ -27,6 +27,10 @@ type Bridge struct {
 	subjects events.Subjects
 	store    recordStore
 	output   jetstream.Stream
+	objects  jetstream.ObjectStore
+	// maxOut is the largest event or result body published as one message; larger
+	// ones go to the object store (see offload).
+	maxOut int
 	eps      map[string]*endpoint
 	now      func() time.Time
 
@@ -214,6 +218,17 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
 	b.store = store
+	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,
+		Replicas: c.Replicas, Description: "hermes-bridge outputs and events too large for one message"}
+	if c.Provision {
+		b.objects, err = b.js.CreateOrUpdateObjectStore(ctx, ocfg)
+	} else {
+		b.objects, err = b.js.ObjectStore(ctx, c.ObjectBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bridge: object store %s: %w", c.ObjectBucket, err)
+	}
+	b.maxOut = outputLimit(int(b.nc.MaxPayload()), store.MaxValueSize())
 	cc := jetstream.ConsumerConfig{
 		Durable:       c.Consumer,
 		Description:   "hermes-bridge replicas share this consumer",

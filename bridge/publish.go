@@ -44,6 +44,15 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 	if err != nil {
 		return fmt.Errorf("encode event %d: %w", p.seq, err)
 	}
+	if len(body) > p.j.b.maxOut {
+		small, err := p.offloadEvent(p.j.b.workCtx, &d)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", p.seq, err)
+		}
+		if h, body, err = events.EncodeEvent(p.j.b.cfg.Source, small, p.j.trace); err != nil {
+			return fmt.Errorf("encode event %d: %w", p.seq, err)
+		}
+	}
 	p.seq++
 	if p.n == len(p.pending) {
 		if err := p.awaitOldest(p.j.b.workCtx); err != nil {

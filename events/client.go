@@ -174,7 +174,9 @@ func (c *Client) Publish(ctx context.Context, endpoint, op string, a Action, opt
 // Follow returns early with onEvent's error, with ctx's error when ctx ends,
 // with an error wrapping [ErrInvalidOutput] for an undecodable message, and
 // with an error wrapping [ErrOutputStreamNotFound] when the output stream does
-// not exist. The result's Output is returned as-is.
+// not exist. Outputs and events that the bridge stored in the object store
+// because they did not fit in one message (see [RefKey]) are fetched and handed
+// over whole; a failure to fetch one wraps [ErrRef].
 func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*EventData) error, onPending func(*Result)) (*Result, error) {
 	if !ValidActionID(actionID) {
 		return nil, fmt.Errorf("events: follow: action id must match [A-Za-z0-9_-]{1,128}")
@@ -210,6 +212,9 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 			if err != nil {
 				return nil, fmt.Errorf("events: follow: %w", err)
 			}
+			if ev, err = ResolveEvent(ctx, c.js, ev); err != nil {
+				return nil, fmt.Errorf("events: follow: %w", err)
+			}
 			if onEvent != nil {
 				if err := onEvent(ev); err != nil {
 					return nil, err
@@ -218,6 +223,9 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 		case resSubj:
 			r, err := DecodeResult(m.Headers(), m.Data())
 			if err != nil {
+				return nil, fmt.Errorf("events: follow: %w", err)
+			}
+			if err := ResolveResult(ctx, c.js, r); err != nil {
 				return nil, fmt.Errorf("events: follow: %w", err)
 			}
 			if Terminal(r.Status) {

@@ -1,0 +1,68 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// outputMargin is left free in every message and KV record for headers and the record
+// envelope around a stored result.
+const outputMargin = 16 << 10
+
+// outputLimit is the largest event or result body the bridge publishes inline, given
+// the server's max payload and the bucket's max value size.
+func outputLimit(maxPayload, maxValue int) int {
+	limit := maxPayload
+	if maxValue > 0 && maxValue < limit {
+		limit = maxValue
+	}
+	return max(limit-outputMargin, 1024)
+}
+
+// offloadResult moves the output of a result whose JSON exceeds the limit into the
+// object store and puts a reference in its place (CONTRACT §4: nothing is dropped).
+func (j *job) offloadResult(ctx context.Context, r *events.Result) (*events.Result, error) {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) <= j.b.maxOut {
+		return r, nil
+	}
+	name := j.actionID + "/result"
+	ref, err := j.b.putObject(ctx, name, r.Output)
+	if err != nil {
+		return nil, err
+	}
+	small := *r
+	small.Output = ref.JSON()
+	return &small, nil
+}
+
+// offloadEvent stores an event too large for one message and returns the stand-in
+// that is published instead: same action id, sequence and kind, event.data a reference
+// to the whole stored event.
+func (p *eventPublisher) offloadEvent(ctx context.Context, d *events.EventData) (*events.EventData, error) {
+	full, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	name := p.j.actionID + "/events/" + strconv.FormatInt(d.Sequence, 10)
+	ref, err := p.j.b.putObject(ctx, name, full)
+	if err != nil {
+		return nil, err
+	}
+	return &events.EventData{ActionID: d.ActionID, Sequence: d.Sequence, Kind: d.Kind,
+		Event: events.SSE{Event: d.Event.Event, ID: d.Event.ID, Data: ref.JSON()}}, nil
+}
+
+func (b *Bridge) putObject(ctx context.Context, name string, content []byte) (events.Ref, error) {
+	if _, err := b.objects.PutBytes(ctx, name, content); err != nil {
+		return events.Ref{}, fmt.Errorf("store %s in object store %s: %w", name, b.cfg.ObjectBucket, err)
+	}
+	return events.NewRef(b.cfg.ObjectBucket, name, content), nil
+}
