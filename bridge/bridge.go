@@ -31,8 +31,8 @@ type Bridge struct {
 	// maxOut is the largest event or result body published as one message; larger
 	// ones go to the object store (see offload).
 	maxOut int
-	eps      map[string]*endpoint
-	now      func() time.Time
+	eps    map[string]*endpoint
+	now    func() time.Time
 
 	// shutdown: handlers use work (cancelled after the grace period), not Run's ctx.
 	workCtx    context.Context
