@@ -49,6 +49,9 @@ func cmdRun(ctx context.Context, args []string, environ map[string]string, io st
 		return exitUsage
 	}
 	log := newLogger(p.cfg, io.err, p.replicaID)
+	if p.bridge.Hook != nil {
+		log.Warn().Str("setting", environ["HERMES_BRIDGE_CRASH_AT"]).Msg("fault injection is active: this test build kills itself on purpose")
+	}
 	if err := runService(ctx, p, log, io.err, nil); err != nil {
 		log.Error().Err(err).Msg("hermes-bridge stopped on an error")
 		fmt.Fprintf(io.err, "hermes-bridge run: %v\n", err)
@@ -102,6 +105,11 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 		eps = append(eps, ep)
 	}
 	bc := cfg.BridgeConfig(eps, replica)
+	hook, err := crashHook(environ)
+	if err != nil {
+		return nil, err
+	}
+	bc.Hook = hook
 	// The bridge's own rules are the final word (they may grow); our messages above
 	// name the variables, these name the settings.
 	if err := bc.WithDefaults().Validate(); err != nil {

@@ -1,0 +1,52 @@
+//go:build faulthooks
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+)
+
+// crashEnv names the fault-injection setting of binaries built with -tags faulthooks
+// (the kill tests in e2e build one). Its value is "<point>" or "<point>:<n>": the
+// process kills itself with SIGKILL the n-th time (default 1) any action reaches that
+// bridge.Point. Release binaries are built without the tag and ignore it.
+const crashEnv = "HERMES_BRIDGE_CRASH_AT"
+
+// crashHook returns the hook that crashHook's setting asks for, or nil.
+func crashHook(environ map[string]string) (func(bridge.Point, string), error) {
+	v := environ[crashEnv]
+	if v == "" {
+		return nil, nil
+	}
+	name, nth, _ := strings.Cut(v, ":")
+	n := 1
+	if nth != "" {
+		var err error
+		if n, err = strconv.Atoi(nth); err != nil || n < 1 {
+			return nil, fmt.Errorf("%s=%s: the count after ':' must be a positive integer", crashEnv, v)
+		}
+	}
+	point := bridge.Point(name)
+	known := false
+	for _, p := range bridge.Points() {
+		known = known || p == point
+	}
+	if !known {
+		return nil, fmt.Errorf("%s=%s: unknown point (one of %v)", crashEnv, v, bridge.Points())
+	}
+	var seen atomic.Int64
+	return func(p bridge.Point, _ string) {
+		if p == point && seen.Add(1) == int64(n) {
+			fmt.Fprintf(os.Stderr, "%s: killing the process at %s #%d\n", crashEnv, p, n)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // never return: the signal is on its way
+		}
+	}, nil
+}
