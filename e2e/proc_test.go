@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -203,4 +204,33 @@ func (h *harness) followWithin(id string, d time.Duration) error {
 	defer cancel()
 	_, err := h.client.Follow(ctx, id, nil, nil)
 	return err
+}
+
+// withoutEnv removes a variable that startProc sets by default (NATS_URL for the
+// embedded server).
+func withoutEnv(k string) procOption { return func(env map[string]string) { delete(env, k) } }
+
+// actionLines returns the parsed "action" log lines of the process for one action id.
+func (p *proc) actionLines(id string) []logLine {
+	var out []logLine
+	for _, ln := range p.log() {
+		var l logLine
+		if json.Unmarshal([]byte(ln), &l) != nil {
+			continue // the crash hook and the embedded server print plain lines
+		}
+		if l.str("message") == "action" && l.str("action_id") == id {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// logIndex returns the index of the first log line containing sub, or -1.
+func (p *proc) logIndex(sub string) int {
+	for i, ln := range p.log() {
+		if strings.Contains(ln, sub) {
+			return i
+		}
+	}
+	return -1
 }
