@@ -41,6 +41,22 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestConfigHeartbeatFollowsAckWait: the heartbeat and lease defaults follow a configured
+// ack wait, and a heartbeat of exactly half the ack wait is accepted.
+func TestConfigHeartbeatFollowsAckWait(t *testing.T) {
+	c := Config{AckWait: 3 * time.Second, Endpoints: []Endpoint{{ID: "primary", BaseURL: "http://127.0.0.1:8642"}}}.WithDefaults()
+	if c.Heartbeat != time.Second || c.Lease != 6*time.Second {
+		t.Errorf("ack wait 3s: heartbeat %s, lease %s; want 1s and 6s", c.Heartbeat, c.Lease)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults for ack wait 3s: %v", err)
+	}
+	c.Heartbeat = 1500 * time.Millisecond
+	if err := c.Validate(); err != nil {
+		t.Errorf("heartbeat of half the ack wait rejected: %v", err)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name string
@@ -54,6 +70,12 @@ func TestConfigValidate(t *testing.T) {
 		{"credentials in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://u:secretpw@h" }, "must not carry credentials"},
 		{"query in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://h/?a=1" }, "query or fragment"},
 		{"heartbeat too slow", func(c *Config) { c.Heartbeat = 20 * time.Second }, "at most half the ack wait"},
+		{"heartbeat just over half", func(c *Config) {
+			c.AckWait = time.Second
+			c.Heartbeat = 501 * time.Millisecond
+			c.Lease = 2 * time.Second
+		}, "at most half the ack wait"},
+		{"negative heartbeat", func(c *Config) { c.Heartbeat = -time.Second }, "must be positive"},
 		{"ack wait too short", func(c *Config) { c.AckWait = 10 * time.Millisecond; c.Heartbeat = time.Millisecond }, "at least 1s"},
 		{"lease shorter than ack wait", func(c *Config) { c.Lease = time.Second }, "claim lease"},
 		{"prefix with dot", func(c *Config) { c.Prefix = "a.b" }, "one subject token"},
