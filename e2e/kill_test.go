@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -425,3 +426,123 @@ func TestKillDuplicateKey(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestKillRandomUnderLoad: sixty mixed actions (chat and chat_stream with idempotency
+// keys, a few of them sent twice with the same key, and models) while the bridge process
+// is SIGKILLed three times at random moments and restarted. Every action ends with
+// exactly one terminal result, no key reaches Hermes twice, and the stored events of
+// every stream are contiguous from 0.
+func TestKillRandomUnderLoad(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 42))
+	h := newHarness(t, withoutBridge(), withFake(hermestest.WithAgent(killAgent)))
+
+	type item struct {
+		id, op, key string
+		dupOf       int // index of the action this one duplicates, -1 when none
+	}
+	var items []item
+	p := h.startProc(fastRecovery())
+	publish := func(op, key, in string, dupOf int) {
+		a := events.Action{Input: mustJSON(t, in), IdempotencyKey: key, TimeoutMS: ptr(int64(30000))}
+		items = append(items, item{id: h.publish(op, a), op: op, key: key, dupOf: dupOf})
+	}
+	for i := 0; i < 50; i++ {
+		in := fmt.Sprintf(`{"prompt":"wait%d: load item %d of the random kill test"}`, 100+rng.IntN(600), i)
+		key := fmt.Sprintf("rk-%d", i)
+		switch i % 5 {
+		case 0, 1:
+			publish("chat", key, in, -1)
+		case 2, 3:
+			publish("chat_stream", key, in, -1)
+		default:
+			publish("models", "", `{}`, -1)
+		}
+		if i%10 == 0 || i%10 == 2 { // the same key and input again
+			orig := len(items) - 1
+			publish(items[orig].op, key, in, orig)
+		}
+	}
+	totalCalls := func() int { return len(h.fake.Requests()) }
+	settled := func() int {
+		n := 0
+		for _, it := range items {
+			n += h.results(it.id)
+		}
+		return n
+	}
+	for round := 0; round < 3; round++ {
+		// Kill at a random moment while Hermes is being called: once the fake has seen a
+		// random number of further requests (or everything is settled).
+		target := totalCalls() + 1 + rng.IntN(10)
+		h.eventually(60*time.Second, func() error {
+			if totalCalls() >= target || settled() >= len(items) {
+				return nil
+			}
+			return errNotYet
+		})
+		t.Logf("round %d: SIGKILL after %d Hermes requests, %d of %d actions settled", round, totalCalls(), settled(), len(items))
+		p.kill()
+		p = h.startProc(fastRecovery())
+	}
+
+	results := make([]*events.Result, len(items))
+	for i, it := range items {
+		results[i], _ = h.follow(it.id)
+	}
+	h.waitIdle(30 * time.Second)
+
+	perKey := map[string]int{}
+	for _, r := range h.fake.Requests() {
+		if r.Route == "chat" || r.Route == "chat_stream" {
+			perKey[r.IdempotencyKey]++
+		}
+	}
+	outcomes := map[string]int{}
+	for i, it := range items {
+		res := results[i]
+		code := ""
+		if res.Error != nil {
+			code = res.Error.Code
+		}
+		outcomes[res.Status+"/"+code]++
+		if n := h.results(it.id); n != 1 {
+			t.Errorf("%s %s: %d result messages, want 1", it.op, it.id, n)
+		}
+		switch {
+		case res.Status == events.StatusCompleted && res.Error == nil:
+		case it.op != "models" && code == "outcome_unknown" && res.Error.UncertainOutcome:
+		default:
+			t.Errorf("%s %s: status %s error %s; want completed (or outcome_unknown for an unsafe call)", it.op, it.id, res.Status, errString(res.Error))
+		}
+		if it.key != "" {
+			calls := perKey[it.key]
+			if calls > 1 {
+				t.Errorf("key %s reached Hermes %d times", it.key, calls)
+			}
+			if res.Status == events.StatusCompleted && calls != 1 {
+				t.Errorf("key %s completed with %d Hermes calls", it.key, calls)
+			}
+		}
+		if it.dupOf >= 0 {
+			a, b := results[it.dupOf], res
+			switch {
+			case a.ReplayOf == nil && b.ReplayOf != nil && *b.ReplayOf == a.ActionID:
+			case b.ReplayOf == nil && a.ReplayOf != nil && *a.ReplayOf == b.ActionID:
+			default:
+				t.Errorf("key %s: replay_of %v and %v, want exactly one replaying the other", it.key, a.ReplayOf, b.ReplayOf)
+			}
+			if a.Status != b.Status || errString(a.Error) != errString(b.Error) || !sameJSON(t, a.Output, b.Output) {
+				t.Errorf("key %s: the replay differs: %s %s vs %s %s", it.key, a.Status, errString(a.Error), b.Status, errString(b.Error))
+			}
+		}
+		evs := h.storedEvents(it.id)
+		checkEventsContiguous(t, it.id, evs, 0)
+		if it.op == "chat_stream" && res.ReplayOf == nil && res.Status == events.StatusCompleted {
+			checkStream(t, res, evs, "chat_stream", "")
+		}
+	}
+	t.Logf("outcomes %v; Hermes requests %d", outcomes, totalCalls())
+}
