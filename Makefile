@@ -38,6 +38,9 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAction$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateAction$$' -fuzztime $(FUZZTIME) ./schemas
 
+soak: ## load soak (not in make test): SOAK_DURATION=2m SOAK_RATE=200 SOAK_REPLICAS=3 SOAK_KILL_EVERY=30s
+	$(GO) test -race -count=1 -tags soak -run '^TestSoak$$' -timeout 0 -v ./e2e
+
 run: ## run the bridge on its embedded NATS server (endpoints from the environment)
 	$(GO) run ./cmd/hermes-bridge run
 

@@ -445,13 +445,13 @@ func (r *ldRun) monitor(pubErr chan error) {
 		if settleBy.IsZero() {
 			settleBy = time.Now().Add(r.spec.Settle)
 		}
-		if len(kills) > 0 || len(restarts) > 0 {
-			continue // a fault still due (a run with a backlog too small to reach it fails below)
-		}
 		if time.Now().After(settleBy) {
 			r.timedOut = true
 			r.end = time.Now()
 			return
+		}
+		if len(kills) > 0 || len(restarts) > 0 {
+			continue // a fault still due: wait for it (the run checks how many happened)
 		}
 		want, _ := r.identifiable()
 		if settled < want && time.Since(lastIdleCheck) < 2*time.Second {
@@ -510,6 +510,35 @@ func (r *ldRun) restartNATS() {
 	r.restarts++
 }
 
+// trail returns the bridge log lines that mention id, for a violation's diagnosis.
+func (r *ldRun) trail(id string) string {
+	var b strings.Builder
+	for _, p := range r.allProcs {
+		for _, ln := range p.log() {
+			if strings.Contains(ln, id) {
+				b.WriteString("\n\t\t")
+				b.WriteString(truncate(ln, 600))
+			}
+		}
+	}
+	return b.String()
+}
+
+// consumerState describes the shared consumer, for a diagnosis.
+func (r *ldRun) consumerState() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.h.js.Consumer(ctx, "HERMES_ACTIONS", "hermes-bridge")
+	if err != nil {
+		return err.Error()
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%d pending, %d awaiting ack, %d redelivered, %d waiting pulls", ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting)
+}
+
 // ldResult is one result message read back from the output stream.
 type ldResult struct {
 	res    *events.Result
@@ -530,6 +559,7 @@ type ldFigures struct {
 	Redeliveries              int // action log lines with delivery > 1
 	DuplicateDeliveries       int // action log lines with a duplicate status (same action id again)
 	PerReplica                map[string]int
+	Reconnects                []int // "NATS reconnected" log lines of each process started
 	Events, Streams           int
 	DLQ                       int
 	Kills, NATSRestarts       int
@@ -555,7 +585,7 @@ func (r *ldRun) check() ldFigures {
 	fig.Total = r.end.Sub(r.start)
 	v := &ldViolations{t: t}
 	if r.timedOut {
-		v.add("settle", "not every action settled within %s after publishing ended", r.spec.Settle)
+		v.add("settle", "not every action settled within %s after publishing ended; consumer: %s", r.spec.Settle, r.consumerState())
 	}
 
 	// Outputs: one ordered consumer over the whole output stream.
@@ -634,7 +664,7 @@ func (r *ldRun) check() ldFigures {
 		known[a.id] = a
 		rs := results[a.id]
 		if len(rs) != 1 {
-			v.add("exactly_once", "%s (%s): %d result messages, want 1", a.id, ldKindNames[a.kind], len(rs))
+			v.add("exactly_once", "%s (%s): %d result messages, want 1%s", a.id, ldKindNames[a.kind], len(rs), r.trail(a.id))
 			if len(rs) == 0 {
 				continue
 			}
@@ -789,7 +819,11 @@ func (r *ldRun) check() ldFigures {
 
 	// Bridge logs: redeliveries and the share of each replica.
 	for _, p := range r.allProcs {
+		reconnects := 0
 		for _, ln := range p.log() {
+			if strings.Contains(ln, `"message":"NATS reconnected"`) {
+				reconnects++
+			}
 			if !strings.Contains(ln, `"message":"action"`) {
 				continue
 			}
@@ -809,6 +843,7 @@ func (r *ldRun) check() ldFigures {
 				fig.DuplicateDeliveries++
 			}
 		}
+		fig.Reconnects = append(fig.Reconnects, reconnects)
 	}
 
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
@@ -834,7 +869,11 @@ func (r *ldRun) checkEvents(v *ldViolations, a ldAction, res *events.Result, ev 
 		}
 		seen[e.Sequence] = true
 		if e.Sequence != int64(i) {
-			v.add("events", "%s: event %d in stream order has sequence %d (lost or reordered)", a.id, i, e.Sequence)
+			seqs := make([]int64, len(ev))
+			for k, e := range ev {
+				seqs[k] = e.Sequence
+			}
+			v.add("events", "%s: event %d in stream order has sequence %d (lost or reordered): stored order %v%s", a.id, i, e.Sequence, seqs, r.trail(a.id))
 			break
 		}
 	}
@@ -971,7 +1010,7 @@ func (f ldFigures) report(t *testing.T, spec loadSpec) {
 	row("per replica", "%s (action log lines)", strings.Join(reps, " "))
 	row("events", "%d stored, %d completed streams, contiguous", f.Events, f.Streams)
 	row("dead letters", "%d", f.DLQ)
-	row("faults", "%d replica kills (at %v settled), %d NATS restarts", f.Kills, f.KilledAt, f.NATSRestarts)
+	row("faults", "%d replica kills (at %v settled), %d NATS restarts (bridge reconnects %v)", f.Kills, f.KilledAt, f.NATSRestarts, f.Reconnects)
 	row("settle latency", "p50 %s, p99 %s, max %s (publish to stored result)", f.LatP50.Round(time.Millisecond), f.LatP99.Round(time.Millisecond), f.LatMax.Round(time.Millisecond))
 	row("violations", "%d", f.Violations)
 	t.Log("\n" + b.String())
