@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs every scenario with tiny parameters and checks that the harness produces
+// sane output: non-zero figures for the bridge and every floor, no scenario errors, exactly
+// as many Hermes calls as keys in the duplicate storm, the table and the JSON report.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("bench smoke test: skipped in -short mode")
+	}
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "bench.json")
+	o, err := parseFlags([]string{
+		"-duration", "600ms", "-warmup", "200ms", "-rounds", "1", "-concurrency", "8",
+		"-events", "1000", "-streams", "20", "-stream-events", "20",
+		"-dup-actions", "200", "-dup-keys", "10", "-json", jsonPath,
+		"-cpuprofile", filepath.Join(dir, "cpu.prof"), "-memprofile", filepath.Join(dir, "mem.prof"),
+	}, os.Stderr)
+	if err != nil {
+		t.Fatalf("parseFlags: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, status bytes.Buffer
+	rep, err := run(ctx, o, &out, &status)
+	if err != nil {
+		t.Fatalf("run: %v\nstatus:\n%s", err, status.String())
+	}
+	t.Logf("table:\n%s", out.String())
+	if len(rep.Scenarios) != 4 {
+		t.Fatalf("%d scenarios reported, want 4", len(rep.Scenarios))
+	}
+	for _, s := range rep.Scenarios {
+		for _, e := range s.Errors {
+			t.Errorf("scenario %s %s: %s", s.ID, s.Name, e)
+		}
+		if len(s.Figures) == 0 {
+			t.Errorf("scenario %s %s: no figures", s.ID, s.Name)
+		}
+	}
+	fig := func(scen, metric, floorName string) Row {
+		t.Helper()
+		for _, s := range rep.Scenarios {
+			for _, f := range s.Figures {
+				if s.ID == scen && f.Metric == metric && f.FloorName == floorName {
+					return f
+				}
+			}
+		}
+		t.Fatalf("no figure %q (floor %q) in scenario %s", metric, floorName, scen)
+		return Row{}
+	}
+	positive := func(r Row) {
+		t.Helper()
+		if r.Bridge <= 0 {
+			t.Errorf("%s %s: bridge figure %v, want > 0", r.Scenario, r.Metric, r.Bridge)
+		}
+		if r.Floor != nil && *r.Floor <= 0 {
+			t.Errorf("%s %s: floor (%s) %v, want > 0", r.Scenario, r.Metric, r.FloorName, *r.Floor)
+		}
+		if r.Floor != nil && r.Ratio == nil {
+			t.Errorf("%s %s: no ratio", r.Scenario, r.Metric)
+		}
+	}
+	positive(fig("1", "throughput", "js loop"))
+	positive(fig("1", "throughput", "http direct"))
+	positive(fig("1", "latency p50", "js loop"))
+	positive(fig("1", "latency p99", "http direct"))
+	positive(fig("2", "events/s delivered", "raw js async pub"))
+	positive(fig("2", "events/s delivered", "http read"))
+	positive(fig("3", "completion time", "http streams"))
+	positive(fig("3", "live heap/in-flight, process", "http streams"))
+	positive(fig("4", "actions settled/s", "js loop, no dedup"))
+	if c := fig("4", "Hermes calls", "keys"); c.Bridge != 10 || c.Pass == nil || !*c.Pass {
+		t.Errorf("duplicate storm: %v Hermes calls, want 10", c.Bridge)
+	}
+	if r := fig("4", "replays (replay_of set)", "actions - keys"); r.Bridge != 190 {
+		t.Errorf("duplicate storm: %v replays, want 190", r.Bridge)
+	}
+	for _, want := range []string{"scenario", "1 chat", "2 stream fan-out", "3 many streams", "4 duplicate storm", "JetStream store: file"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if !strings.Contains(status.String(), "4 dup: bridge") {
+		t.Errorf("no progress line for scenario 4 on stderr:\n%s", status.String())
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatalf("bench.json: %v", err)
+	}
+	var got Report
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("bench.json does not parse: %v", err)
+	}
+	if got.Machine.Cores < 1 || got.Machine.GoVersion == "" || got.Store != "file" || len(got.Scenarios) != 4 {
+		t.Errorf("bench.json: machine %+v, store %q, %d scenarios", got.Machine, got.Store, len(got.Scenarios))
+	}
+	for _, name := range []string{"cpu-chat-r1.prof", "cpu-stream.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s: %v", name, err)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if o.Duration != 10*time.Second || o.Concurrency != 64 || o.Events != 100000 || o.Streams != 1000 ||
+		o.StreamEvents != 50 || o.DupActions != 10000 || o.DupKeys != 100 || o.Store != "file" || len(o.Scenarios) != 4 {
+		t.Errorf("defaults: %+v", o)
+	}
+	o, err = parseFlags([]string{"-scenarios", "dup,1"}, &bytes.Buffer{})
+	if err != nil || strings.Join(o.Scenarios, ",") != "chat,dup" {
+		t.Errorf("-scenarios dup,1: %v %v", o.Scenarios, err)
+	}
+	for _, bad := range [][]string{
+		{"-scenarios", "nope"}, {"-store", "disk"}, {"-events", "100001"}, {"-dup-keys", "0"}, {"-concurrency", "0"}, {"extra"},
+	} {
+		if _, err := parseFlags(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"-help"}, &help); err == nil || !strings.Contains(help.String(), "Examples:") {
+		t.Errorf("-help: %v\n%s", err, help.String())
+	}
+}

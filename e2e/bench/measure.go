@@ -1,0 +1,361 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// outcome is one terminal result as the bench's subscriber saw it.
+type outcome struct {
+	at     time.Time // when the subscriber received it
+	status string
+	replay bool
+	err    error
+}
+
+func (o outcome) ok() bool { return o.err == nil && o.status == events.StatusCompleted }
+
+// hub is one core NATS subscription on <prefix>> that hands each terminal result to the
+// waiter registered for its action id.
+type hub struct {
+	prefix string
+	decode func(*nats.Msg) (outcome, bool)
+	sub    *nats.Subscription
+
+	mu      sync.Mutex
+	waiters map[string]func(outcome)
+	stray   atomic.Int64 // results nobody waited for
+}
+
+func newHub(nc *nats.Conn, prefix string, decode func(*nats.Msg) (outcome, bool)) (*hub, error) {
+	h := &hub{prefix: prefix, decode: decode, waiters: map[string]func(outcome){}}
+	sub, err := nc.Subscribe(prefix+">", h.deliver)
+	if err != nil {
+		return nil, err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	h.sub = sub
+	return h, nc.Flush()
+}
+
+func (h *hub) deliver(m *nats.Msg) {
+	at := time.Now()
+	o, terminal := h.decode(m)
+	if !terminal {
+		return
+	}
+	o.at = at
+	id := strings.TrimPrefix(m.Subject, h.prefix)
+	h.mu.Lock()
+	f := h.waiters[id]
+	delete(h.waiters, id)
+	h.mu.Unlock()
+	if f == nil {
+		h.stray.Add(1)
+		return
+	}
+	f(o)
+}
+
+// expectFunc registers f for the result of id; it runs on the subscription's goroutine.
+func (h *hub) expectFunc(id string, f func(outcome)) {
+	h.mu.Lock()
+	h.waiters[id] = f
+	h.mu.Unlock()
+}
+
+// expect registers a channel that receives the result of id.
+func (h *hub) expect(id string) <-chan outcome {
+	ch := make(chan outcome, 1)
+	h.expectFunc(id, func(o outcome) { ch <- o })
+	return ch
+}
+
+func (h *hub) forget(id string) {
+	h.mu.Lock()
+	delete(h.waiters, id)
+	h.mu.Unlock()
+}
+
+// await waits for the result registered as ch.
+func (h *hub) await(ctx context.Context, id string, ch <-chan outcome) (outcome, error) {
+	t := time.NewTimer(resultTimeout)
+	defer t.Stop()
+	select {
+	case o := <-ch:
+		return o, nil
+	case <-t.C:
+		h.forget(id)
+		return outcome{}, fmt.Errorf("no result for %s within %s", id, resultTimeout)
+	case <-ctx.Done():
+		h.forget(id)
+		return outcome{}, ctx.Err()
+	}
+}
+
+func decodeBridgeResult(m *nats.Msg) (outcome, bool) {
+	r, err := events.DecodeResult(m.Header, m.Data)
+	if err != nil {
+		return outcome{err: err}, true
+	}
+	if !events.Terminal(r.Status) {
+		return outcome{}, false
+	}
+	o := outcome{status: r.Status, replay: r.ReplayOf != nil}
+	if r.Error != nil {
+		o.err = fmt.Errorf("%s: %s", r.Error.Code, r.Error.Message)
+	}
+	return o, true
+}
+
+// decodeFloorResult checks the minimal loop's result: the fake's chat completion body.
+func decodeFloorResult(m *nats.Msg) (outcome, bool) {
+	var r struct {
+		Object string `json:"object"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.Object != "chat.completion" {
+		return outcome{err: errors.New("floor result is not a chat completion")}, true
+	}
+	return outcome{status: events.StatusCompleted}, true
+}
+
+// countSSE counts the SSE events (data: lines) of a stream with a line reader.
+func countSSE(r io.Reader) (int, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	n := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, []byte("data:")) {
+			n++
+		}
+		if err == bufio.ErrBufferFull {
+			for err == bufio.ErrBufferFull {
+				_, err = br.ReadSlice('\n')
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// loopStats are the figures of one closed-loop run.
+type loopStats struct {
+	window time.Duration   // measured window
+	lat    []time.Duration // latencies of the operations that completed inside the window
+	errs   int             // operations that failed inside the window
+	errMsg string          // the first failure
+}
+
+func (s *loopStats) add(o loopStats) {
+	s.window += o.window
+	s.lat = append(s.lat, o.lat...)
+	s.errs += o.errs
+	if s.errMsg == "" {
+		s.errMsg = o.errMsg
+	}
+}
+
+func (s loopStats) rate() float64 {
+	if s.window <= 0 {
+		return 0
+	}
+	return float64(len(s.lat)) / s.window.Seconds()
+}
+
+func (s loopStats) pct(p float64) time.Duration { return percentile(s.lat, p) }
+
+// closedLoop runs c workers, each repeating op back to back, for warm+window. Operations
+// that complete inside the window count; onStart and onEnd (may be nil) mark the window.
+func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart, onEnd func(),
+	op func(ctx context.Context, worker int) (time.Duration, error)) loopStats {
+	w0 := time.Now().Add(warm)
+	w1 := w0.Add(window)
+	// onStart runs at w0 and onEnd at w1 (only if onStart ran); mu orders them.
+	var mu sync.Mutex
+	started := false
+	startTimer := time.AfterFunc(warm, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() == nil {
+			if onStart != nil {
+				onStart()
+			}
+			started = true
+		}
+	})
+	per := make([]loopStats, c)
+	var wg sync.WaitGroup
+	for w := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := &per[w]
+			for ctx.Err() == nil && time.Now().Before(w1) {
+				lat, err := op(ctx, w)
+				done := time.Now()
+				if done.Before(w0) || !done.Before(w1) {
+					continue
+				}
+				if err != nil {
+					st.errs++
+					if st.errMsg == "" {
+						st.errMsg = err.Error()
+					}
+					continue
+				}
+				st.lat = append(st.lat, lat)
+			}
+		}()
+	}
+	// The window closes at w1 whatever the workers do; onEnd runs then.
+	select {
+	case <-time.After(time.Until(w1)):
+	case <-ctx.Done():
+	}
+	startTimer.Stop()
+	mu.Lock()
+	if started && onEnd != nil {
+		onEnd()
+	}
+	mu.Unlock()
+	wg.Wait()
+	out := loopStats{window: window}
+	for _, s := range per {
+		out.lat = append(out.lat, s.lat...)
+		out.errs += s.errs
+		if out.errMsg == "" {
+			out.errMsg = s.errMsg
+		}
+	}
+	return out
+}
+
+func percentile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	i := int(p/100*float64(len(s)) + 0.5)
+	i = min(max(i-1, 0), len(s)-1)
+	return s[i]
+}
+
+// memSample is one reading of the process' memory.
+type memSample struct {
+	heapInuse, heapAlloc uint64 // bytes
+	rss                  uint64 // bytes (VmRSS)
+	goroutines           int
+}
+
+func readMem() memSample {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memSample{heapInuse: ms.HeapInuse, heapAlloc: ms.HeapAlloc, rss: vmRSS(), goroutines: runtime.NumGoroutine()}
+}
+
+// baselineMem collects garbage, returns freed memory to the OS, lets things settle and reads
+// the process' memory: the idle baseline (NATS server, fake, bridge, client all idle).
+func baselineMem() memSample {
+	runtime.GC()
+	debug.FreeOSMemory()
+	time.Sleep(200 * time.Millisecond)
+	runtime.GC()
+	return readMem()
+}
+
+func vmRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseUint(f[0], 10, 64)
+				return n * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// sampler reads memory and the in-flight count every interval and keeps the peaks.
+type sampler struct {
+	stop     chan struct{}
+	done     chan struct{}
+	peak     memSample
+	peakFly  int64
+	samples  int
+	onSample func(inflight int64)
+}
+
+func startSampler(interval time.Duration, inflight func() int64, onSample func(int64)) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{}), onSample: onSample}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			s.take(inflight())
+			select {
+			case <-s.stop:
+				s.take(inflight())
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) take(fly int64) {
+	m := readMem()
+	s.samples++
+	s.peak.heapInuse = max(s.peak.heapInuse, m.heapInuse)
+	s.peak.heapAlloc = max(s.peak.heapAlloc, m.heapAlloc)
+	s.peak.rss = max(s.peak.rss, m.rss)
+	s.peak.goroutines = max(s.peak.goroutines, m.goroutines)
+	s.peakFly = max(s.peakFly, fly)
+	if s.onSample != nil {
+		s.onSample(fly)
+	}
+}
+
+func (s *sampler) finish() { close(s.stop); <-s.done }
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
