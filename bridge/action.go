@@ -77,7 +77,13 @@ func nakAfter(d time.Duration) decision { return decision{kind: nak, delay: d} }
 func termWith(reason string) decision   { return decision{kind: term, reason: reason} }
 func (d decision) String() string       { return [...]string{"ack", "nak", "term"}[d.kind] }
 func (j *job) delivery() int            { return int(j.md.NumDelivered) }
-func (j *job) lastAttempt() bool        { return j.attempt() >= j.b.cfg.MaxAttempts }
+func (j *job) lastAttempt() bool        { return j.attempt() >= j.b.cfg.MaxAttempts || j.finalDelivery() }
+
+// finalDelivery reports whether JetStream will not deliver this message again (a finite
+// MaxDeliver is reached): the action must settle now, whatever the retry budget says.
+func (j *job) finalDelivery() bool {
+	return j.b.cfg.MaxDeliver > 0 && j.delivery() >= j.b.cfg.MaxDeliver
+}
 func (j *job) remaining() time.Duration { return time.Until(j.deadline) }
 func (j *job) infra(err error) decision { return j.retryLater(err, "infrastructure") }
 func (j *job) setStatus(s, code string) { j.status, j.code = s, code }
@@ -213,7 +219,7 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 	// A paused endpoint: wait without touching any record while the pause ends before
 	// the action's deadline (otherwise the action is claimed and settled below).
 	if ep, ok := b.eps[j.endpointID]; ok && invalid == nil {
-		if ok, wait := ep.brk.pausedFor(b.now()); ok && wait < j.remaining() {
+		if ok, wait := ep.brk.pausedFor(b.now()); ok && wait < j.remaining() && !j.finalDelivery() {
 			j.setStatus("paused", "")
 			return nakAfter(pauseDelay(wait, j.remaining()))
 		}
@@ -312,6 +318,7 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 		switch {
 		case e.Record.State == kvstore.StateSettled:
 			j.setStatus("duplicate", "")
+			j.finishOwnKey(ctx, e.Record.Result)
 			return j.republish(ctx, e.Record), true
 		case !e.Record.LeaseExpired(b.now()):
 			// Another delivery holds it: wait for it to settle, then republish.
@@ -353,6 +360,22 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 			return j.settle(ctx, failedResult(j, outcomeUnknown())), true
 		}
 		return decision{}, false
+	}
+}
+
+// finishOwnKey settles this action's idempotency key record if a crash left it
+// unsettled after the action itself was settled with result raw.
+func (j *job) finishOwnKey(ctx context.Context, raw json.RawMessage) {
+	if j.action == nil || j.action.IdempotencyKey == "" {
+		return
+	}
+	j.key = kvstore.IdempotencyKey(j.capID, j.action.IdempotencyKey)
+	e, err := j.b.store.Get(ctx, j.key)
+	if err != nil || e.Record.ActionID != j.actionID || e.Record.State == kvstore.StateSettled {
+		return
+	}
+	if _, err := j.finishKey(ctx, e, raw); err != nil && !errors.Is(err, errOwnerGone) {
+		j.b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("finishing the idempotency record failed")
 	}
 }
 
@@ -411,59 +434,85 @@ func (j *job) claimKey(ctx context.Context) (decision, bool) {
 
 var errOwnerGone = errors.New("bridge: the key's owner is gone")
 
-// waitKey waits until the key record settles. When the owning action's claim has
-// expired it takes over: an undispatched or safe original is released (errOwnerGone,
-// the caller claims again); a dispatched unsafe one settles the key as outcome_unknown.
+// waitKey waits until the key record settles, checking the owning action between
+// waits. An owner that settled but whose key record was left unsettled (a crash
+// between the two writes) has its result copied into the key. An owner whose claim
+// expired is taken over: an undispatched or safe original releases the key
+// (errOwnerGone: the caller claims it again); a dispatched unsafe one settles the key
+// as outcome_unknown.
 func (j *job) waitKey(ctx context.Context, e kvstore.Entry) (kvstore.Entry, error) {
 	b := j.b
 	for {
-		wctx, cancel := context.WithTimeout(ctx, min(b.cfg.Lease, max(j.remaining(), time.Millisecond)))
-		we, err := b.store.Wait(wctx, j.key, e.Revision)
-		cancel()
-		if err == nil {
-			if we.Record.State == kvstore.StateSettled {
-				return we, nil
-			}
-			e = we
-			continue
-		}
-		if errors.Is(err, kvstore.ErrNotFound) {
-			return kvstore.Entry{}, errOwnerGone
-		}
-		if ctx.Err() != nil || j.remaining() <= 0 {
-			return kvstore.Entry{}, err
-		}
-		// Timed out: is the owner alive?
 		oe, oerr := b.store.Get(ctx, kvstore.ActionKey(e.Record.ActionID))
-		switch {
-		case oerr == nil && oe.Record.State == kvstore.StateSettled:
-			continue // the key update is on its way
-		case oerr == nil && !oe.Record.LeaseExpired(b.now()):
-			continue
-		case oerr != nil && !errors.Is(oerr, kvstore.ErrNotFound):
+		if oerr != nil && !errors.Is(oerr, kvstore.ErrNotFound) {
 			return kvstore.Entry{}, oerr
 		}
-		if oerr == nil && oe.Record.State == kvstore.StateDispatched && !j.safe() {
+		switch {
+		case oerr == nil && oe.Record.State == kvstore.StateSettled:
+			return j.finishKey(ctx, e, oe.Record.Result)
+		case oerr == nil && oe.Record.State == kvstore.StateDispatched && oe.Record.LeaseExpired(b.now()) && !j.safe():
 			res := &events.Result{ActionID: e.Record.ActionID, CapabilityID: j.capID, Status: "failed", Error: outcomeUnknown()}
-			raw, _ := json.Marshal(res)
-			rec := e.Record
-			rec.State, rec.Result, rec.UpdatedAt = kvstore.StateSettled, raw, b.now()
-			if _, err := b.store.Update(ctx, j.key, rec, e.Revision); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+			raw, err := json.Marshal(res)
+			if err != nil {
 				return kvstore.Entry{}, err
 			}
-			if ne, err := b.store.Get(ctx, j.key); err == nil {
-				e = ne
-				if ne.Record.State == kvstore.StateSettled {
-					return ne, nil
-				}
+			return j.finishKey(ctx, e, raw)
+		case oerr != nil || oe.Record.LeaseExpired(b.now()):
+			// The owner never reached Hermes (or the call is safe): free the key.
+			if err := b.store.Delete(ctx, j.key, e.Revision); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+				return kvstore.Entry{}, err
 			}
-			continue
+			return kvstore.Entry{}, errOwnerGone
 		}
+		// The owner is alive: wait for the key to change, at most a heartbeat, then look again.
+		wctx, cancel := context.WithTimeout(ctx, min(b.cfg.Heartbeat, max(j.remaining(), time.Millisecond)))
+		we, err := b.store.Wait(wctx, j.key, e.Revision)
+		cancel()
+		switch {
+		case err == nil && we.Record.State == kvstore.StateSettled:
+			return we, nil
+		case err == nil:
+			e = we
+		case errors.Is(err, kvstore.ErrNotFound):
+			return kvstore.Entry{}, errOwnerGone
+		case ctx.Err() != nil || j.remaining() <= 0:
+			return kvstore.Entry{}, err
+		}
+	}
+}
+
+// finishKey settles a key record that its owner left unsettled, with the owner's
+// stored result (raw). A result that is retryable and certain is not kept: the key is
+// released instead (errOwnerGone). Returns the settled key entry.
+func (j *job) finishKey(ctx context.Context, e kvstore.Entry, raw json.RawMessage) (kvstore.Entry, error) {
+	b := j.b
+	var r events.Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return kvstore.Entry{}, fmt.Errorf("stored result of %s is unreadable: %w", e.Record.ActionID, err)
+	}
+	if r.Error != nil && r.Error.Retryable && !r.Error.UncertainOutcome {
 		if err := b.store.Delete(ctx, j.key, e.Revision); err != nil && !errors.Is(err, kvstore.ErrConflict) {
 			return kvstore.Entry{}, err
 		}
 		return kvstore.Entry{}, errOwnerGone
 	}
+	rec := e.Record
+	rec.State, rec.Result, rec.UpdatedAt = kvstore.StateSettled, raw, b.now()
+	rev, err := b.store.Update(ctx, j.key, rec, e.Revision)
+	if errors.Is(err, kvstore.ErrConflict) {
+		ne, gerr := b.store.Get(ctx, j.key)
+		if gerr != nil {
+			return kvstore.Entry{}, errOwnerGone
+		}
+		if ne.Record.State == kvstore.StateSettled {
+			return ne, nil
+		}
+		return kvstore.Entry{}, errOwnerGone // someone else owns it now: start over
+	}
+	if err != nil {
+		return kvstore.Entry{}, err
+	}
+	return kvstore.Entry{Key: j.key, Record: rec, Revision: rev}, nil
 }
 
 // waitSettled waits for key to reach a revision after rev, bounded by the lease and deadline.
@@ -494,7 +543,7 @@ func (j *job) execute(ctx context.Context) decision {
 	}
 	defer func() { <-j.ep.sem }()
 	if ok, wait := j.ep.brk.allow(b.now()); !ok {
-		if wait >= j.remaining() {
+		if wait >= j.remaining() || j.finalDelivery() {
 			_, _, code := j.ep.brk.pause(b.now())
 			return j.settle(ctx, failedResult(j, endpointPaused(code)))
 		}
@@ -586,12 +635,34 @@ func (j *job) release(ctx context.Context, counted bool, d decision) decision {
 	return d
 }
 
-// retryLater naks for a bridge-side failure (KV or publish). On the last delivery it
-// still tries to end the action with a terminal result.
+// retryLater naks for a bridge-side failure (KV or publish). On the final delivery it
+// still tries to end the action with a terminal result, published without the store.
 func (j *job) retryLater(err error, what string) decision {
 	j.setStatus("retrying", "")
 	j.b.log.Warn().Err(err).Str("action_id", j.actionID).Str("while", what).Msg("retrying action later")
+	if j.finalDelivery() {
+		return j.lastResort(what)
+	}
 	return nakAfter(backoff(j.b.cfg.RetryBase, j.b.cfg.RetryMax, j.attempt(), 0))
+}
+
+// lastResort publishes a failed result for an action on its final delivery when the
+// bridge's own storage failed, so that the action still ends. Whether Hermes may have
+// been called is taken from the claim this job holds.
+func (j *job) lastResort(what string) decision {
+	j.mu.Lock()
+	dispatched := j.actRec.State == kvstore.StateDispatched
+	j.mu.Unlock()
+	info := &events.ErrorInfo{Code: "internal", Category: "connector", UncertainOutcome: dispatched && !j.safe(),
+		Message: "the bridge could not record the action before its last delivery",
+		Details: map[string]any{"while": what}}
+	ctx, cancel := detached(j.b.workCtx)
+	defer cancel()
+	if err := j.publishResult(ctx, failedResult(j, info)); err != nil {
+		j.b.log.Error().Err(err).Str("action_id", j.actionID).Msg("the final delivery could not publish a result")
+	}
+	j.setStatus("failed", "internal")
+	return ackIt()
 }
 
 // updateAction applies fn to the action record with CAS.

@@ -306,7 +306,7 @@ func TestErrorClasses(t *testing.T) {
 		{"500 text", "session_chat", `{"session_id":"s","message":"m"}`, 500, `500 Internal Server Error`, nil,
 			hermes.CodeRemoteUnavailable, "temporary", "", false, 0, [2]bool{false, true}},
 		{"502 agent", "chat", `{"prompt":"x"}`, 502, `{"error": {"message": "Response remained truncated", "type": "server_error", "param": null, "code": "agent_incomplete", "hermes": {"completed": false}}}`, nil,
-			hermes.CodeAgentIncomplete, "temporary", "agent_incomplete", false, 0, [2]bool{}},
+			hermes.CodeAgentIncomplete, "temporary", "agent_incomplete", false, 0, [2]bool{false, true}}, // a safe read may retry a 502
 		{"503 draining", "responses_stream", `{"input":"x"}`, 503, `{"error":{"message":"Gateway is draining existing work; retry shortly.","type":"invalid_request_error","param":null,"code":"gateway_draining"}}`, http.Header{"Retry-After": {httpDate}},
 			hermes.CodeRemoteUnavailable, "temporary", "gateway_draining", true, 80 * time.Second, [2]bool{true, true}},
 		{"503 db", "session_patch", `{"session_id":"s"}`, 503, `{"error":{"message":"x","type":"server_error","param":null,"code":"session_db_unavailable"}}`, nil,

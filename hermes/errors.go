@@ -88,6 +88,8 @@ func (e *Error) Retryable(safe bool) bool {
 	switch e.Code {
 	case CodeRemoteUnavailable, CodeTransport:
 		return e.NotStarted || safe
+	case CodeAgentIncomplete: // a 502: retryable when re-running the read is harmless
+		return safe
 	}
 	return false
 }
