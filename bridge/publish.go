@@ -21,6 +21,14 @@ const eventWindow = 512
 // eventPublisher republishes one action's SSE events in order. It is used by exactly
 // one goroutine: the one reading the Hermes stream. Publishes are asynchronous with at
 // most eventWindow outstanding acks; flush waits for the rest.
+//
+// Order matters more than speed: as soon as a publish fails or the connection is not
+// up, the publisher settles every outstanding event in sequence order (republishing
+// the failed ones; Nats-Msg-Id makes an already stored one a no-op) and publishes the
+// rest of the stream synchronously, one confirmed event at a time. That keeps a NATS
+// outage from storing later events before earlier ones, except for the events that were
+// already in flight when the connection broke; subscribers order by "sequence", which
+// is always contiguous (events.Client.Follow does it for them).
 type eventPublisher struct {
 	js      jetstream.JetStream
 	j       *job
@@ -29,6 +37,7 @@ type eventPublisher struct {
 	pending []jetstream.PubAckFuture // ring of outstanding futures, oldest at head
 	head    int
 	n       int
+	ordered bool // after a failure: one confirmed publish at a time
 }
 
 func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
@@ -36,8 +45,10 @@ func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
 		pending: make([]jetstream.PubAckFuture, eventWindow)}
 }
 
-// publish sends ev as event number p.seq. It blocks only when the window is full.
+// publish sends ev as event number p.seq. It blocks only when the window is full, or
+// after a failure (see eventPublisher).
 func (p *eventPublisher) publish(ev hermes.Event) error {
+	ctx := p.j.b.workCtx
 	d := events.EventData{ActionID: p.j.actionID, Sequence: p.seq, Kind: ev.Kind,
 		Event: events.SSE{Event: ev.Event, ID: ev.ID, Data: ev.Data}, Text: ev.Text}
 	h, body, err := events.EncodeEvent(p.j.b.cfg.Source, &d, p.j.trace)
@@ -45,7 +56,7 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 		return fmt.Errorf("encode event %d: %w", p.seq, err)
 	}
 	if len(body) > p.j.b.maxOut {
-		small, err := p.offloadEvent(p.j.b.workCtx, &d)
+		small, err := p.offloadEvent(ctx, &d)
 		if err != nil {
 			return fmt.Errorf("event %d: %w", p.seq, err)
 		}
@@ -54,22 +65,44 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 		}
 	}
 	p.seq++
-	if p.n == len(p.pending) {
-		if err := p.awaitOldest(p.j.b.workCtx); err != nil {
+	m := &nats.Msg{Subject: p.subject, Header: h, Data: body}
+	defer p.j.b.hook(PointEvent, p.j.actionID)
+	if !p.ordered && p.j.b.nc.Status() != nats.CONNECTED {
+		p.ordered = true
+	}
+	if p.ordered {
+		if err := p.flush(ctx); err != nil {
 			return err
 		}
+		return publishRetry(ctx, p.js, m)
 	}
-	f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: h, Data: body})
+	if p.n == len(p.pending) {
+		if err := p.awaitOldest(ctx); err != nil {
+			return err
+		}
+		if p.ordered { // the oldest failed: no more pipelining
+			if err := p.flush(ctx); err != nil {
+				return err
+			}
+			return publishRetry(ctx, p.js, m)
+		}
+	}
+	f, err := p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
 	if err != nil {
-		// Could not even queue it: publish synchronously with retries.
-		return publishRetry(p.j.b.workCtx, p.js, &nats.Msg{Subject: p.subject, Header: h, Data: body})
+		// Could not even queue it: settle what is outstanding, then publish in order.
+		p.ordered = true
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+		return publishRetry(ctx, p.js, m)
 	}
 	p.pending[(p.head+p.n)%len(p.pending)] = f
 	p.n++
-	p.j.b.hook(PointEvent, p.j.actionID)
 	return nil
 }
 
+// awaitOldest waits for the oldest outstanding publish; a failed one is republished
+// synchronously and switches the publisher to ordered mode.
 func (p *eventPublisher) awaitOldest(ctx context.Context) error {
 	f := p.pending[p.head]
 	p.pending[p.head] = nil
@@ -82,6 +115,7 @@ func (p *eventPublisher) awaitOldest(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		p.ordered = true
 		// The same Nats-Msg-Id makes a retry of an already stored event a no-op.
 		return publishRetry(ctx, p.js, f.Msg())
 	case <-ctx.Done():
@@ -89,15 +123,14 @@ func (p *eventPublisher) awaitOldest(ctx context.Context) error {
 	}
 }
 
-// flush waits until every event published so far is stored.
+// flush waits until every event published so far is stored, oldest first.
 func (p *eventPublisher) flush(ctx context.Context) error {
-	var first error
 	for p.n > 0 {
-		if err := p.awaitOldest(ctx); err != nil && first == nil {
-			first = err
+		if err := p.awaitOldest(ctx); err != nil {
+			return err
 		}
 	}
-	return first
+	return nil
 }
 
 // publishRetry publishes m synchronously, retrying transient failures for up to 30s.

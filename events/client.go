@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -198,6 +199,46 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 		return nil, fmt.Errorf("events: follow: %w", err)
 	}
 	defer it.Stop()
+	// Events are handed over in sequence order: after a NATS outage the stream may hold
+	// an event after later ones (see the bridge's event publisher); duplicates are dropped.
+	var next int64
+	held := map[int64]*EventData{}
+	emit := func(ev *EventData) error {
+		if onEvent == nil {
+			return nil
+		}
+		return onEvent(ev)
+	}
+	deliver := func(ev *EventData) error {
+		switch {
+		case ev.Sequence < next:
+			return nil
+		case ev.Sequence > next:
+			held[ev.Sequence] = ev
+			return nil
+		}
+		for ; ev != nil; ev = held[next] {
+			delete(held, ev.Sequence)
+			if err := emit(ev); err != nil {
+				return err
+			}
+			next++
+		}
+		return nil
+	}
+	flushHeld := func() error {
+		seqs := make([]int64, 0, len(held))
+		for q := range held {
+			seqs = append(seqs, q)
+		}
+		slices.Sort(seqs)
+		for _, q := range seqs {
+			if err := emit(held[q]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -215,10 +256,8 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 			if ev, err = ResolveEvent(ctx, c.js, ev); err != nil {
 				return nil, fmt.Errorf("events: follow: %w", err)
 			}
-			if onEvent != nil {
-				if err := onEvent(ev); err != nil {
-					return nil, err
-				}
+			if err := deliver(ev); err != nil {
+				return nil, err
 			}
 		case resSubj:
 			r, err := DecodeResult(m.Headers(), m.Data())
@@ -229,6 +268,9 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 				return nil, fmt.Errorf("events: follow: %w", err)
 			}
 			if Terminal(r.Status) {
+				if err := flushHeld(); err != nil {
+					return nil, err
+				}
 				return r, nil
 			}
 			if onPending != nil {
