@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -163,6 +164,7 @@ func countSSE(r io.Reader) (int, error) {
 // loopStats are the figures of one closed-loop run.
 type loopStats struct {
 	window time.Duration   // measured window
+	cpu    time.Duration   // process CPU time spent inside the window
 	lat    []time.Duration // latencies of the operations that completed inside the window
 	errs   int             // operations that failed inside the window
 	errMsg string          // the first failure
@@ -170,6 +172,7 @@ type loopStats struct {
 
 func (s *loopStats) add(o loopStats) {
 	s.window += o.window
+	s.cpu += o.cpu
 	s.lat = append(s.lat, o.lat...)
 	s.errs += o.errs
 	if s.errMsg == "" {
@@ -184,6 +187,14 @@ func (s loopStats) rate() float64 {
 	return float64(len(s.lat)) / s.window.Seconds()
 }
 
+// cpuPerOp is the process CPU time per completed operation, in microseconds.
+func (s loopStats) cpuPerOp() float64 {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	return float64(s.cpu) / float64(len(s.lat)) / float64(time.Microsecond)
+}
+
 func (s loopStats) pct(p float64) time.Duration { return percentile(s.lat, p) }
 
 // closedLoop runs c workers, each repeating op back to back, for warm+window. Operations
@@ -195,6 +206,7 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	// onStart runs at w0 and onEnd at w1 (only if onStart ran); mu orders them.
 	var mu sync.Mutex
 	started := false
+	var cpu0, cpu1 time.Duration
 	startTimer := time.AfterFunc(warm, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -203,6 +215,7 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 				onStart()
 			}
 			started = true
+			cpu0 = cpuTime()
 		}
 	})
 	per := make([]loopStats, c)
@@ -236,12 +249,15 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	}
 	startTimer.Stop()
 	mu.Lock()
-	if started && onEnd != nil {
-		onEnd()
+	if started {
+		cpu1 = cpuTime()
+		if onEnd != nil {
+			onEnd()
+		}
 	}
 	mu.Unlock()
 	wg.Wait()
-	out := loopStats{window: window}
+	out := loopStats{window: window, cpu: max(cpu1-cpu0, 0)}
 	for _, s := range per {
 		out.lat = append(out.lat, s.lat...)
 		out.errs += s.errs
@@ -358,4 +374,13 @@ func cpuModel() string {
 		}
 	}
 	return ""
+}
+
+// cpuTime is the process' user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -118,6 +118,8 @@ func fmtVal(v float64, unit string) string {
 	switch unit {
 	case "ms":
 		return fmt.Sprintf("%.2f ms", v)
+	case "µs":
+		return fmt.Sprintf("%.1f µs", v)
 	case "s":
 		return fmt.Sprintf("%.2f s", v)
 	case "KiB":

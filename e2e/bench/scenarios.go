@@ -124,6 +124,8 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(l.rate()), FloorName: "js loop",
 		Target: ">= 0.60x and >= 3000/s", Pass: boolp(ratio >= 0.60 && b.rate() >= 3000)})
 	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(h.rate()), FloorName: "http direct"})
+	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(l.cpuPerOp()), FloorName: "js loop"})
+	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(h.cpuPerOp()), FloorName: "http direct"})
 	rep.row(Row{Metric: "latency p50", Unit: "ms", Bridge: ms(b.pct(50)), Floor: f64(ms(l.pct(50))), FloorName: "js loop"})
 	rep.row(Row{Metric: "latency p99", Unit: "ms", Bridge: ms(b.pct(99)), Floor: f64(ms(l.pct(99))), FloorName: "js loop"})
 	rep.row(Row{Metric: "latency p50", Unit: "ms", Bridge: ms(b.pct(50)), Floor: f64(ms(h.pct(50))), FloorName: "http direct"})
@@ -147,6 +149,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 
 type streamRun struct {
 	dur     time.Duration // publish to the last event and the result received
+	cpu     time.Duration // process CPU time over dur
 	got     int64         // events received
 	dropped int           // messages the subscription dropped
 	status  string
@@ -331,15 +334,21 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 
 	e.status.printf("2 stream: bridge, one chat_stream of %d events", n)
 	prof.startCPU("stream")
+	c0 := cpuTime()
 	b := e.bridgeStream(ctx, n)
+	b.cpu = cpuTime() - c0
 	prof.stopCPU()
 	prof.heap("stream")
 	e.status.printf("2 stream: bridge: %d events in %.2f s = %.0f events/s (status %s)", b.got, b.dur.Seconds(), rate(int(b.got), b.dur), b.status)
 	e.status.printf("2 stream: floor, HTTP read of the same stream")
+	c0 = cpuTime()
 	h := e.httpStreamRun(ctx, n)
+	h.cpu = cpuTime() - c0
 	e.status.printf("2 stream: http read: %d events in %.2f s = %.0f events/s", h.got, h.dur.Seconds(), rate(int(h.got), h.dur))
 	e.status.printf("2 stream: floor, raw JetStream async publish of %d messages", n)
+	c0 = cpuTime()
 	r := e.rawPublish(ctx, n, sample)
+	r.cpu = cpuTime() - c0
 	e.status.printf("2 stream: raw publish: %d messages in %.2f s = %.0f msgs/s", r.got, r.dur.Seconds(), rate(int(r.got), r.dur))
 	e.fake.ResetCounters()
 
@@ -372,6 +381,13 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 	rep.row(Row{Metric: "events/s delivered", Unit: "events/s", Bridge: br, Floor: f64(rr), FloorName: "raw js async pub",
 		Target: ">= 0.80x", Pass: boolp(rr > 0 && br/rr >= 0.80)})
 	rep.row(Row{Metric: "events/s delivered", Unit: "events/s", Bridge: br, Floor: f64(rate(int(h.got), h.dur)), FloorName: "http read"})
+	perEv := func(r streamRun) float64 {
+		if r.got == 0 {
+			return 0
+		}
+		return float64(r.cpu) / float64(r.got) / float64(time.Microsecond)
+	}
+	rep.row(Row{Metric: "process CPU/event", Unit: "µs", Bridge: perEv(b), Floor: f64(perEv(r)), FloorName: "raw js async pub"})
 	rep.row(Row{Metric: "time to last event", Unit: "s", Bridge: b.dur.Seconds(), Floor: f64(r.dur.Seconds()), FloorName: "raw js async pub"})
 	avg := 0.0
 	if b.got > 0 {
