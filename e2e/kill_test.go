@@ -338,10 +338,15 @@ func runKillCase(t *testing.T, c killCase) {
 		t.Errorf("%s has %d events", c.op, len(evs))
 	}
 	// The fresh process handled the redelivery (a republish for a settled action).
-	lines := p2.actionLines(id)
-	if len(lines) == 0 {
-		t.Fatalf("the fresh process logged no action line for %s", id)
-	}
+	// (The line is written just after the ack: wait for it.)
+	var lines []logLine
+	h.eventually(10*time.Second, func() error {
+		lines = p2.actionLines(id)
+		if len(lines) == 0 || lines[len(lines)-1].str("decision") != "ack" {
+			return fmt.Errorf("the fresh process logged no acked action line for %s: %v", id, lines)
+		}
+		return nil
+	})
 	if c.stored {
 		if st := lines[len(lines)-1].str("status"); !strings.HasPrefix(st, "duplicate:") {
 			t.Errorf("fresh process status %q, want duplicate:<status> (a republish)", st)
