@@ -551,3 +551,45 @@ func TestKillRandomUnderLoad(t *testing.T) {
 	}
 	t.Logf("outcomes %v; Hermes requests %d", outcomes, totalCalls())
 }
+
+// TestKillLiveOwnerKeepsClaim: a claim whose owner is alive is not taken over, even when
+// the call outlasts the lease: a second copy of the action id, delivered while the first
+// process still works on it (its lease is 2s, the call takes 4s), waits for the owner and
+// republishes its result instead of settling outcome_unknown.
+func TestKillLiveOwnerKeepsClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withoutBridge(), withFake(hermestest.WithAgent(killAgent)))
+	p1 := h.startProc(fastRecovery())
+	p2 := h.startProc(fastRecovery())
+	in := `{"prompt":"wait4000: live owner"}`
+	id := h.publish("chat", events.Action{Input: mustJSON(t, in)})
+	h.waitCalls("chat", 1)
+	// A copy JetStream does not deduplicate (no Nats-Msg-Id).
+	h.publishRaw("hermes.actions.primary.chat", binaryHeader(id, events.TypeAction, ""), []byte(`{"input":`+in+`}`))
+	res, _ := h.follow(id)
+	requireCompleted(t, res)
+	h.waitIdle(30 * time.Second)
+	if n := h.fake.Calls("chat"); n != 1 {
+		t.Errorf("chat calls %d, want 1", n)
+	}
+	if n := h.results(id); n != 1 {
+		t.Errorf("%d result messages, want 1", n)
+	}
+	// Both copies were handled: one ran the call, the other republished its result.
+	h.eventually(10*time.Second, func() error {
+		statuses := map[string]int{}
+		for _, l := range append(p1.actionLines(id), p2.actionLines(id)...) {
+			if l.str("decision") == "ack" {
+				statuses[l.str("status")]++
+			}
+		}
+		if statuses["completed"] != 1 || statuses["duplicate:completed"] != 1 || len(statuses) != 2 {
+			return fmt.Errorf("acked action lines by status %v, want one completed and one duplicate:completed", statuses)
+		}
+		return nil
+	})
+	rec, ok := h.actionRecord(id)
+	if !ok || rec.State != kvstore.StateSettled || rec.Attempt != 1 {
+		t.Errorf("record %+v (present %v), want settled by the first claim (attempt 1)", rec, ok)
+	}
+}
