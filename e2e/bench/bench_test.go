@@ -107,7 +107,7 @@ func TestSmoke(t *testing.T) {
 	if got.Machine.Cores < 1 || got.Machine.GoVersion == "" || got.Store != "file" || len(got.Scenarios) != 4 {
 		t.Errorf("bench.json: machine %+v, store %q, %d scenarios", got.Machine, got.Store, len(got.Scenarios))
 	}
-	for _, name := range []string{"cpu-chat-r1.prof", "cpu-stream.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof"} {
+	for _, name := range []string{"cpu-chat-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("profile %s: %v", name, err)
 		}

@@ -57,7 +57,7 @@ Examples:
   go run ./e2e/bench -scenarios chat -cpuprofile cpu.prof && go tool pprof -top cpu-chat-r1.prof cpu-chat-r2.prof
 
 Profiles cover the bridge's measuring windows only, one file per window (cpu.prof ->
-cpu-chat-r1.prof, cpu-stream.prof, cpu-streams.prof, cpu-dup.prof); they are whole-process
+cpu-chat-r1.prof, cpu-stream-r1.prof, cpu-streams.prof, cpu-dup.prof); they are whole-process
 profiles (NATS server, fake and bench client included): use -focus or -tagignore to narrow.
 -memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3).
 
@@ -75,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var scen string
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "scenario 1: measuring window of each mode (bridge and floors), split across -rounds")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "scenario 1: warm-up before each mode's first window (a quarter of it before later rounds)")
-	fs.IntVar(&o.Rounds, "rounds", 2, "scenario 1: interleaved rounds (http, js loop, bridge, http, ...) to spread machine noise")
+	fs.IntVar(&o.Rounds, "rounds", 2, "scenarios 1 and 2: interleaved rounds (bridge and floors in turn), aggregated, to spread machine noise")
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "closed-loop clients in scenarios 1 and 4 (the bridge's workers and endpoint max_concurrency are at least this)")
 	fs.IntVar(&o.Events, "events", 100000, "scenario 2: SSE events in the stream (5..100000)")
 	fs.IntVar(&o.Streams, "streams", 1000, "scenario 3: concurrent chat_stream actions")
