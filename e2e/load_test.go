@@ -510,8 +510,12 @@ func (r *ldRun) restartNATS() {
 	r.restarts++
 }
 
-// trail returns the bridge log lines that mention id, for a violation's diagnosis.
-func (r *ldRun) trail(id string) string {
+// trail returns the bridge log lines that mention id, for the diagnosis of a violation
+// of kind that will be shown.
+func (r *ldRun) trail(v *ldViolations, kind, id string) string {
+	if v.byKind[kind] >= 10 {
+		return ""
+	}
 	var b strings.Builder
 	for _, p := range r.allProcs {
 		for _, ln := range p.log() {
@@ -664,7 +668,7 @@ func (r *ldRun) check() ldFigures {
 		known[a.id] = a
 		rs := results[a.id]
 		if len(rs) != 1 {
-			v.add("exactly_once", "%s (%s): %d result messages, want 1%s", a.id, ldKindNames[a.kind], len(rs), r.trail(a.id))
+			v.add("exactly_once", "%s (%s): %d result messages, want 1%s", a.id, ldKindNames[a.kind], len(rs), r.trail(v, "exactly_once", a.id))
 			if len(rs) == 0 {
 				continue
 			}
@@ -873,7 +877,7 @@ func (r *ldRun) checkEvents(v *ldViolations, a ldAction, res *events.Result, ev 
 			for k, e := range ev {
 				seqs[k] = e.Sequence
 			}
-			v.add("events", "%s: event %d in stream order has sequence %d (lost or reordered): stored order %v%s", a.id, i, e.Sequence, seqs, r.trail(a.id))
+			v.add("events", "%s: event %d in stream order has sequence %d (lost or reordered): stored order %v%s", a.id, i, e.Sequence, seqs, r.trail(v, "events", a.id))
 			break
 		}
 	}
