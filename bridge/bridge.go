@@ -88,7 +88,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		now:      time.Now,
 	}
 	for _, ep := range cfg.Endpoints {
-		opts := []hermes.Option{hermes.WithEndpointID(ep.ID)}
+		opts := []hermes.Option{hermes.WithEndpointID(ep.ID), hermes.WithIdleConns(ep.MaxConcurrency)}
 		if ep.Key != nil {
 			opts = append(opts, hermes.WithKeyFunc(ep.Key))
 		}

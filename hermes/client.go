@@ -27,6 +27,7 @@ type options struct {
 	frameLimit  int
 	streamLimit int64
 	bodyLimit   int64
+	idleConns   int
 }
 
 // Option configures a Client.
@@ -108,6 +109,19 @@ func WithBodyLimit(n int64) Option {
 	}
 }
 
+// WithIdleConns keeps up to n idle connections to the endpoint for reuse (default 2, as
+// net/http). Set it to the number of calls expected in flight at once; without it a busy
+// client opens a new connection for most calls. Ignored with WithHTTPClient.
+func WithIdleConns(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return errors.Join(errOption, errors.New("idle connections must be at least 1"))
+		}
+		o.idleConns = n
+		return nil
+	}
+}
+
 func validAPIKey(k string) bool {
 	if k == "" || len(k) > maxHeaderValueBytes {
 		return false
@@ -143,7 +157,12 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if o.hc != nil {
 		hc = *o.hc
 	} else {
-		hc.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if o.idleConns > 0 {
+			tr.MaxIdleConnsPerHost = o.idleConns
+			tr.MaxIdleConns = max(tr.MaxIdleConns, o.idleConns)
+		}
+		hc.Transport = tr
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Client{

@@ -651,3 +651,46 @@ func TestStreamEventFields(t *testing.T) {
 		t.Fatalf("%+v", res.Stream)
 	}
 }
+
+func TestIdleConnsReused(t *testing.T) {
+	var mu sync.Mutex
+	conns := map[string]bool{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[]}`)
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns[c.RemoteAddr().String()] = true
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := hermes.New(srv.URL, hermes.WithAPIKey(testKey), hermes.WithIdleConns(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 5; round++ {
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Call(context.Background(), hermes.Request{Operation: "models"}, nil); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) > 8 {
+		t.Errorf("%d connections for 40 calls 8 at a time, want at most 8 (idle connections reused)", len(conns))
+	}
+	if _, err := hermes.New(srv.URL, hermes.WithIdleConns(0)); err == nil {
+		t.Error("WithIdleConns(0) accepted")
+	}
+}
