@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -60,8 +61,66 @@ type wireRecord struct {
 	Record
 }
 
+// encodeRecord writes the same JSON as json.Marshal(wireRecord{...}) by hand: records
+// are written several times per action, and json.Marshal would re-validate and compact
+// the embedded result on every write. Result must be valid JSON (it is produced by
+// json.Marshal); it is copied verbatim.
 func encodeRecord(r Record) ([]byte, error) {
-	return json.Marshal(wireRecord{V: recordVersion, Record: r})
+	b := make([]byte, 0, 192+len(r.Result))
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, recordVersion, 10)
+	b = appendField(b, "state", string(r.State), false)
+	b = appendField(b, "action_id", r.ActionID, false)
+	b = appendField(b, "capability_id", r.CapabilityID, true)
+	b = appendField(b, "input_sha256", r.InputSHA256, true)
+	b = appendField(b, "owner", r.Owner, true)
+	b = appendTime(b, "lease_until", r.LeaseUntil)
+	if r.Attempt != 0 {
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendInt(b, int64(r.Attempt), 10)
+	}
+	if len(r.Result) > 0 {
+		b = append(b, `,"result":`...)
+		b = append(b, r.Result...)
+	}
+	b = appendTime(b, "created_at", r.CreatedAt)
+	b = appendTime(b, "updated_at", r.UpdatedAt)
+	return append(b, '}'), nil
+}
+
+func appendField(b []byte, name, v string, omitEmpty bool) []byte {
+	if omitEmpty && v == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendString(b, v)
+}
+
+// appendString appends v as a JSON string; anything but plain printable ASCII goes
+// through encoding/json so the escaping is exactly its own.
+func appendString(b []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(v)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, v...)
+	return append(b, '"')
+}
+
+func appendTime(b []byte, name string, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':', '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }
 
 func decodeRecord(b []byte) (Record, error) {

@@ -1,0 +1,42 @@
+package kvstore
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// TestEncodeRecordMatchesJSON: the hand-written encoder writes exactly what
+// encoding/json writes for the same record.
+func TestEncodeRecordMatchesJSON(t *testing.T) {
+	now := time.Date(2026, 11, 30, 15, 4, 5, 123456789, time.UTC)
+	records := []Record{
+		{},
+		{State: StateClaimed, ActionID: "a-1"},
+		{State: StateSettled, ActionID: "a_2", CapabilityID: "cap:hermes_agent:primary:chat",
+			InputSHA256: "ab12", Owner: "r1", LeaseUntil: now, Attempt: 3,
+			Result:    json.RawMessage(`{"action_id":"a_2","status":"completed","output":{"x":[1,2]},"error":null,"replay_of":null}`),
+			CreatedAt: now.Add(-time.Second), UpdatedAt: now},
+		{State: "odd \"state\" <&> \u00e9\n", ActionID: "x", Owner: "\\owner\t", LeaseUntil: now.In(time.FixedZone("x", 3600))},
+	}
+	for i, r := range records {
+		got, err := encodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(wireRecord{V: recordVersion, Record: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("record %d:\n got %s\nwant %s", i, got, want)
+		}
+		back, err := decodeRecord(got)
+		if err != nil {
+			t.Fatalf("record %d does not decode: %v", i, err)
+		}
+		if back.State != r.State || back.ActionID != r.ActionID || back.Attempt != r.Attempt || !back.LeaseUntil.Equal(r.LeaseUntil) {
+			t.Errorf("record %d round trip: %+v", i, back)
+		}
+	}
+}
