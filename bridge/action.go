@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -39,6 +40,7 @@ type job struct {
 	spec       hermes.Spec
 	ep         *endpoint
 	action     *events.Action
+	prepared   *hermes.Prepared // the mapped request, from validation
 	inputHash  string
 	deadline   time.Time
 	trace      events.TraceContext
@@ -166,9 +168,9 @@ func (b *Bridge) apply(ctx context.Context, msg jetstream.Msg, d decision) {
 	var err error
 	switch d.kind {
 	case ack:
-		actx, cancel := detached(ctx)
-		err = msg.DoubleAck(actx)
-		cancel()
+		// A plain ack is enough: the result is already durable, and a lost ack only
+		// means a redelivery that finds the action settled and acks again.
+		err = msg.Ack()
 	case nak:
 		err = msg.NakWithDelay(d.delay)
 	case term:
@@ -264,9 +266,11 @@ func (j *job) validate() *events.ErrorInfo {
 	if err := schemas.ValidateAction(j.op, j.env.Data); err != nil {
 		return actionErrorInfo(err)
 	}
-	if _, err := hermes.Prepare(j.request()); err != nil {
+	p, err := hermes.Prepare(j.request())
+	if err != nil {
 		return clientErrorInfo(err, true)
 	}
+	j.prepared = p
 	if j.spec.KeyRequired && a.IdempotencyKey == "" {
 		return &events.ErrorInfo{Code: "idempotency_key_required", Category: "policy",
 			Message: j.op + " requires an idempotency_key", Details: map[string]any{"operation": j.op}}
@@ -565,7 +569,7 @@ func (j *job) execute(ctx context.Context) decision {
 		pub = newEventPublisher(b.js, j)
 		onEvent = pub.publish
 	}
-	res, err := j.ep.client.Call(cctx, j.request(), onEvent)
+	res, err := j.ep.client.Send(cctx, j.prepared, onEvent)
 	if pub != nil {
 		if perr := pub.flush(ctx); perr != nil && err == nil {
 			err = perr
@@ -730,11 +734,8 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	} else {
 		j.setStatus(res.Status, "")
 	}
-	res, err := j.offloadResult(ctx, res)
-	if err != nil {
-		return j.infra(err)
-	}
-	raw, err := json.Marshal(res)
+	// Encode once: the same bytes are stored in KV and published.
+	hdr, raw, err := j.encodeResult(ctx, res)
 	if err != nil {
 		return j.infra(err)
 	}
@@ -772,7 +773,7 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 		}
 		j.owned = false
 	}
-	if err := j.publishResult(ctx, res); err != nil {
+	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: j.resultSubject(), Header: hdr, Data: raw}); err != nil {
 		return j.infra(err)
 	}
 	b.hook(PointPublished, j.actionID)

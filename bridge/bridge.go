@@ -47,9 +47,10 @@ type endpoint struct {
 	brk    *breaker
 }
 
-// caller is what the bridge needs from a Hermes client.
+// caller is what the bridge needs from a Hermes client: it sends requests that
+// hermes.Prepare mapped during validation.
 type caller interface {
-	Call(ctx context.Context, req hermes.Request, onEvent func(hermes.Event) error) (*hermes.Result, error)
+	Send(ctx context.Context, p *hermes.Prepared, onEvent func(hermes.Event) error) (*hermes.Result, error)
 }
 
 // recordStore is what the bridge needs from the KV records (kvstore.Store satisfies it).

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -23,24 +25,21 @@ func outputLimit(maxPayload, maxValue int) int {
 	return max(limit-outputMargin, 1024)
 }
 
-// offloadResult moves the output of a result whose JSON exceeds the limit into the
-// object store and puts a reference in its place (CONTRACT §4: nothing is dropped).
-func (j *job) offloadResult(ctx context.Context, r *events.Result) (*events.Result, error) {
-	raw, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
+// encodeResult encodes the result message of r. When it exceeds the limit, the output
+// moves into the object store and a reference takes its place (CONTRACT §4: nothing is
+// dropped). The body is also what the KV record stores.
+func (j *job) encodeResult(ctx context.Context, r *events.Result) (nats.Header, []byte, error) {
+	h, body, err := events.EncodeResult(j.b.cfg.Source, r, j.trace)
+	if err != nil || len(body) <= j.b.maxOut {
+		return h, body, err
 	}
-	if len(raw) <= j.b.maxOut {
-		return r, nil
-	}
-	name := j.actionID + "/result"
-	ref, err := j.b.putObject(ctx, name, r.Output)
+	ref, err := j.b.putObject(ctx, j.actionID+"/result", r.Output)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	small := *r
 	small.Output = ref.JSON()
-	return &small, nil
+	return events.EncodeResult(j.b.cfg.Source, &small, j.trace)
 }
 
 // offloadEvent stores an event too large for one message and returns the stand-in

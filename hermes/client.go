@@ -205,6 +205,12 @@ func (c *Client) Call(ctx context.Context, req Request, onEvent func(Event) erro
 	return c.send(ctx, p, onEvent)
 }
 
+// Send runs one exchange for a request that Prepare already mapped, with the same
+// contract as Call. It lets a caller validate input once and reuse the result.
+func (c *Client) Send(ctx context.Context, p *Prepared, onEvent func(Event) error) (*Result, error) {
+	return c.send(ctx, p, onEvent)
+}
+
 func (c *Client) key() string {
 	if c.o.keyFunc != nil {
 		return c.o.keyFunc()
