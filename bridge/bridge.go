@@ -119,7 +119,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	defer b.cancelWork()
 
 	it, err := cons.Messages(
-		jetstream.PullMaxMessages(min(b.cfg.Workers, 16)),
+		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false),
 	)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 )
 
 // eventWindow bounds the event publishes of one action awaiting their acks.
-const eventWindow = 512
+const eventWindow = 2048
 
 // eventPublisher republishes one action's SSE events in order. It is used by exactly
 // one goroutine: the one reading the Hermes stream. Publishes are asynchronous with at
