@@ -372,7 +372,7 @@ func TestRedactionProcess(t *testing.T) {
 		}
 	}
 	if !strings.Contains(dump, `"HERMES_BRIDGE_LOG_LEVEL":"debug"`) || !strings.Contains(dump, `"HERMES_API_KEY_FILE"`) ||
-		!strings.Contains(dump, `"NATS_PASSWORD_FILE"`) || !strings.Contains(dump, "bridge:") {
+		!strings.Contains(dump, `"NATS_PASSWORD_FILE"`) || !strings.Contains(dump, "nats://redacted@") {
 		t.Errorf("startup config dump is not the expected one: %s", dump)
 	}
 	var sawKey, sawSKey bool

@@ -43,9 +43,14 @@ type Record struct {
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	Attempt    int       `json:"attempt,omitempty"`
 	// Result is the events.Result JSON once settled.
-	Result    json.RawMessage `json:"result,omitempty"`
-	CreatedAt time.Time       `json:"created_at,omitzero"`
-	UpdatedAt time.Time       `json:"updated_at,omitzero"`
+	Result json.RawMessage `json:"result,omitempty"`
+	// Action is the action JSON of a parked action, so that any replica can run it
+	// once it is approved.
+	Action json.RawMessage `json:"action,omitempty"`
+	// ExpiresAt is when a parked action's approval window ends.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
 // LeaseExpired reports whether no live owner holds the record at now: true
@@ -83,6 +88,11 @@ func encodeRecord(r Record) ([]byte, error) {
 		b = append(b, `,"result":`...)
 		b = append(b, r.Result...)
 	}
+	if len(r.Action) > 0 {
+		b = append(b, `,"action":`...)
+		b = append(b, r.Action...)
+	}
+	b = appendTime(b, "expires_at", r.ExpiresAt)
 	b = appendTime(b, "created_at", r.CreatedAt)
 	b = appendTime(b, "updated_at", r.UpdatedAt)
 	return append(b, '}'), nil
@@ -133,6 +143,11 @@ func decodeRecord(b []byte) (Record, error) {
 	}
 	return w.Record, nil
 }
+
+// ParkKey returns the key of a parked action's index entry: "park." + actionID. The
+// entries let any replica list the parked actions (to expire them) without scanning
+// every action record.
+func ParkKey(actionID string) string { return "park." + actionID }
 
 // ActionKey returns the key of an action record: "act." + actionID. Action
 // ids ([A-Za-z0-9_-]{1,128}) are valid KV key characters as they are; the

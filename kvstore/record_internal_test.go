@@ -17,6 +17,8 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 			InputSHA256: "ab12", Owner: "r1", LeaseUntil: now, Attempt: 3,
 			Result:    json.RawMessage(`{"action_id":"a_2","status":"completed","output":{"x":[1,2]},"error":null,"replay_of":null}`),
 			CreatedAt: now.Add(-time.Second), UpdatedAt: now},
+		{State: StateParked, ActionID: "p-1", Action: json.RawMessage(`{"input":{"response_id":"resp_1"},"idempotency_key":"k"}`),
+			ExpiresAt: now.Add(15 * time.Minute)},
 		{State: "odd \"state\" <&> \u00e9\n", ActionID: "x", Owner: "\\owner\t", LeaseUntil: now.In(time.FixedZone("x", 3600))},
 	}
 	for i, r := range records {

@@ -681,7 +681,8 @@ func checkKey(k string) error {
 	return nil
 }
 
-// redactURL removes a password from a URL for messages and logs.
+// redactURL removes credentials from a URL for messages and logs: the whole login
+// part, because NATS reads a user without a password as a token.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
@@ -690,7 +691,8 @@ func redactURL(raw string) string {
 		}
 		return raw
 	}
-	return u.Redacted()
+	u.User = url.User("redacted")
+	return u.String()
 }
 
 // ---- Config dump ----
@@ -770,7 +772,7 @@ func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, er
 			ev.Msg("NATS disconnected; reconnecting")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("NATS reconnected")
+			log.Info().Str("url", redactURL(nc.ConnectedUrl())).Msg("NATS reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			ev := log.Warn().Err(err)

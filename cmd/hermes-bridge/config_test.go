@@ -154,7 +154,7 @@ func TestValidationMessages(t *testing.T) {
 				"NATS_TLS_CERT and NATS_TLS_KEY must be set together"}},
 		{"nats url", map[string]string{"NATS_URL": "http://h:4222"}, []string{"NATS_URL=http://h:4222: scheme must be nats, tls, ws or wss"}},
 		{"hermes url", map[string]string{"HERMES_URL": "ftp://h"}, []string{"HERMES_URL=ftp://h: base_url must start with http:// or https://"}},
-		{"hermes url creds", map[string]string{"HERMES_URL": "http://u:hunter2@h"}, []string{"HERMES_URL=http://u:xxxxx@h: base_url must not carry credentials"}},
+		{"hermes url creds", map[string]string{"HERMES_URL": "http://u:hunter2@h"}, []string{"HERMES_URL=http://redacted@h: base_url must not carry credentials"}},
 		{"both endpoint sources", map[string]string{"HERMES_URL": "http://h", "HERMES_ENDPOINTS_FILE": "/e.json"},
 			[]string{"HERMES_ENDPOINTS_FILE and HERMES_URL are both set"}},
 		{"shortcut with file", map[string]string{"HERMES_API_KEY_FILE": "/k", "HERMES_ENDPOINTS_FILE": "/e.json"},
@@ -386,7 +386,7 @@ func TestDumpRedactsSecrets(t *testing.T) {
 		t.Fatalf("secret in dump: %s", out)
 	}
 	for _, want := range []string{`"NATS_PASSWORD":"[redacted]"`, `"NATS_TOKEN":"[redacted]"`, `"HERMES_API_KEY":"[redacted]"`,
-		`nats://bridge:xxxxx@nats.example:4222`, `"key":"env:HERMES_API_KEY"`, `"NATS_USER":"bridge"`} {
+		`nats://redacted@nats.example:4222`, `"key":"env:HERMES_API_KEY"`, `"NATS_USER":"bridge"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dump lacks %s: %s", want, out)
 		}

@@ -217,7 +217,7 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 			nc.Close()
 		}
 	}()
-	log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("server", nc.ConnectedServerName()).Msg("connected to NATS")
+	log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).Msg("connected to NATS")
 	if ready != nil {
 		ready(url)
 	}
