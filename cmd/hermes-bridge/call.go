@@ -237,6 +237,8 @@ func readInput(v string, stdin io.Reader) (json.RawMessage, error) {
 type client struct {
 	c        *events.Client
 	subjects events.Subjects
+	js       jetstream.JetStream
+	cfg      *Config
 }
 
 // dialClient connects for call/watch. On failure it prints the reason and returns
@@ -284,7 +286,7 @@ func dialClient(environ map[string]string, server string, stderr io.Writer) (*cl
 	}
 	subjects := events.Subjects{Prefix: cfg.Prefix}
 	c := events.NewClient(js, events.WithSubjects(subjects), events.WithOutputStream(cfg.OutputStream))
-	return &client{c: c, subjects: subjects}, nc.Close, exitOK
+	return &client{c: c, subjects: subjects, js: js, cfg: cfg}, nc.Close, exitOK
 }
 
 func explainPublish(err error, subject string) error {

@@ -23,6 +23,10 @@ Commands:
   run        run the bridge service (starts an embedded NATS server unless NATS_URL is set)
   call       publish one action and follow it until it settles
   watch      replay and follow an action's events and result
+  pending    list the actions waiting for an approval
+  approve    show a parked action's request and approve it, then follow it
+  deny       show a parked action's request and deny it
+  cancel     cancel an action (queued or running)
   version    print the version
   help       show help for a command: hermes-bridge help <command>
 
@@ -35,6 +39,14 @@ Examples:
 
   # Follow an action published elsewhere:
   hermes-bridge watch 3xTnq8v2...
+
+  # Review and decide the actions waiting for approval (response_delete, session_delete):
+  hermes-bridge pending
+  hermes-bridge approve 3xTnq8v2...
+  hermes-bridge deny 3xTnq8v2... --reason "wrong session"
+
+  # Cancel an action:
+  hermes-bridge cancel 3xTnq8v2...
 
 Configuration comes from the environment: 'hermes-bridge run --help' lists every variable.
 `
@@ -133,6 +145,14 @@ func cmdHelp(args []string, io stdio) int {
 		printFlagsHelp(io.out, usageCall, callFlags(&callOptions{}, io.err), examplesCall)
 	case "watch":
 		printFlagsHelp(io.out, usageWatch, watchFlags(&callOptions{}, io.err), examplesWatch)
+	case "pending":
+		printFlagsHelp(io.out, usagePending, pendingFlags(&approveOptions{}, io.err), examplesPending)
+	case "approve":
+		printFlagsHelp(io.out, usageApprove, approveFlags(&approveOptions{}, io.err), examplesApprove)
+	case "deny":
+		printFlagsHelp(io.out, usageDeny, denyFlags(&approveOptions{}, io.err), examplesDeny)
+	case "cancel":
+		printFlagsHelp(io.out, usageCancel, cancelFlags(&approveOptions{}, io.err), examplesCancel)
 	case "version":
 		fmt.Fprint(io.out, usageVersion)
 	case "help":

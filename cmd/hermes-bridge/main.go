@@ -3,6 +3,10 @@
 //	hermes-bridge run                 the service
 //	hermes-bridge call [flags]        publish one action and follow it
 //	hermes-bridge watch <action_id>   follow an action's events and result
+//	hermes-bridge pending             list the actions waiting for approval
+//	hermes-bridge approve <action_id> show a parked action and approve it
+//	hermes-bridge deny <action_id>    show a parked action and deny it
+//	hermes-bridge cancel <action_id>  cancel an action
 //	hermes-bridge version
 //
 // Configuration comes from the environment (see `hermes-bridge run --help`).
@@ -22,7 +26,7 @@ import (
 // Exit statuses.
 const (
 	exitOK          = 0
-	exitFailed      = 1   // the action failed, or `run` stopped on an error
+	exitFailed      = 1   // the action failed, or `run` stopped on an error, or approve/deny/cancel found nothing to act on
 	exitUsage       = 2   // usage, configuration or connection error
 	exitCancelled   = 3   // the action was cancelled
 	exitInterrupted = 130 // call/watch stopped following on SIGINT/SIGTERM
@@ -58,6 +62,14 @@ func Main(ctx context.Context, args []string, environ map[string]string, io stdi
 		return cmdCall(ctx, rest, environ, io)
 	case "watch":
 		return cmdWatch(ctx, rest, environ, io)
+	case "pending":
+		return cmdPending(ctx, rest, environ, io)
+	case "approve":
+		return cmdApprove(ctx, rest, environ, io)
+	case "deny":
+		return cmdDeny(ctx, rest, environ, io)
+	case "cancel":
+		return cmdCancel(ctx, rest, environ, io)
 	case "version", "--version":
 		return cmdVersion(rest, io)
 	case "help", "-h", "-help", "--help":

@@ -1,0 +1,464 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+func TestApprovalCommandsHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"pending", "approve", "deny", "cancel", "hermes-bridge approve 3xTnq8v2..."}},
+		{[]string{"pending", "--help"}, []string{"hermes-bridge pending [flags]", "park.<action_id>", "--json", "--server string", "Examples:"}},
+		{[]string{"help", "pending"}, []string{"HERMES_IDEMPOTENCY"}},
+		{[]string{"approve", "--help"}, []string{"hermes-bridge approve [flags] <action_id>", "--reason string", "--approver string", "--yes", "--no-follow", "--json", "--wait duration", "input_sha256", "Exit status", "Examples:"}},
+		{[]string{"approve", "x", "-h"}, []string{"<action_id>"}},
+		{[]string{"help", "approve"}, []string{"--yes"}},
+		{[]string{"deny", "--help"}, []string{"hermes-bridge deny [flags] --reason <text> <action_id>", "approval_denied", "--reason string", "Examples:"}},
+		{[]string{"help", "deny"}, []string{"--approver"}},
+		{[]string{"cancel", "--help"}, []string{"hermes-bridge cancel [flags] <action_id>", "already settled", "unknown", "--timeout duration", `(default "5s")`, "Examples:"}},
+		{[]string{"help", "cancel"}, []string{"--timeout"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), nil, "", tt.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("help lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestApprovalCommandsUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pending", "--bogus"}, "unknown flag --bogus"},
+		{[]string{"pending", "extra"}, `unexpected argument "extra"`},
+		{[]string{"approve"}, "missing the action id"},
+		{[]string{"approve", "--bogus", "a"}, "unknown flag --bogus"},
+		{[]string{"approve", "a", "b"}, `unexpected argument "b"`},
+		{[]string{"approve", "a.b"}, "action id must match"},
+		{[]string{"approve", "a", "--wait", "-1s"}, "--wait must not be negative"},
+		{[]string{"approve", "a", "--reason", "x\x1by"}, "--reason must be at most 1024 characters"},
+		{[]string{"approve", "a", "--approver", strings.Repeat("x", 300)}, "--approver must be at most 256"},
+		{[]string{"deny", "a"}, "--reason is required"},
+		{[]string{"deny", "a", "--reason", "  "}, "--reason is required"},
+		{[]string{"deny", "a", "--no-follow", "--reason", "r"}, "unknown flag --no-follow"},
+		{[]string{"deny"}, "missing the action id"},
+		{[]string{"cancel"}, "missing the action id"},
+		{[]string{"cancel", "--bogus", "a"}, "unknown flag --bogus"},
+		{[]string{"cancel", "a", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"cancel", "a", "--timeout", "soon"}, `invalid value "soon" for flag --timeout`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), map[string]string{}, "", tt.args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errOut)
+			}
+			if !strings.Contains(errOut, tt.want) {
+				t.Fatalf("stderr lacks %q:\n%s", tt.want, errOut)
+			}
+			if out != "" {
+				t.Fatalf("stdout not empty on usage error: %q", out)
+			}
+		})
+	}
+}
+
+func TestApproveFlagsInterspersed(t *testing.T) {
+	var o approveOptions
+	pos, err := parseArgs(approveFlags(&o, nil), []string{"abc", "--yes", "--reason", "ok then", "--no-follow"})
+	if err != nil || len(pos) != 1 || pos[0] != "abc" || !o.yes || !o.noFollow || o.reason != "ok then" {
+		t.Fatalf("pos %v err %v o %+v", pos, err, o)
+	}
+	o = approveOptions{}
+	if _, err := parseArgs(cancelFlags(&o, nil), []string{"x"}); err != nil || o.timeout != defaultCancelTimeout {
+		t.Fatalf("cancel default timeout %s err %v", o.timeout, err)
+	}
+}
+
+func TestPrintRequest(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	req := &pendingRequest{
+		CapabilityID: "cap:hermes_agent:primary:response_delete",
+		// A bidi override and an escape character must not reach the terminal raw.
+		Input:       json.RawMessage("{\"response_id\":\"resp_1\u202e\",\"n\":[1,2]}"),
+		InputSHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		ExpiresAt:   "2026-01-01T00:14:32Z",
+	}
+	var b strings.Builder
+	printRequest(&b, "a1", req, now)
+	want := `action a1 waits for approval
+  capability:   cap:hermes_agent:primary:response_delete
+  input_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+  expires_at:   2026-01-01T00:14:32Z (in 14m32s)
+  input:
+    {
+      "response_id": "resp_1\u202e",
+      "n": [
+        1,
+        2
+      ]
+    }
+`
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+	if got := expiresIn(now.Add(-3*time.Second), now); got != "expired 3s ago" {
+		t.Fatalf("expiresIn: %q", got)
+	}
+}
+
+func TestEscapeInvisible(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text\n":    "plain text\n",
+		"héllo ✓":         "héllo ✓",
+		"a\x1b[31mb":      `a\u001b[31mb`,
+		"x\u2066y\u200bz": `x\u2066y\u200bz`,
+		"bad\xffutf8":     `bad\ufffdutf8`,
+		"\U000E0041":      `\udb40\udc41`, // a tag character (format, invisible)
+	} {
+		if got := escapeInvisible(in); got != want {
+			t.Errorf("escapeInvisible(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := sanitize("two\nlines"); got != `two\nlines` {
+		t.Errorf("sanitize: %q", got)
+	}
+}
+
+// approvalsEnv seeds a NATS server with what the bridge writes for parked actions
+// and returns the CLI environment and a JetStream context on the server.
+type approvalsEnv struct {
+	t   *testing.T
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	env map[string]string
+}
+
+func newApprovalsEnv(t *testing.T) *approvalsEnv {
+	t.Helper()
+	s := natsembed.RunTest(t)
+	nc, js := natsembed.Connect(t, s)
+	ctx := context.Background()
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: events.DefaultOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>"}},
+		{Name: "HERMES_APPROVALS", Subjects: []string{"hermes.approvals.>"}},
+	} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &approvalsEnv{t: t, nc: nc, js: js, env: map[string]string{"NATS_URL": s.ClientURL(), "USER": "alice"}}
+}
+
+func (e *approvalsEnv) publishResult(r *events.Result) {
+	e.t.Helper()
+	h, body, err := events.EncodeResult("hermes-bridge/test", r, events.TraceContext{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.js.PublishMsg(context.Background(), &nats.Msg{Subject: "hermes.results." + r.ActionID, Header: h, Data: body}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// park writes what the bridge writes for a parked action: park.<id> in KV and the
+// pending_approval result.
+func (e *approvalsEnv) park(store *kvstore.Store, id, op string, input string, expires time.Time) string {
+	e.t.Helper()
+	sum, err := events.InputSHA256(json.RawMessage(input))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	capID := events.CapabilityID("primary", op)
+	if _, err := store.Create(context.Background(), kvstore.ParkKey(id), kvstore.Record{
+		State: kvstore.StateParked, ActionID: id, CapabilityID: capID, InputSHA256: sum, ExpiresAt: expires,
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	out, _ := json.Marshal(map[string]any{
+		"capability_id": capID, "input": json.RawMessage(input), "input_sha256": sum,
+		"expires_at": expires.UTC().Format(time.RFC3339Nano),
+	})
+	e.publishResult(&events.Result{ActionID: id, CapabilityID: capID, Status: events.StatusPendingApproval, Output: out})
+	return sum
+}
+
+// decisions subscribes to the approvals of id and returns a function that
+// waits for the next decision (nil after d).
+func (e *approvalsEnv) decisions(id string) func(d time.Duration) *events.Approval {
+	e.t.Helper()
+	ch := make(chan *nats.Msg, 8)
+	sub, err := e.nc.ChanSubscribe("hermes.approvals."+id, ch)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { sub.Unsubscribe() })
+	e.nc.Flush()
+	return func(d time.Duration) *events.Approval {
+		select {
+		case m := <-ch:
+			if got := m.Header.Get(events.HeaderType); got != events.TypeApproval {
+				e.t.Fatalf("decision type %q", got)
+			}
+			ap, err := events.DecodeApproval(m.Data)
+			if err != nil {
+				e.t.Fatalf("decision %s: %v", m.Data, err)
+			}
+			return ap
+		case <-time.After(d):
+			return nil
+		}
+	}
+}
+
+func TestApprovalsIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	e := newApprovalsEnv(t)
+	ctx := context.Background()
+
+	// Before the bridge provisioned the bucket: a clear connection-class error.
+	code, _, errOut := runMain(ctx, e.env, "", "pending")
+	if code != exitUsage || !strings.Contains(errOut, "KV bucket HERMES_IDEMPOTENCY not found") {
+		t.Fatalf("pending without bucket: exit %d stderr %s", code, errOut)
+	}
+
+	store, err := kvstore.Open(ctx, e.js, kvstore.Config{Provision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runMain(ctx, e.env, "", "pending")
+	if code != exitOK || out != "no parked actions\n" {
+		t.Fatalf("empty pending: exit %d out %q stderr %s", code, out, errOut)
+	}
+	code, out, _ = runMain(ctx, e.env, "", "pending", "--json")
+	if code != exitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("empty pending --json: exit %d out %q", code, out)
+	}
+
+	now := time.Now()
+	input := `{"response_id":"resp_42"}`
+	sumA := e.park(store, "act-a", "response_delete", input, now.Add(15*time.Minute))
+	e.park(store, "act-old", "session_delete", `{"session_id":"s1"}`, now.Add(-time.Minute))
+	// An unrelated record in the bucket is not listed.
+	if _, err := store.Create(ctx, "act.act-a", kvstore.Record{State: kvstore.StateParked, ActionID: "act-a"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// pending: a table, soonest expiry first.
+	code, out, errOut = runMain(ctx, e.env, "", "pending")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 3 {
+		t.Fatalf("pending: exit %d stderr %s\n%s", code, errOut, out)
+	}
+	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "ACTION CAPABILITY EXPIRES INPUT_SHA256" {
+		t.Fatalf("header %q", lines[0])
+	}
+	if f := strings.Fields(lines[1]); len(f) != 4 || f[0] != "act-old" || f[1] != "cap:hermes_agent:primary:session_delete" || f[2] != "expired" {
+		t.Fatalf("line 1 %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); len(f) != 5 || f[0] != "act-a" || f[1] != "cap:hermes_agent:primary:response_delete" ||
+		f[2] != "in" || !(strings.HasPrefix(f[3], "14m") || f[3] == "15m0s") || f[4] != sumA[:12]+"…" {
+		t.Fatalf("line 2 %q", lines[2])
+	}
+	code, out, _ = runMain(ctx, e.env, "", "pending", "--json")
+	var list []parkedAction
+	if err := json.Unmarshal([]byte(out), &list); err != nil || code != exitOK || len(list) != 2 {
+		t.Fatalf("pending --json: exit %d err %v\n%s", code, err, out)
+	}
+	if a := list[1]; a.ActionID != "act-a" || a.InputSHA256 != sumA || a.Expired || !a.ExpiresAt.Equal(now.Add(15*time.Minute)) || !list[0].Expired {
+		t.Fatalf("pending --json: %+v", list)
+	}
+
+	next := e.decisions("act-a")
+
+	// Without --yes and without a terminal: the request is shown, nothing is published.
+	code, out, errOut = runMain(ctx, e.env, "", "approve", "act-a")
+	if code != exitUsage || !strings.Contains(errOut, "stdin is not a terminal") || !strings.Contains(errOut, "--yes") ||
+		!strings.Contains(out, "cap:hermes_agent:primary:response_delete") {
+		t.Fatalf("approve without --yes: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if ap := next(200 * time.Millisecond); ap != nil {
+		t.Fatalf("a decision was published without confirmation: %+v", ap)
+	}
+
+	// approve --yes --no-follow: shows capability and input, publishes the decision
+	// with the input_sha256 of the pending result.
+	code, out, errOut = runMain(ctx, e.env, "", "approve", "act-a", "--yes", "--no-follow", "--reason", "ticket OPS-42")
+	if code != exitOK {
+		t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, w := range []string{"action act-a waits for approval", "capability:   cap:hermes_agent:primary:response_delete",
+		"input_sha256: " + sumA, "\"response_id\": \"resp_42\"", "(in 1"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("approve output lacks %q:\n%s", w, out)
+		}
+	}
+	if !strings.Contains(errOut, "approved: decision published on hermes.approvals.act-a") || !strings.Contains(errOut, "hermes-bridge watch act-a") {
+		t.Errorf("approve stderr:\n%s", errOut)
+	}
+	ap := next(5 * time.Second)
+	if ap == nil || ap.Decision != events.DecisionApprove || ap.InputSHA256 != sumA || ap.Approver != "alice" ||
+		ap.Reason != "ticket OPS-42" || ap.DecidedAt == nil || time.Since(*ap.DecidedAt) > time.Minute {
+		t.Fatalf("decision %+v", ap)
+	}
+
+	// On a terminal: "n" publishes nothing, "y" publishes.
+	realIsTerminal := stdinIsTerminal
+	stdinIsTerminal = func(io.Reader) bool { return true }
+	t.Cleanup(func() { stdinIsTerminal = realIsTerminal })
+	code, _, errOut = runMain(ctx, e.env, "n\n", "approve", "act-a", "--no-follow")
+	if code != exitFailed || !strings.Contains(errOut, "approve cap:hermes_agent:primary:response_delete for action act-a? [y/N]") ||
+		!strings.Contains(errOut, "not confirmed") {
+		t.Fatalf("approve answered n: exit %d\n%s", code, errOut)
+	}
+	if ap := next(200 * time.Millisecond); ap != nil {
+		t.Fatalf("a decision was published after n: %+v", ap)
+	}
+	code, _, errOut = runMain(ctx, map[string]string{"NATS_URL": e.env["NATS_URL"]}, "y\n", "approve", "act-a", "--no-follow")
+	if ap := next(5 * time.Second); code != exitOK || ap == nil || ap.Approver != "cli" || ap.Reason != "" {
+		t.Fatalf("approve answered y: exit %d decision %+v\n%s", code, ap, errOut)
+	}
+	stdinIsTerminal = realIsTerminal
+
+	// approve, then follow: a fake bridge settles the action when the decision
+	// arrives; approve prints the result and exits like call.
+	sumB := e.park(store, "act-b", "session_delete", `{"session_id":"s-9"}`, now.Add(15*time.Minute))
+	fake, err := e.nc.Subscribe("hermes.approvals.act-b", func(m *nats.Msg) {
+		ap, err := events.DecodeApproval(m.Data)
+		if err != nil || ap.InputSHA256 != sumB {
+			t.Errorf("fake bridge: decision %s err %v", m.Data, err)
+			return
+		}
+		e.publishResult(&events.Result{ActionID: "act-b", CapabilityID: "cap:hermes_agent:primary:session_delete",
+			Status: events.StatusCompleted, Output: json.RawMessage(`{"deleted":true}`)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Unsubscribe()
+	code, out, errOut = runMain(ctx, e.env, "", "approve", "--yes", "--wait", "10s", "act-b")
+	if code != exitOK || !strings.Contains(out, `"status": "completed"`) || !strings.Contains(out, `"deleted": true`) ||
+		strings.Contains(errOut, "waiting for approval") {
+		t.Fatalf("approve and follow: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// Now settled: approve and deny say so and exit 1.
+	code, _, errOut = runMain(ctx, e.env, "", "approve", "--yes", "act-b")
+	if code != exitFailed || !strings.Contains(errOut, "action act-b is already settled: completed") {
+		t.Fatalf("approve settled: exit %d\n%s", code, errOut)
+	}
+	e.publishResult(&events.Result{ActionID: "act-old", CapabilityID: "cap:hermes_agent:primary:session_delete", Status: events.StatusFailed,
+		Output: json.RawMessage(`null`), Error: &events.ErrorInfo{Code: "approval_expired", Message: "no decision in time", Category: "permanent"}})
+	code, out, errOut = runMain(ctx, e.env, "", "deny", "--yes", "--reason", "late", "act-old")
+	if code != exitFailed || out != "" || !strings.Contains(errOut, "already settled: failed (approval_expired: no decision in time)") {
+		t.Fatalf("deny settled: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	// deny: the decision carries the reason.
+	sumC := e.park(store, "act-c", "response_delete", `{"response_id":"resp_7"}`, now.Add(15*time.Minute))
+	nextC := e.decisions("act-c")
+	code, out, errOut = runMain(ctx, e.env, "", "deny", "act-c", "--reason", "wrong response", "--approver", "bob", "--yes")
+	if code != exitOK || !strings.Contains(out, `"response_id": "resp_7"`) || !strings.Contains(errOut, "denied: decision published on hermes.approvals.act-c") {
+		t.Fatalf("deny: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if ap := nextC(5 * time.Second); ap == nil || ap.Decision != events.DecisionDeny || ap.Reason != "wrong response" || ap.Approver != "bob" || ap.InputSHA256 != sumC {
+		t.Fatalf("deny decision %+v", ap)
+	}
+
+	// --json: the request goes to stderr, stdout stays empty without following.
+	code, out, errOut = runMain(ctx, e.env, "", "approve", "act-c", "--yes", "--json", "--no-follow")
+	if code != exitOK || out != "" || !strings.Contains(errOut, "resp_7") {
+		t.Fatalf("approve --json: exit %d\n%q\n%s", code, out, errOut)
+	}
+
+	// No result at all: no pending approval.
+	code, _, errOut = runMain(ctx, e.env, "", "approve", "--yes", "never-parked")
+	if code != exitFailed || !strings.Contains(errOut, "no pending approval for action never-parked") {
+		t.Fatalf("approve unknown: exit %d\n%s", code, errOut)
+	}
+	// Another output stream name: a connection-class error naming the variable.
+	env2 := map[string]string{"NATS_URL": e.env["NATS_URL"], "HERMES_BRIDGE_OUTPUT_STREAM": "NOPE"}
+	code, _, errOut = runMain(ctx, env2, "", "approve", "--yes", "act-c")
+	if code != exitUsage || !strings.Contains(errOut, "output stream NOPE not found") {
+		t.Fatalf("approve without stream: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestCancelCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	s := natsembed.RunTest(t)
+	nc, _ := natsembed.Connect(t, s)
+	env := map[string]string{"NATS_URL": s.ClientURL()}
+	ctx := context.Background()
+
+	// Nobody answers: no responders.
+	code, out, errOut := runMain(ctx, env, "", "cancel", "act-1")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "no bridge answered on hermes.cancel.act-1") {
+		t.Fatalf("no responders: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	// A responder that never answers: the timeout.
+	silent, err := nc.Subscribe("hermes.cancel.act-silent", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Unsubscribe()
+	nc.Flush()
+	code, _, errOut = runMain(ctx, env, "", "cancel", "--timeout", "200ms", "act-silent")
+	if code != exitUsage || !strings.Contains(errOut, "no bridge answered on hermes.cancel.act-silent within 200ms") {
+		t.Fatalf("timeout: exit %d\n%s", code, errOut)
+	}
+
+	// A fake bridge answering each state.
+	states := map[string]string{"act-c": "cancelled", "act-s": "already_settled", "act-u": "unknown", "act-x": "confused"}
+	sub, err := nc.Subscribe("hermes.cancel.*", func(m *nats.Msg) {
+		id := strings.TrimPrefix(m.Subject, "hermes.cancel.")
+		b, _ := json.Marshal(events.CancelReply{ActionID: id, State: states[id]})
+		m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	nc.Flush()
+	for _, tt := range []struct {
+		id, out string
+		code    int
+	}{
+		{"act-c", "cancelled\n", exitOK},
+		{"act-s", "already settled\n", exitOK},
+		{"act-u", "unknown (the bridge has no record of this action; if it is still queued it will not run)\n", exitFailed},
+		{"act-x", "", exitUsage},
+	} {
+		code, out, errOut := runMain(ctx, env, "", "cancel", tt.id)
+		if code != tt.code || out != tt.out {
+			t.Errorf("cancel %s: exit %d out %q, want %d %q; stderr %s", tt.id, code, out, tt.code, tt.out, errOut)
+		}
+	}
+}
