@@ -45,6 +45,11 @@ type job struct {
 	deadline   time.Time
 	trace      events.TraceContext
 
+	// cctx is cancelled by a cancel request for the action (cause errCancelRequested);
+	// the call to Hermes and the waits use it, the records use the work context.
+	cctx    context.Context
+	running *running // this delivery in the bridge's registry, nil outside handle
+
 	mu     sync.Mutex
 	actRev uint64
 	actRec kvstore.Record
@@ -78,8 +83,13 @@ func ackIt() decision                   { return decision{kind: ack} }
 func nakAfter(d time.Duration) decision { return decision{kind: nak, delay: d} }
 func termWith(reason string) decision   { return decision{kind: term, reason: reason} }
 func (d decision) String() string       { return [...]string{"ack", "nak", "term"}[d.kind] }
-func (j *job) delivery() int            { return int(j.md.NumDelivered) }
-func (j *job) lastAttempt() bool        { return j.attempt() >= j.b.cfg.MaxAttempts || j.finalDelivery() }
+func (j *job) delivery() int {
+	if j.md == nil { // the approval sweeper works without a message
+		return 0
+	}
+	return int(j.md.NumDelivered)
+}
+func (j *job) lastAttempt() bool { return j.attempt() >= j.b.cfg.MaxAttempts || j.finalDelivery() }
 
 // finalDelivery reports whether JetStream will not deliver this message again (a finite
 // MaxDeliver is reached): the action must settle now, whatever the retry budget says.
@@ -94,6 +104,14 @@ func (j *job) leaseUntil() time.Time    { return j.b.now().Add(j.b.cfg.Lease) }
 func (j *job) actKey() string           { return kvstore.ActionKey(j.actionID) }
 func (j *job) owner() string            { return j.b.cfg.ReplicaID }
 func (j *job) safe() bool               { return j.spec.Safe }
+
+// cancelCtx is the context a cancel request cancels (the work context outside handle).
+func (j *job) cancelCtx() context.Context {
+	if j.cctx != nil {
+		return j.cctx
+	}
+	return j.b.workCtx
+}
 
 // attempt is the number of this attempt at calling Hermes for the action (1-based),
 // kept in the action record so that deliveries spent waiting do not count.
@@ -121,6 +139,10 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("not a JetStream message")
 		return
 	}
+	if _, perr := b.subjects.ParseApprovals(msg.Subject()); perr == nil {
+		b.apply(ctx, msg, b.handleApproval(ctx, msg, md))
+		return
+	}
 	env, err := events.DecodeEnvelope(msg.Headers(), msg.Data())
 	if env == nil || env.ID == "" {
 		if err == nil {
@@ -131,11 +153,23 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	j := &job{b: b, msg: msg, md: md, env: env, start: start, actionID: env.ID,
 		trace: events.TraceContext{Traceparent: env.Traceparent, Tracestate: env.Tracestate}}
+	// A cancel request for this action cancels jctx with errCancelRequested.
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	j.cctx = jctx
+	unregister := b.register(j, cancel)
+	defer unregister()
 	b.hook(PointDelivered, j.actionID)
 	hb := j.startHeartbeat(ctx)
 	d := j.run(ctx, err)
 	hb()
 	b.apply(ctx, msg, d)
+	b.logOutcome(j, d, start)
+}
+
+// logOutcome writes the one log line of an action's delivery: ids, status, timing and
+// the decision; never content, keys or session identifiers.
+func (b *Bridge) logOutcome(j *job, d decision, start time.Time) {
 	ev := b.log.Info()
 	if d.kind != ack {
 		ev = b.log.Warn()
@@ -232,11 +266,23 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 		return d
 	}
 	b.hook(PointClaimed, j.actionID)
+	if cancelRequested(j.cancelCtx()) {
+		return j.settleCancelled(ctx, false)
+	}
 	if invalid == nil {
 		invalid = j.validate()
 	}
 	if invalid != nil {
 		return j.settle(ctx, failedResult(j, invalid))
+	}
+	if j.spec.Approval {
+		ok, info := j.preApproval()
+		switch {
+		case info != nil:
+			return j.settle(ctx, failedResult(j, info))
+		case !ok:
+			return j.park(ctx)
+		}
 	}
 	if j.action.IdempotencyKey != "" {
 		if d, done := j.claimKey(ctx); done {
@@ -422,10 +468,13 @@ func (j *job) claimKey(ctx context.Context) (decision, bool) {
 			return j.settleReplay(ctx, e.Record), true
 		}
 		// Same key, same input, still in flight: wait for the original, then replay.
-		we, err := j.waitKey(ctx, e)
+		we, err := j.waitKey(j.cancelCtx(), e)
 		if err != nil {
 			if errors.Is(err, errOwnerGone) {
 				continue // released or taken over: try to claim again
+			}
+			if cancelRequested(j.cancelCtx()) {
+				return j.settleCancelled(ctx, false), true
 			}
 			if j.remaining() <= 0 {
 				return j.settle(ctx, failedResult(j, deadlineExceeded(false))), true
@@ -535,11 +584,14 @@ func (j *job) execute(ctx context.Context) decision {
 	if j.remaining() <= 0 {
 		return j.settle(ctx, failedResult(j, deadlineExceeded(false)))
 	}
-	cctx, cancel := context.WithDeadline(ctx, j.deadline)
+	cctx, cancel := context.WithDeadline(j.cancelCtx(), j.deadline)
 	defer cancel()
 	select {
 	case j.ep.sem <- struct{}{}:
 	case <-cctx.Done():
+		if cancelRequested(cctx) {
+			return j.settleCancelled(ctx, false)
+		}
 		if ctx.Err() != nil {
 			return j.release(ctx, false, nakAfter(b.cfg.RetryBase))
 		}
@@ -576,6 +628,11 @@ func (j *job) execute(ctx context.Context) decision {
 		}
 	}
 	j.ep.brk.done(b.now(), err)
+	if err != nil && res == nil && cancelRequested(cctx) {
+		// The HTTP request was aborted on request: certain only if nothing was sent.
+		var he *hermes.Error
+		return j.settleCancelled(ctx, !(errors.As(err, &he) && he.NotStarted))
+	}
 	if err != nil && ctx.Err() != nil && res == nil {
 		// Shutdown interrupted the call: a safe call or one certain not to have started
 		// is released for another replica; an unsafe one may have reached Hermes.
@@ -729,6 +786,9 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	// Settling must finish even when shutdown has cancelled the work context.
 	ctx, cancel := detached(ctx)
 	defer cancel()
+	if j.running != nil {
+		j.running.settling.Store(true) // a cancel request now comes too late
+	}
 	if res.Error != nil {
 		j.setStatus(res.Status, res.Error.Code)
 	} else {

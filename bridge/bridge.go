@@ -38,6 +38,7 @@ type Bridge struct {
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 	wg         sync.WaitGroup
+	inflight   registry // deliveries running here, for cancel requests
 }
 
 type endpoint struct {
@@ -117,6 +118,17 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	b.workCtx, b.cancelWork = context.WithCancel(context.WithoutCancel(ctx))
 	defer b.cancelWork()
+	stopCancel, err := b.subscribeCancel(b.workCtx)
+	if err != nil {
+		return fmt.Errorf("bridge: subscribe to cancel requests: %w", err)
+	}
+	defer stopCancel()
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		b.runSweeper(ctx)
+	}()
+	defer func() { <-sweepDone }()
 
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
@@ -189,9 +201,9 @@ func (b *Bridge) drain() {
 func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	c := b.cfg
 	streams := []jetstream.StreamConfig{
-		{Name: c.ActionsStream, Subjects: []string{b.subjects.Actions()}, Storage: c.Storage, Replicas: c.Replicas,
+		{Name: c.ActionsStream, Subjects: []string{b.subjects.Actions(), b.subjects.AllApprovals()}, Storage: c.Storage, Replicas: c.Replicas,
 			MaxAge: c.ActionsMaxAge, Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
-			Description: "hermes-bridge actions in"},
+			Description: "hermes-bridge actions and approval decisions in"},
 		{Name: c.OutputStream, Subjects: []string{c.Prefix + ".events.>", c.Prefix + ".results.>"}, Storage: c.Storage,
 			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, Duplicates: 2 * time.Minute,
 			Description: "hermes-bridge events and results out"},
@@ -231,15 +243,15 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	b.maxOut = outputLimit(int(b.nc.MaxPayload()), store.MaxValueSize())
 	cc := jetstream.ConsumerConfig{
-		Durable:       c.Consumer,
-		Description:   "hermes-bridge replicas share this consumer",
-		FilterSubject: b.subjects.Actions(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       c.AckWait,
-		MaxDeliver:    c.MaxDeliver,
-		MaxAckPending: c.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		Replicas:      c.Replicas,
+		Durable:        c.Consumer,
+		Description:    "hermes-bridge replicas share this consumer",
+		FilterSubjects: []string{b.subjects.Actions(), b.subjects.AllApprovals()},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxDeliver:     c.MaxDeliver,
+		MaxAckPending:  c.MaxAckPending,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		Replicas:       c.Replicas,
 	}
 	if c.Provision {
 		cons, err := b.js.CreateOrUpdateConsumer(ctx, c.ActionsStream, cc)

@@ -84,6 +84,10 @@ type Config struct {
 	BreakerThreshold                    int
 	BreakerCooldown, BreakerMaxCooldown time.Duration
 
+	// ApprovalTTL is how long a parked action waits for an approval decision, and how
+	// old a pre-approval's decided_at may be (default 15m, CONTRACT §7).
+	ApprovalTTL time.Duration
+
 	// ObjectBucket is the JetStream object store holding outputs and events too large for
 	// one message (default HERMES_OUTPUT_OBJECTS, kept OutputMaxAge).
 	ObjectBucket string
@@ -156,6 +160,7 @@ func (c Config) WithDefaults() Config {
 		c.BreakerThreshold = 5
 	}
 	defd(&c.BreakerCooldown, 2*time.Second)
+	defd(&c.ApprovalTTL, 15*time.Minute)
 	defd(&c.BreakerMaxCooldown, time.Minute)
 	eps := make([]Endpoint, len(c.Endpoints))
 	copy(eps, c.Endpoints)
@@ -206,6 +211,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 {
 		add("max attempts %d must be at least 1", c.MaxAttempts)
+	}
+	if c.ApprovalTTL < time.Second {
+		add("approval ttl %s must be at least 1s", c.ApprovalTTL)
 	}
 	if c.BreakerThreshold < 1 {
 		add("breaker threshold %d must be at least 1", c.BreakerThreshold)

@@ -417,3 +417,15 @@ func (h *harness) lastOutput(subject string) *jetstream.RawStreamMsg {
 	}
 	return m
 }
+
+// preApproved adds a valid pre-approval (CONTRACT §7) for the action's input, so that
+// response_delete and session_delete run at once instead of being parked. Apply it after
+// the input is set.
+func preApproved(a *events.Action) {
+	h, err := events.InputSHA256(a.Input)
+	if err != nil {
+		panic(err)
+	}
+	now := time.Now().UTC()
+	a.Approval = &events.Approval{Decision: events.DecisionApprove, Approver: "e2e", InputSHA256: h, DecidedAt: &now}
+}

@@ -238,7 +238,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 		}
 		h := h.at(t)
 		// Approvals are not implemented yet: the delete runs directly.
-		res, _ := h.call("response_delete", map[string]any{"response_id": respID}, withKey("del-resp-1"))
+		res, _ := h.call("response_delete", map[string]any{"response_id": respID}, withKey("del-resp-1"), preApproved)
 		requireCompleted(t, res)
 		r := h.lastRequest("response_delete", 1)
 		if r.Method != "DELETE" || r.Path != "/v1/responses/"+respID || r.IdempotencyKey != "del-resp-1" || len(r.Body) != 0 {
@@ -415,7 +415,7 @@ func TestOperationsSessions(t *testing.T) {
 	t.Run("session_delete", func(t *testing.T) {
 		h := h.at(t)
 		// Approvals are not implemented yet: the delete runs directly.
-		res, _ := h.call("session_delete", map[string]any{"session_id": "e2e-child"}, withKey("sdel-1"))
+		res, _ := h.call("session_delete", map[string]any{"session_id": "e2e-child"}, withKey("sdel-1"), preApproved)
 		requireCompleted(t, res)
 		r := h.lastRequest("session_delete", 1)
 		if r.Method != "DELETE" || r.Path != "/api/sessions/e2e-child" || r.IdempotencyKey != "sdel-1" || len(r.Body) != 0 {

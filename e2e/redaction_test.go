@@ -170,8 +170,8 @@ func TestRedactionInProcess(t *testing.T) {
 	ok("session_fork", map[string]any{"session_id": "MARKERSESSION-1", "body": map[string]any{"id": "MARKERSESSION-child",
 		"title": "MARKERTITLE-child"}}, idem("fork"))
 	fail("session_fork", "remote_rejected", map[string]any{"session_id": "MARKERSESSION-missing", "body": map[string]any{"id": "MARKERSESSION-orphan"}}, idem("fork-orphan"))
-	ok("session_delete", map[string]any{"session_id": "MARKERSESSION-child"}, idem("sdel"))
-	fail("session_delete", "remote_rejected", map[string]any{"session_id": "MARKERSESSION-child"}, idem("sdel-again")) // 404 now
+	ok("session_delete", map[string]any{"session_id": "MARKERSESSION-child"}, idem("sdel"), preApproved)
+	fail("session_delete", "remote_rejected", map[string]any{"session_id": "MARKERSESSION-child"}, idem("sdel-again"), preApproved) // 404 now
 
 	// Chat.
 	ok("chat", map[string]any{"prompt": "MARKERPROMPT chat", "session_id": "MARKERSESSION-chat",
@@ -203,8 +203,8 @@ func TestRedactionInProcess(t *testing.T) {
 	ok("responses_stream", map[string]any{"input": "MARKERPROMPT rstream", "session_key": "MARKERSKEY-rstream"})
 	ok("response_get", map[string]any{"response_id": respID})
 	fail("response_get", "remote_rejected", map[string]any{"response_id": "resp_MARKERMISSING"}) // 404 "Response not found: <id>"
-	ok("response_delete", map[string]any{"response_id": chainedID}, idem("rdel"))
-	fail("response_delete", "remote_rejected", map[string]any{"response_id": chainedID}, idem("rdel-again")) // 404 now
+	ok("response_delete", map[string]any{"response_id": chainedID}, idem("rdel"), preApproved)
+	fail("response_delete", "remote_rejected", map[string]any{"response_id": chainedID}, idem("rdel-again"), preApproved) // 404 now
 
 	// The wrong key: 401 on an authenticated read and on a chat.
 	requireFailed(t, run("wrongkey", "models", `{}`), "authentication")

@@ -311,8 +311,8 @@ func (c *Client) Cancel(ctx context.Context, actionID string) (*CancelReply, err
 }
 
 // Decide publishes an approval decision for a parked action on
-// <prefix>.approvals.<id> (binary mode, type [TypeApproval], id
-// <action_id>:approval:<random>). ap.DecidedAt defaults to now.
+// <prefix>.approvals.<id> (binary mode, type [TypeApproval], a random id token as the
+// CloudEvent id). ap.DecidedAt defaults to now.
 func (c *Client) Decide(ctx context.Context, actionID string, ap Approval) error {
 	if !ValidActionID(actionID) {
 		return fmt.Errorf("events: decide: action id must match [A-Za-z0-9_-]{1,128}")
@@ -325,7 +325,7 @@ func (c *Client) Decide(ctx context.Context, actionID string, ap Approval) error
 	if err != nil {
 		return fmt.Errorf("events: decide: %w", err)
 	}
-	id := actionID + ":approval:" + NewActionID()
+	id := NewActionID() // a CloudEvent id is an id token, like an action id
 	msg := &nats.Msg{
 		Subject: c.subjects.Approvals(actionID),
 		Header:  binaryHeader(c.source, TypeApproval, id, "", TraceContext{}),

@@ -286,3 +286,18 @@ func (s *Store) Wait(ctx context.Context, key string, afterRev uint64) (Entry, e
 		}
 	}
 }
+
+// Keys returns the keys matching filter (a KV subject filter such as "park.>"); no
+// keys is not an error.
+func (s *Store) Keys(ctx context.Context, filter string) ([]string, error) {
+	kl, err := s.kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: list %s: %w", filter, err)
+	}
+	defer kl.Stop()
+	var keys []string
+	for k := range kl.Keys() {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}

@@ -1,0 +1,206 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// pendingOf follows an action until its pending_approval result and returns it.
+func (h *harness) pendingOf(id string) *events.Result {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan *events.Result, 1)
+	go func() {
+		_, _ = h.client.Follow(ctx, id, nil, func(r *events.Result) {
+			select {
+			case got <- r:
+			default:
+			}
+			cancel()
+		})
+	}()
+	select {
+	case r := <-got:
+		return r
+	case <-time.After(20 * time.Second):
+		h.t.Fatalf("no pending_approval result for %s", id)
+		return nil
+	}
+}
+
+type pendingOutput struct {
+	CapabilityID string          `json:"capability_id"`
+	Input        json.RawMessage `json:"input"`
+	InputSHA256  string          `json:"input_sha256"`
+	ExpiresAt    time.Time       `json:"expires_at"`
+}
+
+func (h *harness) decide(id, decision, hash string) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.client.Decide(ctx, id, events.Approval{Decision: decision, Approver: "e2e", Reason: "test", InputSHA256: hash}); err != nil {
+		h.t.Fatalf("decide %s: %v", id, err)
+	}
+}
+
+// parkedSession creates a session through the bridge and publishes its deletion
+// without an approval; it returns the action id and the pending output.
+func parkedDelete(t *testing.T, h *harness, sid, key string) (string, pendingOutput) {
+	t.Helper()
+	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
+	requireCompleted(t, res)
+	input := mustJSON(t, map[string]any{"session_id": sid})
+	before := h.fake.Calls("session_delete")
+	id := h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key})
+	p := h.pendingOf(id)
+	if p.Status != events.StatusPendingApproval || p.Error != nil {
+		t.Fatalf("pending result %+v", p)
+	}
+	var out pendingOutput
+	if err := json.Unmarshal(p.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := events.InputSHA256(input)
+	if out.InputSHA256 != want || out.CapabilityID != "cap:hermes_agent:primary:session_delete" || !sameJSON(t, out.Input, input) {
+		t.Fatalf("pending output %+v, want hash %s", out, want)
+	}
+	if c := h.fake.Calls("session_delete") - before; c != 0 {
+		t.Fatalf("a parked action reached Hermes (%d calls)", c)
+	}
+	return id, out
+}
+
+func TestApprovals(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(c *bridge.Config) { c.ApprovalTTL = time.Minute }))
+
+	t.Run("approve", func(t *testing.T) {
+		h := h.at(t)
+		id, out := parkedDelete(t, h, "appr-1", "appr-1")
+		if time.Until(out.ExpiresAt) < 30*time.Second {
+			t.Errorf("expires_at %s is not about a minute away", out.ExpiresAt)
+		}
+		h.decide(id, events.DecisionApprove, out.InputSHA256)
+		res, _ := h.follow(id)
+		requireCompleted(t, res)
+		if c := h.fake.Calls("session_delete"); c != 1 {
+			t.Errorf("session_delete calls %d, want 1", c)
+		}
+		// A second decision after the action ran changes nothing.
+		h.decide(id, events.DecisionDeny, out.InputSHA256)
+		h.waitIdle(10 * time.Second)
+		if n := h.results(id); n != 2 { // pending + terminal
+			t.Errorf("%d result messages, want the pending one and one terminal", n)
+		}
+	})
+
+	t.Run("deny", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("session_delete")
+		id, out := parkedDelete(t, h, "appr-2", "appr-2")
+		h.decide(id, events.DecisionDeny, out.InputSHA256)
+		res, _ := h.follow(id)
+		e := requireFailed(t, res, "approval_denied")
+		if detail(e, "reason") != "test" {
+			t.Errorf("details %v", e.Details)
+		}
+		if c := h.fake.Calls("session_delete") - before; c != 0 {
+			t.Errorf("denied action reached Hermes")
+		}
+	})
+
+	t.Run("mismatch", func(t *testing.T) {
+		h := h.at(t)
+		before := h.fake.Calls("session_delete")
+		id, _ := parkedDelete(t, h, "appr-3", "appr-3")
+		other, _ := events.InputSHA256(json.RawMessage(`{"session_id":"somebody-else"}`))
+		h.decide(id, events.DecisionApprove, other)
+		res, _ := h.follow(id)
+		requireFailed(t, res, "approval_mismatch")
+		if c := h.fake.Calls("session_delete") - before; c != 0 {
+			t.Errorf("mismatched approval reached Hermes")
+		}
+	})
+
+	t.Run("pre-approval", func(t *testing.T) {
+		h := h.at(t)
+		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "appr-4"}}, withKey("create-appr-4"))
+		requireCompleted(t, res)
+		res, _ = h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4"), preApproved)
+		requireCompleted(t, res)
+
+		res, _ = h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4b"), func(a *events.Action) {
+			preApproved(a)
+			a.Approval.Decision = events.DecisionDeny
+		})
+		requireFailed(t, res, "approval_denied")
+		res, _ = h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4c"), func(a *events.Action) {
+			preApproved(a)
+			a.Approval.InputSHA256 = "0000000000000000000000000000000000000000000000000000000000000000"
+		})
+		requireFailed(t, res, "approval_mismatch")
+		// A pre-approval older than the window is not used: the action is parked.
+		a := events.Action{Input: mustJSON(t, `{"session_id":"appr-4"}`), IdempotencyKey: "appr-4d"}
+		preApproved(&a)
+		old := time.Now().Add(-2 * time.Minute)
+		a.Approval.DecidedAt = &old
+		p := h.pendingOf(h.publish("session_delete", a))
+		if p.Status != events.StatusPendingApproval {
+			t.Errorf("stale pre-approval: status %s, want pending_approval", p.Status)
+		}
+	})
+}
+
+// TestApprovalExpiresWhileNoBridgeRuns: an action parked with a short window expires
+// even though every bridge was down when it expired: the next bridge to start settles it.
+func TestApprovalExpiresWhileNoBridgeRuns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(c *bridge.Config) { c.ApprovalTTL = time.Second }))
+	id, _ := parkedDelete(t, h, "exp-1", "exp-1")
+	h.stopBridge(0)
+	// Past expiry with no bridge running, the record is still parked.
+	time.Sleep(1500 * time.Millisecond) // the approval window itself is what is tested
+	store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := store.Get(context.Background(), kvstore.ActionKey(id)); err != nil || e.Record.State != kvstore.StateParked {
+		t.Fatalf("record before restart: %+v %v", e.Record, err)
+	}
+	h.startBridge()
+	res, _ := h.follow(id)
+	requireFailed(t, res, "approval_expired")
+	if c := h.fake.Calls("session_delete"); c != 0 {
+		t.Errorf("an expired action reached Hermes")
+	}
+	h.eventually(10*time.Second, func() error {
+		if _, err := store.Get(context.Background(), kvstore.ParkKey(id)); err == nil {
+			return errNotYet
+		}
+		return nil
+	})
+}
+
+// TestApprovalSurvivesRestart: a parked action is approved after the bridge that
+// parked it stopped; another bridge runs it.
+func TestApprovalSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id, out := parkedDelete(t, h, "restart-1", "restart-1")
+	h.stopBridge(0)
+	h.startBridge()
+	h.decide(id, events.DecisionApprove, out.InputSHA256)
+	res, _ := h.follow(id)
+	requireCompleted(t, res)
+	if c := h.fake.Calls("session_delete"); c != 1 {
+		t.Errorf("session_delete calls %d, want 1", c)
+	}
+}
