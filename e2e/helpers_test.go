@@ -429,3 +429,5 @@ func preApproved(a *events.Action) {
 	now := time.Now().UTC()
 	a.Approval = &events.Approval{Decision: events.DecisionApprove, Approver: "e2e", InputSHA256: h, DecidedAt: &now}
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,138 @@
+package e2e_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+func (h *harness) cancel(id string) string {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := h.client.Cancel(ctx, id)
+	if err != nil {
+		h.t.Fatalf("cancel %s: %v", id, err)
+	}
+	if r.ActionID != id {
+		h.t.Errorf("cancel reply names %q, want %q", r.ActionID, id)
+	}
+	return r.State
+}
+
+// slowAgent blocks replies whose prompt contains "slow" until the request ends.
+func slowAgent(ctx context.Context, turn hermestest.Turn) hermestest.Reply {
+	if strings.Contains(turn.UserText, "slow") {
+		return hermestest.Reply{Text: "late words arrive slowly", Deltas: 20, DeltaDelay: 200 * time.Millisecond, Delay: 300 * time.Millisecond}
+	}
+	return hermestest.StubAgent(ctx, turn)
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFake(hermestest.WithAgent(slowAgent)), withConfig(func(c *bridge.Config) {
+		c.Endpoints[0].MaxConcurrency = 1 // a second action waits for the first
+		c.Workers = 4
+	}))
+
+	t.Run("in flight and queued", func(t *testing.T) {
+		h := h.at(t)
+		running := h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"slow story"}`)})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.fake.WaitCalls(ctx, "chat_stream", 1); err != nil {
+			t.Fatal(err)
+		}
+		queued := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"waits for the endpoint"}`)})
+		// The queued one is claimed, then held by the endpoint's limit: cancel it first.
+		store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.eventually(10*time.Second, func() error {
+			_, err := store.Get(context.Background(), kvstore.ActionKey(queued))
+			return err
+		})
+		if s := h.cancel(queued); s != events.CancelCancelled {
+			t.Fatalf("cancel queued: %s", s)
+		}
+		res, _ := h.follow(queued)
+		if res.Status != events.StatusCancelled || res.Error == nil || res.Error.Code != "cancelled" || res.Error.UncertainOutcome {
+			t.Fatalf("queued: %s %s", res.Status, errString(res.Error))
+		}
+		if s := h.cancel(running); s != events.CancelCancelled {
+			t.Fatalf("cancel running: %s", s)
+		}
+		res, evs := h.follow(running)
+		if res.Status != events.StatusCancelled || res.Error == nil || !res.Error.UncertainOutcome {
+			t.Fatalf("running: %s %s", res.Status, errString(res.Error))
+		}
+		for i, e := range evs {
+			if e.Sequence != int64(i) {
+				t.Fatalf("event %d has sequence %d", i, e.Sequence)
+			}
+		}
+		// The HTTP stream was closed: Hermes has nothing in flight.
+		h.eventually(10*time.Second, func() error {
+			if h.fake.InFlight() != 0 {
+				return errNotYet
+			}
+			return nil
+		})
+		if c := h.fake.Calls("chat"); c != 0 {
+			t.Errorf("cancelled queued chat reached Hermes %d times", c)
+		}
+		// A late cancel changes nothing.
+		if s := h.cancel(running); s != events.CancelAlreadySettled {
+			t.Errorf("late cancel: %s", s)
+		}
+		h.waitIdle(10 * time.Second)
+		if n := h.results(running); n != 1 {
+			t.Errorf("%d results after a late cancel", n)
+		}
+	})
+
+	t.Run("unknown then published", func(t *testing.T) {
+		h := h.at(t)
+		if s := h.cancel("never-seen-1"); s != events.CancelUnknown {
+			t.Fatalf("cancel unknown: %s", s)
+		}
+		before := h.fake.Calls("chat")
+		h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"too late"}`)}, events.WithActionID("never-seen-1"))
+		res, _ := h.follow("never-seen-1")
+		if res.Status != events.StatusCancelled {
+			t.Fatalf("status %s", res.Status)
+		}
+		if c := h.fake.Calls("chat") - before; c != 0 {
+			t.Errorf("an action cancelled before it arrived reached Hermes")
+		}
+	})
+
+	t.Run("parked", func(t *testing.T) {
+		h := h.at(t)
+		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "cancel-parked"}}, withKey("cp-create"))
+		requireCompleted(t, res)
+		id := h.publish("session_delete", events.Action{Input: mustJSON(t, `{"session_id":"cancel-parked"}`), IdempotencyKey: "cp"})
+		p := h.pendingOf(id)
+		if s := h.cancel(id); s != events.CancelCancelled {
+			t.Fatalf("cancel parked: %s", s)
+		}
+		final, _ := h.follow(id)
+		if final.Status != events.StatusCancelled {
+			t.Fatalf("status %s", final.Status)
+		}
+		var out pendingOutput
+		_ = jsonUnmarshal(p.Output, &out)
+		h.decide(id, events.DecisionApprove, out.InputSHA256) // too late: ignored
+		h.waitIdle(10 * time.Second)
+		if c := h.fake.Calls("session_delete"); c != 0 {
+			t.Errorf("a cancelled parked action reached Hermes")
+		}
+	})
+}
