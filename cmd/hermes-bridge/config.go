@@ -67,6 +67,7 @@ type Config struct {
 	Heartbeat          time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3)"`
 	MaxDeliver         int           `env:"HERMES_BRIDGE_MAX_DELIVER" envDefault:"-1" desc:"consumer delivery limit; -1 (unlimited) keeps every action until it is settled"`
 	MaxAttempts        int           `env:"HERMES_BRIDGE_MAX_ATTEMPTS" envDefault:"5" desc:"Hermes calls of one action that failed retryably, before it settles failed"`
+	ApprovalTTL        time.Duration `env:"HERMES_BRIDGE_APPROVAL_TTL" envDefault:"15m" desc:"how long a parked response_delete or session_delete waits for a decision, and the age limit of a pre-approval"`
 	BreakerThreshold   int           `env:"HERMES_BRIDGE_BREAKER_THRESHOLD" envDefault:"5" desc:"consecutive endpoint failures (transport, 5xx) that pause the endpoint"`
 	BreakerCooldown    time.Duration `env:"HERMES_BRIDGE_BREAKER_COOLDOWN" envDefault:"2s" desc:"first pause of a failing endpoint; doubles while it keeps failing"`
 	BreakerMaxCooldown time.Duration `env:"HERMES_BRIDGE_BREAKER_MAX_COOLDOWN" envDefault:"1m" desc:"longest pause of a failing endpoint"`
@@ -391,6 +392,9 @@ func (c *Config) validateBridge(p *problems) {
 	if c.MaxAttempts < 1 {
 		p.add("HERMES_BRIDGE_MAX_ATTEMPTS=%d: must be at least 1", c.MaxAttempts)
 	}
+	if c.ApprovalTTL < time.Second {
+		p.add("HERMES_BRIDGE_APPROVAL_TTL=%s: must be at least 1s", c.ApprovalTTL)
+	}
 	if c.BreakerThreshold < 1 {
 		p.add("HERMES_BRIDGE_BREAKER_THRESHOLD=%d: must be at least 1", c.BreakerThreshold)
 	}
@@ -463,6 +467,7 @@ func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Co
 		Heartbeat:          c.Heartbeat,
 		MaxDeliver:         c.MaxDeliver,
 		MaxAttempts:        c.MaxAttempts,
+		ApprovalTTL:        c.ApprovalTTL,
 		BreakerThreshold:   c.BreakerThreshold,
 		BreakerCooldown:    c.BreakerCooldown,
 		BreakerMaxCooldown: c.BreakerMaxCooldown,
