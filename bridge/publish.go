@@ -41,8 +41,19 @@ type eventPublisher struct {
 }
 
 func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
+	// The ring starts small and grows up to eventWindow: most streams are short, and
+	// a thousand concurrent streams should not each hold a full window.
 	return &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID),
-		pending: make([]jetstream.PubAckFuture, eventWindow)}
+		pending: make([]jetstream.PubAckFuture, 16)}
+}
+
+// grow doubles the ring (up to eventWindow), keeping the outstanding futures in order.
+func (p *eventPublisher) grow() {
+	next := make([]jetstream.PubAckFuture, min(2*len(p.pending), eventWindow))
+	for i := 0; i < p.n; i++ {
+		next[i] = p.pending[(p.head+i)%len(p.pending)]
+	}
+	p.pending, p.head = next, 0
 }
 
 // publish sends ev as event number p.seq. It blocks only when the window is full, or
@@ -75,6 +86,9 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 			return err
 		}
 		return publishRetry(ctx, p.js, m)
+	}
+	if p.n == len(p.pending) && len(p.pending) < eventWindow {
+		p.grow()
 	}
 	if p.n == len(p.pending) {
 		if err := p.awaitOldest(ctx); err != nil {
