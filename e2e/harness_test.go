@@ -35,6 +35,8 @@ type harness struct {
 	client *events.Client
 	cfg    bridge.Config
 	logs   *syncBuffer
+	// bridgeNATS are extra connection options of every bridge replica (see withBridgeNATS).
+	bridgeNATS []nats.Option
 
 	state *harnessState // shared by every view of the harness (see at)
 }
@@ -56,6 +58,20 @@ type harnessOptions struct {
 	cfg      func(*bridge.Config)
 	natsOpts []func(*natsembed.Options)
 	noBridge bool
+	// clientNATS and bridgeNATS are extra connection options (for example credentials)
+	// of the test's own connection and of every bridge replica.
+	clientNATS, bridgeNATS []nats.Option
+}
+
+// withClientNATS adds options (for example nats.UserInfo) to the test's own connection,
+// the one behind h.nc, h.js and h.client.
+func withClientNATS(opts ...nats.Option) harnessOption {
+	return func(o *harnessOptions) { o.clientNATS = append(o.clientNATS, opts...) }
+}
+
+// withBridgeNATS adds options (for example nats.UserInfo) to every bridge replica's connection.
+func withBridgeNATS(opts ...nats.Option) harnessOption {
+	return func(o *harnessOptions) { o.bridgeNATS = append(o.bridgeNATS, opts...) }
 }
 
 // withNATS adjusts the embedded server's options (for example MaxPayload).
@@ -81,7 +97,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		f(&o)
 	}
 	ns := natsembed.RunTest(t, o.natsOpts...)
-	nc, js := natsembed.Connect(t, ns)
+	nc, js := natsembed.Connect(t, ns, o.clientNATS...)
 	fake := hermestest.NewServer(o.fakeOpts...)
 	t.Cleanup(fake.Close)
 	key := fake.APIKey()
@@ -101,7 +117,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		o.cfg(&cfg)
 	}
 	h := &harness{t: t, ns: ns, nc: nc, js: js, fake: fake, cfg: cfg, logs: &syncBuffer{},
-		client: events.NewClient(js), state: &harnessState{}}
+		client: events.NewClient(js), state: &harnessState{}, bridgeNATS: o.bridgeNATS}
 	if !o.noBridge {
 		h.startBridge()
 	}
@@ -112,7 +128,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 // consumer exists.
 func (h *harness) startBridge() *runningBridge {
 	h.t.Helper()
-	nc, _ := natsembed.Connect(h.t, h.ns)
+	nc, _ := natsembed.Connect(h.t, h.ns, h.bridgeNATS...)
 	started := strings.Count(h.logs.String(), `"message":"bridge started"`)
 	var w io.Writer = h.logs
 	if testing.Verbose() {
