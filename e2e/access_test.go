@@ -1,0 +1,552 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// role is one client connection authenticated as a user of deploy/nats-server*.conf.
+type role struct {
+	name   string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *events.Client
+	errs   chan error // asynchronous errors from the server (permission violations)
+}
+
+// connectAs connects to ns as user with the password in env var pwVar, using inbox as
+// its inbox prefix ("" keeps _INBOX).
+func connectAs(t *testing.T, ns *natsembed.Server, user, pwVar, inbox string) *role {
+	t.Helper()
+	r := &role{name: user, errs: make(chan error, 64)}
+	opts := []nats.Option{
+		nats.Name(user),
+		nats.UserInfo(user, envPassword(t, pwVar)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case r.errs <- err:
+			default:
+			}
+		}),
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
+	}
+	r.nc, r.js = natsembed.Connect(t, ns, opts...)
+	r.client = events.NewClient(r.js, events.WithSource("urn:test:"+user))
+	return r
+}
+
+var testPasswords = map[string]string{}
+
+func envPassword(t *testing.T, v string) string {
+	t.Helper()
+	pw, ok := testPasswords[v]
+	if !ok {
+		t.Fatalf("no password for %s", v)
+	}
+	return pw
+}
+
+// setPasswords puts a fresh random password in each environment variable the
+// configuration file references. It must run before the server reads the file.
+func setPasswords(t *testing.T, vars ...string) {
+	t.Helper()
+	for _, v := range vars {
+		pw := nuid.Next()
+		testPasswords[v] = pw
+		t.Setenv(v, pw)
+	}
+}
+
+// violation waits for the server's permission-violation error naming subject.
+func (r *role) violation(t *testing.T, subject string) {
+	t.Helper()
+	deadline := time.After(3 * time.Second)
+	for {
+		select {
+		case err := <-r.errs:
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+				return
+			}
+			t.Logf("%s: other async error: %v", r.name, err)
+		case <-deadline:
+			t.Fatalf("%s: no permission violation for %q", r.name, subject)
+		}
+	}
+}
+
+// noViolation checks that the server reported no error to r.
+func (r *role) noViolation(t *testing.T) {
+	t.Helper()
+	if err := r.nc.FlushTimeout(2 * time.Second); err != nil {
+		t.Fatalf("%s: flush: %v", r.name, err)
+	}
+	select {
+	case err := <-r.errs:
+		t.Fatalf("%s: unexpected async error: %v", r.name, err)
+	default:
+	}
+}
+
+// refusedPublish checks that a JetStream publish by r on subject is refused by the
+// server: the publish gets no ack (the message is dropped before any stream sees it)
+// and r is told it violated its permissions.
+func refusedPublish(t *testing.T, r *role, subject string, publish func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err := publish(ctx)
+	if err == nil {
+		t.Fatalf("%s: publish on %s succeeded", r.name, subject)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s: publish on %s: %v, want a timeout (no ack)", r.name, subject, err)
+	}
+	r.violation(t, subject)
+}
+
+// refusedSubscribe checks that the server refuses r a subscription on subject.
+func refusedSubscribe(t *testing.T, r *role, subject string) {
+	t.Helper()
+	sub, err := r.nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatalf("%s: subscribe %s: %v", r.name, subject, err)
+	}
+	defer sub.Unsubscribe()
+	r.violation(t, subject)
+}
+
+// storedOn counts the messages stream holds on subject (as ops).
+func storedOn(t *testing.T, js jetstream.JetStream, stream, subject string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	return info.State.Subjects[subject]
+}
+
+func followAs(t *testing.T, r *role, id string) (*events.Result, []*events.EventData) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var evs []*events.EventData
+	res, err := r.client.Follow(ctx, id, func(e *events.EventData) error { evs = append(evs, e); return nil }, nil)
+	if err != nil {
+		t.Fatalf("%s: follow %s: %v", r.name, id, err)
+	}
+	return res, evs
+}
+
+func publishAs(t *testing.T, r *role, op string, a events.Action) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	id, err := r.client.Publish(ctx, "primary", op, a)
+	if err != nil {
+		t.Fatalf("%s: publish %s: %v", r.name, op, err)
+	}
+	return id
+}
+
+// serverViolations returns the server's permission-violation log lines of user.
+func serverViolations(log *syncBuffer, user string) []string {
+	var out []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "Violation") && (user == "" || strings.Contains(line, "/user:"+user+`\"`)) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// accessAgent answers like the stub: slowly for "slow" prompts, after 10 s (or never,
+// if cancelled) for "hang", and with 2.7 MB for "big".
+func accessAgent(ctx context.Context, turn hermestest.Turn) hermestest.Reply {
+	switch {
+	case strings.Contains(turn.UserText, "big"):
+		return hermestest.Reply{Text: strings.Repeat("findings ", 300_000), Deltas: 1}
+	case strings.Contains(turn.UserText, "hang"):
+		select {
+		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
+		}
+	case strings.Contains(turn.UserText, "slow"):
+		select {
+		case <-time.After(400 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return hermestest.StubAgent(ctx, turn)
+}
+
+// TestAccessControl runs the bridge against deploy/nats-server.conf, connected as the
+// least-privilege bridge user, and shows each role can do what it should and nothing else.
+func TestAccessControl(t *testing.T) {
+	setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
+		"OPS_PASSWORD", "SYS_PASSWORD")
+	srvLog := &syncBuffer{}
+	h := newHarness(t,
+		withNATS(func(o *natsembed.Options) {
+			o.ConfigFile = "../deploy/nats-server.conf"
+			o.Logger = zerolog.New(srvLog)
+		}),
+		withClientNATS(nats.UserInfo("ops", envPassword(t, "OPS_PASSWORD"))),
+		withBridgeNATS(nats.Name("bridge"), nats.UserInfo("bridge", envPassword(t, "BRIDGE_PASSWORD"))),
+		withFake(hermestest.WithAgent(accessAgent)),
+	)
+	agent := connectAs(t, h.ns, "agent-chat", "AGENT_CHAT_PASSWORD", "_INBOX_agent_chat")
+	dash := connectAs(t, h.ns, "dashboard", "DASHBOARD_PASSWORD", "_INBOX_dashboard")
+	appr := connectAs(t, h.ns, "approver", "APPROVER_PASSWORD", "_INBOX_approver")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
+		}
+		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
+			t.Errorf("the bridge hit %d permission violations:\n%s", len(v), strings.Join(v, "\n"))
+		}
+	})
+
+	var streamID string
+	t.Run("agent invokes chat and chat_stream", func(t *testing.T) {
+		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"hello"}`)})
+		res, _ := followAs(t, agent, id)
+		requireCompleted(t, res)
+		streamID = publishAs(t, agent, "chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"stream please"}`)})
+		res, evs := followAs(t, agent, streamID)
+		checkStream(t, res, evs, "chat_stream", "stub reply: stream please")
+		agent.noViolation(t)
+	})
+
+	t.Run("agent cannot invoke anything else", func(t *testing.T) {
+		for _, op := range []string{"session_delete", "session_create", "models"} {
+			subj := "hermes.actions.primary." + op
+			refusedPublish(t, agent, subj, func(ctx context.Context) error {
+				_, err := agent.client.Publish(ctx, "primary", op, events.Action{
+					Input: mustJSON(t, `{"session_id":"s-1"}`), IdempotencyKey: "k-" + op})
+				return err
+			})
+			if n := storedOn(t, h.js, "HERMES_ACTIONS", subj); n != 0 {
+				t.Errorf("actions stream holds %d messages on %s", n, subj)
+			}
+		}
+		// Nor approve, cancel, forge outputs, or read the actions stream or other inboxes.
+		refusedPublish(t, agent, "hermes.approvals.x1", func(ctx context.Context) error {
+			return agent.client.Decide(ctx, "x1", events.Approval{Decision: "approve"})
+		})
+		refusedPublish(t, agent, "hermes.cancel.x1", func(ctx context.Context) error {
+			_, err := agent.client.Cancel(ctx, "x1")
+			return err
+		})
+		if err := agent.nc.Publish("hermes.results.x1", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		agent.violation(t, "hermes.results.x1")
+		refusedSubscribe(t, agent, "hermes.actions.>")
+		refusedSubscribe(t, agent, "_INBOX.>")
+		refusedSubscribe(t, agent, "_INBOX_dashboard.>")
+		refusedPublish(t, agent, "$JS.API.STREAM.INFO.HERMES_ACTIONS", func(ctx context.Context) error {
+			_, err := agent.js.Stream(ctx, "HERMES_ACTIONS")
+			return err
+		})
+		if c := h.fake.Calls("session_delete") + h.fake.Calls("session_create") + h.fake.Calls("models"); c != 0 {
+			t.Errorf("Hermes was called %d times for capabilities the agent may not invoke", c)
+		}
+	})
+
+	t.Run("dashboard replays and follows", func(t *testing.T) {
+		// Replay of an action that finished before the dashboard looked.
+		res, evs := followAs(t, dash, streamID)
+		checkStream(t, res, evs, "chat_stream", "stub reply: stream please")
+		// Live: every result as it is published.
+		sub, err := dash.nc.SubscribeSync("hermes.results.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		if err := dash.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"live"}`)})
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("live result: %v", err)
+		}
+		if m.Subject != "hermes.results."+id {
+			t.Errorf("live result on %s, want hermes.results.%s", m.Subject, id)
+		}
+		// An output too large for one message: the dashboard reads it from the object store.
+		big := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"big report"}`)})
+		res, _ = followAs(t, dash, big)
+		requireCompleted(t, res)
+		if got := jstr(output(t, res), "choices", 0, "message", "content"); len(got) != len("findings ")*300_000 {
+			t.Errorf("large output resolved to %d bytes", len(got))
+		}
+		dash.noViolation(t)
+	})
+
+	t.Run("dashboard reads dead letters", func(t *testing.T) {
+		// The agent may publish on its subject; a message that is not a CloudEvent goes to the DLQ.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		junkID := "junk-" + nuid.Next()
+		if _, err := agent.js.PublishMsg(ctx, &nats.Msg{Subject: "hermes.actions.primary.chat",
+			Header: nats.Header{"Nats-Msg-Id": {junkID}}, Data: []byte("not json " + junkID)}); err != nil {
+			t.Fatalf("agent publish: %v", err)
+		}
+		cons, err := dash.js.OrderedConsumer(ctx, "HERMES_DLQ", jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatalf("dashboard: DLQ consumer: %v", err)
+		}
+		for {
+			m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+			if err != nil {
+				t.Fatalf("dashboard: no dead letter: %v", err)
+			}
+			if strings.Contains(string(m.Data()), junkID) {
+				break
+			}
+		}
+		dash.noViolation(t)
+	})
+
+	t.Run("dashboard publishes nothing", func(t *testing.T) {
+		refusedPublish(t, dash, "hermes.actions.primary.chat", func(ctx context.Context) error {
+			_, err := dash.client.Publish(ctx, "primary", "chat", events.Action{Input: mustJSON(t, `{"prompt":"x"}`)})
+			return err
+		})
+		refusedPublish(t, dash, "hermes.approvals."+streamID, func(ctx context.Context) error {
+			return dash.client.Decide(ctx, streamID, events.Approval{Decision: "approve"})
+		})
+		refusedPublish(t, dash, "hermes.cancel."+streamID, func(ctx context.Context) error {
+			_, err := dash.client.Cancel(ctx, streamID)
+			return err
+		})
+		refusedPublish(t, dash, "$JS.API.STREAM.DELETE.HERMES_OUTPUT", func(ctx context.Context) error {
+			return dash.js.DeleteStream(ctx, "HERMES_OUTPUT")
+		})
+		refusedPublish(t, dash, "$JS.API.STREAM.PURGE.HERMES_OUTPUT", func(ctx context.Context) error {
+			_, err := dash.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE.HERMES_OUTPUT", nil)
+			return err
+		})
+		if err := dash.nc.Publish("hermes.results."+streamID, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		dash.violation(t, "hermes.results."+streamID)
+		if n := storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+streamID); n != 1 {
+			t.Errorf("%d results stored for %s, want 1", n, streamID)
+		}
+	})
+
+	t.Run("approver decides and cancels", func(t *testing.T) {
+		// ops (the only role here allowed to) asks for a session to be deleted: the bridge
+		// parks it; the approver sees the pending_approval result and approves it.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		created, _ := h.call("session_create", `{"body":{"id":"s-approved"}}`, withKey("create-s-approved"))
+		requireCompleted(t, created)
+		del := h.publish("session_delete", events.Action{Input: mustJSON(t, `{"session_id":"s-approved"}`), IdempotencyKey: "del-1"})
+		var pending *events.Result
+		res, err := appr.client.Follow(ctx, del, nil, func(r *events.Result) {
+			if pending == nil {
+				pending = r
+				hash := jstr(jsonValue(t, r.Output), "input_sha256")
+				if err := appr.client.Decide(ctx, del, events.Approval{Decision: events.DecisionApprove,
+					Approver: "alice", Reason: "requested by ops", InputSHA256: hash}); err != nil {
+					t.Errorf("approver: decide: %v", err)
+				}
+			}
+		})
+		if err != nil {
+			t.Fatalf("approver: follow %s: %v", del, err)
+		}
+		if pending == nil {
+			t.Fatalf("the approver saw no pending_approval result")
+		}
+		requireCompleted(t, res)
+		if c := h.fake.Calls("session_delete"); c != 1 {
+			t.Errorf("session_delete calls %d, want 1 (the approved one)", c)
+		}
+		// A running action: the approver cancels it.
+		before := h.fake.Calls("chat")
+		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"hang until cancelled"}`)})
+		h.eventually(5*time.Second, func() error {
+			if h.fake.Calls("chat") == before {
+				return errNotYet
+			}
+			return nil
+		})
+		reply, err := appr.client.Cancel(ctx, id)
+		if err != nil {
+			t.Fatalf("approver: cancel: %v", err)
+		}
+		if reply.State != events.CancelCancelled {
+			t.Errorf("cancel reply %+v, want cancelled", reply)
+		}
+		res, _ = followAs(t, appr, id)
+		if res.Status != "cancelled" {
+			t.Errorf("cancelled action ended %s", res.Status)
+		}
+		appr.noViolation(t)
+		// ... and invokes nothing.
+		refusedPublish(t, appr, "hermes.actions.primary.session_delete", func(ctx context.Context) error {
+			_, err := appr.client.Publish(ctx, "primary", "session_delete", events.Action{
+				Input: mustJSON(t, `{"session_id":"s-1"}`), IdempotencyKey: "k-appr"})
+			return err
+		})
+	})
+
+	t.Run("bridge needs nothing more", func(t *testing.T) {
+		// The same idempotency key twice while the first is in flight: the duplicate waits
+		// for the first (a KV watch) and replays its result.
+		a := events.Action{Input: mustJSON(t, `{"prompt":"slow one"}`), IdempotencyKey: "slow-key"}
+		calls := h.fake.Calls("chat")
+		first := publishAs(t, agent, "chat", a)
+		second := publishAs(t, agent, "chat", a)
+		r1, _ := followAs(t, agent, first)
+		r2, _ := followAs(t, agent, second)
+		requireCompleted(t, r1)
+		requireCompleted(t, r2)
+		// Either may win the claim (two workers); the other replays it.
+		if !(r2.ReplayOf != nil && *r2.ReplayOf == first && r1.ReplayOf == nil) &&
+			!(r1.ReplayOf != nil && *r1.ReplayOf == second && r2.ReplayOf == nil) {
+			t.Errorf("duplicates: replay_of %v and %v, want one to replay the other", r1.ReplayOf, r2.ReplayOf)
+		}
+		if c := h.fake.Calls("chat") - calls; c != 1 {
+			t.Errorf("chat calls for two copies of one key: %d, want 1", c)
+		}
+		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
+			t.Fatalf("the bridge hit permission violations:\n%s", strings.Join(v, "\n"))
+		}
+		if len(serverViolations(srvLog, "agent-chat")) == 0 {
+			t.Fatalf("no violation of agent-chat found in the server log; is the log matched correctly?")
+		}
+	})
+}
+
+// TestAccessControlTeams runs deploy/nats-server-teams.conf: one account per team, each
+// with its own bridge. Team A's agent reads its own results and cannot see team B's;
+// the observer account sees both, read-only, through its imports.
+func TestAccessControlTeams(t *testing.T) {
+	setPasswords(t, "TEAM_A_BRIDGE_PASSWORD", "TEAM_A_AGENT_PASSWORD", "TEAM_A_OPS_PASSWORD",
+		"TEAM_B_BRIDGE_PASSWORD", "TEAM_B_AGENT_PASSWORD", "TEAM_B_OPS_PASSWORD",
+		"OBSERVER_PASSWORD", "SYS_PASSWORD")
+	srvLog := &syncBuffer{}
+	h := newHarness(t,
+		withNATS(func(o *natsembed.Options) {
+			o.ConfigFile = "../deploy/nats-server-teams.conf"
+			o.Logger = zerolog.New(srvLog)
+		}),
+		withClientNATS(nats.UserInfo("ops-a", envPassword(t, "TEAM_A_OPS_PASSWORD"))),
+		withBridgeNATS(nats.UserInfo("bridge-a", envPassword(t, "TEAM_A_BRIDGE_PASSWORD"))),
+	)
+	// Team B's bridge: same configuration, same Hermes, its own account and credentials.
+	hb := h.at(t)
+	hb.bridgeNATS = []nats.Option{nats.UserInfo("bridge-b", envPassword(t, "TEAM_B_BRIDGE_PASSWORD"))}
+	hb.startBridge()
+	t.Cleanup(func() {
+		for _, u := range []string{"bridge-a", "bridge-b"} {
+			if v := serverViolations(srvLog, u); len(v) > 0 {
+				t.Errorf("%s hit permission violations:\n%s", u, strings.Join(v, "\n"))
+			}
+		}
+	})
+
+	agentA := connectAs(t, h.ns, "agent-a", "TEAM_A_AGENT_PASSWORD", "_INBOX_agent_chat")
+	agentB := connectAs(t, h.ns, "agent-b", "TEAM_B_AGENT_PASSWORD", "_INBOX_agent_chat")
+	observer := connectAs(t, h.ns, "observer", "OBSERVER_PASSWORD", "")
+
+	// Live subscriptions opened before anything runs: team A's agent on every result
+	// its account can see, the observer on both teams'.
+	liveA, err := agentA.nc.SubscribeSync("hermes.results.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveObs := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"team_a.hermes.results.>", "team_b.hermes.results.>"} {
+		if _, err := observer.nc.ChanSubscribe(subj, liveObs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []*role{agentA, observer} {
+		if err := r.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	idB := publishAs(t, agentB, "chat", events.Action{Input: mustJSON(t, `{"prompt":"team b secret"}`)})
+	resB, _ := followAs(t, agentB, idB)
+	requireCompleted(t, resB)
+	idA := publishAs(t, agentA, "chat", events.Action{Input: mustJSON(t, `{"prompt":"team a question"}`)})
+	resA, _ := followAs(t, agentA, idA)
+	requireCompleted(t, resA)
+	if c := h.fake.Calls("chat"); c != 2 {
+		t.Errorf("chat calls %d, want 2 (one per team)", c)
+	}
+
+	t.Run("team A sees only its own results", func(t *testing.T) {
+		// Live: the only result team A's subscription ever sees is its own.
+		m, err := liveA.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("team A's own live result: %v", err)
+		}
+		if m.Subject != "hermes.results."+idA {
+			t.Fatalf("team A received %s, want only hermes.results.%s", m.Subject, idA)
+		}
+		if m, err := liveA.NextMsg(200 * time.Millisecond); err == nil {
+			t.Fatalf("team A received another result: %s", m.Subject)
+		}
+		// Replay: team A's output stream has no trace of team B's action.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if _, err := agentA.client.Follow(ctx, idB, nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("team A following team B's action: %v, want nothing until the deadline", err)
+		}
+		if n := storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+idB); n != 0 {
+			t.Errorf("team A's output stream holds %d results of team B's action", n)
+		}
+		// Team A's own action replays.
+		res, _ := followAs(t, agentA, idA)
+		requireCompleted(t, res)
+		agentA.noViolation(t)
+	})
+
+	t.Run("observer sees both teams read-only", func(t *testing.T) {
+		got := map[string]bool{}
+		for len(got) < 2 {
+			select {
+			case m := <-liveObs:
+				got[m.Subject] = true
+			case <-time.After(5 * time.Second):
+				t.Fatalf("observer: no result (got %v)", got)
+			}
+		}
+		observer.noViolation(t)
+		for _, s := range []string{"team_a.hermes.results." + idA, "team_b.hermes.results." + idB} {
+			if !got[s] {
+				t.Errorf("observer did not see %s (got %v)", s, got)
+			}
+		}
+		if err := observer.nc.Publish("hermes.actions.primary.chat", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		observer.violation(t, "hermes.actions.primary.chat")
+	})
+}
