@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -211,6 +213,8 @@ func TestAccessControl(t *testing.T) {
 		withClientNATS(nats.UserInfo("ops", envPassword(t, "OPS_PASSWORD"))),
 		withBridgeNATS(nats.Name("bridge"), nats.UserInfo("bridge", envPassword(t, "BRIDGE_PASSWORD"))),
 		withFake(hermestest.WithAgent(accessAgent)),
+		// A short ack wait: the action cancelled below sends in-progress heartbeats.
+		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }),
 	)
 	agent := connectAs(t, h.ns, "agent-chat", "AGENT_CHAT_PASSWORD", "_INBOX_agent_chat")
 	dash := connectAs(t, h.ns, "dashboard", "DASHBOARD_PASSWORD", "_INBOX_dashboard")
@@ -386,6 +390,7 @@ func TestAccessControl(t *testing.T) {
 		}
 		// A running action: the approver cancels it.
 		before := h.fake.Calls("chat")
+		started := time.Now()
 		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"hang until cancelled"}`)})
 		h.eventually(5*time.Second, func() error {
 			if h.fake.Calls("chat") == before {
@@ -393,7 +398,25 @@ func TestAccessControl(t *testing.T) {
 			}
 			return nil
 		})
-		reply, err := appr.client.Cancel(ctx, id)
+		// A reader may create consumers on the output stream, and JetStream does not check
+		// a push consumer's deliver subject against its creator's publish permissions. The
+		// server delivers only where a subscription names the subject literally, and the
+		// bridge listens with wildcards, so pushing outputs at hermes.cancel.<id> or at an
+		// actions subject neither cancels nor invokes anything.
+		for i, subj := range []string{"hermes.cancel." + id, "hermes.actions.primary.session_delete"} {
+			if _, err := dash.js.CreateOrUpdateConsumer(ctx, "HERMES_OUTPUT", jetstream.ConsumerConfig{
+				Name: fmt.Sprintf("push-%d", i), DeliverSubject: subj, AckPolicy: jetstream.AckNonePolicy,
+			}); err != nil {
+				t.Fatalf("dashboard: push consumer: %v", err)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		if n := storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"); n != 1 {
+			t.Errorf("%d session_delete actions stored, want 1 (the approved one)", n)
+		}
+		dash.noViolation(t)
+		time.Sleep(time.Until(started.Add(1500 * time.Millisecond))) // two heartbeats at least
+		reply, err := appr.client.Cancel(ctx, id)                    // still running: the push did not cancel it
 		if err != nil {
 			t.Fatalf("approver: cancel: %v", err)
 		}
