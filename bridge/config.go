@@ -87,6 +87,11 @@ type Config struct {
 	// ApprovalTTL is how long a parked action waits for an approval decision, and how
 	// old a pre-approval's decided_at may be (default 15m, CONTRACT §7).
 	ApprovalTTL time.Duration
+	// NoPreApprovals ignores approvals carried inside actions: every action that needs
+	// approval is parked until a decision arrives on its approvals subject. Use it when
+	// the publishers of actions must not approve their own deletions (a publisher can
+	// always compute the input's hash).
+	NoPreApprovals bool
 
 	// ObjectBucket is the JetStream object store holding outputs and events too large for
 	// one message (default HERMES_OUTPUT_OBJECTS, kept OutputMaxAge).

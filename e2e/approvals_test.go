@@ -204,3 +204,21 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 		t.Errorf("session_delete calls %d, want 1", c)
 	}
 }
+
+// TestPreApprovalsRefused: with NoPreApprovals a publisher cannot approve its own
+// deletion: the action is parked despite a valid pre-approval.
+func TestPreApprovalsRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withConfig(func(c *bridge.Config) { c.NoPreApprovals = true }))
+	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "self-1"}}, withKey("create-self-1"))
+	requireCompleted(t, res)
+	a := events.Action{Input: mustJSON(t, `{"session_id":"self-1"}`), IdempotencyKey: "self-1"}
+	preApproved(&a)
+	p := h.pendingOf(h.publish("session_delete", a))
+	if p.Status != events.StatusPendingApproval {
+		t.Fatalf("status %s, want pending_approval", p.Status)
+	}
+	if c := h.fake.Calls("session_delete"); c != 0 {
+		t.Errorf("a self-approved deletion reached Hermes")
+	}
+}

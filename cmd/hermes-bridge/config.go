@@ -67,6 +67,7 @@ type Config struct {
 	Heartbeat          time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3)"`
 	MaxDeliver         int           `env:"HERMES_BRIDGE_MAX_DELIVER" envDefault:"-1" desc:"consumer delivery limit; -1 (unlimited) keeps every action until it is settled"`
 	MaxAttempts        int           `env:"HERMES_BRIDGE_MAX_ATTEMPTS" envDefault:"5" desc:"Hermes calls of one action that failed retryably, before it settles failed"`
+	PreApprovals       bool          `env:"HERMES_BRIDGE_PRE_APPROVALS" envDefault:"true" desc:"accept approvals carried inside actions; false parks every response_delete and session_delete until a decision arrives on its approvals subject"`
 	ApprovalTTL        time.Duration `env:"HERMES_BRIDGE_APPROVAL_TTL" envDefault:"15m" desc:"how long a parked response_delete or session_delete waits for a decision, and the age limit of a pre-approval"`
 	BreakerThreshold   int           `env:"HERMES_BRIDGE_BREAKER_THRESHOLD" envDefault:"5" desc:"consecutive endpoint failures (transport, 5xx) that pause the endpoint"`
 	BreakerCooldown    time.Duration `env:"HERMES_BRIDGE_BREAKER_COOLDOWN" envDefault:"2s" desc:"first pause of a failing endpoint; doubles while it keeps failing"`
@@ -468,6 +469,7 @@ func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Co
 		MaxDeliver:         c.MaxDeliver,
 		MaxAttempts:        c.MaxAttempts,
 		ApprovalTTL:        c.ApprovalTTL,
+		NoPreApprovals:     !c.PreApprovals,
 		BreakerThreshold:   c.BreakerThreshold,
 		BreakerCooldown:    c.BreakerCooldown,
 		BreakerMaxCooldown: c.BreakerMaxCooldown,
