@@ -687,8 +687,11 @@ func TestIdleConnsReused(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(conns) > 8 {
-		t.Errorf("%d connections for 40 calls 8 at a time, want at most 8 (idle connections reused)", len(conns))
+	// Without reuse (net/http keeps 2 idle connections) about 2+6×5 = 32 would be dialed;
+	// with reuse 8, plus a few when a round starts before the last one's connections
+	// went back to the pool.
+	if len(conns) > 16 {
+		t.Errorf("%d connections for 40 calls 8 at a time, want at most 16 (idle connections reused)", len(conns))
 	}
 	if _, err := hermes.New(srv.URL, hermes.WithIdleConns(0)); err == nil {
 		t.Error("WithIdleConns(0) accepted")
