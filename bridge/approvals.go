@@ -72,6 +72,9 @@ func (j *job) park(ctx context.Context) decision {
 	if err != nil {
 		return j.infra(err)
 	}
+	if j.running != nil {
+		j.running.parked.Store(true) // from now on the stored state answers cancels
+	}
 	idx := kvstore.Record{State: kvstore.StateParked, ActionID: j.actionID, CapabilityID: j.capID,
 		InputSHA256: j.inputHash, ExpiresAt: expires}
 	if _, err := b.store.Create(ctx, kvstore.ParkKey(j.actionID), idx); err != nil && !errors.Is(err, kvstore.ErrExists) {

@@ -31,6 +31,7 @@ type running struct {
 	j        *job
 	cancel   context.CancelCauseFunc
 	settling atomic.Bool // the result is decided; a cancel comes too late
+	parked   atomic.Bool // the action is parked: the stored state answers cancels
 }
 
 type registry struct {
@@ -71,13 +72,15 @@ func (b *Bridge) register(j *job, cancel context.CancelCauseFunc) func() {
 func (b *Bridge) cancelLocal(id string) string {
 	b.inflight.mu.Lock()
 	defer b.inflight.mu.Unlock()
-	list := b.inflight.jobs[id]
-	if len(list) == 0 {
-		return ""
-	}
-	state := events.CancelAlreadySettled
-	for _, r := range list {
-		if !r.settling.Load() {
+	state := ""
+	for _, r := range b.inflight.jobs[id] {
+		switch {
+		case r.parked.Load():
+		case r.settling.Load():
+			if state == "" {
+				state = events.CancelAlreadySettled
+			}
+		default:
 			r.cancel(errCancelRequested)
 			state = events.CancelCancelled
 		}
@@ -174,10 +177,17 @@ func (b *Bridge) cancelFromStore(ctx context.Context, m *nats.Msg) {
 	}
 }
 
+// localRunning reports whether this replica runs a delivery of id that answers cancel
+// requests itself (a delivery that parked the action leaves that to the stored state).
 func (b *Bridge) localRunning(id string) bool {
 	b.inflight.mu.Lock()
 	defer b.inflight.mu.Unlock()
-	return len(b.inflight.jobs[id]) > 0
+	for _, r := range b.inflight.jobs[id] {
+		if !r.parked.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // cancelStored settles a stored, unowned action cancelled. It reports false when the
