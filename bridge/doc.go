@@ -32,6 +32,13 @@
 // and 5xx are retried with NakWithDelay and jittered exponential backoff within the
 // action's deadline and the consumer's MaxDeliver.
 //
+// Actions that need approval (response_delete, session_delete) are parked in KV until a
+// decision arrives on <prefix>.approvals.<id> (see approvals.go); cancel requests on
+// <prefix>.cancel.<id> are answered by the replica running the action or from the stored
+// state (see cancel.go). Outputs too large for one message go to an object store and are
+// referenced (see offload.go); an endpoint that keeps failing is paused by a circuit
+// breaker (see breaker.go).
+//
 // Every acknowledgement decision is made in one place (Bridge.apply). The package logs
 // one line per action outcome and never logs content, keys or session identifiers.
 package bridge
