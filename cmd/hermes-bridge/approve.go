@@ -81,7 +81,7 @@ var stdinIsTerminal = func(r io.Reader) bool {
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
-// parseIDArgs parses the flags and the one action id of approve, deny and cancel.
+// parseIDArgs parses the flags and the one action id of watch, approve, deny and cancel.
 // It returns the id, or "" with the exit status when the command is done.
 func parseIDArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, head, examples string) (string, int) {
 	pos, err := parseArgs(fs, args)

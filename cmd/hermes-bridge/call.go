@@ -129,20 +129,11 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o callOptions
 	fs := watchFlags(&o, sio.err)
-	pos, err := parseArgs(fs, args)
-	switch {
-	case errors.Is(err, errHelp):
-		printFlagsHelp(sio.out, usageWatch, fs, examplesWatch)
-		return exitOK
-	case err != nil:
-		return usageError(sio.err, "watch", err.Error())
-	case len(pos) == 0:
-		return usageError(sio.err, "watch", "missing the action id")
-	case len(pos) > 1:
-		return usageError(sio.err, "watch", fmt.Sprintf("unexpected argument %q (watch takes one action id)", pos[1]))
-	case !events.ValidActionID(pos[0]):
-		return usageError(sio.err, "watch", "the action id must match [A-Za-z0-9_-]{1,128}")
-	case o.jsonOut && o.eventsOut:
+	id, code := parseIDArgs("watch", fs, args, sio, usageWatch, examplesWatch)
+	if id == "" {
+		return code
+	}
+	if o.jsonOut && o.eventsOut {
 		return usageError(sio.err, "watch", "--json and --events exclude each other")
 	}
 	cl, closeConn, code := dialClient(environ, o.server, sio.err)
@@ -150,7 +141,7 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 		return code
 	}
 	defer closeConn()
-	return follow(ctx, cl, pos[0], &o, sio)
+	return follow(ctx, cl, id, &o, sio)
 }
 
 // action builds the action from the flags; errors are usage errors.
