@@ -229,8 +229,9 @@ func headerSize(h nats.Header) int {
 }
 
 // rawPublish is the scenario 2 floor: n JetStream async publishes of the sample message
-// (same headers and data, minus Nats-Msg-Id: no dedup) with at most 4096 acks outstanding,
-// counted by a core subscriber; done when every ack and every message arrived.
+// (same headers and data, each with its own Nats-Msg-Id, as the contract makes the bridge
+// send) with at most 4096 acks outstanding, counted by a core subscriber; done when every
+// ack and every message arrived.
 func (e *env) rawPublish(ctx context.Context, n int, sample *nats.Msg) streamRun {
 	js, err := jetstream.New(e.ncFloor, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -257,14 +258,19 @@ func (e *env) rawPublish(ctx context.Context, n int, sample *nats.Msg) streamRun
 	if err := e.ncClient.Flush(); err != nil {
 		return streamRun{err: err}
 	}
-	hdr := nats.Header{}
+	base := nats.Header{}
 	for k, v := range sample.Header {
 		if k != jetstream.MsgIDHeader {
-			hdr[k] = v
+			base[k] = v
 		}
 	}
 	t0 := time.Now()
-	for range n {
+	for i := range n {
+		hdr := make(nats.Header, len(base)+1)
+		for k, v := range base {
+			hdr[k] = v
+		}
+		hdr.Set(jetstream.MsgIDHeader, subj+":"+strconv.Itoa(i))
 		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Header: hdr, Data: sample.Data},
 			jetstream.WithStallWait(time.Minute)); err != nil {
 			return streamRun{err: err, got: got.Load()}
@@ -421,7 +427,7 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf(
 		"bridge: publish of the action to the subscriber holding all %d events (core subscription on hermes.events.<id>) and the result; "+
-			"event messages average %.0f bytes (headers+data); the raw floor publishes a copy of one of them (without Nats-Msg-Id) %d times, "+
+			"event messages average %.0f bytes (headers+data); the raw floor publishes a copy of one of them %d times, each with its own Nats-Msg-Id, "+
 			"4096 acks outstanding, and waits for every ack and every message at a core subscriber; %d interleaved rounds (bridge, http, raw), "+
 			"figures over all rounds", e.o.Events, avg, e.o.Events, rounds))
 	return rep
