@@ -370,6 +370,17 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 			j.setStatus("duplicate", "")
 			j.finishOwnKey(ctx, e.Record.Result)
 			return j.republish(ctx, e.Record), true
+		case e.Record.State == kvstore.StateParked:
+			// Parked by an earlier delivery: make sure its pending result is out (a crash
+			// may have come between parking and publishing it), and leave it to the
+			// decision or the expiry.
+			j.setStatus("duplicate:"+events.StatusPendingApproval, "")
+			if j.action != nil {
+				if err := j.publishPending(ctx, e.Record.ExpiresAt); err != nil {
+					return j.infra(err), true
+				}
+			}
+			return ackIt(), true
 		case !e.Record.LeaseExpired(b.now()):
 			// Another delivery holds it: wait for it to settle, then republish.
 			we, err := j.waitSettled(ctx, j.actKey(), e.Revision)

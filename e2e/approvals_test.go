@@ -222,3 +222,30 @@ func TestPreApprovalsRefused(t *testing.T) {
 		t.Errorf("a self-approved deletion reached Hermes")
 	}
 }
+
+// TestParkedActionRedelivered: the same parked action published again (or redelivered)
+// stays parked with its original expiry; it is neither re-parked nor run.
+func TestParkedActionRedelivered(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id, out := parkedDelete(t, h, "redeliver-1", "redeliver-1")
+	// A raw copy with the same action id and no Nats-Msg-Id reaches the bridge again.
+	a := events.Action{Input: mustJSON(t, `{"session_id":"redeliver-1"}`), IdempotencyKey: "redeliver-1"}
+	data, _ := json.Marshal(a)
+	h.publishRaw("hermes.actions.primary.session_delete", binaryHeader(id, events.TypeAction, ""), data)
+	h.waitIdle(10 * time.Second)
+	store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := store.Get(context.Background(), kvstore.ActionKey(id))
+	if err != nil || e.Record.State != kvstore.StateParked || !e.Record.ExpiresAt.Equal(out.ExpiresAt) {
+		t.Fatalf("record after the copy: state %s expires %s (want parked, %s), err %v", e.Record.State, e.Record.ExpiresAt, out.ExpiresAt, err)
+	}
+	if c := h.fake.Calls("session_delete"); c != 0 {
+		t.Errorf("the copy ran the parked action")
+	}
+	h.decide(id, events.DecisionApprove, out.InputSHA256)
+	res, _ := h.follow(id)
+	requireCompleted(t, res)
+}
