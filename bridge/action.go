@@ -50,12 +50,14 @@ type job struct {
 	cctx    context.Context
 	running *running // this delivery in the bridge's registry, nil outside handle
 
-	mu     sync.Mutex
-	actRev uint64
-	actRec kvstore.Record
-	key    string // scoped idempotency key, "" when the action has none
-	keyRev uint64
-	owned  bool // this job holds the key claim
+	mu         sync.Mutex
+	actRev     uint64
+	actRec     kvstore.Record
+	key        string // scoped idempotency key, "" when the action has none
+	keyRev     uint64
+	keyState   kvstore.State // the key record's state while owned
+	owned      bool          // this job holds the key claim
+	dispatched bool          // this job marked the action dispatched (the request may go out)
 
 	// outcome, for the log line
 	status   string
@@ -284,11 +286,6 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 			return j.park(ctx)
 		}
 	}
-	if j.action.IdempotencyKey != "" {
-		if d, done := j.claimKey(ctx); done {
-			return d
-		}
-	}
 	return j.execute(ctx)
 }
 
@@ -343,8 +340,11 @@ func (j *job) request() hermes.Request {
 // must do. done is false when this job now owns the action and should go on.
 func (j *job) claimAction(ctx context.Context) (decision, bool) {
 	b := j.b
+	if j.action != nil && j.action.IdempotencyKey != "" {
+		j.key = kvstore.IdempotencyKey(j.capID, j.action.IdempotencyKey)
+	}
 	rec := kvstore.Record{State: kvstore.StateClaimed, ActionID: j.actionID, CapabilityID: j.capID,
-		InputSHA256: j.inputHash, Owner: j.owner(), LeaseUntil: j.leaseUntil(), Attempt: 1,
+		InputSHA256: j.inputHash, Owner: j.owner(), LeaseUntil: j.leaseUntil(), Attempt: 1, IdemKey: j.key,
 		CreatedAt: b.now(), UpdatedAt: b.now()}
 	rev, err := b.store.Create(ctx, j.actKey(), rec)
 	if err == nil {
@@ -368,7 +368,6 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 		switch {
 		case e.Record.State == kvstore.StateSettled:
 			j.setStatus("duplicate", "")
-			j.finishOwnKey(ctx, e.Record.Result)
 			return j.republish(ctx, e.Record), true
 		case e.Record.State == kvstore.StateParked:
 			// Parked by an earlier delivery: make sure its pending result is out (a crash
@@ -396,9 +395,15 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 		// The owner is gone, or released the claim to retry. Take it over with CAS.
 		prev := e.Record
 		rec.CreatedAt, rec.State, rec.Attempt = prev.CreatedAt, kvstore.StateClaimed, prev.Attempt+1
-		if prev.State == kvstore.StateDispatched && !j.safe() {
-			// The request may have reached Hermes: never resend an unsafe call.
-			rec.State = kvstore.StateDispatched
+		if !j.safe() {
+			sent, err := b.mayHaveSent(ctx, prev)
+			if err != nil {
+				return j.infra(err), true
+			}
+			if sent {
+				// The request may have reached Hermes: never resend an unsafe call.
+				rec.State = kvstore.StateDispatched
+			}
 		}
 		rev, err := b.store.Update(ctx, j.actKey(), rec, e.Revision)
 		if errors.Is(err, kvstore.ErrConflict) {
@@ -411,62 +416,83 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 		j.actRev, j.actRec = rev, rec
 		j.mu.Unlock()
 		if rec.State == kvstore.StateDispatched {
-			// Recover the key claim too, so the key's waiters see the outcome.
-			if j.action != nil && j.action.IdempotencyKey != "" {
-				j.key = kvstore.IdempotencyKey(j.capID, j.action.IdempotencyKey)
-				if ke, err := b.store.Get(ctx, j.key); err == nil && ke.Record.ActionID == j.actionID && ke.Record.State != kvstore.StateSettled {
-					j.keyRev, j.owned = ke.Revision, true
-				}
-			}
+			// The key record (if any) keeps pointing at this action; its waiters read the
+			// outcome_unknown result from this action's record.
 			return j.settle(ctx, failedResult(j, outcomeUnknown())), true
 		}
 		return decision{}, false
 	}
 }
 
-// finishOwnKey settles this action's idempotency key record if a crash left it
-// unsettled after the action itself was settled with result raw.
-func (j *job) finishOwnKey(ctx context.Context, raw json.RawMessage) {
-	if j.action == nil || j.action.IdempotencyKey == "" {
-		return
+// mayHaveSent reports whether the action of record rec may have reached Hermes: its
+// record says dispatched, or (a keyed action) its idempotency record, which carries
+// the write-ahead mark for keyed actions, is held by the action and says dispatched,
+// or was settled for it by a duplicate that found its owner dead after dispatch.
+func (b *Bridge) mayHaveSent(ctx context.Context, rec kvstore.Record) (bool, error) {
+	if rec.State == kvstore.StateDispatched {
+		return true, nil
 	}
-	j.key = kvstore.IdempotencyKey(j.capID, j.action.IdempotencyKey)
-	e, err := j.b.store.Get(ctx, j.key)
-	if err != nil || e.Record.ActionID != j.actionID || e.Record.State == kvstore.StateSettled {
-		return
+	if rec.IdemKey == "" {
+		return false, nil
 	}
-	if _, err := j.finishKey(ctx, e, raw); err != nil && !errors.Is(err, errOwnerGone) {
-		j.b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("finishing the idempotency record failed")
+	ke, err := b.store.Get(ctx, rec.IdemKey)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		return false, nil
 	}
+	if err != nil {
+		return false, err
+	}
+	return ke.Record.ActionID == rec.ActionID &&
+		(ke.Record.State == kvstore.StateDispatched || ke.Record.State == kvstore.StateSettled), nil
 }
 
-// claimKey claims the scoped idempotency key, or replays, conflicts or waits.
-func (j *job) claimKey(ctx context.Context) (decision, bool) {
+// claimKey tries once to create the action's idempotency record. It is called with
+// the endpoint's slot held and the breaker's permission, right before the request: for
+// an unsafe operation the record is created "dispatched", so that this one write is
+// both the key's claim and the write-ahead mark. claimed is false when the key is held
+// already (resolveKey decides then).
+func (j *job) claimKey(ctx context.Context) (claimed bool, err error) {
 	b := j.b
-	j.key = kvstore.IdempotencyKey(j.capID, j.action.IdempotencyKey)
-	rec := kvstore.Record{State: kvstore.StateClaimed, ActionID: j.actionID, CapabilityID: j.capID,
+	state := kvstore.StateClaimed
+	if !j.safe() {
+		state = kvstore.StateDispatched
+	}
+	rec := kvstore.Record{State: state, ActionID: j.actionID, CapabilityID: j.capID,
 		InputSHA256: j.inputHash, Owner: j.owner(), CreatedAt: b.now(), UpdatedAt: b.now()}
+	rev, err := b.store.Create(ctx, j.key, rec)
+	if errors.Is(err, kvstore.ErrExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	j.keyRev, j.keyState, j.owned = rev, state, true
+	return true, nil
+}
+
+// resolveKey decides what an action does about a key that another record holds: it
+// replays a settled original, refuses a different input, waits for an original in
+// flight, or takes over its own earlier delivery's claim. done is false when the
+// caller should go on: with the key owned (j.owned), or to try claiming it again.
+func (j *job) resolveKey(ctx context.Context) (decision, bool) {
+	b := j.b
 	for {
-		rev, err := b.store.Create(ctx, j.key, rec)
-		if err == nil {
-			j.keyRev, j.owned = rev, true
-			return decision{}, false
-		}
-		if !errors.Is(err, kvstore.ErrExists) {
-			return j.infra(err), true
-		}
 		e, err := b.store.Get(ctx, j.key)
 		if errors.Is(err, kvstore.ErrNotFound) {
-			continue
+			return decision{}, false // released meanwhile: claim it
 		}
 		if err != nil {
 			return j.infra(err), true
 		}
 		if e.Record.ActionID == j.actionID {
-			// Our own earlier delivery claimed it and released nothing: keep going.
-			j.keyRev, j.owned = e.Revision, true
-			if e.Record.State == kvstore.StateSettled {
-				return j.settleReplay(ctx, e.Record), true
+			// Our own earlier delivery claimed it.
+			j.keyRev, j.keyState, j.owned = e.Revision, e.Record.State, true
+			switch {
+			case e.Record.State == kvstore.StateSettled:
+				return j.settleOwn(ctx, e.Record), true
+			case e.Record.State == kvstore.StateDispatched && !j.safe():
+				// That delivery may have sent the request: never resend it.
+				return j.settle(ctx, failedResult(j, outcomeUnknown())), true
 			}
 			return decision{}, false
 		}
@@ -478,11 +504,12 @@ func (j *job) claimKey(ctx context.Context) (decision, bool) {
 		if e.Record.State == kvstore.StateSettled {
 			return j.settleReplay(ctx, e.Record), true
 		}
-		// Same key, same input, still in flight: wait for the original, then replay.
+		// Same key, same input, not settled: the original is in flight, or settled in
+		// its own record only. Wait for it, then replay.
 		we, err := j.waitKey(j.cancelCtx(), e)
 		if err != nil {
 			if errors.Is(err, errOwnerGone) {
-				continue // released or taken over: try to claim again
+				return decision{}, false // released or taken over: try to claim again
 			}
 			if cancelRequested(j.cancelCtx()) {
 				return j.settleCancelled(ctx, false), true
@@ -498,23 +525,26 @@ func (j *job) claimKey(ctx context.Context) (decision, bool) {
 
 var errOwnerGone = errors.New("bridge: the key's owner is gone")
 
-// waitKey waits until the key record settles, checking the owning action between
-// waits. An owner that settled but whose key record was left unsettled (a crash
-// between the two writes) has its result copied into the key. An owner whose claim
-// expired is taken over: an undispatched or safe original releases the key
-// (errOwnerGone: the caller claims it again); a dispatched unsafe one settles the key
-// as outcome_unknown.
+// waitKey waits for the action that holds the key record e to settle, watching that
+// action's own record (its owner never writes the key record again after claiming it).
+// Once the owner has settled, its result is copied into the key record (finishKey), so
+// that later duplicates find it there in one read. An owner whose claim expired is
+// taken over: one that may have sent an unsafe request settles the key as
+// outcome_unknown; one that never reached Hermes (or a safe one) releases the key
+// (errOwnerGone: the caller claims it again).
 func (j *job) waitKey(ctx context.Context, e kvstore.Entry) (kvstore.Entry, error) {
 	b := j.b
+	ownerKey := kvstore.ActionKey(e.Record.ActionID)
+	oe, oerr := b.store.Get(ctx, ownerKey)
 	for {
-		oe, oerr := b.store.Get(ctx, kvstore.ActionKey(e.Record.ActionID))
 		if oerr != nil && !errors.Is(oerr, kvstore.ErrNotFound) {
 			return kvstore.Entry{}, oerr
 		}
 		switch {
 		case oerr == nil && oe.Record.State == kvstore.StateSettled:
 			return j.finishKey(ctx, e, oe.Record.Result)
-		case oerr == nil && oe.Record.State == kvstore.StateDispatched && oe.Record.LeaseExpired(b.now()) && !j.safe():
+		case oerr == nil && oe.Record.LeaseExpired(b.now()) && !j.safe() &&
+			(oe.Record.State == kvstore.StateDispatched || e.Record.State == kvstore.StateDispatched):
 			res := &events.Result{ActionID: e.Record.ActionID, CapabilityID: j.capID, Status: "failed", Error: outcomeUnknown()}
 			raw, err := json.Marshal(res)
 			if err != nil {
@@ -528,19 +558,32 @@ func (j *job) waitKey(ctx context.Context, e kvstore.Entry) (kvstore.Entry, erro
 			}
 			return kvstore.Entry{}, errOwnerGone
 		}
-		// The owner is alive: wait for the key to change, at most a heartbeat, then look again.
+		// The owner is alive: wait for its record to change (a settle, a lease renewal or
+		// a release), at most a heartbeat, then look again.
 		wctx, cancel := context.WithTimeout(ctx, min(b.cfg.Heartbeat, max(j.remaining(), time.Millisecond)))
-		we, err := b.store.Wait(wctx, j.key, e.Revision)
+		we, err := b.store.Wait(wctx, ownerKey, oe.Revision)
 		cancel()
 		switch {
-		case err == nil && we.Record.State == kvstore.StateSettled:
-			return we, nil
 		case err == nil:
-			e = we
+			oe = we
 		case errors.Is(err, kvstore.ErrNotFound):
-			return kvstore.Entry{}, errOwnerGone
+			oe, oerr = kvstore.Entry{}, err
 		case ctx.Err() != nil || j.remaining() <= 0:
 			return kvstore.Entry{}, err
+		default: // the wait timed out: read both records again
+			ne, kerr := b.store.Get(ctx, j.key)
+			switch {
+			case errors.Is(kerr, kvstore.ErrNotFound):
+				return kvstore.Entry{}, errOwnerGone
+			case kerr != nil:
+				return kvstore.Entry{}, kerr
+			case ne.Record.State == kvstore.StateSettled:
+				return ne, nil
+			case ne.Record.ActionID != e.Record.ActionID:
+				return kvstore.Entry{}, errOwnerGone // taken over: look at the new owner
+			}
+			e = ne
+			oe, oerr = b.store.Get(ctx, ownerKey)
 		}
 	}
 }
@@ -597,31 +640,43 @@ func (j *job) execute(ctx context.Context) decision {
 	}
 	cctx, cancel := context.WithDeadline(j.cancelCtx(), j.deadline)
 	defer cancel()
-	select {
-	case j.ep.sem <- struct{}{}:
-	case <-cctx.Done():
-		if cancelRequested(cctx) {
-			return j.settleCancelled(ctx, false)
+	for {
+		if d, ok := j.acquireSlot(ctx, cctx); !ok {
+			return d
 		}
-		if ctx.Err() != nil {
-			return j.release(ctx, false, nakAfter(b.cfg.RetryBase))
+		if ok, wait := j.ep.brk.allow(b.now()); !ok {
+			<-j.ep.sem
+			if wait >= j.remaining() || j.finalDelivery() {
+				_, _, code := j.ep.brk.pause(b.now())
+				return j.settle(ctx, failedResult(j, endpointPaused(code)))
+			}
+			j.setStatus("paused", "")
+			return j.release(ctx, false, nakAfter(pauseDelay(wait, j.remaining())))
 		}
-		return j.settle(ctx, failedResult(j, deadlineExceeded(false)))
+		if j.key == "" || j.owned {
+			break
+		}
+		// Claim the key last, right before the request: for an unsafe call this write is
+		// also the write-ahead mark.
+		claimed, err := j.claimKey(ctx)
+		if claimed {
+			break
+		}
+		j.ep.brk.abandon()
+		<-j.ep.sem
+		if err != nil {
+			return j.infra(err)
+		}
+		if d, done := j.resolveKey(ctx); done {
+			return d
+		}
 	}
 	defer func() { <-j.ep.sem }()
-	if ok, wait := j.ep.brk.allow(b.now()); !ok {
-		if wait >= j.remaining() || j.finalDelivery() {
-			_, _, code := j.ep.brk.pause(b.now())
-			return j.settle(ctx, failedResult(j, endpointPaused(code)))
-		}
-		j.setStatus("paused", "")
-		return j.release(ctx, false, nakAfter(pauseDelay(wait, j.remaining())))
-	}
 
 	if !j.safe() {
 		// Write ahead: from here the request may reach Hermes.
-		if err := j.updateAction(ctx, func(r *kvstore.Record) { r.State = kvstore.StateDispatched }); err != nil {
-			j.ep.brk.done(b.now(), nil)
+		if err := j.markDispatched(ctx); err != nil {
+			j.ep.brk.abandon()
 			return j.infra(err)
 		}
 		b.hook(PointDispatched, j.actionID)
@@ -664,6 +719,48 @@ func (j *job) execute(ctx context.Context) decision {
 		}
 	}
 	return j.settle(ctx, resultOf(j, res, err))
+}
+
+// acquireSlot takes one of the endpoint's concurrency slots. When it cannot (the action
+// was cancelled, its deadline passed, or the bridge is shutting down) it returns the
+// decision that ends this delivery and ok false.
+func (j *job) acquireSlot(ctx, cctx context.Context) (d decision, ok bool) {
+	select {
+	case j.ep.sem <- struct{}{}:
+		return decision{}, true
+	case <-cctx.Done():
+		if cancelRequested(cctx) {
+			return j.settleCancelled(ctx, false), false
+		}
+		if ctx.Err() != nil {
+			return j.release(ctx, false, nakAfter(j.b.cfg.RetryBase)), false
+		}
+		return j.settle(ctx, failedResult(j, deadlineExceeded(false))), false
+	}
+}
+
+// markDispatched records that the request may reach Hermes from now on. A keyed action
+// whose claim was created for this call carries the mark already; one that took over
+// an earlier claim updates the key record; an action without a key updates its own.
+func (j *job) markDispatched(ctx context.Context) error {
+	b := j.b
+	switch {
+	case j.owned && j.keyState == kvstore.StateDispatched:
+	case j.owned:
+		rec := kvstore.Record{State: kvstore.StateDispatched, ActionID: j.actionID, CapabilityID: j.capID,
+			InputSHA256: j.inputHash, Owner: j.owner(), CreatedAt: j.start, UpdatedAt: b.now()}
+		rev, err := b.store.Update(ctx, j.key, rec, j.keyRev)
+		if err != nil {
+			return err
+		}
+		j.keyRev, j.keyState = rev, kvstore.StateDispatched
+	default:
+		if err := j.updateAction(ctx, func(r *kvstore.Record) { r.State = kvstore.StateDispatched }); err != nil {
+			return err
+		}
+	}
+	j.dispatched = true
+	return nil
 }
 
 // pauseDelay is how long an action waits for a paused endpoint: until the pause ends,
@@ -723,7 +820,7 @@ func (j *job) retryLater(err error, what string) decision {
 // been called is taken from the claim this job holds.
 func (j *job) lastResort(what string) decision {
 	j.mu.Lock()
-	dispatched := j.actRec.State == kvstore.StateDispatched
+	dispatched := j.actRec.State == kvstore.StateDispatched || j.dispatched
 	j.mu.Unlock()
 	info := &events.ErrorInfo{Code: "internal", Category: "connector", UncertainOutcome: dispatched && !j.safe(),
 		Message: "the bridge could not record the action before its last delivery",
@@ -829,17 +926,12 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	}
 	b.hook(PointStored, j.actionID)
 	if j.owned {
-		certainRetryable := res.Error != nil && res.Error.Retryable && !res.Error.UncertainOutcome
-		if certainRetryable {
-			// Hermes never started: let a later action with the same key run.
+		// The key record stays as claimed: it names this action, whose record now holds
+		// the result (duplicates read it there). Only a result that is retryable and
+		// certain (Hermes never started) frees the key, so that a later action runs.
+		if res.Error != nil && res.Error.Retryable && !res.Error.UncertainOutcome {
 			if err := b.store.Delete(ctx, j.key, j.keyRev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
 				b.log.Warn().Err(err).Str("action_id", j.actionID).Msg("releasing the idempotency claim failed")
-			}
-		} else {
-			rec := kvstore.Record{State: kvstore.StateSettled, ActionID: j.actionID, CapabilityID: j.capID,
-				InputSHA256: j.inputHash, Owner: j.owner(), Result: raw, CreatedAt: j.start, UpdatedAt: b.now()}
-			if _, err := b.store.Update(ctx, j.key, rec, j.keyRev); err != nil && !errors.Is(err, kvstore.ErrConflict) {
-				return j.infra(err)
 			}
 		}
 		j.owned = false
@@ -849,6 +941,19 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	}
 	b.hook(PointPublished, j.actionID)
 	return ackIt()
+}
+
+// settleOwn settles this action with a result stored for it in its key record.
+func (j *job) settleOwn(ctx context.Context, rec kvstore.Record) decision {
+	var r events.Result
+	if err := json.Unmarshal(rec.Result, &r); err != nil {
+		return j.infra(fmt.Errorf("stored result of %s is unreadable: %w", j.actionID, err))
+	}
+	if r.ActionID != j.actionID {
+		return j.settleReplay(ctx, rec)
+	}
+	j.owned = false
+	return j.settle(ctx, &r)
 }
 
 // settleReplay settles this action with the original's stored result.

@@ -176,6 +176,9 @@ func (b *Bridge) resume(ctx context.Context, msg jetstream.Msg, md *jetstream.Ms
 		env: &events.Envelope{ID: rec.ActionID, Data: rec.Action}}
 	j.deadline = b.now().Add(timeoutFor(spec, a))
 	j.actRev, j.actRec = e.Revision, rec
+	if a.IdempotencyKey != "" {
+		j.key = kvstore.IdempotencyKey(rec.CapabilityID, a.IdempotencyKey)
+	}
 	return j, decision{}, true
 }
 
@@ -197,7 +200,7 @@ func (j *job) unpark(ctx context.Context) {
 // runApproved takes the parked action over (CAS parked -> claimed) and runs it.
 func (j *job) runApproved(ctx context.Context) decision {
 	err := j.updateAction(ctx, func(r *kvstore.Record) {
-		r.State, r.Owner, r.LeaseUntil, r.Attempt = kvstore.StateClaimed, j.owner(), j.leaseUntil(), 1
+		r.State, r.Owner, r.LeaseUntil, r.Attempt, r.IdemKey = kvstore.StateClaimed, j.owner(), j.leaseUntil(), 1, j.key
 	})
 	if errors.Is(err, kvstore.ErrConflict) {
 		return ackIt() // another replica handled a decision first
@@ -211,11 +214,6 @@ func (j *job) runApproved(ctx context.Context) decision {
 		return j.settle(ctx, failedResult(j, clientErrorInfo(err, true)))
 	}
 	j.prepared = p
-	if j.action.IdempotencyKey != "" {
-		if d, done := j.claimKey(ctx); done {
-			return d
-		}
-	}
 	return j.execute(ctx)
 }
 

@@ -48,6 +48,14 @@ func (b *breaker) allow(now time.Time) (ok bool, wait time.Duration) {
 	return true, 0
 }
 
+// abandon gives back a permission from allow that was not used: no call was made, so
+// nothing is learned about the endpoint (a half-open breaker admits another probe).
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+}
+
 // done records the outcome of a call that allow let through.
 func (b *breaker) done(now time.Time, err error) {
 	failed := endpointFailure(err)

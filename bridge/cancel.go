@@ -168,7 +168,10 @@ func (b *Bridge) cancelFromStore(ctx context.Context, m *nats.Msg) {
 		case !e.Record.LeaseExpired(b.now()):
 			return // a live replica owns it and answers
 		default: // the owner died
-			uncertain := e.Record.State == kvstore.StateDispatched
+			uncertain, err := b.mayHaveSent(ctx, e.Record)
+			if err != nil {
+				return // no authoritative answer; the requester times out
+			}
 			if b.cancelStored(ctx, e, uncertain) {
 				b.replyCancel(m, id, events.CancelCancelled)
 				return

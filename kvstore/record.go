@@ -42,6 +42,11 @@ type Record struct {
 	// Update while it works.
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	Attempt    int       `json:"attempt,omitempty"`
+	// IdemKey is, in an action record, the key of the action's idempotency record
+	// (IdempotencyKey's result), "" when the action has no idempotency key. For a keyed
+	// unsafe action the write-ahead "dispatched" mark is the idempotency record's state,
+	// so whoever recovers the action reads it there.
+	IdemKey string `json:"idem_key,omitempty"`
 	// Result is the events.Result JSON once settled.
 	Result json.RawMessage `json:"result,omitempty"`
 	// Action is the action JSON of a parked action, so that any replica can run it
@@ -84,6 +89,7 @@ func encodeRecord(r Record) ([]byte, error) {
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendInt(b, int64(r.Attempt), 10)
 	}
+	b = appendField(b, "idem_key", r.IdemKey, true)
 	if len(r.Result) > 0 {
 		b = append(b, `,"result":`...)
 		b = append(b, r.Result...)

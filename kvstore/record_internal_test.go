@@ -14,7 +14,7 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 		{},
 		{State: StateClaimed, ActionID: "a-1"},
 		{State: StateSettled, ActionID: "a_2", CapabilityID: "cap:hermes_agent:primary:chat",
-			InputSHA256: "ab12", Owner: "r1", LeaseUntil: now, Attempt: 3,
+			InputSHA256: "ab12", Owner: "r1", LeaseUntil: now, Attempt: 3, IdemKey: "idem.0f1e",
 			Result:    json.RawMessage(`{"action_id":"a_2","status":"completed","output":{"x":[1,2]},"error":null,"replay_of":null}`),
 			CreatedAt: now.Add(-time.Second), UpdatedAt: now},
 		{State: StateParked, ActionID: "p-1", Action: json.RawMessage(`{"input":{"response_id":"resp_1"},"idempotency_key":"k"}`),
@@ -37,7 +37,7 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d does not decode: %v", i, err)
 		}
-		if back.State != r.State || back.ActionID != r.ActionID || back.Attempt != r.Attempt || !back.LeaseUntil.Equal(r.LeaseUntil) {
+		if back.State != r.State || back.ActionID != r.ActionID || back.Attempt != r.Attempt || back.IdemKey != r.IdemKey || !back.LeaseUntil.Equal(r.LeaseUntil) {
 			t.Errorf("record %d round trip: %+v", i, back)
 		}
 	}
