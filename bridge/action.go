@@ -162,9 +162,9 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg) {
 	unregister := b.register(j, cancel)
 	defer unregister()
 	b.hook(PointDelivered, j.actionID)
-	hb := j.startHeartbeat(ctx)
+	unbeat := b.beats.add(j)
 	d := j.run(ctx, err)
-	hb()
+	unbeat()
 	b.apply(ctx, msg, d)
 	b.logOutcome(j, d, start)
 }
@@ -849,7 +849,7 @@ func (j *job) updateAction(ctx context.Context, fn func(*kvstore.Record)) error 
 	return nil
 }
 
-// renewLease extends the claim while the job runs; called by the heartbeat.
+// renewLease extends the claim while the job runs; called by the heartbeats.
 func (j *job) renewLease(ctx context.Context) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -862,28 +862,6 @@ func (j *job) renewLease(ctx context.Context) {
 	if err == nil {
 		j.actRev, j.actRec = rev, rec
 	}
-}
-
-// startHeartbeat sends InProgress every Heartbeat and renews the claim's lease until
-// the returned stop function is called. stop waits for the goroutine to end.
-func (j *job) startHeartbeat(ctx context.Context) (stop func()) {
-	hctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(j.b.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-hctx.Done():
-				return
-			case <-t.C:
-				_ = j.msg.InProgress()
-				j.renewLease(hctx)
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 // settle stores the terminal result (action record, then key record), publishes it and

@@ -143,8 +143,7 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 		return d
 	}
 	start := b.now()
-	hb := j.startHeartbeat(ctx)
-	defer hb()
+	defer b.beats.add(j)()
 	switch {
 	case b.now().After(e.Record.ExpiresAt):
 		d = j.settleParked(ctx, approvalExpired())

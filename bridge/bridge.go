@@ -38,6 +38,7 @@ type Bridge struct {
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 	wg         sync.WaitGroup
+	beats      *heartbeats
 	inflight   registry // deliveries running here, for cancel requests
 }
 
@@ -88,6 +89,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		subjects: events.Subjects{Prefix: cfg.Prefix},
 		eps:      make(map[string]*endpoint, len(cfg.Endpoints)),
 		now:      time.Now,
+		beats:    newHeartbeats(cfg.Heartbeat),
 	}
 	for _, ep := range cfg.Endpoints {
 		opts := []hermes.Option{hermes.WithEndpointID(ep.ID), hermes.WithIdleConns(ep.MaxConcurrency)}
@@ -123,6 +125,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return fmt.Errorf("bridge: subscribe to cancel requests: %w", err)
 	}
 	defer stopCancel()
+	// Heartbeats outlive the work context: deliveries finishing within the shutdown grace
+	// still need them. They stop once every handler has returned (drain).
+	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		b.beats.run(beatCtx)
+	}()
+	defer func() { stopBeats(); <-beatsDone }()
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
