@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,11 @@ const (
 	floorInStream   = "BENCH_FLOOR_IN"
 	floorOutStream  = "BENCH_FLOOR_OUT"
 	floorConsumer   = "bench-floor"
+	kvPrefix        = "benchkv" // the loop plus the contract's durable writes: benchkv.actions.> in, benchkv.results.> out
+	kvInStream      = "BENCH_KV_IN"
+	kvOutStream     = "BENCH_KV_OUT"
+	kvConsumer      = "bench-kv"
+	kvBucket        = "BENCH_KV"  // same settings as the bridge's bucket
 	rawStream       = "BENCH_RAW" // scenario 2 raw async-publish floor: benchraw.>
 	rawPrefix       = "benchraw"
 	resultTimeout   = 2 * time.Minute
@@ -57,6 +64,9 @@ type env struct {
 	jsFloor                     jetstream.JetStream // minimal loop side (its result publishes)
 	client, floorClient         *events.Client
 	hub, floorHub               *hub
+	kvClient                    *events.Client // the contract-writes loop
+	kvHub                       *hub
+	floorKV                     jetstream.KeyValue
 	httpc                       *http.Client
 
 	bridgeCancel context.CancelFunc
@@ -64,7 +74,7 @@ type env struct {
 	bridgeCfg    bridge.Config
 	blog         *startedWriter // the bridge's log: readiness and warn/error lines
 
-	floorStop func()
+	floorStops []func()
 
 	seq  atomic.Int64                  // unique action ids across the run
 	gate atomic.Pointer[chan struct{}] // while set, "hold" prompts wait for it to close
@@ -161,6 +171,8 @@ func newEnv(ctx context.Context, o options, st *statusLog) (_ *env, err error) {
 	e.client = events.NewClient(e.js, events.WithSource("hermes-bench"))
 	e.floorClient = events.NewClient(e.js, events.WithSource("hermes-bench"),
 		events.WithSubjects(events.Subjects{Prefix: floorPrefix}))
+	e.kvClient = events.NewClient(e.js, events.WithSource("hermes-bench"),
+		events.WithSubjects(events.Subjects{Prefix: kvPrefix}))
 
 	e.fake = hermestest.NewServer(hermestest.WithAgent(e.agent), hermestest.WithMaxConcurrentRuns(0),
 		hermestest.WithKeepalive(time.Minute))
@@ -176,10 +188,13 @@ func newEnv(ctx context.Context, o options, st *statusLog) (_ *env, err error) {
 	if e.floorHub, err = newHub(e.ncClient, floorPrefix+".results.", decodeFloorResult); err != nil {
 		return nil, err
 	}
+	if e.kvHub, err = newHub(e.ncClient, kvPrefix+".results.", decodeFloorResult); err != nil {
+		return nil, err
+	}
 	if err = e.startBridge(ctx); err != nil {
 		return nil, err
 	}
-	if err = e.startFloorLoop(ctx); err != nil {
+	if err = e.startFloorLoops(ctx); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -217,25 +232,42 @@ func (e *env) startBridge(ctx context.Context) error {
 	}
 }
 
-// startFloorLoop starts the minimal hand-written JetStream loop: a stream and a durable pull
-// consumer on benchfloor.actions.>, Messages() with PullMaxMessages, Concurrency workers that
-// call the fake over HTTP, publish the response body to benchfloor.results.<id> with a
-// synchronous JetStream publish and Ack. No KV, no dedup, no CloudEvents decoding beyond
-// reading the prompt.
-func (e *env) startFloorLoop(ctx context.Context) error {
+// startFloorLoops starts the two hand-written JetStream loops scenario 1 compares the
+// bridge with, and creates the scenario 2 raw stream.
+func (e *env) startFloorLoops(ctx context.Context) error {
+	if _, err := e.jsFloor.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{rawPrefix + ".>"},
+		Storage: e.storage, Duplicates: streamDupWindow}); err != nil {
+		return fmt.Errorf("floor stream %s: %w", rawStream, err)
+	}
+	kv, err := e.jsFloor.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: kvBucket, History: 1,
+		TTL: 24 * time.Hour, Storage: e.storage})
+	if err != nil {
+		return fmt.Errorf("floor bucket: %w", err)
+	}
+	e.floorKV = kv
+	if err := e.startLoop(ctx, floorPrefix, floorInStream, floorOutStream, floorConsumer, e.floorHandle); err != nil {
+		return err
+	}
+	return e.startLoop(ctx, kvPrefix, kvInStream, kvOutStream, kvConsumer, e.floorKVHandle)
+}
+
+// startLoop starts one minimal hand-written JetStream loop: a stream and a durable pull
+// consumer on <prefix>.actions.>, Messages() with PullMaxMessages, Concurrency workers
+// that run handle on each message, and a stream for <prefix>.results.>. No CloudEvents
+// decoding beyond reading the prompt.
+func (e *env) startLoop(ctx context.Context, prefix, in, out, consumer string, handle func(context.Context, jetstream.Msg)) error {
 	for _, sc := range []jetstream.StreamConfig{
-		{Name: floorInStream, Subjects: []string{floorPrefix + ".actions.>"}, Storage: e.storage, Duplicates: streamDupWindow},
-		{Name: floorOutStream, Subjects: []string{floorPrefix + ".results.>"}, Storage: e.storage, Duplicates: streamDupWindow},
-		{Name: rawStream, Subjects: []string{rawPrefix + ".>"}, Storage: e.storage, Duplicates: streamDupWindow},
+		{Name: in, Subjects: []string{prefix + ".actions.>"}, Storage: e.storage, Duplicates: streamDupWindow},
+		{Name: out, Subjects: []string{prefix + ".results.>"}, Storage: e.storage, Duplicates: streamDupWindow},
 	} {
 		if _, err := e.jsFloor.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("floor stream %s: %w", sc.Name, err)
 		}
 	}
 	workers := e.o.Concurrency
-	cons, err := e.jsFloor.CreateOrUpdateConsumer(ctx, floorInStream, jetstream.ConsumerConfig{
-		Durable: floorConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxAckPending: workers, FilterSubject: floorPrefix + ".actions.>",
+	cons, err := e.jsFloor.CreateOrUpdateConsumer(ctx, in, jetstream.ConsumerConfig{
+		Durable: consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxAckPending: workers, FilterSubject: prefix + ".actions.>",
 	})
 	if err != nil {
 		return fmt.Errorf("floor consumer: %w", err)
@@ -267,23 +299,26 @@ func (e *env) startFloorLoop(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for m := range ch {
-				e.floorHandle(lctx, m)
+				handle(lctx, m)
 			}
 		}()
 	}
-	e.floorStop = func() { cancel(); it.Stop(); wg.Wait() }
+	e.floorStops = append(e.floorStops, func() { cancel(); it.Stop(); wg.Wait() })
 	return nil
+}
+
+// floorAction is what the loops read from an action: the prompt and the key.
+type floorAction struct {
+	Input struct {
+		Prompt string `json:"prompt"`
+	} `json:"input"`
+	IdempotencyKey string `json:"idempotency_key"`
 }
 
 // floorHandle is one iteration of the minimal loop.
 func (e *env) floorHandle(ctx context.Context, m jetstream.Msg) {
 	id := m.Headers().Get(jetstream.MsgIDHeader)
-	var a struct {
-		Input struct {
-			Prompt string `json:"prompt"`
-		} `json:"input"`
-		IdempotencyKey string `json:"idempotency_key"`
-	}
+	var a floorAction
 	if json.Unmarshal(m.Data(), &a) != nil || id == "" {
 		_ = m.Term()
 		return
@@ -294,6 +329,50 @@ func (e *env) floorHandle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if _, err := e.jsFloor.Publish(ctx, floorPrefix+".results."+id, body); err != nil {
+		_ = m.Nak()
+		return
+	}
+	_ = m.Ack()
+}
+
+// Record values of the contract-writes loop, the size of the bridge's records.
+var (
+	kvClaimRecord = bytes.Repeat([]byte("c"), 260)
+	kvMarkRecord  = bytes.Repeat([]byte("m"), 230)
+)
+
+// floorKVHandle is the minimal loop plus the durable writes the contract requires of any
+// implementation for a keyed unsafe action, and nothing else: claim the action id (KV
+// Create, §5), claim the scoped key carrying the write-ahead mark (KV Create, §5/§6), call
+// Hermes, store the result (KV Update, §5: results kept 24 h), publish it with its
+// Nats-Msg-Id (§3) and ack.
+func (e *env) floorKVHandle(ctx context.Context, m jetstream.Msg) {
+	id := m.Headers().Get(jetstream.MsgIDHeader)
+	var a floorAction
+	if json.Unmarshal(m.Data(), &a) != nil || id == "" || a.IdempotencyKey == "" {
+		_ = m.Term()
+		return
+	}
+	sum := sha256.Sum256([]byte(a.IdempotencyKey))
+	rev, err := e.floorKV.Create(ctx, "act."+id, kvClaimRecord)
+	if err != nil {
+		_ = m.Nak()
+		return
+	}
+	if _, err := e.floorKV.Create(ctx, "idem."+hex.EncodeToString(sum[:]), kvMarkRecord); err != nil {
+		_ = m.Nak()
+		return
+	}
+	body, err := e.httpChat(ctx, a.Input.Prompt, a.IdempotencyKey)
+	if err != nil {
+		_ = m.Nak()
+		return
+	}
+	if _, err := e.floorKV.Update(ctx, "act."+id, append(kvClaimRecord[:len(kvClaimRecord):len(kvClaimRecord)], body...), rev); err != nil {
+		_ = m.Nak()
+		return
+	}
+	if _, err := e.jsFloor.Publish(ctx, kvPrefix+".results."+id, body, jetstream.WithMsgID(id+":result")); err != nil {
 		_ = m.Nak()
 		return
 	}
@@ -361,8 +440,8 @@ func (e *env) httpStream(ctx context.Context, prompt string) (int, error) {
 }
 
 func (e *env) close() {
-	if e.floorStop != nil {
-		e.floorStop()
+	for _, stop := range e.floorStops {
+		stop()
 	}
 	if e.bridgeCancel != nil {
 		e.bridgeCancel()
@@ -371,7 +450,7 @@ func (e *env) close() {
 		case <-time.After(60 * time.Second):
 		}
 	}
-	for _, h := range []*hub{e.hub, e.floorHub} {
+	for _, h := range []*hub{e.hub, e.floorHub, e.kvHub} {
 		if h != nil {
 			_ = h.sub.Unsubscribe()
 		}

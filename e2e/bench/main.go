@@ -56,8 +56,9 @@ Examples:
   go run ./e2e/bench -scenarios stream,streams -events 20000 -store memory
   go run ./e2e/bench -scenarios chat -cpuprofile cpu.prof && go tool pprof -top cpu-chat-r1.prof cpu-chat-r2.prof
 
-Profiles cover the bridge's measuring windows only, one file per window (cpu.prof ->
-cpu-chat-r1.prof, cpu-stream-r1.prof, cpu-streams.prof, cpu-dup.prof); they are whole-process
+Profiles cover the bridge's measuring windows, one file per window (cpu.prof ->
+cpu-chat-r1.prof, cpu-stream-r1.prof, cpu-streams.prof, cpu-dup.prof), and scenario 1's
+JetStream loop windows to compare with (cpu-chat-loop-r1.prof); they are whole-process
 profiles (NATS server, fake and bench client included): use -focus or -tagignore to narrow.
 -memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3).
 
