@@ -9,7 +9,10 @@
 //     for redeliveries and re-publishes of the same action.
 //   - [IdempotencyKey] "idem.<hex sha256(capability_id NUL key)>": one record
 //     per caller idempotency key, scoped to the capability. The raw key is
-//     never stored or used as a key.
+//     never stored or used as a key. The bridge writes it once, as a claim that
+//     names the owning action (for an unsafe operation already "dispatched": the
+//     claim is the write-ahead mark); the owner stores its result in its own
+//     action record, and the first duplicate copies it here ("settled").
 //
 // # Records
 //
@@ -18,9 +21,11 @@
 //
 //	{"v":1,"state":"claimed","action_id":"a1","capability_id":"cap:hermes_agent:ep:chat",
 //	 "input_sha256":"…","owner":"replica-1","lease_until":"…","attempt":1,
-//	 "result":{…},"created_at":"…","updated_at":"…"}
+//	 "idem_key":"idem.…","result":{…},"created_at":"…","updated_at":"…"}
 //
-// "v" is the record format version (currently 1). States move forward:
+// "v" is the record format version (currently 1; idem_key, the action record's
+// pointer to its idempotency record, is an optional field added within it).
+// States move forward:
 // claimed → dispatched → settled, with parked for actions waiting on an
 // approval. Ownership of an in-flight record is a lease carried in the value
 // (Owner, LeaseUntil); see [Record.LeaseExpired].

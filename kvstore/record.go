@@ -76,7 +76,7 @@ type wireRecord struct {
 // the embedded result on every write. Result must be valid JSON (it is produced by
 // json.Marshal); it is copied verbatim.
 func encodeRecord(r Record) ([]byte, error) {
-	b := make([]byte, 0, 192+len(r.Result))
+	b := make([]byte, 0, 384+len(r.Result)+len(r.Action))
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, recordVersion, 10)
 	b = appendField(b, "state", string(r.State), false)
