@@ -141,8 +141,16 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}()
 	defer func() { <-sweepDone }()
 
+	// pullHeartbeat bounds a delivery stall seen under bursts (1,000 actions at once): the
+	// server ends up with no open pull request while the iterator still counts messages
+	// outstanding, so it asks for no more until the server's heartbeats are missed for two
+	// intervals. With the default interval (half the 30 s expiry) that stalled the tail of
+	// a burst for 30 s; with 1 s it is about 2 s. Idle heartbeats cost one small message a
+	// second per replica.
+	const pullHeartbeat = time.Second
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
+		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false),
 	)
 	if err != nil {
