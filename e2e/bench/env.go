@@ -439,6 +439,14 @@ func (e *env) httpStream(ctx context.Context, prompt string) (int, error) {
 	return countSSE(resp.Body)
 }
 
+// resetFake frees what the fake keeps between passes: the recorded requests and call
+// counters, and the sessions and responses it persisted (it stores every chat, as Hermes
+// does). Without it every pass would run with the live heap of all the passes before it.
+func (e *env) resetFake() {
+	e.fake.ResetCounters()
+	e.fake.ForgetSessions()
+}
+
 func (e *env) close() {
 	for _, stop := range e.floorStops {
 		stop()

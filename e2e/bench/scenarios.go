@@ -124,7 +124,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 			m.stats.add(st)
 			e.status.printf("1 chat: %s, round %d/%d: %.0f actions/s, p50 %.2f ms, p99 %.2f ms, %d errors",
 				m.name, r, o.Rounds, st.rate(), ms(st.pct(50)), ms(st.pct(99)), st.errs)
-			e.fake.ResetCounters() // the fake keeps every request: free them
+			e.resetFake()
 		}
 	}
 	prof.heap("chat")
@@ -356,7 +356,7 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 	sample := w.sample
 	_ = e.httpStreamRun(ctx, warmN)
 	_ = e.rawPublish(ctx, warmN, sample)
-	e.fake.ResetCounters()
+	e.resetFake()
 
 	// The three paths run interleaved for -rounds rounds; figures aggregate every round
 	// (events over total time) so that a burst of machine noise does not decide the ratio.
@@ -403,7 +403,7 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 		x.cpu = cpuTime() - c0
 		e.status.printf("2 stream: raw js async publish: %d messages in %.2f s = %.0f msgs/s", x.got, x.dur.Seconds(), rate(int(x.got), x.dur))
 		acc(&r, x)
-		e.fake.ResetCounters()
+		e.resetFake()
 	}
 	prof.heap("stream")
 	n *= rounds // totals over the rounds from here on
@@ -686,7 +686,7 @@ func (e *env) scenarioStreams(ctx context.Context, prof *profiler) ScenarioRepor
 	e.status.printf("3 streams: warm-up, %d streams through each path", wn)
 	_ = e.manyHTTP(ctx, wn, k, false)
 	_ = e.manyBridge(ctx, wn, k, false, nil)
-	e.fake.ResetCounters()
+	e.resetFake()
 
 	type pass struct {
 		name string
@@ -712,7 +712,7 @@ func (e *env) scenarioStreams(ctx context.Context, prof *profiler) ScenarioRepor
 			e.status.printf("3 streams: %s: %.2f s, %d settled, peak in-flight %d, peak heap in use %.1f MiB (idle baseline %.1f MiB)",
 				p.name, r.dur.Seconds(), r.settled, r.peakFly, mib(r.peak.heapInuse), mib(r.base.heapInuse))
 		}
-		e.fake.ResetCounters()
+		e.resetFake()
 		if r.failed > 0 || r.errMsg != "" {
 			rep.errorf("%s: %d failed (%s)", p.name, r.failed, r.errMsg)
 		}
@@ -828,7 +828,7 @@ func (e *env) scenarioDup(ctx context.Context, prof *profiler) ScenarioReport {
 	_ = closedLoop(ctx, c, 0, warm, nil, nil, e.opBridge)
 
 	e.status.printf("4 dup: floor, %d actions through the minimal js loop (no dedup: every one calls Hermes)", a)
-	e.fake.ResetCounters()
+	e.resetFake()
 	f := countLoop(ctx, c, a, func(ctx context.Context, i int) (outcome, error) {
 		o, _, err := e.publishOutcome(ctx, e.floorClient, e.floorHub, "fd", "chat", "", "")
 		return o, err
@@ -837,7 +837,7 @@ func (e *env) scenarioDup(ctx context.Context, prof *profiler) ScenarioReport {
 	e.status.printf("4 dup: js loop: %d actions in %.2f s = %.0f/s, %d Hermes calls", f.n, f.dur.Seconds(), rate(f.n-f.failed, f.dur), floorCalls)
 
 	e.status.printf("4 dup: bridge, %d actions sharing %d idempotency keys at concurrency %d", a, k, c)
-	e.fake.ResetCounters()
+	e.resetFake()
 	tag := e.newID("dk")
 	prof.startCPU("dup")
 	b := countLoop(ctx, c, a, func(ctx context.Context, i int) (outcome, error) {
@@ -848,7 +848,7 @@ func (e *env) scenarioDup(ctx context.Context, prof *profiler) ScenarioReport {
 	prof.stopCPU()
 	prof.heap("dup")
 	calls := e.fake.Calls("chat")
-	e.fake.ResetCounters()
+	e.resetFake()
 	e.status.printf("4 dup: bridge: %d actions in %.2f s = %.0f/s, %d replays, %d Hermes calls", b.n, b.dur.Seconds(), rate(b.n-b.failed, b.dur), b.replays, calls)
 
 	if b.failed > 0 {

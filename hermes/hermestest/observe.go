@@ -87,6 +87,21 @@ func (s *Server) ResetCounters() {
 	s.notify()
 }
 
+// ForgetSessions drops every stored session, message and stored response, as if the
+// server had just started; calls, requests, faults and the id sequence are kept.
+// Benchmarks call it between passes, so that the chats one pass persisted (the fake,
+// like Hermes, stores every chat) do not weigh on the next one's memory and GC.
+func (s *Server) ForgetSessions() {
+	db := s.sessions
+	db.mu.Lock()
+	db.rows, db.order, db.msgs = map[string]*session{}, nil, map[string][]*message{}
+	db.mu.Unlock()
+	rs := s.responses
+	rs.mu.Lock()
+	rs.m, rs.conv = map[string]*storedResponse{}, map[string]string{}
+	rs.mu.Unlock()
+}
+
 // WaitCalls blocks until Calls(route) >= n or ctx is done.
 func (s *Server) WaitCalls(ctx context.Context, route string, n int) error {
 	return s.waitFor(ctx, func() bool { return s.calls[route] >= n })

@@ -120,3 +120,26 @@ func BenchmarkChatStream100k(b *testing.B) {
 		b.SetBytes(n)
 	}
 }
+
+// TestForgetSessions: ForgetSessions drops the persisted chats, sessions and stored
+// responses and keeps the counters.
+func TestForgetSessions(t *testing.T) {
+	srv := newServer(t)
+	must(t, do(t, srv, "POST", "/api/sessions", `{"id":"s"}`), 201)
+	must(t, do(t, srv, "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`), 200)
+	resp := must(t, do(t, srv, "POST", "/v1/responses", `{"input":"hi"}`), 200).json(t)["id"].(string)
+	must(t, do(t, srv, "GET", "/v1/responses/"+resp, ""), 200)
+	if n := len(must(t, do(t, srv, "GET", "/api/sessions", ""), 200).json(t)["data"].([]any)); n < 2 {
+		t.Fatalf("%d sessions before, want the created one and the chat's", n)
+	}
+	calls := srv.Calls("chat")
+	srv.ForgetSessions()
+	if n := len(must(t, do(t, srv, "GET", "/api/sessions", ""), 200).json(t)["data"].([]any)); n != 0 {
+		t.Errorf("%d sessions after ForgetSessions", n)
+	}
+	must(t, do(t, srv, "GET", "/api/sessions/s", ""), 404)
+	must(t, do(t, srv, "GET", "/v1/responses/"+resp, ""), 404)
+	if srv.Calls("chat") != calls {
+		t.Errorf("ForgetSessions changed the counters: chat %d, was %d", srv.Calls("chat"), calls)
+	}
+}
