@@ -119,7 +119,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if o.Duration != 10*time.Second || o.Concurrency != 64 || o.Events != 100000 || o.Streams != 1000 ||
+	if o.Duration != 16*time.Second || o.Rounds != 4 || o.Concurrency != 64 || o.Events != 100000 || o.Streams != 1000 ||
 		o.StreamEvents != 50 || o.DupActions != 10000 || o.DupKeys != 100 || o.Store != "file" || len(o.Scenarios) != 4 {
 		t.Errorf("defaults: %+v", o)
 	}

@@ -74,9 +74,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fs.PrintDefaults()
 	}
 	var scen string
-	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "scenario 1: measuring window of each mode (bridge and floors), split across -rounds")
+	fs.DurationVar(&o.Duration, "duration", 16*time.Second, "scenario 1: measuring window of each mode (bridge and floors), split across -rounds")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "scenario 1: warm-up before each mode's first window (a quarter of it before later rounds)")
-	fs.IntVar(&o.Rounds, "rounds", 2, "scenarios 1 and 2: interleaved rounds (bridge and floors in turn), aggregated, to spread machine noise")
+	fs.IntVar(&o.Rounds, "rounds", 4, "scenarios 1 and 2: interleaved rounds (bridge and floors in turn), aggregated, to spread machine noise")
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "closed-loop clients in scenarios 1 and 4 (the bridge's workers and endpoint max_concurrency are at least this)")
 	fs.IntVar(&o.Events, "events", 100000, "scenario 2: SSE events in the stream (5..100000)")
 	fs.IntVar(&o.Streams, "streams", 1000, "scenario 3: concurrent chat_stream actions")
