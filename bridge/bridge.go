@@ -142,11 +142,13 @@ func (b *Bridge) Run(ctx context.Context) error {
 	defer func() { <-sweepDone }()
 
 	// pullHeartbeat bounds a delivery stall seen under bursts (1,000 actions at once): the
-	// server ends up with no open pull request while the iterator still counts messages
-	// outstanding, so it asks for no more until the server's heartbeats are missed for two
-	// intervals. With the default interval (half the 30 s expiry) that stalled the tail of
-	// a burst for 30 s; with 1 s it is about 2 s. Idle heartbeats cost one small message a
-	// second per replica.
+	// iterator stopped asking for messages with none outstanding on the server, until it
+	// missed the server's heartbeats for two intervals (30 s with the defaults). Debug
+	// prints in nats.go v1.55.0 point at a lost wake-up: checkPending skips the next pull
+	// request while the previous one is still being sent, and if that request's messages
+	// are all consumed before the sender clears its flag, nothing checks again. The
+	// missing-heartbeat reset does; with 1 s it comes after about 2 s. Idle heartbeats cost
+	// one small message a second per replica.
 	const pullHeartbeat = time.Second
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
