@@ -47,8 +47,8 @@ run: ## run the bridge on its embedded NATS server (endpoints from the environme
 demo: ## run the bridge against cmd/fake-hermes and send one streaming action
 	./deploy/demo.sh
 
-bench: ## bridge vs its floors (NATS, Hermes) side by side, table + bench.json (~2 min; go run ./e2e/bench -help)
-	$(GO) run ./e2e/bench -json bench.json
+bench: ## bridge vs its floors (NATS, Hermes) side by side, table + bench.json + bench.md (~2 min; go run ./e2e/bench -help)
+	$(GO) run ./e2e/bench -json bench.json -markdown bench.md
 
 clean: ## remove build output
 	rm -rf bin

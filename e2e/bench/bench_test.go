@@ -20,10 +20,11 @@ func TestSmoke(t *testing.T) {
 	}
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "bench.json")
+	mdPath := filepath.Join(dir, "bench.md")
 	o, err := parseFlags([]string{
 		"-duration", "600ms", "-warmup", "200ms", "-rounds", "1", "-concurrency", "8",
 		"-events", "1000", "-streams", "20", "-stream-events", "20",
-		"-dup-actions", "200", "-dup-keys", "10", "-json", jsonPath,
+		"-dup-actions", "200", "-dup-keys", "10", "-json", jsonPath, "-markdown", mdPath,
 		"-cpuprofile", filepath.Join(dir, "cpu.prof"), "-memprofile", filepath.Join(dir, "mem.prof"),
 	}, os.Stderr)
 	if err != nil {
@@ -74,6 +75,8 @@ func TestSmoke(t *testing.T) {
 	}
 	positive(fig("1", "throughput", "js loop"))
 	positive(fig("1", "throughput", "http direct"))
+	positive(fig("1", "throughput", "js loop+kv"))
+	positive(fig("1", "loop+kv throughput", "js loop"))
 	positive(fig("1", "latency p50", "js loop"))
 	positive(fig("1", "latency p99", "http direct"))
 	positive(fig("2", "events/s delivered", "raw js async pub"))
@@ -107,7 +110,22 @@ func TestSmoke(t *testing.T) {
 	if got.Machine.Cores < 1 || got.Machine.GoVersion == "" || got.Store != "file" || len(got.Scenarios) != 4 {
 		t.Errorf("bench.json: machine %+v, store %q, %d scenarios", got.Machine, got.Store, len(got.Scenarios))
 	}
-	for _, name := range []string{"cpu-chat-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof"} {
+	md, err := os.ReadFile(mdPath)
+	if err != nil {
+		t.Fatalf("markdown table: %v", err)
+	}
+	nFigures := 0
+	for _, s := range got.Scenarios {
+		nFigures += len(s.Figures)
+	}
+	lines := strings.Split(strings.TrimSpace(string(md)), "\n")
+	if rows := len(lines) - 4; rows != nFigures || lines[2] != "| scenario | metric | bridge | floor | floor is | ratio | target | pass |" {
+		t.Errorf("markdown table: %d rows for %d figures; header %q", rows, nFigures, lines[2])
+	}
+	if !strings.Contains(string(md), "| 4 duplicate storm | Hermes calls | 10 | 10 | keys | 1.00 | == 10 | PASS |") {
+		t.Errorf("markdown table lacks the Hermes calls row:\n%s", md)
+	}
+	for _, name := range []string{"cpu-chat-r1.prof", "cpu-chat-loop-r1.prof", "cpu-chat-loopkv-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("profile %s: %v", name, err)
 		}

@@ -85,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.DupKeys, "dup-keys", 100, "scenario 4: idempotency keys shared by the actions")
 	fs.StringVar(&scen, "scenarios", "all", "comma list of scenarios: 1|chat, 2|stream, 3|streams, 4|dup, or all")
 	fs.StringVar(&o.JSONPath, "json", "", "write the report as JSON to this file (e.g. bench.json)")
+	fs.StringVar(&o.MarkdownPath, "markdown", "", "write the table as Markdown to this file (what the README's Performance section shows)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of the bridge's measuring windows (name-<scenario>.prof)")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "write heap profiles after the bridge's passes (name-<scenario>.prof)")
 	fs.StringVar(&o.Store, "store", "file", "JetStream storage of every stream and bucket: file or memory")
@@ -213,6 +214,12 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 			return rep, fmt.Errorf("write %s: %w", o.JSONPath, err)
 		}
 		st.printf("wrote %s", o.JSONPath)
+	}
+	if o.MarkdownPath != "" {
+		if err := rep.writeMarkdown(o.MarkdownPath); err != nil {
+			return rep, fmt.Errorf("write %s: %w", o.MarkdownPath, err)
+		}
+		st.printf("wrote %s", o.MarkdownPath)
 	}
 	return rep, nil
 }

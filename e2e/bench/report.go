@@ -28,6 +28,7 @@ type options struct {
 	DupKeys      int // scenario 4 idempotency keys
 	Scenarios    []string
 	JSONPath     string
+	MarkdownPath string
 	CPUProfile   string
 	MemProfile   string
 	Store        string // file or memory
@@ -141,21 +142,14 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "hermes-bridge bench: %d cores (GOMAXPROCS %d), %s %s/%s, %s; JetStream store: %s\n\n",
 		m.Cores, m.GOMAXPROCS, m.GoVersion, m.GOOS, m.GOARCH, m.CPUModel, r.Store)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tmetric\tbridge\tfloor\tfloor is\tratio\ttarget\tpass\t")
+	fmt.Fprintln(tw, strings.Join(tableHeader, "\t")+"\t")
 	for _, s := range r.Scenarios {
 		for _, f := range s.Figures {
-			floor, ratio, pass := "-", "-", ""
-			if f.Floor != nil {
-				floor = fmtVal(*f.Floor, f.Unit)
+			c := f.cells()
+			for i := range c {
+				c[i] = orDash(c[i])
 			}
-			if f.Ratio != nil && !math.IsInf(*f.Ratio, 0) && !math.IsNaN(*f.Ratio) {
-				ratio = fmt.Sprintf("%.2f", *f.Ratio)
-			}
-			if f.Pass != nil {
-				pass = map[bool]string{true: "PASS", false: "FAIL"}[*f.Pass]
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.Scenario, f.Metric, fmtVal(f.Bridge, f.Unit),
-				floor, orDash(f.FloorName), ratio, orDash(f.Target), pass)
+			fmt.Fprintln(tw, strings.Join(c, "\t")+"\t")
 		}
 	}
 	_ = tw.Flush()
@@ -171,6 +165,44 @@ func (r *Report) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 	fmt.Fprintf(w, "\nratio = bridge / floor (throughputs: higher is better; times and latencies: lower is better). Total %.1f s.\n", r.Elapsed)
+}
+
+var tableHeader = []string{"scenario", "metric", "bridge", "floor", "floor is", "ratio", "target", "pass"}
+
+// cells is one figure as table cells, "" where there is nothing to show.
+func (f Row) cells() []string {
+	floor, ratio, pass := "", "", ""
+	if f.Floor != nil {
+		floor = fmtVal(*f.Floor, f.Unit)
+	}
+	if f.Ratio != nil && !math.IsInf(*f.Ratio, 0) && !math.IsNaN(*f.Ratio) {
+		ratio = fmt.Sprintf("%.2f", *f.Ratio)
+	}
+	if f.Pass != nil {
+		pass = map[bool]string{true: "PASS", false: "FAIL"}[*f.Pass]
+	}
+	return []string{f.Scenario, f.Metric, fmtVal(f.Bridge, f.Unit), floor, f.FloorName, ratio, f.Target, pass}
+}
+
+// writeMarkdown writes the figures as a Markdown table (what the README's Performance
+// section shows), preceded by a line naming the machine and followed by the notes.
+func (r *Report) writeMarkdown(path string) error {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "%d cores (GOMAXPROCS %d), %s %s/%s, %s; JetStream store: %s; %s\n\n",
+		m.Cores, m.GOMAXPROCS, m.GoVersion, m.GOOS, m.GOARCH, m.CPUModel, r.Store, r.StartedAt.UTC().Format(time.DateOnly))
+	b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
+	b.WriteString(strings.Repeat("|---", len(tableHeader)) + "|\n")
+	for _, s := range r.Scenarios {
+		for _, f := range s.Figures {
+			c := f.cells()
+			for i := range c {
+				c[i] = strings.ReplaceAll(c[i], "|", "\\|")
+			}
+			b.WriteString("| " + strings.Join(c, " | ") + " |\n")
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func orDash(s string) string {
