@@ -26,6 +26,7 @@ func TestSmoke(t *testing.T) {
 		"-events", "1000", "-streams", "20", "-stream-events", "20",
 		"-dup-actions", "200", "-dup-keys", "10", "-json", jsonPath, "-markdown", mdPath,
 		"-cpuprofile", filepath.Join(dir, "cpu.prof"), "-memprofile", filepath.Join(dir, "mem.prof"),
+		"-mutexprofile", filepath.Join(dir, "mutex.prof"),
 	}, os.Stderr)
 	if err != nil {
 		t.Fatalf("parseFlags: %v", err)
@@ -125,7 +126,7 @@ func TestSmoke(t *testing.T) {
 	if !strings.Contains(string(md), "| 4 duplicate storm | Hermes calls | 10 | 10 | keys | 1.00 | == 10 | PASS |") {
 		t.Errorf("markdown table lacks the Hermes calls row:\n%s", md)
 	}
-	for _, name := range []string{"cpu-chat-r1.prof", "cpu-chat-loop-r1.prof", "cpu-chat-loopkv-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof"} {
+	for _, name := range []string{"cpu-chat-r1.prof", "cpu-chat-loop-r1.prof", "cpu-chat-loopkv-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof", "mutex.prof"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("profile %s: %v", name, err)
 		}

@@ -61,6 +61,7 @@ cpu-chat-r1.prof, cpu-stream-r1.prof, cpu-streams.prof, cpu-dup.prof), and scena
 JetStream loop windows to compare with (cpu-chat-loop-r1.prof); they are whole-process
 profiles (NATS server, fake and bench client included): use -focus or -tagignore to narrow.
 -memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3).
+-mutexprofile samples lock contention over the whole run (bridge and floors) into one file.
 
 Flags:
 `
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.MarkdownPath, "markdown", "", "write the table as Markdown to this file (what the README's Performance section shows)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of the bridge's measuring windows (name-<scenario>.prof)")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "write heap profiles after the bridge's passes (name-<scenario>.prof)")
+	fs.StringVar(&o.MutexProfile, "mutexprofile", "", "write a lock-contention profile of the whole run (every mode) to this file")
 	fs.StringVar(&o.Store, "store", "file", "JetStream storage of every stream and bucket: file or memory")
 	fs.BoolVar(&o.Strict, "strict", false, "exit with status 3 when a figure misses its target")
 	if err := fs.Parse(args); err != nil {
@@ -165,6 +167,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 	defer e.close()
 	st.printf("ready: bridge workers and endpoint max_concurrency %d; %d cores, GOMAXPROCS %d", e.workers, rep.Machine.Cores, rep.Machine.GOMAXPROCS)
 	prof := &profiler{cpu: o.CPUProfile, mem: o.MemProfile, st: st}
+	writeMutex := mutexProfile(o.MutexProfile, st)
 	for _, name := range o.Scenarios {
 		if ctx.Err() != nil {
 			break
@@ -200,6 +203,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 	}
 	if n := e.hub.stray.Load(); n > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d results arrived that no client waited for (late or duplicate)", n))
+	}
+	if name, err := writeMutex(); err != nil {
+		st.printf("mutex profile: %v", err)
+	} else if name != "" {
+		prof.written = append(prof.written, name)
 	}
 	if len(prof.written) > 0 {
 		rep.Notes = append(rep.Notes, "profiles: "+strings.Join(prof.written, ", "))

@@ -31,6 +31,7 @@ type options struct {
 	MarkdownPath string
 	CPUProfile   string
 	MemProfile   string
+	MutexProfile string
 	Store        string // file or memory
 	Strict       bool   // exit 3 when a target fails
 }
@@ -275,6 +276,28 @@ func (p *profiler) stopCPU() {
 	_ = p.cur.Close()
 	p.written = append(p.written, p.cur.Name())
 	p.cur = nil
+}
+
+// mutexProfile samples lock contention for the whole run (one event in mutexFraction)
+// and returns the function that writes the profile.
+func mutexProfile(path string, st *statusLog) (write func() (string, error)) {
+	if path == "" {
+		return func() (string, error) { return "", nil }
+	}
+	const mutexFraction = 5
+	prev := runtime.SetMutexProfileFraction(mutexFraction)
+	return func() (string, error) {
+		defer runtime.SetMutexProfileFraction(prev)
+		f, err := os.Create(path)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		if err := pprof.Lookup("mutex").WriteTo(f, 0); err != nil {
+			return "", err
+		}
+		return path, nil
+	}
 }
 
 func (p *profiler) heap(tag string) {
