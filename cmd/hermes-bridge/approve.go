@@ -84,13 +84,10 @@ var stdinIsTerminal = func(r io.Reader) bool {
 // parseIDArgs parses the flags and the one action id of watch, approve, deny and cancel.
 // It returns the id, or "" with the exit status when the command is done.
 func parseIDArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, head, examples string) (string, int) {
-	pos, err := parseArgs(fs, args)
+	pos, code, ok := parseCommand(cmd, fs, args, sio, func() { printFlagsHelp(sio.out, head, fs, examples) })
 	switch {
-	case errors.Is(err, errHelp):
-		printFlagsHelp(sio.out, head, fs, examples)
-		return "", exitOK
-	case err != nil:
-		return "", usageError(sio.err, cmd, err.Error())
+	case !ok:
+		return "", code
 	case len(pos) == 0:
 		return "", usageError(sio.err, cmd, "missing the action id")
 	case len(pos) > 1:
@@ -372,15 +369,8 @@ type parkedAction struct {
 func cmdPending(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o approveOptions
 	fs := pendingFlags(&o, sio.err)
-	pos, err := parseArgs(fs, args)
-	switch {
-	case errors.Is(err, errHelp):
-		printFlagsHelp(sio.out, usagePending, fs, examplesPending)
-		return exitOK
-	case err != nil:
-		return usageError(sio.err, "pending", err.Error())
-	case len(pos) > 0:
-		return usageError(sio.err, "pending", fmt.Sprintf("unexpected argument %q", pos[0]))
+	if code, ok := parseNoArgs("pending", fs, args, sio, func() { printFlagsHelp(sio.out, usagePending, fs, examplesPending) }, ""); !ok {
+		return code
 	}
 	cl, closeConn, code := dialClient(environ, o.server, sio.err)
 	if cl == nil {

@@ -78,15 +78,9 @@ func opNames() []string {
 func cmdCall(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o callOptions
 	fs := callFlags(&o, sio.err)
-	pos, err := parseArgs(fs, args)
-	switch {
-	case errors.Is(err, errHelp):
-		printFlagsHelp(sio.out, usageCall, fs, examplesCall)
-		return exitOK
-	case err != nil:
-		return usageError(sio.err, "call", err.Error())
-	case len(pos) > 0:
-		return usageError(sio.err, "call", fmt.Sprintf("unexpected argument %q (use --prompt or --input for the input)", pos[0]))
+	if code, ok := parseNoArgs("call", fs, args, sio, func() { printFlagsHelp(sio.out, usageCall, fs, examplesCall) },
+		" (use --prompt or --input for the input)"); !ok {
+		return code
 	}
 	action, err := o.action(sio.in)
 	if err != nil {

@@ -265,6 +265,31 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // usageError prints msg and a hint, and returns exitUsage.
+// parseCommand parses a subcommand's arguments and returns the positional ones. When ok
+// is false the command ends with code: help was asked for (help printed it) or the flags
+// are wrong (the usage error is printed).
+func parseCommand(cmd string, fs *flag.FlagSet, args []string, sio stdio, help func()) (pos []string, code int, ok bool) {
+	pos, err := parseArgs(fs, args)
+	switch {
+	case errors.Is(err, errHelp):
+		help()
+		return nil, exitOK, false
+	case err != nil:
+		return nil, usageError(sio.err, cmd, err.Error()), false
+	}
+	return pos, exitOK, true
+}
+
+// parseNoArgs is parseCommand for a command that takes no positional argument; hint is
+// appended to the error for one ("" or " (...)").
+func parseNoArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, help func(), hint string) (code int, ok bool) {
+	pos, code, ok := parseCommand(cmd, fs, args, sio, help)
+	if ok && len(pos) > 0 {
+		return usageError(sio.err, cmd, fmt.Sprintf("unexpected argument %q%s", pos[0], hint)), false
+	}
+	return code, ok
+}
+
 func usageError(w io.Writer, cmd, msg string) int {
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		msg = "unknown flag --" + name

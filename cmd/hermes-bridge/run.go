@@ -32,15 +32,9 @@ func cmdRun(ctx context.Context, args []string, environ map[string]string, io st
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(discard{})
 	fs.Usage = func() {}
-	pos, err := parseArgs(fs, args)
-	switch {
-	case errors.Is(err, errHelp):
-		printRunHelp(io.out)
-		return exitOK
-	case err != nil:
-		return usageError(io.err, "run", err.Error())
-	case len(pos) > 0:
-		return usageError(io.err, "run", fmt.Sprintf("unexpected argument %q (run takes no arguments; configure it with environment variables)", pos[0]))
+	if code, ok := parseNoArgs("run", fs, args, io, func() { printRunHelp(io.out) },
+		" (run takes no arguments; configure it with environment variables)"); !ok {
+		return code
 	}
 
 	p, err := prepareRun(environ)
