@@ -23,6 +23,16 @@ func checkHeaderID(v, what string) string {
 }
 
 // sessionKeyError validates X-Hermes-Session-Key; "" when fine.
+// validSessionKey answers 400 and reports false when the request's session key header
+// is unusable.
+func validSessionKey(c *call) bool {
+	if e := sessionKeyError(c.r); e != "" {
+		writeJSON(c.w, 400, nil, adhocError(e))
+		return false
+	}
+	return true
+}
+
 func sessionKeyError(r *http.Request) string {
 	v := r.Header.Get("X-Hermes-Session-Key")
 	if v == "" {
@@ -119,8 +129,7 @@ func (s *Server) handleChat(c *call) {
 		writeJSON(c.w, 400, nil, adhocError("No user message found in messages"))
 		return
 	}
-	if e := sessionKeyError(c.r); e != "" {
-		writeJSON(c.w, 400, nil, adhocError(e))
+	if !validSessionKey(c) {
 		return
 	}
 	system := strings.Join(systems, "\n")

@@ -118,10 +118,18 @@ func (s *Server) handleSessionsList(c *call) {
 	writeJSON(c.w, 200, nil, obj{{"object", "list"}, {"data", data}, {"limit", limit}, {"offset", offset}, {"has_more", len(data) == limit}})
 }
 
-func (s *Server) handleSessionPatch(c *call) {
-	id := c.route.params[0]
+// sessionExists answers 404 and reports false when session id does not exist.
+func (s *Server) sessionExists(c *call, id string) bool {
 	if !s.sessions.exists(id) {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleSessionPatch(c *call) {
+	id := c.route.params[0]
+	if !s.sessionExists(c, id) {
 		return
 	}
 	body, ok := s.parseObject(c, true)
@@ -157,8 +165,7 @@ func (s *Server) handleSessionMessages(c *call) {
 
 func (s *Server) handleSessionFork(c *call) {
 	id := c.route.params[0]
-	if !s.sessions.exists(id) {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
+	if !s.sessionExists(c, id) {
 		return
 	}
 	body, ok := s.parseObject(c, false)
@@ -185,13 +192,11 @@ func (s *Server) handleSessionChat(c *call) {
 		return
 	}
 	defer release()
-	if e := sessionKeyError(c.r); e != "" {
-		writeJSON(c.w, 400, nil, adhocError(e))
+	if !validSessionKey(c) {
 		return
 	}
 	id := c.route.params[0]
-	if !s.sessions.exists(id) {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
+	if !s.sessionExists(c, id) {
 		return
 	}
 	body, ok := s.parseObject(c, false)

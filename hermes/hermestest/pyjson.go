@@ -53,6 +53,18 @@ func dumps(v any, ascii bool) []byte {
 	return appendJSON(nil, v, ascii)
 }
 
+// appendList appends xs as a Python-style JSON array ("[a, b]"), each element by elem.
+func appendList[T any](b []byte, xs []T, ascii bool, elem func([]byte, T, bool) []byte) []byte {
+	b = append(b, '[')
+	for i, e := range xs {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = elem(b, e, ascii)
+	}
+	return append(b, ']')
+}
+
 func appendJSON(b []byte, v any, ascii bool) []byte {
 	switch x := v.(type) {
 	case nil:
@@ -88,32 +100,11 @@ func appendJSON(b []byte, v any, ascii bool) []byte {
 		}
 		return append(b, '}')
 	case []any:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = appendJSON(b, e, ascii)
-		}
-		return append(b, ']')
+		return appendList(b, x, ascii, appendJSON)
 	case []obj:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = appendJSON(b, e, ascii)
-		}
-		return append(b, ']')
+		return appendList(b, x, ascii, func(b []byte, e obj, ascii bool) []byte { return appendJSON(b, e, ascii) })
 	case []string:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = appendString(b, e, ascii)
-		}
-		return append(b, ']')
+		return appendList(b, x, ascii, appendString)
 	default:
 		// Fall back to encoding/json for anything else (not expected).
 		raw, err := json.Marshal(x)

@@ -138,8 +138,7 @@ func (s *Server) handleResponses(c *call) {
 		return
 	}
 	defer release()
-	if e := sessionKeyError(c.r); e != "" {
-		writeJSON(c.w, 400, nil, adhocError(e))
+	if !validSessionKey(c) {
 		return
 	}
 	var body obj
