@@ -181,34 +181,21 @@ type streamRun struct {
 // core subscription on hermes.events.<id>.
 func (e *env) bridgeStream(ctx context.Context, n int) streamRun {
 	id := e.newID("s")
-	var got, nbytes atomic.Int64
+	var nbytes atomic.Int64
 	var mu sync.Mutex
-	var lastAt time.Time
 	var sample *nats.Msg
-	all := make(chan struct{})
-	sub, err := e.ncClient.Subscribe("hermes.events."+id, func(m *nats.Msg) {
-		k := got.Add(1)
+	arr, err := e.countArrivals("hermes.events."+id, n, func(k int64, m *nats.Msg) {
 		nbytes.Add(int64(len(m.Data) + headerSize(m.Header)))
 		if k == 3 { // a padding delta: the common case
 			mu.Lock()
 			sample = &nats.Msg{Header: m.Header, Data: m.Data}
 			mu.Unlock()
 		}
-		if k == int64(n) {
-			mu.Lock()
-			lastAt = time.Now()
-			mu.Unlock()
-			close(all)
-		}
 	})
 	if err != nil {
 		return streamRun{err: err}
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := e.ncClient.Flush(); err != nil {
-		return streamRun{err: err}
-	}
+	defer arr.stop()
 	in, _ := json.Marshal(map[string]any{"prompt": streamPrompt(n, id), "max_events": min(n+1, 100000)})
 	ch := e.hub.expect(id)
 	t0 := time.Now()
@@ -219,23 +206,70 @@ func (e *env) bridgeStream(ctx context.Context, n int) streamRun {
 	}
 	o, err := e.hub.await(ctx, id, ch)
 	if err != nil {
-		return streamRun{err: err, got: got.Load()}
+		return streamRun{err: err, got: arr.got.Load()}
 	}
-	select { // the result is published after the events are stored; delivery may trail a little
-	case <-all:
-	case <-time.After(10 * time.Second):
-	case <-ctx.Done():
-	}
+	lastAt := arr.wait(ctx) // the result is published after the events are stored; delivery may trail a little
 	mu.Lock()
-	end := later(lastAt, o.at)
-	run := streamRun{dur: end.Sub(t0), got: got.Load(), status: o.status, err: o.err, sample: sample, bytes: nbytes.Load()}
+	run := streamRun{dur: later(lastAt, o.at).Sub(t0), got: arr.got.Load(), status: o.status, err: o.err, sample: sample, bytes: nbytes.Load()}
 	mu.Unlock()
-	run.dropped, _ = sub.Dropped()
+	run.dropped, _ = arr.sub.Dropped()
 	if lastAt.IsZero() {
 		run.dur = o.at.Sub(t0)
 	}
 	return run
 }
+
+// arrivals counts the messages of one core subscription and notes when the n-th arrived.
+type arrivals struct {
+	sub    *nats.Subscription
+	got    atomic.Int64
+	mu     sync.Mutex
+	lastAt time.Time
+	all    chan struct{}
+}
+
+// countArrivals subscribes to subject without pending limits and counts its messages;
+// each (if not nil) sees every message with its 1-based number. The subscription is
+// flushed to the server before it returns.
+func (e *env) countArrivals(subject string, n int, each func(k int64, m *nats.Msg)) (*arrivals, error) {
+	a := &arrivals{all: make(chan struct{})}
+	sub, err := e.ncClient.Subscribe(subject, func(m *nats.Msg) {
+		k := a.got.Add(1)
+		if each != nil {
+			each(k, m)
+		}
+		if k == int64(n) {
+			a.mu.Lock()
+			a.lastAt = time.Now()
+			a.mu.Unlock()
+			close(a.all)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.sub = sub
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := e.ncClient.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return a, nil
+}
+
+// wait waits up to 10 s for the n-th message and returns when it arrived (zero if not).
+func (a *arrivals) wait(ctx context.Context) time.Time {
+	select {
+	case <-a.all:
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastAt
+}
+
+func (a *arrivals) stop() { _ = a.sub.Unsubscribe() }
 
 func headerSize(h nats.Header) int {
 	n := 0
@@ -257,26 +291,11 @@ func (e *env) rawPublish(ctx context.Context, n int, sample *nats.Msg) streamRun
 		return streamRun{err: err}
 	}
 	subj := rawPrefix + ".ev." + e.newID("r")
-	var got atomic.Int64
-	var mu sync.Mutex
-	var lastAt time.Time
-	all := make(chan struct{})
-	sub, err := e.ncClient.Subscribe(subj, func(*nats.Msg) {
-		if got.Add(1) == int64(n) {
-			mu.Lock()
-			lastAt = time.Now()
-			mu.Unlock()
-			close(all)
-		}
-	})
+	arr, err := e.countArrivals(subj, n, nil)
 	if err != nil {
 		return streamRun{err: err}
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := e.ncClient.Flush(); err != nil {
-		return streamRun{err: err}
-	}
+	defer arr.stop()
 	base := nats.Header{}
 	for k, v := range sample.Header {
 		if k != jetstream.MsgIDHeader {
@@ -292,7 +311,7 @@ func (e *env) rawPublish(ctx context.Context, n int, sample *nats.Msg) streamRun
 		hdr.Set(jetstream.MsgIDHeader, subj+":"+strconv.Itoa(i))
 		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subj, Header: hdr, Data: sample.Data},
 			jetstream.WithStallWait(time.Minute)); err != nil {
-			return streamRun{err: err, got: got.Load()}
+			return streamRun{err: err, got: arr.got.Load()}
 		}
 	}
 	var acked time.Time
@@ -300,19 +319,13 @@ func (e *env) rawPublish(ctx context.Context, n int, sample *nats.Msg) streamRun
 	case <-js.PublishAsyncComplete():
 		acked = time.Now()
 	case <-time.After(resultTimeout):
-		return streamRun{err: errors.New("raw publish: acks did not complete"), got: got.Load()}
+		return streamRun{err: errors.New("raw publish: acks did not complete"), got: arr.got.Load()}
 	case <-ctx.Done():
 		return streamRun{err: ctx.Err()}
 	}
-	select {
-	case <-all:
-	case <-time.After(10 * time.Second):
-	case <-ctx.Done():
-	}
-	run := streamRun{got: got.Load(), status: events.StatusCompleted}
-	run.dropped, _ = sub.Dropped()
-	mu.Lock()
-	defer mu.Unlock()
+	lastAt := arr.wait(ctx)
+	run := streamRun{got: arr.got.Load(), status: events.StatusCompleted}
+	run.dropped, _ = arr.sub.Dropped()
 	if run.got == int64(n) && !lastAt.IsZero() {
 		run.dur = later(acked, lastAt).Sub(t0)
 	} else {
