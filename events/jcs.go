@@ -149,19 +149,13 @@ func (p *jcsParser) object(dst []byte, depth int) ([]byte, error) {
 			return nil, err
 		}
 		members = append(members, m)
-		p.skipWS()
-		if p.pos >= len(p.src) {
-			return nil, p.fail("unexpected end of input")
+		more, err := p.separator('}')
+		if err != nil {
+			return nil, err
 		}
-		if p.src[p.pos] == ',' {
-			p.pos++
-			continue
+		if !more {
+			break
 		}
-		if p.src[p.pos] != '}' {
-			return nil, p.fail("expected ',' or '}'")
-		}
-		p.pos++
-		break
 	}
 	slices.SortFunc(members, func(a, b jcsMember) int { return slices.Compare(a.key, b.key) })
 	dst = append(dst, '{')
@@ -197,20 +191,31 @@ func (p *jcsParser) array(dst []byte, depth int) ([]byte, error) {
 		if dst, err = p.value(dst, depth); err != nil {
 			return nil, err
 		}
-		p.skipWS()
-		if p.pos >= len(p.src) {
-			return nil, p.fail("unexpected end of input")
+		more, err := p.separator(']')
+		if err != nil {
+			return nil, err
 		}
-		if p.src[p.pos] == ',' {
-			p.pos++
-			continue
+		if !more {
+			return append(dst, ']'), nil
 		}
-		if p.src[p.pos] != ']' {
-			return nil, p.fail("expected ',' or ']'")
-		}
-		p.pos++
-		return append(dst, ']'), nil
 	}
+}
+
+// separator reads what follows a member or element: ',' (more is true) or the closing
+// bracket end (more is false), after optional whitespace.
+func (p *jcsParser) separator(end byte) (more bool, err error) {
+	p.skipWS()
+	switch {
+	case p.pos >= len(p.src):
+		return false, p.fail("unexpected end of input")
+	case p.src[p.pos] == ',':
+		p.pos++
+		return true, nil
+	case p.src[p.pos] != end:
+		return false, p.fail("expected ',' or '" + string(end) + "'")
+	}
+	p.pos++
+	return false, nil
 }
 
 // str parses a JSON string at p.pos and returns its value.
