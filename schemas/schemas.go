@@ -188,19 +188,28 @@ func Operations() []string {
 	return slices.Clone(c.ops)
 }
 
+// inputSchema returns the compiled schemas and the input schema of operation op.
+func inputSchema(op string) (*compiled, *jsonschema.Schema, error) {
+	c, err := load()
+	if err != nil {
+		return nil, nil, err
+	}
+	in, ok := c.inputs[op]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: no input schema for this operation", ErrUnknownOperation)
+	}
+	return c, in, nil
+}
+
 // ValidateAction validates an action object (the data of an action
 // CloudEvent) for operation op: the whole object against action.schema.json,
 // then its input ({} when absent or null) against action.schema.json's
 // $defs/<op>. It returns nil, a *[ValidationError], or an error wrapping
 // [ErrUnknownOperation].
 func ValidateAction(op string, action json.RawMessage) error {
-	c, err := load()
+	c, inSchema, err := inputSchema(op)
 	if err != nil {
 		return err
-	}
-	inSchema, ok := c.inputs[op]
-	if !ok {
-		return fmt.Errorf("%w: no input schema for this operation", ErrUnknownOperation)
 	}
 	v, verr := parse(action, "action")
 	if verr != nil {
@@ -219,13 +228,9 @@ func ValidateAction(op string, action json.RawMessage) error {
 // ValidateInput validates an operation input alone against $defs/<op>;
 // field paths are relative to the input ("messages", not "input.messages").
 func ValidateInput(op string, input json.RawMessage) error {
-	c, err := load()
+	c, inSchema, err := inputSchema(op)
 	if err != nil {
 		return err
-	}
-	inSchema, ok := c.inputs[op]
-	if !ok {
-		return fmt.Errorf("%w: no input schema for this operation", ErrUnknownOperation)
 	}
 	var v any = map[string]any{}
 	if t := bytes.TrimSpace(input); len(t) > 0 && string(t) != "null" {
