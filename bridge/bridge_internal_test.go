@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 )
 
@@ -227,6 +228,22 @@ func TestEndpointFailure(t *testing.T) {
 	for _, tt := range tests {
 		if got := endpointFailure(tt.err); got != tt.want {
 			t.Errorf("endpointFailure(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestEventKindsMatchTheWire: the bridge publishes hermes.Event.Kind as the wire's kind,
+// so the client's kinds (hermes, which does not import events) must be the contract's.
+func TestEventKindsMatchTheWire(t *testing.T) {
+	pairs := [][2]string{
+		{hermes.KindData, events.KindData}, {hermes.KindProgress, events.KindProgress},
+		{hermes.KindTool, events.KindTool}, {hermes.KindThought, events.KindThought},
+		{hermes.KindPendingApproval, events.KindPendingApproval}, {hermes.KindError, events.KindError},
+		{hermes.KindDone, events.KindDone},
+	}
+	for _, p := range pairs {
+		if p[0] != p[1] {
+			t.Errorf("hermes kind %q, wire kind %q", p[0], p[1])
 		}
 	}
 }
