@@ -19,18 +19,6 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
-// recordStore is the shape the bridge is expected to declare; the guard
-// keeps Store's method set compatible with it.
-type recordStore interface {
-	Create(ctx context.Context, key string, r kvstore.Record) (uint64, error)
-	Get(ctx context.Context, key string) (kvstore.Entry, error)
-	Update(ctx context.Context, key string, r kvstore.Record, rev uint64) (uint64, error)
-	Delete(ctx context.Context, key string, rev uint64) error
-	Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error)
-}
-
-var _ recordStore = (*kvstore.Store)(nil)
-
 func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
