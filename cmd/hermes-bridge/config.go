@@ -800,24 +800,16 @@ func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, er
 		opts = append(opts, o)
 	}
 	if c.NATSUser != "" {
-		pw := c.NATSPassword
-		if c.NATSPasswordFile != "" {
-			s, err := readSecretFile("NATS_PASSWORD_FILE", c.NATSPasswordFile)
-			if err != nil {
-				return nil, err
-			}
-			pw = s
+		pw, err := secretOrFile(c.NATSPassword, "NATS_PASSWORD_FILE", c.NATSPasswordFile)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, nats.UserInfo(c.NATSUser, pw))
 	}
 	if c.NATSToken != "" || c.NATSTokenFile != "" {
-		tok := c.NATSToken
-		if c.NATSTokenFile != "" {
-			s, err := readSecretFile("NATS_TOKEN_FILE", c.NATSTokenFile)
-			if err != nil {
-				return nil, err
-			}
-			tok = s
+		tok, err := secretOrFile(c.NATSToken, "NATS_TOKEN_FILE", c.NATSTokenFile)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, nats.Token(tok))
 	}
@@ -853,6 +845,15 @@ func netJoin(host string, port int) string {
 }
 
 // readSecretFile reads a one-line secret; errors name the variable and path only.
+// secretOrFile returns the secret read from path (the variable key) when path is set,
+// else value.
+func secretOrFile(value, key, path string) (string, error) {
+	if path == "" {
+		return value, nil
+	}
+	return readSecretFile(key, path)
+}
+
 func readSecretFile(key, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
