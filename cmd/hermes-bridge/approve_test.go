@@ -32,19 +32,7 @@ func TestApprovalCommandsHelp(t *testing.T) {
 		{[]string{"cancel", "--help"}, []string{"hermes-bridge cancel [flags] <action_id>", "already settled", "unknown", "--timeout duration", `(default "5s")`, "Examples:"}},
 		{[]string{"help", "cancel"}, []string{"--timeout"}},
 	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, out, errOut := runMain(context.Background(), nil, "", tt.args...)
-			if code != exitOK {
-				t.Fatalf("exit %d, stderr %s", code, errOut)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("help lacks %q:\n%s", w, out)
-				}
-			}
-		})
-	}
+	runHelpCases(t, tests)
 }
 
 func TestApprovalCommandsUsageErrors(t *testing.T) {
@@ -70,20 +58,7 @@ func TestApprovalCommandsUsageErrors(t *testing.T) {
 		{[]string{"cancel", "a", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"cancel", "a", "--timeout", "soon"}, `invalid value "soon" for flag --timeout`},
 	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, out, errOut := runMain(context.Background(), map[string]string{}, "", tt.args...)
-			if code != exitUsage {
-				t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errOut)
-			}
-			if !strings.Contains(errOut, tt.want) {
-				t.Fatalf("stderr lacks %q:\n%s", tt.want, errOut)
-			}
-			if out != "" {
-				t.Fatalf("stdout not empty on usage error: %q", out)
-			}
-		})
-	}
+	runUsageCases(t, tests)
 }
 
 func TestApproveFlagsInterspersed(t *testing.T) {

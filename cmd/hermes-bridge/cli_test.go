@@ -42,19 +42,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"version", "--help"}, []string{"hermes-bridge version"}},
 		{[]string{"help", "version"}, []string{"Prints the version"}},
 	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, out, errOut := runMain(context.Background(), nil, "", tt.args...)
-			if code != exitOK {
-				t.Fatalf("exit %d, stderr %s", code, errOut)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("help lacks %q:\n%s", w, out)
-				}
-			}
-		})
-	}
+	runHelpCases(t, tests)
 }
 
 func TestVersion(t *testing.T) {
@@ -99,20 +87,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"watch", "--nope", "a"}, "unknown flag --nope"},
 		{[]string{"version", "extra"}, `unexpected argument "extra"`},
 	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, out, errOut := runMain(context.Background(), map[string]string{}, "", tt.args...)
-			if code != exitUsage {
-				t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errOut)
-			}
-			if !strings.Contains(errOut, tt.want) {
-				t.Fatalf("stderr lacks %q:\n%s", tt.want, errOut)
-			}
-			if out != "" {
-				t.Fatalf("stdout not empty on usage error: %q", out)
-			}
-		})
-	}
+	runUsageCases(t, tests)
 }
 
 func TestConfigErrorExitCodes(t *testing.T) {
@@ -279,5 +254,50 @@ func TestPrinterPending(t *testing.T) {
 	p.pending(pend)
 	if !strings.Contains(out.String(), `"status":"pending_approval"`) || strings.Count(out.String(), "\n") != 1 {
 		t.Fatalf("events mode: %q", out.String())
+	}
+}
+
+// runHelpCases runs each command line and checks it exits 0 with every wanted text in
+// its output.
+func runHelpCases(t *testing.T, tests []struct {
+	args []string
+	want []string
+}) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), nil, "", tt.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("help lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// runUsageCases runs each command line and checks it is a usage error (exit 2, nothing on
+// stdout) whose message holds the wanted text.
+func runUsageCases(t *testing.T, tests []struct {
+	args []string
+	want string
+}) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), map[string]string{}, "", tt.args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errOut)
+			}
+			if !strings.Contains(errOut, tt.want) {
+				t.Fatalf("stderr lacks %q:\n%s", tt.want, errOut)
+			}
+			if out != "" {
+				t.Fatalf("stdout not empty on usage error: %q", out)
+			}
+		})
 	}
 }
