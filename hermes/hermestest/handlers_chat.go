@@ -146,12 +146,7 @@ func (s *Server) handleChat(c *call) {
 	} else {
 		sessionID = derivedChatSessionID(system, firstUser)
 	}
-	model := s.cfg.model
-	if m, ok := body.get("model"); ok {
-		if ms, ok := m.(string); ok && ms != "" {
-			model = ms
-		}
-	}
+	model := s.requestModel(body)
 	user := kept[len(kept)-1].Content
 	turn := Turn{Route: c.route.key, UserText: user, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: model}
@@ -162,11 +157,10 @@ func (s *Server) handleChat(c *call) {
 		s.chatStream(c, turn, id, created, model, hdr, system)
 		return
 	}
-	rep, ok := s.runAgent(c.ctx, turn, nil)
-	if !ok || !sleepCtx(c.ctx, rep.Delay) {
+	rep, ok := s.runTurn(c, turn)
+	if !ok {
 		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
 	oc := rep.outcome()
 	text := rep.fullText()
 	in, out := rep.usage(user + system)

@@ -243,15 +243,14 @@ func (s *Server) handleSessionChat(c *call) {
 		s.sessionStream(c, turn, norm, hdr)
 		return
 	}
-	rep, ok := s.runAgent(c.ctx, turn, nil)
-	if !ok || !sleepCtx(c.ctx, rep.Delay) {
+	rep, ok := s.runTurn(c, turn)
+	if !ok {
 		return
 	}
 	if rep.Fail != "" {
 		writeText(c.w, 500, "500 Internal Server Error\n\nServer got itself in trouble")
 		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
 	oc := rep.outcome()
 	full := rep.fullText()
 	in, out := rep.usage(text + system)

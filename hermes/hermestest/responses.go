@@ -264,12 +264,7 @@ func (s *Server) handleResponses(c *call) {
 	}
 	sv, _ := body.get("store")
 	store := boolish(sv, true)
-	model := s.cfg.model
-	if m, ok := body.get("model"); ok {
-		if ms, ok := m.(string); ok && ms != "" {
-			model = ms
-		}
-	}
+	model := s.requestModel(body)
 	user := items[len(items)-1].Content
 	turn := Turn{Route: c.route.key, UserText: user, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
@@ -280,11 +275,10 @@ func (s *Server) handleResponses(c *call) {
 		rc.stream(hdr)
 		return
 	}
-	rep, ok := s.runAgent(c.ctx, turn, nil)
-	if !ok || !sleepCtx(c.ctx, rep.Delay) {
+	rep, ok := s.runTurn(c, turn)
+	if !ok {
 		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
 	oc := rep.outcome()
 	text := rep.fullText()
 	if text == "" {

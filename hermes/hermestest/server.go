@@ -518,6 +518,28 @@ func (s *Server) InFlight() int {
 
 // ---- agent invocation ----
 
+// runTurn runs the agent for a non-streaming turn and waits out its scripted delay, and
+// returns the reply with its tools prepared; ok is false when the request ended first.
+func (s *Server) runTurn(c *call, turn Turn) (Reply, bool) {
+	rep, ok := s.runAgent(c.ctx, turn, nil)
+	if !ok || !sleepCtx(c.ctx, rep.Delay) {
+		return Reply{}, false
+	}
+	rep.Tools = prepareTools(rep.Tools)
+	return rep, true
+}
+
+// requestModel is the request body's model when it is a non-empty string, else the
+// configured one.
+func (s *Server) requestModel(body obj) string {
+	if m, ok := body.get("model"); ok {
+		if ms, ok := m.(string); ok && ms != "" {
+			return ms
+		}
+	}
+	return s.cfg.model
+}
+
 // runAgent calls the agent on an owned goroutine and waits for its reply;
 // wait is called with the reply channel so streams can send keepalives.
 func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (Reply, bool)) (Reply, bool) {
