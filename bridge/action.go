@@ -470,17 +470,6 @@ func (j *job) claimKey(ctx context.Context) (claimed bool, err error) {
 	return true, nil
 }
 
-// forgetKeyClaim deletes the key record that a failed claim may still have written for
-// this action (a Create can land although its reply is lost). Nothing was sent, and a
-// "dispatched" mark left behind would make the retry settle outcome_unknown. When NATS
-// cannot answer either, the mark stays: the retry is then pessimistic, never unsafe.
-func (j *job) forgetKeyClaim(ctx context.Context) {
-	e, err := j.b.store.Get(ctx, j.key)
-	if err == nil && e.Record.ActionID == j.actionID {
-		_ = j.b.store.Delete(ctx, j.key, e.Revision)
-	}
-}
-
 // resolveKey decides what an action does about a key that another record holds: it
 // replays a settled original, refuses a different input, waits for an original in
 // flight, or takes over its own earlier delivery's claim. done is false when the
@@ -676,7 +665,6 @@ func (j *job) execute(ctx context.Context) decision {
 		j.ep.brk.abandon()
 		<-j.ep.sem
 		if err != nil {
-			j.forgetKeyClaim(ctx)
 			return j.infra(err)
 		}
 		if d, done := j.resolveKey(ctx); done {

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -12,7 +11,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
-// TestMayHaveSent (and forgetKeyClaim): for a keyed action the write-ahead mark lives in the idempotency
+// TestMayHaveSent: for a keyed action the write-ahead mark lives in the idempotency
 // record, so whether an abandoned action may have reached Hermes is read from its own
 // record and from the key record it names.
 func TestMayHaveSent(t *testing.T) {
@@ -51,19 +50,6 @@ func TestMayHaveSent(t *testing.T) {
 		{"keyed, no key record yet", kvstore.Record{State: kvstore.StateClaimed, ActionID: "a5", IdemKey: key("k-none")}, false},
 		{"keyed, its own record says dispatched", kvstore.Record{State: kvstore.StateDispatched, ActionID: "a6", IdemKey: key("k-none")}, true},
 	}
-	// A failed claim forgets the record it may have written for its own action only.
-	j := &job{b: b, actionID: "a1", key: key("k-dispatched")}
-	j.forgetKeyClaim(ctx)
-	if _, err := store.Get(ctx, key("k-dispatched")); !errors.Is(err, kvstore.ErrNotFound) {
-		t.Errorf("forgetKeyClaim left its own key record: %v", err)
-	}
-	j = &job{b: b, actionID: "a4", key: key("k-other")}
-	j.forgetKeyClaim(ctx)
-	if _, err := store.Get(ctx, key("k-other")); err != nil {
-		t.Errorf("forgetKeyClaim removed another action's key record: %v", err)
-	}
-	put(key("k-dispatched"), kvstore.Record{State: kvstore.StateDispatched, ActionID: "a1"})
-
 	for _, c := range cases {
 		got, err := b.mayHaveSent(ctx, c.rec)
 		if err != nil {

@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,8 +175,9 @@ func (s *Store) encode(key string, r Record) ([]byte, error) {
 
 // Create claims key with r and returns the new revision. It fails with
 // ErrExists when the key holds a live value; it succeeds over a deleted or
-// expired key. Of any number of concurrent Creates on one key, exactly one
-// succeeds. Create sets r.UpdatedAt to now, and r.CreatedAt when zero.
+// expired key, and when the write landed although its reply was lost (it then
+// finds its own bytes under key). Of any number of concurrent Creates on one
+// key, exactly one succeeds. Create sets r.UpdatedAt to now, and r.CreatedAt when zero.
 // Errors: ErrExists, ErrTooLarge.
 func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error) {
 	now := s.now().UTC()
@@ -188,8 +190,22 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 		return 0, err
 	}
 	rev, err := s.kv.Create(ctx, key, b)
+	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
+		// The write may have landed although its reply was lost (a timeout, a
+		// reconnect). If the key holds exactly these bytes (they name the writer and
+		// the nanosecond), they are this write: the claim is ours.
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
+		e, gerr := s.kv.Get(gctx, key)
+		cancel()
+		if gerr == nil && bytes.Equal(e.Value(), b) {
+			return e.Revision(), nil
+		}
+	}
 	return rev, mapWriteErr("create", key, len(b), err, ErrExists)
 }
+
+// lostReplyCheck bounds the read with which a failed Create looks for its own write.
+const lostReplyCheck = 2 * time.Second
 
 // Get returns the live record under key. Errors: ErrNotFound, ErrCorrupt.
 func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
