@@ -78,33 +78,27 @@ func WithEndpointID(id string) Option {
 
 // WithFrameLimit sets the largest SSE frame in bytes (default 1 MiB).
 func WithFrameLimit(n int) Option {
-	return func(o *options) error {
-		if n <= 0 {
-			return errors.Join(errOption, errors.New("frame limit must be positive"))
-		}
-		o.frameLimit = n
-		return nil
-	}
+	return positiveLimit(n, "frame limit", func(o *options) *int { return &o.frameLimit })
 }
 
 // WithStreamLimit sets the largest SSE stream in bytes (default 64 MiB).
 func WithStreamLimit(n int64) Option {
-	return func(o *options) error {
-		if n <= 0 {
-			return errors.Join(errOption, errors.New("stream limit must be positive"))
-		}
-		o.streamLimit = n
-		return nil
-	}
+	return positiveLimit(n, "stream limit", func(o *options) *int64 { return &o.streamLimit })
 }
 
 // WithBodyLimit sets the largest JSON response body in bytes (default 64 MiB).
 func WithBodyLimit(n int64) Option {
+	return positiveLimit(n, "body limit", func(o *options) *int64 { return &o.bodyLimit })
+}
+
+// positiveLimit is an Option that sets the limit field returns to n, which must be
+// positive.
+func positiveLimit[T int | int64](n T, what string, field func(*options) *T) Option {
 	return func(o *options) error {
 		if n <= 0 {
-			return errors.Join(errOption, errors.New("body limit must be positive"))
+			return errors.Join(errOption, errors.New(what+" must be positive"))
 		}
-		o.bodyLimit = n
+		*field(o) = n
 		return nil
 	}
 }
