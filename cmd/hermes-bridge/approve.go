@@ -327,34 +327,7 @@ func confirm(sio stdio, question string) bool {
 // followDecided follows an approved action to its result, as watch does, without
 // the pending_approval note (the decision was just published).
 func followDecided(ctx context.Context, cl *client, id string, o *approveOptions, sio stdio) int {
-	fctx := ctx
-	if o.wait > 0 {
-		var cancel context.CancelFunc
-		fctx, cancel = context.WithTimeout(ctx, o.wait)
-		defer cancel()
-	}
-	p := newPrinter(sio.out, sio.err, &callOptions{jsonOut: o.jsonOut})
-	res, err := cl.c.Follow(fctx, id, p.event, nil)
-	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		p.endText()
-		fmt.Fprintf(sio.err, "stopped following action %s; it goes on: hermes-bridge watch %s\n", id, id)
-		return exitInterrupted
-	case fctx.Err() != nil:
-		p.endText()
-		fmt.Fprintf(sio.err, "no result for action %s within --wait %s; it may still run: hermes-bridge watch %s\n", id, o.wait, id)
-		return exitUsage
-	default:
-		p.endText()
-		fmt.Fprintf(sio.err, "hermes-bridge: following action %s: %v\n", id, err)
-		return exitUsage
-	}
-	if err := p.result(res); err != nil {
-		fmt.Fprintf(sio.err, "hermes-bridge: %v\n", err)
-		return exitUsage
-	}
-	return statusCode(res.Status)
+	return followAction(ctx, cl, id, &callOptions{jsonOut: o.jsonOut, wait: o.wait}, sio, false)
 }
 
 // parkedAction is one line of `pending`.

@@ -283,6 +283,12 @@ func explainPublish(err error, subject string) error {
 
 // follow prints the action's output until it settles and maps the result to the exit status.
 func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdio) int {
+	return followAction(ctx, cl, id, o, sio, true)
+}
+
+// followAction is follow; notePending says whether a pending_approval result is printed
+// with how to decide it.
+func followAction(ctx context.Context, cl *client, id string, o *callOptions, sio stdio, notePending bool) int {
 	fctx := ctx
 	if o.wait > 0 {
 		var cancel context.CancelFunc
@@ -290,8 +296,12 @@ func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdi
 		defer cancel()
 	}
 	p := newPrinter(sio.out, sio.err, o)
-	p.approvals = cl.subjects.Approvals(id)
-	res, err := cl.c.Follow(fctx, id, p.event, p.pending)
+	var onPending func(*events.Result)
+	if notePending {
+		p.approvals = cl.subjects.Approvals(id)
+		onPending = p.pending
+	}
+	res, err := cl.c.Follow(fctx, id, p.event, onPending)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
