@@ -508,14 +508,6 @@ func (m manyRun) goroutinesPerHeld() float64 {
 	return float64(m.held.goroutines-m.base.goroutines) / float64(m.heldFly)
 }
 
-// openGate arms the gate "hold" prompts wait at; the returned func opens it.
-func (e *env) openGate() func() {
-	g := make(chan struct{})
-	e.gate.Store(&g)
-	var once sync.Once
-	return func() { once.Do(func() { close(g); e.gate.Store(nil) }) }
-}
-
 // measureHeld waits until n runs are in flight at the fake, lets the first events settle,
 // and reads the process' memory (as is, then after a GC).
 func (e *env) measureHeld(ctx context.Context, n int, run *manyRun, t0 time.Time, prof *profiler) {
@@ -534,17 +526,24 @@ func (e *env) measureHeld(ctx context.Context, n int, run *manyRun, t0 time.Time
 	prof.heap("streams-held")
 }
 
+// holdGate, when hold is set, arms the gate that "hold" prompts wait at and returns that
+// prompt prefix and the function that opens the gate (once); otherwise "" and a no-op.
+func (e *env) holdGate(hold bool) (prefix string, release func()) {
+	if !hold {
+		return "", func() {}
+	}
+	g := make(chan struct{})
+	e.gate.Store(&g)
+	var once sync.Once
+	return "hold ", func() { once.Do(func() { close(g); e.gate.Store(nil) }) }
+}
+
 // manyHTTP is the scenario 3 floor: the same streams read straight from the fake, all at once.
 func (e *env) manyHTTP(ctx context.Context, n, k int, hold bool) manyRun {
 	run := manyRun{base: baselineMem(), hold: hold}
 	var fly, failed atomic.Int64
 	var errOnce sync.Once
-	prefix := ""
-	release := func() {}
-	if hold {
-		prefix = "hold "
-		release = e.openGate()
-	}
+	prefix, release := e.holdGate(hold)
 	defer release()
 	s := startSampler(50*time.Millisecond, fly.Load, nil)
 	t0 := time.Now()
@@ -603,12 +602,7 @@ func (e *env) manyBridge(ctx context.Context, n, k int, hold bool, prof *profile
 	defer func() { _ = sub.Unsubscribe() }()
 	_ = sub.SetPendingLimits(-1, -1)
 	_ = e.ncClient.Flush()
-	prefix := ""
-	release := func() {}
-	if hold {
-		prefix = "hold "
-		release = e.openGate()
-	}
+	prefix, release := e.holdGate(hold)
 	defer release()
 	s := startSampler(50*time.Millisecond, func() int64 { return published.Load() - settled.Load() }, func(int64) {
 		run.peakHerm = max(run.peakHerm, e.fake.InFlight())
