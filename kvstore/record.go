@@ -76,7 +76,7 @@ type wireRecord struct {
 // the embedded result on every write. Result must be valid JSON (it is produced by
 // json.Marshal); it is copied verbatim.
 func encodeRecord(r Record) ([]byte, error) {
-	b := make([]byte, 0, 384+len(r.Result)+len(r.Action))
+	b := make([]byte, 0, recordSize(r))
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, recordVersion, 10)
 	b = appendField(b, "state", string(r.State), false)
@@ -102,6 +102,14 @@ func encodeRecord(r Record) ([]byte, error) {
 	b = appendTime(b, "created_at", r.CreatedAt)
 	b = appendTime(b, "updated_at", r.UpdatedAt)
 	return append(b, '}'), nil
+}
+
+// recordSize bounds the encoding of r when its strings need no escaping: the field
+// names, punctuation, attempt and four timestamps take at most 384 bytes. Sizing the
+// buffer with it keeps encodeRecord from growing (and copying) it while filling it.
+func recordSize(r Record) int {
+	return 384 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
+		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action)
 }
 
 func appendField(b []byte, name, v string, omitEmpty bool) []byte {

@@ -42,3 +42,22 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordSizeBoundsEncoding: recordSize is at least the encoding's length for a
+// record with every field set at its longest (no escaping), so encodeRecord never
+// grows its buffer.
+func TestRecordSizeBoundsEncoding(t *testing.T) {
+	at := time.Date(2026, 11, 30, 15, 4, 5, 123456789, time.FixedZone("x", -(9*3600+30*60)))
+	r := Record{State: StateDispatched, ActionID: "a-1", CapabilityID: "cap:hermes_agent:primary:chat",
+		InputSHA256: "9d65f4847e8c62344303cac0c554f29b8b75bf9c25dfe3e5de5a5928e2f5f746",
+		Owner:       "gcX8Gp6L9TlUpf1N4O7dmR", LeaseUntil: at, Attempt: -1 << 63, IdemKey: "idem.4d82",
+		Result: json.RawMessage(`{"a":1}`), Action: json.RawMessage(`{"b":2}`),
+		ExpiresAt: at, CreatedAt: at, UpdatedAt: at}
+	got, err := encodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) > recordSize(r) {
+		t.Fatalf("encoding is %d bytes, recordSize %d", len(got), recordSize(r))
+	}
+}
