@@ -78,6 +78,7 @@ func TestSmoke(t *testing.T) {
 	positive(fig("1", "throughput", "http direct"))
 	positive(fig("1", "throughput", "js loop+kv"))
 	positive(fig("1", "loop+kv throughput", "js loop"))
+	positive(fig("1", "heap allocated/action", "js loop+kv"))
 	positive(fig("1", "latency p50", "js loop"))
 	positive(fig("1", "latency p99", "http direct"))
 	positive(fig("2", "events/s delivered", "raw js async pub"))

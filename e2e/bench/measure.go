@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -165,6 +166,7 @@ func countSSE(r io.Reader) (int, error) {
 type loopStats struct {
 	window time.Duration   // measured window
 	cpu    time.Duration   // process CPU time spent inside the window
+	alloc  uint64          // bytes the process allocated on the heap inside the window
 	lat    []time.Duration // latencies of the operations that completed inside the window
 	errs   int             // operations that failed inside the window
 	errMsg string          // the first failure
@@ -173,6 +175,7 @@ type loopStats struct {
 func (s *loopStats) add(o loopStats) {
 	s.window += o.window
 	s.cpu += o.cpu
+	s.alloc += o.alloc
 	s.lat = append(s.lat, o.lat...)
 	s.errs += o.errs
 	if s.errMsg == "" {
@@ -195,6 +198,14 @@ func (s loopStats) cpuPerOp() float64 {
 	return float64(s.cpu) / float64(len(s.lat)) / float64(time.Microsecond)
 }
 
+// allocPerOp is the heap the whole process allocated per completed operation, in KiB.
+func (s loopStats) allocPerOp() float64 {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	return float64(s.alloc) / float64(len(s.lat)) / 1024
+}
+
 func (s loopStats) pct(p float64) time.Duration { return percentile(s.lat, p) }
 
 // closedLoop runs c workers, each repeating op back to back, for warm+window. Operations
@@ -207,6 +218,7 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	var mu sync.Mutex
 	started := false
 	var cpu0, cpu1 time.Duration
+	var alloc0, alloc1 uint64
 	startTimer := time.AfterFunc(warm, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -215,7 +227,7 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 				onStart()
 			}
 			started = true
-			cpu0 = cpuTime()
+			cpu0, alloc0 = cpuTime(), heapAllocated()
 		}
 	})
 	per := make([]loopStats, c)
@@ -250,7 +262,7 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	startTimer.Stop()
 	mu.Lock()
 	if started {
-		cpu1 = cpuTime()
+		cpu1, alloc1 = cpuTime(), heapAllocated()
 		if onEnd != nil {
 			onEnd()
 		}
@@ -258,6 +270,9 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	mu.Unlock()
 	wg.Wait()
 	out := loopStats{window: window, cpu: max(cpu1-cpu0, 0)}
+	if alloc1 > alloc0 {
+		out.alloc = alloc1 - alloc0
+	}
 	for _, s := range per {
 		out.lat = append(out.lat, s.lat...)
 		out.errs += s.errs
@@ -377,6 +392,17 @@ func cpuModel() string {
 }
 
 // cpuTime is the process' user+system CPU time so far.
+// heapAllocated is the cumulative count of bytes the process has allocated on the heap
+// (runtime/metrics /gc/heap/allocs:bytes; cheap to read, no stop-the-world).
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {

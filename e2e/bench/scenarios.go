@@ -141,6 +141,8 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(l.cpuPerOp()), FloorName: "js loop"})
 	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(k.cpuPerOp()), FloorName: "js loop+kv"})
 	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(h.cpuPerOp()), FloorName: "http direct"})
+	rep.row(Row{Metric: "heap allocated/action", Unit: "KiB", Bridge: b.allocPerOp(), Floor: f64(l.allocPerOp()), FloorName: "js loop"})
+	rep.row(Row{Metric: "heap allocated/action", Unit: "KiB", Bridge: b.allocPerOp(), Floor: f64(k.allocPerOp()), FloorName: "js loop+kv"})
 	rep.row(Row{Metric: "latency p50", Unit: "ms", Bridge: ms(b.pct(50)), Floor: f64(ms(l.pct(50))), FloorName: "js loop"})
 	rep.row(Row{Metric: "latency p99", Unit: "ms", Bridge: ms(b.pct(99)), Floor: f64(ms(l.pct(99))), FloorName: "js loop"})
 	rep.row(Row{Metric: "latency p50", Unit: "ms", Bridge: ms(b.pct(50)), Floor: f64(ms(h.pct(50))), FloorName: "http direct"})
