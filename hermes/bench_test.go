@@ -2,6 +2,7 @@ package hermes
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -33,4 +34,15 @@ func BenchmarkSSEReader(b *testing.B) {
 	b.ReportMetric(float64(testing.AllocsPerRun(1, func() {
 		_, _, _ = consumeStream(bytes.NewReader(body), DefaultFrameLimit, DefaultStreamLimit, MaxMaxEvents, nil)
 	}))/n, "allocs/event")
+}
+
+// BenchmarkPrepareChat: mapping a one-prompt chat input to its request, once per action.
+func BenchmarkPrepareChat(b *testing.B) {
+	b.ReportAllocs()
+	in := json.RawMessage(`{"prompt":"summarize the incident"}`)
+	for b.Loop() {
+		if _, err := Prepare(Request{Operation: "chat", Input: in, IdempotencyKey: "incident-42"}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

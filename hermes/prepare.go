@@ -282,6 +282,25 @@ func asInt(raw json.RawMessage, allowString bool) (int64, bool) {
 	return int64(f), true
 }
 
+// JSON values prepChat writes into every chat body. Bodies share them: encodeObject
+// only reads its values.
+var (
+	jsonDefaultModel = mustJSON(defaultModel)
+	jsonTrue         = json.RawMessage("true")
+	jsonFalse        = json.RawMessage("false")
+)
+
+// userMessages returns the messages array of a one-prompt chat, byte for byte what
+// json.Marshal writes for []map[string]string{{"role": "user", "content": content}}
+// (members sorted), without marshalling the map.
+func userMessages(content string) json.RawMessage {
+	c := mustJSON(content)
+	b := make([]byte, 0, len(c)+len(`[{"content":,"role":"user"}]`))
+	b = append(b, `[{"content":`...)
+	b = append(b, c...)
+	return append(b, `,"role":"user"}]`...)
+}
+
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -543,7 +562,7 @@ func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
 		if !isStr || strings.TrimSpace(s) == "" {
 			return nil, inputErr(field, "must be a non-empty string")
 		}
-		messages = mustJSON([]map[string]string{{"role": "user", "content": s}})
+		messages = userMessages(s)
 	}
 	if branches != 1 {
 		return nil, inputErr("input", "exactly one of prompt, query or messages is required")
@@ -561,9 +580,12 @@ func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
 			return nil, inputErr("input.model", "must be a non-empty string")
 		}
 	} else {
-		body["model"] = mustJSON(defaultModel)
+		body["model"] = jsonDefaultModel
 	}
-	body["stream"] = mustJSON(spec.Stream)
+	body["stream"] = jsonFalse
+	if spec.Stream {
+		body["stream"] = jsonTrue
+	}
 	return body, nil
 }
 
