@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -215,7 +216,7 @@ func (c *Client) key() string {
 func (c *Client) send(ctx context.Context, p *Prepared, onEvent func(Event) error) (*Result, error) {
 	spec := p.Spec
 	op := spec.Name
-	if spec.Timeout > 0 {
+	if dl, ok := ctx.Deadline(); spec.Timeout > 0 && (!ok || time.Until(dl) > spec.Timeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
 		defer cancel()
@@ -380,14 +381,14 @@ func (c *Client) health(raw json.RawMessage, status int) (*Result, error) {
 }
 
 // normalizeBody maps a response body to JSON: empty or blank -> null, JSON -> itself (trimmed),
-// anything else -> {"text": <lossy UTF-8>}.
+// anything else -> {"text": <lossy UTF-8>}. A JSON result shares b's memory.
 func normalizeBody(b []byte) json.RawMessage {
 	t := bytes.TrimSpace(b)
 	if len(t) == 0 {
 		return jsonNull
 	}
 	if json.Valid(t) {
-		return append(json.RawMessage(nil), t...)
+		return t // b is the caller's own fresh buffer
 	}
 	return marshalNoEscape(map[string]string{"text": strings.ToValidUTF8(string(b), "\uFFFD")})
 }
