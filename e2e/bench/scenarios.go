@@ -398,10 +398,11 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 		x.cpu = cpuTime() - c0
 		prof.stopCPU()
 		e.status.printf("2 stream: bridge: %d events in %.2f s = %.0f events/s (status %s)", x.got, x.dur.Seconds(), rate(int(x.got), x.dur), x.status)
-		// Known: a stream of exactly max_events (100000, the largest allowed) events whose
-		// last is the terminal [DONE] is reported stream_truncated, because
-		// hermes.consumeStream checks the limit before the terminal flag. Every event is
-		// still republished, so the figure stands.
+		// By the contract's terminal rules (reference/aip-connector.md section 2, which
+		// CONTRACT.md section 6 adopts), the max_events check comes before the terminal
+		// check: a stream of exactly max_events events (100000, the largest allowed) whose
+		// last is the terminal [DONE] settles failed/stream_truncated. Every event is still
+		// republished, so the figure stands.
 		if n == 100000 && x.got == int64(n) && x.status == events.StatusFailed && x.err != nil &&
 			strings.Contains(x.err.Error(), "stream_truncated") {
 			truncNote = true
@@ -424,8 +425,9 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 	n *= rounds // totals over the rounds from here on
 	if truncNote {
 		rep.Notes = append(rep.Notes, "the bridge's result was failed/stream_truncated although all 100000 events (the last one [DONE]) "+
-			"were republished: hermes.consumeStream tests count >= max_events before the terminal flag, so a stream of exactly "+
-			"max_events events ending in a terminal event counts as truncated (off by one); the events figure is unaffected")
+			"were republished: as the contract's terminal rules say (aip-connector.md section 2), the max_events check (100000 is the "+
+			"largest allowed) comes before the terminal check, so a stream of exactly max_events events counts as truncated even when "+
+			"its last event is terminal; the events figure is unaffected")
 	}
 
 	for _, x := range []struct {
