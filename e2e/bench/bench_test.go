@@ -83,6 +83,7 @@ func TestSmoke(t *testing.T) {
 	positive(fig("1", "latency p99", "http direct"))
 	positive(fig("2", "events/s delivered", "raw js async pub"))
 	positive(fig("2", "events/s delivered", "http read"))
+	positive(fig("2", "heap allocated/event", "raw js async pub"))
 	positive(fig("3", "completion time", "http streams"))
 	positive(fig("3", "live heap/in-flight, process", "http streams"))
 	positive(fig("4", "actions settled/s", "js loop, no dedup"))

@@ -171,6 +171,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 type streamRun struct {
 	dur     time.Duration // publish to the last event and the result received
 	cpu     time.Duration // process CPU time over dur
+	alloc   uint64        // bytes the process allocated on the heap over dur
 	got     int64         // events received
 	dropped int           // messages the subscription dropped
 	status  string
@@ -379,6 +380,7 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 	acc := func(dst *streamRun, x streamRun) {
 		dst.dur += x.dur
 		dst.cpu += x.cpu
+		dst.alloc += x.alloc
 		dst.got += x.got
 		dst.bytes += x.bytes
 		dst.dropped += x.dropped
@@ -389,13 +391,18 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 			dst.status = x.status
 		}
 	}
+	// measured runs one path and adds the process CPU and heap allocation it took.
+	measured := func(run func() streamRun) streamRun {
+		c0, a0 := cpuTime(), heapAllocated()
+		x := run()
+		x.cpu, x.alloc = cpuTime()-c0, heapAllocated()-a0
+		return x
+	}
 	rounds := e.o.Rounds
 	for round := 1; round <= rounds; round++ {
 		e.status.printf("2 stream: round %d/%d: bridge, one chat_stream of %d events", round, rounds, n)
 		prof.startCPU("stream-r" + strconv.Itoa(round))
-		c0 := cpuTime()
-		x := e.bridgeStream(ctx, n)
-		x.cpu = cpuTime() - c0
+		x := measured(func() streamRun { return e.bridgeStream(ctx, n) })
 		prof.stopCPU()
 		e.status.printf("2 stream: bridge: %d events in %.2f s = %.0f events/s (status %s)", x.got, x.dur.Seconds(), rate(int(x.got), x.dur), x.status)
 		// By the contract's terminal rules (reference/aip-connector.md section 2, which
@@ -409,14 +416,10 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 			x.err, x.status = nil, events.StatusCompleted
 		}
 		acc(&b, x)
-		c0 = cpuTime()
-		x = e.httpStreamRun(ctx, n)
-		x.cpu = cpuTime() - c0
+		x = measured(func() streamRun { return e.httpStreamRun(ctx, n) })
 		e.status.printf("2 stream: http read: %d events in %.2f s = %.0f events/s", x.got, x.dur.Seconds(), rate(int(x.got), x.dur))
 		acc(&h, x)
-		c0 = cpuTime()
-		x = e.rawPublish(ctx, n, sample)
-		x.cpu = cpuTime() - c0
+		x = measured(func() streamRun { return e.rawPublish(ctx, n, sample) })
 		e.status.printf("2 stream: raw js async publish: %d messages in %.2f s = %.0f msgs/s", x.got, x.dur.Seconds(), rate(int(x.got), x.dur))
 		acc(&r, x)
 		e.resetFake()
@@ -455,7 +458,14 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 		}
 		return float64(r.cpu) / float64(r.got) / float64(time.Microsecond)
 	}
+	allocPerEv := func(r streamRun) float64 {
+		if r.got == 0 {
+			return 0
+		}
+		return float64(r.alloc) / float64(r.got)
+	}
 	rep.row(Row{Metric: "process CPU/event", Unit: "µs", Bridge: perEv(b), Floor: f64(perEv(r)), FloorName: "raw js async pub"})
+	rep.row(Row{Metric: "heap allocated/event", Unit: "B", Bridge: allocPerEv(b), Floor: f64(allocPerEv(r)), FloorName: "raw js async pub"})
 	rep.row(Row{Metric: "time to last event", Unit: "s", Bridge: b.dur.Seconds() / float64(rounds), Floor: f64(r.dur.Seconds() / float64(rounds)), FloorName: "raw js async pub"})
 	avg := 0.0
 	if b.got > 0 {
