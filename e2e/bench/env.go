@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,6 +443,37 @@ func (e *env) httpStream(ctx context.Context, prompt string) (int, error) {
 // resetFake frees what the fake keeps between passes: the recorded requests and call
 // counters, and the sessions and responses it persisted (it stores every chat, as Hermes
 // does). Without it every pass would run with the live heap of all the passes before it.
+// purgeStreams empties every stream on the server (the bridge's, its bucket and the
+// floors'), runs the GC and reports the heap left. The bridge and the loops are idle
+// between scenarios; their consumers carry on from the purged sequence.
+func (e *env) purgeStreams(ctx context.Context) error {
+	var names []string
+	var msgs uint64
+	for sl := e.jsFloor.ListStreams(ctx); ; {
+		si, ok := <-sl.Info()
+		if !ok {
+			if err := sl.Err(); err != nil {
+				return err
+			}
+			break
+		}
+		names = append(names, si.Config.Name)
+		msgs += si.State.Msgs
+	}
+	for _, name := range names {
+		s, err := e.jsFloor.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		if err := s.Purge(ctx); err != nil {
+			return fmt.Errorf("purge %s: %w", name, err)
+		}
+	}
+	runtime.GC()
+	e.status.printf("purged %d streams (%d messages); heap in use %.1f MiB", len(names), msgs, float64(readMem().heapInuse)/(1<<20))
+	return nil
+}
+
 func (e *env) resetFake() {
 	e.fake.ResetCounters()
 	e.fake.ForgetSessions()

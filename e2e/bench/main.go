@@ -172,6 +172,13 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 		if ctx.Err() != nil {
 			break
 		}
+		if len(rep.Scenarios) > 0 {
+			// Each scenario starts from empty streams, so that none measures the server
+			// state (stored messages, block caches, dedup ids) the ones before it left.
+			if err := e.purgeStreams(ctx); err != nil {
+				st.printf("purging the streams before scenario %s: %v", name, err)
+			}
+		}
 		t0 := time.Now()
 		var s ScenarioReport
 		switch name {
