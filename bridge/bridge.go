@@ -143,12 +143,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 	// pullHeartbeat bounds a delivery stall seen under bursts (1,000 actions at once): the
 	// iterator stopped asking for messages with none outstanding on the server, until it
-	// missed the server's heartbeats for two intervals (30 s with the defaults). Debug
-	// prints in nats.go v1.55.0 point at a lost wake-up: checkPending skips the next pull
-	// request while the previous one is still being sent, and if that request's messages
-	// are all consumed before the sender clears its flag, nothing checks again. The
-	// missing-heartbeat reset does; with 1 s it comes after about 2 s. Idle heartbeats cost
-	// one small message a second per replica.
+	// missed the server's heartbeats for two intervals (30 s with the defaults). It is a
+	// lost wake-up in nats.go v1.55.0's Messages(): checkPending skips the next pull
+	// request while fetchInProgress is set, that is while pullMessages is still sending
+	// the previous one; if that request's messages are all consumed before pullMessages
+	// clears the flag (a descheduled goroutine on a loaded machine), nothing checks again.
+	// Reproduced with a copy of nats.go that sleeps 2 ms before clearing the flag: a burst
+	// of 1,000 messages stalls after nearly every 64-message batch (consumer info: waiting
+	// 0, pending > 0, ack pending 0). The missing-heartbeat reset re-checks; with 1 s it
+	// comes after about 2 s. Idle heartbeats cost one small message a second per replica.
 	const pullHeartbeat = time.Second
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
