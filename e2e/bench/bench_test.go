@@ -93,7 +93,7 @@ func TestSmoke(t *testing.T) {
 	if r := fig("4", "replays (replay_of set)", "actions - keys"); r.Bridge != 190 {
 		t.Errorf("duplicate storm: %v replays, want 190", r.Bridge)
 	}
-	for _, want := range []string{"scenario", "1 chat", "2 stream fan-out", "3 many streams", "4 duplicate storm", "JetStream store: file"} {
+	for _, want := range []string{"scenario", "1 chat", "2 stream fan-out", "3 many streams", "4 duplicate storm", "JetStream store: file", "ratios per round (bridge/js loop, bridge/js loop+kv, js loop+kv/js loop): r1 "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}

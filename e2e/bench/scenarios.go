@@ -92,9 +92,10 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	rep := ScenarioReport{ID: "1", Name: "chat", Params: map[string]any{
 		"concurrency": o.Concurrency, "window_s": o.Duration.Seconds(), "warmup_s": o.Warmup.Seconds(), "rounds": o.Rounds}}
 	type mode struct {
-		name  string
-		op    func(context.Context, int) (time.Duration, error)
-		stats loopStats
+		name   string
+		op     func(context.Context, int) (time.Duration, error)
+		stats  loopStats
+		rounds []float64 // actions/s of each round
 	}
 	httpM := &mode{name: "http", op: e.opHTTP}
 	loopM := &mode{name: "js-loop", op: e.opFloorLoop}
@@ -122,6 +123,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 			e.status.printf("1 chat: %s, round %d/%d: %s warm-up + %s window at concurrency %d", m.name, r, o.Rounds, warm, per, o.Concurrency)
 			st := closedLoop(ctx, o.Concurrency, warm, per, onStart, onEnd, m.op)
 			m.stats.add(st)
+			m.rounds = append(m.rounds, st.rate())
 			e.status.printf("1 chat: %s, round %d/%d: %.0f actions/s, p50 %.2f ms, p99 %.2f ms, %d errors",
 				m.name, r, o.Rounds, st.rate(), ms(st.pct(50)), ms(st.pct(99)), st.errs)
 			e.resetFake()
@@ -155,6 +157,19 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 			rep.errorf("%s: no action completed inside the measuring windows", m.name)
 		}
 	}
+	// The ratios of each round show how much of a ratio is the machine's noise.
+	var perRound []string
+	div := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	for i := range bridgeM.rounds {
+		rb, rl, rk := bridgeM.rounds[i], loopM.rounds[i], kvM.rounds[i]
+		perRound = append(perRound, fmt.Sprintf("r%d %.2f/%.2f/%.2f", i+1, div(rb, rl), div(rb, rk), div(rk, rl)))
+	}
+	rep.Notes = append(rep.Notes, "ratios per round (bridge/js loop, bridge/js loop+kv, js loop+kv/js loop): "+strings.Join(perRound, ", "))
 	rep.Notes = append(rep.Notes, fmt.Sprintf(
 		"closed loop: %d clients each publish a chat action (unique idempotency key) and wait for its result; "+
 			"latency = publish start to result received by a core NATS subscriber; %d interleaved rounds of %s per mode (http, js loop, js loop+kv, bridge)",
