@@ -152,7 +152,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// of 1,000 messages stalls after nearly every 64-message batch (consumer info: waiting
 	// 0, pending > 0, ack pending 0). The missing-heartbeat reset re-checks; with 1 s it
 	// comes after about 2 s. Idle heartbeats cost one small message a second per replica.
+	//
+	// nextWait bounds the same stall much tighter, at no network cost: Next re-checks
+	// what it has outstanding each time it is called, so a Next that gives up after
+	// nextWait and is called again sends the pull request the lost wake-up skipped. With
+	// the 2 ms window above, a burst of 1,000 takes 1.5 s with it instead of 28 s without;
+	// unpatched it changes nothing (50 ms). When idle the dispatcher wakes every nextWait.
 	const pullHeartbeat = time.Second
+	const nextWait = 100 * time.Millisecond
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
 		jetstream.PullHeartbeat(pullHeartbeat),
@@ -174,7 +181,7 @@ loop:
 		case <-ctx.Done():
 			break loop
 		}
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := it.Next(jetstream.NextMaxWait(nextWait)) // it.Stop ends it on shutdown
 		if err != nil {
 			<-sem
 			switch {
