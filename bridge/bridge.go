@@ -157,7 +157,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// what it has outstanding each time it is called, so a Next that gives up after
 	// nextWait and is called again sends the pull request the lost wake-up skipped. With
 	// the 2 ms window above, a burst of 1,000 takes 1.5 s with it instead of 28 s without;
-	// unpatched it changes nothing (50 ms). When idle the dispatcher wakes every nextWait.
+	// unpatched it changes nothing (50 ms). Only the first Next after a message is
+	// bounded: the one after a timeout waits without limit, because the missing-heartbeat
+	// check lives inside a Next call (two heartbeats, 2 s) and is what recovers a pull
+	// request the server dropped; a Next that always returned after 100 ms would never
+	// reach it. When idle, the dispatcher therefore waits in one unbounded Next.
 	const pullHeartbeat = time.Second
 	const nextWait = 100 * time.Millisecond
 	it, err := cons.Messages(
@@ -174,6 +178,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	sem := make(chan struct{}, b.cfg.Workers)
+	bounded := true // the next Next gives up after nextWait
 loop:
 	for {
 		select {
@@ -181,7 +186,14 @@ loop:
 		case <-ctx.Done():
 			break loop
 		}
-		msg, err := it.Next(jetstream.NextMaxWait(nextWait)) // it.Stop ends it on shutdown
+		var msg jetstream.Msg
+		var err error
+		if bounded {
+			msg, err = it.Next(jetstream.NextMaxWait(nextWait)) // it.Stop ends it on shutdown
+		} else {
+			msg, err = it.Next(jetstream.NextContext(ctx))
+		}
+		bounded = err == nil
 		if err != nil {
 			<-sem
 			switch {
