@@ -153,17 +153,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// 0, pending > 0, ack pending 0). The missing-heartbeat reset re-checks; with 1 s it
 	// comes after about 2 s. Idle heartbeats cost one small message a second per replica.
 	//
-	// nextWait bounds the same stall much tighter, at no network cost: Next re-checks
-	// what it has outstanding each time it is called, so a Next that gives up after
-	// nextWait and is called again sends the pull request the lost wake-up skipped. With
-	// the 2 ms window above, a burst of 1,000 takes 1.5 s with it instead of 28 s without;
-	// unpatched it changes nothing (50 ms). Only the first Next after a message is
-	// bounded: the one after a timeout waits without limit, because the missing-heartbeat
-	// check lives inside a Next call (two heartbeats, 2 s) and is what recovers a pull
-	// request the server dropped; a Next that always returned after 100 ms would never
-	// reach it. When idle, the dispatcher therefore waits in one unbounded Next.
+	// The dispatcher's iterator (nextMessages) bounds the same stall to nextWait.
 	const pullHeartbeat = time.Second
-	const nextWait = 100 * time.Millisecond
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
 		jetstream.PullHeartbeat(pullHeartbeat),
@@ -178,7 +169,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	sem := make(chan struct{}, b.cfg.Workers)
-	bounded := true // the next Next gives up after nextWait
+	next := &nextMessages{it: it, bounded: true}
 loop:
 	for {
 		select {
@@ -186,14 +177,7 @@ loop:
 		case <-ctx.Done():
 			break loop
 		}
-		var msg jetstream.Msg
-		var err error
-		if bounded {
-			msg, err = it.Next(jetstream.NextMaxWait(nextWait)) // it.Stop ends it on shutdown
-		} else {
-			msg, err = it.Next(jetstream.NextContext(ctx))
-		}
-		bounded = err == nil
+		msg, err := next.next(ctx)
 		if err != nil {
 			<-sem
 			switch {
@@ -222,6 +206,40 @@ loop:
 	it.Stop()
 	b.drain()
 	return nil
+}
+
+// nextWait is how long the first Next after a message waits; see nextMessages.
+const nextWait = 100 * time.Millisecond
+
+// nextMessages takes messages from a Messages() iterator, bounding a nats.go lost wake-up
+// (see pullHeartbeat in Run) to nextWait at no network cost. Next re-checks what the
+// iterator has outstanding each time it is called, so a Next that gives up after nextWait
+// and is called again sends the pull request that the lost wake-up skipped. With the 2 ms
+// window, a burst of 1,000 takes 1.5 s with it instead of 28 s without; unpatched it
+// changes nothing (50 ms). Only the first Next after a message is bounded: the one after
+// a timeout waits without limit, because the missing-heartbeat check lives inside a Next
+// call (two heartbeats, 2 s) and is what recovers a pull request the server dropped; a
+// Next that always returned after nextWait would never reach it. When idle, the
+// dispatcher therefore waits in one unbounded Next. Not safe for concurrent use.
+type nextMessages struct {
+	it interface {
+		Next(opts ...jetstream.NextOpt) (jetstream.Msg, error)
+	}
+	bounded bool // the next call gives up after nextWait
+}
+
+// next returns the next message; nats.ErrTimeout after nextWait when the call was
+// bounded, and ctx's error or the iterator's when it ends otherwise.
+func (n *nextMessages) next(ctx context.Context) (jetstream.Msg, error) {
+	var msg jetstream.Msg
+	var err error
+	if n.bounded {
+		msg, err = n.it.Next(jetstream.NextMaxWait(nextWait)) // Stop ends it on shutdown
+	} else {
+		msg, err = n.it.Next(jetstream.NextContext(ctx))
+	}
+	n.bounded = err == nil
+	return msg, err
 }
 
 // drain waits for in-flight actions for up to ShutdownGrace, then cancels them.
