@@ -39,19 +39,23 @@ const usageText = `bench measures what hermes-bridge costs on top of NATS and He
 
 Everything runs in this process: an embedded nats-server, the fake Hermes (instant agent)
 and the bridge; each scenario is measured for the bridge and for its floor in the same run.
+Every scenario after the first starts from purged streams.
 
 Scenarios (-scenarios takes numbers or names):
-  1 chat     non-streaming chat actions at -concurrency: actions/s, latency p50/p99
-             floors: HTTP straight to the fake; minimal JetStream loop without KV or dedup
-  2 stream   one chat_stream of -events SSE events: events/s republished and delivered
+  1 chat     non-streaming chat actions at -concurrency: actions/s, latency p50/p99, CPU
+             and heap allocated per action, each round's ratios
+             floors: HTTP straight to the fake; minimal JetStream loop without KV or dedup;
+             that loop plus only the KV writes the contract requires (js loop+kv)
+  2 stream   one chat_stream of -events SSE events: events/s republished and delivered,
+             CPU and heap allocated per event
              floors: HTTP read of the same stream; raw JetStream async publish (4096 pending)
   3 streams  -streams concurrent chat_streams of -stream-events events: completion time,
              heap/RSS/goroutines per in-flight action; floor: the same streams over HTTP
   4 dup      -dup-actions actions over -dup-keys idempotency keys: settled/s, Hermes calls
 
 Examples:
-  go run ./e2e/bench                                  # everything, defaults (~2 min on 2 cores)
-  go run ./e2e/bench -json bench.json                 # what make bench runs
+  go run ./e2e/bench                                      # everything, defaults (~2 min on 2 cores)
+  go run ./e2e/bench -json bench.json -markdown bench.md   # what make bench runs
   go run ./e2e/bench -scenarios 1 -duration 30s -concurrency 128
   go run ./e2e/bench -scenarios stream,streams -events 20000 -store memory
   go run ./e2e/bench -scenarios chat -cpuprofile cpu.prof && go tool pprof -top cpu-chat-r1.prof cpu-chat-r2.prof
