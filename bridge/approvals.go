@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -219,7 +218,7 @@ func (j *job) runApproved(ctx context.Context) decision {
 // sweepParked settles parked actions whose approval window has passed. Every replica
 // runs it; CAS on the records makes exactly one of them settle each action.
 func (b *Bridge) sweepParked(ctx context.Context) {
-	keys, err := b.storeKeys(ctx, "park.>")
+	keys, err := b.store.Keys(ctx, "park.>")
 	if err != nil {
 		b.log.Warn().Err(err).Msg("listing parked actions failed")
 		return
@@ -242,18 +241,6 @@ func (b *Bridge) sweepParked(ctx context.Context) {
 		d := j.settleParked(ctx, approvalExpired())
 		b.logOutcome(j, d, j.start)
 	}
-}
-
-// storeKeys lists keys when the store can (kvstore.Store can).
-func (b *Bridge) storeKeys(ctx context.Context, filter string) ([]string, error) {
-	type lister interface {
-		Keys(ctx context.Context, filter string) ([]string, error)
-	}
-	l, ok := b.store.(lister)
-	if !ok {
-		return nil, fmt.Errorf("the record store cannot list keys")
-	}
-	return l.Keys(ctx, filter)
 }
 
 // runSweeper sweeps parked actions until ctx ends.

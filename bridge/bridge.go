@@ -62,6 +62,7 @@ type recordStore interface {
 	Update(ctx context.Context, key string, r kvstore.Record, rev uint64) (uint64, error)
 	Delete(ctx context.Context, key string, rev uint64) error
 	Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error)
+	Keys(ctx context.Context, filter string) ([]string, error)
 }
 
 var _ recordStore = (*kvstore.Store)(nil)
