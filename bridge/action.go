@@ -345,7 +345,7 @@ func (j *job) claimAction(ctx context.Context) (decision, bool) {
 	}
 	rec := kvstore.Record{State: kvstore.StateClaimed, ActionID: j.actionID, CapabilityID: j.capID,
 		InputSHA256: j.inputHash, Owner: j.owner(), LeaseUntil: j.leaseUntil(), Attempt: 1, IdemKey: j.key,
-		CreatedAt: b.now(), UpdatedAt: b.now()}
+		CreatedAt: b.now()}
 	rev, err := b.store.Create(ctx, j.actKey(), rec)
 	if err == nil {
 		j.mu.Lock()
@@ -458,7 +458,7 @@ func (j *job) claimKey(ctx context.Context) (claimed bool, err error) {
 		state = kvstore.StateDispatched
 	}
 	rec := kvstore.Record{State: state, ActionID: j.actionID, CapabilityID: j.capID,
-		InputSHA256: j.inputHash, Owner: j.owner(), CreatedAt: b.now(), UpdatedAt: b.now()}
+		InputSHA256: j.inputHash, Owner: j.owner(), CreatedAt: b.now()}
 	rev, err := b.store.Create(ctx, j.key, rec)
 	if errors.Is(err, kvstore.ErrExists) {
 		return false, nil
@@ -604,7 +604,7 @@ func (j *job) finishKey(ctx context.Context, e kvstore.Entry, raw json.RawMessag
 		return kvstore.Entry{}, errOwnerGone
 	}
 	rec := e.Record
-	rec.State, rec.Result, rec.UpdatedAt = kvstore.StateSettled, raw, b.now()
+	rec.State, rec.Result = kvstore.StateSettled, raw
 	rev, err := b.store.Update(ctx, j.key, rec, e.Revision)
 	if errors.Is(err, kvstore.ErrConflict) {
 		ne, gerr := b.store.Get(ctx, j.key)
@@ -748,7 +748,7 @@ func (j *job) markDispatched(ctx context.Context) error {
 	case j.owned && j.keyState == kvstore.StateDispatched:
 	case j.owned:
 		rec := kvstore.Record{State: kvstore.StateDispatched, ActionID: j.actionID, CapabilityID: j.capID,
-			InputSHA256: j.inputHash, Owner: j.owner(), CreatedAt: j.start, UpdatedAt: b.now()}
+			InputSHA256: j.inputHash, Owner: j.owner(), CreatedAt: j.start}
 		rev, err := b.store.Update(ctx, j.key, rec, j.keyRev)
 		if err != nil {
 			return err
@@ -840,7 +840,6 @@ func (j *job) updateAction(ctx context.Context, fn func(*kvstore.Record)) error 
 	defer j.mu.Unlock()
 	rec := j.actRec
 	fn(&rec)
-	rec.UpdatedAt = j.b.now()
 	rev, err := j.b.store.Update(ctx, j.actKey(), rec, j.actRev)
 	if err != nil {
 		return err
@@ -864,9 +863,10 @@ func (j *job) renewLease(ctx context.Context) {
 	}
 }
 
-// settle stores the terminal result (action record, then key record), publishes it and
-// acks. If the store or the publish fails the message is redelivered and the stored
-// result (if any) is republished then.
+// settle stores the terminal result in the action record, publishes it and acks. The
+// key record it owns keeps naming this action (duplicates read the result from the
+// action record), unless the result frees the key. If the store or the publish fails
+// the message is redelivered and the stored result (if any) is republished then.
 func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	b := j.b
 	// Settling must finish even when shutdown has cancelled the work context.
@@ -921,26 +921,40 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	return ackIt()
 }
 
-// settleOwn settles this action with a result stored for it in its key record.
-func (j *job) settleOwn(ctx context.Context, rec kvstore.Record) decision {
+// storedResult decodes the result held in record rec.
+func storedResult(rec kvstore.Record) (*events.Result, error) {
 	var r events.Result
 	if err := json.Unmarshal(rec.Result, &r); err != nil {
-		return j.infra(fmt.Errorf("stored result of %s is unreadable: %w", j.actionID, err))
+		return nil, fmt.Errorf("stored result of %s is unreadable: %w", rec.ActionID, err)
+	}
+	return &r, nil
+}
+
+// settleOwn settles this action with a result stored for it in its key record.
+func (j *job) settleOwn(ctx context.Context, rec kvstore.Record) decision {
+	r, err := storedResult(rec)
+	if err != nil {
+		return j.infra(err)
 	}
 	if r.ActionID != j.actionID {
-		return j.settleReplay(ctx, rec)
+		return j.replay(ctx, rec.ActionID, r)
 	}
 	j.owned = false
-	return j.settle(ctx, &r)
+	return j.settle(ctx, r)
 }
 
 // settleReplay settles this action with the original's stored result.
 func (j *job) settleReplay(ctx context.Context, orig kvstore.Record) decision {
-	var r events.Result
-	if err := json.Unmarshal(orig.Result, &r); err != nil {
-		return j.infra(fmt.Errorf("stored result of %s is unreadable: %w", orig.ActionID, err))
+	r, err := storedResult(orig)
+	if err != nil {
+		return j.infra(err)
 	}
-	origID := orig.ActionID
+	return j.replay(ctx, orig.ActionID, r)
+}
+
+// replay settles this action with r, the result of action origID (or of the action
+// r itself replays), marked as its replay.
+func (j *job) replay(ctx context.Context, origID string, r *events.Result) decision {
 	if r.ReplayOf != nil {
 		origID = *r.ReplayOf
 	}
@@ -948,15 +962,15 @@ func (j *job) settleReplay(ctx context.Context, orig kvstore.Record) decision {
 	r.ReplayOf = &origID
 	j.replayOf = origID
 	j.owned = false // the key belongs to the original
-	return j.settle(ctx, &r)
+	return j.settle(ctx, r)
 }
 
 // republish publishes an already settled action's result again. The Nats-Msg-Id makes
 // it a no-op inside the duplicate window; outside it, the stream is checked first.
 func (j *job) republish(ctx context.Context, rec kvstore.Record) decision {
-	var r events.Result
-	if err := json.Unmarshal(rec.Result, &r); err != nil {
-		return j.infra(fmt.Errorf("stored result is unreadable: %w", err))
+	r, err := storedResult(rec)
+	if err != nil {
+		return j.infra(err)
 	}
 	if r.Error != nil {
 		j.setStatus("duplicate:"+r.Status, r.Error.Code)
@@ -966,7 +980,7 @@ func (j *job) republish(ctx context.Context, rec kvstore.Record) decision {
 	if m, err := j.b.output.GetLastMsgForSubject(ctx, j.resultSubject()); err == nil && isTerminalResult(m) {
 		return ackIt()
 	}
-	if err := j.publishResult(ctx, &r); err != nil {
+	if err := j.publishResult(ctx, r); err != nil {
 		return j.infra(err)
 	}
 	return ackIt()
