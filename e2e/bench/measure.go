@@ -183,28 +183,23 @@ func (s *loopStats) add(o loopStats) {
 	}
 }
 
-func (s loopStats) rate() float64 {
-	if s.window <= 0 {
+// per is a / b, or 0 when b is not positive (nothing was measured).
+func per(a, b float64) float64 {
+	if b <= 0 {
 		return 0
 	}
-	return float64(len(s.lat)) / s.window.Seconds()
+	return a / b
 }
+
+func (s loopStats) rate() float64 { return per(float64(len(s.lat)), s.window.Seconds()) }
 
 // cpuPerOp is the process CPU time per completed operation, in microseconds.
 func (s loopStats) cpuPerOp() float64 {
-	if len(s.lat) == 0 {
-		return 0
-	}
-	return float64(s.cpu) / float64(len(s.lat)) / float64(time.Microsecond)
+	return per(float64(s.cpu)/float64(time.Microsecond), float64(len(s.lat)))
 }
 
 // allocPerOp is the heap the whole process allocated per completed operation, in KiB.
-func (s loopStats) allocPerOp() float64 {
-	if len(s.lat) == 0 {
-		return 0
-	}
-	return float64(s.alloc) / float64(len(s.lat)) / 1024
-}
+func (s loopStats) allocPerOp() float64 { return per(float64(s.alloc)/1024, float64(len(s.lat))) }
 
 func (s loopStats) pct(p float64) time.Duration { return percentile(s.lat, p) }
 

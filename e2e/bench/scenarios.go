@@ -102,7 +102,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	kvM := &mode{name: "js-loop+kv", op: e.opKVLoop}
 	bridgeM := &mode{name: "bridge", op: e.opBridge}
 	modes := []*mode{httpM, loopM, kvM, bridgeM}
-	per := o.Duration / time.Duration(o.Rounds)
+	window := o.Duration / time.Duration(o.Rounds)
 	for r := 1; r <= o.Rounds; r++ {
 		for _, m := range modes {
 			warm := o.Warmup
@@ -120,8 +120,8 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 				}
 				onStart, onEnd = func() { prof.startCPU(tag) }, prof.stopCPU
 			}
-			e.status.printf("1 chat: %s, round %d/%d: %s warm-up + %s window at concurrency %d", m.name, r, o.Rounds, warm, per, o.Concurrency)
-			st := closedLoop(ctx, o.Concurrency, warm, per, onStart, onEnd, m.op)
+			e.status.printf("1 chat: %s, round %d/%d: %s warm-up + %s window at concurrency %d", m.name, r, o.Rounds, warm, window, o.Concurrency)
+			st := closedLoop(ctx, o.Concurrency, warm, window, onStart, onEnd, m.op)
 			m.stats.add(st)
 			m.rounds = append(m.rounds, st.rate())
 			e.status.printf("1 chat: %s, round %d/%d: %.0f actions/s, p50 %.2f ms, p99 %.2f ms, %d errors",
@@ -131,10 +131,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	}
 	prof.heap("chat")
 	b, l, k, h := bridgeM.stats, loopM.stats, kvM.stats, httpM.stats
-	ratio := 0.0
-	if l.rate() > 0 {
-		ratio = b.rate() / l.rate()
-	}
+	ratio := per(b.rate(), l.rate())
 	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(l.rate()), FloorName: "js loop",
 		Target: ">= 0.60x and >= 3000/s", Pass: boolp(ratio >= 0.60 && b.rate() >= 3000)})
 	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(k.rate()), FloorName: "js loop+kv"})
@@ -159,21 +156,15 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	}
 	// The ratios of each round show how much of a ratio is the machine's noise.
 	var perRound []string
-	div := func(a, b float64) float64 {
-		if b <= 0 {
-			return 0
-		}
-		return a / b
-	}
 	for i := range bridgeM.rounds {
 		rb, rl, rk := bridgeM.rounds[i], loopM.rounds[i], kvM.rounds[i]
-		perRound = append(perRound, fmt.Sprintf("r%d %.2f/%.2f/%.2f", i+1, div(rb, rl), div(rb, rk), div(rk, rl)))
+		perRound = append(perRound, fmt.Sprintf("r%d %.2f/%.2f/%.2f", i+1, per(rb, rl), per(rb, rk), per(rk, rl)))
 	}
 	rep.Notes = append(rep.Notes, "ratios per round (bridge/js loop, bridge/js loop+kv, js loop+kv/js loop): "+strings.Join(perRound, ", "))
 	rep.Notes = append(rep.Notes, fmt.Sprintf(
 		"closed loop: %d clients each publish a chat action (unique idempotency key) and wait for its result; "+
 			"latency = publish start to result received by a core NATS subscriber; %d interleaved rounds of %s per mode (http, js loop, js loop+kv, bridge)",
-		o.Concurrency, o.Rounds, per),
+		o.Concurrency, o.Rounds, window),
 		"js loop+kv: the js loop plus only the durable writes the contract requires for a keyed unsafe action "+
 			"(KV Create of the action id, KV Create of the key with the write-ahead mark, KV Update with the result, "+
 			"result published with its Nats-Msg-Id): the fastest any contract-conforming bridge could be here; "+
@@ -366,12 +357,7 @@ func (e *env) httpStreamRun(ctx context.Context, n int) streamRun {
 	return run
 }
 
-func rate(n int, d time.Duration) float64 {
-	if d <= 0 {
-		return 0
-	}
-	return float64(n) / d.Seconds()
-}
+func rate(n int, d time.Duration) float64 { return per(float64(n), d.Seconds()) }
 
 func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport {
 	n := e.o.Events
@@ -467,18 +453,8 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 	rep.row(Row{Metric: "events/s delivered", Unit: "events/s", Bridge: br, Floor: f64(rr), FloorName: "raw js async pub",
 		Target: ">= 0.80x", Pass: boolp(rr > 0 && br/rr >= 0.80)})
 	rep.row(Row{Metric: "events/s delivered", Unit: "events/s", Bridge: br, Floor: f64(rate(int(h.got), h.dur)), FloorName: "http read"})
-	perEv := func(r streamRun) float64 {
-		if r.got == 0 {
-			return 0
-		}
-		return float64(r.cpu) / float64(r.got) / float64(time.Microsecond)
-	}
-	allocPerEv := func(r streamRun) float64 {
-		if r.got == 0 {
-			return 0
-		}
-		return float64(r.alloc) / float64(r.got)
-	}
+	perEv := func(r streamRun) float64 { return per(float64(r.cpu)/float64(time.Microsecond), float64(r.got)) }
+	allocPerEv := func(r streamRun) float64 { return per(float64(r.alloc), float64(r.got)) }
 	rep.row(Row{Metric: "process CPU/event", Unit: "µs", Bridge: perEv(b), Floor: f64(perEv(r)), FloorName: "raw js async pub"})
 	rep.row(Row{Metric: "heap allocated/event", Unit: "B", Bridge: allocPerEv(b), Floor: f64(allocPerEv(r)), FloorName: "raw js async pub"})
 	rep.row(Row{Metric: "time to last event", Unit: "s", Bridge: b.dur.Seconds() / float64(rounds), Floor: f64(r.dur.Seconds() / float64(rounds)), FloorName: "raw js async pub"})
