@@ -46,7 +46,7 @@ func rec(actionID string) kvstore.Record {
 		CapabilityID: "cap:hermes_agent:ep1:chat",
 		InputSHA256:  strings.Repeat("ab", 32),
 		Owner:        "replica-1",
-		LeaseUntil:   time.Now().Add(time.Minute).UTC(),
+		PendingSeq:   7,
 		Attempt:      1,
 	}
 }
@@ -119,7 +119,7 @@ func TestRecordJSONStable(t *testing.T) {
 	ts := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	r := kvstore.Record{
 		State: kvstore.StateSettled, ActionID: "a1", CapabilityID: "cap:hermes_agent:ep1:chat",
-		InputSHA256: "00ff", Owner: "r1", LeaseUntil: ts, Attempt: 2,
+		InputSHA256: "00ff", Owner: "r1", Attempt: 2, PendingSeq: 9, Decision: kvstore.DecisionApprove,
 		Result:    json.RawMessage(`{"status":"completed"}`),
 		CreatedAt: ts,
 	}
@@ -140,8 +140,8 @@ func TestRecordJSONStable(t *testing.T) {
 	}
 	updated := string(generic["updated_at"])
 	want := `{"v":1,"state":"settled","action_id":"a1","capability_id":"cap:hermes_agent:ep1:chat",` +
-		`"input_sha256":"00ff","owner":"r1","lease_until":"2026-01-02T03:04:05Z","attempt":2,` +
-		`"result":{"status":"completed"},"created_at":"2026-01-02T03:04:05Z","updated_at":` + updated + `}`
+		`"input_sha256":"00ff","owner":"r1","attempt":2,` +
+		`"result":{"status":"completed"},"decision":"approve","pending_seq":9,"created_at":"2026-01-02T03:04:05Z","updated_at":` + updated + `}`
 	if string(raw.Value()) != want {
 		t.Fatalf("stored JSON\n got %s\nwant %s", raw.Value(), want)
 	}
@@ -154,7 +154,7 @@ func TestRecordJSONStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"owner", "lease_until", "result", "attempt", "capability_id"} {
+	for _, f := range []string{"owner", "result", "attempt", "capability_id", "decision", "approver", "cancel", "pending_seq"} {
 		if strings.Contains(string(raw.Value()), `"`+f+`"`) {
 			t.Errorf("empty %s not omitted: %s", f, raw.Value())
 		}
@@ -179,7 +179,7 @@ func TestGetRoundTrip(t *testing.T) {
 		t.Fatalf("entry rev/key = %d %q, want %d act.a1", e.Revision, e.Key, rev)
 	}
 	got := e.Record
-	if got.State != r.State || got.ActionID != r.ActionID || got.Owner != r.Owner || !got.LeaseUntil.Equal(r.LeaseUntil) ||
+	if got.State != r.State || got.ActionID != r.ActionID || got.Owner != r.Owner || got.PendingSeq != r.PendingSeq ||
 		got.Attempt != r.Attempt || string(got.Result) != string(r.Result) || got.InputSHA256 != r.InputSHA256 {
 		t.Fatalf("round trip mismatch:\n got %+v\nwant %+v", got, r)
 	}
@@ -188,27 +188,6 @@ func TestGetRoundTrip(t *testing.T) {
 	}
 	if e.Written.IsZero() {
 		t.Fatal("Written not set")
-	}
-}
-
-func TestLeaseExpired(t *testing.T) {
-	now := time.Now()
-	tests := []struct {
-		name  string
-		lease time.Time
-		want  bool
-	}{
-		{"no lease", time.Time{}, true},
-		{"future", now.Add(time.Second), false},
-		{"now", now, true},
-		{"past", now.Add(-time.Second), true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := (kvstore.Record{LeaseUntil: tc.lease}).LeaseExpired(now); got != tc.want {
-				t.Fatalf("LeaseExpired = %v, want %v", got, tc.want)
-			}
-		})
 	}
 }
 

@@ -20,10 +20,25 @@ const (
 	// StateDispatched: the request may have reached Hermes; a crash here is
 	// an uncertain outcome and the work must not be resent.
 	StateDispatched State = "dispatched"
+	// StateReleased: no replica owns the action and it was certainly not sent: a
+	// retry released it, or it waits for its next delivery. The next delivery takes
+	// it over with one compare-and-set.
+	StateReleased State = "released"
 	// StateParked: the action waits for an approval decision.
 	StateParked State = "parked"
-	// StateSettled: the terminal result is stored in Record.Result.
+	// StateSettled: the terminal result is held in Record.Result (only a cancel that
+	// arrived before its action does this; every other terminal result is the
+	// action's result message in the output stream, see Ledger).
 	StateSettled State = "settled"
+)
+
+// Decisions recorded in Record.Decision: why a formerly parked action runs or ends.
+const (
+	DecisionApprove  = "approve"
+	DecisionDeny     = "deny"
+	DecisionMismatch = "mismatch"
+	DecisionExpired  = "expired"
+	DecisionCancel   = "cancel"
 )
 
 // recordVersion is the "v" field written with every record.
@@ -36,12 +51,12 @@ type Record struct {
 	CapabilityID string `json:"capability_id,omitempty"`
 	// InputSHA256 is the lowercase hex SHA-256 of the canonical input.
 	InputSHA256 string `json:"input_sha256,omitempty"`
-	// Owner is the replica id holding the lease.
-	Owner string `json:"owner,omitempty"`
-	// LeaseUntil is when the owner's lease lapses; the owner renews it with
-	// Update while it works.
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
-	Attempt    int       `json:"attempt,omitempty"`
+	// Owner names the delivery that holds the claim (replica id and a per-delivery
+	// nonce). The owner proves it is alive by moving the record's revision (a
+	// heartbeat rewrites the record); see Ledger for how a reader decides that an
+	// owner is gone without comparing clocks.
+	Owner   string `json:"owner,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
 	// IdemKey is, in an action record, the key of the action's idempotency record
 	// (IdempotencyKey's result), "" when the action has no idempotency key. For a keyed
 	// unsafe action the write-ahead "dispatched" mark is the idempotency record's state,
@@ -54,15 +69,19 @@ type Record struct {
 	Action json.RawMessage `json:"action,omitempty"`
 	// ExpiresAt is when a parked action's approval window ends.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Decision is the approval outcome of a formerly parked action (Decision*
+	// constants), written by the transition that ends the parking.
+	Decision string `json:"decision,omitempty"`
+	// Approver names who decided, for the log and the status of the action.
+	Approver string `json:"approver,omitempty"`
+	// Cancel is set by a cancel request that found the action owned by no replica
+	// it could reach: whoever owns or takes over the action settles it cancelled.
+	Cancel bool `json:"cancel,omitempty"`
+	// PendingSeq is the output-stream sequence of the action's pending_approval
+	// result message; its terminal result is appended after it (see ResultLog).
+	PendingSeq uint64 `json:"pending_seq,omitempty"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
-}
-
-// LeaseExpired reports whether no live owner holds the record at now: true
-// when LeaseUntil is zero or not after now. A record with an expired lease
-// in state claimed or dispatched was abandoned by its owner.
-func (r Record) LeaseExpired(now time.Time) bool {
-	return r.LeaseUntil.IsZero() || !now.Before(r.LeaseUntil)
 }
 
 // wireRecord adds the format version to the JSON encoding.
@@ -84,7 +103,6 @@ func encodeRecord(r Record) ([]byte, error) {
 	b = appendField(b, "capability_id", r.CapabilityID, true)
 	b = appendField(b, "input_sha256", r.InputSHA256, true)
 	b = appendField(b, "owner", r.Owner, true)
-	b = appendTime(b, "lease_until", r.LeaseUntil)
 	if r.Attempt != 0 {
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendInt(b, int64(r.Attempt), 10)
@@ -99,17 +117,26 @@ func encodeRecord(r Record) ([]byte, error) {
 		b = append(b, r.Action...)
 	}
 	b = appendTime(b, "expires_at", r.ExpiresAt)
+	b = appendField(b, "decision", r.Decision, true)
+	b = appendField(b, "approver", r.Approver, true)
+	if r.Cancel {
+		b = append(b, `,"cancel":true`...)
+	}
+	if r.PendingSeq != 0 {
+		b = append(b, `,"pending_seq":`...)
+		b = strconv.AppendUint(b, r.PendingSeq, 10)
+	}
 	b = appendTime(b, "created_at", r.CreatedAt)
 	b = appendTime(b, "updated_at", r.UpdatedAt)
 	return append(b, '}'), nil
 }
 
 // recordSize bounds the encoding of r when its strings need no escaping: the field
-// names, punctuation, attempt and four timestamps take at most 384 bytes. Sizing the
+// names, punctuation, attempt, pending_seq and three timestamps take at most 384 bytes. Sizing the
 // buffer with it keeps encodeRecord from growing (and copying) it while filling it.
 func recordSize(r Record) int {
 	return 384 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
-		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action)
+		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver)
 }
 
 func appendField(b []byte, name, v string, omitEmpty bool) []byte {

@@ -1,0 +1,713 @@
+package kvstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Ledger is the state machine of every action. It owns three kinds of records in the
+// bucket and one register in the output stream, and every transition below is one
+// compare-and-set on one of them; no decision is taken on a read alone.
+//
+// # Records
+//
+//   - act.<id>, the action record: who runs the action and how far it got.
+//   - idem.<hash>, the key record: which action holds a scoped idempotency key. It is
+//     written when the action claims the key and rewritten by heartbeats while the
+//     action runs (so that it lives as long as the action); it names the action and
+//     never holds a result.
+//   - park.<id>, the park index: one entry per parked action, so that any replica can
+//     expire parked actions without scanning every record.
+//   - The result log ([ResultLog]): the action's result messages in the output stream.
+//     The terminal result message is the action's terminal state: appending it is a
+//     compare-and-set on the subject's last sequence, so at most one is ever stored,
+//     and the key record of a keyed action refers to it (CONTRACT §5).
+//
+// # Action record states and transitions
+//
+//	from        to          by                                    write
+//	(none)      claimed     Begin: a delivery claims the id        Create act
+//	released    claimed     Begin: the next delivery takes it      Update act
+//	claimed     claimed     Begin: owner gone (see Owners)         Update act
+//	claimed     claimed     Renew: a heartbeat                     Update act
+//	claimed     dispatched  Dispatch: the write-ahead mark         Update act
+//	dispatched  dispatched  Begin: owner gone, outcome unknown     Update act
+//	claimed     released    Release: certain non-execution, retry  Update act
+//	claimed     parked      Park: waits for a decision             Update act (after Create park, Append pending)
+//	parked      claimed     Decide: a decision, expiry or cancel   Update act
+//	any live    +cancel     CancelStored: cancel flag              Update act
+//	(none)      settled     CancelStored: cancel before arrival    Create act
+//	any         terminal    Settle: the terminal result            Append result
+//
+// Only the delivery that holds the claim's current revision can Dispatch, Park,
+// Release or Settle: a replica that lost its claim (it was paused past the lease and
+// taken over) fails its next compare-and-set and stops: it neither sends nor settles.
+// The mark is the dispatched state of the action record for every unsafe call, keyed
+// or not, so it is fenced by the same revision.
+//
+// # Owners
+//
+// Nobody compares clocks of different machines. An owner proves it is alive by moving
+// its record's revision (Renew, every heartbeat); a reader decides that the owner is
+// gone only after watching the revision not move for a whole lease on its own
+// monotonic clock, and then takes over with a compare-and-set on the revision it
+// watched, which fails if the owner moved after all.
+//
+// # Absence
+//
+// Absence is never concluded from a read: "no record" leads to a Create, "no result"
+// to an Append with an expected sequence; both are decided by the server. Reads only
+// choose which write to try.
+//
+// # Key records
+//
+// A key record names its action (and the input's hash). Same key and input: the
+// duplicate replays the holder's terminal result from the result log, waiting for it
+// while the holder runs (the holder's own message guarantees that it ends). Different
+// input: conflict. A holder whose terminal result is retryable and certain (Hermes
+// never started the work) frees the key (Delete with compare-and-set), so that a later
+// action runs.
+type Ledger struct {
+	rec   Records
+	log   ResultLog
+	lease time.Duration
+}
+
+// Records is the compare-and-set record store the ledger writes (Store, or an
+// in-memory one in tests).
+type Records interface {
+	Create(ctx context.Context, key string, r Record) (uint64, error)
+	Get(ctx context.Context, key string) (Entry, error)
+	Update(ctx context.Context, key string, r Record, rev uint64) (uint64, error)
+	Delete(ctx context.Context, key string, rev uint64) error
+	Wait(ctx context.Context, key string, afterRev uint64) (Entry, error)
+}
+
+var _ Records = (*Store)(nil)
+
+// Ledger errors, matched with errors.Is.
+var (
+	// ErrLostClaim: another delivery took the claim over; this one must stop without
+	// sending or settling.
+	ErrLostClaim = errors.New("kvstore: the claim was taken over")
+	// ErrCancelRequested: a cancel request flagged the action; the owner settles it
+	// cancelled instead.
+	ErrCancelRequested = errors.New("kvstore: cancel requested")
+	// ErrSettled: the action already has a terminal result (another one won).
+	ErrSettled = errors.New("kvstore: already settled")
+)
+
+// NewLedger returns a ledger over rec and log. lease is how long an owner's revision
+// must stand still before a reader takes the claim over; it must exceed the owner's
+// heartbeat interval several times over.
+func NewLedger(rec Records, log ResultLog, lease time.Duration) *Ledger {
+	return &Ledger{rec: rec, log: log, lease: lease}
+}
+
+// Lease returns the lease.
+func (l *Ledger) Lease() time.Duration { return l.lease }
+
+// Log returns the result log.
+func (l *Ledger) Log() ResultLog { return l.log }
+
+// Intent is what a delivery asks to run.
+type Intent struct {
+	ActionID     string
+	CapabilityID string
+	InputSHA256  string
+	// IdemKey is the scoped key's record key (IdempotencyKey), "" for none.
+	IdemKey string
+	// Owner names this delivery (unique per delivery).
+	Owner string
+}
+
+// Verdict says what a delivery does after Begin or Decide.
+type Verdict int
+
+const (
+	// Run: the claim is held and nothing was sent; run the action (Claim.Record says
+	// whether an approval decision, or a cancel flag, came with it).
+	Run Verdict = iota
+	// Uncertain: the claim is held over a record whose request may have reached
+	// Hermes: settle outcome_unknown (or cancelled with uncertain outcome); never
+	// resend.
+	Uncertain
+	// Done: the action has its terminal result (Outcome.Log); acknowledge.
+	Done
+	// Parked: the action waits for its decision; acknowledge.
+	Parked
+	// Stored: the record holds a terminal result that is not in the log yet (a cancel
+	// that came before its action): append it with SettleUnclaimed.
+	Stored
+)
+
+func (v Verdict) String() string {
+	return [...]string{"run", "uncertain", "done", "parked", "stored"}[v]
+}
+
+// Outcome is the result of Begin or Decide.
+type Outcome struct {
+	Verdict Verdict
+	Claim   *Claim   // Run, Uncertain
+	Log     LogEntry // Done
+	Record  Record   // Parked, Stored
+}
+
+// Claim is a delivery's hold on an action record. Its methods are safe for concurrent
+// use (the heartbeat renews it while the delivery works).
+type Claim struct {
+	l   *Ledger
+	id  string
+	key string
+
+	mu     sync.Mutex
+	rev    uint64
+	rec    Record
+	keyRev uint64 // the key record's revision while held, 0 otherwise
+	keyRec Record
+	lost   bool
+	done   bool
+}
+
+func (l *Ledger) newClaim(key string, rev uint64, r Record) *Claim {
+	return &Claim{l: l, id: r.ActionID, key: key, rev: rev, rec: r}
+}
+
+// Record returns the claimed record as last written by this claim.
+func (c *Claim) Record() Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rec
+}
+
+// Revision returns the claim's current revision of the action record.
+func (c *Claim) Revision() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rev
+}
+
+// Lost reports whether the claim was taken over or given up.
+func (c *Claim) Lost() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost
+}
+
+// Dispatched reports whether the claim's record is marked dispatched.
+func (c *Claim) Dispatched() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rec.State == StateDispatched
+}
+
+// Begin claims the action id for in, or decides what this delivery does about an
+// existing record. It waits while another delivery owns the action (calling onWait
+// once before the first wait, so that the caller can give back resources it holds),
+// and takes the claim over once the owner's revision has stood still for a lease.
+func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
+	key := ActionKey(in.ActionID)
+	r := Record{State: StateClaimed, ActionID: in.ActionID, CapabilityID: in.CapabilityID,
+		InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey}
+	rev, err := l.rec.Create(ctx, key, r)
+	if err == nil {
+		return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, r)}, nil
+	}
+	if !errors.Is(err, ErrExists) {
+		return Outcome{}, err
+	}
+	return l.takeOver(ctx, in, onWait)
+}
+
+// takeOver decides about an existing action record; see Begin.
+func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
+	key := ActionKey(in.ActionID)
+	for {
+		e, err := l.rec.Get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			// Gone since (expired or released by deletion): claim it afresh.
+			r := Record{State: StateClaimed, ActionID: in.ActionID, CapabilityID: in.CapabilityID,
+				InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey}
+			rev, err := l.rec.Create(ctx, key, r)
+			if errors.Is(err, ErrExists) {
+				continue
+			}
+			if err != nil {
+				return Outcome{}, err
+			}
+			return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, r)}, nil
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		r := e.Record
+		if r.State == StateSettled {
+			return Outcome{Verdict: Stored, Record: r}, nil
+		}
+		// The result log is the terminal register: look there before anything else.
+		le, err := l.log.Last(ctx, in.ActionID)
+		switch {
+		case err == nil && le.Terminal:
+			return Outcome{Verdict: Done, Log: le}, nil
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return Outcome{}, err
+		}
+		switch r.State {
+		case StateParked:
+			return Outcome{Verdict: Parked, Record: r}, nil
+		case StateReleased:
+			nr := r
+			nr.State, nr.Owner, nr.Attempt = StateClaimed, in.Owner, r.Attempt+1
+			rev, err := l.rec.Update(ctx, key, nr, e.Revision)
+			if errors.Is(err, ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return Outcome{}, err
+			}
+			return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, nr)}, nil
+		}
+		// Claimed or dispatched by another delivery: wait for it to end, or for its
+		// revision to stand still for a lease.
+		if onWait != nil {
+			onWait()
+			onWait = nil
+		}
+		moved, err := l.awaitMove(ctx, e)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if moved {
+			continue
+		}
+		nr := r
+		nr.Owner, nr.Attempt = in.Owner, r.Attempt+1
+		rev, err := l.rec.Update(ctx, key, nr, e.Revision)
+		if errors.Is(err, ErrConflict) {
+			continue // the owner moved after all
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		v := Run
+		if r.State == StateDispatched {
+			v = Uncertain
+		}
+		return Outcome{Verdict: v, Claim: l.newClaim(key, rev, nr)}, nil
+	}
+}
+
+// awaitMove watches e's key for a revision after e's for up to a lease. moved is true
+// when one came (or the key was deleted); false when the lease passed without one.
+func (l *Ledger) awaitMove(ctx context.Context, e Entry) (moved bool, err error) {
+	wctx, cancel := context.WithTimeout(ctx, l.lease)
+	defer cancel()
+	_, err = l.rec.Wait(wctx, e.Key, e.Revision)
+	switch {
+	case err == nil, errors.Is(err, ErrNotFound):
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case wctx.Err() != nil:
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// KeyVerdict says what a delivery does about its idempotency key.
+type KeyVerdict int
+
+const (
+	// KeyHeld: this action holds the key; go on.
+	KeyHeld KeyVerdict = iota
+	// KeyReplay: another action with the same input holds it and has its terminal
+	// result (KeyOutcome.Log): replay that result.
+	KeyReplay
+	// KeyConflict: another action holds it with a different input.
+	KeyConflict
+)
+
+// KeyOutcome is the result of ClaimKey.
+type KeyOutcome struct {
+	Verdict  KeyVerdict
+	Original string   // the holder's action id (KeyReplay, KeyConflict)
+	Log      LogEntry // the holder's terminal result (KeyReplay)
+}
+
+// ClaimKey claims the claim's idempotency key (Record().IdemKey), or finds who holds
+// it. While a holder with the same input runs, it waits for the holder's terminal
+// result (calling onWait once before the first wait); a holder whose result frees the
+// key (retryable and certain) is replaced.
+func (c *Claim) ClaimKey(ctx context.Context, onWait func()) (KeyOutcome, error) {
+	l := c.l
+	c.mu.Lock()
+	kr := Record{State: StateClaimed, ActionID: c.id, CapabilityID: c.rec.CapabilityID,
+		InputSHA256: c.rec.InputSHA256, Owner: c.rec.Owner}
+	ikey := c.rec.IdemKey
+	c.mu.Unlock()
+	for {
+		rev, err := l.rec.Create(ctx, ikey, kr)
+		if err == nil {
+			c.holdKey(rev, kr)
+			return KeyOutcome{Verdict: KeyHeld}, nil
+		}
+		if !errors.Is(err, ErrExists) {
+			return KeyOutcome{}, err
+		}
+		e, err := l.rec.Get(ctx, ikey)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return KeyOutcome{}, err
+		}
+		holder := e.Record
+		if holder.ActionID == c.id {
+			c.holdKey(e.Revision, holder) // an earlier delivery of this action claimed it
+			return KeyOutcome{Verdict: KeyHeld}, nil
+		}
+		if holder.InputSHA256 != kr.InputSHA256 {
+			return KeyOutcome{Verdict: KeyConflict, Original: holder.ActionID}, nil
+		}
+		le, err := l.log.Last(ctx, holder.ActionID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return KeyOutcome{}, err
+		}
+		if err != nil || !le.Terminal {
+			if onWait != nil {
+				onWait()
+				onWait = nil
+			}
+			if le, err = l.log.WaitTerminal(ctx, holder.ActionID); err != nil {
+				return KeyOutcome{}, err
+			}
+		}
+		if FreesKey(le.Data) {
+			if err := l.rec.Delete(ctx, ikey, e.Revision); err != nil && !errors.Is(err, ErrConflict) {
+				return KeyOutcome{}, err
+			}
+			continue
+		}
+		return KeyOutcome{Verdict: KeyReplay, Original: holder.ActionID, Log: le}, nil
+	}
+}
+
+func (c *Claim) holdKey(rev uint64, r Record) {
+	c.mu.Lock()
+	c.keyRev, c.keyRec = rev, r
+	c.mu.Unlock()
+}
+
+// FreesKey reports whether a result (its JSON) frees its idempotency key: its error is
+// retryable and certain (CONTRACT §5).
+func FreesKey(result []byte) bool {
+	var r struct {
+		Error *struct {
+			Retryable bool `json:"retryable"`
+			Uncertain bool `json:"uncertain_outcome"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(result, &r) == nil && r.Error != nil && r.Error.Retryable && !r.Error.Uncertain
+}
+
+// update writes fn's change to the claimed record with the claim's revision. A lost
+// compare-and-set is reconciled: if the record is still this claim's (a cancel request
+// flagged it), the claim adopts it and the error is ErrCancelRequested; otherwise the
+// claim is lost (ErrLostClaim). Called with c.mu held.
+func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
+	if c.lost {
+		return ErrLostClaim
+	}
+	nr := c.rec
+	fn(&nr)
+	rev, err := c.l.rec.Update(ctx, c.key, nr, c.rev)
+	if err == nil {
+		c.rev, c.rec = rev, nr
+		return nil
+	}
+	if !errors.Is(err, ErrConflict) {
+		return err
+	}
+	e, gerr := c.l.rec.Get(ctx, c.key)
+	if gerr != nil && !errors.Is(gerr, ErrNotFound) {
+		return gerr
+	}
+	if gerr == nil && e.Record.Owner == c.rec.Owner && e.Record.State == c.rec.State {
+		c.rev, c.rec = e.Revision, e.Record
+		if e.Record.Cancel {
+			return ErrCancelRequested
+		}
+		return c.update(ctx, fn)
+	}
+	c.lost = true
+	return ErrLostClaim
+}
+
+// Dispatch writes the write-ahead mark: from its success on, the request may reach
+// Hermes and is never sent again. It fails with ErrLostClaim when the claim was taken
+// over and ErrCancelRequested when a cancel flagged the action (nothing was sent).
+func (c *Claim) Dispatch(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rec.Cancel {
+		return ErrCancelRequested
+	}
+	return c.update(ctx, func(r *Record) { r.State = StateDispatched })
+}
+
+// Renew moves the claim's revision (the owner's proof of life) and rewrites the key
+// record it holds, so that neither expires while the action runs. It reports
+// ErrLostClaim or ErrCancelRequested like Dispatch; after Settle or Release it does
+// nothing.
+func (c *Claim) Renew(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.lost {
+		return nil
+	}
+	if err := c.update(ctx, func(*Record) {}); err != nil {
+		return err
+	}
+	if c.keyRev != 0 {
+		if rev, err := c.l.rec.Update(ctx, c.rec.IdemKey, c.keyRec, c.keyRev); err == nil {
+			c.keyRev = rev
+		}
+	}
+	return nil
+}
+
+// Release gives the claim up with certain non-execution, for a retry by a later
+// delivery: the record moves to released. counted says whether this delivery spent an
+// attempt. The key, if held, stays with the action.
+func (c *Claim) Release(ctx context.Context, counted bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.lost {
+		return nil
+	}
+	err := c.update(ctx, func(r *Record) {
+		r.State, r.Owner = StateReleased, ""
+		if !counted {
+			r.Attempt = max(r.Attempt-1, 0)
+		}
+	})
+	c.done = true
+	return err
+}
+
+// Park moves the claimed action to parked: first its park index entry, then its
+// pending_approval message (appended at most once: a later Park finds it), then the
+// record with the action JSON, the expiry and the pending message's sequence.
+func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.Time, pending *nats.Msg) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.l
+	idx := Record{State: StateParked, ActionID: c.id, CapabilityID: c.rec.CapabilityID,
+		InputSHA256: c.rec.InputSHA256, ExpiresAt: expires}
+	if _, err := l.rec.Create(ctx, ParkKey(c.id), idx); err != nil && !errors.Is(err, ErrExists) {
+		return err
+	}
+	seq, err := l.log.Append(ctx, c.id, pending, 0)
+	if errors.Is(err, ErrConflict) {
+		le, lerr := l.log.Last(ctx, c.id)
+		if lerr != nil {
+			return lerr
+		}
+		if le.Terminal {
+			return ErrSettled
+		}
+		seq, err = le.Seq, nil
+	}
+	if err != nil {
+		return err
+	}
+	err = c.update(ctx, func(r *Record) {
+		r.State, r.Owner, r.Action, r.ExpiresAt, r.PendingSeq = StateParked, "", action, expires, seq
+	})
+	if err == nil {
+		c.done = true
+	}
+	return err
+}
+
+// Decide ends the parking of action id with decision (a Decision* constant) for the
+// delivery owner: parked moves to claimed with the decision, and the caller runs or
+// settles the action under the returned claim. A record that is no longer parked was
+// decided before (a redelivered decision, or a second one): Decide then treats it like
+// Begin does, so the first decision is carried out once. Errors: ErrNotFound when
+// there is no record (the decision may have overtaken its action).
+func (l *Ledger) Decide(ctx context.Context, id, decision, approver, owner string, onWait func()) (Outcome, error) {
+	key := ActionKey(id)
+	for {
+		e, err := l.rec.Get(ctx, key)
+		if err != nil {
+			return Outcome{}, err
+		}
+		r := e.Record
+		if r.State != StateParked {
+			return l.takeOver(ctx, Intent{ActionID: id, CapabilityID: r.CapabilityID, InputSHA256: r.InputSHA256,
+				IdemKey: r.IdemKey, Owner: owner}, onWait)
+		}
+		nr := r
+		nr.State, nr.Owner, nr.Decision, nr.Approver, nr.Attempt = StateClaimed, owner, decision, approver, 1
+		rev, err := l.rec.Update(ctx, key, nr, e.Revision)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, nr)}, nil
+	}
+}
+
+// Settle appends the claim's terminal result m to the result log (after the action's
+// pending message, if any) and then frees what the action held: its key when frees
+// is true (the result is retryable and certain), and its park index entry. It fails
+// with ErrLostClaim when the claim was taken over (nothing is appended), and with
+// ErrSettled (and the winning entry) when another terminal result is stored already.
+func (c *Claim) Settle(ctx context.Context, m *nats.Msg, frees bool) (LogEntry, error) {
+	c.mu.Lock()
+	if c.lost {
+		c.mu.Unlock()
+		return LogEntry{}, ErrLostClaim
+	}
+	expect, parked := c.rec.PendingSeq, len(c.rec.Action) > 0
+	c.mu.Unlock()
+	le, err := c.l.SettleUnclaimed(ctx, c.id, m, expect)
+	if err != nil {
+		return le, err
+	}
+	c.mu.Lock()
+	c.done = true
+	ikey, keyRev := c.rec.IdemKey, c.keyRev
+	c.mu.Unlock()
+	if frees && keyRev != 0 {
+		if err := c.l.rec.Delete(ctx, ikey, keyRev); err != nil && !errors.Is(err, ErrConflict) {
+			return le, fmt.Errorf("kvstore: free key of %s: %w", c.id, err)
+		}
+	}
+	if parked {
+		c.l.Unpark(ctx, c.id)
+	}
+	return le, nil
+}
+
+// SettleUnclaimed appends the terminal result m of action id after the result
+// message with sequence expect (0: none), following any pending message it did not
+// know of. It is for results that need no claim: a result held in a settled record
+// (Verdict Stored) and a last-resort result. Errors: ErrSettled with the stored entry.
+func (l *Ledger) SettleUnclaimed(ctx context.Context, id string, m *nats.Msg, expect uint64) (LogEntry, error) {
+	for {
+		seq, err := l.log.Append(ctx, id, m, expect)
+		if err == nil {
+			return LogEntry{Seq: seq, Terminal: true, Header: m.Header, Data: m.Data}, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return LogEntry{}, err
+		}
+		le, lerr := l.log.Last(ctx, id)
+		if lerr != nil {
+			return LogEntry{}, lerr
+		}
+		if le.Terminal {
+			return le, ErrSettled
+		}
+		expect = le.Seq
+	}
+}
+
+// Unpark removes action id's park index entry, if any (best effort: a stale entry is
+// removed by the next sweep).
+func (l *Ledger) Unpark(ctx context.Context, id string) {
+	if e, err := l.rec.Get(ctx, ParkKey(id)); err == nil {
+		_ = l.rec.Delete(ctx, ParkKey(id), e.Revision)
+	}
+}
+
+// Cancel states answered by CancelStored (CONTRACT §8).
+const (
+	CancelCancelled      = "cancelled"
+	CancelAlreadySettled = "already_settled"
+	CancelUnknown        = "unknown"
+)
+
+// CancelStored answers a cancel request for action id from the records, for an action
+// that no replica reachable by the request is running:
+//   - no record: it creates a settled record holding tombstone (the cancelled result),
+//     so that the action, if it comes, settles cancelled without reaching Hermes
+//     ("unknown"); when allowTombstone is false it only answers "unknown";
+//   - a terminal result (or a settled record): "already_settled";
+//   - parked: the parking ends with DecisionCancel and the returned claim must be
+//     settled cancelled by the caller ("cancelled");
+//   - claimed, released or dispatched: it sets the record's cancel flag, which its
+//     owner (or whoever takes it over) honours ("cancelled").
+func (l *Ledger) CancelStored(ctx context.Context, id, owner string, tombstone json.RawMessage, allowTombstone bool) (string, *Claim, error) {
+	key := ActionKey(id)
+	for {
+		e, err := l.rec.Get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			if !allowTombstone {
+				return CancelUnknown, nil, nil
+			}
+			_, err := l.rec.Create(ctx, key, Record{State: StateSettled, ActionID: id, Result: tombstone})
+			if errors.Is(err, ErrExists) {
+				continue
+			}
+			if err != nil {
+				return "", nil, err
+			}
+			return CancelUnknown, nil, nil
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		r := e.Record
+		if r.State == StateSettled {
+			return CancelAlreadySettled, nil, nil
+		}
+		le, err := l.log.Last(ctx, id)
+		if err == nil && le.Terminal {
+			return CancelAlreadySettled, nil, nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return "", nil, err
+		}
+		if r.State == StateParked {
+			nr := r
+			nr.State, nr.Owner, nr.Decision, nr.Attempt = StateClaimed, owner, DecisionCancel, 1
+			rev, err := l.rec.Update(ctx, key, nr, e.Revision)
+			if errors.Is(err, ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return "", nil, err
+			}
+			return CancelCancelled, l.newClaim(key, rev, nr), nil
+		}
+		if r.Cancel {
+			return CancelCancelled, nil, nil
+		}
+		nr := r
+		nr.Cancel = true
+		if _, err := l.rec.Update(ctx, key, nr, e.Revision); errors.Is(err, ErrConflict) {
+			continue
+		} else if err != nil {
+			return "", nil, err
+		}
+		return CancelCancelled, nil, nil
+	}
+}
+
+// ParkedEntry is one entry of the park index with the record it indexes.
+type ParkedEntry struct {
+	Index  Entry
+	Action Entry // zero when the action record is gone
+}

@@ -1,0 +1,156 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LogEntry is one result message of an action in the result log.
+type LogEntry struct {
+	// Seq is the message's stream sequence (0 when not known).
+	Seq uint64
+	// Terminal is false for a pending_approval message, true for the terminal result.
+	Terminal bool
+	Header   nats.Header
+	Data     []byte
+}
+
+// ResultLog is the terminal register of every action: the result messages on
+// <prefix>.results.<action_id> in the output stream. Append is a compare-and-set on
+// the subject's last sequence, so at most one terminal result is ever stored per
+// action, and whoever appends it has settled the action. JetStreamLog implements it
+// on a stream; kvtest has an in-memory one.
+type ResultLog interface {
+	// Last returns the action's last result message. Errors: ErrNotFound.
+	Last(ctx context.Context, actionID string) (LogEntry, error)
+	// Append stores m as the action's next result message if the last stored one has
+	// sequence expect (0: none), and returns its sequence. Errors: ErrConflict when
+	// the subject moved on (read Last).
+	Append(ctx context.Context, actionID string, m *nats.Msg, expect uint64) (uint64, error)
+	// WaitTerminal blocks until the action has a terminal result message and returns
+	// it, or ctx ends.
+	WaitTerminal(ctx context.Context, actionID string) (LogEntry, error)
+}
+
+// Message ids of result messages (CONTRACT §4): "<action_id>:result" and
+// "<action_id>:pending".
+const (
+	resultSuffix  = ":result"
+	pendingSuffix = ":pending"
+)
+
+// IsTerminalMsgID reports whether a result message's Nats-Msg-Id names a terminal
+// result (not a pending_approval one).
+func IsTerminalMsgID(id string) bool { return !strings.HasSuffix(id, pendingSuffix) }
+
+// JetStreamLog is the ResultLog on the output stream. Its writes are JetStream
+// publishes with Nats-Expected-Last-Subject-Sequence, decided by the stream leader
+// (through the stream's Raft group on a cluster), so they are linearizable even where a
+// read is not.
+type JetStreamLog struct {
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	stream  jetstream.Stream
+	subject func(actionID string) string
+	// publishTimeout bounds one publish attempt; the caller's ctx bounds them all.
+	publishTimeout time.Duration
+	// recheck is how often WaitTerminal reads the stream again in case it missed a
+	// message (a reconnect loses core messages).
+	recheck time.Duration
+}
+
+// NewJetStreamLog returns the result log on stream, whose result subject for an
+// action is subject(actionID).
+func NewJetStreamLog(js jetstream.JetStream, stream jetstream.Stream, subject func(string) string) *JetStreamLog {
+	return &JetStreamLog{js: js, nc: js.Conn(), stream: stream, subject: subject,
+		publishTimeout: 5 * time.Second, recheck: time.Second}
+}
+
+// Last implements ResultLog.
+func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, error) {
+	m, err := l.stream.GetLastMsgForSubject(ctx, l.subject(actionID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return LogEntry{}, fmt.Errorf("%w: results of %s", ErrNotFound, actionID)
+	}
+	if err != nil {
+		return LogEntry{}, fmt.Errorf("kvstore: read results of %s: %w", actionID, err)
+	}
+	return LogEntry{Seq: m.Sequence, Terminal: IsTerminalMsgID(m.Header.Get(jetstream.MsgIDHeader)),
+		Header: m.Header, Data: m.Data}, nil
+}
+
+// Append implements ResultLog. Transient failures (no responders during a leader
+// change, a timeout, a reconnect) are retried with backoff until ctx ends; a publish
+// whose acknowledgement was lost is found by its retry, which then conflicts with the
+// publish itself: Append reports that as success when the stored message is m.
+func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg, expect uint64) (uint64, error) {
+	delay := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, l.publishTimeout)
+		ack, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if isCASFailure(err) {
+			if attempt > 0 {
+				// An earlier attempt may have landed without its ack reaching us.
+				if last, lerr := l.Last(ctx, actionID); lerr == nil &&
+					last.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(jetstream.MsgIDHeader) && string(last.Data) == string(m.Data) {
+					return last.Seq, nil
+				}
+			}
+			return 0, fmt.Errorf("%w: results of %s moved past %d: %w", ErrConflict, actionID, expect, err)
+		}
+		if isTooLarge(err) || ctx.Err() != nil {
+			return 0, fmt.Errorf("kvstore: publish result of %s: %w", actionID, err)
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return 0, fmt.Errorf("kvstore: publish result of %s: %w (last error: %w)", actionID, ctx.Err(), err)
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// WaitTerminal implements ResultLog: it subscribes to the result subject, then reads
+// the stream (so that a result published in between is not missed), and reads it
+// again every recheck while it waits.
+func (l *JetStreamLog) WaitTerminal(ctx context.Context, actionID string) (LogEntry, error) {
+	ch := make(chan *nats.Msg, 4)
+	sub, err := l.nc.ChanSubscribe(l.subject(actionID), ch)
+	if err != nil {
+		return LogEntry{}, fmt.Errorf("kvstore: watch results of %s: %w", actionID, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	t := time.NewTicker(l.recheck)
+	defer t.Stop()
+	for {
+		e, err := l.Last(ctx, actionID)
+		if err == nil && e.Terminal {
+			return e, nil
+		}
+		if ctx.Err() != nil {
+			return LogEntry{}, ctx.Err()
+		}
+		select {
+		case <-ctx.Done():
+			return LogEntry{}, ctx.Err()
+		case m := <-ch:
+			if IsTerminalMsgID(m.Header.Get(jetstream.MsgIDHeader)) {
+				// Read it back from the stream: the stored message is the one that won.
+				continue
+			}
+		case <-t.C:
+		}
+	}
+}
+
+var _ ResultLog = (*JetStreamLog)(nil)
