@@ -4,7 +4,7 @@ PKGS      ?= ./...
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build test test-short lint vet fmt-check fuzz run demo bench soak clean help
+.PHONY: all build test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
 all: build
 
@@ -14,7 +14,7 @@ help: ## list targets
 build: ## compile every binary into ./bin
 	$(GO) build -o bin/ ./cmd/...
 
-test: vet fmt-check ## vet, gofmt check, and every test with -race (what CI runs)
+test: tidy-check vet fmt-check staticcheck ## tidy check, vet, gofmt check, staticcheck, and every test with -race (what CI runs)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test-short: ## quick tests without the e2e suite
@@ -27,8 +27,15 @@ fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-lint: vet fmt-check ## go vet + gofmt (+ golangci-lint when installed)
-	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS); else echo "golangci-lint not installed; ran go vet and gofmt only"; fi
+staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak and faulthooks tags
+	$(GO) tool staticcheck $(PKGS)
+	$(GO) tool staticcheck -tags soak,faulthooks $(PKGS)
+
+tidy-check: ## fail if go mod tidy would change go.mod or go.sum
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+
+lint: vet fmt-check staticcheck ## go vet + gofmt + staticcheck (+ golangci-lint when installed)
+	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS); else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
 
 fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzSSEReader$$' -fuzztime $(FUZZTIME) ./hermes

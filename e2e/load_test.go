@@ -161,10 +161,6 @@ func ldPlan(tag string, i int) ldAction {
 	return a
 }
 
-func (a ldAction) unsafeCall() bool {
-	return a.kind == ldChat || a.kind == ldStream || a.kind == ldDupKey || a.kind == ldSameID
-}
-
 // ldRun is one run of the scenario.
 type ldRun struct {
 	t    *testing.T

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -196,14 +195,6 @@ func (p *proc) terminate(timeout time.Duration) int {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	_, code := p.waitExit(timeout)
 	return code
-}
-
-// followCtx follows an action with an explicit bound.
-func (h *harness) followWithin(id string, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	_, err := h.client.Follow(ctx, id, nil, nil)
-	return err
 }
 
 // withoutEnv removes a variable that startProc sets by default (NATS_URL for the

@@ -492,13 +492,6 @@ type manyRun struct {
 	heldErrMsg string
 }
 
-func (m manyRun) perFly(v, base uint64) float64 {
-	if m.peakFly <= 0 || v < base {
-		return 0
-	}
-	return float64(v-base) / float64(m.peakFly) / 1024
-}
-
 func (m manyRun) perHeld(v, base uint64) float64 {
 	if m.heldFly <= 0 || v < base {
 		return 0

@@ -10,19 +10,6 @@ import (
 	"unicode/utf8"
 )
 
-// checkHeaderID validates X-Hermes-Session-Id / -Key style values.
-// what is "Session ID" or "Session key".
-func checkHeaderID(v, what string) string {
-	if strings.ContainsAny(v, "\r\n\x00") {
-		return "Invalid " + strings.ToLower(what[:1]) + what[1:]
-	}
-	if utf8.RuneCountInString(v) > 256 {
-		return what + " too long"
-	}
-	return ""
-}
-
-// sessionKeyError validates X-Hermes-Session-Key; "" when fine.
 // validSessionKey answers 400 and reports false when the request's session key header
 // is unusable.
 func validSessionKey(c *call) bool {
@@ -33,6 +20,7 @@ func validSessionKey(c *call) bool {
 	return true
 }
 
+// sessionKeyError validates X-Hermes-Session-Key; "" when fine.
 func sessionKeyError(r *http.Request) string {
 	v := r.Header.Get("X-Hermes-Session-Key")
 	if v == "" {

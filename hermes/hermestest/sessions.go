@@ -12,23 +12,21 @@ import (
 )
 
 type session struct {
-	id, source     string
-	userID         any // always nil
-	model          string
-	title          string // "" = null
-	startedAt      float64
-	endedAt        float64 // 0 = null
-	endReason      string  // "" = null
-	toolCallCount  int
-	inputTokens    int
-	outputTokens   int
-	estimatedCost  bool // 0.0 once the agent ran, else null
-	apiCallCount   int
-	parent         string
-	systemPrompt   string
-	hasSystem      bool
-	modelConfig    bool
-	lastActiveSeen float64
+	id, source    string
+	model         string
+	title         string // "" = null
+	startedAt     float64
+	endedAt       float64 // 0 = null
+	endReason     string  // "" = null
+	toolCallCount int
+	inputTokens   int
+	outputTokens  int
+	estimatedCost bool // 0.0 once the agent ran, else null
+	apiCallCount  int
+	parent        string
+	systemPrompt  string
+	hasSystem     bool
+	modelConfig   bool
 }
 
 type message struct {

@@ -23,7 +23,6 @@ type sseWriter struct {
 	fault     *Fault
 	faultDone bool
 	err       error
-	scratch   []byte
 }
 
 // startSSE writes the SSE response headers (no security headers, as in Hermes).
