@@ -63,7 +63,7 @@ func (e *AttributeError) Is(target error) bool { return target == ErrInvalidAttr
 
 // Envelope is the CloudEvent wrapper of an action, as read from NATS.
 type Envelope struct {
-	ID          string    // valid action id (see ValidActionID)
+	ID          string    // valid action id (see ValidActionID); any printable id for a decision
 	SpecVersion string    // "1.0" unless an AttributeError says otherwise
 	Source      string    // URI-reference naming the publisher
 	Type        string    // TypeAction unless an AttributeError says otherwise
@@ -99,6 +99,31 @@ type Envelope struct {
 //
 // DecodeEnvelope does not look inside the data; see [DecodeAction].
 func DecodeEnvelope(h nats.Header, data []byte) (*Envelope, error) {
+	return decodeEnvelope(h, data, actionRules)
+}
+
+// DecodeDecisionEnvelope reads an approval decision CloudEvent (CONTRACT §7) from a
+// NATS message, with the rules of DecodeEnvelope except two: the id may be any
+// non-empty string of printable UTF-8 (CloudEvents allows any; the action id comes
+// from the subject), and the type must be [TypeApproval].
+func DecodeDecisionEnvelope(h nats.Header, data []byte) (*Envelope, error) {
+	return decodeEnvelope(h, data, decisionRules)
+}
+
+// envelopeRules is what differs between the kinds of CloudEvent the bridge reads.
+type envelopeRules struct {
+	validID  func(string) bool
+	idReason string
+	typ      string
+}
+
+var (
+	actionRules   = &envelopeRules{validID: ValidActionID, idReason: "id is not a valid action id token", typ: TypeAction}
+	decisionRules = &envelopeRules{validID: func(id string) bool { return id != "" && utf8Printable(id) },
+		idReason: "id is not printable UTF-8", typ: TypeApproval}
+)
+
+func decodeEnvelope(h nats.Header, data []byte, rules *envelopeRules) (*Envelope, error) {
 	var hv headerView
 	for k, vs := range h {
 		hv.add(k, vs)
@@ -112,11 +137,11 @@ func DecodeEnvelope(h nats.Header, data []byte) (*Envelope, error) {
 		if strings.HasPrefix(ct, "application/cloudevents-batch") {
 			return nil, &DecodeError{Reason: "batched CloudEvents are not supported"}
 		}
-		return decodeStructured(&hv, data)
+		return decodeStructured(&hv, data, rules)
 	case hv.has[attrSpecVersion]:
-		return decodeBinary(&hv, data)
+		return decodeBinary(&hv, data, rules)
 	case looksStructured(data):
-		return decodeStructured(&hv, data)
+		return decodeStructured(&hv, data, rules)
 	default:
 		return nil, &DecodeError{Reason: "no ce-specversion header and no structured CloudEvent payload"}
 	}
@@ -183,7 +208,7 @@ func looksStructured(data []byte) bool {
 	return len(d) > 0 && d[0] == '{' && bytes.Contains(d, []byte(`"specversion"`))
 }
 
-func decodeBinary(hv *headerView, data []byte) (*Envelope, error) {
+func decodeBinary(hv *headerView, data []byte, rules *envelopeRules) (*Envelope, error) {
 	var vals [numAttrs]string
 	var bad [numAttrs]string
 	for i := range vals {
@@ -197,8 +222,8 @@ func decodeBinary(hv *headerView, data []byte) (*Envelope, error) {
 	if bad[attrID] != "" {
 		return nil, &DecodeError{Reason: "ce-id header " + bad[attrID]}
 	}
-	if !ValidActionID(vals[attrID]) {
-		return nil, &DecodeError{Reason: "id is not a valid action id token"}
+	if !rules.validID(vals[attrID]) {
+		return nil, &DecodeError{Reason: rules.idReason}
 	}
 	env := &Envelope{ID: vals[attrID], Mode: ModeBinary, Data: data}
 	if bad[attrSpecVersion] == "" {
@@ -253,7 +278,7 @@ func decodeBinary(hv *headerView, data []byte) (*Envelope, error) {
 	if err := validateBinary(env, hv, &vals, ct); err != nil {
 		return env, err
 	}
-	return env, checkActionType(env)
+	return env, rules.checkType(env)
 }
 
 func plainTrace(v string) string {
@@ -284,9 +309,9 @@ func checkJSONContentType(ct string) string {
 	return ""
 }
 
-func checkActionType(env *Envelope) error {
-	if env.Type != TypeAction {
-		return &AttributeError{Attribute: "type", Reason: "type must be " + TypeAction}
+func (r *envelopeRules) checkType(env *Envelope) error {
+	if env.Type != r.typ {
+		return &AttributeError{Attribute: "type", Reason: "type must be " + r.typ}
 	}
 	return nil
 }
@@ -409,7 +434,7 @@ func rawString(r json.RawMessage) string {
 	return s
 }
 
-func decodeStructured(hv *headerView, data []byte) (*Envelope, error) {
+func decodeStructured(hv *headerView, data []byte, rules *envelopeRules) (*Envelope, error) {
 	var ev event.Event
 	if err := ev.UnmarshalJSON(data); err != nil {
 		if !json.Valid(data) {
@@ -422,8 +447,8 @@ func decodeStructured(hv *headerView, data []byte) (*Envelope, error) {
 		if p.ID == nil {
 			return nil, &DecodeError{Reason: "missing id attribute"}
 		}
-		if !ValidActionID(*p.ID) {
-			return nil, &DecodeError{Reason: "id is not a valid action id token"}
+		if !rules.validID(*p.ID) {
+			return nil, &DecodeError{Reason: rules.idReason}
 		}
 		env := &Envelope{
 			ID: *p.ID, Mode: ModeStructured,
@@ -440,8 +465,8 @@ func decodeStructured(hv *headerView, data []byte) (*Envelope, error) {
 	if id == "" {
 		return nil, &DecodeError{Reason: "missing id attribute"}
 	}
-	if !ValidActionID(id) {
-		return nil, &DecodeError{Reason: "id is not a valid action id token"}
+	if !rules.validID(id) {
+		return nil, &DecodeError{Reason: rules.idReason}
 	}
 	env := &Envelope{
 		ID:          id,
@@ -473,7 +498,7 @@ func decodeStructured(hv *headerView, data []byte) (*Envelope, error) {
 	if err := validateEvent(&ev); err != nil {
 		return env, err
 	}
-	return env, checkActionType(env)
+	return env, rules.checkType(env)
 }
 
 func stringExtension(ev *event.Event, name, fallback string) (string, error) {

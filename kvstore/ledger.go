@@ -537,13 +537,14 @@ func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.T
 	return err
 }
 
-// Decide ends the parking of action id with decision (a Decision* constant) for the
-// delivery owner: parked moves to claimed with the decision, and the caller runs or
-// settles the action under the returned claim. A record that is no longer parked was
-// decided before (a redelivered decision, or a second one): Decide then treats it like
-// Begin does, so the first decision is carried out once. Errors: ErrNotFound when
+// Decide ends the parking of action id for the delivery owner with the decision
+// that choose makes from the parked record (a Decision* constant and the approver):
+// parked moves to claimed with the decision, and the caller runs or settles the
+// action under the returned claim. A record that is no longer parked was decided
+// before (a redelivered decision, or a second one): Decide then treats it as Begin
+// does, so that the first decision is carried out, once. Errors: ErrNotFound when
 // there is no record (the decision may have overtaken its action).
-func (l *Ledger) Decide(ctx context.Context, id, decision, approver, owner string, onWait func()) (Outcome, error) {
+func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Record) (decision, approver string), onWait func()) (Outcome, error) {
 	key := ActionKey(id)
 	for {
 		e, err := l.rec.Get(ctx, key)
@@ -556,7 +557,8 @@ func (l *Ledger) Decide(ctx context.Context, id, decision, approver, owner strin
 				IdemKey: r.IdemKey, Owner: owner}, onWait)
 		}
 		nr := r
-		nr.State, nr.Owner, nr.Decision, nr.Approver, nr.Attempt = StateClaimed, owner, decision, approver, 1
+		nr.Decision, nr.Approver = choose(r)
+		nr.State, nr.Owner, nr.Attempt = StateClaimed, owner, 1
 		rev, err := l.rec.Update(ctx, key, nr, e.Revision)
 		if errors.Is(err, ErrConflict) {
 			continue
