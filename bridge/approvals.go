@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -16,12 +18,15 @@ import (
 // Approvals (CONTRACT §7). An operation that needs approval (response_delete,
 // session_delete) runs at once only with a valid pre-approval in the action: decision
 // approve, the input's SHA-256, decided within ApprovalTTL. Otherwise the action is
-// parked: its record moves to state parked with the action JSON and an expiry, an index
-// entry park.<id> is written, a pending_approval result is published, and the message is
-// acknowledged. The parked action lives only in KV, so it survives restarts and any
-// replica can finish it: a decision on <prefix>.approvals.<id> (consumed by the same
-// durable consumer) approves, denies or mismatches it, and a sweeper in every replica
-// settles expired ones approval_expired, also when every bridge was down at expiry.
+// parked (kvstore.Claim.Park): its park index entry, then its one pending_approval
+// result message, then its record (state parked, with the action JSON and the expiry);
+// the message is acknowledged. A decision on <prefix>.approvals.<id>, consumed by the
+// same durable consumer, ends the parking (kvstore.Ledger.Decide) and its delivery then
+// runs or settles the action like any delivery: if the call must be retried, the
+// decision's message is redelivered and carries the approved action on. The sweeper in
+// every replica settles expired ones approval_expired, also when every bridge was down
+// at expiry, and finishes the expiries and cancels of parked actions whose replica
+// stopped half way.
 
 // preApproval checks an action's own approval. ok means run now; a non-nil info is the
 // failure to settle with; neither means park.
@@ -34,7 +39,7 @@ func (j *job) preApproval() (ok bool, info *events.ErrorInfo) {
 		return false, nil // stale or from the future: ask again
 	}
 	if a.Decision == events.DecisionDeny {
-		return false, approvalDenied(a)
+		return false, approvalDenied(a.Approver, a.Reason)
 	}
 	if a.InputSHA256 != j.inputHash {
 		return false, approvalMismatch()
@@ -42,11 +47,12 @@ func (j *job) preApproval() (ok bool, info *events.ErrorInfo) {
 	return true, nil
 }
 
-func approvalDenied(a *events.Approval) *events.ErrorInfo {
+func approvalDenied(approver, reason string) *events.ErrorInfo {
 	info := &events.ErrorInfo{Code: "approval_denied", Category: "policy", Message: "the action was denied by its approver"}
-	if a != nil && a.Reason != "" {
-		info.Details = map[string]any{"reason": a.Reason}
+	if reason != "" {
+		info.Details = map[string]any{"reason": reason}
 	}
+	_ = approver // the approver is kept in the record, not in the result
 	return info
 }
 
@@ -60,34 +66,34 @@ func approvalExpired() *events.ErrorInfo {
 		Message: "no approval decision arrived within the approval window"}
 }
 
-// park stores the action as parked, indexes it, publishes its pending_approval result
-// and acknowledges the message.
+// park parks the claimed action and acknowledges its message.
 func (j *job) park(ctx context.Context) decision {
-	b := j.b
-	expires := b.now().Add(b.cfg.ApprovalTTL)
-	err := j.updateAction(ctx, func(r *kvstore.Record) {
-		r.State, r.Action, r.ExpiresAt, r.LeaseUntil = kvstore.StateParked, j.env.Data, expires, time.Time{}
-	})
+	expires := j.b.now().Add(j.b.cfg.ApprovalTTL)
+	pending, err := j.pendingMsg(expires)
 	if err != nil {
+		return j.infra(err)
+	}
+	err = j.claim.Load().Park(ctx, j.env.Data, expires, pending)
+	switch {
+	case errors.Is(err, kvstore.ErrCancelRequested):
+		return j.settleCancelled(ctx, false)
+	case errors.Is(err, kvstore.ErrLostClaim):
+		return j.lost(ctx)
+	case errors.Is(err, kvstore.ErrSettled):
+		j.setStatus("duplicate", "")
+		return ackIt()
+	case err != nil:
 		return j.infra(err)
 	}
 	if j.running != nil {
 		j.running.parked.Store(true) // from now on the stored state answers cancels
 	}
-	idx := kvstore.Record{State: kvstore.StateParked, ActionID: j.actionID, CapabilityID: j.capID,
-		InputSHA256: j.inputHash, ExpiresAt: expires}
-	if _, err := b.store.Create(ctx, kvstore.ParkKey(j.actionID), idx); err != nil && !errors.Is(err, kvstore.ErrExists) {
-		return j.infra(err)
-	}
-	if err := j.publishPending(ctx, expires); err != nil {
-		return j.infra(err)
-	}
 	j.setStatus(events.StatusPendingApproval, "")
 	return ackIt()
 }
 
-// publishPending publishes the pending_approval result (id <action_id>:pending).
-func (j *job) publishPending(ctx context.Context, expires time.Time) error {
+// pendingMsg is the pending_approval result message (id <action_id>:pending).
+func (j *job) pendingMsg(expires time.Time) (*nats.Msg, error) {
 	input := j.action.Input
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
@@ -99,125 +105,159 @@ func (j *job) publishPending(ctx context.Context, expires time.Time) error {
 		ExpiresAt    time.Time       `json:"expires_at"`
 	}{j.capID, input, j.inputHash, expires.UTC()})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return j.publishResult(ctx, &events.Result{ActionID: j.actionID, CapabilityID: j.capID,
-		Status: events.StatusPendingApproval, Output: out})
+	h, body, err := events.EncodeResult(j.b.cfg.Source, &events.Result{ActionID: j.actionID, CapabilityID: j.capID,
+		Status: events.StatusPendingApproval, Output: out}, j.trace)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: j.resultSubject(), Header: h, Data: body}, nil
 }
 
-// handleApproval processes one decision message on <prefix>.approvals.<id>.
-func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata) decision {
+// decisionTries is how many deliveries a decision that overtook its action waits for it.
+const decisionTries = 30
+
+// handleApproval processes one decision message on <prefix>.approvals.<id>: a message
+// that is not a readable decision goes to the DLQ with its reason; a readable one ends
+// the parking of its action and its delivery runs the action on (serve).
+func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, yield func()) {
 	id, err := b.subjects.ParseApprovals(msg.Subject())
 	if err != nil {
-		return termWith("approval on an invalid subject")
+		yield()
+		b.apply(msg, b.deadLetter(ctx, msg, md, errors.New("approval on an invalid subject")))
+		return
 	}
-	env, err := events.DecodeEnvelope(msg.Headers(), msg.Data())
-	var ae *events.AttributeError
-	if env == nil || (err != nil && !(errors.As(err, &ae) && env.Type == events.TypeApproval)) || env.Type != events.TypeApproval {
-		b.log.Warn().Str("action_id", id).Msg("ignored an approval message that is not an approval CloudEvent")
-		return termWith("not an approval CloudEvent")
+	env, err := events.DecodeDecisionEnvelope(msg.Headers(), msg.Data())
+	var ap *events.Approval
+	if err == nil {
+		ap, err = events.DecodeApproval(env.Data)
 	}
-	ap, err := events.DecodeApproval(env.Data)
 	if err != nil {
-		b.log.Warn().Str("action_id", id).Msg("ignored an approval decision that does not decode")
-		return termWith("invalid approval decision")
+		yield()
+		b.log.Warn().Str("action_id", id).Msg("an approval message is not a readable decision; dead-lettered")
+		b.apply(msg, b.deadLetter(ctx, msg, md, errors.New("not a readable approval decision: "+err.Error())))
+		return
 	}
-	e, err := b.store.Get(ctx, kvstore.ActionKey(id))
-	if errors.Is(err, kvstore.ErrNotFound) {
-		// The decision may have overtaken its action: look again shortly, for a while.
-		if md.NumDelivered < 30 {
-			return nakAfter(time.Second)
+	j := b.newJob(msg, md, id)
+	j.yield = yield
+	if env.Traceparent != "" {
+		j.trace = events.TraceContext{Traceparent: env.Traceparent, Tracestate: env.Tracestate}
+	}
+	d := b.serve(ctx, j, func(ctx context.Context) decision {
+		choose := func(r kvstore.Record) (string, string) {
+			switch {
+			case b.now().After(r.ExpiresAt):
+				return kvstore.DecisionExpired, ""
+			case ap.Decision == events.DecisionDeny:
+				return kvstore.DecisionDeny, ap.Approver
+			case ap.InputSHA256 != r.InputSHA256:
+				return kvstore.DecisionMismatch, ap.Approver
+			}
+			return kvstore.DecisionApprove, ap.Approver
 		}
-		return termWith("no parked action with this id")
-	}
-	if err != nil {
-		return nakAfter(b.cfg.RetryBase)
-	}
-	if e.Record.State != kvstore.StateParked {
-		b.log.Info().Str("action_id", id).Str("state", string(e.Record.State)).Msg("approval decision for an action that is not parked; ignored")
-		return ackIt()
-	}
-	j, d, ok := b.resume(ctx, msg, md, e)
-	if !ok {
-		return d
-	}
-	start := b.now()
-	defer b.beats.add(j)()
-	switch {
-	case b.now().After(e.Record.ExpiresAt):
-		d = j.settleParked(ctx, approvalExpired())
-	case ap.Decision == events.DecisionDeny:
-		d = j.settleParked(ctx, approvalDenied(ap))
-	case ap.InputSHA256 != e.Record.InputSHA256:
-		d = j.settleParked(ctx, approvalMismatch())
-	default:
-		d = j.runApproved(ctx)
-	}
-	b.logOutcome(j, d, start)
-	return d
+		j.deadline = b.now().Add(b.cfg.Lease) // until the record tells the action's own deadline
+		out, err := j.begin(ctx, func(ctx context.Context) (kvstore.Outcome, error) {
+			return b.ledger.Decide(ctx, id, j.owner, choose, j.yieldWorker)
+		})
+		if errors.Is(err, kvstore.ErrNotFound) {
+			// The decision may have overtaken its action: look again shortly, for a while.
+			if md.NumDelivered < decisionTries {
+				j.setStatus("decision_early", "")
+				return nakAfter(time.Second)
+			}
+			j.setStatus("decision_orphan", "")
+			return b.deadLetter(ctx, msg, md, errors.New("no action with this id"))
+		}
+		if err != nil {
+			return j.infra(err)
+		}
+		return j.runDecided(ctx, out)
+	})
+	b.apply(msg, d)
 }
 
-// resume rebuilds the job of a parked action from its record. ok false means d is the
-// decision for the message (the record is unusable).
-func (b *Bridge) resume(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, e kvstore.Entry) (*job, decision, bool) {
-	rec := e.Record
+// runDecided carries on an action after Decide (or a takeover of a decided one).
+func (j *job) runDecided(ctx context.Context, out kvstore.Outcome) decision {
+	if out.Claim != nil {
+		j.claim.Store(out.Claim)
+		if d, ok := j.resume(ctx, out.Claim.Record()); !ok {
+			return d
+		}
+	}
+	if d, done := j.onOutcome(ctx, out); done {
+		return d
+	}
+	return j.proceed(ctx)
+}
+
+// resume fills the job in from a formerly parked action's record. ok false means d
+// settles the action (the record cannot be resumed).
+func (j *job) resume(ctx context.Context, rec kvstore.Record) (decision, bool) {
+	b := j.b
 	ep, op, ok := events.ParseCapabilityID(rec.CapabilityID)
 	endpoint, known := b.eps[ep]
 	spec, known2 := hermes.Lookup(op)
+	j.endpointID, j.op, j.capID, j.spec, j.ep, j.inputHash = ep, op, rec.CapabilityID, spec, endpoint, rec.InputSHA256
+	j.env = &events.Envelope{ID: rec.ActionID, Data: rec.Action}
+	j.deadline = b.now().Add(timeoutFor(spec, nil))
 	a, err := events.DecodeAction(rec.Action)
+	if err == nil {
+		j.action = a
+		j.deadline = b.now().Add(timeoutFor(spec, a))
+		if a.IdempotencyKey != "" {
+			j.idemKey = kvstore.IdempotencyKey(rec.CapabilityID, a.IdempotencyKey)
+		}
+	}
 	if !ok || !known || !known2 || err != nil {
 		b.log.Error().Str("action_id", rec.ActionID).Msg("a parked action record cannot be resumed")
-		return nil, termWith("parked action unusable"), false
+		return j.settle(ctx, failedResult(j, invalidAction("", "the parked action cannot be resumed"))), false
 	}
-	j := &job{b: b, msg: msg, md: md, start: b.now(), actionID: rec.ActionID, endpointID: ep, op: op,
-		capID: rec.CapabilityID, spec: spec, ep: endpoint, action: a, inputHash: rec.InputSHA256,
-		env: &events.Envelope{ID: rec.ActionID, Data: rec.Action}}
-	j.deadline = b.now().Add(timeoutFor(spec, a))
-	j.actRev, j.actRec = e.Revision, rec
-	if a.IdempotencyKey != "" {
-		j.key = kvstore.IdempotencyKey(rec.CapabilityID, a.IdempotencyKey)
-	}
-	return j, decision{}, true
-}
-
-// settleParked ends a parked action with a failure and removes it from the index.
-func (j *job) settleParked(ctx context.Context, info *events.ErrorInfo) decision {
-	d := j.settle(ctx, failedResult(j, info))
-	j.unpark(ctx)
-	return d
-}
-
-func (j *job) unpark(ctx context.Context) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	if e, err := j.b.store.Get(ctx, kvstore.ParkKey(j.actionID)); err == nil {
-		_ = j.b.store.Delete(ctx, kvstore.ParkKey(j.actionID), e.Revision)
-	}
-}
-
-// runApproved takes the parked action over (CAS parked -> claimed) and runs it.
-func (j *job) runApproved(ctx context.Context) decision {
-	err := j.updateAction(ctx, func(r *kvstore.Record) {
-		r.State, r.Owner, r.LeaseUntil, r.Attempt, r.IdemKey = kvstore.StateClaimed, j.owner(), j.leaseUntil(), 1, j.key
-	})
-	if errors.Is(err, kvstore.ErrConflict) {
-		return ackIt() // another replica handled a decision first
-	}
-	if err != nil {
-		return j.infra(err)
-	}
-	j.unpark(ctx)
 	p, err := hermes.Prepare(j.request())
 	if err != nil {
-		return j.settle(ctx, failedResult(j, clientErrorInfo(err, true)))
+		return j.settle(ctx, failedResult(j, clientErrorInfo(err, true))), false
 	}
 	j.prepared = p
-	return j.execute(ctx)
+	return decision{}, true
 }
 
-// sweepParked settles parked actions whose approval window has passed. Every replica
-// runs it; CAS on the records makes exactly one of them settle each action.
-func (b *Bridge) sweepParked(ctx context.Context) {
+// sweeper expires parked actions and finishes the ones whose expiry or cancel a
+// replica left half done. Every replica runs one; compare-and-set on the records makes
+// exactly one of them settle each action.
+type sweeper struct {
+	b *Bridge
+	// busy holds the ids a takeover is running for (at most maxTakeovers at once).
+	mu   sync.Mutex
+	busy map[string]bool
+	wg   sync.WaitGroup
+}
+
+const maxTakeovers = 4
+
+// sweepEvery is how often the sweeper looks: a tenth of the approval window, between
+// 100 ms and 10 s. A parked action settles approval_expired at most sweepEvery after its
+// expiry while any replica runs.
+func (b *Bridge) sweepEvery() time.Duration {
+	return min(max(b.cfg.ApprovalTTL/10, 100*time.Millisecond), 10*time.Second)
+}
+
+// run sweeps until ctx ends, then waits for the takeovers it started.
+func (s *sweeper) run(ctx context.Context) {
+	defer s.wg.Wait()
+	t := time.NewTicker(s.b.sweepEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep(ctx)
+		}
+	}
+}
+
+func (s *sweeper) sweep(ctx context.Context) {
+	b := s.b
 	keys, err := b.store.Keys(ctx, "park.>")
 	if err != nil {
 		b.log.Warn().Err(err).Msg("listing parked actions failed")
@@ -230,30 +270,63 @@ func (b *Bridge) sweepParked(ctx context.Context) {
 		}
 		id := idx.Record.ActionID
 		e, err := b.store.Get(ctx, kvstore.ActionKey(id))
-		if err != nil || e.Record.State != kvstore.StateParked {
-			_ = b.store.Delete(ctx, k, idx.Revision) // stale index entry
+		if errors.Is(err, kvstore.ErrNotFound) {
+			_ = b.store.Delete(ctx, k, idx.Revision) // its action is gone
 			continue
 		}
-		j, _, ok := b.resume(ctx, nil, nil, e)
-		if !ok {
+		if err != nil {
 			continue
 		}
-		d := j.settleParked(ctx, approvalExpired())
-		b.logOutcome(j, d, j.start)
+		r := e.Record
+		if le, err := b.ledger.Log().Last(ctx, id); err == nil && le.Terminal {
+			_ = b.store.Delete(ctx, k, idx.Revision) // settled; the index entry is stale
+			continue
+		}
+		switch {
+		case r.State == kvstore.StateParked:
+		case r.Decision == kvstore.DecisionExpired || r.Decision == kvstore.DecisionCancel:
+			// An expiry or cancel whose replica stopped before settling: no message
+			// will come back for it, so the sweeper takes it over (after its lease).
+		default:
+			continue // parking ended by a decision: the decision's message owns it
+		}
+		s.start(ctx, id)
 	}
 }
 
-// runSweeper sweeps parked actions until ctx ends.
-func (b *Bridge) runSweeper(ctx context.Context) {
-	every := min(max(b.cfg.ApprovalTTL/10, 100*time.Millisecond), 10*time.Second)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			b.sweepParked(ctx)
-		}
+// start settles action id in its own goroutine (a takeover waits out a lease), unless
+// one runs for it already or maxTakeovers do.
+func (s *sweeper) start(ctx context.Context, id string) {
+	s.mu.Lock()
+	if s.busy == nil {
+		s.busy = map[string]bool{}
 	}
+	if s.busy[id] || len(s.busy) >= maxTakeovers {
+		s.mu.Unlock()
+		return
+	}
+	s.busy[id] = true
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { s.mu.Lock(); delete(s.busy, id); s.mu.Unlock() }()
+		s.b.expire(ctx, id)
+	}()
+}
+
+// expire settles one parked (or half-expired) action approval_expired, through serve.
+func (b *Bridge) expire(ctx context.Context, id string) {
+	j := b.newJob(nil, nil, id)
+	b.serve(ctx, j, func(ctx context.Context) decision {
+		j.deadline = b.now().Add(b.cfg.Lease)
+		out, err := j.begin(ctx, func(ctx context.Context) (kvstore.Outcome, error) {
+			return b.ledger.Decide(ctx, id, j.owner, func(kvstore.Record) (string, string) { return kvstore.DecisionExpired, "" }, nil)
+		})
+		if err != nil {
+			j.setStatus("sweep_failed", "")
+			return nakAfter(0) // nothing to acknowledge: the next sweep tries again
+		}
+		return j.runDecided(ctx, out)
+	})
 }

@@ -26,6 +26,7 @@ type Bridge struct {
 	js       jetstream.JetStream
 	subjects events.Subjects
 	store    recordStore
+	ledger   *kvstore.Ledger
 	output   jetstream.Stream
 	objects  jetstream.ObjectStore
 	// maxOut is the largest event or result body published as one message; larger
@@ -55,13 +56,10 @@ type caller interface {
 	Send(ctx context.Context, p *hermes.Prepared, onEvent func(hermes.Event) error) (*hermes.Result, error)
 }
 
-// recordStore is what the bridge needs from the KV records (kvstore.Store satisfies it).
+// recordStore is what the bridge reads from the KV records besides the ledger: the
+// park index, for the sweeper (kvstore.Store satisfies it).
 type recordStore interface {
-	Create(ctx context.Context, key string, r kvstore.Record) (uint64, error)
-	Get(ctx context.Context, key string) (kvstore.Entry, error)
-	Update(ctx context.Context, key string, r kvstore.Record, rev uint64) (uint64, error)
-	Delete(ctx context.Context, key string, rev uint64) error
-	Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error)
+	kvstore.Records
 	Keys(ctx context.Context, filter string) ([]string, error)
 }
 
@@ -138,7 +136,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
-		b.runSweeper(ctx)
+		(&sweeper{b: b}).run(ctx)
 	}()
 	defer func() { <-sweepDone }()
 
@@ -167,7 +165,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
 		Int("endpoints", len(b.eps)).Msg("bridge started")
 
-	stop := context.AfterFunc(ctx, it.Stop)
+	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
 	sem := make(chan struct{}, b.cfg.Workers)
 	next := &nextMessages{it: it, bounded: true}
@@ -200,13 +198,35 @@ loop:
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			defer func() { <-sem }()
-			b.handle(b.workCtx, msg)
+			var once sync.Once
+			yield := func() { once.Do(func() { <-sem }) }
+			defer yield()
+			b.handle(b.workCtx, msg, yield)
 		}()
 	}
-	it.Stop()
+	b.handBack(it)
 	b.drain()
 	return nil
+}
+
+// handBack stops the iterator and hands the deliveries it had prefetched back to the
+// server at once (a Nak without delay), so that another replica gets them now instead
+// of after an ack wait. Each Next is bounded.
+func (b *Bridge) handBack(it jetstream.MessagesContext) {
+	it.Drain()
+	n := 0
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		if msg.Nak() == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		b.log.Info().Int("handed_back", n).Msg("handed prefetched actions back to the server")
+	}
 }
 
 // nextWait is how long the first Next after a message waits; see nextMessages.
@@ -293,6 +313,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
 	b.store = store
+	b.ledger = kvstore.NewLedger(store, kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results), c.Lease)
 	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,
 		Replicas: c.Replicas, Description: "hermes-bridge outputs and events too large for one message"}
 	if c.Provision {

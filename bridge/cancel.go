@@ -9,24 +9,42 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
-	"github.com/hermes-bridge/hermes-bridge/hermes"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // Cancellation (CONTRACT §8). A request on <prefix>.cancel.<id> reaches every replica
 // twice: every replica hears it on a plain subscription and answers only if it is
 // running the action (it cancels the job's context and replies "cancelled"); one replica
-// also hears it on a queue subscription and answers from the stored state when no live
-// replica owns the action: "already_settled", "cancelled" for a parked action or one
-// whose owner died (it settles it), or "unknown" when there is no record at all (it then
-// stores a cancelled result, so that an action still queued never reaches Hermes).
+// also hears it on a queue subscription and answers from the records
+// (kvstore.Ledger.CancelStored): "already_settled"; "cancelled" for a parked action
+// (settled here) or one that a replica it cannot reach owns (the record's cancel flag,
+// which the owner, or whoever takes it over, honours); "unknown" when there is no
+// record at all (it then stores a cancelled result, so that an action still queued
+// never reaches Hermes).
+//
+// The stored path is bounded: cancelWorkers goroutines take requests from a queue of
+// cancelQueue; a request that finds the queue full is not answered (the requester's
+// timeout tells it to ask again) and is logged, at most once a second. The cancelled
+// results stored for unknown ids are limited to tombstoneBurst at once and
+// tombstoneRate after that; past the limit the answer is still "unknown", but nothing
+// is stored, so such an action, if it is still queued, runs.
 
 // errCancelRequested is the cause of a job context cancelled by a cancel request.
 var errCancelRequested = errors.New("bridge: cancel requested")
 
-// running is a delivery being handled by this replica.
+const (
+	cancelWorkers  = 8
+	cancelQueue    = 1024
+	tombstoneBurst = 1000
+)
+
+// tombstoneRate is the sustained rate of stored cancels for unknown ids: 1,000 a minute.
+var tombstoneRate = rate.Every(60 * time.Millisecond)
+
+// running is a job being served by this replica.
 type running struct {
 	j        *job
 	cancel   context.CancelCauseFunc
@@ -67,8 +85,8 @@ func (b *Bridge) register(j *job, cancel context.CancelCauseFunc) func() {
 	}
 }
 
-// cancelLocal cancels this replica's deliveries of id. It returns the state to answer,
-// or "" when this replica is not running the action.
+// cancelLocal cancels this replica's jobs of id. It returns the state to answer, or ""
+// when this replica is not running the action.
 func (b *Bridge) cancelLocal(id string) string {
 	b.inflight.mu.Lock()
 	defer b.inflight.mu.Unlock()
@@ -88,7 +106,21 @@ func (b *Bridge) cancelLocal(id string) string {
 	return state
 }
 
-// subscribeCancel starts both cancel subscriptions; the returned function stops them.
+// localRunning reports whether this replica runs a job of id that answers cancel
+// requests itself (a delivery that parked the action leaves that to the stored state).
+func (b *Bridge) localRunning(id string) bool {
+	b.inflight.mu.Lock()
+	defer b.inflight.mu.Unlock()
+	for _, r := range b.inflight.jobs[id] {
+		if !r.parked.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// subscribeCancel starts both cancel subscriptions and the stored path's workers; the
+// returned function stops them and waits for the workers.
 func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
 	owner, err := b.nc.Subscribe(b.subjects.AllCancel(), func(m *nats.Msg) {
 		id, err := b.subjects.ParseCancel(m.Subject)
@@ -102,17 +134,39 @@ func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	var wg sync.WaitGroup
+	queue := make(chan *nats.Msg, cancelQueue)
+	limiter := rate.NewLimiter(tombstoneRate, tombstoneBurst)
+	var dropped atomic.Int64
+	var lastWarn atomic.Int64
 	store, err := b.nc.QueueSubscribe(b.subjects.AllCancel(), b.cfg.Consumer+"-cancel", func(m *nats.Msg) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.cancelFromStore(ctx, m)
-		}()
+		select {
+		case queue <- m:
+		default:
+			n := dropped.Add(1)
+			if now := time.Now().UnixNano(); now-lastWarn.Load() > int64(time.Second) {
+				lastWarn.Store(now)
+				b.log.Warn().Int64("dropped", n).Msg("cancel requests arrive faster than they can be answered; some are not answered")
+			}
+		}
 	})
 	if err != nil {
 		_ = owner.Unsubscribe()
 		return nil, err
+	}
+	var wg sync.WaitGroup
+	for range cancelWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m := <-queue:
+					b.cancelFromStore(ctx, m, limiter)
+				}
+			}
+		}()
 	}
 	return func() {
 		_ = owner.Unsubscribe()
@@ -129,86 +183,32 @@ func (b *Bridge) replyCancel(m *nats.Msg, id, state string) {
 	_ = m.Respond(body)
 }
 
-// cancelFromStore answers a cancel request from the KV records when no live replica
-// owns the action.
-func (b *Bridge) cancelFromStore(ctx context.Context, m *nats.Msg) {
+// cancelFromStore answers a cancel request from the records when no job of this
+// replica runs the action.
+func (b *Bridge) cancelFromStore(ctx context.Context, m *nats.Msg, limiter *rate.Limiter) {
 	id, err := b.subjects.ParseCancel(m.Subject)
-	if err != nil {
-		return
-	}
-	if b.localRunning(id) {
-		return // the plain subscription answers
+	if err != nil || b.localRunning(id) {
+		return // a job here answers on the plain subscription
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for range 5 {
-		e, err := b.store.Get(ctx, kvstore.ActionKey(id))
-		switch {
-		case errors.Is(err, kvstore.ErrNotFound):
-			// Unknown: remember the cancellation so that the action, if it is still
-			// queued, settles cancelled without reaching Hermes.
-			res, _ := json.Marshal(&events.Result{ActionID: id, Status: events.StatusCancelled, Output: json.RawMessage("null"),
-				Error: cancelledInfo(false, "cancelled before the bridge received the action")})
-			rec := kvstore.Record{State: kvstore.StateSettled, ActionID: id, Result: res}
-			if _, err := b.store.Create(ctx, kvstore.ActionKey(id), rec); errors.Is(err, kvstore.ErrExists) {
-				continue
-			}
-			b.replyCancel(m, id, events.CancelUnknown)
+	tomb, _ := json.Marshal(&events.Result{ActionID: id, Status: events.StatusCancelled, Output: json.RawMessage("null"),
+		Error: cancelledInfo(false, "cancelled before the bridge received the action")})
+	j := b.newJob(nil, nil, id)
+	state, claim, err := b.ledger.CancelStored(ctx, id, j.owner, tomb, limiter.Allow)
+	if err != nil {
+		b.log.Warn().Err(err).Str("action_id", id).Msg("a cancel request could not be answered from the records")
+		return // no authoritative answer; the requester times out
+	}
+	if claim != nil { // a parked action: settle it cancelled, through the one way in
+		b.serve(ctx, j, func(ctx context.Context) decision {
+			return j.runDecided(ctx, kvstore.Outcome{Verdict: kvstore.Run, Claim: claim})
+		})
+		if j.status != events.StatusCancelled {
 			return
-		case err != nil:
-			return // no authoritative answer; the requester times out
-		case e.Record.State == kvstore.StateSettled:
-			b.replyCancel(m, id, events.CancelAlreadySettled)
-			return
-		case e.Record.State == kvstore.StateParked:
-			if b.cancelStored(ctx, e, false) {
-				b.replyCancel(m, id, events.CancelCancelled)
-				return
-			}
-		case !e.Record.LeaseExpired(b.now()):
-			return // a live replica owns it and answers
-		default: // the owner died
-			uncertain, err := b.mayHaveSent(ctx, e.Record)
-			if err != nil {
-				return // no authoritative answer; the requester times out
-			}
-			if b.cancelStored(ctx, e, uncertain) {
-				b.replyCancel(m, id, events.CancelCancelled)
-				return
-			}
 		}
 	}
-}
-
-// localRunning reports whether this replica runs a delivery of id that answers cancel
-// requests itself (a delivery that parked the action leaves that to the stored state).
-func (b *Bridge) localRunning(id string) bool {
-	b.inflight.mu.Lock()
-	defer b.inflight.mu.Unlock()
-	for _, r := range b.inflight.jobs[id] {
-		if !r.parked.Load() {
-			return true
-		}
-	}
-	return false
-}
-
-// cancelStored settles a stored, unowned action cancelled. It reports false when the
-// record changed meanwhile (the caller looks again).
-func (b *Bridge) cancelStored(ctx context.Context, e kvstore.Entry, uncertain bool) bool {
-	rec := e.Record
-	ep, op, _ := events.ParseCapabilityID(rec.CapabilityID)
-	spec, _ := hermes.Lookup(op)
-	j := &job{b: b, start: b.now(), actionID: rec.ActionID, capID: rec.CapabilityID, endpointID: ep, op: op, spec: spec}
-	j.actRev, j.actRec = e.Revision, rec
-	res := &events.Result{ActionID: rec.ActionID, CapabilityID: rec.CapabilityID, Status: events.StatusCancelled,
-		Error: cancelledInfo(uncertain && !spec.Safe, "cancelled on request")}
-	d := j.settle(ctx, res)
-	if rec.State == kvstore.StateParked {
-		j.unpark(ctx)
-	}
-	b.logOutcome(j, d, j.start)
-	return j.status == events.StatusCancelled && d.kind == ack
+	b.replyCancel(m, id, state)
 }
 
 func cancelledInfo(uncertain bool, msg string) *events.ErrorInfo {
@@ -218,11 +218,4 @@ func cancelledInfo(uncertain bool, msg string) *events.ErrorInfo {
 // cancelRequested reports whether ctx was cancelled by a cancel request.
 func cancelRequested(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), errCancelRequested)
-}
-
-// settleCancelled ends the job's action cancelled; uncertain when an unsafe call may
-// have reached Hermes.
-func (j *job) settleCancelled(ctx context.Context, mayHaveStarted bool) decision {
-	return j.settle(ctx, &events.Result{ActionID: j.actionID, CapabilityID: j.capID, Status: events.StatusCancelled,
-		Output: json.RawMessage("null"), Error: cancelledInfo(mayHaveStarted && !j.safe(), "cancelled on request")})
 }

@@ -238,6 +238,14 @@ func (c Config) Validate() error {
 	if c.IdempotencyTTL < time.Minute {
 		add("idempotency ttl %s must be at least 1m", c.IdempotencyTTL)
 	}
+	// A parked action's record is not rewritten while it waits, and a running action's
+	// records are rewritten every heartbeat: the bucket TTL must outlast both.
+	if c.IdempotencyTTL <= c.ApprovalTTL+c.Lease {
+		add("idempotency ttl %s (HERMES_BRIDGE_IDEMPOTENCY_TTL) must be longer than the approval window %s (HERMES_BRIDGE_APPROVAL_TTL) plus the claim lease %s, or a parked action's record expires before its decision", c.IdempotencyTTL, c.ApprovalTTL, c.Lease)
+	}
+	if c.Heartbeat*4 > c.IdempotencyTTL {
+		add("heartbeat %s must be at most a quarter of the idempotency ttl %s, so that a running action's records are renewed before they expire", c.Heartbeat, c.IdempotencyTTL)
+	}
 	if len(c.Endpoints) == 0 {
 		add("no Hermes endpoint is configured")
 	}

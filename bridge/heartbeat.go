@@ -2,13 +2,18 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
-// heartbeats keeps long deliveries alive: every job that has run for a Heartbeat gets an
-// InProgress (so JetStream does not redeliver it) and a renewal of its claim's lease (so
-// no other replica takes it over), and again every Heartbeat after that. One ticker
+// heartbeats keeps long jobs alive: every job that has run for a Heartbeat gets an
+// InProgress (so JetStream does not redeliver its message) and a renewal of its claim
+// (kvstore.Claim.Renew moves the record's revision, so no other replica takes it over,
+// and rewrites its key record, so that it does not expire), and again every Heartbeat
+// after that. One ticker
 // serves every job: most actions end well within a Heartbeat and cost nothing here
 // beyond two map operations.
 type heartbeats struct {
@@ -30,8 +35,8 @@ func newHeartbeats(every time.Duration) *heartbeats {
 }
 
 // add schedules j's first beat a Heartbeat from now. The returned function removes j;
-// a beat already in progress may still finish after it returns (renewLease and
-// InProgress are harmless once the job has settled or acknowledged).
+// a beat already in progress may still finish after it returns (renew and InProgress
+// are harmless once the job has settled or acknowledged).
 func (h *heartbeats) add(j *job) (remove func()) {
 	h.mu.Lock()
 	h.jobs[j] = &beat{next: time.Now().Add(h.every)}
@@ -74,10 +79,29 @@ func (h *heartbeats) tick(ctx context.Context, now time.Time) {
 			if j.msg != nil {
 				_ = j.msg.InProgress()
 			}
-			j.renewLease(ctx)
+			j.renew(ctx)
 			h.mu.Lock()
 			bt.running, bt.next = false, time.Now().Add(h.every)
 			h.mu.Unlock()
 		}()
+	}
+}
+
+// renew renews the job's claim (see heartbeats). A claim that was taken over, or that
+// a cancel request flagged, cancels the job's context with that cause.
+func (j *job) renew(ctx context.Context) {
+	c := j.claim.Load()
+	if c == nil {
+		return
+	}
+	switch err := c.Renew(ctx); {
+	case errors.Is(err, kvstore.ErrCancelRequested):
+		if j.cancel != nil {
+			j.cancel(errCancelRequested)
+		}
+	case errors.Is(err, kvstore.ErrLostClaim):
+		if j.cancel != nil {
+			j.cancel(errLostClaim)
+		}
 	}
 }

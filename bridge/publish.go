@@ -2,10 +2,7 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -170,54 +167,3 @@ func publishRetry(ctx context.Context, js jetstream.JetStream, m *nats.Msg) erro
 	}
 }
 
-// publishResult publishes the action's result (terminal or pending) durably.
-func (j *job) publishResult(ctx context.Context, r *events.Result) error {
-	h, body, err := events.EncodeResult(j.b.cfg.Source, r, j.trace)
-	if err != nil {
-		return err
-	}
-	return publishRetry(ctx, j.b.js, &nats.Msg{Subject: j.resultSubject(), Header: h, Data: body})
-}
-
-// DLQ headers. The original headers are kept; these are added.
-const (
-	HeaderDLQReason  = "Hermes-Dlq-Reason"
-	HeaderDLQSubject = "Hermes-Dlq-Subject"
-	HeaderDLQStream  = "Hermes-Dlq-Stream"
-	HeaderDLQSeq     = "Hermes-Dlq-Stream-Seq"
-)
-
-// deadLetter copies a message that is not a readable action to the DLQ with the reason,
-// then terminates it. If the copy cannot be stored the message is redelivered.
-func (b *Bridge) deadLetter(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) decision {
-	reason := cause.Error()
-	var de *events.DecodeError
-	if errors.As(cause, &de) {
-		reason = de.Reason
-	}
-	h := nats.Header{}
-	for k, v := range msg.Headers() {
-		if k == jetstream.MsgIDHeader {
-			continue
-		}
-		h[k] = v
-	}
-	seq := strconv.FormatUint(md.Sequence.Stream, 10)
-	h.Set(HeaderDLQReason, reason)
-	h.Set(HeaderDLQSubject, msg.Subject())
-	h.Set(HeaderDLQStream, md.Stream)
-	h.Set(HeaderDLQSeq, seq)
-	h.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+seq)
-	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: b.subjects.DLQ(), Header: h, Data: msg.Data()}); err != nil {
-		b.log.Warn().Err(err).Uint64("stream_seq", md.Sequence.Stream).Msg("dead-lettering failed; will retry")
-		return nakAfter(b.cfg.RetryBase)
-	}
-	b.log.Warn().Uint64("stream_seq", md.Sequence.Stream).Str("subject", msg.Subject()).
-		Str("reason", reason).Msg("dead-lettered a message that is not a readable action")
-	return termWith("dead-lettered: " + reason)
-}
-
-// isTerminalResult reports whether a stored result message is a terminal one.
-func isTerminalResult(m *jetstream.RawStreamMsg) bool {
-	return !strings.HasSuffix(m.Header.Get(jetstream.MsgIDHeader), ":pending")
-}

@@ -645,18 +645,18 @@ const (
 // that no replica reachable by the request is running:
 //   - no record: it creates a settled record holding tombstone (the cancelled result),
 //     so that the action, if it comes, settles cancelled without reaching Hermes
-//     ("unknown"); when allowTombstone is false it only answers "unknown";
+//     ("unknown"); when allowTombstone returns false it only answers "unknown";
 //   - a terminal result (or a settled record): "already_settled";
 //   - parked: the parking ends with DecisionCancel and the returned claim must be
 //     settled cancelled by the caller ("cancelled");
 //   - claimed, released or dispatched: it sets the record's cancel flag, which its
 //     owner (or whoever takes it over) honours ("cancelled").
-func (l *Ledger) CancelStored(ctx context.Context, id, owner string, tombstone json.RawMessage, allowTombstone bool) (string, *Claim, error) {
+func (l *Ledger) CancelStored(ctx context.Context, id, owner string, tombstone json.RawMessage, allowTombstone func() bool) (string, *Claim, error) {
 	key := ActionKey(id)
 	for {
 		e, err := l.rec.Get(ctx, key)
 		if errors.Is(err, ErrNotFound) {
-			if !allowTombstone {
+			if !allowTombstone() {
 				return CancelUnknown, nil, nil
 			}
 			_, err := l.rec.Create(ctx, key, Record{State: StateSettled, ActionID: id, Result: tombstone})

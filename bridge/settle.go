@@ -1,0 +1,119 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// settle ends the job's action with res: it appends the result message to the result
+// log under the job's claim (kvstore.Claim.Settle: at most one terminal result is ever
+// stored, and a delivery that lost its claim appends nothing), which frees the key of a
+// result that is retryable and certain, and acks. If the append fails the message is
+// redelivered and the next delivery settles the action.
+func (j *job) settle(ctx context.Context, res *events.Result) decision {
+	b := j.b
+	// Settling must finish even when shutdown has cancelled the work context.
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	if j.running != nil {
+		j.running.settling.Store(true) // a cancel request now comes too late
+	}
+	if res.Error != nil {
+		j.setStatus(res.Status, res.Error.Code)
+	} else {
+		j.setStatus(res.Status, "")
+	}
+	hdr, raw, err := j.encodeResult(ctx, res)
+	if err != nil {
+		return j.infra(err)
+	}
+	m := &nats.Msg{Subject: j.resultSubject(), Header: hdr, Data: raw}
+	frees := res.Error != nil && res.Error.Retryable && !res.Error.UncertainOutcome
+	b.hook(PointStored, j.actionID)
+	var le kvstore.LogEntry
+	if c := j.claim.Load(); c != nil {
+		le, err = c.Settle(ctx, m, frees)
+	} else {
+		le, err = b.ledger.SettleUnclaimed(ctx, j.actionID, m, 0)
+	}
+	switch {
+	case errors.Is(err, kvstore.ErrLostClaim):
+		return j.lost(ctx)
+	case errors.Is(err, kvstore.ErrSettled):
+		// Another delivery's result was stored first (a takeover raced a paused owner):
+		// that one is the action's result.
+		j.statusFrom(le.Data, "superseded:")
+		return ackIt()
+	case err != nil:
+		return j.infra(err)
+	}
+	b.hook(PointPublished, j.actionID)
+	return ackIt()
+}
+
+// settleStored settles the action with the result its record holds (a cancel that came
+// before the action).
+func (j *job) settleStored(ctx context.Context, rec kvstore.Record) decision {
+	r, err := storedResult(rec.Result, j.actionID)
+	if err != nil {
+		return j.infra(err)
+	}
+	if j.capID != "" {
+		r.CapabilityID = j.capID
+	}
+	return j.settle(ctx, r)
+}
+
+// storedResult decodes a stored result of action id.
+func storedResult(raw []byte, id string) (*events.Result, error) {
+	var r events.Result
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, errors.New("the stored result of " + id + " is unreadable: " + err.Error())
+	}
+	return &r, nil
+}
+
+// replay settles this action with the terminal result (raw) of action origID, marked
+// as its replay (CONTRACT §5).
+func (j *job) replay(ctx context.Context, origID string, raw []byte) decision {
+	r, err := storedResult(raw, origID)
+	if err != nil {
+		return j.infra(err)
+	}
+	if r.ReplayOf != nil {
+		origID = *r.ReplayOf
+	}
+	r.ActionID = j.actionID
+	r.ReplayOf = &origID
+	j.replayOf = origID
+	return j.settle(ctx, r)
+}
+
+// statusFrom sets the log status from a stored result's JSON, prefixed.
+func (j *job) statusFrom(raw []byte, prefix string) {
+	var r struct {
+		Status string `json:"status"`
+		Error  *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &r)
+	code := ""
+	if r.Error != nil {
+		code = r.Error.Code
+	}
+	j.setStatus(prefix+r.Status, code)
+}
+
+// settleCancelled ends the job's action cancelled; uncertain when an unsafe call may
+// have reached Hermes.
+func (j *job) settleCancelled(ctx context.Context, mayHaveStarted bool) decision {
+	return j.settle(ctx, &events.Result{ActionID: j.actionID, CapabilityID: j.capID, Status: events.StatusCancelled,
+		Output: json.RawMessage("null"), Error: cancelledInfo(mayHaveStarted && !j.safe(), "cancelled on request")})
+}
