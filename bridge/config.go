@@ -244,6 +244,11 @@ func (c Config) Validate() error {
 	if c.IdempotencyTTL < time.Minute {
 		add("idempotency ttl %s must be at least 1m", c.IdempotencyTTL)
 	}
+	if c.OutputMaxAge < c.IdempotencyTTL {
+		// A key's record may point at a result kept in the output stream (CONTRACT §5).
+		add("output max age %s (HERMES_BRIDGE_OUTPUT_MAX_AGE) must be at least the idempotency ttl %s (HERMES_BRIDGE_IDEMPOTENCY_TTL): a key may replay a result kept in the output stream",
+			c.OutputMaxAge, c.IdempotencyTTL)
+	}
 	if len(c.Endpoints) == 0 {
 		add("no Hermes endpoint is configured")
 	}

@@ -75,7 +75,7 @@ type Config struct {
 	Workers            int           `env:"HERMES_BRIDGE_WORKERS" desc:"actions handled at once by this replica (default: sum of the endpoints' max concurrency)"`
 	MaxAckPending      int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: workers; set workers x replicas)"`
 	IdempotencyTTL     time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
-	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed"`
+	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed (at least HERMES_BRIDGE_IDEMPOTENCY_TTL)"`
 	Storage            string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
 	Replicas           int           `env:"HERMES_BRIDGE_REPLICAS" envDefault:"1" desc:"replicas of streams and bucket (1 to 5; clustered JetStream for more than 1)"`
 	ShutdownGrace      time.Duration `env:"HERMES_BRIDGE_SHUTDOWN_GRACE" envDefault:"30s" desc:"how long in-flight actions may finish after SIGINT/SIGTERM"`
@@ -419,6 +419,8 @@ func (c *Config) validateBridge(p *problems) {
 	}
 	if c.OutputMaxAge < time.Minute {
 		p.add("HERMES_BRIDGE_OUTPUT_MAX_AGE=%s: must be at least 1m", c.OutputMaxAge)
+	} else if c.OutputMaxAge < c.IdempotencyTTL {
+		p.add("HERMES_BRIDGE_OUTPUT_MAX_AGE=%s: must be at least HERMES_BRIDGE_IDEMPOTENCY_TTL (%s): a key may replay a result kept in the output stream", c.OutputMaxAge, c.IdempotencyTTL)
 	}
 	if c.Storage != "file" && c.Storage != "memory" {
 		p.add("HERMES_BRIDGE_STORAGE=%s: must be file or memory", c.Storage)

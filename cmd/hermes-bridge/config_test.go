@@ -143,6 +143,8 @@ func TestValidationMessages(t *testing.T) {
 				"HERMES_BRIDGE_LOG_LEVEL=loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL=10s: must be at least 1m"}},
 		{"names", map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_BUCKET": "has space"},
 			[]string{"HERMES_BRIDGE_PREFIX=a.b: must be 1 to 128 letters", "HERMES_BRIDGE_BUCKET=has space: must be"}},
+		{"output max age vs key ttl", map[string]string{"HERMES_BRIDGE_OUTPUT_MAX_AGE": "1h", "HERMES_BRIDGE_IDEMPOTENCY_TTL": "2h"},
+			[]string{"HERMES_BRIDGE_OUTPUT_MAX_AGE=1h0m0s: must be at least HERMES_BRIDGE_IDEMPOTENCY_TTL (2h0m0s)"}},
 		{"workers vs pending", map[string]string{"HERMES_BRIDGE_WORKERS": "8", "HERMES_BRIDGE_MAX_ACK_PENDING": "4"},
 			[]string{"HERMES_BRIDGE_MAX_ACK_PENDING=4: must be at least HERMES_BRIDGE_WORKERS (8)"}},
 		{"port", map[string]string{"HERMES_BRIDGE_NATS_PORT": "0"}, []string{"HERMES_BRIDGE_NATS_PORT=0: must be 1 to 65535, or -1"}},
