@@ -61,6 +61,9 @@ type Config struct {
 	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action and idempotency records"`
 	ObjectBucket  string `env:"HERMES_BRIDGE_OBJECT_BUCKET" envDefault:"HERMES_OUTPUT_OBJECTS" desc:"object store for outputs and events larger than one message"`
 	Provision     bool   `env:"HERMES_BRIDGE_PROVISION" envDefault:"true" desc:"create or update streams, consumer and bucket at start; false binds only to operator-provisioned ones"`
+	// AllowRetentionShrink is the explicit permission provisioning needs to shorten a
+	// retention (see bridge.Config.AllowRetentionShrink).
+	AllowRetentionShrink bool `env:"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK" envDefault:"false" desc:"let provisioning shorten the max age or TTL of a stream or bucket that holds data (older messages are deleted at once); false refuses to start, naming each one"`
 
 	// Bridge behaviour.
 	AckWait            time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s)"`
@@ -454,32 +457,33 @@ func (c *Config) storageType() jetstream.StorageType {
 // bridge's own defaults.
 func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
 	return bridge.Config{
-		Prefix:             c.Prefix,
-		ActionsStream:      c.ActionsStream,
-		OutputStream:       c.OutputStream,
-		DLQStream:          c.DLQStream,
-		Consumer:           c.Consumer,
-		Bucket:             c.Bucket,
-		ObjectBucket:       c.ObjectBucket,
-		OutputMaxAge:       c.OutputMaxAge,
-		IdempotencyTTL:     c.IdempotencyTTL,
-		Storage:            c.storageType(),
-		Replicas:           c.Replicas,
-		Provision:          c.Provision,
-		AckWait:            c.AckWait,
-		Heartbeat:          c.Heartbeat,
-		MaxDeliver:         c.MaxDeliver,
-		MaxAttempts:        c.MaxAttempts,
-		ApprovalTTL:        c.ApprovalTTL,
-		NoPreApprovals:     !c.PreApprovals,
-		BreakerThreshold:   c.BreakerThreshold,
-		BreakerCooldown:    c.BreakerCooldown,
-		BreakerMaxCooldown: c.BreakerMaxCooldown,
-		Workers:            c.Workers,
-		MaxAckPending:      c.MaxAckPending,
-		ReplicaID:          replicaID,
-		ShutdownGrace:      c.ShutdownGrace,
-		Endpoints:          eps,
+		Prefix:               c.Prefix,
+		ActionsStream:        c.ActionsStream,
+		OutputStream:         c.OutputStream,
+		DLQStream:            c.DLQStream,
+		Consumer:             c.Consumer,
+		Bucket:               c.Bucket,
+		ObjectBucket:         c.ObjectBucket,
+		OutputMaxAge:         c.OutputMaxAge,
+		IdempotencyTTL:       c.IdempotencyTTL,
+		Storage:              c.storageType(),
+		Replicas:             c.Replicas,
+		Provision:            c.Provision,
+		AllowRetentionShrink: c.AllowRetentionShrink,
+		AckWait:              c.AckWait,
+		Heartbeat:            c.Heartbeat,
+		MaxDeliver:           c.MaxDeliver,
+		MaxAttempts:          c.MaxAttempts,
+		ApprovalTTL:          c.ApprovalTTL,
+		NoPreApprovals:       !c.PreApprovals,
+		BreakerThreshold:     c.BreakerThreshold,
+		BreakerCooldown:      c.BreakerCooldown,
+		BreakerMaxCooldown:   c.BreakerMaxCooldown,
+		Workers:              c.Workers,
+		MaxAckPending:        c.MaxAckPending,
+		ReplicaID:            replicaID,
+		ShutdownGrace:        c.ShutdownGrace,
+		Endpoints:            eps,
 	}
 }
 
