@@ -304,7 +304,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		AllowRetentionShrink: c.AllowRetentionShrink,
 	})
 	if err != nil {
-		if serr := b.bucketShrinkError(err); serr != nil {
+		if serr := bucketShrinkError(err); serr != nil {
 			return nil, serr
 		}
 		return nil, fmt.Errorf("bridge: %w", err)

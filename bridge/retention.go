@@ -163,7 +163,7 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 
 // bucketShrinkError turns kvstore's refusal (the bucket filled between the plan and
 // Open) into the bridge's.
-func (b *Bridge) bucketShrinkError(err error) error {
+func bucketShrinkError(err error) error {
 	var se *kvstore.TTLShrinkError
 	if !errors.As(err, &se) {
 		return nil
