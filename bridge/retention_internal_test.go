@@ -2,9 +2,12 @@ package bridge
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 func TestShorterAge(t *testing.T) {
@@ -104,5 +107,23 @@ func TestCheckRetentionMessage(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "HERMES_DLQ") {
 		t.Errorf("the empty stream is refused:\n%v", err)
+	}
+}
+
+// kvstore's own refusal (the bucket filled between the plan and Open) reads like the
+// bridge's, naming the variables instead of kvstore's Config field.
+func TestBucketShrinkError(t *testing.T) {
+	if bucketShrinkError(errors.New("other")) != nil {
+		t.Fatal("an unrelated error was mapped")
+	}
+	kerr := fmt.Errorf("wrapped: %w", &kvstore.TTLShrinkError{Bucket: "B", Current: 24 * time.Hour, Requested: time.Hour, Values: 4})
+	err := bucketShrinkError(kerr)
+	if !errors.Is(err, ErrRetentionShrink) {
+		t.Fatalf("got %v, want ErrRetentionShrink", err)
+	}
+	for _, want := range []string{"KV bucket B holds 4 messages with TTL 24h; HERMES_BRIDGE_IDEMPOTENCY_TTL=1h", "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not contain %q:\n%v", want, err)
+		}
 	}
 }
