@@ -292,6 +292,19 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		{Name: c.DLQStream, Subjects: []string{b.subjects.DLQ()}, Storage: c.Storage, Replicas: c.Replicas,
 			MaxAge: c.DLQMaxAge, Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},
 	}
+	// Changing the max age or TTL of an existing resource applies to every message at
+	// once: read what is in force first, and refuse (before changing anything) to
+	// shorten one that holds data without permission.
+	var plan []retention
+	if c.Provision {
+		var err error
+		if plan, err = b.retentionPlan(ctx, streams); err != nil {
+			return nil, err
+		}
+		if err := checkRetention(plan, c.AllowRetentionShrink); err != nil {
+			return nil, err
+		}
+	}
 	for _, sc := range streams {
 		var s jetstream.Stream
 		var err error
@@ -308,8 +321,12 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	store, err := kvstore.Open(ctx, b.js, kvstore.Config{
 		Bucket: c.Bucket, TTL: c.IdempotencyTTL, Replicas: c.Replicas, Storage: c.Storage, Provision: c.Provision,
+		AllowRetentionShrink: c.AllowRetentionShrink,
 	})
 	if err != nil {
+		if serr := bucketShrinkError(err); serr != nil {
+			return nil, serr
+		}
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
 	b.store = store
@@ -324,6 +341,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge: object store %s: %w", c.ObjectBucket, err)
 	}
+	b.logRetention(plan)
 	b.maxOut = outputLimit(int(b.nc.MaxPayload()), store.MaxValueSize())
 	cc := jetstream.ConsumerConfig{
 		Durable:        c.Consumer,

@@ -81,6 +81,8 @@ func TestConfigValidate(t *testing.T) {
 		{"lease shorter than ack wait", func(c *Config) { c.Lease = time.Second }, "claim lease"},
 		{"prefix with dot", func(c *Config) { c.Prefix = "a.b" }, "one subject token"},
 		{"max ack pending", func(c *Config) { c.MaxAckPending = 1 }, "max ack pending"},
+		{"output max age under the key ttl", func(c *Config) { c.OutputMaxAge = time.Hour; c.IdempotencyTTL = 2 * time.Hour },
+			"output max age 1h0m0s (HERMES_BRIDGE_OUTPUT_MAX_AGE) must be at least the idempotency ttl 2h0m0s (HERMES_BRIDGE_IDEMPOTENCY_TTL)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -62,6 +62,12 @@ type Config struct {
 	// Provision creates or updates streams, consumer and bucket at start. When false the
 	// bridge only binds to them and fails with a clear error if one is missing.
 	Provision bool
+	// AllowRetentionShrink lets provisioning shorten the max age of a stream, or the TTL
+	// of the bucket or the object store, that holds data: the server then deletes every
+	// message older than the new value at once. Without it Run refuses to start
+	// (ErrRetentionShrink) and changes nothing. Lengthening a retention, or shortening
+	// that of an empty resource, needs no permission; every change is logged.
+	AllowRetentionShrink bool
 
 	// AckWait is the consumer's ack wait (default 30s). Heartbeats (InProgress) are sent
 	// every Heartbeat (default AckWait/3), which must be less than AckWait/2.
@@ -245,6 +251,11 @@ func (c Config) Validate() error {
 	}
 	if c.Heartbeat*4 > c.IdempotencyTTL {
 		add("heartbeat %s must be at most a quarter of the idempotency ttl %s, so that a running action's records are renewed before they expire", c.Heartbeat, c.IdempotencyTTL)
+	}
+	if c.OutputMaxAge < c.IdempotencyTTL {
+		// A key's record may point at a result kept in the output stream (CONTRACT §5).
+		add("output max age %s (HERMES_BRIDGE_OUTPUT_MAX_AGE) must be at least the idempotency ttl %s (HERMES_BRIDGE_IDEMPOTENCY_TTL): a key may replay a result kept in the output stream",
+			c.OutputMaxAge, c.IdempotencyTTL)
 	}
 	if len(c.Endpoints) == 0 {
 		add("no Hermes endpoint is configured")

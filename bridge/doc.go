@@ -50,6 +50,11 @@
 // referenced (see offload.go); an endpoint that keeps failing is paused by a circuit
 // breaker (see breaker.go).
 //
+// With Config.Provision, Run creates or updates the streams, the consumer, the KV bucket
+// and the object store. It never changes a retention silently (see retention.go): it
+// reads the max ages and TTLs in force first, refuses to shorten one of a resource that
+// holds data unless Config.AllowRetentionShrink, and logs every one it changes.
+//
 // Every acknowledgement decision is made in one place (Bridge.apply). The package logs
 // one line per action outcome and never logs content, keys or session identifiers.
 package bridge

@@ -166,4 +166,3 @@ func publishRetry(ctx context.Context, js jetstream.JetStream, m *nats.Msg) erro
 		delay = min(2*delay, 2*time.Second)
 	}
 }
-

@@ -37,6 +37,11 @@
 // Update writes a revision without a TTL, so a per-key TTL would silently be
 // lost on the first state change.
 //
+// Changing the TTL of an existing bucket applies to every value at once, so a
+// shorter TTL deletes those older than it immediately. A provisioning [Open]
+// therefore refuses to shorten the TTL of a bucket that holds values
+// ([ErrTTLShrink]) unless [Config] AllowRetentionShrink is set.
+//
 // # Concurrency and errors
 //
 // A [Store] is safe for concurrent use by multiple goroutines and by multiple

@@ -3,6 +3,7 @@ package kvstore
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,6 +30,10 @@ var (
 	ErrCorrupt = errors.New("kvstore: unreadable record")
 	// ErrNoBucket: Open in bind-only mode found no bucket.
 	ErrNoBucket = errors.New("kvstore: bucket does not exist")
+	// ErrTTLShrink: a provisioning Open would shorten the TTL of a bucket that holds
+	// values, and Config.AllowRetentionShrink is not set. Returned errors are
+	// *TTLShrinkError.
+	ErrTTLShrink = errors.New("kvstore: refusing to shorten the bucket TTL")
 )
 
 // TooLargeError reports an encoded record larger than the value limit.
@@ -49,6 +54,33 @@ func (e *TooLargeError) Error() string {
 // Is makes errors.Is(err, ErrTooLarge) true.
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
+// TTLShrinkError reports a refused shortening of the bucket TTL: applied, it would
+// make the server delete at once every value older than Requested.
+// errors.Is(err, ErrTTLShrink) is true for it.
+type TTLShrinkError struct {
+	Bucket string
+	// Current and Requested are the bucket's TTL and the configured one (0: no expiry).
+	Current, Requested time.Duration
+	// Values is how many values (revisions and delete markers) the bucket holds.
+	Values uint64
+}
+
+func (e *TTLShrinkError) Error() string {
+	return fmt.Sprintf("kvstore: bucket %s holds %d values with TTL %s; refusing to shorten it to %s, "+
+		"which would delete those older than %s at once (set Config.AllowRetentionShrink to apply it)",
+		e.Bucket, e.Values, ttlString(e.Current), ttlString(e.Requested), ttlString(e.Requested))
+}
+
+// Is makes errors.Is(err, ErrTTLShrink) true.
+func (e *TTLShrinkError) Is(target error) bool { return target == ErrTTLShrink }
+
+func ttlString(d time.Duration) string {
+	if d == 0 {
+		return "none (no expiry)"
+	}
+	return d.String()
+}
+
 // bucketError is returned by Open when binding to a missing bucket.
 type bucketError struct {
 	bucket string
@@ -64,6 +96,7 @@ func (e *bucketError) Unwrap() []error { return []error{ErrNoBucket, e.err} }
 var (
 	_ error = (*TooLargeError)(nil)
 	_ error = (*bucketError)(nil)
+	_ error = (*TTLShrinkError)(nil)
 )
 
 // isCASFailure reports whether err is a lost compare-and-set, whichever way

@@ -589,6 +589,85 @@ func TestProvisionIdempotentAndBind(t *testing.T) {
 	}
 }
 
+// TestTTLChange: a provisioning Open never shortens the TTL of a bucket that holds
+// values unless it is allowed to (the server would delete the older values at once);
+// it lengthens it, and shortens that of an empty bucket, without permission.
+func TestTTLChange(t *testing.T) {
+	srv := natsembed.RunTest(t)
+	_, js := natsembed.Connect(t, srv)
+	ctx := testCtx(t)
+	ttl := func(bucket string) time.Duration {
+		t.Helper()
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.TTL()
+	}
+
+	// Empty: shortened without permission.
+	if _, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "EMPTY", TTL: time.Hour, Provision: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "EMPTY", TTL: time.Minute, Provision: true}); err != nil {
+		t.Fatalf("shortening an empty bucket: %v", err)
+	}
+	if got := ttl("EMPTY"); got != time.Minute {
+		t.Fatalf("empty bucket TTL %s, want 1m", got)
+	}
+
+	s, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Hour, Provision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "act.keep", rec("keep")); err != nil {
+		t.Fatal(err)
+	}
+	// Shorter, with values, not allowed: refused, nothing changed.
+	_, err = kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Minute, Provision: true})
+	var se *kvstore.TTLShrinkError
+	if !errors.Is(err, kvstore.ErrTTLShrink) || !errors.As(err, &se) {
+		t.Fatalf("shortening a bucket with values: %v, want a TTLShrinkError", err)
+	}
+	if se.Bucket != "FULL" || se.Current != time.Hour || se.Requested != time.Minute || se.Values != 1 {
+		t.Errorf("error %+v", *se)
+	}
+	for _, want := range []string{"FULL", "1h0m0s", "1m0s", "AllowRetentionShrink"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if got := ttl("FULL"); got != time.Hour {
+		t.Fatalf("TTL %s after a refused Open, want 1h", got)
+	}
+	// Binding never changes the TTL, so it needs no permission.
+	if b, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Minute}); err != nil || b.TTL() != time.Hour {
+		t.Fatalf("bind: %v (TTL %v)", err, b)
+	}
+	// Longer: applied.
+	if _, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: 2 * time.Hour, Provision: true}); err != nil {
+		t.Fatalf("lengthening: %v", err)
+	}
+	if got := ttl("FULL"); got != 2*time.Hour {
+		t.Fatalf("TTL %s, want 2h", got)
+	}
+	// Shorter, allowed: applied, and the fresh value is kept.
+	s, err = kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Minute, Provision: true, AllowRetentionShrink: true})
+	if err != nil {
+		t.Fatalf("allowed shortening: %v", err)
+	}
+	if s.TTL() != time.Minute || ttl("FULL") != time.Minute {
+		t.Fatalf("TTL %s / %s after the allowed shortening, want 1m", s.TTL(), ttl("FULL"))
+	}
+	if _, err := s.Get(ctx, "act.keep"); err != nil {
+		t.Fatalf("value after the allowed shortening: %v", err)
+	}
+}
+
 func TestDefaultsFromServer(t *testing.T) {
 	srv := natsembed.RunTest(t, func(o *natsembed.Options) { o.MaxPayload = 64 * 1024 })
 	_, js := natsembed.Connect(t, srv)

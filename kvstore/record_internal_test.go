@@ -61,3 +61,21 @@ func TestRecordSizeBoundsEncoding(t *testing.T) {
 		t.Fatalf("encoding is %d bytes, recordSize %d", len(got), recordSize(r))
 	}
 }
+
+func TestShortens(t *testing.T) {
+	for _, tt := range []struct {
+		current, requested time.Duration
+		want               bool
+	}{
+		{time.Hour, time.Minute, true},
+		{time.Hour, time.Hour, false},
+		{time.Minute, time.Hour, false},
+		{0, time.Hour, true},  // no expiry -> an expiry
+		{time.Hour, 0, false}, // an expiry -> none
+		{0, 0, false},
+	} {
+		if got := shortens(tt.current, tt.requested); got != tt.want {
+			t.Errorf("shortens(%s, %s) = %v, want %v", tt.current, tt.requested, got, tt.want)
+		}
+	}
+}

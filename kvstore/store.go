@@ -32,6 +32,12 @@ type Config struct {
 	// Provision creates the bucket or updates its configuration when true;
 	// when false Open only binds to an existing bucket.
 	Provision bool
+	// AllowRetentionShrink lets a provisioning Open shorten the TTL of a bucket
+	// that holds values; the server then deletes those older than the new TTL at
+	// once. Without it such an Open fails with ErrTTLShrink and changes nothing.
+	// Lengthening the TTL, or shortening that of an empty bucket, needs no
+	// permission.
+	AllowRetentionShrink bool
 	// MaxValueSize limits an encoded record in bytes. 0 means the server's
 	// max payload when provisioning, or the existing bucket's limit when
 	// binding.
@@ -61,8 +67,10 @@ type Entry struct {
 // Open provisions (cfg.Provision) or binds to the bucket and returns a Store.
 // Binding to a missing bucket fails with an error matching ErrNoBucket (and
 // jetstream.ErrBucketNotFound) whose message says to create the bucket or
-// enable provisioning. Provisioning is idempotent. Without a ctx deadline
-// Open applies a 30 s timeout.
+// enable provisioning. Provisioning is idempotent. It compares the existing
+// bucket's TTL with cfg.TTL first: a shorter TTL on a bucket that holds values
+// fails with a *TTLShrinkError (ErrTTLShrink) unless cfg.AllowRetentionShrink.
+// Without a ctx deadline Open applies a 30 s timeout.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	if js == nil {
 		return nil, errors.New("kvstore: nil JetStream")
@@ -98,6 +106,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	var kv jetstream.KeyValue
 	var err error
 	if cfg.Provision {
+		if err := checkTTL(ctx, js, cfg); err != nil {
+			return nil, err
+		}
 		maxValue := cfg.MaxValueSize
 		if maxValue == 0 {
 			maxValue = -1 // bound by the server's max payload
@@ -139,6 +150,32 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	s.limit = minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)
 	return s, nil
+}
+
+// checkTTL refuses to shorten the TTL of an existing bucket that holds values,
+// unless cfg allows it. A missing bucket is not a problem: Open creates it.
+func checkTTL(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kvstore: read bucket %s: %w", cfg.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
+	}
+	if shortens(st.TTL(), cfg.TTL) && st.Values() > 0 && !cfg.AllowRetentionShrink {
+		return &TTLShrinkError{Bucket: cfg.Bucket, Current: st.TTL(), Requested: cfg.TTL, Values: st.Values()}
+	}
+	return nil
+}
+
+// shortens reports whether requested is a shorter retention than current; 0 means
+// no expiry, the longest of all.
+func shortens(current, requested time.Duration) bool {
+	return requested > 0 && (current == 0 || requested < current)
 }
 
 // minPositive returns the smallest positive argument, or 0 if none is.

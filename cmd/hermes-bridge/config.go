@@ -61,6 +61,9 @@ type Config struct {
 	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action and idempotency records"`
 	ObjectBucket  string `env:"HERMES_BRIDGE_OBJECT_BUCKET" envDefault:"HERMES_OUTPUT_OBJECTS" desc:"object store for outputs and events larger than one message"`
 	Provision     bool   `env:"HERMES_BRIDGE_PROVISION" envDefault:"true" desc:"create or update streams, consumer and bucket at start; false binds only to operator-provisioned ones"`
+	// AllowRetentionShrink is the explicit permission provisioning needs to shorten a
+	// retention (see bridge.Config.AllowRetentionShrink).
+	AllowRetentionShrink bool `env:"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK" envDefault:"false" desc:"let provisioning shorten the max age or TTL of a stream or bucket that holds data (older messages are deleted at once); false refuses to start, naming each one"`
 
 	// Bridge behaviour.
 	AckWait            time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s)"`
@@ -75,7 +78,7 @@ type Config struct {
 	Workers            int           `env:"HERMES_BRIDGE_WORKERS" desc:"actions handled at once by this replica (default: sum of the endpoints' max concurrency)"`
 	MaxAckPending      int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: workers; set workers x replicas)"`
 	IdempotencyTTL     time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
-	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed"`
+	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed (at least HERMES_BRIDGE_IDEMPOTENCY_TTL)"`
 	Storage            string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
 	Replicas           int           `env:"HERMES_BRIDGE_REPLICAS" envDefault:"1" desc:"replicas of streams and bucket (1 to 5; clustered JetStream for more than 1)"`
 	ShutdownGrace      time.Duration `env:"HERMES_BRIDGE_SHUTDOWN_GRACE" envDefault:"30s" desc:"how long in-flight actions may finish after SIGINT/SIGTERM"`
@@ -419,6 +422,8 @@ func (c *Config) validateBridge(p *problems) {
 	}
 	if c.OutputMaxAge < time.Minute {
 		p.add("HERMES_BRIDGE_OUTPUT_MAX_AGE=%s: must be at least 1m", c.OutputMaxAge)
+	} else if c.OutputMaxAge < c.IdempotencyTTL {
+		p.add("HERMES_BRIDGE_OUTPUT_MAX_AGE=%s: must be at least HERMES_BRIDGE_IDEMPOTENCY_TTL (%s): a key may replay a result kept in the output stream", c.OutputMaxAge, c.IdempotencyTTL)
 	}
 	if c.Storage != "file" && c.Storage != "memory" {
 		p.add("HERMES_BRIDGE_STORAGE=%s: must be file or memory", c.Storage)
@@ -452,32 +457,33 @@ func (c *Config) storageType() jetstream.StorageType {
 // bridge's own defaults.
 func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
 	return bridge.Config{
-		Prefix:             c.Prefix,
-		ActionsStream:      c.ActionsStream,
-		OutputStream:       c.OutputStream,
-		DLQStream:          c.DLQStream,
-		Consumer:           c.Consumer,
-		Bucket:             c.Bucket,
-		ObjectBucket:       c.ObjectBucket,
-		OutputMaxAge:       c.OutputMaxAge,
-		IdempotencyTTL:     c.IdempotencyTTL,
-		Storage:            c.storageType(),
-		Replicas:           c.Replicas,
-		Provision:          c.Provision,
-		AckWait:            c.AckWait,
-		Heartbeat:          c.Heartbeat,
-		MaxDeliver:         c.MaxDeliver,
-		MaxAttempts:        c.MaxAttempts,
-		ApprovalTTL:        c.ApprovalTTL,
-		NoPreApprovals:     !c.PreApprovals,
-		BreakerThreshold:   c.BreakerThreshold,
-		BreakerCooldown:    c.BreakerCooldown,
-		BreakerMaxCooldown: c.BreakerMaxCooldown,
-		Workers:            c.Workers,
-		MaxAckPending:      c.MaxAckPending,
-		ReplicaID:          replicaID,
-		ShutdownGrace:      c.ShutdownGrace,
-		Endpoints:          eps,
+		Prefix:               c.Prefix,
+		ActionsStream:        c.ActionsStream,
+		OutputStream:         c.OutputStream,
+		DLQStream:            c.DLQStream,
+		Consumer:             c.Consumer,
+		Bucket:               c.Bucket,
+		ObjectBucket:         c.ObjectBucket,
+		OutputMaxAge:         c.OutputMaxAge,
+		IdempotencyTTL:       c.IdempotencyTTL,
+		Storage:              c.storageType(),
+		Replicas:             c.Replicas,
+		Provision:            c.Provision,
+		AllowRetentionShrink: c.AllowRetentionShrink,
+		AckWait:              c.AckWait,
+		Heartbeat:            c.Heartbeat,
+		MaxDeliver:           c.MaxDeliver,
+		MaxAttempts:          c.MaxAttempts,
+		ApprovalTTL:          c.ApprovalTTL,
+		NoPreApprovals:       !c.PreApprovals,
+		BreakerThreshold:     c.BreakerThreshold,
+		BreakerCooldown:      c.BreakerCooldown,
+		BreakerMaxCooldown:   c.BreakerMaxCooldown,
+		Workers:              c.Workers,
+		MaxAckPending:        c.MaxAckPending,
+		ReplicaID:            replicaID,
+		ShutdownGrace:        c.ShutdownGrace,
+		Endpoints:            eps,
 	}
 }
 

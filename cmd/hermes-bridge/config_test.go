@@ -87,15 +87,17 @@ func TestLoadConfigValues(t *testing.T) {
 	cfg, err := LoadConfig(map[string]string{
 		"NATS_URL": "nats://a:4222,nats://b:4222", "HERMES_BRIDGE_ACK_WAIT": "1m", "HERMES_BRIDGE_PROVISION": "false",
 		"HERMES_BRIDGE_WORKERS": "4", "HERMES_BRIDGE_STORAGE": "memory", "HERMES_ENDPOINT_ID": "edge",
+		"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK": "true",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.AckWait != time.Minute || cfg.Provision || cfg.Workers != 4 || cfg.HermesEndpointID != "edge" || cfg.NATSURL != "nats://a:4222,nats://b:4222" {
+	if cfg.AckWait != time.Minute || cfg.Provision || cfg.Workers != 4 || cfg.HermesEndpointID != "edge" || cfg.NATSURL != "nats://a:4222,nats://b:4222" ||
+		!cfg.AllowRetentionShrink {
 		t.Fatalf("unexpected %+v", cfg)
 	}
 	bc := cfg.BridgeConfig(nil, "x")
-	if bc.Storage.String() != "Memory" || bc.AckWait != time.Minute || bc.Provision {
+	if bc.Storage.String() != "Memory" || bc.AckWait != time.Minute || bc.Provision || !bc.AllowRetentionShrink {
 		t.Fatalf("bridge config %+v", bc)
 	}
 }
@@ -111,6 +113,7 @@ func TestParseAsWithOptionsEnvironment(t *testing.T) {
 func TestParseErrorsNameTheVariable(t *testing.T) {
 	_, err := LoadConfig(map[string]string{
 		"HERMES_BRIDGE_ACK_WAIT": "soon", "HERMES_BRIDGE_WORKERS": "many", "HERMES_BRIDGE_PROVISION": "perhaps",
+		"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK": "yes please",
 	})
 	if err == nil {
 		t.Fatal("no error")
@@ -119,6 +122,7 @@ func TestParseErrorsNameTheVariable(t *testing.T) {
 		"HERMES_BRIDGE_ACK_WAIT=soon: must be a duration",
 		"HERMES_BRIDGE_WORKERS=many: must be an integer",
 		"HERMES_BRIDGE_PROVISION=perhaps: must be true or false",
+		"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=yes please: must be true or false",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
@@ -143,6 +147,8 @@ func TestValidationMessages(t *testing.T) {
 				"HERMES_BRIDGE_LOG_LEVEL=loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL=10s: must be at least 1m"}},
 		{"names", map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_BUCKET": "has space"},
 			[]string{"HERMES_BRIDGE_PREFIX=a.b: must be 1 to 128 letters", "HERMES_BRIDGE_BUCKET=has space: must be"}},
+		{"output max age vs key ttl", map[string]string{"HERMES_BRIDGE_OUTPUT_MAX_AGE": "1h", "HERMES_BRIDGE_IDEMPOTENCY_TTL": "2h"},
+			[]string{"HERMES_BRIDGE_OUTPUT_MAX_AGE=1h0m0s: must be at least HERMES_BRIDGE_IDEMPOTENCY_TTL (2h0m0s)"}},
 		{"workers vs pending", map[string]string{"HERMES_BRIDGE_WORKERS": "8", "HERMES_BRIDGE_MAX_ACK_PENDING": "4"},
 			[]string{"HERMES_BRIDGE_MAX_ACK_PENDING=4: must be at least HERMES_BRIDGE_WORKERS (8)"}},
 		{"port", map[string]string{"HERMES_BRIDGE_NATS_PORT": "0"}, []string{"HERMES_BRIDGE_NATS_PORT=0: must be 1 to 65535, or -1"}},

@@ -1,0 +1,191 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// ErrRetentionShrink is wrapped by the error Run returns when provisioning would shorten
+// the max age or TTL of a stream or bucket that holds data and
+// Config.AllowRetentionShrink is not set. Nothing was changed then.
+var ErrRetentionShrink = errors.New("bridge: refusing to shorten the retention of a stream or bucket that holds data " +
+	"(the server would delete every message older than the new value at once)")
+
+// allowShrinkVar is the variable that sets Config.AllowRetentionShrink.
+const allowShrinkVar = "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK"
+
+// retention is the retention setting of one resource the bridge provisions: the value
+// in force, if the resource exists, and the configured one.
+type retention struct {
+	resource string // "stream HERMES_OUTPUT", "KV bucket HERMES_IDEMPOTENCY", ...
+	setting  string // "max age" or "TTL"
+	// variable sets the value ("HERMES_BRIDGE_OUTPUT_MAX_AGE"); field names the Config
+	// field when no variable does.
+	variable, field string
+
+	exists             bool
+	current, requested time.Duration // 0 means unlimited
+	msgs               uint64        // messages the resource holds
+}
+
+// changed reports whether provisioning changes the value of an existing resource.
+func (r retention) changed() bool { return r.exists && r.current != r.requested }
+
+// shrinks reports whether provisioning shortens the value of an existing resource.
+func (r retention) shrinks() bool { return r.exists && shorterAge(r.current, r.requested) }
+
+// refused reports whether provisioning must not apply r: it shortens the retention of a
+// resource that holds data, without permission.
+func (r retention) refused(allow bool) bool { return r.shrinks() && r.msgs > 0 && !allow }
+
+// problem is r's line in the refusal.
+func (r retention) problem() string {
+	want := fmt.Sprintf("the configured %s %s (Config.%s)", r.setting, fmtAge(r.requested), r.field)
+	if r.variable != "" {
+		want = r.variable + "=" + fmtAge(r.requested)
+	}
+	msgs := fmt.Sprintf("%d messages", r.msgs)
+	if r.msgs == 1 {
+		msgs = "1 message"
+	}
+	return fmt.Sprintf("%s holds %s with %s %s; %s would shorten it",
+		r.resource, msgs, r.setting, fmtAge(r.current), want)
+}
+
+// shorterAge reports whether requested is a shorter retention than current; 0 means
+// unlimited, the longest of all.
+func shorterAge(current, requested time.Duration) bool {
+	return requested > 0 && (current == 0 || requested < current)
+}
+
+// fmtAge writes d as a value the variables accept, without zero units ("24h", "1h30m",
+// "90s" as "1m30s"), and 0 as "unlimited".
+func fmtAge(d time.Duration) string {
+	if d == 0 {
+		return "unlimited"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// checkRetention refuses the changes of plan that shorten the retention of a resource
+// holding data, all of them in one error wrapping ErrRetentionShrink, unless allow.
+func checkRetention(plan []retention, allow bool) error {
+	var problems []string
+	for _, r := range plan {
+		if r.refused(allow) {
+			problems = append(problems, r.problem())
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n  - %s\nset %s=true to apply the shorter values, or configure the current ones",
+		ErrRetentionShrink, strings.Join(problems, "\n  - "), allowShrinkVar)
+}
+
+// retentionPlan reads the retention in force of every stream and bucket the bridge
+// provisions, next to the configured one.
+func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamConfig) ([]retention, error) {
+	c := b.cfg
+	vars := map[string][2]string{
+		c.ActionsStream: {"", "ActionsMaxAge"},
+		c.OutputStream:  {"HERMES_BRIDGE_OUTPUT_MAX_AGE", "OutputMaxAge"},
+		c.DLQStream:     {"", "DLQMaxAge"},
+	}
+	var plan []retention
+	for _, sc := range streams {
+		r := retention{resource: "stream " + sc.Name, setting: "max age", variable: vars[sc.Name][0],
+			field: vars[sc.Name][1], requested: sc.MaxAge}
+		s, err := b.js.Stream(ctx, sc.Name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("bridge: read stream %s: %w", sc.Name, err)
+		default:
+			info := s.CachedInfo()
+			r.exists, r.current, r.msgs = true, info.Config.MaxAge, info.State.Msgs
+		}
+		plan = append(plan, r)
+	}
+
+	kr := retention{resource: "KV bucket " + c.Bucket, setting: "TTL", variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL",
+		field: "IdempotencyTTL", requested: c.IdempotencyTTL}
+	kv, err := b.js.KeyValue(ctx, c.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("bridge: read bucket %s: %w", c.Bucket, err)
+	default:
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: bucket %s status: %w", c.Bucket, err)
+		}
+		kr.exists, kr.current, kr.msgs = true, st.TTL(), st.Values()
+	}
+	plan = append(plan, kr)
+
+	or := retention{resource: "object store " + c.ObjectBucket, setting: "TTL", variable: "HERMES_BRIDGE_OUTPUT_MAX_AGE",
+		field: "OutputMaxAge", requested: c.OutputMaxAge}
+	obs, err := b.js.ObjectStore(ctx, c.ObjectBucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("bridge: read object store %s: %w", c.ObjectBucket, err)
+	default:
+		st, err := obs.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: object store %s status: %w", c.ObjectBucket, err)
+		}
+		or.exists, or.current = true, st.TTL()
+		if bs, ok := st.(*jetstream.ObjectBucketStatus); ok && bs.StreamInfo() != nil {
+			or.msgs = bs.StreamInfo().State.Msgs
+		} else if st.Size() > 0 {
+			or.msgs = 1 // holds data; the count is unknown
+		}
+	}
+	plan = append(plan, or)
+	return plan, nil
+}
+
+// bucketShrinkError turns kvstore's refusal (the bucket filled between the plan and
+// Open) into the bridge's.
+func bucketShrinkError(err error) error {
+	var se *kvstore.TTLShrinkError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	return checkRetention([]retention{{resource: "KV bucket " + se.Bucket, setting: "TTL",
+		variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL", field: "IdempotencyTTL", exists: true,
+		current: se.Current, requested: se.Requested, msgs: se.Values}}, false)
+}
+
+// logRetention logs every change of plan that provisioning applied: at info when it
+// lengthens a retention, at warn when it shortens one.
+func (b *Bridge) logRetention(plan []retention) {
+	for _, r := range plan {
+		if !r.changed() {
+			continue
+		}
+		ev := b.log.Info()
+		if r.shrinks() {
+			ev = b.log.Warn()
+		}
+		ev.Str("resource", r.resource).Str("setting", r.setting).Str("old", fmtAge(r.current)).
+			Str("new", fmtAge(r.requested)).Uint64("messages", r.msgs).Bool("shortened", r.shrinks()).
+			Msg("retention changed")
+	}
+}

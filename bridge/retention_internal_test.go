@@ -1,0 +1,129 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+func TestShorterAge(t *testing.T) {
+	for _, tt := range []struct {
+		current, requested time.Duration
+		want               bool
+	}{
+		{24 * time.Hour, time.Hour, true},
+		{time.Hour, time.Hour, false},
+		{time.Hour, 24 * time.Hour, false},
+		{0, time.Hour, true},  // unlimited -> a limit
+		{time.Hour, 0, false}, // a limit -> unlimited
+		{0, 0, false},
+	} {
+		if got := shorterAge(tt.current, tt.requested); got != tt.want {
+			t.Errorf("shorterAge(%s, %s) = %v, want %v", tt.current, tt.requested, got, tt.want)
+		}
+	}
+}
+
+func TestFmtAge(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "unlimited", 24 * time.Hour: "24h", 7 * 24 * time.Hour: "168h", 90 * time.Minute: "1h30m",
+		time.Minute: "1m", 90 * time.Second: "1m30s", 10 * time.Second: "10s", 500 * time.Millisecond: "500ms",
+		time.Hour + time.Second: "1h0m1s",
+	} {
+		if got := fmtAge(d); got != want {
+			t.Errorf("fmtAge(%s) = %q, want %q", d, got, want)
+		}
+		if d > 0 {
+			if back, err := time.ParseDuration(fmtAge(d)); err != nil || back != d {
+				t.Errorf("fmtAge(%s) = %q does not parse back: %s, %v", d, fmtAge(d), back, err)
+			}
+		}
+	}
+}
+
+// TestRetentionDecision: only shortening an existing resource that holds data is
+// refused, and only without permission; every change of an existing resource counts as
+// changed (and is logged).
+func TestRetentionDecision(t *testing.T) {
+	tests := []struct {
+		name                      string
+		r                         retention
+		changed, shrinks, refused bool
+	}{
+		{"new resource", retention{requested: time.Hour}, false, false, false},
+		{"unchanged", retention{exists: true, current: time.Hour, requested: time.Hour, msgs: 5}, false, false, false},
+		{"lengthened", retention{exists: true, current: time.Hour, requested: 2 * time.Hour, msgs: 5}, true, false, false},
+		{"to unlimited", retention{exists: true, current: time.Hour, requested: 0, msgs: 5}, true, false, false},
+		{"shortened, empty", retention{exists: true, current: 2 * time.Hour, requested: time.Hour}, true, true, false},
+		{"shortened, with data", retention{exists: true, current: 2 * time.Hour, requested: time.Hour, msgs: 1}, true, true, true},
+		{"from unlimited, with data", retention{exists: true, current: 0, requested: time.Hour, msgs: 1}, true, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.r.changed(); got != tt.changed {
+				t.Errorf("changed = %v, want %v", got, tt.changed)
+			}
+			if got := tt.r.shrinks(); got != tt.shrinks {
+				t.Errorf("shrinks = %v, want %v", got, tt.shrinks)
+			}
+			if got := tt.r.refused(false); got != tt.refused {
+				t.Errorf("refused without permission = %v, want %v", got, tt.refused)
+			}
+			if tt.r.refused(true) {
+				t.Errorf("refused with permission")
+			}
+		})
+	}
+}
+
+func TestCheckRetentionMessage(t *testing.T) {
+	plan := []retention{
+		{resource: "stream HERMES_ACTIONS", setting: "max age", field: "ActionsMaxAge", exists: true,
+			current: 7 * 24 * time.Hour, requested: 24 * time.Hour, msgs: 3},
+		{resource: "stream HERMES_DLQ", setting: "max age", field: "DLQMaxAge", exists: true,
+			current: 7 * 24 * time.Hour, requested: time.Hour}, // empty: applied
+		{resource: "KV bucket B", setting: "TTL", variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL", field: "IdempotencyTTL",
+			exists: true, current: 0, requested: time.Hour, msgs: 1},
+	}
+	if err := checkRetention(plan, true); err != nil {
+		t.Fatalf("allowed: %v", err)
+	}
+	err := checkRetention(plan, false)
+	if !errors.Is(err, ErrRetentionShrink) {
+		t.Fatalf("got %v, want ErrRetentionShrink", err)
+	}
+	for _, want := range []string{
+		"stream HERMES_ACTIONS holds 3 messages with max age 168h; the configured max age 24h (Config.ActionsMaxAge) would shorten it",
+		"KV bucket B holds 1 message with TTL unlimited; HERMES_BRIDGE_IDEMPOTENCY_TTL=1h would shorten it",
+		"set HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not contain %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "HERMES_DLQ") {
+		t.Errorf("the empty stream is refused:\n%v", err)
+	}
+}
+
+// kvstore's own refusal (the bucket filled between the plan and Open) reads like the
+// bridge's, naming the variables instead of kvstore's Config field.
+func TestBucketShrinkError(t *testing.T) {
+	if bucketShrinkError(errors.New("other")) != nil {
+		t.Fatal("an unrelated error was mapped")
+	}
+	kerr := fmt.Errorf("wrapped: %w", &kvstore.TTLShrinkError{Bucket: "B", Current: 24 * time.Hour, Requested: time.Hour, Values: 4})
+	err := bucketShrinkError(kerr)
+	if !errors.Is(err, ErrRetentionShrink) {
+		t.Fatalf("got %v, want ErrRetentionShrink", err)
+	}
+	for _, want := range []string{"KV bucket B holds 4 messages with TTL 24h; HERMES_BRIDGE_IDEMPOTENCY_TTL=1h", "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not contain %q:\n%v", want, err)
+		}
+	}
+}
