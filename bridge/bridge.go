@@ -210,22 +210,30 @@ loop:
 }
 
 // handBack stops the iterator and hands the deliveries it had prefetched back to the
-// server at once (a Nak without delay), so that another replica gets them now instead
-// of after an ack wait. Each Next is bounded.
+// server (a Nak), so that another replica gets them within handBackDelay instead of
+// after an ack wait. The short delay lets the iterator's unsubscribe reach the server
+// first, which then skips this replica's pull request (it has no interest any more);
+// a message that comes back all the same ends the hand-back. Bounded by handBackFor.
 func (b *Bridge) handBack(it jetstream.MessagesContext) {
+	const handBackDelay, handBackFor = 250 * time.Millisecond, 2 * time.Second
 	it.Drain()
-	n := 0
-	for {
-		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
+	seen := map[uint64]bool{}
+	until := time.Now().Add(handBackFor)
+	for time.Now().Before(until) {
+		msg, err := it.Next(jetstream.NextMaxWait(min(time.Until(until), 500*time.Millisecond)))
 		if err != nil {
 			break
 		}
-		if msg.Nak() == nil {
-			n++
+		md, err := msg.Metadata()
+		if err != nil || seen[md.Sequence.Stream] {
+			_ = msg.NakWithDelay(handBackDelay)
+			break
 		}
+		seen[md.Sequence.Stream] = true
+		_ = msg.NakWithDelay(handBackDelay)
 	}
-	if n > 0 {
-		b.log.Info().Int("handed_back", n).Msg("handed prefetched actions back to the server")
+	if len(seen) > 0 {
+		b.log.Info().Int("handed_back", len(seen)).Msg("handed prefetched actions back to the server")
 	}
 }
 

@@ -154,12 +154,15 @@ func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	var wg sync.WaitGroup
+	quit := make(chan struct{})
 	for range cancelWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				select {
+				case <-quit:
+					return
 				case <-ctx.Done():
 					return
 				case m := <-queue:
@@ -171,6 +174,7 @@ func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
 	return func() {
 		_ = owner.Unsubscribe()
 		_ = store.Unsubscribe()
+		close(quit)
 		wg.Wait()
 	}, nil
 }

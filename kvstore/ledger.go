@@ -173,6 +173,10 @@ type Claim struct {
 	keyRec Record
 	lost   bool
 	done   bool
+	// tookOver: the claim was taken from an owner that may still be alive (paused):
+	// Settle looks at the log before appending, so that a woken owner's result, if it
+	// came first, is not followed by a second result message for live subscribers.
+	tookOver bool
 }
 
 func (l *Ledger) newClaim(key string, rev uint64, r Record) *Claim {
@@ -279,11 +283,13 @@ func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcom
 			onWait()
 			onWait = nil
 		}
-		moved, err := l.awaitMove(ctx, e)
-		if err != nil {
+		moved, done, le, err := l.awaitMove(ctx, e, in.ActionID)
+		switch {
+		case err != nil:
 			return Outcome{}, err
-		}
-		if moved {
+		case done:
+			return Outcome{Verdict: Done, Log: le}, nil
+		case moved:
 			continue
 		}
 		nr := r
@@ -299,25 +305,54 @@ func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcom
 		if r.State == StateDispatched {
 			v = Uncertain
 		}
-		return Outcome{Verdict: v, Claim: l.newClaim(key, rev, nr)}, nil
+		c := l.newClaim(key, rev, nr)
+		c.tookOver = true
+		return Outcome{Verdict: v, Claim: c}, nil
 	}
 }
 
-// awaitMove watches e's key for a revision after e's for up to a lease. moved is true
-// when one came (or the key was deleted); false when the lease passed without one.
-func (l *Ledger) awaitMove(ctx context.Context, e Entry) (moved bool, err error) {
+// awaitMove watches e's key for a revision after e's for up to a lease, and the
+// action's result log for its terminal result (an owner's last act is that append,
+// not a record write). moved is true when a revision came (or the key was deleted);
+// done is true (with the entry) when the terminal result came; both are false when the
+// lease passed without either.
+func (l *Ledger) awaitMove(ctx context.Context, e Entry, id string) (moved, done bool, le LogEntry, err error) {
 	wctx, cancel := context.WithTimeout(ctx, l.lease)
 	defer cancel()
+	type terminal struct {
+		le  LogEntry
+		err error
+	}
+	tc := make(chan terminal, 1)
+	go func() {
+		le, err := l.log.WaitTerminal(wctx, id)
+		if err == nil {
+			cancel() // ends the record watch
+		}
+		tc <- terminal{le, err}
+	}()
 	_, err = l.rec.Wait(wctx, e.Key, e.Revision)
+	cancel()
+	t := <-tc
+	if t.err == nil {
+		return false, true, t.le, nil
+	}
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):
-		return true, nil
+		return true, false, LogEntry{}, nil
 	case ctx.Err() != nil:
-		return false, ctx.Err()
-	case wctx.Err() != nil:
-		return false, nil
+		return false, false, LogEntry{}, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		// The lease passed with neither: one more look at the log, which the owner may
+		// have appended to just as the watch ended.
+		if le, lerr := l.log.Last(ctx, id); lerr == nil && le.Terminal {
+			return false, true, le, nil
+		} else if lerr != nil && !errors.Is(lerr, ErrNotFound) {
+			return false, false, LogEntry{}, lerr
+		}
+		return false, false, LogEntry{}, nil
 	default:
-		return false, err
+		return false, false, LogEntry{}, err
 	}
 }
 
@@ -581,8 +616,13 @@ func (c *Claim) Settle(ctx context.Context, m *nats.Msg, frees bool) (LogEntry, 
 		c.mu.Unlock()
 		return LogEntry{}, ErrLostClaim
 	}
-	expect, parked := c.rec.PendingSeq, len(c.rec.Action) > 0
+	expect, parked, tookOver := c.rec.PendingSeq, len(c.rec.Action) > 0, c.tookOver
 	c.mu.Unlock()
+	if tookOver {
+		if le, err := c.l.log.Last(ctx, c.id); err == nil && le.Terminal {
+			return le, ErrSettled
+		}
+	}
 	le, err := c.l.SettleUnclaimed(ctx, c.id, m, expect)
 	if err != nil {
 		return le, err
