@@ -323,7 +323,7 @@ func (j *job) proceed(ctx context.Context) decision {
 	case kvstore.DecisionApprove:
 		return j.execute(ctx)
 	case kvstore.DecisionDeny:
-		return j.settle(ctx, failedResult(j, approvalDenied(rec.Approver, "")))
+		return j.settle(ctx, failedResult(j, approvalDenied(rec.Reason)))
 	case kvstore.DecisionMismatch:
 		return j.settle(ctx, failedResult(j, approvalMismatch()))
 	case kvstore.DecisionExpired:

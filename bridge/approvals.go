@@ -39,7 +39,7 @@ func (j *job) preApproval() (ok bool, info *events.ErrorInfo) {
 		return false, nil // stale or from the future: ask again
 	}
 	if a.Decision == events.DecisionDeny {
-		return false, approvalDenied(a.Approver, a.Reason)
+		return false, approvalDenied(a.Reason)
 	}
 	if a.InputSHA256 != j.inputHash {
 		return false, approvalMismatch()
@@ -47,12 +47,11 @@ func (j *job) preApproval() (ok bool, info *events.ErrorInfo) {
 	return true, nil
 }
 
-func approvalDenied(approver, reason string) *events.ErrorInfo {
+func approvalDenied(reason string) *events.ErrorInfo {
 	info := &events.ErrorInfo{Code: "approval_denied", Category: "policy", Message: "the action was denied by its approver"}
 	if reason != "" {
 		info.Details = map[string]any{"reason": reason}
 	}
-	_ = approver // the approver is kept in the record, not in the result
 	return info
 }
 
@@ -145,16 +144,16 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 		j.trace = events.TraceContext{Traceparent: env.Traceparent, Tracestate: env.Tracestate}
 	}
 	d := b.serve(ctx, j, func(ctx context.Context) decision {
-		choose := func(r kvstore.Record) (string, string) {
+		choose := func(r kvstore.Record) kvstore.Decision {
 			switch {
 			case b.now().After(r.ExpiresAt):
-				return kvstore.DecisionExpired, ""
+				return kvstore.Decision{Decision: kvstore.DecisionExpired}
 			case ap.Decision == events.DecisionDeny:
-				return kvstore.DecisionDeny, ap.Approver
+				return kvstore.Decision{Decision: kvstore.DecisionDeny, Approver: ap.Approver, Reason: ap.Reason}
 			case ap.InputSHA256 != r.InputSHA256:
-				return kvstore.DecisionMismatch, ap.Approver
+				return kvstore.Decision{Decision: kvstore.DecisionMismatch, Approver: ap.Approver}
 			}
-			return kvstore.DecisionApprove, ap.Approver
+			return kvstore.Decision{Decision: kvstore.DecisionApprove, Approver: ap.Approver}
 		}
 		j.deadline = b.now().Add(b.cfg.Lease) // until the record tells the action's own deadline
 		out, err := j.begin(ctx, func(ctx context.Context) (kvstore.Outcome, error) {
@@ -321,7 +320,7 @@ func (b *Bridge) expire(ctx context.Context, id string) {
 	b.serve(ctx, j, func(ctx context.Context) decision {
 		j.deadline = b.now().Add(b.cfg.Lease)
 		out, err := j.begin(ctx, func(ctx context.Context) (kvstore.Outcome, error) {
-			return b.ledger.Decide(ctx, id, j.owner, func(kvstore.Record) (string, string) { return kvstore.DecisionExpired, "" }, nil)
+			return b.ledger.Decide(ctx, id, j.owner, func(kvstore.Record) kvstore.Decision { return kvstore.Decision{Decision: kvstore.DecisionExpired} }, nil)
 		})
 		if err != nil {
 			j.setStatus("sweep_failed", "")

@@ -404,11 +404,12 @@ func TestKillDuplicateKey(t *testing.T) {
 	t.Run("after_store", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, withoutBridge(), withFake(hermestest.WithAgent(killAgent)))
-		p := h.startProc(fastRecovery(), crashAt("stored", 1))
+		// The result is stored once its result message is (point published).
+		p := h.startProc(fastRecovery(), crashAt("published", 1))
 		in := `{"prompt":"dup after store"}`
 		a := h.publish("chat", events.Action{Input: mustJSON(t, in), IdempotencyKey: "k-store"})
 		if killed, _ := p.waitExit(30 * time.Second); !killed {
-			t.Fatalf("the bridge was not killed at stored")
+			t.Fatalf("the bridge was not killed at published")
 		}
 		h.startProc(fastRecovery())
 		ra, _ := h.follow(a)

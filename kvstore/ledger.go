@@ -572,6 +572,11 @@ func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.T
 	return err
 }
 
+// Decision is what ends a parking: a Decision* constant, who decided, and why.
+type Decision struct {
+	Decision, Approver, Reason string
+}
+
 // Decide ends the parking of action id for the delivery owner with the decision
 // that choose makes from the parked record (a Decision* constant and the approver):
 // parked moves to claimed with the decision, and the caller runs or settles the
@@ -579,7 +584,7 @@ func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.T
 // before (a redelivered decision, or a second one): Decide then treats it as Begin
 // does, so that the first decision is carried out, once. Errors: ErrNotFound when
 // there is no record (the decision may have overtaken its action).
-func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Record) (decision, approver string), onWait func()) (Outcome, error) {
+func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Record) Decision, onWait func()) (Outcome, error) {
 	key := ActionKey(id)
 	for {
 		e, err := l.rec.Get(ctx, key)
@@ -592,7 +597,8 @@ func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Recor
 				IdemKey: r.IdemKey, Owner: owner}, onWait)
 		}
 		nr := r
-		nr.Decision, nr.Approver = choose(r)
+		d := choose(r)
+		nr.Decision, nr.Approver, nr.Reason = d.Decision, d.Approver, d.Reason
 		nr.State, nr.Owner, nr.Attempt = StateClaimed, owner, 1
 		rev, err := l.rec.Update(ctx, key, nr, e.Revision)
 		if errors.Is(err, ErrConflict) {

@@ -74,6 +74,8 @@ type Record struct {
 	Decision string `json:"decision,omitempty"`
 	// Approver names who decided, for the log and the status of the action.
 	Approver string `json:"approver,omitempty"`
+	// Reason is the approver's reason for a denial (returned in the result's details).
+	Reason string `json:"reason,omitempty"`
 	// Cancel is set by a cancel request that found the action owned by no replica
 	// it could reach: whoever owns or takes over the action settles it cancelled.
 	Cancel bool `json:"cancel,omitempty"`
@@ -119,6 +121,7 @@ func encodeRecord(r Record) ([]byte, error) {
 	b = appendTime(b, "expires_at", r.ExpiresAt)
 	b = appendField(b, "decision", r.Decision, true)
 	b = appendField(b, "approver", r.Approver, true)
+	b = appendField(b, "reason", r.Reason, true)
 	if r.Cancel {
 		b = append(b, `,"cancel":true`...)
 	}
@@ -132,11 +135,11 @@ func encodeRecord(r Record) ([]byte, error) {
 }
 
 // recordSize bounds the encoding of r when its strings need no escaping: the field
-// names, punctuation, attempt, pending_seq and three timestamps take at most 384 bytes. Sizing the
+// names, punctuation, attempt, pending_seq and three timestamps take at most 448 bytes. Sizing the
 // buffer with it keeps encodeRecord from growing (and copying) it while filling it.
 func recordSize(r Record) int {
-	return 384 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
-		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver)
+	return 448 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
+		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason)
 }
 
 func appendField(b []byte, name, v string, omitEmpty bool) []byte {
