@@ -215,3 +215,28 @@ func TestDecodeErrorsDoNotEchoValues(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeDecisionEnvelope: an approval decision's CloudEvent id may be any printable
+// string (CloudEvents allows any; the action id comes from the subject), as in
+// deploy/README.md's example; its type must be the approval type; an action's id is
+// still held to the action id rule.
+func TestDecodeDecisionEnvelope(t *testing.T) {
+	h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"del-7:approval:1"}, "ce-source": {"urn:approver:alice"},
+		"ce-type": {events.TypeApproval}, "content-type": {"application/json"}}
+	body := []byte(`{"decision":"approve","approver":"alice","input_sha256":"00"}`)
+	env, err := events.DecodeDecisionEnvelope(h, body)
+	if err != nil || env.ID != "del-7:approval:1" || env.Type != events.TypeApproval {
+		t.Fatalf("decision with a colon in its id: %+v, %v", env, err)
+	}
+	if _, err := events.DecodeEnvelope(h, body); !errors.Is(err, events.ErrNotCloudEvent) {
+		t.Errorf("the same id as an action's: %v, want a DecodeError (not a valid action id)", err)
+	}
+	h.Set("ce-type", events.TypeAction)
+	if _, err := events.DecodeDecisionEnvelope(h, body); !errors.Is(err, events.ErrInvalidAttribute) {
+		t.Errorf("a decision of the action type: %v, want an AttributeError", err)
+	}
+	h.Set("ce-id", "bad\x01id")
+	if env, err := events.DecodeDecisionEnvelope(h, body); env != nil || !errors.Is(err, events.ErrNotCloudEvent) {
+		t.Errorf("an unprintable id: %+v, %v; want a DecodeError", env, err)
+	}
+}

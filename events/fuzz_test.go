@@ -20,6 +20,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add("", []byte(`{"specversion":"1.0","id":"a","source":"s","type":"x","data_base64":"e30="}`))
 	f.Add("CE-SPECVERSION: \"1.0\"\nCe-Id: %61\nce-time: 2030-01-01T00:00:00Z\nce-source: %C3%28", []byte(`[]`))
 	f.Add("content-type: application/cloudevents-batch+json", []byte(`[]`))
+	f.Add("ce-specversion: 1.0\nce-id: del-7:approval:1\nce-source: urn:approver:alice\nce-type: hermes.bridge.approval.v1", []byte(`{"decision":"approve"}`))
 	f.Fuzz(func(t *testing.T, headers string, body []byte) {
 		var h nats.Header
 		if headers != "" {
@@ -47,6 +48,18 @@ func FuzzDecodeEnvelope(f *testing.F) {
 				t.Fatalf("accepted envelope %+v", env)
 			}
 			_, _ = events.DecodeAction(env.Data)
+		}
+		// The decision decoder reads the same bytes by the same rules but the id's and
+		// the type's: whatever it accepts has a non-empty id and the approval type.
+		denv, derr := events.DecodeDecisionEnvelope(h, body)
+		if denv == nil {
+			if !errors.Is(derr, events.ErrNotCloudEvent) {
+				t.Fatalf("nil decision envelope with err %v", derr)
+			}
+			return
+		}
+		if denv.ID == "" || (derr == nil && denv.Type != events.TypeApproval) {
+			t.Fatalf("accepted decision envelope %+v (err %v)", denv, derr)
 		}
 	})
 }

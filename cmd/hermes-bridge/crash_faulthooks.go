@@ -14,9 +14,11 @@ import (
 )
 
 // crashEnv names the fault-injection setting of binaries built with -tags faulthooks
-// (the kill tests in e2e build one). Its value is "<point>" or "<point>:<n>": the
-// process kills itself with SIGKILL the n-th time (default 1) any action reaches that
-// bridge.Point. Release binaries are built without the tag and ignore it.
+// (the kill tests in e2e build one). Its value is "<point>", "<point>:<n>" or
+// "<point>:<n>:stop": the process kills itself with SIGKILL (with ":stop", freezes
+// itself with SIGSTOP, as a paused replica, until the test sends SIGCONT) the n-th time
+// (default 1) any action reaches that bridge.Point. Release binaries are built without
+// the tag and ignore it.
 const crashEnv = "HERMES_BRIDGE_CRASH_AT"
 
 // crashHook returns the hook that crashHook's setting asks for, or nil.
@@ -26,6 +28,10 @@ func crashHook(environ map[string]string) (func(bridge.Point, string), error) {
 		return nil, nil
 	}
 	name, nth, _ := strings.Cut(v, ":")
+	nth, mode, _ := strings.Cut(nth, ":")
+	if mode != "" && mode != "stop" {
+		return nil, fmt.Errorf("%s=%s: the mode after the count must be stop", crashEnv, v)
+	}
 	n := 1
 	if nth != "" {
 		var err error
@@ -44,6 +50,11 @@ func crashHook(environ map[string]string) (func(bridge.Point, string), error) {
 	var seen atomic.Int64
 	return func(p bridge.Point, _ string) {
 		if p == point && seen.Add(1) == int64(n) {
+			if mode == "stop" {
+				fmt.Fprintf(os.Stderr, "%s: stopping the process at %s #%d\n", crashEnv, p, n)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				return // SIGCONT: carry on as a replica that was paused here
+			}
 			fmt.Fprintf(os.Stderr, "%s: killing the process at %s #%d\n", crashEnv, p, n)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // never return: the signal is on its way
