@@ -143,11 +143,7 @@ func (l *JetStreamLog) WaitTerminal(ctx context.Context, actionID string) (LogEn
 		select {
 		case <-ctx.Done():
 			return LogEntry{}, ctx.Err()
-		case m := <-ch:
-			if IsTerminalMsgID(m.Header.Get(jetstream.MsgIDHeader)) {
-				// Read it back from the stream: the stored message is the one that won.
-				continue
-			}
+		case <-ch: // a result message: read the stream, whose stored message is the one that won
 		case <-t.C:
 		}
 	}
