@@ -72,6 +72,11 @@ func (j *job) park(ctx context.Context) decision {
 	if err != nil {
 		return j.infra(err)
 	}
+	if j.running != nil {
+		// From now on the records answer cancel requests: a cancel that comes while the
+		// parking is under way flags the record, and Park reports it.
+		j.running.parked.Store(true)
+	}
 	err = j.claim.Load().Park(ctx, j.env.Data, expires, pending)
 	switch {
 	case errors.Is(err, kvstore.ErrCancelRequested):
@@ -83,9 +88,6 @@ func (j *job) park(ctx context.Context) decision {
 		return ackIt()
 	case err != nil:
 		return j.infra(err)
-	}
-	if j.running != nil {
-		j.running.parked.Store(true) // from now on the stored state answers cancels
 	}
 	j.setStatus(events.StatusPendingApproval, "")
 	return ackIt()
