@@ -161,14 +161,14 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 		out, err := j.begin(ctx, func(ctx context.Context) (kvstore.Outcome, error) {
 			return b.ledger.Decide(ctx, id, j.owner, choose, j.yieldWorker)
 		})
-		if errors.Is(err, kvstore.ErrNotFound) {
+		if errors.Is(err, kvstore.ErrNotFound) || errors.Is(err, kvstore.ErrNotParked) {
 			// The decision may have overtaken its action: look again shortly, for a while.
 			if md.NumDelivered < decisionTries {
 				j.setStatus("decision_early", "")
 				return nakAfter(time.Second)
 			}
 			j.setStatus("decision_orphan", "")
-			return b.deadLetter(ctx, msg, md, errors.New("no action with this id"))
+			return b.deadLetter(ctx, msg, md, errors.New("no parked action with this id"))
 		}
 		if err != nil {
 			return j.infra(err)
@@ -271,7 +271,7 @@ func (s *sweeper) sweep(ctx context.Context) {
 		}
 		id := idx.Record.ActionID
 		e, err := b.store.Get(ctx, kvstore.ActionKey(id))
-		if errors.Is(err, kvstore.ErrNotFound) {
+		if errors.Is(err, kvstore.ErrNotFound) || errors.Is(err, kvstore.ErrNotParked) {
 			_ = b.store.Delete(ctx, k, idx.Revision) // its action is gone
 			continue
 		}

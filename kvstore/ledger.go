@@ -101,6 +101,8 @@ var (
 	ErrCancelRequested = errors.New("kvstore: cancel requested")
 	// ErrSettled: the action already has a terminal result (another one won).
 	ErrSettled = errors.New("kvstore: already settled")
+	// ErrNotParked: a decision found its action neither parked nor decided.
+	ErrNotParked = errors.New("kvstore: the action is not waiting for a decision")
 )
 
 // NewLedger returns a ledger over rec and log. lease is how long an owner's revision
@@ -582,16 +584,39 @@ type Decision struct {
 // parked moves to claimed with the decision, and the caller runs or settles the
 // action under the returned claim. A record that is no longer parked was decided
 // before (a redelivered decision, or a second one): Decide then treats it as Begin
-// does, so that the first decision is carried out, once. Errors: ErrNotFound when
-// there is no record (the decision may have overtaken its action).
+// does, so that the first decision is carried out, once. A record that is neither
+// parked nor decided is watched until it moves (a parking under way finishes) or a
+// lease passes. Errors: ErrNotFound when there is no record and ErrNotParked when it
+// is not parked (the decision may have overtaken its action: try again later).
 func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Record) Decision, onWait func()) (Outcome, error) {
 	key := ActionKey(id)
+	waited := false
 	for {
 		e, err := l.rec.Get(ctx, key)
 		if err != nil {
 			return Outcome{}, err
 		}
 		r := e.Record
+		if r.State != StateParked && r.Decision == "" && r.State != StateSettled {
+			// Not parked (yet: the parking may be under way) and never decided.
+			if le, err := l.log.Last(ctx, id); err == nil && le.Terminal {
+				return Outcome{Verdict: Done, Log: le}, nil
+			}
+			if waited {
+				return Outcome{}, ErrNotParked
+			}
+			waited = true
+			moved, done, le, err := l.awaitMove(ctx, e, id)
+			switch {
+			case err != nil:
+				return Outcome{}, err
+			case done:
+				return Outcome{Verdict: Done, Log: le}, nil
+			case moved:
+				waited = false
+			}
+			continue
+		}
 		if r.State != StateParked {
 			return l.takeOver(ctx, Intent{ActionID: id, CapabilityID: r.CapabilityID, InputSHA256: r.InputSHA256,
 				IdemKey: r.IdemKey, Owner: owner}, onWait)
