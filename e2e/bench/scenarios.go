@@ -131,10 +131,12 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	}
 	prof.heap("chat")
 	b, l, k, h := bridgeM.stats, loopM.stats, kvM.stats, httpM.stats
-	ratio := per(b.rate(), l.rate())
-	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(l.rate()), FloorName: "js loop",
-		Target: ">= 0.60x and >= 3000/s", Pass: boolp(ratio >= 0.60 && b.rate() >= 3000)})
-	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(k.rate()), FloorName: "js loop+kv"})
+	// The target is against the contract's own floor (issue 11): the loop that makes only
+	// the durable writes the contract requires; the js loop row is reported beside it.
+	ratio := per(b.rate(), k.rate())
+	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(k.rate()), FloorName: "js loop+kv",
+		Target: ">= 0.85x and >= 3000/s", Pass: boolp(ratio >= 0.85 && b.rate() >= 3000)})
+	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(l.rate()), FloorName: "js loop"})
 	rep.row(Row{Metric: "loop+kv throughput", Unit: "actions/s", Bridge: k.rate(), Floor: f64(l.rate()), FloorName: "js loop"})
 	rep.row(Row{Metric: "throughput", Unit: "actions/s", Bridge: b.rate(), Floor: f64(h.rate()), FloorName: "http direct"})
 	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(l.cpuPerOp()), FloorName: "js loop"})
