@@ -240,7 +240,7 @@ func (j *job) identify(decodeErr error) *events.ErrorInfo {
 
 func (j *job) intent() kvstore.Intent {
 	return kvstore.Intent{ActionID: j.actionID, CapabilityID: j.capID, InputSHA256: j.inputHash,
-		IdemKey: j.idemKey, Owner: j.owner}
+		IdemKey: j.idemKey, Owner: j.owner, Safe: j.safe()}
 }
 
 // run decides the fate of a delivered action. decodeErr is the envelope error for a

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,17 +46,21 @@ func TestZombieOwnerNeverSends(t *testing.T) {
 			if n := h.results(id); n != 1 {
 				t.Errorf("%d result messages, want 1", n)
 			}
-			tookOver := false
+			// Its job's one line is written when the job returns, just after the log line
+			// waited for above: poll for it.
+			h.eventually(10*time.Second, func() error {
+				for _, l := range zombie.actionLines(id) {
+					if l.str("status") == "taken_over" {
+						return nil
+					}
+				}
+				return fmt.Errorf("the zombie logged no taken_over line: %v", zombie.actionLines(id))
+			})
 			for _, l := range zombie.actionLines(id) {
-				switch st := l.str("status"); {
-				case st == "taken_over":
-					tookOver = true
-				case !strings.HasPrefix(st, "duplicate:"): // a redelivery it got after the thaw finds the result
+				// A redelivery it got after the thaw finds the result (duplicate:...).
+				if st := l.str("status"); st != "taken_over" && !strings.HasPrefix(st, "duplicate:") {
 					t.Errorf("the zombie logged status %q for the action, want taken_over (or duplicate:)", st)
 				}
-			}
-			if !tookOver {
-				t.Errorf("the zombie logged no taken_over line: %v", zombie.actionLines(id))
 			}
 			for _, l := range taker.actionLines(id) {
 				if st := l.str("status"); !strings.HasPrefix(st, "completed") {

@@ -41,6 +41,7 @@ import (
 //	claimed     released    Release: certain non-execution, retry  Update act
 //	claimed     parked      Park: waits for a decision             Update act (after Create park, Append pending)
 //	parked      claimed     Decide: a decision, expiry or cancel   Update act
+//	claimed     dispatched  Settle: the fence of an unsent unsafe  Update act
 //	any live    +cancel     CancelStored: cancel flag              Update act
 //	(none)      settled     CancelStored: cancel before arrival    Create act
 //	any         terminal    Settle: the terminal result            Append result
@@ -127,6 +128,8 @@ type Intent struct {
 	IdemKey string
 	// Owner names this delivery (unique per delivery).
 	Owner string
+	// Safe says the operation may run twice (a read): its Settle needs no fence.
+	Safe bool
 }
 
 // Verdict says what a delivery does after Begin or Decide.
@@ -175,6 +178,8 @@ type Claim struct {
 	keyRec Record
 	lost   bool
 	done   bool
+	// safe: the operation may run twice; Settle does not fence it (see Settle).
+	safe bool
 	// tookOver: the claim was taken from an owner that may still be alive (paused):
 	// Settle looks at the log before appending, so that a woken owner's result, if it
 	// came first, is not followed by a second result message for live subscribers.
@@ -223,7 +228,9 @@ func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, 
 		InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey}
 	rev, err := l.rec.Create(ctx, key, r)
 	if err == nil {
-		return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, r)}, nil
+		c := l.newClaim(key, rev, r)
+		c.safe = in.Safe
+		return Outcome{Verdict: Run, Claim: c}, nil
 	}
 	if !errors.Is(err, ErrExists) {
 		return Outcome{}, err
@@ -233,6 +240,14 @@ func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, 
 
 // takeOver decides about an existing action record; see Begin.
 func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
+	out, err := l.takeOverRecord(ctx, in, onWait)
+	if out.Claim != nil {
+		out.Claim.safe = in.Safe
+	}
+	return out, err
+}
+
+func (l *Ledger) takeOverRecord(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
 	key := ActionKey(in.ActionID)
 	for {
 		e, err := l.rec.Get(ctx, key)
@@ -293,6 +308,14 @@ func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcom
 			return Outcome{Verdict: Done, Log: le}, nil
 		case moved:
 			continue
+		}
+		// Settling a dispatched claim does not move its record: the owner may have
+		// settled and stopped while the record stood still.
+		switch le, err := l.log.Last(ctx, in.ActionID); {
+		case err == nil && le.Terminal:
+			return Outcome{Verdict: Done, Log: le}, nil
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return Outcome{}, err
 		}
 		nr := r
 		nr.Owner, nr.Attempt = in.Owner, r.Attempt+1
@@ -487,6 +510,18 @@ func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
 	return ErrLostClaim
 }
 
+// fence marks the claimed record dispatched before a Settle (see Settle). A cancel
+// flag that came in does not stop it: the claim still holds the record and settles
+// what it was settling. Called with c.mu held.
+func (c *Claim) fence(ctx context.Context) error {
+	for {
+		err := c.update(ctx, func(r *Record) { r.State = StateDispatched })
+		if !errors.Is(err, ErrCancelRequested) {
+			return err
+		}
+	}
+}
+
 // Dispatch writes the write-ahead mark: from its success on, the request may reach
 // Hermes and is never sent again. It fails with ErrLostClaim when the claim was taken
 // over and ErrCancelRequested when a cancel flagged the action (nothing was sent).
@@ -541,10 +576,19 @@ func (c *Claim) Release(ctx context.Context, counted bool) error {
 
 // Park moves the claimed action to parked: first its park index entry, then its
 // pending_approval message (appended at most once: a later Park finds it), then the
-// record with the action JSON, the expiry and the pending message's sequence.
+// record with the action JSON, the expiry and the pending message's sequence. It
+// first proves the claim with a compare-and-set on the record, so that a claim that
+// was taken over fails with ErrLostClaim before it writes an index entry or a pending
+// message, and one that a cancel flagged fails with ErrCancelRequested.
 func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.Time, pending *nats.Msg) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.rec.Cancel {
+		return ErrCancelRequested
+	}
+	if err := c.update(ctx, func(*Record) {}); err != nil {
+		return err
+	}
 	l := c.l
 	idx := Record{State: StateParked, ActionID: c.id, CapabilityID: c.rec.CapabilityID,
 		InputSHA256: c.rec.InputSHA256, ExpiresAt: expires}
@@ -641,11 +685,29 @@ func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Recor
 // is true (the result is retryable and certain), and its park index entry. It fails
 // with ErrLostClaim when the claim was taken over (nothing is appended), and with
 // ErrSettled (and the winning entry) when another terminal result is stored already.
+//
+// A claim that never dispatched first proves that it still holds the record, with a
+// compare-and-set that marks it dispatched (the fence): without it, a delivery paused
+// past the lease could append a result that says the action never ran (a conflict, a
+// cancel, a certain failure, which may free the key) while the delivery that took the
+// record over runs it; and a delivery waiting on this one would take the record over
+// a lease after the settle and run the action again, since the append does not move
+// the record. From the fence on, whoever takes the record over never sends: it finds
+// the result, or settles outcome_unknown. A dispatched claim needs no fence: its
+// takers never send either, and its result is the real outcome, so the first of them
+// to append wins. Nor does a safe one (Intent.Safe): a read may run twice, and a
+// delivery waiting on it finds its result in the log (awaitMove), so it saves the write.
 func (c *Claim) Settle(ctx context.Context, m *nats.Msg, frees bool) (LogEntry, error) {
 	c.mu.Lock()
 	if c.lost {
 		c.mu.Unlock()
 		return LogEntry{}, ErrLostClaim
+	}
+	if c.rec.State != StateDispatched && !c.safe {
+		if err := c.fence(ctx); err != nil {
+			c.mu.Unlock()
+			return LogEntry{}, err
+		}
 	}
 	expect, parked, tookOver := c.rec.PendingSeq, len(c.rec.Action) > 0, c.tookOver
 	c.mu.Unlock()
