@@ -76,7 +76,9 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	// An async publish whose ack is lost (a server restart, a leader change) fails after
+	// OpTimeout instead of never; the event publisher then republishes it in order.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(kvstore.OpTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("bridge: jetstream: %w", err)
 	}

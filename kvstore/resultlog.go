@@ -74,6 +74,8 @@ func NewJetStreamLog(js jetstream.JetStream, stream jetstream.Stream, subject fu
 
 // Last implements ResultLog.
 func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, error) {
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
 	m, err := l.stream.GetLastMsgForSubject(ctx, l.subject(actionID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return LogEntry{}, fmt.Errorf("%w: results of %s", ErrNotFound, actionID)

@@ -226,7 +226,9 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.kv.Create(ctx, key, b)
+	cctx, cancel := opCtx(ctx)
+	rev, err := s.kv.Create(cctx, key, b)
+	cancel()
 	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
 		// The write may have landed although its reply was lost (a timeout, a
 		// reconnect). If the key holds exactly these bytes (they name the writer and
@@ -244,8 +246,21 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 // lostReplyCheck bounds the read with which a failed Create looks for its own write.
 const lostReplyCheck = 2 * time.Second
 
+// OpTimeout bounds one request to the server (a read or a write), whatever the
+// caller's deadline: a request in flight when the connection breaks (a server restart,
+// a leader change) gets no reply, and nats.go would wait for it until the caller's
+// deadline, which may be an action's ten minutes. The caller sees an error and retries.
+const OpTimeout = 5 * time.Second
+
+// opCtx bounds ctx to OpTimeout for one request.
+func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, OpTimeout)
+}
+
 // Get returns the live record under key. Errors: ErrNotFound, ErrCorrupt.
 func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return Entry{}, fmt.Errorf("%w: %s", ErrNotFound, key)
@@ -277,6 +292,8 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
 	nrev, err := s.kv.Update(ctx, key, b, rev)
 	return nrev, mapWriteErr("update", key, len(b), err, ErrConflict)
 }
@@ -288,6 +305,8 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 	if rev == 0 {
 		return fmt.Errorf("%w: delete %s: revision 0", ErrConflict, key)
 	}
+	ctx, cancel := opCtx(ctx)
+	defer cancel()
 	err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
 	return mapWriteErr("delete", key, 0, err, ErrConflict)
 }
@@ -343,6 +362,8 @@ func (s *Store) Wait(ctx context.Context, key string, afterRev uint64) (Entry, e
 // Keys returns the keys matching filter (a KV subject filter such as "park.>"); no
 // keys is not an error.
 func (s *Store) Keys(ctx context.Context, filter string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 6*OpTimeout) // a listing is many replies
+	defer cancel()
 	kl, err := s.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: list %s: %w", filter, err)
