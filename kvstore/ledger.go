@@ -41,6 +41,7 @@ import (
 //	claimed     released    Release: certain non-execution, retry  Update act
 //	claimed     parked      Park: waits for a decision             Update act (after Create park, Append pending)
 //	parked      claimed     Decide: a decision, expiry or cancel   Update act
+//	claimed     dispatched  Settle: the fence of an unsent claim   Update act
 //	any live    +cancel     CancelStored: cancel flag              Update act
 //	(none)      settled     CancelStored: cancel before arrival    Create act
 //	any         terminal    Settle: the terminal result            Append result
@@ -450,6 +451,18 @@ func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
 	return ErrLostClaim
 }
 
+// fence marks the claimed record dispatched before a Settle (see Settle). A cancel
+// flag that came in does not stop it: the claim still holds the record and settles
+// what it was settling. Called with c.mu held.
+func (c *Claim) fence(ctx context.Context) error {
+	for {
+		err := c.update(ctx, func(r *Record) { r.State = StateDispatched })
+		if !errors.Is(err, ErrCancelRequested) {
+			return err
+		}
+	}
+}
+
 // Dispatch writes the write-ahead mark: from its success on, the request may reach
 // Hermes and is never sent again. It fails with ErrLostClaim when the claim was taken
 // over and ErrCancelRequested when a cancel flagged the action (nothing was sent).
@@ -573,11 +586,28 @@ func (l *Ledger) Decide(ctx context.Context, id, decision, approver, owner strin
 // is true (the result is retryable and certain), and its park index entry. It fails
 // with ErrLostClaim when the claim was taken over (nothing is appended), and with
 // ErrSettled (and the winning entry) when another terminal result is stored already.
+//
+// A claim that never dispatched first proves that it still holds the record, with a
+// compare-and-set that marks it dispatched (the fence): without it, a delivery paused
+// past the lease could append a result that says the action never ran (a conflict, a
+// cancel, a certain failure, which may free the key) while the delivery that took the
+// record over runs it; and a delivery waiting on this one would take the record over
+// a lease after the settle and run the action again, since the append does not move
+// the record. From the fence on, whoever takes the record over never sends: it finds
+// the result, or settles outcome_unknown. A dispatched claim needs no fence: its
+// takers never send either, and its result is the real outcome, so the first of them
+// to append wins.
 func (c *Claim) Settle(ctx context.Context, m *nats.Msg, frees bool) (LogEntry, error) {
 	c.mu.Lock()
 	if c.lost {
 		c.mu.Unlock()
 		return LogEntry{}, ErrLostClaim
+	}
+	if c.rec.State != StateDispatched {
+		if err := c.fence(ctx); err != nil {
+			c.mu.Unlock()
+			return LogEntry{}, err
+		}
 	}
 	expect, parked := c.rec.PendingSeq, len(c.rec.Action) > 0
 	c.mu.Unlock()
