@@ -517,10 +517,19 @@ func (c *Claim) Release(ctx context.Context, counted bool) error {
 
 // Park moves the claimed action to parked: first its park index entry, then its
 // pending_approval message (appended at most once: a later Park finds it), then the
-// record with the action JSON, the expiry and the pending message's sequence.
+// record with the action JSON, the expiry and the pending message's sequence. It
+// first proves the claim with a compare-and-set on the record, so that a claim that
+// was taken over fails with ErrLostClaim before it writes an index entry or a pending
+// message, and one that a cancel flagged fails with ErrCancelRequested.
 func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.Time, pending *nats.Msg) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.rec.Cancel {
+		return ErrCancelRequested
+	}
+	if err := c.update(ctx, func(*Record) {}); err != nil {
+		return err
+	}
 	l := c.l
 	idx := Record{State: StateParked, ActionID: c.id, CapabilityID: c.rec.CapabilityID,
 		InputSHA256: c.rec.InputSHA256, ExpiresAt: expires}
