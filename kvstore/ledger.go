@@ -561,10 +561,17 @@ func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.T
 
 // Decide ends the parking of action id with decision (a Decision* constant) for the
 // delivery owner: parked moves to claimed with the decision, and the caller runs or
-// settles the action under the returned claim. A record that is no longer parked was
+// settles the action under the returned claim. A record that carries a decision was
 // decided before (a redelivered decision, or a second one): Decide then treats it like
-// Begin does, so the first decision is carried out once. Errors: ErrNotFound when
-// there is no record (the decision may have overtaken its action).
+// Begin does, so the first decision is carried out once. A record that is neither
+// parked nor decided has not parked yet: the decision overtook the parking (Park
+// appends the pending message, which the approver answers, before it parks the
+// record), or the action's delivery stopped before it parked and its redelivery will
+// park it. Decide then waits (calling onWait once) for the record to move, and
+// decides once it is parked; it never takes such a record over, since its claim would
+// carry no decision. It returns Done when the action has its terminal result, whatever
+// the record says. Errors: ErrNotFound when there is no record (the decision may have
+// overtaken its action).
 func (l *Ledger) Decide(ctx context.Context, id, decision, approver, owner string, onWait func()) (Outcome, error) {
 	key := ActionKey(id)
 	for {
@@ -573,20 +580,36 @@ func (l *Ledger) Decide(ctx context.Context, id, decision, approver, owner strin
 			return Outcome{}, err
 		}
 		r := e.Record
-		if r.State != StateParked {
+		switch {
+		case r.State == StateParked:
+			nr := r
+			nr.State, nr.Owner, nr.Decision, nr.Approver, nr.Attempt = StateClaimed, owner, decision, approver, 1
+			rev, err := l.rec.Update(ctx, key, nr, e.Revision)
+			if errors.Is(err, ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return Outcome{}, err
+			}
+			return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, nr)}, nil
+		case r.Decision != "" || r.State == StateSettled:
 			return l.takeOver(ctx, Intent{ActionID: id, CapabilityID: r.CapabilityID, InputSHA256: r.InputSHA256,
 				IdemKey: r.IdemKey, Owner: owner}, onWait)
 		}
-		nr := r
-		nr.State, nr.Owner, nr.Decision, nr.Approver, nr.Attempt = StateClaimed, owner, decision, approver, 1
-		rev, err := l.rec.Update(ctx, key, nr, e.Revision)
-		if errors.Is(err, ErrConflict) {
-			continue
-		}
-		if err != nil {
+		le, err := l.log.Last(ctx, id)
+		switch {
+		case err == nil && le.Terminal:
+			return Outcome{Verdict: Done, Log: le}, nil
+		case err != nil && !errors.Is(err, ErrNotFound):
 			return Outcome{}, err
 		}
-		return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, nr)}, nil
+		if onWait != nil {
+			onWait()
+			onWait = nil
+		}
+		if _, err := l.awaitMove(ctx, e); err != nil {
+			return Outcome{}, err
+		}
 	}
 }
 
