@@ -459,6 +459,22 @@ func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
 	return ErrLostClaim
 }
 
+// beforeSettle checks and fences the claim for Settle and returns the sequence its
+// result follows and whether the action was parked.
+func (c *Claim) beforeSettle(ctx context.Context) (expect uint64, parked bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost {
+		return 0, false, ErrLostClaim
+	}
+	if c.rec.State != StateDispatched {
+		if err := c.fence(ctx); err != nil {
+			return 0, false, err
+		}
+	}
+	return c.rec.PendingSeq, len(c.rec.Action) > 0, nil
+}
+
 // fence marks the claimed record dispatched before a Settle (see Settle). A cancel
 // flag that came in does not stop it: the claim still holds the record and settles
 // what it was settling. Called with c.mu held.
@@ -638,19 +654,10 @@ func (l *Ledger) Decide(ctx context.Context, id, decision, approver, owner strin
 // takers never send either, and its result is the real outcome, so the first of them
 // to append wins.
 func (c *Claim) Settle(ctx context.Context, m *nats.Msg, frees bool) (LogEntry, error) {
-	c.mu.Lock()
-	if c.lost {
-		c.mu.Unlock()
-		return LogEntry{}, ErrLostClaim
+	expect, parked, err := c.beforeSettle(ctx)
+	if err != nil {
+		return LogEntry{}, err
 	}
-	if c.rec.State != StateDispatched {
-		if err := c.fence(ctx); err != nil {
-			c.mu.Unlock()
-			return LogEntry{}, err
-		}
-	}
-	expect, parked := c.rec.PendingSeq, len(c.rec.Action) > 0
-	c.mu.Unlock()
 	le, err := c.l.SettleUnclaimed(ctx, c.id, m, expect)
 	if err != nil {
 		return le, err
