@@ -150,6 +150,8 @@ type bridge struct {
 	trace   func(format string, args ...any)
 	// violation reports a broken promise of the ledger seen by the driver.
 	violation func(format string, args ...any)
+	// oracle returns a record as it is now (no stale read), for the driver's checks.
+	oracle func(key string) (kvstore.Entry, bool)
 	// goroutine starts f (the model counts them).
 	goroutine func(f func())
 }
@@ -206,6 +208,9 @@ type delivery struct {
 	ack      func()
 	progress func()
 	done     chan struct{}
+	finished sync.Once
+	// stall, when set, blocks while the delivery's replica is stalled as a whole.
+	stall func()
 }
 
 func (b *bridge) newDelivery(parent context.Context, owner, kind string, ack, progress func()) *delivery {
@@ -224,12 +229,26 @@ func (b *bridge) newDelivery(parent context.Context, owner, kind string, ack, pr
 func (d *delivery) onWait() { d.waits.Add(1) }
 
 func (d *delivery) step(name string) {
+	d.waitPause()
 	if d.b.point != nil {
 		d.b.point(d, name)
 	}
 }
 
-// waitPause returns once no pause is under way.
+// pause stalls the delivery and its heartbeat for dur.
+func (d *delivery) pause(dur time.Duration) {
+	ch := make(chan struct{})
+	d.pmu.Lock()
+	d.paused = ch
+	d.pmu.Unlock()
+	time.Sleep(dur)
+	d.pmu.Lock()
+	d.paused = nil
+	d.pmu.Unlock()
+	close(ch)
+}
+
+// waitPause returns once no pause of the delivery or of its replica is under way.
 func (d *delivery) waitPause() {
 	d.pmu.Lock()
 	ch := d.paused
@@ -237,11 +256,39 @@ func (d *delivery) waitPause() {
 	if ch != nil {
 		<-ch
 	}
+	if d.stall != nil {
+		d.stall()
+	}
 }
 
+// finish ends the delivery (its heartbeat and keep-alive stop); it may be called more
+// than once.
 func (d *delivery) finish() {
-	d.cancel()
-	close(d.done)
+	d.finished.Do(func() {
+		d.cancel()
+		close(d.done)
+	})
+}
+
+// keepAlive extends the message's ack wait while the delivery works, waits or is
+// renewed, as the bridge does with InProgress; a pause stops it.
+func (d *delivery) keepAlive() {
+	d.b.go_(func() {
+		t := time.NewTicker(d.b.heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.ctx.Done():
+				return
+			case <-t.C:
+			}
+			d.waitPause()
+			if d.ctx.Err() != nil {
+				return
+			}
+			d.progress()
+		}
+	})
 }
 
 func (d *delivery) doAck(why string) {
@@ -249,8 +296,9 @@ func (d *delivery) doAck(why string) {
 	d.ack()
 }
 
-// heartbeat renews c until the delivery ends, like the bridge's heartbeat: it extends
-// the message's ack wait and moves the claim's revision.
+// heartbeat renews c until the delivery ends, like the bridge's heartbeat: it moves
+// the claim's revision (and the key record's), and learns of a cancel request or a
+// lost claim.
 func (d *delivery) heartbeat(c *kvstore.Claim) {
 	hctx := context.WithValue(d.ctx, roleKey{}, role{d: d, heartbeat: true})
 	d.b.go_(func() {
@@ -266,7 +314,6 @@ func (d *delivery) heartbeat(c *kvstore.Claim) {
 			if d.ctx.Err() != nil {
 				return
 			}
-			d.progress()
 			switch err := c.Renew(hctx); {
 			case errors.Is(err, kvstore.ErrCancelRequested):
 				d.b.tracef("%s: heartbeat: cancel requested", d.owner)
@@ -285,6 +332,7 @@ func (d *delivery) heartbeat(c *kvstore.Claim) {
 // deliverAction is one delivery of action a's message.
 func (b *bridge) deliverAction(d *delivery, a simAction) {
 	defer d.finish()
+	d.keepAlive()
 	d.step("begin")
 	out, err := b.l.Begin(d.ctx, a.intent(d.owner), d.onWait)
 	if err != nil {
@@ -298,6 +346,7 @@ func (b *bridge) deliverAction(d *delivery, a simAction) {
 // deliverDecision is one delivery of a decision message (or a sweeper's expiry).
 func (b *bridge) deliverDecision(d *delivery, a simAction, decision string) {
 	defer d.finish()
+	d.keepAlive()
 	d.step("decide")
 	out, err := b.l.Decide(d.ctx, a.ID, decision, "approver", d.owner, d.onWait)
 	if err != nil {
@@ -307,8 +356,17 @@ func (b *bridge) deliverDecision(d *delivery, a simAction, decision string) {
 	b.tracef("%s: decide %s %s: %s", d.owner, a.ID, decision, verdictString(out))
 	switch out.Verdict {
 	case kvstore.Parked:
-		b.violation("%s: Decide(%s, %s) returned Parked: the decision was not applied", d.owner, a.ID, decision)
-		d.doAck("decision dropped")
+		// Decide only returns Parked from a stale read of a record another decision
+		// moved on (a decided record never parks again): this decision is not the
+		// first, and acknowledging it loses nothing. A record still parked means the
+		// decision was dropped.
+		if b.oracle != nil {
+			if e, ok := b.oracle(kvstore.ActionKey(a.ID)); ok && e.Record.State == kvstore.StateParked {
+				b.violation("%s: Decide(%s, %s) returned Parked, and the record is still parked: the decision was dropped",
+					d.owner, a.ID, decision)
+			}
+		}
+		d.doAck("parked (not the first decision)")
 		return
 	case kvstore.Run, kvstore.Uncertain:
 		if out.Claim.Record().Decision == "" {
@@ -318,6 +376,12 @@ func (b *bridge) deliverDecision(d *delivery, a simAction, decision string) {
 		}
 	}
 	b.follow(d, a, out)
+}
+
+// runCancelClaim settles the claim CancelStored returned for a parked action.
+func (b *bridge) runCancelClaim(d *delivery, a simAction, c *kvstore.Claim) {
+	defer d.finish()
+	b.follow(d, a, kvstore.Outcome{Verdict: kvstore.Run, Claim: c})
 }
 
 func verdictString(o kvstore.Outcome) string {
