@@ -89,12 +89,21 @@ func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, err
 // change, a timeout, a reconnect) are retried with backoff until ctx ends; a publish
 // whose acknowledgement was lost is found by its retry, which then conflicts with the
 // publish itself: Append reports that as success when the stored message is m.
+//
+// A replicated stream checks a message's Nats-Msg-Id against its duplicate window
+// before the expected sequence, and answers a duplicate with the stored message's
+// sequence and no error: every terminal result of an action has the same id, so a
+// second settler would be told that its result was stored. Append reads a duplicate
+// back and reports ErrConflict unless the stored message is m.
 func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg, expect uint64) (uint64, error) {
 	delay := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, l.publishTimeout)
 		ack, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
 		cancel()
+		if err == nil && ack.Duplicate {
+			return l.duplicate(ctx, actionID, m, ack.Sequence)
+		}
 		if err == nil {
 			return ack.Sequence, nil
 		}
@@ -118,6 +127,21 @@ func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg,
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// duplicate decides about a publish the stream answered as a duplicate of the
+// message with sequence seq: success when that message is m (an earlier attempt of
+// this Append landed), ErrConflict when it is another one with the same id.
+func (l *JetStreamLog) duplicate(ctx context.Context, actionID string, m *nats.Msg, seq uint64) (uint64, error) {
+	sm, err := l.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return 0, fmt.Errorf("kvstore: read the result of %s that a publish duplicates: %w", actionID, err)
+	}
+	if sm.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(jetstream.MsgIDHeader) && string(sm.Data) == string(m.Data) {
+		return seq, nil
+	}
+	return 0, fmt.Errorf("%w: results of %s: message %d has the id %s already", ErrConflict, actionID, seq,
+		m.Header.Get(jetstream.MsgIDHeader))
 }
 
 // WaitTerminal implements ResultLog: it subscribes to the result subject, then reads
