@@ -79,9 +79,9 @@ type Record struct {
 	Cancel bool `json:"cancel,omitempty"`
 	// PendingSeq is the output-stream sequence of the action's pending_approval
 	// result message; its terminal result is appended after it (see ResultLog).
-	PendingSeq uint64 `json:"pending_seq,omitempty"`
-	CreatedAt time.Time `json:"created_at,omitzero"`
-	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	PendingSeq uint64    `json:"pending_seq,omitempty"`
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
 }
 
 // wireRecord adds the format version to the JSON encoding.

@@ -167,11 +167,9 @@ func (l *JetStreamLog) WaitTerminal(ctx context.Context, actionID string) (LogEn
 		select {
 		case <-ctx.Done():
 			return LogEntry{}, ctx.Err()
-		case m := <-ch:
-			if IsTerminalMsgID(m.Header.Get(jetstream.MsgIDHeader)) {
-				// Read it back from the stream: the stored message is the one that won.
-				continue
-			}
+		case <-ch:
+			// A result message was published: read the stream again (the stored
+			// terminal message is the one that won, not necessarily this one).
 		case <-t.C:
 		}
 	}
