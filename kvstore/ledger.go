@@ -39,7 +39,7 @@ import (
 //	claimed     dispatched  Dispatch: the write-ahead mark         Update act
 //	dispatched  dispatched  Begin: owner gone, outcome unknown     Update act
 //	claimed     released    Release: certain non-execution, retry  Update act
-//	claimed     parked      Park: waits for a decision             Update act (after Create park, Append pending)
+//	claimed     parked      Park: waits for a decision             Update act, Create park, Append pending, Update act
 //	parked      claimed     Decide: a decision, expiry or cancel   Update act
 //	claimed     dispatched  Settle: the fence of an unsent claim   Update act
 //	any live    +cancel     CancelStored: cancel flag              Update act
@@ -50,7 +50,11 @@ import (
 // Release or Settle: a replica that lost its claim (it was paused past the lease and
 // taken over) fails its next compare-and-set and stops: it neither sends nor settles.
 // The mark is the dispatched state of the action record for every unsafe call, keyed
-// or not, so it is fenced by the same revision.
+// or not, so it is fenced by the same revision. Park and the Settle of a claim that
+// never dispatched begin with such a compare-and-set, since what follows it writes
+// elsewhere (the park index, the log). A claim that dispatched settles without one:
+// whoever takes its record over gets Uncertain and never sends, so of its result and
+// a taker's outcome_unknown the first appended stands.
 //
 // # Owners
 //
@@ -137,7 +141,9 @@ const (
 	Run Verdict = iota
 	// Uncertain: the claim is held over a record whose request may have reached
 	// Hermes: settle outcome_unknown (or cancelled with uncertain outcome); never
-	// resend.
+	// resend. (The record may also be that of a delivery that stopped while it
+	// settled a result it reached without sending, see Settle; its Decision, if not
+	// approve, still says that nothing was sent.)
 	Uncertain
 	// Done: the action has its terminal result (Outcome.Log); acknowledge.
 	Done
