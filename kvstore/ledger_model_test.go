@@ -180,7 +180,7 @@ func TestLedgerModel(t *testing.T) {
 // modelStats counts what happened in runs.
 type modelStats struct {
 	actions, deliveries, takeovers, uncertain, crashes, pauses, lostAcks, failedWrites,
-	staleReads, refusals, executions, settles, replays, conflicts, cancels, decisions, expiries,
+	staleReads, refusals, executions, replays, conflicts, cancels, decisions, expiries,
 	replicaStalls atomic.Int64
 }
 
@@ -189,7 +189,7 @@ func (s *modelStats) add(o *modelStats) {
 		{&s.takeovers, &o.takeovers}, {&s.uncertain, &o.uncertain}, {&s.crashes, &o.crashes},
 		{&s.pauses, &o.pauses}, {&s.lostAcks, &o.lostAcks}, {&s.failedWrites, &o.failedWrites},
 		{&s.staleReads, &o.staleReads}, {&s.refusals, &o.refusals}, {&s.executions, &o.executions},
-		{&s.settles, &o.settles}, {&s.replays, &o.replays}, {&s.conflicts, &o.conflicts},
+		{&s.replays, &o.replays}, {&s.conflicts, &o.conflicts},
 		{&s.cancels, &o.cancels}, {&s.decisions, &o.decisions}, {&s.expiries, &o.expiries},
 		{&s.replicaStalls, &o.replicaStalls}} {
 		p[0].Add(p[1].Load())
@@ -930,6 +930,15 @@ func (m *modelRun) check() {
 				m.fail("%s flagged for cancel while %s (revision %d), but executed %d times", a.ID, st, v.Entry.Revision, execs)
 			}
 			break
+		}
+	}
+	// A cancel that ended a parking settled the action cancelled.
+	m.mu.Lock()
+	cancels := slices.Clone(m.cancels)
+	m.mu.Unlock()
+	for _, c := range cancels {
+		if c.claim && c.state == kvstore.CancelCancelled && results[c.id].Status != "cancelled" {
+			m.fail("%s: the cancel ended its parking, but it settled %s", c.id, results[c.id])
 		}
 	}
 	// Nothing left behind: no park index entry, no key record of an unsettled action.
