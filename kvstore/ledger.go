@@ -39,7 +39,7 @@ import (
 //	claimed     dispatched  Dispatch: the write-ahead mark         Update act
 //	dispatched  dispatched  Begin: owner gone, outcome unknown     Update act
 //	claimed     released    Release: certain non-execution, retry  Update act
-//	claimed     parked      Park: waits for a decision             Update act (after Create park, Append pending)
+//	claimed     parked      Park: waits for a decision             Update act, Create park, Append pending, Update act
 //	parked      claimed     Decide: a decision, expiry or cancel   Update act
 //	claimed     dispatched  Settle: the fence of an unsent unsafe  Update act
 //	any live    +cancel     CancelStored: cancel flag              Update act
@@ -50,7 +50,11 @@ import (
 // Release or Settle: a replica that lost its claim (it was paused past the lease and
 // taken over) fails its next compare-and-set and stops: it neither sends nor settles.
 // The mark is the dispatched state of the action record for every unsafe call, keyed
-// or not, so it is fenced by the same revision.
+// or not, so it is fenced by the same revision. Park and the Settle of a claim that
+// never dispatched begin with such a compare-and-set, since what follows it writes
+// elsewhere (the park index, the log). A claim that dispatched settles without one:
+// whoever takes its record over gets Uncertain and never sends, so of its result and
+// a taker's outcome_unknown the first appended stands.
 //
 // # Owners
 //
@@ -141,7 +145,9 @@ const (
 	Run Verdict = iota
 	// Uncertain: the claim is held over a record whose request may have reached
 	// Hermes: settle outcome_unknown (or cancelled with uncertain outcome); never
-	// resend.
+	// resend. (The record may also be that of a delivery that stopped while it
+	// settled a result it reached without sending, see Settle; its Decision, if not
+	// approve, still says that nothing was sent.)
 	Uncertain
 	// Done: the action has its terminal result (Outcome.Log); acknowledge.
 	Done
@@ -358,9 +364,15 @@ func (l *Ledger) awaitMove(ctx context.Context, e Entry, id string) (moved, done
 	}()
 	_, err = l.rec.Wait(wctx, e.Key, e.Revision)
 	cancel()
-	t := <-tc
-	if t.err == nil {
-		return false, true, t.le, nil
+	// The watcher of the log ends with wctx; its answer is used if it is already there
+	// (otherwise the lease branch below reads the log itself), so that a call stuck
+	// in the log cannot hold this one.
+	select {
+	case t := <-tc:
+		if t.err == nil {
+			return false, true, t.le, nil
+		}
+	default:
 	}
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):
@@ -510,6 +522,22 @@ func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
 	return ErrLostClaim
 }
 
+// beforeSettle checks and fences the claim for Settle (a safe claim is not fenced)
+// and returns the sequence its result follows and whether the action was parked.
+func (c *Claim) beforeSettle(ctx context.Context) (expect uint64, parked bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost {
+		return 0, false, ErrLostClaim
+	}
+	if c.rec.State != StateDispatched && !c.safe {
+		if err := c.fence(ctx); err != nil {
+			return 0, false, err
+		}
+	}
+	return c.rec.PendingSeq, len(c.rec.Action) > 0, nil
+}
+
 // fence marks the claimed record dispatched before a Settle (see Settle). A cancel
 // flag that came in does not stop it: the claim still holds the record and settles
 // what it was settling. Called with c.mu held.
@@ -650,6 +678,10 @@ func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Recor
 				return Outcome{}, ErrNotParked
 			}
 			waited = true
+			if onWait != nil {
+				onWait()
+				onWait = nil
+			}
 			moved, done, le, err := l.awaitMove(ctx, e, id)
 			switch {
 			case err != nil:
@@ -698,18 +730,12 @@ func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Recor
 // to append wins. Nor does a safe one (Intent.Safe): a read may run twice, and a
 // delivery waiting on it finds its result in the log (awaitMove), so it saves the write.
 func (c *Claim) Settle(ctx context.Context, m *nats.Msg, frees bool) (LogEntry, error) {
+	expect, parked, err := c.beforeSettle(ctx)
+	if err != nil {
+		return LogEntry{}, err
+	}
 	c.mu.Lock()
-	if c.lost {
-		c.mu.Unlock()
-		return LogEntry{}, ErrLostClaim
-	}
-	if c.rec.State != StateDispatched && !c.safe {
-		if err := c.fence(ctx); err != nil {
-			c.mu.Unlock()
-			return LogEntry{}, err
-		}
-	}
-	expect, parked, tookOver := c.rec.PendingSeq, len(c.rec.Action) > 0, c.tookOver
+	tookOver := c.tookOver
 	c.mu.Unlock()
 	if tookOver {
 		if le, err := c.l.log.Last(ctx, c.id); err == nil && le.Terminal {

@@ -91,12 +91,21 @@ func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, err
 // change, a timeout, a reconnect) are retried with backoff until ctx ends; a publish
 // whose acknowledgement was lost is found by its retry, which then conflicts with the
 // publish itself: Append reports that as success when the stored message is m.
+//
+// A replicated stream checks a message's Nats-Msg-Id against its duplicate window
+// before the expected sequence, and answers a duplicate with the stored message's
+// sequence and no error: every terminal result of an action has the same id, so a
+// second settler would be told that its result was stored. Append reads a duplicate
+// back and reports ErrConflict unless the stored message is m.
 func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg, expect uint64) (uint64, error) {
 	delay := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, l.publishTimeout)
 		ack, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
 		cancel()
+		if err == nil && ack.Duplicate {
+			return l.duplicate(ctx, actionID, m, ack.Sequence)
+		}
 		if err == nil {
 			return ack.Sequence, nil
 		}
@@ -122,6 +131,21 @@ func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg,
 	}
 }
 
+// duplicate decides about a publish the stream answered as a duplicate of the
+// message with sequence seq: success when that message is m (an earlier attempt of
+// this Append landed), ErrConflict when it is another one with the same id.
+func (l *JetStreamLog) duplicate(ctx context.Context, actionID string, m *nats.Msg, seq uint64) (uint64, error) {
+	sm, err := l.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return 0, fmt.Errorf("kvstore: read the result of %s that a publish duplicates: %w", actionID, err)
+	}
+	if sm.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(jetstream.MsgIDHeader) && string(sm.Data) == string(m.Data) {
+		return seq, nil
+	}
+	return 0, fmt.Errorf("%w: results of %s: message %d has the id %s already", ErrConflict, actionID, seq,
+		m.Header.Get(jetstream.MsgIDHeader))
+}
+
 // WaitTerminal implements ResultLog: it subscribes to the result subject, then reads
 // the stream (so that a result published in between is not missed), and reads it
 // again every recheck while it waits.
@@ -145,7 +169,9 @@ func (l *JetStreamLog) WaitTerminal(ctx context.Context, actionID string) (LogEn
 		select {
 		case <-ctx.Done():
 			return LogEntry{}, ctx.Err()
-		case <-ch: // a result message: read the stream, whose stored message is the one that won
+		case <-ch:
+			// A result message was published: read the stream again (the stored
+			// terminal message is the one that won, not necessarily this one).
 		case <-t.C:
 		}
 	}
