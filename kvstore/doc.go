@@ -3,16 +3,17 @@
 //
 // # Keys
 //
-// Two kinds of keys share the bucket:
+// Three kinds of keys share the bucket; [Ledger] owns their transitions:
 //
 //   - [ActionKey] "act.<action_id>": one record per action id, the dedup unit
-//     for redeliveries and re-publishes of the same action.
+//     for redeliveries and re-publishes of the same action, and the claim of
+//     whoever runs it (with the write-ahead "dispatched" mark).
 //   - [IdempotencyKey] "idem.<hex sha256(capability_id NUL key)>": one record
 //     per caller idempotency key, scoped to the capability. The raw key is
-//     never stored or used as a key. The bridge writes it once, as a claim that
-//     names the owning action (for an unsafe operation already "dispatched": the
-//     claim is the write-ahead mark); the owner stores its result in its own
-//     action record, and the first duplicate copies it here ("settled").
+//     never stored or used as a key. It names the action that holds the key;
+//     that action's terminal result is its result message in the output stream
+//     ([ResultLog]), to which the key refers (CONTRACT §5).
+//   - [ParkKey] "park.<action_id>": the index of parked actions.
 //
 // # Records
 //
@@ -20,15 +21,15 @@
 // stable; empty optional fields are omitted):
 //
 //	{"v":1,"state":"claimed","action_id":"a1","capability_id":"cap:hermes_agent:ep:chat",
-//	 "input_sha256":"…","owner":"replica-1","lease_until":"…","attempt":1,
-//	 "idem_key":"idem.…","result":{…},"created_at":"…","updated_at":"…"}
+//	 "input_sha256":"…","owner":"replica-1:…","attempt":1,"idem_key":"idem.…",
+//	 "created_at":"…","updated_at":"…"}
 //
-// "v" is the record format version (currently 1; idem_key, the action record's
-// pointer to its idempotency record, is an optional field added within it).
-// States move forward:
-// claimed → dispatched → settled, with parked for actions waiting on an
-// approval. Ownership of an in-flight record is a lease carried in the value
-// (Owner, LeaseUntil); see [Record.LeaseExpired].
+// A parked action's record adds "action", "expires_at" and "pending_seq"; a decided
+// one "decision", "approver" and "reason"; a cancel request that found no reachable
+// owner "cancel"; a cancel that came before its action is a "settled" record with
+// its "result". "v" is the record format version (1; the fields above were added
+// within it, and "lease_until", which older bridges wrote, is ignored). States and
+// transitions are [Ledger]'s; owners prove they are alive by moving the revision.
 //
 // # Expiry
 //
