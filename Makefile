@@ -2,9 +2,10 @@
 GO        ?= go
 PKGS      ?= ./...
 FUZZTIME  ?= 30s
+MODEL_SEEDS ?= 3000
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
+.PHONY: model all build test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
 all: build
 
@@ -45,6 +46,9 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAction$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateAction$$' -fuzztime $(FUZZTIME) ./schemas
+
+model: ## the ledger's randomized model test with many seeds (MODEL_SEEDS=3000, about a minute; make test runs 200)
+	$(GO) test -race -count=1 -run '^TestLedgerModel$$' -timeout 0 ./kvstore -ledger.seeds=$(MODEL_SEEDS)
 
 soak: ## load soak (not in make test): SOAK_DURATION=2m SOAK_RATE=200 SOAK_REPLICAS=3 SOAK_KILL_EVERY=30s
 	$(GO) test -race -count=1 -tags soak -run '^TestSoak$$' -timeout 0 -v ./e2e

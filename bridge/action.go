@@ -439,6 +439,8 @@ func (j *job) execute(ctx context.Context) decision {
 				return j.settleCancelled(ctx, false)
 			case errors.Is(err, kvstore.ErrLostClaim):
 				return j.lost(ctx)
+			case errors.Is(err, kvstore.ErrFenced):
+				return j.settle(ctx, failedResult(j, interruptedSettle()))
 			}
 			return j.infra(err)
 		}

@@ -44,6 +44,16 @@ func outcomeUnknown() *events.ErrorInfo {
 		Message: "the bridge stopped after the request may have reached Hermes; it is not resent. Reconcile before acting again"}
 }
 
+// interruptedSettle ends an action taken over from a replica that stopped while it
+// settled a result reached without calling Hermes (an invalid action is validated
+// again and gets its own result; this is for the rest, such as a retry budget spent
+// on certain failures). Nothing was sent, so it is retryable and certain.
+func interruptedSettle() *events.ErrorInfo {
+	return &events.ErrorInfo{Code: "internal", Category: "connector", Retryable: true,
+		Message: "the bridge stopped while it settled this action without calling Hermes; nothing was sent",
+		Details: map[string]any{"reason": "interrupted_settle"}}
+}
+
 // endpointPaused ends an action whose endpoint stays paused by its circuit breaker past
 // the action's deadline. Nothing was sent, so a retry later is safe.
 func endpointPaused(lastCode string) *events.ErrorInfo {

@@ -41,7 +41,8 @@ import (
 //	claimed     released    Release: certain non-execution, retry  Update act
 //	claimed     parked      Park: waits for a decision             Update act, Create park, Append pending, Update act
 //	parked      claimed     Decide: a decision, expiry or cancel   Update act
-//	claimed     dispatched  Settle: the fence of an unsent unsafe  Update act
+//	claimed     settling    Settle: the fence of an unsent unsafe  Update act
+//	settling    settling    Begin: owner gone; nothing was sent    Update act
 //	any live    +cancel     CancelStored: cancel flag              Update act
 //	(none)      settled     CancelStored: cancel before arrival    Create act
 //	any         terminal    Settle: the terminal result            Append result
@@ -106,6 +107,10 @@ var (
 	ErrCancelRequested = errors.New("kvstore: cancel requested")
 	// ErrSettled: the action already has a terminal result (another one won).
 	ErrSettled = errors.New("kvstore: already settled")
+	// ErrFenced: Dispatch on a claim taken over from an owner that was settling a
+	// result it reached without calling Hermes: the action must not be sent now (that
+	// owner may still append its result); settle it as certainly not sent.
+	ErrFenced = errors.New("kvstore: the action was being settled without a call; it is not sent")
 	// ErrNotParked: a decision found its action neither parked nor decided.
 	ErrNotParked = errors.New("kvstore: the action is not waiting for a decision")
 )
@@ -215,6 +220,14 @@ func (c *Claim) Lost() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lost
+}
+
+// Fenced reports whether the claim was taken over from an owner that was settling
+// without a call (StateSettling): Dispatch refuses it.
+func (c *Claim) Fenced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rec.State == StateSettling
 }
 
 // Dispatched reports whether the claim's record is marked dispatched.
@@ -530,7 +543,7 @@ func (c *Claim) beforeSettle(ctx context.Context) (expect uint64, parked bool, e
 	if c.lost {
 		return 0, false, ErrLostClaim
 	}
-	if c.rec.State != StateDispatched && !c.safe {
+	if c.rec.State != StateDispatched && c.rec.State != StateSettling && !c.safe {
 		if err := c.fence(ctx); err != nil {
 			return 0, false, err
 		}
@@ -538,12 +551,12 @@ func (c *Claim) beforeSettle(ctx context.Context) (expect uint64, parked bool, e
 	return c.rec.PendingSeq, len(c.rec.Action) > 0, nil
 }
 
-// fence marks the claimed record dispatched before a Settle (see Settle). A cancel
+// fence marks the claimed record settling before a Settle (see Settle). A cancel
 // flag that came in does not stop it: the claim still holds the record and settles
 // what it was settling. Called with c.mu held.
 func (c *Claim) fence(ctx context.Context) error {
 	for {
-		err := c.update(ctx, func(r *Record) { r.State = StateDispatched })
+		err := c.update(ctx, func(r *Record) { r.State = StateSettling })
 		if !errors.Is(err, ErrCancelRequested) {
 			return err
 		}
@@ -556,6 +569,9 @@ func (c *Claim) fence(ctx context.Context) error {
 func (c *Claim) Dispatch(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.rec.State == StateSettling {
+		return ErrFenced
+	}
 	if c.rec.Cancel {
 		return ErrCancelRequested
 	}
@@ -719,13 +735,13 @@ func (l *Ledger) Decide(ctx context.Context, id, owner string, choose func(Recor
 // ErrSettled (and the winning entry) when another terminal result is stored already.
 //
 // A claim that never dispatched first proves that it still holds the record, with a
-// compare-and-set that marks it dispatched (the fence): without it, a delivery paused
+// compare-and-set that marks it settling (the fence): without it, a delivery paused
 // past the lease could append a result that says the action never ran (a conflict, a
 // cancel, a certain failure, which may free the key) while the delivery that took the
 // record over runs it; and a delivery waiting on this one would take the record over
 // a lease after the settle and run the action again, since the append does not move
 // the record. From the fence on, whoever takes the record over never sends: it finds
-// the result, or settles outcome_unknown. A dispatched claim needs no fence: its
+// the result, or (Dispatch fails with ErrFenced) settles "certainly not sent". A dispatched claim needs no fence: its
 // takers never send either, and its result is the real outcome, so the first of them
 // to append wins. Nor does a safe one (Intent.Safe): a read may run twice, and a
 // delivery waiting on it finds its result in the log (awaitMove), so it saves the write.

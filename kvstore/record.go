@@ -24,6 +24,10 @@ const (
 	// retry released it, or it waits for its next delivery. The next delivery takes
 	// it over with one compare-and-set.
 	StateReleased State = "released"
+	// StateSettling: the owner is settling a result it reached without calling
+	// Hermes (the fence of Ledger's Settle); a delivery that takes it over knows that
+	// nothing was sent and must not send.
+	StateSettling State = "settling"
 	// StateParked: the action waits for an approval decision.
 	StateParked State = "parked"
 	// StateSettled: the terminal result is held in Record.Result (only a cancel that
