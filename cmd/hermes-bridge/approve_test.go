@@ -336,6 +336,11 @@ func TestApprovalsIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fake.Unsubscribe()
+	// The subscription must reach the server before the CLI's decision does (it came
+	// second now and then: the decision was missed and the follow waited out --wait).
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	code, out, errOut = runMain(ctx, e.env, "", "approve", "--yes", "--wait", "10s", "act-b")
 	if code != exitOK || !strings.Contains(out, `"status": "completed"`) || !strings.Contains(out, `"deleted": true`) ||
 		strings.Contains(errOut, "waiting for approval") {
