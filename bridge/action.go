@@ -412,6 +412,7 @@ func (j *job) execute(ctx context.Context) decision {
 				Message: "the idempotency key was already used with a different input",
 				Details: map[string]any{"original_action_id": ko.Original}}))
 		case kvstore.KeyReplay:
+			claim.Replays()
 			return j.replay(ctx, ko.Original, ko.Log.Data)
 		}
 	}

@@ -191,6 +191,8 @@ type Claim struct {
 	done   bool
 	// safe: the operation may run twice; Settle does not fence it (see Settle).
 	safe bool
+	// replay: Settle settles a replay of the key holder's result (see Replays).
+	replay bool
 	// tookOver: the claim was taken from an owner that may still be alive (paused):
 	// Settle looks at the log before appending, so that a woken owner's result, if it
 	// came first, is not followed by a second result message for live subscribers.
@@ -220,6 +222,16 @@ func (c *Claim) Lost() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lost
+}
+
+// Replays marks the claim's coming Settle as a replay of its key holder's result,
+// which needs no fence: a replay is chosen only when the holder's result keeps the
+// key, so any delivery that takes the claim over replays the same result too (it
+// saves the fence's write on every duplicate).
+func (c *Claim) Replays() {
+	c.mu.Lock()
+	c.replay = true
+	c.mu.Unlock()
 }
 
 // Fenced reports whether the claim was taken over from an owner that was settling
@@ -543,7 +555,7 @@ func (c *Claim) beforeSettle(ctx context.Context) (expect uint64, parked bool, e
 	if c.lost {
 		return 0, false, ErrLostClaim
 	}
-	if c.rec.State != StateDispatched && c.rec.State != StateSettling && !c.safe {
+	if c.rec.State != StateDispatched && c.rec.State != StateSettling && !c.safe && !c.replay {
 		if err := c.fence(ctx); err != nil {
 			return 0, false, err
 		}
