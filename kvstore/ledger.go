@@ -340,14 +340,8 @@ func (l *Ledger) takeOverRecord(ctx context.Context, in Intent, onWait func()) (
 		case moved:
 			continue
 		}
-		// Settling a dispatched claim does not move its record: the owner may have
-		// settled and stopped while the record stood still.
-		switch le, err := l.log.Last(ctx, in.ActionID); {
-		case err == nil && le.Terminal:
-			return Outcome{Verdict: Done, Log: le}, nil
-		case err != nil && !errors.Is(err, ErrNotFound):
-			return Outcome{}, err
-		}
+		// (Settling a dispatched claim does not move its record: awaitMove has looked
+		// at the log once more after the lease.)
 		nr := r
 		nr.Owner, nr.Attempt = in.Owner, r.Attempt+1
 		rev, err := l.rec.Update(ctx, key, nr, e.Revision)
