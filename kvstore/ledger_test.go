@@ -1323,3 +1323,48 @@ func decided(decision, approver string) func(kvstore.Record) kvstore.Decision {
 
 // always is a tombstone allowance for CancelStored.
 func always(ok bool) func() bool { return func() bool { return ok } }
+
+// TestLedgerSettlingTakeover: an unsafe claim that settles without dispatching (an
+// invalid action, a conflict, a cancel) writes the fence first. A replica that stops
+// between the fence and the append leaves the record settling; the delivery that takes
+// it over runs the action's decision again but can never send it (Dispatch refuses
+// with ErrFenced), so it never guesses outcome_unknown for a call that was never made.
+// A safe claim writes no fence, and a replay neither.
+func TestLedgerSettlingTakeover(t *testing.T) {
+	f := newFixture(t, testLease)
+	c1 := f.run(intent("a", "d1"))
+	f.log.FailNext(kvtest.OpAppend, "a", kvtest.ErrInjected) // the replica stops before its append lands
+	_, err := c1.Settle(f.ctx, msgOf("a", simResult{Status: "failed", Error: &simError{Code: "invalid_action"}}), false)
+	wantErr(t, "Settle", err, kvtest.ErrInjected)
+	if st := f.record("a").Record.State; st != kvstore.StateSettling {
+		t.Fatalf("after the fence the record is %s, want settling", st)
+	}
+	c2 := f.run(intent("a", "d2")) // after a lease without a move
+	if !c2.Fenced() || c2.Dispatched() {
+		t.Fatalf("the taker's claim: fenced %v dispatched %v, want fenced and not dispatched", c2.Fenced(), c2.Dispatched())
+	}
+	wantErr(t, "Dispatch of the taker", c2.Dispatch(f.ctx), kvstore.ErrFenced)
+	if _, err := c2.Settle(f.ctx, msgOf("a", simResult{Status: "failed", Error: &simError{Code: "invalid_action"}}), false); err != nil {
+		t.Fatalf("the taker's Settle: %v", err)
+	}
+	if got := f.oneTerminal("a"); got.Error == nil || got.Error.Code != "invalid_action" {
+		t.Fatalf("terminal result %+v, want the invalid_action it settled", got)
+	}
+
+	// No fence for a safe claim, nor for a replay: one write less each.
+	safe := intent("s", "d1")
+	safe.Safe = true
+	cs := f.run(safe)
+	before := f.rec.Writes(kvtest.OpUpdate, "act.")
+	if _, err := cs.Settle(f.ctx, completed("s"), false); err != nil {
+		t.Fatal(err)
+	}
+	cr := f.run(intent("r", "d1"))
+	cr.Replays()
+	if _, err := cr.Settle(f.ctx, completed("r"), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.rec.Writes(kvtest.OpUpdate, "act.") - before; n != 0 {
+		t.Fatalf("%d record updates for a safe settle and a replay, want 0", n)
+	}
+}
