@@ -888,9 +888,3 @@ func (l *Ledger) CancelStored(ctx context.Context, id, owner string, tombstone j
 		return CancelCancelled, nil, nil
 	}
 }
-
-// ParkedEntry is one entry of the park index with the record it indexes.
-type ParkedEntry struct {
-	Index  Entry
-	Action Entry // zero when the action record is gone
-}
