@@ -278,10 +278,14 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 	return j.proceed(ctx)
 }
 
+// waitLimit bounds a wait on another delivery: the action's remaining time plus two
+// leases, long enough to outwait a dead owner, never forever.
+func (j *job) waitLimit() time.Duration { return max(j.remaining(), 0) + 2*j.b.ledger.Lease() }
+
 // begin runs a ledger entry (Begin or Decide) bounded by the action's deadline plus a
 // lease: long enough to outwait a dead owner, never forever.
 func (j *job) begin(ctx context.Context, f func(context.Context) (kvstore.Outcome, error)) (kvstore.Outcome, error) {
-	bctx, cancel := context.WithTimeout(ctx, max(j.remaining(), 0)+2*j.b.ledger.Lease())
+	bctx, cancel := context.WithTimeout(ctx, j.waitLimit())
 	defer cancel()
 	out, err := f(bctx)
 	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
@@ -551,7 +555,7 @@ func (j *job) lost(ctx context.Context) decision {
 	j.setStatus("taken_over", "")
 	j.b.log.Warn().Str("action_id", j.actionID).Msg("the claim was taken over by another delivery; this one stops")
 	j.yieldWorker()
-	wctx, cancel := context.WithTimeout(ctx, max(j.remaining(), 0)+2*j.b.ledger.Lease())
+	wctx, cancel := context.WithTimeout(ctx, j.waitLimit())
 	defer cancel()
 	if _, err := j.b.ledger.Log().WaitTerminal(wctx, j.actionID); err != nil {
 		return nakAfter(j.b.cfg.RetryBase)

@@ -203,6 +203,19 @@ func (l *Ledger) newClaim(key string, rev uint64, r Record) *Claim {
 	return &Claim{l: l, id: r.ActionID, key: key, rev: rev, rec: r}
 }
 
+// claimFor is newClaim for a claim taken for in (its safety decides the fence).
+func (l *Ledger) claimFor(in Intent, key string, rev uint64, r Record) *Claim {
+	c := l.newClaim(key, rev, r)
+	c.safe = in.Safe
+	return c
+}
+
+// record is the action record a fresh claim for in creates.
+func (in Intent) record() Record {
+	return Record{State: StateClaimed, ActionID: in.ActionID, CapabilityID: in.CapabilityID,
+		InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey}
+}
+
 // Record returns the claimed record as last written by this claim.
 func (c *Claim) Record() Record {
 	c.mu.Lock()
@@ -255,13 +268,10 @@ func (c *Claim) Dispatched() bool {
 // and takes the claim over once the owner's revision has stood still for a lease.
 func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
 	key := ActionKey(in.ActionID)
-	r := Record{State: StateClaimed, ActionID: in.ActionID, CapabilityID: in.CapabilityID,
-		InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey}
+	r := in.record()
 	rev, err := l.rec.Create(ctx, key, r)
 	if err == nil {
-		c := l.newClaim(key, rev, r)
-		c.safe = in.Safe
-		return Outcome{Verdict: Run, Claim: c}, nil
+		return Outcome{Verdict: Run, Claim: l.claimFor(in, key, rev, r)}, nil
 	}
 	if !errors.Is(err, ErrExists) {
 		return Outcome{}, err
@@ -271,21 +281,12 @@ func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, 
 
 // takeOver decides about an existing action record; see Begin.
 func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
-	out, err := l.takeOverRecord(ctx, in, onWait)
-	if out.Claim != nil {
-		out.Claim.safe = in.Safe
-	}
-	return out, err
-}
-
-func (l *Ledger) takeOverRecord(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
 	key := ActionKey(in.ActionID)
 	for {
 		e, err := l.rec.Get(ctx, key)
 		if errors.Is(err, ErrNotFound) {
 			// Gone since (expired or released by deletion): claim it afresh.
-			r := Record{State: StateClaimed, ActionID: in.ActionID, CapabilityID: in.CapabilityID,
-				InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey}
+			r := in.record()
 			rev, err := l.rec.Create(ctx, key, r)
 			if errors.Is(err, ErrExists) {
 				continue
@@ -293,7 +294,7 @@ func (l *Ledger) takeOverRecord(ctx context.Context, in Intent, onWait func()) (
 			if err != nil {
 				return Outcome{}, err
 			}
-			return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, r)}, nil
+			return Outcome{Verdict: Run, Claim: l.claimFor(in, key, rev, r)}, nil
 		}
 		if err != nil {
 			return Outcome{}, err
@@ -323,7 +324,7 @@ func (l *Ledger) takeOverRecord(ctx context.Context, in Intent, onWait func()) (
 			if err != nil {
 				return Outcome{}, err
 			}
-			return Outcome{Verdict: Run, Claim: l.newClaim(key, rev, nr)}, nil
+			return Outcome{Verdict: Run, Claim: l.claimFor(in, key, rev, nr)}, nil
 		}
 		// Claimed or dispatched by another delivery: wait for it to end, or for its
 		// revision to stand still for a lease.
@@ -355,7 +356,7 @@ func (l *Ledger) takeOverRecord(ctx context.Context, in Intent, onWait func()) (
 		if r.State == StateDispatched {
 			v = Uncertain
 		}
-		c := l.newClaim(key, rev, nr)
+		c := l.claimFor(in, key, rev, nr)
 		c.tookOver = true
 		return Outcome{Verdict: v, Claim: c}, nil
 	}

@@ -252,8 +252,13 @@ const lostReplyCheck = 2 * time.Second
 // deadline, which may be an action's ten minutes. The caller sees an error and retries.
 const OpTimeout = 5 * time.Second
 
-// opCtx bounds ctx to OpTimeout for one request.
+// opCtx bounds ctx to OpTimeout for one request. A ctx without a deadline is left as
+// it is: nats.go bounds such a request by its own default timeout (5 s), so a timer
+// here would only be a second one on the hot path.
 func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); !ok {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(ctx, OpTimeout)
 }
 
