@@ -18,8 +18,9 @@ import (
 // Cancellation (CONTRACT §8). A request on <prefix>.cancel.<id> reaches every replica
 // twice: every replica hears it on a plain subscription and answers only if it is
 // running the action (it cancels the job's context and replies "cancelled"); one replica
-// also hears it on a queue subscription and answers from the records
-// (kvstore.Ledger.CancelStored): "already_settled"; "cancelled" for a parked action
+// also hears it on a queue subscription and answers from its own jobs as the plain
+// subscription does (the two run in different goroutines, and the job may end between
+// them), else from the records (kvstore.Ledger.CancelStored): "already_settled"; "cancelled" for a parked action
 // (settled here) or one that a replica it cannot reach owns (the record's cancel flag,
 // which the owner, or whoever takes it over, honours); "unknown" when there is no
 // record at all (it then stores a cancelled result, so that an action still queued
@@ -106,19 +107,6 @@ func (b *Bridge) cancelLocal(id string) string {
 	return state
 }
 
-// localRunning reports whether this replica runs a job of id that answers cancel
-// requests itself (a delivery that parked the action leaves that to the stored state).
-func (b *Bridge) localRunning(id string) bool {
-	b.inflight.mu.Lock()
-	defer b.inflight.mu.Unlock()
-	for _, r := range b.inflight.jobs[id] {
-		if !r.parked.Load() {
-			return true
-		}
-	}
-	return false
-}
-
 // subscribeCancel starts both cancel subscriptions and the stored path's workers; the
 // returned function stops them and waits for the workers.
 func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
@@ -191,8 +179,16 @@ func (b *Bridge) replyCancel(m *nats.Msg, id, state string) {
 // replica runs the action.
 func (b *Bridge) cancelFromStore(ctx context.Context, m *nats.Msg, limiter *rate.Limiter) {
 	id, err := b.subjects.ParseCancel(m.Subject)
-	if err != nil || b.localRunning(id) {
-		return // a job here answers on the plain subscription
+	if err != nil {
+		return
+	}
+	// A job of this replica answers from its own state. The plain subscription answers
+	// too, but it runs in another goroutine and may find the job already gone, after
+	// this check: so this worker answers as well (the requester takes the first answer;
+	// both are true when given).
+	if state := b.cancelLocal(id); state != "" {
+		b.replyCancel(m, id, state)
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
