@@ -20,7 +20,8 @@ import (
 // running the action (it cancels the job's context and replies "cancelled"); one replica
 // also hears it on a queue subscription and answers from its own jobs as the plain
 // subscription does (the two run in different goroutines, and the job may end between
-// them), else from the records (kvstore.Ledger.CancelStored): "already_settled"; "cancelled" for a parked action
+// them; a replica sends one answer per request), else from the records
+// (kvstore.Ledger.CancelStored): "already_settled"; "cancelled" for a parked action
 // (settled here) or one that a replica it cannot reach owns (the record's cancel flag,
 // which the owner, or whoever takes it over, honours); "unknown" when there is no
 // record at all (it then stores a cancelled result, so that an action still queued
@@ -56,6 +57,38 @@ type running struct {
 type registry struct {
 	mu   sync.Mutex
 	jobs map[string][]*running
+	// answered holds the reply subjects this replica answered in the last
+	// answeredFor: both subscriptions may want to answer one request, and the
+	// deploy/ roles allow a replica one reply per request.
+	answered map[string]time.Time
+	swept    time.Time
+}
+
+// answeredFor is how long a reply subject is remembered: far longer than the gap
+// between the two subscriptions' handlers of one request.
+const answeredFor = time.Minute
+
+// firstAnswer reports whether reply has not been answered here yet, and records it.
+func (g *registry) firstAnswer(reply string) bool {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.answered == nil {
+		g.answered = map[string]time.Time{}
+	}
+	if now.Sub(g.swept) > answeredFor {
+		for r, at := range g.answered {
+			if now.Sub(at) > answeredFor {
+				delete(g.answered, r)
+			}
+		}
+		g.swept = now
+	}
+	if _, ok := g.answered[reply]; ok {
+		return false
+	}
+	g.answered[reply] = now
+	return true
 }
 
 // register records j as running until the returned function is called.
@@ -167,8 +200,9 @@ func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
 	}, nil
 }
 
+// replyCancel answers a cancel request, once per replica whichever subscription asks.
 func (b *Bridge) replyCancel(m *nats.Msg, id, state string) {
-	if m.Reply == "" {
+	if m.Reply == "" || !b.inflight.firstAnswer(m.Reply) {
 		return
 	}
 	body, _ := json.Marshal(events.CancelReply{ActionID: id, State: state})
@@ -182,10 +216,10 @@ func (b *Bridge) cancelFromStore(ctx context.Context, m *nats.Msg, limiter *rate
 	if err != nil {
 		return
 	}
-	// A job of this replica answers from its own state. The plain subscription answers
-	// too, but it runs in another goroutine and may find the job already gone, after
-	// this check: so this worker answers as well (the requester takes the first answer;
-	// both are true when given).
+	// A job of this replica answers from its own state. The plain subscription would
+	// answer too, but it runs in another goroutine and may find the job already gone
+	// after this check: so this worker answers as well, and replyCancel sends the
+	// first of the two answers only.
 	if state := b.cancelLocal(id); state != "" {
 		b.replyCancel(m, id, state)
 		return

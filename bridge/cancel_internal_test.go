@@ -13,40 +13,69 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
-// TestCancelAnsweredWhenTheJobEndsBetweenTheHandlers: a replica hears a cancel request on
-// two subscriptions, in two goroutines, in either order. Here the queue subscription's
-// worker runs while the job is still registered (it has stored its result) and the plain
-// subscription's handler runs after the job has gone. One of them must answer.
-func TestCancelAnsweredWhenTheJobEndsBetweenTheHandlers(t *testing.T) {
+// TestCancelAnsweredOnceWhateverTheHandlersOrder: a replica hears a cancel request on two
+// subscriptions, in two goroutines, in either order. It must answer exactly once (the
+// deploy/ roles allow a replica one reply per request): when the queue subscription's
+// worker runs while the job is still registered and the plain subscription's handler
+// after it has gone, and when both find the job.
+func TestCancelAnsweredOnceWhateverTheHandlersOrder(t *testing.T) {
 	s := natsembed.RunTest(t)
 	nc, _ := natsembed.Connect(t, s)
-	b := &Bridge{nc: nc, subjects: events.Subjects{}}
-	const id = "ends-between"
-	j := &job{b: b, actionID: id}
-	unregister := b.register(j, func(error) {})
-	j.running.settling.Store(true)
-
 	limiter := rate.NewLimiter(rate.Inf, 1)
-	sub, err := nc.Subscribe(b.subjects.Cancel(id), func(m *nats.Msg) {
-		b.cancelFromStore(context.Background(), m, limiter) // the queue subscription's worker
-		unregister()                                        // the job ends
-		if state := b.cancelLocal(id); state != "" {        // the plain subscription's handler
-			b.replyCancel(m, id, state)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	reply, err := nc.Request(b.subjects.Cancel(id), nil, 2*time.Second)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
-	var r events.CancelReply
-	if err := json.Unmarshal(reply.Data, &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.ActionID != id || r.State != events.CancelAlreadySettled {
-		t.Fatalf("answer %+v, want %s for %s", r, events.CancelAlreadySettled, id)
+	for _, tc := range []struct {
+		name      string
+		endsFirst bool // the job ends between the two handlers
+		want      string
+	}{
+		{"job ends between the handlers", true, events.CancelAlreadySettled},
+		{"both handlers find the job", false, events.CancelAlreadySettled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Bridge{nc: nc, subjects: events.Subjects{}}
+			id := "job-" + nats.NewInbox()[len("_INBOX."):]
+			j := &job{b: b, actionID: id}
+			unregister := b.register(j, func(error) {})
+			defer unregister()
+			j.running.settling.Store(true)
+			sub, err := nc.Subscribe(b.subjects.Cancel(id), func(m *nats.Msg) {
+				b.cancelFromStore(context.Background(), m, limiter) // the queue subscription's worker
+				if tc.endsFirst {
+					unregister()
+				}
+				if state := b.cancelLocal(id); state != "" { // the plain subscription's handler
+					b.replyCancel(m, id, state)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			inbox := nats.NewInbox()
+			replies, err := nc.SubscribeSync(inbox)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.PublishRequest(b.subjects.Cancel(id), inbox, nil); err != nil {
+				t.Fatal(err)
+			}
+			m, err := replies.NextMsg(2 * time.Second)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			var r events.CancelReply
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.ActionID != id || r.State != tc.want {
+				t.Fatalf("answer %+v, want %s for %s", r, tc.want, id)
+			}
+			// The handler has returned once the subscription is flushed past it.
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if extra, err := replies.NextMsg(200 * time.Millisecond); err == nil {
+				t.Fatalf("a second answer: %s", extra.Data)
+			}
+		})
 	}
 }
