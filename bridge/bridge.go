@@ -157,7 +157,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// The dispatcher's iterator (nextMessages) bounds the same stall to nextWait.
 	const pullHeartbeat = time.Second
 	it, err := cons.Messages(
-		jetstream.PullMaxMessages(min(b.cfg.Workers, 64)),
+		jetstream.PullMaxMessages(prefetch(b.cfg.Workers)),
 		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false),
 	)
@@ -364,16 +364,29 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		Replicas:       c.Replicas,
 	}
+	var cons jetstream.Consumer
 	if c.Provision {
-		cons, err := b.js.CreateOrUpdateConsumer(ctx, c.ActionsStream, cc)
-		if err != nil {
+		if cons, err = b.js.CreateOrUpdateConsumer(ctx, c.ActionsStream, cc); err != nil {
 			return nil, fmt.Errorf("bridge: provision consumer %s: %w", c.Consumer, err)
 		}
-		return cons, nil
-	}
-	cons, err := b.js.Consumer(ctx, c.ActionsStream, c.Consumer)
-	if err != nil {
+	} else if cons, err = b.js.Consumer(ctx, c.ActionsStream, c.Consumer); err != nil {
 		return nil, fmt.Errorf("bridge: consumer %s on %s is not available (provisioning is off): %w", c.Consumer, c.ActionsStream, err)
 	}
+	b.warnAckPending(cons.CachedInfo())
 	return cons, nil
+}
+
+// warnAckPending warns when the shared consumer's limit of unacknowledged deliveries
+// leaves no room for a second replica of this size: replicas then share one replica's
+// concurrency, silently.
+func (b *Bridge) warnAckPending(info *jetstream.ConsumerInfo) {
+	if info == nil {
+		return
+	}
+	held := HeldPerReplica(b.cfg.Workers)
+	if limit := info.Config.MaxAckPending; limit > 0 && limit < 2*held {
+		b.log.Warn().Int("max_ack_pending", limit).Int("held_per_replica", held).
+			Msg("the consumer's max ack pending is less than two replicas hold: more replicas add no concurrency; " +
+				"raise HERMES_BRIDGE_MAX_ACK_PENDING to replicas x held_per_replica")
+	}
 }

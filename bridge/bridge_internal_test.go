@@ -32,7 +32,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"ack wait", c.AckWait, 30 * time.Second},
 		{"heartbeat", c.Heartbeat, 10 * time.Second},
 		{"workers", c.Workers, 10},
-		{"max ack pending", c.MaxAckPending, 10},
+		{"max ack pending", c.MaxAckPending, 1024},
 		{"endpoint concurrency", c.Endpoints[0].MaxConcurrency, 10},
 	}
 	for _, ch := range checks {

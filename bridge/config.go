@@ -110,7 +110,9 @@ type Config struct {
 	// MaxConcurrency).
 	Workers int
 	// MaxAckPending is the consumer's limit of unacknowledged actions across every replica
-	// (default Workers; set it to Workers times the number of replicas).
+	// (default: the larger of 1024 and 8 times what one replica holds, see
+	// DefaultMaxAckPending). Replicas share it: N replicas run at full concurrency only
+	// when it is at least N times HeldPerReplica.
 	MaxAckPending int
 	// Lease is how long a claim stays valid without renewal (default 2*AckWait).
 	Lease time.Duration
@@ -190,10 +192,22 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	if c.MaxAckPending == 0 {
-		c.MaxAckPending = c.Workers
+		c.MaxAckPending = DefaultMaxAckPending(c.Workers)
 	}
 	return c
 }
+
+// prefetch is how many deliveries one replica asks for ahead of its workers.
+func prefetch(workers int) int { return min(workers, 64) }
+
+// HeldPerReplica is the most unacknowledged deliveries one replica with workers holds at
+// once: one per worker plus its prefetched ones.
+func HeldPerReplica(workers int) int { return workers + prefetch(workers) }
+
+// DefaultMaxAckPending is the consumer limit used when none is set: room for eight
+// replicas of this size at full concurrency, and at least 1024, so that adding replicas
+// adds concurrency without tuning.
+func DefaultMaxAckPending(workers int) int { return max(1024, 8*HeldPerReplica(workers)) }
 
 // Validate reports every problem of c (after defaults) in one error wrapping ErrInvalidConfig.
 func (c Config) Validate() error {

@@ -39,9 +39,16 @@ func actionErrorInfo(err error) *events.ErrorInfo {
 	return invalidAction("", err.Error())
 }
 
+// outcomeUnknown ends an unsafe action taken over from a delivery that had marked it
+// dispatched and then stopped renewing its claim before its result was stored: its
+// replica stopped or was paused past the lease, or could not reach NATS to store what
+// Hermes answered. The taker cannot tell which, and never resends.
 func outcomeUnknown() *events.ErrorInfo {
 	return &events.ErrorInfo{Code: "outcome_unknown", Category: "temporary", UncertainOutcome: true,
-		Message: "the bridge stopped after the request may have reached Hermes; it is not resent. Reconcile before acting again"}
+		Message: "the replica that sent the request stopped renewing its claim before its result was stored " +
+			"(it stopped, was paused, or could not reach NATS); the request may have reached Hermes and is not resent. " +
+			"Reconcile before acting again",
+		Details: map[string]any{"reason": "owner_lost"}}
 }
 
 // interruptedSettle ends an action taken over from a replica that stopped while it
@@ -50,7 +57,7 @@ func outcomeUnknown() *events.ErrorInfo {
 // on certain failures). Nothing was sent, so it is retryable and certain.
 func interruptedSettle() *events.ErrorInfo {
 	return &events.ErrorInfo{Code: "internal", Category: "connector", Retryable: true,
-		Message: "the bridge stopped while it settled this action without calling Hermes; nothing was sent",
+		Message: "the replica that settled this action without calling Hermes stopped renewing its claim before it stored the result; nothing was sent",
 		Details: map[string]any{"reason": "interrupted_settle"}}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -14,12 +15,18 @@ import (
 // settle ends the job's action with res: it appends the result message to the result
 // log under the job's claim (kvstore.Claim.Settle: at most one terminal result is ever
 // stored, and a delivery that lost its claim appends nothing), which frees the key of a
-// result that is retryable and certain, and acks. If the append fails the message is
-// redelivered and the next delivery settles the action.
+// result that is retryable and certain, and acks.
+//
+// A transient NATS failure (a stream leader change, a reconnect, a lost ack) does not
+// lose the result: the append is retried with backoff (kvstore.JetStreamLog.Append)
+// while this replica keeps its claim (the job's heartbeats go on) for settleFor, or
+// until the action's deadline when that is later. Only then is the message naked, and
+// the next delivery settles the action (outcome_unknown when the call was unsafe and
+// dispatched: what Hermes answered is then lost).
 func (j *job) settle(ctx context.Context, res *events.Result) decision {
 	b := j.b
 	// Settling must finish even when shutdown has cancelled the work context.
-	ctx, cancel := detached(ctx)
+	ctx, cancel := settleContext(ctx, j.deadline)
 	defer cancel()
 	if j.running != nil {
 		j.running.settling.Store(true) // a cancel request now comes too late
@@ -51,10 +58,23 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 		j.statusFrom(le.Data, "superseded:")
 		return ackIt()
 	case err != nil:
-		return j.infra(err)
+		return j.retryLater(err, "storing the result")
 	}
 	b.hook(PointPublished, j.actionID)
 	return ackIt()
+}
+
+// settleFor is the least time settle retries storing a result.
+const settleFor = 30 * time.Second
+
+// settleContext bounds the writes that end an action: they survive the cancellation of
+// ctx (shutdown) and last settleFor, or until deadline when that is later.
+func settleContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	end := time.Now().Add(settleFor)
+	if deadline.After(end) {
+		end = deadline
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), end)
 }
 
 // settleStored settles the action with the result its record holds (a cancel that came

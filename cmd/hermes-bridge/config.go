@@ -76,7 +76,7 @@ type Config struct {
 	BreakerCooldown    time.Duration `env:"HERMES_BRIDGE_BREAKER_COOLDOWN" envDefault:"2s" desc:"first pause of a failing endpoint; doubles while it keeps failing"`
 	BreakerMaxCooldown time.Duration `env:"HERMES_BRIDGE_BREAKER_MAX_COOLDOWN" envDefault:"1m" desc:"longest pause of a failing endpoint"`
 	Workers            int           `env:"HERMES_BRIDGE_WORKERS" desc:"actions handled at once by this replica (default: sum of the endpoints' max concurrency)"`
-	MaxAckPending      int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: workers; set workers x replicas)"`
+	MaxAckPending      int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: the larger of 1024 and 8 x (workers + min(workers, 64)), room for 8 replicas)"`
 	IdempotencyTTL     time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
 	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed (at least HERMES_BRIDGE_IDEMPOTENCY_TTL)"`
 	Storage            string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
@@ -412,7 +412,7 @@ func (c *Config) validateBridge(p *problems) {
 		p.add("HERMES_BRIDGE_WORKERS=%d: must be at least 1 (unset: sum of the endpoints' max concurrency)", c.Workers)
 	}
 	if c.MaxAckPending < 0 {
-		p.add("HERMES_BRIDGE_MAX_ACK_PENDING=%d: must be at least 1 (unset: the workers)", c.MaxAckPending)
+		p.add("HERMES_BRIDGE_MAX_ACK_PENDING=%d: must be at least 1 (unset: room for 8 replicas)", c.MaxAckPending)
 	}
 	if c.MaxAckPending > 0 && c.Workers > 0 && c.MaxAckPending < c.Workers {
 		p.add("HERMES_BRIDGE_MAX_ACK_PENDING=%d: must be at least HERMES_BRIDGE_WORKERS (%d)", c.MaxAckPending, c.Workers)
