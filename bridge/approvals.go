@@ -271,11 +271,10 @@ func (s *sweeper) sweep(ctx context.Context) {
 		}
 		id := idx.Record.ActionID
 		e, err := b.store.Get(ctx, kvstore.ActionKey(id))
-		if errors.Is(err, kvstore.ErrNotFound) || errors.Is(err, kvstore.ErrNotParked) {
-			_ = b.store.Delete(ctx, k, idx.Revision) // its action is gone
-			continue
-		}
 		if err != nil {
+			// Not found may be a stale read (a direct get answered by a replica that is
+			// behind): never drop the index on it. An index whose action record expired
+			// expires with it (same bucket TTL).
 			continue
 		}
 		r := e.Record

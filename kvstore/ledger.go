@@ -528,10 +528,16 @@ func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
 		return err
 	}
 	e, gerr := c.l.rec.Get(ctx, c.key)
-	if gerr != nil && !errors.Is(gerr, ErrNotFound) {
+	if errors.Is(gerr, ErrNotFound) {
+		// A record does not vanish while its action runs (heartbeats renew it): this is
+		// a read that is behind (a direct get answered by a lagging replica). Unknown,
+		// not lost: the caller retries (not matched as ErrNotFound).
+		return fmt.Errorf("kvstore: %s changed and reads as absent (a stale read): %v", c.key, gerr)
+	}
+	if gerr != nil {
 		return gerr
 	}
-	if gerr == nil && e.Record.Owner == c.rec.Owner && e.Record.State == c.rec.State {
+	if e.Record.Owner == c.rec.Owner && e.Record.State == c.rec.State {
 		c.rev, c.rec = e.Revision, e.Record
 		if e.Record.Cancel {
 			return ErrCancelRequested

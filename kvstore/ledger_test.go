@@ -367,6 +367,28 @@ func TestLedgerStaleGet(t *testing.T) {
 			t.Fatal("the claim moved")
 		}
 	})
+	t.Run("owner's read-back after a lost reply", func(t *testing.T) {
+		// The owner's heartbeat lands but its reply is lost; the next write conflicts
+		// with that revision and the read-back that resolves it reads as absent. That is
+		// unknown, not lost: the claim stays, and the next renewal finds its own record.
+		f := newFixture(t, testLease)
+		c := f.run(intent("a", "d1"))
+		f.rec.LoseAck(kvtest.OpUpdate, "act.a")
+		if err := c.Renew(f.ctx); !errors.Is(err, kvtest.ErrLostAck) {
+			t.Fatalf("Renew with a lost reply: %v", err)
+		}
+		f.rec.StaleGet("act.a", kvstore.Entry{})
+		err := c.Renew(f.ctx)
+		if err == nil || errors.Is(err, kvstore.ErrLostClaim) || errors.Is(err, kvstore.ErrNotFound) || c.Lost() {
+			t.Fatalf("Renew over a stale read-back: %v (lost %v), want a retryable error", err, c.Lost())
+		}
+		if err := c.Renew(f.ctx); err != nil {
+			t.Fatalf("the next Renew: %v", err)
+		}
+		if err := c.Dispatch(f.ctx); err != nil {
+			t.Fatalf("Dispatch after the renewals: %v", err)
+		}
+	})
 	t.Run("old released record", func(t *testing.T) {
 		f := newFixture(t, testLease)
 		c1 := f.run(intent("a", "d1"))
