@@ -86,7 +86,7 @@ func TestClusterLeaderRestarts(t *testing.T) {
 	}
 	t.Logf("cluster and 2 bridge replicas up after %s", time.Since(start).Round(time.Millisecond))
 
-	ld := &clLoad{h: h, rate: 25, start: time.Now(), settled: map[string]bool{}}
+	ld := &clLoad{h: h, rate: 40, start: time.Now(), settled: map[string]bool{}}
 	sub, err := nc.Subscribe("hermes.results.>", func(m *nats.Msg) {
 		if res, err := events.DecodeResult(m.Header, m.Data); err == nil && events.Terminal(res.Status) {
 			ld.settledMu.Lock()
