@@ -111,6 +111,7 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 	v := &violations{w: w, round: l.round}
 	results := map[string][]storedResult{}
 	evs := map[string][]*events.EventData{}
+	evAt := map[string][]time.Time{}
 	err := readStream(ctx, w.js, "HERMES_OUTPUT", func(m jetstream.Msg, md *jetstream.MsgMetadata) {
 		switch {
 		case strings.HasPrefix(m.Subject(), "hermes.results."+prefix):
@@ -129,6 +130,7 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 				return
 			}
 			evs[ev.ActionID] = append(evs[ev.ActionID], ev)
+			evAt[ev.ActionID] = append(evAt[ev.ActionID], md.Timestamp)
 		}
 	})
 	if err != nil {
@@ -273,7 +275,9 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 			for k, e := range ev {
 				seqs[k] = e.Sequence
 			}
-			v.add("out_of_order", a.id, "%s (%s): event sequences in stream order %v", a.id, kindNames[a.kind], seqs)
+			at := evAt[a.id]
+			v.add("out_of_order", a.id, "%s (%s): event sequences in stream order %v, stored %s to %s",
+				a.id, kindNames[a.kind], seqs, at[0].Format("15:04:05.000"), at[len(at)-1].Format("15:04:05.000"))
 		}
 		if ok && res.ReplayOf == nil {
 			var out struct {

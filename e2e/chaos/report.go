@@ -60,7 +60,7 @@ func printTable(w io.Writer, o options, rounds []*roundResult) {
 			if len(f.leads) > 0 {
 				leads = " leading " + strings.Join(f.leads, "+")
 			}
-			fmt.Fprintf(w, "  - %s %s%s%s\n", f.kind, f.target, leads, f.note)
+			fmt.Fprintf(w, "  - %s–%s %s %s%s%s\n", f.at.Format("15:04:05.0"), f.end.Format("15:04:05.0"), f.kind, f.target, leads, f.note)
 		}
 		if len(r.causes) > 0 {
 			fmt.Fprintf(w, "  - outcome_unknown by cause:\n")
