@@ -765,6 +765,12 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 
 // ---- NATS options ----
 
+// Liveness checks of the NATS connection (see natsOptions).
+const (
+	natsPingInterval = 10 * time.Second
+	natsMaxPingsOut  = 2
+)
+
 // natsOptions builds the client options for c: name, reconnects forever with a wait,
 // credentials and TLS, and handlers that log connection changes. Secret files are read
 // here; errors name the file, never its content.
@@ -774,6 +780,13 @@ func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, er
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 		nats.Timeout(5 * time.Second),
+		// A server that stops answering (paused, partitioned) is given up after about
+		// natsPingInterval x (natsMaxPingsOut + 1), 30 s, well within the lease (60 s by
+		// default): the client reconnects to another server of the cluster, and the
+		// heartbeats of its actions go on before any replica may take them over. nats.go's
+		// default (2 minutes, 2 pings) outlasts the lease.
+		nats.PingInterval(natsPingInterval),
+		nats.MaxPingsOutstanding(natsMaxPingsOut),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() || nc.IsDraining() {
 				return // our own shutdown

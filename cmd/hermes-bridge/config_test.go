@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
@@ -473,5 +474,27 @@ func TestDefaultEndpoint(t *testing.T) {
 	b, _ := json.Marshal(p.cfg.Dump(p.specs))
 	if !strings.Contains(string(b), `"key":"none"`) {
 		t.Fatalf("dump %s", b)
+	}
+}
+
+// TestNATSOptionsDetectDeadServerWithinLease: a server that stops answering is given up
+// (and another one of the cluster tried) well before the default lease lets another
+// replica take the bridge's actions over.
+func TestNATSOptionsDetectDeadServerWithinLease(t *testing.T) {
+	opts, err := (&Config{NATSURL: "nats://h:4222"}).natsOptions("t", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := nats.GetDefaultOptions()
+	for _, f := range opts {
+		if err := f(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	detect := o.PingInterval * time.Duration(o.MaxPingsOut+1)
+	lease := bridge.Config{}.WithDefaults().Lease
+	if o.PingInterval != natsPingInterval || o.MaxPingsOut != natsMaxPingsOut || detect > lease/2 {
+		t.Errorf("ping every %s, %d outstanding: a dead server is noticed after %s; the lease is %s",
+			o.PingInterval, o.MaxPingsOut, detect, lease)
 	}
 }
