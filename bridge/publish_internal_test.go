@@ -108,7 +108,7 @@ func connectPublisher(t *testing.T, url string) (*nats.Conn, jetstream.JetStream
 // with replicas and the batch flag, retrying while a new cluster elects its leaders.
 func createOutputStream(t *testing.T, ctx context.Context, js jetstream.JetStream, replicas int, batched bool) jetstream.Stream {
 	t.Helper()
-	cfg := jetstream.StreamConfig{Name: testOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>"},
+	cfg := jetstream.StreamConfig{Name: testOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>", "hermes.batch.>"},
 		Replicas: replicas, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, AllowBatchPublish: batched}
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -143,17 +143,14 @@ func testEvent(i int) hermes.Event {
 }
 
 // storedSequences returns the "sequence" field of every event stored on subject, in
-// stream order.
+// stream order. It reads again from the start after an error (the stream may still be
+// electing a leader after a leader change).
 func storedSequences(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string) []int64 {
 	t.Helper()
-	var c jetstream.Consumer
-	var info *jetstream.ConsumerInfo
-	var err error
-	for { // after a leader change, the stream may still be electing its next leader
-		if c, err = js.OrderedConsumer(ctx, testOutputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}); err == nil {
-			if info, err = c.Info(ctx); err == nil {
-				break
-			}
+	for {
+		seqs, err := readSequences(ctx, js, subject)
+		if err == nil {
+			return seqs
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
@@ -161,30 +158,41 @@ func storedSequences(t *testing.T, ctx context.Context, js jetstream.JetStream, 
 			t.Fatalf("read the stored events: %v", err)
 		}
 	}
+}
+
+func readSequences(ctx context.Context, js jetstream.JetStream, subject string) ([]int64, error) {
+	c, err := js.OrderedConsumer(ctx, testOutputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return nil, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
 	want := int(info.NumPending)
 	var seqs []int64
 	for len(seqs) < want {
 		batch, err := c.Fetch(min(want-len(seqs), 1000), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
 			d, err := events.DecodeEvent(m.Headers(), m.Data())
 			if err != nil {
-				t.Fatalf("stored message %d: %v", len(seqs), err)
+				return nil, fmt.Errorf("stored message %d: %w", len(seqs), err)
 			}
 			seqs = append(seqs, d.Sequence)
 		}
 		if batch.Error() != nil {
-			t.Fatal(batch.Error())
+			return nil, batch.Error()
 		}
 		if n == 0 {
-			t.Fatalf("read %d of %d stored events", len(seqs), want)
+			return nil, fmt.Errorf("read %d of %d stored events", len(seqs), want)
 		}
 	}
-	return seqs
+	return seqs, nil
 }
 
 // checkContiguous fails unless seqs is exactly 0, 1, ..., n-1.
