@@ -96,14 +96,21 @@ const (
 	errCodeBatchTooMany  jetstream.ErrorCode = 10211 // too many batches in flight on the stream or server
 )
 
-// statusNoResponders is the status of the reply to a message nothing listened to.
-const statusNoResponders = "503"
-
 // batchSubject is the subject of the control messages (commit, ping) of an action's
 // batches; batchSubjects(prefix) is the output stream's subject that captures them.
 func batchSubject(prefix, actionID string) string { return prefix + ".batch." + actionID }
 
 func batchSubjects(prefix string) string { return prefix + ".batch.>" }
+
+// batchPublishDenied reports whether the connection's last error is the server
+// refusing a publish on a batch control subject under prefix: the user lacks the
+// permission (a deployment that kept its earlier permissions), so every commit and
+// ping would go unanswered.
+func batchPublishDenied(nc *nats.Conn, prefix string) bool {
+	err := nc.LastError()
+	return err != nil && errors.Is(err, nats.ErrPermissionViolation) &&
+		strings.Contains(err.Error(), `Publish to "`+prefix+".batch.")
+}
 
 // subjectMatches reports whether the literal subject matches pattern (tokens, '*' for
 // one token, '>' for one or more at the end).
@@ -165,6 +172,7 @@ type batchPublisher struct {
 	js      jetstream.JetStream // for an event published alone
 	log     zerolog.Logger
 	subject string // of the events
+	prefix0 string // the bridge's subject prefix
 	control string // of the commits and pings (batchSubject)
 	inbox   string
 	sub     *nats.Subscription
@@ -194,10 +202,12 @@ type batchPublisher struct {
 	refused error // set when fast batch publishing cannot be used (wraps errBatchRefused)
 }
 
-// newBatchPublisher returns a publisher of events on subject, with its commits and
-// pings on control. It subscribes to its reply inbox on the first event.
-func newBatchPublisher(nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger, subject, control string) *batchPublisher {
-	return &batchPublisher{nc: nc, js: js, log: log, subject: subject, control: control, failed: -1}
+// newBatchPublisher returns a publisher of the events of actionID on subject, with its
+// commits and pings on batchSubject(prefix, actionID). It subscribes to its reply inbox
+// on the first event.
+func newBatchPublisher(nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger, subject, prefix, actionID string) *batchPublisher {
+	return &batchPublisher{nc: nc, js: js, log: log, subject: subject, prefix0: prefix,
+		control: batchSubject(prefix, actionID), failed: -1}
 }
 
 // add publishes m as the next event. It returns once m is sent in a batch, waiting
@@ -366,15 +376,30 @@ func (b *batchPublisher) probe() error {
 
 // poll handles the replies already received.
 func (b *batchPublisher) poll() {
-	for {
+	for b.refused == nil {
 		if n, _, err := b.sub.Pending(); err != nil || n == 0 {
 			return
 		}
 		m, err := b.sub.NextMsg(0)
-		if err != nil {
+		switch {
+		case err == nil:
+			b.handle(m)
+		case errors.Is(err, nats.ErrNoResponders):
+			b.noResponders()
+		default:
 			return
 		}
-		b.handle(m)
+	}
+}
+
+// noResponders handles a reply with status 503 (nats.go gives ErrNoResponders instead
+// of the message): nothing listened on the subject, there was no stream leader, so the
+// message went nowhere. The batch ends (which batch the reply was about is unknown, and
+// ending one that was fine costs only a new batch); its commit is asked for again
+// until a leader answers.
+func (b *batchPublisher) noResponders() {
+	if b.id != "" {
+		b.end("no stream leader")
 	}
 }
 
@@ -388,12 +413,19 @@ func (b *batchPublisher) wait(ctx context.Context) error {
 	case err == nil:
 		b.handle(m)
 		return nil
+	case errors.Is(err, nats.ErrNoResponders):
+		b.noResponders()
+		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case !errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("event batch replies: %w", err)
 	}
 	if b.id == "" {
+		return nil
+	}
+	if batchPublishDenied(b.nc, b.prefix0) {
+		b.refused = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(b.prefix0) + " (permissions)"}
 		return nil
 	}
 	if quiet := time.Since(b.heard); quiet >= batchStall {
@@ -420,7 +452,7 @@ func (b *batchPublisher) confirm(n uint64) {
 // closeBatch forgets the current batch after it ended or was lost with acked messages
 // confirmed: the next batch starts at the first unconfirmed event.
 func (b *batchPublisher) closeBatch() {
-	if b.first+int64(b.sent) > b.stored && b.why != "idle" {
+	if b.first+int64(b.sent) > b.stored {
 		b.log.Info().Str("batch", b.id).Str("reason", b.why).Int64("from_sequence", b.stored).
 			Int64("resent", b.first+int64(b.sent)-b.stored).Msg("event batch ended early; continuing in a new batch from the first unconfirmed event")
 	}
@@ -429,18 +461,12 @@ func (b *batchPublisher) closeBatch() {
 
 // handle processes one reply.
 func (b *batchPublisher) handle(m *nats.Msg) {
-	id, seq, ok := b.parseReply(m.Subject)
-	if !ok || id != b.id || b.id == "" {
+	id, seq, op, ok := b.parseReply(m.Subject)
+	if !ok || id != b.id || b.id == "" || b.refused != nil {
 		return // a late reply about an earlier batch
 	}
 	if len(m.Data) == 0 {
-		// A status message: 503 when nothing listens on the subject (no stream leader),
-		// so the message went nowhere. End the batch; the probe repeats until a leader
-		// answers.
-		if m.Header.Get("Status") == statusNoResponders {
-			b.end("no stream leader")
-		}
-		return
+		return // a status without a body (nats.go turns a 503 into ErrNoResponders)
 	}
 	var r batchReply
 	if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -464,12 +490,12 @@ func (b *batchPublisher) handle(m *nats.Msg) {
 		b.refuse(r.Seq, r.Error)
 		b.end("an event was refused")
 	case "":
-		b.handlePubAck(seq, &r)
+		b.handlePubAck(seq, op, &r)
 	}
 }
 
-// handlePubAck processes a PubAck about message seq of the batch.
-func (b *batchPublisher) handlePubAck(seq uint64, r *batchReply) {
+// handlePubAck processes a PubAck about message seq (operation op) of the batch.
+func (b *batchPublisher) handlePubAck(seq uint64, op int, r *batchReply) {
 	if r.Error == nil {
 		if r.Batch == "" {
 			// An ordinary PubAck: the server stored the message as a plain publish, so
@@ -487,12 +513,17 @@ func (b *batchPublisher) handlePubAck(seq uint64, r *batchReply) {
 	case errCodeBatchUnknown:
 		// The batch is gone (abandoned by the server, or lost with a stream leader):
 		// what its acks confirmed is stored; the rest is sent again in a new batch.
-		if b.why == "" {
-			b.why = "the stream does not know the batch"
+		why := "the stream does not know the batch"
+		if b.why != "" {
+			why += " (ending it: " + b.why + ")"
 		}
+		b.why = why
 		b.closeBatch()
 	default:
-		// The message was refused before it reached the batch (full ingest queue,
+		if op == batchOpEOB || op == batchOpPing {
+			return // a commit or ping refused (a full ingest queue, ...): the probe repeats
+		}
+		// The event was refused before it reached the batch (full ingest queue,
 		// resource limits, ...).
 		b.refuse(seq, r.Error)
 		if seq <= 1 {
@@ -535,19 +566,21 @@ func (b *batchPublisher) publishFailed(ctx context.Context) error {
 	return nil
 }
 
-// parseReply returns the batch id and batch sequence of a reply subject
+// parseReply returns the batch id, batch sequence and operation of a reply subject
 // <inbox>.<id>.<flow>.<gap>.<seq>.<op>.$FI.
-func (b *batchPublisher) parseReply(subject string) (id string, seq uint64, ok bool) {
+func (b *batchPublisher) parseReply(subject string) (id string, seq uint64, op int, ok bool) {
 	rest, ok := strings.CutPrefix(subject, b.inbox+".")
 	if !ok {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	id, rest, _ = strings.Cut(rest, ".")
 	_, rest, _ = strings.Cut(rest, ".") // flow
 	_, rest, _ = strings.Cut(rest, ".") // gap mode
-	s, _, _ := strings.Cut(rest, ".")
+	s, rest, _ := strings.Cut(rest, ".")
+	o, _, _ := strings.Cut(rest, ".")
 	seq, err := strconv.ParseUint(s, 10, 64)
-	return id, seq, err == nil
+	op, err2 := strconv.Atoi(o)
+	return id, seq, op, err == nil && err2 == nil
 }
 
 // msgQueue is a FIFO of messages.

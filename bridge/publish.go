@@ -58,11 +58,14 @@ func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
 	if prefix == "" {
 		prefix = events.DefaultPrefix
 	}
-	control := batchSubject(prefix, j.actionID)
-	if err := batchAllowed(j.b.output, control); err != nil {
+	err := batchAllowed(j.b.output, batchSubject(prefix, j.actionID))
+	if err == nil && batchPublishDenied(j.b.nc, prefix) {
+		err = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(prefix) + " (permissions)"}
+	}
+	if err != nil {
 		logFallback(j.b, j.actionID, err)
 	} else {
-		p.batch = newBatchPublisher(j.b.nc, js, j.b.log.With().Str("action_id", j.actionID).Logger(), p.subject, control)
+		p.batch = newBatchPublisher(j.b.nc, js, j.b.log.With().Str("action_id", j.actionID).Logger(), p.subject, prefix, j.actionID)
 	}
 	return p
 }
