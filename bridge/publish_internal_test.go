@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -293,4 +294,206 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 		t.Fatalf("%d leader step-downs, want %d", len(changes), len(stepAt))
 	}
 	checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID)), n)
+}
+
+// cutProxy forwards TCP connections to a server until cut closes them all.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+// startCutProxy listens on a loopback port and forwards each connection to target.
+// t.Cleanup stops it and waits for its goroutines.
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *cutProxy) accept() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			_ = dst.Close()
+			_ = src.Close()
+		}
+		p.wg.Go(func() { pipe(out, in) })
+		p.wg.Go(func() { pipe(in, out) })
+	}
+}
+
+// cut closes every connection through the proxy; what was in flight is lost.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// TestEventOrderAcrossDisconnects: a stream's events are stored in sequence order,
+// without gaps or duplicates, although the publisher's connection is cut three times
+// while they are published (what was in flight is lost; the client reconnects).
+func TestEventOrderAcrossDisconnects(t *testing.T) {
+	s := natsembed.RunTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, direct := natsembed.Connect(t, s)
+	st := createOutputStream(t, ctx, direct, 1, true)
+	proxy := startCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	nc, js := connectPublisher(t, proxy.url())
+
+	const n, perTick = 8000, 4
+	cutAt := map[int]bool{n / 4: true, n / 2: true, 3 * n / 4: true}
+	var count, cuts int
+	b := testBridge(t, ctx, nc, js, st, func(p Point, _ string) {
+		if p == PointEvent {
+			count++
+			if cutAt[count] {
+				proxy.cut()
+				cuts++
+			}
+		}
+	})
+	j := &job{b: b, actionID: events.NewActionID()}
+	p := newEventPublisher(js, j)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		if i%perTick == 0 {
+			<-tick.C
+		}
+		if err := p.publish(testEvent(i)); err != nil {
+			t.Fatalf("publish event %d: %v", i, err)
+		}
+	}
+	if err := p.flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if cuts != len(cutAt) {
+		t.Fatalf("%d cuts, want %d", cuts, len(cutAt))
+	}
+	checkContiguous(t, storedSequences(t, ctx, direct, b.subjects.Events(j.actionID)), n)
+}
+
+// TestEventPublisherFallbacks: without fast batches (a stream that does not allow them,
+// or a server refusing another batch in flight) events still go out, in order.
+func TestEventPublisherFallbacks(t *testing.T) {
+	publishN := func(t *testing.T, p *eventPublisher, from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if err := p.publish(testEvent(i)); err != nil {
+				t.Fatalf("publish event %d: %v", i, err)
+			}
+		}
+	}
+	t.Run("stream without batches", func(t *testing.T) {
+		s := natsembed.RunTest(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		nc, js := connectPublisher(t, s.ClientURL())
+		st := createOutputStream(t, ctx, js, 1, false)
+		b := testBridge(t, ctx, nc, js, st, nil)
+		j := &job{b: b, actionID: events.NewActionID()}
+		p := newEventPublisher(js, j)
+		if p.batch != nil {
+			t.Fatal("the publisher uses fast batches on a stream that does not allow them")
+		}
+		publishN(t, p, 0, 500)
+		if err := p.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID)), 500)
+	})
+	t.Run("no permission for the batch subject", func(t *testing.T) {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "n.conf")
+		users := "authorization { users: [ { user: b, password: p, permissions: { publish: { deny: [\"hermes.batch.>\"] } } } ] }\n"
+		if err := os.WriteFile(conf, []byte(users), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := natsembed.RunTest(t, func(o *natsembed.Options) { o.ConfigFile = conf })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		url := strings.Replace(s.ClientURL(), "nats://", "nats://b:p@", 1)
+		nc, js := connectPublisher(t, url)
+		st := createOutputStream(t, ctx, js, 1, true)
+		b := testBridge(t, ctx, nc, js, st, nil)
+		for i, want := range []string{"after the first denied commit", "from the start"} {
+			j := &job{b: b, actionID: events.NewActionID()}
+			p := newEventPublisher(js, j)
+			if (p.batch == nil) != (i == 1) {
+				t.Fatalf("action %d: fast batch publisher %v; want it only for the first action", i, p.batch != nil)
+			}
+			publishN(t, p, 0, 100)
+			if err := p.flush(ctx); err != nil {
+				t.Fatalf("action %d: %v", i, err)
+			}
+			if p.batch != nil {
+				t.Errorf("action %d: still publishing in fast batches, want a fallback %s", i, want)
+			}
+			checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID)), 100)
+		}
+	})
+	t.Run("too many batches", func(t *testing.T) {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "n.conf")
+		if err := os.WriteFile(conf, []byte("jetstream { limits { batch { max_inflight_per_stream: 1 } } }\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := natsembed.RunTest(t, func(o *natsembed.Options) { o.ConfigFile = conf })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		nc, js := connectPublisher(t, s.ClientURL())
+		st := createOutputStream(t, ctx, js, 1, true)
+		b := testBridge(t, ctx, nc, js, st, nil)
+		first := &job{b: b, actionID: events.NewActionID()}
+		second := &job{b: b, actionID: events.NewActionID()}
+		p1, p2 := newEventPublisher(js, first), newEventPublisher(js, second)
+		publishN(t, p1, 0, 5) // its batch is the one in flight
+		publishN(t, p2, 0, 500)
+		if err := p2.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p2.batch != nil {
+			t.Error("the second publisher still uses a fast batch the server refused")
+		}
+		if p1.batch == nil {
+			t.Fatal("the first publisher does not use a fast batch")
+		}
+		publishN(t, p1, 5, 500)
+		if err := p1.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(first.actionID)), 500)
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(second.actionID)), 500)
+	})
 }
