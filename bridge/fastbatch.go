@@ -130,6 +130,15 @@ func subjectMatches(pattern, subject string) bool {
 	}
 }
 
+// statusNoResponders is the status of the reply to a message nothing listened to.
+const statusNoResponders = "503"
+
+// batchReplyBuffer is the capacity of a publisher's reply channel: more than the replies
+// one window can bring (an ack per flow, and after a batch ended early an error for
+// each message still in flight, at most 2*batchFlow). A reply that finds it full is
+// dropped (nats.go's slow consumer), which the probes recover from.
+const batchReplyBuffer = batchAcksAhead*batchFlow + 128
+
 // errBatchRefused is wrapped by the errors of a batchPublisher that mean fast batch
 // publishing cannot be used for this action; the caller publishes its events another
 // way (see batchRefusedError for the reason).
@@ -172,10 +181,12 @@ type batchPublisher struct {
 	js      jetstream.JetStream // for an event published alone
 	log     zerolog.Logger
 	subject string // of the events
-	prefix0 string // the bridge's subject prefix
+	prefix  string // the bridge's subject prefix
 	control string // of the commits and pings (batchSubject)
 	inbox   string
 	sub     *nats.Subscription
+	replies chan *nats.Msg // the subscription's messages
+	timer   *time.Timer    // wait's, reused
 
 	// queue holds the events not yet confirmed stored: event number stored+i is
 	// queue.at(i); next is the number of the next event to come.
@@ -187,17 +198,17 @@ type batchPublisher struct {
 	failed int64
 
 	// The current batch; id "" when none is open.
-	id      string
-	prefix  string    // reply subject up to the batch sequence
-	first   int64     // event number of batch sequence 1
-	sent    uint64    // messages of the batch sent
-	acked   uint64    // messages of the batch the server confirmed stored
-	flow    uint16    // the server's flow for the batch, 0 before its first ack
-	ending  bool      // the batch ends: waiting for its PubAck
-	eob     bool      // the end-of-batch commit was sent
-	why     string    // why the batch ends, for the log
-	heard   time.Time // the last reply about the batch (or its start)
-	lastPub time.Time // the last message of the batch sent
+	id          string
+	replyPrefix string    // reply subject up to the batch sequence
+	first       int64     // event number of batch sequence 1
+	sent        uint64    // messages of the batch sent
+	acked       uint64    // messages of the batch the server confirmed stored
+	flow        uint16    // the server's flow for the batch, 0 before its first ack
+	ending      bool      // the batch ends: waiting for its PubAck
+	eob         bool      // the end-of-batch commit was sent
+	why         string    // why the batch ends, for the log
+	heard       time.Time // the last reply about the batch (or its start)
+	lastPub     time.Time // the last message of the batch sent
 
 	refused error // set when fast batch publishing cannot be used (wraps errBatchRefused)
 }
@@ -206,7 +217,7 @@ type batchPublisher struct {
 // commits and pings on batchSubject(prefix, actionID). It subscribes to its reply inbox
 // on the first event.
 func newBatchPublisher(nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger, subject, prefix, actionID string) *batchPublisher {
-	return &batchPublisher{nc: nc, js: js, log: log, subject: subject, prefix0: prefix,
+	return &batchPublisher{nc: nc, js: js, log: log, subject: subject, prefix: prefix,
 		control: batchSubject(prefix, actionID), failed: -1}
 }
 
@@ -220,8 +231,11 @@ func (b *batchPublisher) add(ctx context.Context, m *nats.Msg) error {
 		return b.refused
 	}
 	if b.sub == nil {
+		// A channel subscription of our own size: a synchronous one would allocate
+		// nats.go's 64k-message channel (512 KiB) for each action.
 		b.inbox = b.nc.NewInbox()
-		sub, err := b.nc.SubscribeSync(b.inbox + ".>")
+		b.replies = make(chan *nats.Msg, batchReplyBuffer)
+		sub, err := b.nc.ChanSubscribe(b.inbox+".>", b.replies)
 		if err != nil {
 			b.refused = &batchRefusedError{reason: "subscribe to the batch replies: " + err.Error()}
 		}
@@ -254,6 +268,9 @@ func (b *batchPublisher) flush(ctx context.Context) error {
 func (b *batchPublisher) close() {
 	if b.sub != nil {
 		_ = b.sub.Unsubscribe()
+	}
+	if b.timer != nil {
+		b.timer.Stop()
 	}
 }
 
@@ -316,7 +333,7 @@ func (b *batchPublisher) drive(ctx context.Context, commit bool) error {
 // open starts a new batch at the first unconfirmed event.
 func (b *batchPublisher) open() {
 	b.id = nuid.Next()
-	b.prefix = b.inbox + "." + b.id + "." + strconv.Itoa(batchFlow) + ".fail."
+	b.replyPrefix = b.inbox + "." + b.id + "." + strconv.Itoa(batchFlow) + ".fail."
 	b.first, b.sent, b.acked, b.flow = b.stored, 0, 0, 0
 	b.ending, b.eob, b.why = false, false, ""
 	b.heard = time.Now()
@@ -324,7 +341,7 @@ func (b *batchPublisher) open() {
 
 // reply is the reply subject of the batch's message seq with op.
 func (b *batchPublisher) reply(seq uint64, op int) string {
-	return b.prefix + strconv.FormatUint(seq, 10) + "." + strconv.Itoa(op) + ".$FI"
+	return b.replyPrefix + strconv.FormatUint(seq, 10) + "." + strconv.Itoa(op) + ".$FI"
 }
 
 // send publishes m as the batch's next message. A publish the connection refuses
@@ -377,55 +394,38 @@ func (b *batchPublisher) probe() error {
 // poll handles the replies already received.
 func (b *batchPublisher) poll() {
 	for b.refused == nil {
-		if n, _, err := b.sub.Pending(); err != nil || n == 0 {
-			return
-		}
-		m, err := b.sub.NextMsg(0)
-		switch {
-		case err == nil:
+		select {
+		case m := <-b.replies:
 			b.handle(m)
-		case errors.Is(err, nats.ErrNoResponders):
-			b.noResponders()
 		default:
 			return
 		}
 	}
 }
 
-// noResponders handles a reply with status 503 (nats.go gives ErrNoResponders instead
-// of the message): nothing listened on the subject, there was no stream leader, so the
-// message went nowhere. The batch ends (which batch the reply was about is unknown, and
-// ending one that was fine costs only a new batch); its commit is asked for again
-// until a leader answers.
-func (b *batchPublisher) noResponders() {
-	if b.id != "" {
-		b.end("no stream leader")
-	}
-}
-
 // wait handles the next reply, waiting up to batchPing for it; after a quiet batchPing
 // it probes the batch, and after a quiet batchStall it fails.
 func (b *batchPublisher) wait(ctx context.Context) error {
-	wctx, cancel := context.WithTimeout(ctx, batchPing)
-	m, err := b.sub.NextMsgWithContext(wctx)
-	cancel()
-	switch {
-	case err == nil:
+	if b.timer == nil {
+		b.timer = time.NewTimer(batchPing)
+	} else {
+		b.timer.Reset(batchPing)
+	}
+	select {
+	case m := <-b.replies:
+		b.timer.Stop()
 		b.handle(m)
 		return nil
-	case errors.Is(err, nats.ErrNoResponders):
-		b.noResponders()
-		return nil
-	case ctx.Err() != nil:
+	case <-ctx.Done():
+		b.timer.Stop()
 		return ctx.Err()
-	case !errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("event batch replies: %w", err)
+	case <-b.timer.C:
 	}
 	if b.id == "" {
 		return nil
 	}
-	if batchPublishDenied(b.nc, b.prefix0) {
-		b.refused = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(b.prefix0) + " (permissions)"}
+	if batchPublishDenied(b.nc, b.prefix) {
+		b.refused = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(b.prefix) + " (permissions)"}
 		return nil
 	}
 	if quiet := time.Since(b.heard); quiet >= batchStall {
@@ -466,7 +466,13 @@ func (b *batchPublisher) handle(m *nats.Msg) {
 		return // a late reply about an earlier batch
 	}
 	if len(m.Data) == 0 {
-		return // a status without a body (nats.go turns a 503 into ErrNoResponders)
+		// A status: 503 when nothing listened on the subject (no stream leader), so the
+		// message went nowhere. The batch ends; its commit is asked for again until a
+		// leader answers.
+		if m.Header.Get("Status") == statusNoResponders {
+			b.end("no stream leader")
+		}
+		return
 	}
 	var r batchReply
 	if err := json.Unmarshal(m.Data, &r); err != nil {
