@@ -211,6 +211,7 @@ type batchPublisher struct {
 	lastPub     time.Time // the last message of the batch sent
 
 	refused error // set when fast batch publishing cannot be used (wraps errBatchRefused)
+	stalled error // set when the stream stopped answering (wraps errBatchStalled)
 }
 
 // newBatchPublisher returns a publisher of the events of actionID on subject, with its
@@ -223,12 +224,16 @@ func newBatchPublisher(nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger
 
 // add publishes m as the next event. It returns once m is sent in a batch, waiting
 // while the batch's window is full or the batch is being ended (idle, or after a
-// failure). Waits are bounded by ctx and batchStall. An error wrapping errBatchRefused
-// means fast batch publishing is not possible: the caller publishes the events of
-// unconfirmed (m among them) another way.
+// failure). Waits are bounded by ctx and by batchStall without a reply (then the error
+// wraps errBatchStalled, and every later call returns it). An error wrapping
+// errBatchRefused means fast batch publishing is not possible: the caller publishes the
+// events of unconfirmed (m among them) another way.
 func (b *batchPublisher) add(ctx context.Context, m *nats.Msg) error {
 	if b.refused != nil {
 		return b.refused
+	}
+	if b.stalled != nil {
+		return b.stalled
 	}
 	if b.sub == nil {
 		// A channel subscription of our own size: a synchronous one would allocate
@@ -257,6 +262,9 @@ func (b *batchPublisher) add(ctx context.Context, m *nats.Msg) error {
 func (b *batchPublisher) flush(ctx context.Context) error {
 	if b.refused != nil {
 		return b.refused
+	}
+	if b.stalled != nil {
+		return b.stalled
 	}
 	if b.sub == nil {
 		return nil // nothing was added
@@ -431,7 +439,9 @@ func (b *batchPublisher) wait(ctx context.Context) error {
 	if quiet := time.Since(b.heard); quiet >= batchStall {
 		b.log.Warn().Str("batch", b.id).Int64("from_sequence", b.first).Uint64("sent", b.sent).
 			Uint64("acked", b.acked).Dur("quiet", quiet).Msg("no reply from the stream about the event batch; giving up")
-		return fmt.Errorf("%w for %s (events from %d)", errBatchStalled, quiet.Round(time.Second), b.stored)
+		// Sticky: flush after a failed publish does not wait another batchStall.
+		b.stalled = fmt.Errorf("%w for %s (events from %d unconfirmed)", errBatchStalled, quiet.Round(time.Second), b.stored)
+		return b.stalled
 	}
 	if err := b.probe(); err == nil && b.ending {
 		b.eob = true

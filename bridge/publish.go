@@ -49,11 +49,12 @@ type eventPublisher struct {
 	ordered bool // after a failure: one confirmed publish at a time
 }
 
+// newEventPublisher returns the publisher of j's events. It uses fast batches if the
+// output stream allows them and captures the batch subject, and the connection has not
+// been denied publishing there; otherwise it logs why (at most once a minute, see
+// logFallback) and publishes asynchronously.
 func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
-	// The ring starts small and grows up to eventWindow: most streams are short, and
-	// a thousand concurrent streams should not each hold a full window.
-	p := &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID),
-		pending: make([]jetstream.PubAckFuture, 16)}
+	p := &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID)}
 	prefix := j.b.subjects.Prefix
 	if prefix == "" {
 		prefix = events.DefaultPrefix
@@ -178,6 +179,11 @@ func (p *eventPublisher) publishAsync(ctx context.Context, m *nats.Msg) error {
 			return err
 		}
 		return publishRetry(ctx, p.js, m)
+	}
+	// The ring starts small and grows up to eventWindow: most streams are short, and
+	// a thousand concurrent streams should not each hold a full window.
+	if p.pending == nil {
+		p.pending = make([]jetstream.PubAckFuture, 16)
 	}
 	if p.n == len(p.pending) && len(p.pending) < eventWindow {
 		p.grow()
