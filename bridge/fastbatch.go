@@ -456,6 +456,9 @@ func (b *batchPublisher) confirm(n uint64) {
 	if to := b.first + int64(n); to > b.stored {
 		b.queue.drop(int(to - b.stored))
 		b.stored = to
+		if b.failed >= 0 && b.failed < b.stored {
+			b.failed = -1 // stored after all
+		}
 	}
 }
 
