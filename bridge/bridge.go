@@ -296,8 +296,8 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		{Name: c.ActionsStream, Subjects: []string{b.subjects.Actions(), b.subjects.AllApprovals()}, Storage: c.Storage, Replicas: c.Replicas,
 			MaxAge: c.ActionsMaxAge, Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
 			Description: "hermes-bridge actions and approval decisions in"},
-		{Name: c.OutputStream, Subjects: []string{c.Prefix + ".events.>", c.Prefix + ".results.>"}, Storage: c.Storage,
-			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, Duplicates: 2 * time.Minute,
+		{Name: c.OutputStream, Subjects: []string{c.Prefix + ".events.>", c.Prefix + ".results.>", batchSubjects(c.Prefix)}, Storage: c.Storage,
+			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher
 			Description: "hermes-bridge events and results out"},
 		{Name: c.DLQStream, Subjects: []string{b.subjects.DLQ()}, Storage: c.Storage, Replicas: c.Replicas,
 			MaxAge: c.DLQMaxAge, Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},

@@ -2,11 +2,14 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
@@ -16,32 +19,112 @@ import (
 const eventWindow = 2048
 
 // eventPublisher republishes one action's SSE events in order. It is used by exactly
-// one goroutine: the one reading the Hermes stream. Publishes are asynchronous with at
-// most eventWindow outstanding acks; flush waits for the rest.
+// one goroutine: the one reading the Hermes stream.
 //
-// Order matters more than speed: as soon as a publish fails or the connection is not
-// up, the publisher settles every outstanding event in sequence order (republishing
-// the failed ones; Nats-Msg-Id makes an already stored one a no-op) and publishes the
-// rest of the stream synchronously, one confirmed event at a time. That keeps a NATS
-// outage from storing later events before earlier ones, except for the events that were
-// already in flight when the connection broke; subscribers order by "sequence", which
-// is always contiguous (events.Client.Follow does it for them).
+// When the output stream allows batch publishing (allow_batched, nats-server 2.14+),
+// the events go out as fast batches (see batchPublisher): pipelined, and stored in
+// sequence order without gaps even when the connection breaks or the stream's leader
+// changes, because the server stores a batch's message only after its predecessor.
+//
+// Otherwise, and for an action whose batch the server refuses (too many batches in
+// flight, batches disabled), publishes are asynchronous with at most eventWindow
+// outstanding acks; flush waits for the rest. There, as soon as a publish fails or the
+// connection is not up, the publisher settles every outstanding event in sequence
+// order (republishing the failed ones; Nats-Msg-Id makes an already stored one a
+// no-op) and publishes the rest of the stream synchronously, one confirmed event at a
+// time. That keeps a NATS outage from storing later events before earlier ones, except
+// for the events that were already in flight when the connection broke; subscribers
+// order by "sequence", which is always contiguous (events.Client.Follow does it for
+// them).
 type eventPublisher struct {
 	js      jetstream.JetStream
 	j       *job
 	subject string
 	seq     int64
+	batch   *batchPublisher // nil: asynchronous publishes
+
 	pending []jetstream.PubAckFuture // ring of outstanding futures, oldest at head
 	head    int
 	n       int
 	ordered bool // after a failure: one confirmed publish at a time
 }
 
+// newEventPublisher returns the publisher of j's events. It uses fast batches if the
+// output stream allows them and captures the batch subject, and the connection has not
+// been denied publishing there; otherwise it logs why (at most once a minute, see
+// logFallback) and publishes asynchronously.
 func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
-	// The ring starts small and grows up to eventWindow: most streams are short, and
-	// a thousand concurrent streams should not each hold a full window.
-	return &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID),
-		pending: make([]jetstream.PubAckFuture, 16)}
+	p := &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID)}
+	prefix := j.b.subjects.Prefix
+	if prefix == "" {
+		prefix = events.DefaultPrefix
+	}
+	err := batchAllowed(j.b.output, batchSubject(prefix, j.actionID))
+	if err == nil && batchPublishDenied(j.b.nc, prefix) {
+		err = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(prefix) + " (permissions)"}
+	}
+	if err != nil {
+		logFallback(j.b, j.actionID, err)
+	} else {
+		p.batch = newBatchPublisher(j.b.nc, js, j.b.log.With().Str("action_id", j.actionID).Logger(), p.subject, prefix, j.actionID)
+	}
+	return p
+}
+
+// batchAllowed returns nil if the output stream, as the server described it, allows
+// batch publishing (a server before 2.14 leaves the flag out) and captures the batch
+// control subject control; otherwise why not.
+func batchAllowed(s jetstream.Stream, control string) error {
+	var info *jetstream.StreamInfo
+	if s != nil {
+		info = s.CachedInfo()
+	}
+	if info == nil || !info.Config.AllowBatchPublish {
+		return &batchRefusedError{reason: "the output stream does not allow batch publishing (allow_batched)"}
+	}
+	for _, subj := range info.Config.Subjects {
+		if subjectMatches(subj, control) {
+			return nil
+		}
+	}
+	return &batchRefusedError{reason: "the output stream does not capture the batch subject " + control}
+}
+
+// fallbackLog limits the lines about actions published without fast batches: under
+// load every action may be refused (too many batches in flight).
+var (
+	fallbackLog        = rate.Sometimes{First: 1, Interval: time.Minute}
+	fallbackSuppressed atomic.Int64
+)
+
+// logFallback logs, at most once a minute, that an action's events are published
+// without fast batches, and why.
+func logFallback(b *Bridge, actionID string, err error) {
+	done := false
+	fallbackLog.Do(func() {
+		done = true
+		b.log.Warn().Err(err).Str("action_id", actionID).Int64("others_since_last_line", fallbackSuppressed.Swap(0)).
+			Msg("publishing the action's events without fast batches: pipelined, but a failure may store some out of order")
+	})
+	if !done {
+		fallbackSuppressed.Add(1)
+	}
+}
+
+// fallBack switches the publisher from batches to asynchronous publishes after the
+// server refused the batch (err), and publishes the events not confirmed stored.
+func (p *eventPublisher) fallBack(ctx context.Context, err error) error {
+	logFallback(p.j.b, p.j.actionID, err)
+	msgs := p.batch.unconfirmed()
+	p.batch.close()
+	p.batch = nil
+	for _, m := range msgs {
+		m.Reply = ""
+		if err := p.publishAsync(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // grow doubles the ring (up to eventWindow), keeping the outstanding futures in order.
@@ -54,7 +137,7 @@ func (p *eventPublisher) grow() {
 }
 
 // publish sends ev as event number p.seq. It blocks only when the window is full, or
-// after a failure (see eventPublisher).
+// after a failure (see eventPublisher and batchPublisher.add).
 func (p *eventPublisher) publish(ev hermes.Event) error {
 	ctx := p.j.b.workCtx
 	d := events.EventData{ActionID: p.j.actionID, Sequence: p.seq, Kind: ev.Kind,
@@ -75,14 +158,32 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 	p.seq++
 	m := &nats.Msg{Subject: p.subject, Header: h, Data: body}
 	defer p.j.b.hook(PointEvent, p.j.actionID)
+	if p.batch != nil {
+		err := p.batch.add(ctx, m)
+		if errors.Is(err, errBatchRefused) {
+			return p.fallBack(ctx, err)
+		}
+		return err
+	}
+	return p.publishAsync(ctx, m)
+}
+
+// publishAsync publishes m asynchronously (or, after a failure, synchronously once the
+// outstanding publishes are settled).
+func (p *eventPublisher) publishAsync(ctx context.Context, m *nats.Msg) error {
 	if !p.ordered && p.j.b.nc.Status() != nats.CONNECTED {
 		p.ordered = true
 	}
 	if p.ordered {
-		if err := p.flush(ctx); err != nil {
+		if err := p.settle(ctx); err != nil {
 			return err
 		}
 		return publishRetry(ctx, p.js, m)
+	}
+	// The ring starts small and grows up to eventWindow: most streams are short, and
+	// a thousand concurrent streams should not each hold a full window.
+	if p.pending == nil {
+		p.pending = make([]jetstream.PubAckFuture, 16)
 	}
 	if p.n == len(p.pending) && len(p.pending) < eventWindow {
 		p.grow()
@@ -92,7 +193,7 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 			return err
 		}
 		if p.ordered { // the oldest failed: no more pipelining
-			if err := p.flush(ctx); err != nil {
+			if err := p.settle(ctx); err != nil {
 				return err
 			}
 			return publishRetry(ctx, p.js, m)
@@ -102,7 +203,7 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 	if err != nil {
 		// Could not even queue it: settle what is outstanding, then publish in order.
 		p.ordered = true
-		if err := p.flush(ctx); err != nil {
+		if err := p.settle(ctx); err != nil {
 			return err
 		}
 		return publishRetry(ctx, p.js, m)
@@ -134,8 +235,25 @@ func (p *eventPublisher) awaitOldest(ctx context.Context) error {
 	}
 }
 
-// flush waits until every event published so far is stored, oldest first.
+// flush returns once every event published so far is stored, or an error. It is called
+// once, after the last event; the publisher is not usable afterwards.
 func (p *eventPublisher) flush(ctx context.Context) error {
+	if p.batch != nil {
+		err := p.batch.flush(ctx)
+		if errors.Is(err, errBatchRefused) {
+			err = p.fallBack(ctx, err)
+		} else {
+			p.batch.close()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return p.settle(ctx)
+}
+
+// settle waits until every asynchronous publish so far is stored, oldest first.
+func (p *eventPublisher) settle(ctx context.Context) error {
 	for p.n > 0 {
 		if err := p.awaitOldest(ctx); err != nil {
 			return err

@@ -1,0 +1,628 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+)
+
+// Fast batch publishing (nats-server 2.14+, stream option allow_batched) is how the
+// event publisher keeps an action's events in sequence order in the stream while still
+// pipelining them. Every message of a batch carries its place in the batch in its reply
+// subject,
+//
+//	<inbox>.<batch id>.<flow>.fail.<batch seq>.<op>.$FI
+//
+// and with gap mode "fail" the stream's leader accepts a message only if it is the next
+// of its batch: after a missing or refused message it ends the batch (a PubAck whose
+// count is the number of messages accepted, all of them in order) and refuses the
+// rest. Accepted means stored, or skipped as a duplicate Nats-Msg-Id of an event stored
+// before. The server sends, on the reply subject of the message that caused it:
+//
+//   - {"type":"ack","seq":S,"msgs":M}: the batch's first S messages are stored; the next
+//     ack comes after M more (the flow, at most the one asked for, fewer when batches
+//     share the stream); also sent by a new stream leader to say what it has;
+//   - {"type":"gap","last_seq":E,"seq":C}: message E was expected, C came; with "fail"
+//     the batch ends and its PubAck follows;
+//   - {"type":"err","seq":S,"error":{...}}: message S was refused; the batch ends at S-1
+//     and its PubAck follows;
+//   - a PubAck with "batch" and "count": the batch ended (committed) with its first
+//     count messages stored;
+//   - a PubAck with an error: the message was refused before it reached the batch
+//     (the stream does not allow batches, too many batches in flight, an unknown batch
+//     after the batch was abandoned or lost with a leader, a full ingest queue, ...).
+//
+// A batch that receives nothing for the server's batch timeout (10 s by default) is
+// abandoned. Op 3 (commit at end of batch) ends a batch without storing the message and
+// gets the PubAck; op 4 (ping) asks for the latest ack, or reports a gap and ends the
+// batch if the server has fewer messages than the ping names. Neither is stored, but
+// both are messages on a subject of the stream, which core subscribers of that subject
+// would receive: so they go on <prefix>.batch.<action_id> (batchSubject), a subject of
+// the output stream that carries no events or results.
+//
+// The publisher keeps every event not yet confirmed stored. When a batch ends or is
+// lost before all its events were confirmed, it starts a new batch from the first
+// unconfirmed event: Nats-Msg-Id makes the already stored ones no-ops, and gap mode
+// "fail" keeps a later event from landing before an earlier one. Since every batch
+// starts at an event whose predecessors are all confirmed, and accepts an event only
+// after its predecessor in the batch, an event is stored only after all events before
+// it, whatever the interleaving of an old batch's late messages with a new one's.
+const (
+	// batchFlow is the flow asked for: the server acks at most every batchFlow stored
+	// messages (a lone batch gets min(500, batchFlow), batches sharing a stream fewer).
+	batchFlow = 500
+	// batchAcksAhead is how many flows of messages may await their ack.
+	batchAcksAhead = 2
+	// batchMinWindow is how many messages may await their ack whatever the flow: before
+	// the first ack, and when many batches share the stream (the server then acks
+	// every message or so).
+	batchMinWindow = 32
+	// batchPing is how long a wait for the server goes without a reply before the
+	// publisher pings the batch (or asks again for its commit).
+	batchPing = time.Second
+	// batchStall is how long the publisher waits without any reply about the current
+	// batch before it gives up with an error (as publishRetry gives up after 30 s).
+	batchStall = 30 * time.Second
+	// batchIdle: an open batch that has sent nothing for this long is committed before
+	// the next event is published, and a new batch starts with that event; this
+	// confirms the events at its end and comes before the server's batch timeout
+	// (10 s by default) abandons it.
+	batchIdle = 5 * time.Second
+)
+
+// Batch operations, the <op> token of the reply subject.
+const (
+	batchOpStart  = 0
+	batchOpAppend = 1
+	batchOpEOB    = 3 // commit without storing this message
+	batchOpPing   = 4
+)
+
+// JetStream error codes of fast batch publishing (nats-server errors.json).
+const (
+	errCodeBatchDisabled jetstream.ErrorCode = 10205 // the stream does not allow batch publishing
+	errCodeBatchPattern  jetstream.ErrorCode = 10206 // the reply subject is not a valid batch pattern
+	errCodeBatchID       jetstream.ErrorCode = 10207 // the batch id is too long
+	errCodeBatchUnknown  jetstream.ErrorCode = 10208 // no such batch (abandoned, ended, or lost with a leader)
+	errCodeBatchTooMany  jetstream.ErrorCode = 10211 // too many batches in flight on the stream or server
+)
+
+// batchSubject is the subject of the control messages (commit, ping) of an action's
+// batches; batchSubjects(prefix) is the output stream's subject that captures them.
+func batchSubject(prefix, actionID string) string { return prefix + ".batch." + actionID }
+
+func batchSubjects(prefix string) string { return prefix + ".batch.>" }
+
+// batchPublishDenied reports whether the connection's last error is the server
+// refusing a publish on a batch control subject under prefix: the user lacks the
+// permission (a deployment that kept its earlier permissions), so every commit and
+// ping would go unanswered.
+func batchPublishDenied(nc *nats.Conn, prefix string) bool {
+	err := nc.LastError()
+	return err != nil && errors.Is(err, nats.ErrPermissionViolation) &&
+		strings.Contains(err.Error(), `Publish to "`+prefix+".batch.")
+}
+
+// subjectMatches reports whether the literal subject matches pattern (tokens, '*' for
+// one token, '>' for one or more at the end).
+func subjectMatches(pattern, subject string) bool {
+	for {
+		pt, prest, pmore := strings.Cut(pattern, ".")
+		st, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case pt == ">":
+			return !pmore && st != ""
+		case pt != "*" && pt != st:
+			return false
+		case !pmore || !smore:
+			return !pmore && !smore
+		}
+		pattern, subject = prest, srest
+	}
+}
+
+// statusNoResponders is the status of the reply to a message nothing listened to.
+const statusNoResponders = "503"
+
+// batchReplyBuffer is the capacity of a publisher's reply channel: more than the replies
+// one window can bring (an ack per flow, and after a batch ended early an error for
+// each message still in flight, at most 2*batchFlow). A reply that finds it full is
+// dropped (nats.go's slow consumer), which the probes recover from.
+const batchReplyBuffer = batchAcksAhead*batchFlow + 128
+
+// errBatchRefused is wrapped by the errors of a batchPublisher that mean fast batch
+// publishing cannot be used for this action; the caller publishes its events another
+// way (see batchRefusedError for the reason).
+var errBatchRefused = errors.New("fast batch publishing refused")
+
+// batchRefusedError says why fast batch publishing was refused.
+type batchRefusedError struct {
+	reason string
+	api    *jetstream.APIError // nil when not refused by a JetStream error
+}
+
+func (e *batchRefusedError) Error() string {
+	if e.api != nil {
+		return fmt.Sprintf("%s: %s (%s)", errBatchRefused, e.reason, e.api)
+	}
+	return fmt.Sprintf("%s: %s", errBatchRefused, e.reason)
+}
+
+func (e *batchRefusedError) Unwrap() error { return errBatchRefused }
+
+// errBatchStalled: no reply about the current batch for batchStall.
+var errBatchStalled = errors.New("no reply from the stream about the event batch")
+
+// batchReply is any reply of the server to a fast batch message.
+type batchReply struct {
+	Type    string              `json:"type"`     // "ack", "gap", "err"; "" for a PubAck
+	Seq     uint64              `json:"seq"`      // ack, gap, err: a batch sequence; PubAck: the stream sequence
+	Msgs    uint16              `json:"msgs"`     // ack: the flow
+	LastSeq uint64              `json:"last_seq"` // gap: the batch sequence expected
+	Batch   string              `json:"batch"`    // PubAck: the batch id
+	Count   uint64              `json:"count"`    // PubAck: messages accepted
+	Error   *jetstream.APIError `json:"error"`
+}
+
+// batchPublisher publishes one action's events with fast batches. It is used by one
+// goroutine; replies are read from a synchronous subscription by that goroutine while
+// it publishes or waits, so nothing else runs on its behalf.
+type batchPublisher struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream // for an event published alone
+	log     zerolog.Logger
+	subject string // of the events
+	prefix  string // the bridge's subject prefix
+	control string // of the commits and pings (batchSubject)
+	inbox   string
+	sub     *nats.Subscription
+	replies chan *nats.Msg // the subscription's messages
+	timer   *time.Timer    // wait's, reused
+
+	// queue holds the events not yet confirmed stored: event number stored+i is
+	// queue.at(i); next is the number of the next event to come.
+	queue  msgQueue
+	stored int64
+	next   int64
+	// failed is an event the server refused in a batch (-1: none): it is published
+	// alone (publishRetry) once the events before it are stored.
+	failed int64
+
+	// The current batch; id "" when none is open.
+	id          string
+	replyPrefix string    // reply subject up to the batch sequence
+	first       int64     // event number of batch sequence 1
+	sent        uint64    // messages of the batch sent
+	acked       uint64    // messages of the batch the server confirmed stored
+	flow        uint16    // the server's flow for the batch, 0 before its first ack
+	ending      bool      // the batch ends: waiting for its PubAck
+	eob         bool      // the end-of-batch commit was sent
+	why         string    // why the batch ends, for the log
+	heard       time.Time // the last reply about the batch (or its start)
+	lastPub     time.Time // the last message of the batch sent
+
+	refused error // set when fast batch publishing cannot be used (wraps errBatchRefused)
+	stalled error // set when the stream stopped answering (wraps errBatchStalled)
+}
+
+// newBatchPublisher returns a publisher of the events of actionID on subject, with its
+// commits and pings on batchSubject(prefix, actionID). It subscribes to its reply inbox
+// on the first event.
+func newBatchPublisher(nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger, subject, prefix, actionID string) *batchPublisher {
+	return &batchPublisher{nc: nc, js: js, log: log, subject: subject, prefix: prefix,
+		control: batchSubject(prefix, actionID), failed: -1}
+}
+
+// add publishes m as the next event. It returns once m is sent in a batch, waiting
+// while the batch's window is full or the batch is being ended (idle, or after a
+// failure). Waits are bounded by ctx and by batchStall without a reply (then the error
+// wraps errBatchStalled, and every later call returns it). An error wrapping
+// errBatchRefused means fast batch publishing is not possible: the caller publishes the
+// events of unconfirmed (m among them) another way.
+func (b *batchPublisher) add(ctx context.Context, m *nats.Msg) error {
+	if b.refused != nil {
+		return b.refused
+	}
+	if b.stalled != nil {
+		return b.stalled
+	}
+	if b.sub == nil {
+		// A channel subscription of our own size: a synchronous one would allocate
+		// nats.go's 64k-message channel (512 KiB) for each action.
+		b.inbox = b.nc.NewInbox()
+		b.replies = make(chan *nats.Msg, batchReplyBuffer)
+		sub, err := b.nc.ChanSubscribe(b.inbox+".>", b.replies)
+		if err != nil {
+			b.refused = &batchRefusedError{reason: "subscribe to the batch replies: " + err.Error()}
+		}
+		b.sub = sub
+	}
+	b.queue.push(m)
+	b.next++
+	if b.refused != nil {
+		return b.refused
+	}
+	if b.id != "" && !b.ending && time.Since(b.lastPub) >= batchIdle {
+		b.end("idle")
+	}
+	return b.drive(ctx, false)
+}
+
+// flush returns once every event added is stored, after ending the batch; or an error
+// (one wrapping errBatchRefused: see add).
+func (b *batchPublisher) flush(ctx context.Context) error {
+	if b.refused != nil {
+		return b.refused
+	}
+	if b.stalled != nil {
+		return b.stalled
+	}
+	if b.sub == nil {
+		return nil // nothing was added
+	}
+	return b.drive(ctx, true)
+}
+
+// close ends the subscription. The publisher is not usable afterwards.
+func (b *batchPublisher) close() {
+	if b.sub != nil {
+		_ = b.sub.Unsubscribe()
+	}
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+}
+
+// unconfirmed returns the events not confirmed stored, oldest first.
+func (b *batchPublisher) unconfirmed() []*nats.Msg { return b.queue.all() }
+
+// window is how many messages of the batch may await their ack.
+func (b *batchPublisher) window() uint64 {
+	return uint64(min(max(batchMinWindow, batchAcksAhead*int(b.flow)), eventWindow))
+}
+
+// drive sends every queued event (opening batches as needed) and, with commit, ends the
+// batch and waits until every event is stored.
+func (b *batchPublisher) drive(ctx context.Context, commit bool) error {
+	for {
+		b.poll()
+		if b.refused != nil {
+			return b.refused
+		}
+		if b.id == "" {
+			if b.stored == b.next {
+				return nil
+			}
+			if b.failed == b.stored {
+				if err := b.publishFailed(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			b.open()
+		}
+		if b.ending {
+			if err := b.wait(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if at := b.first + int64(b.sent); at < b.next {
+			switch {
+			case at == b.failed:
+				b.end("an event was refused") // it is published alone once the batch ended
+			case b.sent-b.acked < b.window():
+				if err := b.send(ctx, b.queue.at(int(at-b.stored))); err != nil {
+					return err
+				}
+			default:
+				if err := b.wait(ctx); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if !commit {
+			return nil
+		}
+		b.end("")
+	}
+}
+
+// open starts a new batch at the first unconfirmed event.
+func (b *batchPublisher) open() {
+	b.id = nuid.Next()
+	b.replyPrefix = b.inbox + "." + b.id + "." + strconv.Itoa(batchFlow) + ".fail."
+	b.first, b.sent, b.acked, b.flow = b.stored, 0, 0, 0
+	b.ending, b.eob, b.why = false, false, ""
+	b.heard = time.Now()
+}
+
+// reply is the reply subject of the batch's message seq with op.
+func (b *batchPublisher) reply(seq uint64, op int) string {
+	return b.replyPrefix + strconv.FormatUint(seq, 10) + "." + strconv.Itoa(op) + ".$FI"
+}
+
+// send publishes m as the batch's next message. A publish the connection refuses
+// (its reconnect buffer is full) is retried after a wait.
+func (b *batchPublisher) send(ctx context.Context, m *nats.Msg) error {
+	op := batchOpAppend
+	if b.sent == 0 {
+		op = batchOpStart
+	}
+	m.Reply = b.reply(b.sent+1, op)
+	if err := b.nc.PublishMsg(m); err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("publish %s: %w", m.Subject, err)
+		}
+		return b.wait(ctx)
+	}
+	b.sent++
+	b.lastPub = time.Now()
+	return nil
+}
+
+// end asks the server to end the batch (commit at end of batch) and marks it ending;
+// why is logged when the batch ends without all its events stored.
+func (b *batchPublisher) end(why string) {
+	if b.why == "" {
+		b.why = why
+	}
+	if b.sent == 0 {
+		b.id = "" // nothing sent: nothing to end
+		return
+	}
+	b.ending = true
+	if !b.eob {
+		b.eob = b.probe() == nil
+	}
+}
+
+// probe sends what makes the server report on the batch: a ping while it is open, the
+// commit at end of batch while it ends.
+func (b *batchPublisher) probe() error {
+	if b.sent == 0 {
+		return nil // nothing to report on
+	}
+	if b.ending {
+		return b.nc.PublishRequest(b.control, b.reply(b.sent+1, batchOpEOB), nil)
+	}
+	return b.nc.PublishRequest(b.control, b.reply(b.sent, batchOpPing), nil)
+}
+
+// poll handles the replies already received.
+func (b *batchPublisher) poll() {
+	for b.refused == nil {
+		select {
+		case m := <-b.replies:
+			b.handle(m)
+		default:
+			return
+		}
+	}
+}
+
+// wait handles the next reply, waiting up to batchPing for it; after a quiet batchPing
+// it probes the batch, and after a quiet batchStall it fails.
+func (b *batchPublisher) wait(ctx context.Context) error {
+	if b.timer == nil {
+		b.timer = time.NewTimer(batchPing)
+	} else {
+		b.timer.Reset(batchPing)
+	}
+	select {
+	case m := <-b.replies:
+		b.timer.Stop()
+		b.handle(m)
+		return nil
+	case <-ctx.Done():
+		b.timer.Stop()
+		return ctx.Err()
+	case <-b.timer.C:
+	}
+	if b.id == "" {
+		return nil
+	}
+	if batchPublishDenied(b.nc, b.prefix) {
+		b.refused = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(b.prefix) + " (permissions)"}
+		return nil
+	}
+	if quiet := time.Since(b.heard); quiet >= batchStall {
+		b.log.Warn().Str("batch", b.id).Int64("from_sequence", b.first).Uint64("sent", b.sent).
+			Uint64("acked", b.acked).Dur("quiet", quiet).Msg("no reply from the stream about the event batch; giving up")
+		// Sticky: flush after a failed publish does not wait another batchStall.
+		b.stalled = fmt.Errorf("%w for %s (events from %d unconfirmed)", errBatchStalled, quiet.Round(time.Second), b.stored)
+		return b.stalled
+	}
+	if err := b.probe(); err == nil && b.ending {
+		b.eob = true
+	}
+	return nil
+}
+
+// confirm records that the batch's first n messages are stored.
+func (b *batchPublisher) confirm(n uint64) {
+	n = min(n, b.sent)
+	b.acked = max(b.acked, n)
+	if to := b.first + int64(n); to > b.stored {
+		b.queue.drop(int(to - b.stored))
+		b.stored = to
+		if b.failed >= 0 && b.failed < b.stored {
+			b.failed = -1 // stored after all
+		}
+	}
+}
+
+// closeBatch forgets the current batch after it ended or was lost with acked messages
+// confirmed: the next batch starts at the first unconfirmed event.
+func (b *batchPublisher) closeBatch() {
+	if b.first+int64(b.sent) > b.stored {
+		b.log.Info().Str("batch", b.id).Str("reason", b.why).Int64("from_sequence", b.stored).
+			Int64("resent", b.first+int64(b.sent)-b.stored).Msg("event batch ended early; continuing in a new batch from the first unconfirmed event")
+	}
+	b.id = ""
+}
+
+// handle processes one reply.
+func (b *batchPublisher) handle(m *nats.Msg) {
+	id, seq, op, ok := b.parseReply(m.Subject)
+	if !ok || id != b.id || b.id == "" || b.refused != nil {
+		return // a late reply about an earlier batch
+	}
+	if len(m.Data) == 0 {
+		// A status: 503 when nothing listened on the subject (no stream leader), so the
+		// message went nowhere. The batch ends; its commit is asked for again until a
+		// leader answers.
+		if m.Header.Get("Status") == statusNoResponders {
+			b.end("no stream leader")
+		}
+		return
+	}
+	var r batchReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		b.log.Warn().Str("batch", b.id).Err(err).Msg("unreadable reply about the event batch; ending the batch")
+		b.end("unreadable reply")
+		return
+	}
+	b.heard = time.Now()
+	switch r.Type {
+	case "ack":
+		if r.Msgs > 0 {
+			b.flow = r.Msgs
+		}
+		b.confirm(r.Seq)
+	case "gap":
+		// With gap mode "fail" the server ended the batch; its PubAck follows.
+		b.log.Info().Str("batch", b.id).Uint64("expected", r.LastSeq).Uint64("got", r.Seq).Msg("the stream saw a gap in the event batch")
+		b.end("gap")
+	case "err":
+		// Message r.Seq was refused and the batch ended before it; its PubAck follows.
+		b.refuse(r.Seq, r.Error)
+		b.end("an event was refused")
+	case "":
+		b.handlePubAck(seq, op, &r)
+	}
+}
+
+// handlePubAck processes a PubAck about message seq (operation op) of the batch.
+func (b *batchPublisher) handlePubAck(seq uint64, op int, r *batchReply) {
+	if r.Error == nil {
+		if r.Batch == "" {
+			// An ordinary PubAck: the server stored the message as a plain publish, so
+			// it does not know fast batches (before nats-server 2.14).
+			b.refused = &batchRefusedError{reason: "the server does not know fast batches"}
+			return
+		}
+		b.confirm(r.Count)
+		b.closeBatch()
+		return
+	}
+	switch r.Error.ErrorCode {
+	case errCodeBatchDisabled, errCodeBatchTooMany, errCodeBatchPattern, errCodeBatchID:
+		b.refused = &batchRefusedError{reason: "the stream refused the batch", api: r.Error}
+	case errCodeBatchUnknown:
+		// The batch is gone (abandoned by the server, or lost with a stream leader):
+		// what its acks confirmed is stored; the rest is sent again in a new batch.
+		why := "the stream does not know the batch"
+		if b.why != "" {
+			why += " (ending it: " + b.why + ")"
+		}
+		b.why = why
+		b.closeBatch()
+	default:
+		if op == batchOpEOB || op == batchOpPing {
+			return // a commit or ping refused (a full ingest queue, ...): the probe repeats
+		}
+		// The event was refused before it reached the batch (full ingest queue,
+		// resource limits, ...).
+		b.refuse(seq, r.Error)
+		if seq <= 1 {
+			// The batch was not created (or dropped with its first message).
+			b.why = "an event was refused"
+			b.closeBatch()
+			return
+		}
+		b.end("an event was refused")
+	}
+}
+
+// refuse records that the server refused the batch's message seq: that event is
+// published alone once the events before it are stored.
+func (b *batchPublisher) refuse(seq uint64, apiErr *jetstream.APIError) {
+	if seq == 0 || seq > b.sent {
+		return
+	}
+	ev := b.first + int64(seq) - 1
+	if b.failed < 0 || ev < b.failed {
+		b.failed = ev
+	}
+	ev0 := b.log.Warn().Str("batch", b.id).Int64("sequence", ev)
+	if apiErr != nil {
+		ev0 = ev0.Int("code", int(apiErr.ErrorCode)).Str("error", apiErr.Description)
+	}
+	ev0.Msg("the stream refused an event of the batch; it is published alone")
+}
+
+// publishFailed publishes the refused event alone, with publishRetry's retries.
+func (b *batchPublisher) publishFailed(ctx context.Context) error {
+	m := b.queue.at(0)
+	m.Reply = ""
+	if err := publishRetry(ctx, b.js, m); err != nil {
+		return err
+	}
+	b.queue.drop(1)
+	b.stored++
+	b.failed = -1
+	return nil
+}
+
+// parseReply returns the batch id, batch sequence and operation of a reply subject
+// <inbox>.<id>.<flow>.<gap>.<seq>.<op>.$FI.
+func (b *batchPublisher) parseReply(subject string) (id string, seq uint64, op int, ok bool) {
+	rest, ok := strings.CutPrefix(subject, b.inbox+".")
+	if !ok {
+		return "", 0, 0, false
+	}
+	id, rest, _ = strings.Cut(rest, ".")
+	_, rest, _ = strings.Cut(rest, ".") // flow
+	_, rest, _ = strings.Cut(rest, ".") // gap mode
+	s, rest, _ := strings.Cut(rest, ".")
+	o, _, _ := strings.Cut(rest, ".")
+	seq, err := strconv.ParseUint(s, 10, 64)
+	op, err2 := strconv.Atoi(o)
+	return id, seq, op, err == nil && err2 == nil
+}
+
+// msgQueue is a FIFO of messages.
+type msgQueue struct {
+	msgs []*nats.Msg
+	head int
+}
+
+func (q *msgQueue) push(m *nats.Msg) { q.msgs = append(q.msgs, m) }
+
+func (q *msgQueue) at(i int) *nats.Msg { return q.msgs[q.head+i] }
+
+// drop removes the n oldest messages.
+func (q *msgQueue) drop(n int) {
+	clear(q.msgs[q.head : q.head+n])
+	q.head += n
+	if q.head == len(q.msgs) {
+		q.msgs, q.head = q.msgs[:0], 0
+	} else if q.head >= 1024 && q.head*2 >= len(q.msgs) {
+		k := copy(q.msgs, q.msgs[q.head:])
+		clear(q.msgs[k:])
+		q.msgs, q.head = q.msgs[:k], 0
+	}
+}
+
+func (q *msgQueue) all() []*nats.Msg { return append([]*nats.Msg(nil), q.msgs[q.head:]...) }

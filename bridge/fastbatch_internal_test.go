@@ -1,0 +1,592 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+)
+
+func TestSubjectMatches(t *testing.T) {
+	for _, c := range []struct {
+		pattern, subject string
+		want             bool
+	}{
+		{"hermes.batch.>", "hermes.batch.a1", true},
+		{"hermes.batch.>", "hermes.batch.a.b", true},
+		{"hermes.batch.>", "hermes.batch", false},
+		{"hermes.>", "hermes.batch.a1", true},
+		{">", "hermes.batch.a1", true},
+		{"hermes.*.a1", "hermes.batch.a1", true},
+		{"hermes.*", "hermes.batch.a1", false},
+		{"hermes.events.>", "hermes.batch.a1", false},
+		{"acme.hermes.batch.>", "acme.hermes.batch.a1", true},
+		{"hermes.batch.a1", "hermes.batch.a1", true},
+		{"hermes.batch.a1.x", "hermes.batch.a1", false},
+	} {
+		if got := subjectMatches(c.pattern, c.subject); got != c.want {
+			t.Errorf("subjectMatches(%q, %q) = %v, want %v", c.pattern, c.subject, got, c.want)
+		}
+	}
+}
+
+// fakeStream plays a stream's leader for fast batch publishing (gap mode fail), as
+// nats-server 2.15 does, on a core NATS subscription to hermes.> that no real stream
+// captures; fault decides, per message, what goes wrong. It also stores plain
+// JetStream publishes (answered with a PubAck). Stored events are counted by the
+// number at the end of their Nats-Msg-Id; a message id seen before is skipped.
+type fakeStream struct {
+	t    *testing.T
+	nc   *nats.Conn
+	flow uint16 // the flow of every batch
+
+	mu      sync.Mutex
+	fault   func(f *fakeMsg) fault
+	stored  []int64
+	ids     map[string]bool
+	batches map[string]*fakeBatch
+	started int            // batches started
+	plain   int            // plain publishes stored
+	ops     map[int]int    // fast batch messages seen, by operation
+	silent  bool           // no flow acks until a ping
+	ahead   uint64         // the most messages of a batch seen beyond its last ack
+	seen    map[string]int // event messages seen (sent), by message id
+}
+
+type fakeBatch struct {
+	lseq, acked uint64
+}
+
+// fakeMsg is one message the fake received.
+type fakeMsg struct {
+	id     string // batch id ("" for a plain publish)
+	seq    uint64
+	op     int
+	msgID  string
+	number int64 // event number
+}
+
+type fault int
+
+const (
+	faultNone     fault = iota
+	faultDrop           // the message is lost on the way
+	faultReject         // refused before the batch (as a full ingest queue does)
+	faultRefuse         // refused by the batch (an err, then the PubAck)
+	faultForget         // the batch is forgotten first (abandoned, or lost with a leader)
+	faultTooMany        // no new batch: too many in flight
+	faultPlain          // stored as a plain publish, as a server without fast batches does
+	faultSilent         // no flow acks from here until a ping
+	faultNoLeader       // lost, and answered with status 503 as when no stream leader listens
+)
+
+// newFakeStream starts a NATS server, the fake on it, and returns the fake and a
+// connection for the publisher.
+func newFakeStream(t *testing.T, flow uint16, fault func(f *fakeMsg) fault) (*fakeStream, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s := natsembed.RunTest(t)
+	srv, _ := natsembed.Connect(t, s)
+	f := &fakeStream{t: t, nc: srv, flow: flow, fault: fault, ids: map[string]bool{}, batches: map[string]*fakeBatch{},
+		ops: map[int]int{}, seen: map[string]int{}}
+	if _, err := srv.Subscribe("hermes.>", f.handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc, js := natsembed.Connect(t, s)
+	return f, nc, js
+}
+
+func (f *fakeStream) respond(reply string, v any) {
+	b, _ := json.Marshal(v)
+	if err := f.nc.Publish(reply, b); err != nil && !errors.Is(err, nats.ErrConnectionClosed) { // closed: the test is over
+		f.t.Errorf("fake stream: respond: %v", err)
+	}
+}
+
+func (f *fakeStream) pubAck(reply, batch string, count uint64) {
+	f.respond(reply, map[string]any{"stream": "FAKE", "seq": len(f.stored), "batch": batch, "count": count})
+}
+
+func (f *fakeStream) apiError(reply string, code jetstream.ErrorCode, desc string) {
+	f.respond(reply, map[string]any{"stream": "FAKE", "error": map[string]any{"code": 400, "err_code": code, "description": desc}})
+}
+
+// store stores the event unless its message id was stored before.
+func (f *fakeStream) store(m *fakeMsg) {
+	if !f.ids[m.msgID] {
+		f.ids[m.msgID] = true
+		f.stored = append(f.stored, m.number)
+	}
+}
+
+func (f *fakeStream) handle(msg *nats.Msg) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := &fakeMsg{msgID: msg.Header.Get(jetstream.MsgIDHeader)}
+	if m.msgID != "" {
+		_, n, _ := strings.Cut(m.msgID, ":")
+		m.number, _ = strconv.ParseInt(n, 10, 64)
+		f.seen[m.msgID]++
+	}
+	rest, isBatch := strings.CutSuffix(msg.Reply, ".$FI")
+	if isBatch {
+		tok := strings.Split(rest, ".")
+		if len(tok) < 6 {
+			f.t.Errorf("fake stream: bad batch reply %q", msg.Reply)
+			return
+		}
+		n := len(tok)
+		m.id = tok[n-5]
+		m.seq, _ = strconv.ParseUint(tok[n-2], 10, 64)
+		m.op, _ = strconv.Atoi(tok[n-1])
+		f.ops[m.op]++
+	}
+	what := f.fault(m)
+	switch what {
+	case faultDrop:
+		return
+	case faultNoLeader:
+		if err := f.nc.PublishMsg(&nats.Msg{Subject: msg.Reply, Header: nats.Header{"Status": []string{"503"}}}); err != nil &&
+			!errors.Is(err, nats.ErrConnectionClosed) {
+			f.t.Errorf("fake stream: respond: %v", err)
+		}
+		return
+	case faultReject:
+		f.apiError(msg.Reply, 10167, "too many requests")
+		return
+	case faultPlain:
+		f.store(m)
+		f.plain++
+		f.respond(msg.Reply, map[string]any{"stream": "FAKE", "seq": len(f.stored)})
+		return
+	case faultSilent:
+		f.silent = true
+	}
+	if !isBatch {
+		f.store(m)
+		f.plain++
+		f.respond(msg.Reply, map[string]any{"stream": "FAKE", "seq": len(f.stored)})
+		return
+	}
+	if what == faultForget {
+		delete(f.batches, m.id)
+	}
+	b, ok := f.batches[m.id]
+	if !ok {
+		switch {
+		case m.seq != 1 || m.op == batchOpPing:
+			f.apiError(msg.Reply, errCodeBatchUnknown, "batch publish ID unknown")
+			return
+		case what == faultTooMany:
+			f.apiError(msg.Reply, errCodeBatchTooMany, "batch publish too many inflight")
+			return
+		}
+		b = &fakeBatch{}
+		f.batches[m.id] = b
+		f.started++
+	}
+	ack := func(seq uint64) {
+		b.acked = seq
+		f.respond(msg.Reply, map[string]any{"type": "ack", "seq": seq, "msgs": f.flow})
+	}
+	end := func() {
+		delete(f.batches, m.id)
+		f.pubAck(msg.Reply, m.id, b.lseq)
+	}
+	switch {
+	case m.op == batchOpPing:
+		if m.seq > b.lseq {
+			f.respond(msg.Reply, map[string]any{"type": "gap", "last_seq": b.lseq + 1, "seq": m.seq + 1})
+			end()
+			return
+		}
+		f.silent = false
+		ack(b.lseq)
+		return
+	case m.seq != b.lseq+1:
+		f.respond(msg.Reply, map[string]any{"type": "gap", "last_seq": b.lseq + 1, "seq": m.seq})
+		end()
+		return
+	case m.op == batchOpEOB:
+		end()
+		return
+	case what == faultRefuse:
+		if m.seq == 1 {
+			delete(f.batches, m.id)
+			f.apiError(msg.Reply, 10999, "refused")
+			return
+		}
+		f.respond(msg.Reply, map[string]any{"type": "err", "seq": m.seq, "error": map[string]any{"code": 400, "err_code": 10999, "description": "refused"}})
+		end()
+		return
+	}
+	f.store(m)
+	b.lseq++
+	f.ahead = max(f.ahead, b.lseq-b.acked)
+	if b.lseq == 1 {
+		f.respond(msg.Reply, map[string]any{"type": "ack", "seq": 0, "msgs": f.flow})
+	}
+	if b.lseq%uint64(f.flow) == 0 && !f.silent {
+		ack(b.lseq)
+	}
+}
+
+// once returns a fault that happens to the first message for which match is true.
+func once(what fault, match func(m *fakeMsg) bool) func(m *fakeMsg) fault {
+	done := false
+	return func(m *fakeMsg) fault {
+		if !done && match(m) {
+			done = true
+			return what
+		}
+		return faultNone
+	}
+}
+
+// event returns a match of the first message carrying event n.
+func event(n int64) func(m *fakeMsg) bool {
+	return func(m *fakeMsg) bool { return m.msgID != "" && m.number == n }
+}
+
+func testMsg(i int) *nats.Msg {
+	h := nats.Header{}
+	h.Set(jetstream.MsgIDHeader, "a1:"+strconv.Itoa(i))
+	return &nats.Msg{Subject: "hermes.events.a1", Header: h, Data: fmt.Appendf(nil, `{"sequence":%d}`, i)}
+}
+
+// publishAll adds n events to a new batch publisher and flushes it.
+func publishAll(t *testing.T, nc *nats.Conn, js jetstream.JetStream, n int) (*batchPublisher, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b := newBatchPublisher(nc, js, zerolog.New(zerolog.NewTestWriter(t)), "hermes.events.a1", "hermes", "a1")
+	defer b.close()
+	for i := range n {
+		if err := b.add(ctx, testMsg(i)); err != nil {
+			return b, err
+		}
+	}
+	return b, b.flush(ctx)
+}
+
+// check fails unless the fake stored events 0..n-1 in order, once each.
+func (f *fakeStream) check(n int) {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range f.stored {
+		if s != int64(i) {
+			f.t.Fatalf("stored event %d is event %d (stored: %v)", i, s, f.stored[max(i-3, 0):min(i+4, len(f.stored))])
+		}
+	}
+	if len(f.stored) != n {
+		f.t.Fatalf("stored %d events, want %d", len(f.stored), n)
+	}
+}
+
+func (f *fakeStream) counts() (started, plain, eob, pings int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.started, f.plain, f.ops[batchOpEOB], f.ops[batchOpPing]
+}
+
+// TestBatchPublisherInOrder: without faults, one batch carries every event, pipelined
+// within the window, and one commit ends it.
+func TestBatchPublisherInOrder(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, func(*fakeMsg) fault { return faultNone })
+	if _, err := publishAll(t, nc, js, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.check(1000)
+	started, plain, eob, pings := f.counts()
+	if started != 1 || plain != 0 || eob != 1 || pings != 0 {
+		t.Errorf("batches %d, plain publishes %d, commits %d, pings %d; want 1, 0, 1, 0", started, plain, eob, pings)
+	}
+	if f.ahead > 2*100 {
+		t.Errorf("%d messages beyond the last ack, want at most two flows (200)", f.ahead)
+	}
+}
+
+// TestBatchPublisherGap: a message lost on the way ends the batch at the gap; the
+// events from there on go again in a new batch.
+func TestBatchPublisherGap(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, once(faultDrop, event(300)))
+	if _, err := publishAll(t, nc, js, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.check(1000)
+	if started, _, _, _ := f.counts(); started != 2 {
+		t.Errorf("%d batches, want 2", started)
+	}
+}
+
+// TestBatchPublisherNoLeader: a message answered with "no responders" (no stream
+// leader) went nowhere: the batch ends, and the rest goes in a new batch.
+func TestBatchPublisherNoLeader(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, once(faultNoLeader, event(300)))
+	if _, err := publishAll(t, nc, js, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.check(1000)
+	if started, _, _, _ := f.counts(); started != 2 {
+		t.Errorf("%d batches, want 2", started)
+	}
+}
+
+// TestBatchPublisherRefusedEvent: an event the batch refuses ends the batch before it;
+// that event is published alone, and the rest in a new batch.
+func TestBatchPublisherRefusedEvent(t *testing.T) {
+	for _, at := range []int64{0, 500} {
+		t.Run(fmt.Sprint("event ", at), func(t *testing.T) {
+			f, nc, js := newFakeStream(t, 100, once(faultRefuse, event(at)))
+			if _, err := publishAll(t, nc, js, 1000); err != nil {
+				t.Fatal(err)
+			}
+			f.check(1000)
+			if _, plain, _, _ := f.counts(); plain != 1 {
+				t.Errorf("%d events published alone, want 1", plain)
+			}
+		})
+	}
+}
+
+// TestBatchPublisherRejectedEvent: an event refused before it reaches the batch (as with
+// a full ingest queue) is published alone; the batch is ended before it.
+func TestBatchPublisherRejectedEvent(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, once(faultReject, event(200)))
+	if _, err := publishAll(t, nc, js, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.check(1000)
+	if _, plain, _, _ := f.counts(); plain != 1 {
+		t.Errorf("%d events published alone, want 1", plain)
+	}
+}
+
+// TestBatchPublisherUnknownBatch: when the stream no longer knows the batch (abandoned,
+// or lost with its leader), the events after the last ack go again in a new batch; the
+// ones already stored are skipped by their message ids.
+func TestBatchPublisherUnknownBatch(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, once(faultForget, event(450)))
+	if _, err := publishAll(t, nc, js, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.check(1000)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.started != 2 || f.seen["a1:400"] != 2 || f.seen["a1:399"] != 1 {
+		t.Errorf("%d batches, event 400 sent %d times, event 399 %d times; want 2, 2 (from the last ack), 1",
+			f.started, f.seen["a1:400"], f.seen["a1:399"])
+	}
+}
+
+// TestBatchPublisherLostCommit: when the commit (or its PubAck) is lost, flush asks again
+// after batchPing.
+func TestBatchPublisherLostCommit(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, once(faultDrop, func(m *fakeMsg) bool { return m.op == batchOpEOB }))
+	if _, err := publishAll(t, nc, js, 150); err != nil {
+		t.Fatal(err)
+	}
+	f.check(150)
+	if _, _, eob, _ := f.counts(); eob != 2 {
+		t.Errorf("%d commits, want 2", eob)
+	}
+}
+
+// TestBatchPublisherLostAcks: when the flow acks stop coming, the publisher pings the
+// batch once the window is full, and goes on after the ack that answers.
+func TestBatchPublisherLostAcks(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, once(faultSilent, event(250)))
+	if _, err := publishAll(t, nc, js, 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.check(1000)
+	if started, _, _, pings := f.counts(); started != 1 || pings < 1 {
+		t.Errorf("%d batches, %d pings; want 1 and at least 1", started, pings)
+	}
+}
+
+// TestBatchPublisherIdle: after batchIdle without events, the batch is committed before
+// the next event, which starts a new batch; nothing is sent twice.
+func TestBatchPublisherIdle(t *testing.T) {
+	f, nc, js := newFakeStream(t, 100, func(*fakeMsg) fault { return faultNone })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b := newBatchPublisher(nc, js, zerolog.New(zerolog.NewTestWriter(t)), "hermes.events.a1", "hermes", "a1")
+	defer b.close()
+	for i := range 20 {
+		if i == 10 {
+			b.lastPub = b.lastPub.Add(-batchIdle) // as if it had been idle since
+		}
+		if err := b.add(ctx, testMsg(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.check(20)
+	started, _, eob, _ := f.counts()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if started != 2 || eob != 2 || len(f.seen) != 20 || f.seen["a1:9"] != 1 {
+		t.Errorf("%d batches, %d commits, %d events sent, event 9 %d times; want 2, 2, 20, 1", started, eob, len(f.seen), f.seen["a1:9"])
+	}
+}
+
+// TestBatchPublisherRefused: a stream that refuses the batch (too many in flight) or a
+// server that stores batch messages as plain publishes (no fast batches) makes add
+// return errBatchRefused, with the unconfirmed events for the caller.
+func TestBatchPublisherRefused(t *testing.T) {
+	for name, what := range map[string]fault{"too many batches": faultTooMany, "no fast batches": faultPlain} {
+		t.Run(name, func(t *testing.T) {
+			_, nc, js := newFakeStream(t, 100, once(what, event(0)))
+			b, err := publishAll(t, nc, js, 1000)
+			var refused *batchRefusedError
+			if !errors.Is(err, errBatchRefused) || !errors.As(err, &refused) {
+				t.Fatalf("publish: %v, want errBatchRefused", err)
+			}
+			left := b.unconfirmed()
+			if len(left) == 0 || left[0].Header.Get(jetstream.MsgIDHeader) != "a1:0" {
+				t.Fatalf("%d unconfirmed events, want them from event 0", len(left))
+			}
+		})
+	}
+}
+
+// TestFastBatchServerProtocol pins what the publisher relies on from nats-server's fast
+// batch publishing (2.15.2 here), speaking the protocol directly to a real server.
+func TestFastBatchServerProtocol(t *testing.T) {
+	dir := t.TempDir()
+	conf := dir + "/n.conf"
+	if err := os.WriteFile(conf, []byte("jetstream { limits { batch { max_inflight_per_stream: 1 } } }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := natsembed.RunTest(t, func(o *natsembed.Options) { o.ConfigFile = conf })
+	nc, js := natsembed.Connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := createOutputStream(t, ctx, js, 1, true)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := func(id string, flow int, seq uint64, op int) string {
+		return fmt.Sprintf("%s.%s.%d.fail.%d.%d.$FI", inbox, id, flow, seq, op)
+	}
+	send := func(subject, reply string, ev int, hdr ...string) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Reply = reply
+		if ev >= 0 {
+			m.Header.Set(jetstream.MsgIDHeader, "a:"+strconv.Itoa(ev))
+			m.Data = []byte(strconv.Itoa(ev))
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			m.Header.Set(hdr[i], hdr[i+1])
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(want string) {
+		t.Helper()
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", want, err)
+		}
+		var r batchReply
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatalf("reply %q: %v", m.Data, err)
+		}
+		var got string
+		switch {
+		case r.Type == "" && r.Error != nil:
+			got = fmt.Sprintf("error %d", r.Error.ErrorCode)
+		case r.Type == "ack":
+			got = fmt.Sprintf("ack %d/%d", r.Seq, r.Msgs)
+		case r.Type == "gap":
+			got = fmt.Sprintf("gap %d/%d", r.LastSeq, r.Seq)
+		case r.Type == "err":
+			got = fmt.Sprintf("err %d", r.Seq)
+		default:
+			got = fmt.Sprintf("pubAck %s/%d", r.Batch, r.Count)
+		}
+		if got != want {
+			t.Fatalf("reply %s (%s), want %s", got, m.Data, want)
+		}
+	}
+	ev := "hermes.events.a"
+	// A stream without allow_batched refuses a batch.
+	send("plain.a", reply("p", 10, 1, batchOpStart), 0)
+	expect(fmt.Sprintf("error %d", errCodeBatchDisabled))
+
+	// The first message is acked at 0 with the flow; then every flow messages stored.
+	// A message id stored before is skipped but counts; a gap ends the batch with a
+	// PubAck counting the messages accepted; the batch is then unknown.
+	send(ev, reply("b1", 2, 1, batchOpStart), 0)
+	expect("ack 0/2")
+	send(ev, reply("b1", 2, 2, batchOpAppend), 1)
+	expect("ack 2/2")
+	send(ev, reply("b1", 2, 3, batchOpAppend), 0) // duplicate of event 0
+	send(ev, reply("b1", 2, 4, batchOpAppend), 2)
+	expect("ack 4/2")
+	send("hermes.batch.a", reply("b1", 2, 4, batchOpPing), -1) // a ping on the control subject
+	expect("ack 4/2")
+	send(ev, reply("b1", 2, 6, batchOpAppend), 3) // 5 is missing
+	expect("gap 5/6")
+	expect("pubAck b1/4")
+	send(ev, reply("b1", 2, 7, batchOpAppend), 4)
+	expect(fmt.Sprintf("error %d", errCodeBatchUnknown))
+
+	// A lone batch gets min(500, flow asked); a commit at end of batch on the control
+	// subject ends it without storing anything.
+	send(ev, reply("b2", 1000, 1, batchOpStart), 3)
+	expect("ack 0/500")
+	// With max_inflight_per_stream 1, a second batch is refused meanwhile.
+	send(ev, reply("b3", 500, 1, batchOpStart), 4)
+	expect(fmt.Sprintf("error %d", errCodeBatchTooMany))
+	send("hermes.batch.a", reply("b2", 1000, 2, batchOpEOB), -1)
+	expect("pubAck b2/1")
+
+	// A message refused in the batch (here: a wrong expected stream) is reported, and
+	// the batch ends before it.
+	send(ev, reply("b4", 500, 1, batchOpStart), 4)
+	expect("ack 0/500")
+	send(ev, reply("b4", 500, 2, batchOpAppend), 5, jetstream.ExpectedStreamHeader, "OTHER")
+	expect("err 2")
+	expect("pubAck b4/1")
+
+	// Stored: events 0, 1, 2, 3, 4 once each, in order; nothing on the control subject.
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("hermes.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 5 || len(info.State.Subjects) != 1 || info.State.Subjects[ev] != 5 {
+		t.Fatalf("stream holds %d messages on %v, want 5 on %s", info.State.Msgs, info.State.Subjects, ev)
+	}
+	for i := range 5 {
+		m, err := st.GetMsg(ctx, uint64(i+1))
+		if err != nil || string(m.Data) != strconv.Itoa(i) {
+			t.Fatalf("stored message %d: %q, %v; want event %d", i+1, m.Data, err, i)
+		}
+	}
+}

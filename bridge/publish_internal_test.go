@@ -1,0 +1,499 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// testOutputStream is the output stream of the publisher tests.
+const testOutputStream = "OUT"
+
+// freeTestPorts returns n ports that were free a moment ago.
+func freeTestPorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return ports
+}
+
+// startTestCluster starts a three-node JetStream cluster; jsConf is added inside each
+// node's jetstream block (for example batch limits). The servers are shut down by
+// t.Cleanup.
+func startTestCluster(t *testing.T, jsConf string) []*natsembed.Server {
+	t.Helper()
+	ports := freeTestPorts(t, 3)
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	servers := make([]*natsembed.Server, 3)
+	var wg sync.WaitGroup
+	for i, p := range ports {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "n.conf")
+		cfg := fmt.Sprintf("server_name: n%d\njetstream { store_dir: %q\n%s\n}\ncluster { name: c, listen: \"127.0.0.1:%d\", routes: [%s] }\n",
+			i, filepath.Join(dir, "js"), jsConf, p, strings.Join(routes, ", "))
+		if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			s, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: filepath.Join(dir, "js"), ConfigFile: conf,
+				ServerName: fmt.Sprintf("n%d", i), ReadyTimeout: 30 * time.Second})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			servers[i] = s
+		})
+	}
+	wg.Wait()
+	for _, s := range servers {
+		if s == nil {
+			t.FailNow()
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = s.Shutdown(ctx)
+		})
+	}
+	return servers
+}
+
+// connectPublisher connects to url as the bridge does (reconnecting forever) and returns
+// the connection and a JetStream context with the bridge's async publish timeout.
+func connectPublisher(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(kvstore.OpTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// createOutputStream creates the test output stream (events and results, as the bridge's)
+// with replicas and the batch flag, retrying while a new cluster elects its leaders.
+func createOutputStream(t *testing.T, ctx context.Context, js jetstream.JetStream, replicas int, batched bool) jetstream.Stream {
+	t.Helper()
+	cfg := jetstream.StreamConfig{Name: testOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>", "hermes.batch.>"},
+		Replicas: replicas, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, AllowBatchPublish: batched}
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := js.CreateOrUpdateStream(actx, cfg)
+		cancel()
+		if err == nil {
+			return st
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create stream: %v", err)
+		}
+		select { // the cluster elects its meta leader
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// testBridge is the part of a Bridge that an eventPublisher uses.
+func testBridge(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.JetStream, out jetstream.Stream, hook func(Point, string)) *Bridge {
+	t.Helper()
+	cfg := validConfig()
+	cfg.Hook = hook
+	return &Bridge{cfg: cfg, log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel), nc: nc, js: js,
+		subjects: events.Subjects{Prefix: cfg.Prefix}, output: out, maxOut: outputLimit(int(nc.MaxPayload()), 0),
+		workCtx: ctx}
+}
+
+// testEvent is SSE event i of a streamed chat, with some padding.
+func testEvent(i int) hermes.Event {
+	return hermes.Event{Index: i, Kind: "data", Data: json.RawMessage(fmt.Sprintf(`{"delta":"token %d %s"}`, i, strings.Repeat("x", 64)))}
+}
+
+// storedSequences returns the "sequence" field of every event stored on subject, in
+// stream order. It reads again from the start after an error (the stream may still be
+// electing a leader after a leader change).
+func storedSequences(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string) []int64 {
+	t.Helper()
+	for {
+		seqs, err := readSequences(ctx, js, subject)
+		if err == nil {
+			return seqs
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatalf("read the stored events: %v", err)
+		}
+	}
+}
+
+func readSequences(ctx context.Context, js jetstream.JetStream, subject string) ([]int64, error) {
+	c, err := js.OrderedConsumer(ctx, testOutputStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return nil, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := int(info.NumPending)
+	var seqs []int64
+	for len(seqs) < want {
+		batch, err := c.Fetch(min(want-len(seqs), 1000), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			d, err := events.DecodeEvent(m.Headers(), m.Data())
+			if err != nil {
+				return nil, fmt.Errorf("stored message %d: %w", len(seqs), err)
+			}
+			seqs = append(seqs, d.Sequence)
+		}
+		if batch.Error() != nil {
+			return nil, batch.Error()
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("read %d of %d stored events", len(seqs), want)
+		}
+	}
+	return seqs, nil
+}
+
+// checkContiguous fails unless seqs is exactly 0, 1, ..., n-1.
+func checkContiguous(t *testing.T, seqs []int64, n int) {
+	t.Helper()
+	bad := 0
+	for i, s := range seqs {
+		if s != int64(i) {
+			if bad < 10 {
+				lo, hi := max(i-3, 0), min(i+4, len(seqs))
+				t.Errorf("stored event %d has sequence %d (around it: %v)", i, s, seqs[lo:hi])
+			}
+			bad++
+		}
+	}
+	if len(seqs) != n || bad > 0 {
+		t.Fatalf("stored %d events (want %d), %d out of place", len(seqs), n, bad)
+	}
+}
+
+// streamLeader returns the name of the output stream's current leader ("" while none).
+func streamLeader(ctx context.Context, js jetstream.JetStream) string {
+	st, err := js.Stream(ctx, testOutputStream)
+	if err != nil {
+		return ""
+	}
+	if ci := st.CachedInfo().Cluster; ci != nil {
+		return ci.Leader
+	}
+	return ""
+}
+
+// TestEventOrderAcrossLeaderChanges (issue 12, finding 3): a stream's events are stored
+// in sequence order, without gaps or duplicates, although the replicated output
+// stream's leader steps down three times while they are published. The events come at
+// the pace of a fast model (a few per millisecond), so that the stream has a new leader
+// again while later events are still being published.
+func TestEventOrderAcrossLeaderChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	servers := startTestCluster(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	nc, js := connectPublisher(t, servers[0].ClientURL())
+	st := createOutputStream(t, ctx, js, 3, true)
+	admin, _ := connectPublisher(t, servers[1].ClientURL())
+
+	const n, perTick = 8000, 4
+	stepAt := map[int]bool{n / 4: true, n / 2: true, 3 * n / 4: true}
+	steps := make(chan int, len(stepAt))
+	var count int
+	b := testBridge(t, ctx, nc, js, st, func(p Point, _ string) {
+		if p == PointEvent {
+			count++
+			if stepAt[count] {
+				steps <- count
+			}
+		}
+	})
+	// The stepper asks the stream's leader to step down whenever the publisher passes
+	// one of the marks, concurrently with the publishing.
+	var changes []string
+	stepped := make(chan struct{})
+	go func() {
+		defer close(stepped)
+		for range steps {
+			before := streamLeader(ctx, js)
+			_, err := admin.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+testOutputStream, nil)
+			if err != nil {
+				t.Errorf("step down: %v", err)
+				continue
+			}
+			changes = append(changes, before)
+		}
+	}()
+
+	j := &job{b: b, actionID: events.NewActionID()}
+	p := newEventPublisher(js, j)
+	t0 := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		if i%perTick == 0 {
+			<-tick.C
+		}
+		if err := p.publish(testEvent(i)); err != nil {
+			t.Fatalf("publish event %d: %v", i, err)
+		}
+	}
+	if err := p.flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	t.Logf("published and flushed %d events in %s", n, time.Since(t0).Round(time.Millisecond))
+	close(steps)
+	<-stepped
+	if len(changes) != len(stepAt) {
+		t.Fatalf("%d leader step-downs, want %d", len(changes), len(stepAt))
+	}
+	checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID)), n)
+}
+
+// cutProxy forwards TCP connections to a server until cut closes them all.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+// startCutProxy listens on a loopback port and forwards each connection to target.
+// t.Cleanup stops it and waits for its goroutines.
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *cutProxy) accept() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			_ = dst.Close()
+			_ = src.Close()
+		}
+		p.wg.Go(func() { pipe(out, in) })
+		p.wg.Go(func() { pipe(in, out) })
+	}
+}
+
+// cut closes every connection through the proxy; what was in flight is lost.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// TestEventOrderAcrossDisconnects: a stream's events are stored in sequence order,
+// without gaps or duplicates, although the publisher's connection is cut three times
+// while they are published (what was in flight is lost; the client reconnects).
+func TestEventOrderAcrossDisconnects(t *testing.T) {
+	s := natsembed.RunTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, direct := natsembed.Connect(t, s)
+	st := createOutputStream(t, ctx, direct, 1, true)
+	proxy := startCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	nc, js := connectPublisher(t, proxy.url())
+
+	const n, perTick = 8000, 4
+	cutAt := map[int]bool{n / 4: true, n / 2: true, 3 * n / 4: true}
+	var count, cuts int
+	b := testBridge(t, ctx, nc, js, st, func(p Point, _ string) {
+		if p == PointEvent {
+			count++
+			if cutAt[count] {
+				proxy.cut()
+				cuts++
+			}
+		}
+	})
+	j := &job{b: b, actionID: events.NewActionID()}
+	p := newEventPublisher(js, j)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		if i%perTick == 0 {
+			<-tick.C
+		}
+		if err := p.publish(testEvent(i)); err != nil {
+			t.Fatalf("publish event %d: %v", i, err)
+		}
+	}
+	if err := p.flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if cuts != len(cutAt) {
+		t.Fatalf("%d cuts, want %d", cuts, len(cutAt))
+	}
+	checkContiguous(t, storedSequences(t, ctx, direct, b.subjects.Events(j.actionID)), n)
+}
+
+// TestEventPublisherFallbacks: without fast batches (a stream that does not allow them,
+// or a server refusing another batch in flight) events still go out, in order.
+func TestEventPublisherFallbacks(t *testing.T) {
+	publishN := func(t *testing.T, p *eventPublisher, from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if err := p.publish(testEvent(i)); err != nil {
+				t.Fatalf("publish event %d: %v", i, err)
+			}
+		}
+	}
+	t.Run("stream without batches", func(t *testing.T) {
+		s := natsembed.RunTest(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		nc, js := connectPublisher(t, s.ClientURL())
+		st := createOutputStream(t, ctx, js, 1, false)
+		b := testBridge(t, ctx, nc, js, st, nil)
+		j := &job{b: b, actionID: events.NewActionID()}
+		p := newEventPublisher(js, j)
+		if p.batch != nil {
+			t.Fatal("the publisher uses fast batches on a stream that does not allow them")
+		}
+		publishN(t, p, 0, 500)
+		if err := p.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID)), 500)
+	})
+	t.Run("no permission for the batch subject", func(t *testing.T) {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "n.conf")
+		users := "authorization { users: [ { user: b, password: p, permissions: { publish: { deny: [\"hermes.batch.>\"] } } } ] }\n"
+		if err := os.WriteFile(conf, []byte(users), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := natsembed.RunTest(t, func(o *natsembed.Options) { o.ConfigFile = conf })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		url := strings.Replace(s.ClientURL(), "nats://", "nats://b:p@", 1)
+		nc, js := connectPublisher(t, url)
+		st := createOutputStream(t, ctx, js, 1, true)
+		b := testBridge(t, ctx, nc, js, st, nil)
+		for i, want := range []string{"after the first denied commit", "from the start"} {
+			j := &job{b: b, actionID: events.NewActionID()}
+			p := newEventPublisher(js, j)
+			if (p.batch == nil) != (i == 1) {
+				t.Fatalf("action %d: fast batch publisher %v; want it only for the first action", i, p.batch != nil)
+			}
+			publishN(t, p, 0, 100)
+			if err := p.flush(ctx); err != nil {
+				t.Fatalf("action %d: %v", i, err)
+			}
+			if p.batch != nil {
+				t.Errorf("action %d: still publishing in fast batches, want a fallback %s", i, want)
+			}
+			checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID)), 100)
+		}
+	})
+	t.Run("too many batches", func(t *testing.T) {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "n.conf")
+		if err := os.WriteFile(conf, []byte("jetstream { limits { batch { max_inflight_per_stream: 1 } } }\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := natsembed.RunTest(t, func(o *natsembed.Options) { o.ConfigFile = conf })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		nc, js := connectPublisher(t, s.ClientURL())
+		st := createOutputStream(t, ctx, js, 1, true)
+		b := testBridge(t, ctx, nc, js, st, nil)
+		first := &job{b: b, actionID: events.NewActionID()}
+		second := &job{b: b, actionID: events.NewActionID()}
+		p1, p2 := newEventPublisher(js, first), newEventPublisher(js, second)
+		publishN(t, p1, 0, 5) // its batch is the one in flight
+		publishN(t, p2, 0, 500)
+		if err := p2.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p2.batch != nil {
+			t.Error("the second publisher still uses a fast batch the server refused")
+		}
+		if p1.batch == nil {
+			t.Fatal("the first publisher does not use a fast batch")
+		}
+		publishN(t, p1, 5, 500)
+		if err := p1.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(first.actionID)), 500)
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(second.actionID)), 500)
+	})
+}
