@@ -42,6 +42,12 @@ type eventPublisher struct {
 	subject string
 	seq     int64
 	batch   *batchPublisher // nil: asynchronous publishes
+	// ctx bounds every wait of the publisher: the action's deadline (or its start, when
+	// later) plus settleFor (the events read until the deadline get that long to be
+	// stored), and the cancellation
+	// of in-flight work at the end of the shutdown grace.
+	ctx  context.Context
+	stop context.CancelFunc
 
 	pending []jetstream.PubAckFuture // ring of outstanding futures, oldest at head
 	head    int
@@ -55,6 +61,11 @@ type eventPublisher struct {
 // logFallback) and publishes asynchronously.
 func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
 	p := &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID)}
+	end := j.deadline
+	if now := time.Now(); end.Before(now) {
+		end = now
+	}
+	p.ctx, p.stop = context.WithDeadline(j.b.workCtx, end.Add(settleFor))
 	prefix := j.b.subjects.Prefix
 	if prefix == "" {
 		prefix = events.DefaultPrefix
@@ -139,7 +150,7 @@ func (p *eventPublisher) grow() {
 // publish sends ev as event number p.seq. It blocks only when the window is full, or
 // after a failure (see eventPublisher and batchPublisher.add).
 func (p *eventPublisher) publish(ev hermes.Event) error {
-	ctx := p.j.b.workCtx
+	ctx := p.ctx
 	d := events.EventData{ActionID: p.j.actionID, Sequence: p.seq, Kind: ev.Kind,
 		Event: events.SSE{Event: ev.Event, ID: ev.ID, Data: ev.Data}, Text: ev.Text}
 	h, body, err := events.EncodeEvent(p.j.b.cfg.Source, &d, p.j.trace)
@@ -235,9 +246,17 @@ func (p *eventPublisher) awaitOldest(ctx context.Context) error {
 	}
 }
 
-// flush returns once every event published so far is stored, or an error. It is called
-// once, after the last event; the publisher is not usable afterwards.
+// flush returns once every event published so far is stored, or an error; it gives up
+// when ctx ends or the publisher's bound passes (the action's deadline plus
+// settleFor). It is called once, after the last
+// event; the publisher is not usable afterwards.
 func (p *eventPublisher) flush(ctx context.Context) error {
+	defer p.stop()
+	if end, ok := p.ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, end)
+		defer cancel()
+	}
 	if p.batch != nil {
 		err := p.batch.flush(ctx)
 		if errors.Is(err, errBatchRefused) {
