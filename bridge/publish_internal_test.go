@@ -26,69 +26,6 @@ import (
 // testOutputStream is the output stream of the publisher tests.
 const testOutputStream = "OUT"
 
-// freeTestPorts returns n ports that were free a moment ago.
-func freeTestPorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return ports
-}
-
-// startTestCluster starts a three-node JetStream cluster; jsConf is added inside each
-// node's jetstream block (for example batch limits). The servers are shut down by
-// t.Cleanup.
-func startTestCluster(t *testing.T, jsConf string) []*natsembed.Server {
-	t.Helper()
-	ports := freeTestPorts(t, 3)
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	servers := make([]*natsembed.Server, 3)
-	var wg sync.WaitGroup
-	for i, p := range ports {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "n.conf")
-		cfg := fmt.Sprintf("server_name: n%d\njetstream { store_dir: %q\n%s\n}\ncluster { name: c, listen: \"127.0.0.1:%d\", routes: [%s] }\n",
-			i, filepath.Join(dir, "js"), jsConf, p, strings.Join(routes, ", "))
-		if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			s, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: filepath.Join(dir, "js"), ConfigFile: conf,
-				ServerName: fmt.Sprintf("n%d", i), ReadyTimeout: 30 * time.Second})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			servers[i] = s
-		})
-	}
-	wg.Wait()
-	for _, s := range servers {
-		if s == nil {
-			t.FailNow()
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = s.Shutdown(ctx)
-		})
-	}
-	return servers
-}
-
 // connectPublisher connects to url as the bridge does (reconnecting forever) and returns
 // the connection and a JetStream context with the bridge's async publish timeout.
 func connectPublisher(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
@@ -235,7 +172,7 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	servers := startTestCluster(t, "")
+	servers := natsembed.RunTestCluster(t, 3, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	nc, js := connectPublisher(t, servers[0].ClientURL())

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -161,56 +159,9 @@ type natsCluster struct {
 // startCluster starts n nodes named n0, n1, ... routed to each other.
 func startCluster(t *testing.T, n int) *natsCluster {
 	t.Helper()
-	ports := make([]int, n)
-	var ls []net.Listener
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	routes := make([]string, n)
-	for i, p := range ports {
-		routes[i] = fmt.Sprintf("%q", fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	c := &natsCluster{t: t, nodes: make([]*clusterNode, n)}
-	var wg sync.WaitGroup
-	for i, p := range ports {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "node.conf")
-		name := fmt.Sprintf("n%d", i)
-		text := fmt.Sprintf("server_name: %s\njetstream { store_dir: %q }\ncluster { name: hermes, listen: \"127.0.0.1:%d\", routes: [%s] }\n",
-			name, filepath.Join(dir, "js"), p, strings.Join(routes, ", "))
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			s, err := natsembed.Start(natsembed.Options{Host: "127.0.0.1", Port: -1, StoreDir: filepath.Join(dir, "js"),
-				ConfigFile: conf, ServerName: name, ReadyTimeout: 30 * time.Second})
-			if err != nil {
-				t.Errorf("start %s: %v", name, err)
-				return
-			}
-			c.nodes[i] = &clusterNode{name: name, srv: s}
-		})
-	}
-	wg.Wait()
-	for _, nd := range c.nodes {
-		if nd == nil {
-			t.FailNow()
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := nd.srv.Shutdown(ctx); err != nil {
-				t.Errorf("shutdown %s: %v", nd.name, err)
-			}
-		})
+	c := &natsCluster{t: t}
+	for i, s := range natsembed.RunTestCluster(t, n, "") {
+		c.nodes = append(c.nodes, &clusterNode{name: fmt.Sprintf("n%d", i), srv: s})
 	}
 	return c
 }
@@ -737,31 +688,14 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 	})
 
 	// Hermes calls: per route, per idempotency key, per action id named in the prompt.
-	callsByKey, callsByOwner := map[string]int{}, map[string]int{}
-	for _, rq := range h.fake.Requests() {
-		fig.calls[rq.Route]++
-		if rq.Route != "chat" && rq.Route != "chat_stream" {
-			continue
-		}
-		if rq.IdempotencyKey != "" {
-			callsByKey[rq.IdempotencyKey]++
-		}
-		for _, id := range clIDRE.FindAllString(string(rq.Body), -1) {
-			callsByOwner[id]++
-		}
-	}
-	for k, n := range callsByKey {
-		if n > 1 {
-			fig.dupCallsK += n - 1
-			v.add("duplicate_call", "idempotency key %s reached Hermes %d times", k, n)
-		}
-	}
-	for id, n := range callsByOwner {
-		if n > 1 {
-			fig.dupCallsID += n - 1
-			v.add("duplicate_call", "the input of action %s reached Hermes %d times%s", id, n, trail(id))
-		}
-	}
+	calls := countHermesCalls(h.fake.Requests(), clIDRE)
+	fig.calls = calls.byRoute
+	fig.dupCallsK = duplicates(calls.byKey, func(k string, n int) {
+		v.add("duplicate_call", "idempotency key %s reached Hermes %d times", k, n)
+	})
+	fig.dupCallsID = duplicates(calls.byMarker, func(id string, n int) {
+		v.add("duplicate_call", "the input of action %s reached Hermes %d times%s", id, n, trail(id))
+	})
 
 	known := map[string]clAction{}
 	groups := map[string][]clAction{}
@@ -818,7 +752,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 				modelsOK++
 			}
 		case clChat, clStream, clSameID:
-			if n := callsByOwner[a.id]; ok && res.ReplayOf == nil && n != 1 {
+			if n := calls.byMarker[a.id]; ok && res.ReplayOf == nil && n != 1 {
 				v.add("calls", "%s (%s): completed with %d Hermes calls naming it, want 1", a.id, clKindNames[a.kind], n)
 			}
 		}
@@ -872,7 +806,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 			v.add("events", "events for %s, which was not published", id)
 		}
 	}
-	for id := range callsByOwner {
+	for id := range calls.byMarker {
 		if _, ok := known[id]; !ok {
 			v.add("calls", "a Hermes call naming %s, which was not published", id)
 		}
@@ -898,7 +832,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 			continue
 		}
 		er := results[exec[0].id][0].res
-		if n := callsByKey[key]; er.Error == nil && n != 1 {
+		if n := calls.byKey[key]; er.Error == nil && n != 1 {
 			v.add("calls", "key %s: executor %s completed with %d calls, want 1", key, exec[0].id, n)
 		}
 		for _, a := range g {

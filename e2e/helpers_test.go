@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -431,3 +432,39 @@ func preApproved(a *events.Action) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// hermesCalls counts the requests the fake received: per route, and for the unsafe chat
+// routes per idempotency key and per action marker (every match of marker in the body).
+type hermesCalls struct {
+	byRoute, byKey, byMarker map[string]int
+}
+
+func countHermesCalls(reqs []hermestest.Recorded, marker *regexp.Regexp) hermesCalls {
+	c := hermesCalls{byRoute: map[string]int{}, byKey: map[string]int{}, byMarker: map[string]int{}}
+	for _, rq := range reqs {
+		c.byRoute[rq.Route]++
+		if rq.Route != "chat" && rq.Route != "chat_stream" {
+			continue
+		}
+		if rq.IdempotencyKey != "" {
+			c.byKey[rq.IdempotencyKey]++
+		}
+		for _, mk := range marker.FindAllString(string(rq.Body), -1) {
+			c.byMarker[mk]++
+		}
+	}
+	return c
+}
+
+// duplicates calls report(name, n) for every name counted more than once, and returns
+// the number of calls beyond the first.
+func duplicates(counts map[string]int, report func(name string, n int)) int {
+	extra := 0
+	for name, n := range counts {
+		if n > 1 {
+			extra += n - 1
+			report(name, n)
+		}
+	}
+	return extra
+}

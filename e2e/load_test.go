@@ -620,31 +620,13 @@ func (r *ldRun) check() ldFigures {
 	fig.DLQ = len(dlq)
 
 	// Hermes calls: per route, per idempotency key and per input marker.
-	callsByKey, callsByMarker := map[string]int{}, map[string]int{}
-	for _, rq := range h.fake.Requests() {
-		fig.Calls[rq.Route]++
-		if rq.Route != "chat" && rq.Route != "chat_stream" {
-			continue
-		}
-		if rq.IdempotencyKey != "" {
-			callsByKey[rq.IdempotencyKey]++
-		}
-		for _, mk := range ldMarkerRE.FindAllString(string(rq.Body), -1) {
-			callsByMarker[mk]++
-		}
-	}
-	for k, n := range callsByKey {
-		if n > 1 {
-			fig.DuplicateUnsafeCalls += n - 1
-			v.add("unsafe_duplicate", "idempotency key %s reached Hermes %d times", k, n)
-		}
-	}
-	for mk, n := range callsByMarker {
-		if n > 1 {
-			fig.DuplicateUnsafeCalls += n - 1
-			v.add("unsafe_duplicate", "input %s reached Hermes %d times", mk, n)
-		}
-	}
+	calls := countHermesCalls(h.fake.Requests(), ldMarkerRE)
+	fig.Calls = calls.byRoute
+	fig.DuplicateUnsafeCalls = duplicates(calls.byKey, func(k string, n int) {
+		v.add("unsafe_duplicate", "idempotency key %s reached Hermes %d times", k, n)
+	}) + duplicates(calls.byMarker, func(mk string, n int) {
+		v.add("unsafe_duplicate", "input %s reached Hermes %d times", mk, n)
+	})
 
 	// Every identifiable action: exactly one terminal result, no pending one.
 	known := map[string]ldAction{}
@@ -707,7 +689,7 @@ func (r *ldRun) check() ldFigures {
 			if res.ReplayOf != nil {
 				v.add("status", "%s (same id): replay_of %s on an action without key", a.id, *res.ReplayOf)
 			}
-			if n := callsByMarker[a.marker]; (ok && n != 1) || n > 1 {
+			if n := calls.byMarker[a.marker]; (ok && n != 1) || n > 1 {
 				v.add("calls", "%s (same id, %s): %d calls", a.id, res.Status, n)
 			}
 		case ldSafe:
@@ -719,7 +701,7 @@ func (r *ldRun) check() ldFigures {
 			if code != "invalid_action" {
 				v.add("status", "%s (invalid): status %s error %s, want invalid_action", a.id, res.Status, errString(res.Error))
 			}
-			if n := callsByMarker[a.marker]; n != 0 {
+			if n := calls.byMarker[a.marker]; n != 0 {
 				v.add("calls", "%s (invalid): %d calls", a.id, n)
 			}
 		}
@@ -761,7 +743,7 @@ func (r *ldRun) check() ldFigures {
 			continue
 		}
 		er := results[exec[0].id][0].res
-		calls := callsByKey[key]
+		calls := calls.byKey[key]
 		switch {
 		case er.Error == nil && calls != 1:
 			v.add("calls", "key %s: executor %s completed with %d calls, want 1", key, exec[0].id, calls)

@@ -3,12 +3,6 @@ package kvstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,65 +14,11 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/kvstore/kvtest"
 )
 
-// freePorts returns n ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return ports
-}
-
 // runCluster starts a three-node JetStream cluster and returns a JetStream context on
 // its first node.
 func runCluster(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	ports := freePorts(t, 3)
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	servers := make([]*natsembed.Server, 3)
-	var wg sync.WaitGroup
-	for i, p := range ports {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "n.conf")
-		cfg := fmt.Sprintf("server_name: n%d\njetstream { store_dir: %q }\ncluster { name: c, listen: \"127.0.0.1:%d\", routes: [%s] }\n",
-			i, filepath.Join(dir, "js"), p, strings.Join(routes, ", "))
-		if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			s, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: filepath.Join(dir, "js"), ConfigFile: conf,
-				ServerName: fmt.Sprintf("n%d", i), ReadyTimeout: 30 * time.Second})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			servers[i] = s
-		})
-	}
-	wg.Wait()
-	for _, s := range servers {
-		if s == nil {
-			t.FailNow()
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = s.Shutdown(ctx)
-		})
-	}
+	servers := natsembed.RunTestCluster(t, 3, "")
 	_, js := natsembed.Connect(t, servers[0])
 	return js
 }
