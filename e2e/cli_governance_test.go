@@ -16,10 +16,17 @@ import (
 // returns its stdout, stderr and exit code.
 func (h *harness) cli(args ...string) (string, string, int) {
 	h.t.Helper()
+	return h.cliEnv([]string{"NATS_URL=" + h.ns.ClientURL()}, args...)
+}
+
+// cliEnv is cli with env (NAME=value entries, NATS_URL among them) added to the
+// minimal environment.
+func (h *harness) cliEnv(env []string, args ...string) (string, string, int) {
+	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bridgeBinary(h.t), args...)
-	cmd.Env = []string{"NATS_URL=" + h.ns.ClientURL(), "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "USER=e2e-approver"}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "USER=e2e-approver"}, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errb, strings.NewReader("")
 	err := cmd.Run()

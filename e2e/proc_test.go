@@ -84,6 +84,15 @@ func crashAt(point string, n int) procOption {
 // the bridge reports it started. The process is killed at cleanup if still running.
 func (h *harness) startProc(opts ...procOption) *proc {
 	h.t.Helper()
+	p := h.launchProc(opts...)
+	p.waitLog(30*time.Second, `"message":"bridge started"`)
+	return p
+}
+
+// launchProc is startProc without the wait: the process may still be starting, or
+// failing to.
+func (h *harness) launchProc(opts ...procOption) *proc {
+	h.t.Helper()
 	bin := bridgeBinary(h.t)
 	env := map[string]string{
 		"NATS_URL":                        h.ns.ClientURL(),
@@ -120,7 +129,6 @@ func (h *harness) startProc(opts ...procOption) *proc {
 			h.t.Logf("hermes-bridge (pid %d) log:\n%s", p.cmd.Process.Pid, strings.Join(p.log(), "\n"))
 		}
 	})
-	p.waitLog(30*time.Second, `"message":"bridge started"`)
 	return p
 }
 

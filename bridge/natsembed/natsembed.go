@@ -13,6 +13,13 @@
 // options, the same store directory and the same client port (also when the
 // first start used a random port), so file-backed streams and KV buckets
 // survive and clients configured with reconnects find the server again.
+//
+// # One server per store directory
+//
+// A Server holds an exclusive lock on its store directory from Start to Shutdown
+// (across Restart): a second Start on the same directory, in this process or another,
+// fails at once with a [*StoreLockedError] naming the directory and the holder's pid
+// and URL (see [ErrStoreLocked]). A killed process loses the lock with its life.
 package natsembed
 
 import (
@@ -34,8 +41,8 @@ const DefaultReadyTimeout = 10 * time.Second
 
 // ErrNotReady is returned (wrapped) by Start and Restart when the server did
 // not come up: the port is in use, JetStream could not start, the store
-// directory is unusable, or the server was not ready in time. The message
-// carries the server's own reason.
+// directory is unusable or held by another server (see [ErrStoreLocked]), or the
+// server was not ready in time. The message carries the server's own reason.
 var ErrNotReady = errors.New("natsembed: server did not start")
 
 // Options configure an embedded server. The zero value is not usable:
@@ -75,11 +82,17 @@ type Server struct {
 	mu   sync.Mutex
 	ns   *server.Server
 	port int // actual client port of the current (or last) instance
+	// lock is held from Start to Shutdown; nil after Shutdown. released is closed once
+	// the lock given up by the last Shutdown is released (after the server stopped).
+	lock     *dirLock
+	released chan struct{}
 }
 
-// Start starts an embedded server with JetStream and waits until it accepts
-// client connections (Options.ReadyTimeout, default 10 s). Errors wrap
-// ErrNotReady and name the cause (for example "address already in use").
+// Start takes the lock on the store directory (creating it if needed), starts an
+// embedded server with JetStream and waits until it accepts client connections
+// (Options.ReadyTimeout, default 10 s). Errors wrap ErrNotReady and name the cause
+// (for example "address already in use"); a directory held by another server is a
+// [*StoreLockedError].
 func Start(opts Options) (*Server, error) {
 	if opts.StoreDir == "" {
 		return nil, errors.New("natsembed: StoreDir is required")
@@ -90,12 +103,18 @@ func Start(opts Options) (*Server, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
 	}
-	s := &Server{opts: opts}
-	ns, port, err := start(opts, opts.Port)
+	lock, err := lockDir(opts.StoreDir)
 	if err != nil {
 		return nil, err
 	}
+	s := &Server{opts: opts, lock: lock}
+	ns, port, err := start(opts, opts.Port)
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
 	s.ns, s.port = ns, port
+	lock.describe(s.clientURL())
 	return s, nil
 }
 
@@ -190,6 +209,11 @@ func (s *Server) Port() int {
 func (s *Server) ClientURL() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.clientURL()
+}
+
+// clientURL is ClientURL with s.mu held.
+func (s *Server) clientURL() string {
 	host := s.opts.Host
 	if host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
@@ -203,22 +227,41 @@ func (s *Server) StoreDir() string { return s.opts.StoreDir }
 // Shutdown stops the server gracefully (JetStream state is flushed to the
 // store) and waits until it has stopped or ctx is done, in which case it
 // returns ctx.Err() while the shutdown continues in the background.
-// Shutting down a stopped server is a no-op.
+// Shutting down a stopped server is a no-op. The store directory's lock is
+// released once the server has stopped.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	ns := s.ns
+	ns, lock := s.ns, s.lock
+	var released chan struct{}
+	if lock != nil {
+		released = make(chan struct{})
+		s.lock, s.released = nil, released
+	}
 	s.mu.Unlock()
-	return shutdownCtx(ctx, ns)
+	return shutdownCtx(ctx, ns, func() {
+		if lock != nil {
+			lock.release()
+			close(released)
+		}
+	})
 }
 
-func shutdownCtx(ctx context.Context, ns *server.Server) error {
+// shutdownCtx stops ns and then runs after (if not nil), waiting for both until ctx
+// is done; they go on in the background after that.
+func shutdownCtx(ctx context.Context, ns *server.Server, after func()) error {
 	if ns == nil {
+		if after != nil {
+			after()
+		}
 		return nil
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		shutdown(ns)
+		if after != nil {
+			after()
+		}
 	}()
 	select {
 	case <-done:
@@ -229,13 +272,36 @@ func shutdownCtx(ctx context.Context, ns *server.Server) error {
 }
 
 // Restart shuts the current instance down (bounded by ctx) and starts a new
-// one with identical options on the same port and store directory. On error
+// one with identical options on the same port and store directory, keeping the
+// directory's lock (after Shutdown it takes the lock again, and fails with a
+// [*StoreLockedError] if another server took the directory meanwhile). On error
 // the server stays stopped; Restart may be called again.
 func (s *Server) Restart(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := shutdownCtx(ctx, s.ns); err != nil {
+	if err := shutdownCtx(ctx, s.ns, nil); err != nil {
 		return err
+	}
+	if s.lock == nil {
+		if s.released != nil {
+			select {
+			case <-s.released:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		lock, err := lockDir(s.opts.StoreDir)
+		if err != nil {
+			return err
+		}
+		s.lock = lock
+		defer func() {
+			if s.ns == nil || !s.ns.Running() {
+				// Not started: give the directory up again, as Shutdown would have.
+				s.lock.release()
+				s.lock = nil
+			}
+		}()
 	}
 	// The old listener is closed; the port may take a moment to be
 	// bindable again, so retry briefly within ctx.
@@ -244,6 +310,7 @@ func (s *Server) Restart(ctx context.Context) error {
 		ns, port, err := start(s.opts, s.port)
 		if err == nil {
 			s.ns, s.port = ns, port
+			s.lock.describe(s.clientURL())
 			return nil
 		}
 		lastErr = err

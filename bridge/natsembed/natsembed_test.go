@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,5 +207,70 @@ func TestConfigFileInvalid(t *testing.T) {
 	}
 	if _, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: t.TempDir(), ConfigFile: conf}); err == nil {
 		t.Fatal("Start with a broken config file succeeded")
+	}
+}
+
+// Two servers must never share a store directory: the second Start fails at once with
+// a StoreLockedError naming the directory and the holder, and the lock is free again
+// after Shutdown (also across Restart).
+func TestStoreDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	first, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: dir})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	defer first.Shutdown(ctx)
+
+	start := time.Now()
+	second, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: dir})
+	if err == nil {
+		second.Shutdown(ctx)
+		t.Fatal("a second Start on the same store directory succeeded")
+	}
+	if !errors.Is(err, natsembed.ErrStoreLocked) || !errors.Is(err, natsembed.ErrNotReady) {
+		t.Fatalf("err = %v, want ErrStoreLocked (and ErrNotReady)", err)
+	}
+	var le *natsembed.StoreLockedError
+	if !errors.As(err, &le) {
+		t.Fatalf("err = %T %v, want a *StoreLockedError", err, err)
+	}
+	if le.Dir != dir || le.PID != os.Getpid() || le.URL != first.ClientURL() {
+		t.Fatalf("StoreLockedError = %+v, want dir %s, pid %d, url %s", le, dir, os.Getpid(), first.ClientURL())
+	}
+	for _, want := range []string{dir, fmt.Sprintf("pid %d", os.Getpid()), first.ClientURL()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q lacks %q", err.Error(), want)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the locked-store error took %s, want fast failure", d)
+	}
+
+	// Restart keeps the directory: a third Start is still refused after it.
+	if err := first.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if s, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: dir}); !errors.Is(err, natsembed.ErrStoreLocked) {
+		if err == nil {
+			s.Shutdown(ctx)
+		}
+		t.Fatalf("Start after the holder's Restart: %v, want ErrStoreLocked", err)
+	}
+
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	third, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: dir})
+	if err != nil {
+		t.Fatalf("Start after the holder's Shutdown: %v", err)
+	}
+	// The first server, restarted after its Shutdown, now finds the directory taken.
+	if err := first.Restart(ctx); !errors.Is(err, natsembed.ErrStoreLocked) {
+		t.Fatalf("Restart of a stopped server on a directory taken since: %v, want ErrStoreLocked", err)
+	}
+	if err := third.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 }

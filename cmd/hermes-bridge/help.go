@@ -61,6 +61,8 @@ HERMES_BRIDGE_SHUTDOWN_GRACE to finish). SIGHUP re-reads every API key file.
 Without NATS_URL, an embedded NATS server with JetStream is started on
 HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT (default 127.0.0.1:4222) with its
 store in HERMES_BRIDGE_DATA_DIR (default ./data/nats); its URL is printed on stderr.
+Only one server may use a data directory: a second run on it exits 1. A second
+replica on the same machine sets NATS_URL to the URL the first one printed.
 With NATS_URL the bridge connects to that server or cluster instead.
 
 Hermes endpoints come from HERMES_ENDPOINTS_FILE, or from HERMES_URL (one

@@ -166,6 +166,9 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 			Host: cfg.NATSHost, Port: cfg.NATSPort, StoreDir: cfg.DataDir,
 			ServerName: embeddedServerName, Logger: srvLog,
 		})
+		if le := (*natsembed.StoreLockedError)(nil); errors.As(err, &le) {
+			return storeInUse(le, err)
+		}
 		if err != nil {
 			hint := ""
 			if strings.Contains(err.Error(), "address already in use") {
@@ -283,3 +286,15 @@ func isTerminal(w io.Writer) bool {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// storeInUse explains a data directory that another process's embedded server holds
+// (err wraps le) and what to do instead.
+func storeInUse(le *natsembed.StoreLockedError, err error) error {
+	url := le.URL
+	if url == "" {
+		url = "<the first one's NATS URL>"
+	}
+	return fmt.Errorf("embedded NATS server: %w. Two servers must never share a data directory (it would be corrupted): "+
+		"for a second replica on this machine set NATS_URL=%s to use the first one's server, "+
+		"or set HERMES_BRIDGE_DATA_DIR to another directory for a separate bridge", err, url)
+}

@@ -1,0 +1,29 @@
+//go:build unix
+
+package natsembed
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+// errLocked is tryLock's error when another open file description holds the lock.
+var errLocked = errors.New("locked")
+
+// tryLock takes an exclusive flock on f without waiting.
+func tryLock(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.EWOULDBLOCK):
+			return errLocked
+		default:
+			return err
+		}
+	}
+}
