@@ -34,10 +34,11 @@ const defaultCancelTimeout = 5 * time.Second
 
 // approveOptions are the flags of approve, deny, pending and cancel.
 type approveOptions struct {
-	reason, approver, server string
-	yes, noFollow, jsonOut   bool
-	timeout, wait            time.Duration
-	decision                 string // events.DecisionApprove or events.DecisionDeny
+	reason, approver       string
+	yes, noFollow, jsonOut bool
+	timeout, wait          time.Duration
+	decision               string // events.DecisionApprove or events.DecisionDeny
+	conn                   connFlags
 }
 
 func approveFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
@@ -48,7 +49,7 @@ func approveFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.noFollow, "no-follow", false, "publish the decision and exit without following the action")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the request on stderr and only the result, as JSON, on stdout")
 	fs.DurationVar(&o.wait, "wait", 0, "stop waiting for the result after this long (exit 2); 0 waits until it settles")
-	fs.StringVar(&o.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
+	o.conn.register(fs)
 	return fs
 }
 
@@ -57,21 +58,21 @@ func denyFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.reason, "reason", "", "why the action is denied (required)")
 	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
-	fs.StringVar(&o.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
+	o.conn.register(fs)
 	return fs
 }
 
 func pendingFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	fs := newFlagSet("pending")
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON array instead of a table")
-	fs.StringVar(&o.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
+	o.conn.register(fs)
 	return fs
 }
 
 func cancelFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	fs := newFlagSet("cancel")
 	fs.DurationVar(&o.timeout, "timeout", defaultCancelTimeout, "how long to wait for the bridge's answer")
-	fs.StringVar(&o.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
+	o.conn.register(fs)
 	return fs
 }
 
@@ -147,13 +148,13 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	if len(approver) > 256 || strings.IndexFunc(approver, unicode.IsControl) >= 0 {
 		return usageError(sio.err, cmd, "--approver must be at most 256 characters without control characters")
 	}
-	cl, closeConn, code := dialClient(environ, o.server, sio.err)
+	cl, closeConn, code := dialClient(ctx, cmd, environ, o.conn, sio.err)
 	if cl == nil {
 		return code
 	}
 	defer closeConn()
 
-	rctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	rctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
 	res, code := lastResult(rctx, cl, id, sio.err)
 	cancel()
 	if res == nil {
@@ -191,7 +192,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 			return exitFailed
 		}
 	}
-	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	pctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
 	err := cl.c.Decide(pctx, id, events.Approval{
 		Decision:    o.decision,
 		Approver:    approver,
@@ -201,6 +202,9 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	cancel()
 	subj := cl.subjects.Approvals(id)
 	if err != nil {
+		if cl.permissionDenied(sio.err) {
+			return exitUsage
+		}
 		fmt.Fprintf(sio.err, "hermes-bridge %s: publish the decision: %v\n", cmd, explainPublish(err, subj))
 		return exitUsage
 	}
@@ -220,6 +224,9 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 // problem it prints it and returns nil and the exit status.
 func lastResult(ctx context.Context, cl *client, id string, stderr io.Writer) (*events.Result, int) {
 	stream, err := cl.js.Stream(ctx, cl.cfg.OutputStream)
+	if err != nil && cl.permissionDenied(stderr) {
+		return nil, exitUsage
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		fmt.Fprintf(stderr, "hermes-bridge: output stream %s not found: is 'hermes-bridge run' running (it provisions the streams), with the same HERMES_BRIDGE_OUTPUT_STREAM?\n", cl.cfg.OutputStream)
 		return nil, exitUsage
@@ -230,6 +237,9 @@ func lastResult(ctx context.Context, cl *client, id string, stderr io.Writer) (*
 	}
 	subj := cl.subjects.Results(id)
 	m, err := stream.GetLastMsgForSubject(ctx, subj)
+	if err != nil && cl.permissionDenied(stderr) {
+		return nil, exitUsage
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		fmt.Fprintf(stderr, "no pending approval for action %s (no result on %s); 'hermes-bridge pending' lists the parked actions\n", id, subj)
 		return nil, exitFailed
@@ -241,6 +251,9 @@ func lastResult(ctx context.Context, cl *client, id string, stderr io.Writer) (*
 	res, err := events.DecodeResult(m.Header, m.Data)
 	if err == nil {
 		err = events.ResolveResult(ctx, cl.js, res)
+	}
+	if err != nil && cl.permissionDenied(stderr) {
+		return nil, exitUsage
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: the last result of action %s: %v\n", id, err)
@@ -345,15 +358,18 @@ func cmdPending(ctx context.Context, args []string, environ map[string]string, s
 	if code, ok := parseNoArgs("pending", fs, args, sio, func() { printFlagsHelp(sio.out, usagePending, fs, examplesPending) }, ""); !ok {
 		return code
 	}
-	cl, closeConn, code := dialClient(environ, o.server, sio.err)
+	cl, closeConn, code := dialClient(ctx, "pending", environ, o.conn, sio.err)
 	if cl == nil {
 		return code
 	}
 	defer closeConn()
-	lctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	lctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
 	defer cancel()
 	list, err := listParked(lctx, cl, sio.err)
 	if err != nil {
+		if cl.permissionDenied(sio.err) {
+			return exitUsage
+		}
 		fmt.Fprintf(sio.err, "hermes-bridge pending: %v\n", err)
 		return exitUsage
 	}
@@ -457,16 +473,18 @@ func cmdCancel(ctx context.Context, args []string, environ map[string]string, si
 	if o.timeout <= 0 {
 		return usageError(sio.err, "cancel", "--timeout must be positive")
 	}
-	cl, closeConn, code := dialClient(environ, o.server, sio.err)
+	cl, closeConn, code := dialClient(ctx, "cancel", environ, o.conn, sio.err)
 	if cl == nil {
 		return code
 	}
 	defer closeConn()
-	cctx, cancel := context.WithTimeout(ctx, o.timeout)
+	cctx, cancel := context.WithTimeout(cl.ctx, o.timeout)
 	r, err := cl.c.Cancel(cctx, id)
 	cancel()
 	switch {
 	case err == nil:
+	case cl.permissionDenied(sio.err):
+		return exitUsage
 	case errors.Is(err, nats.ErrNoResponders):
 		fmt.Fprintf(sio.err, "hermes-bridge cancel: no bridge answered on %s (no responders): is 'hermes-bridge run' running, with the same HERMES_BRIDGE_PREFIX?\n", cl.subjects.Cancel(id))
 		return exitUsage
@@ -579,8 +597,8 @@ and prints its answer:
                    queued it will not run
 
 Exit status: 0 for cancelled and already settled, 1 for unknown, 2 when no
-bridge answered (none running, or --timeout passed) or for usage and
-connection errors.
+bridge answered (none running, or --timeout passed), when the NATS user may
+not send the request (permission denied), or for usage and connection errors.
 
 Flags:
 `

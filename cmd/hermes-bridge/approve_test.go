@@ -30,7 +30,10 @@ func TestApprovalCommandsHelp(t *testing.T) {
 		{[]string{"deny", "--help"}, []string{"hermes-bridge deny [flags] --reason <text> <action_id>", "approval_denied", "--reason string", "Examples:"}},
 		{[]string{"help", "deny"}, []string{"--approver"}},
 		{[]string{"cancel", "--help"}, []string{"hermes-bridge cancel [flags] <action_id>", "already settled", "unknown", "--timeout duration", `(default "5s")`, "Examples:"}},
-		{[]string{"help", "cancel"}, []string{"--timeout"}},
+		{[]string{"help", "cancel"}, []string{"--timeout", "--inbox-prefix string"}},
+		{[]string{"pending", "--help"}, []string{"--inbox-prefix string"}},
+		{[]string{"approve", "--help"}, []string{"--inbox-prefix string"}},
+		{[]string{"deny", "--help"}, []string{"--inbox-prefix string"}},
 	}
 	runHelpCases(t, tests)
 }

@@ -26,15 +26,26 @@ const publishTimeout = 15 * time.Second
 
 // callOptions are the flags of call and watch.
 type callOptions struct {
-	endpoint, op, input, prompt, key, tenant, actionID, server string
-	timeout, wait                                              time.Duration
-	structured, noFollow, jsonOut, eventsOut                   bool
+	endpoint, op, input, prompt, key, tenant, actionID string
+	timeout, wait                                      time.Duration
+	structured, noFollow, jsonOut, eventsOut           bool
+	conn                                               connFlags
+}
+
+// connFlags are the connection flags of every client command.
+type connFlags struct {
+	server, inboxPrefix string
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
+	fs.StringVar(&c.inboxPrefix, "inbox-prefix", "", "inbox prefix of the connection (default: NATS_INBOX_PREFIX, else _INBOX); a NATS user limited to its own inbox needs it, e.g. _INBOX_dashboard")
 }
 
 func commonFlags(fs *flag.FlagSet, o *callOptions) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print only the result, as JSON (no streamed text)")
 	fs.BoolVar(&o.eventsOut, "events", false, "print each event as a JSON line, then the result as a JSON line")
-	fs.StringVar(&o.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
+	o.conn.register(fs)
 	fs.DurationVar(&o.wait, "wait", 0, "stop waiting for the result after this long (exit 2); 0 waits until it settles")
 }
 
@@ -97,16 +108,19 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 		popts = append(popts, events.WithStructuredMode())
 	}
 
-	cl, closeConn, code := dialClient(environ, o.server, sio.err)
+	cl, closeConn, code := dialClient(ctx, "call", environ, o.conn, sio.err)
 	if cl == nil {
 		return code
 	}
 	defer closeConn()
 
-	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	pctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
 	id, err := cl.c.Publish(pctx, o.endpoint, o.op, *action, popts...)
 	cancel()
 	if err != nil {
+		if cl.permissionDenied(sio.err) {
+			return exitUsage
+		}
 		fmt.Fprintf(sio.err, "hermes-bridge call: publish: %v\n", explainPublish(err, cl.subjects.Action(o.endpoint, o.op)))
 		return exitUsage
 	}
@@ -130,7 +144,7 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 	if o.jsonOut && o.eventsOut {
 		return usageError(sio.err, "watch", "--json and --events exclude each other")
 	}
-	cl, closeConn, code := dialClient(environ, o.server, sio.err)
+	cl, closeConn, code := dialClient(ctx, "watch", environ, o.conn, sio.err)
 	if cl == nil {
 		return code
 	}
@@ -218,24 +232,38 @@ func readInput(v string, stdin io.Reader) (json.RawMessage, error) {
 	return json.RawMessage(data), nil
 }
 
-// client is a connected events client.
+// client is a connected events client of one command.
 type client struct {
 	c        *events.Client
 	subjects events.Subjects
 	js       jetstream.JetStream
+	nc       *nats.Conn
 	cfg      *Config
+	cmd      string // the command's name, for messages
+	// ctx is the command's context, cancelled with a *permissionError as its cause when
+	// the server refuses a message or subscription of the connection: NATS operations
+	// use it, so a refusal ends them at once instead of at their timeout.
+	ctx   context.Context
+	guard *permGuard
 }
 
-// dialClient connects for call/watch. On failure it prints the reason and returns
-// a nil client and the exit status.
-func dialClient(environ map[string]string, server string, stderr io.Writer) (*client, func(), int) {
+// dialClient connects for a client command. On failure it prints the reason and returns
+// a nil client and the exit status. The returned function closes the connection (and
+// warns about a permission violation no error has reported).
+func dialClient(ctx context.Context, cmd string, environ map[string]string, conn connFlags, stderr io.Writer) (*client, func(), int) {
 	cfg, err := LoadConfig(environ)
 	all := &ConfigError{}
 	if err != nil {
 		errors.As(err, &all)
 	}
-	if server != "" {
-		cfg.NATSURL = server
+	if conn.server != "" {
+		cfg.NATSURL = conn.server
+	}
+	if conn.inboxPrefix != "" {
+		if !validInboxPrefix(conn.inboxPrefix) {
+			return nil, nil, usageError(stderr, cmd, fmt.Sprintf("--inbox-prefix %q %s", conn.inboxPrefix, inboxPrefixRule))
+		}
+		cfg.NATSInboxPrefix = conn.inboxPrefix
 	}
 	all.merge(cfg.ValidateClient())
 	if err := all.errOrNil(); err != nil {
@@ -254,24 +282,65 @@ func dialClient(environ map[string]string, server string, stderr io.Writer) (*cl
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}
+	inbox := cfg.NATSInboxPrefix
+	if inbox == "" {
+		inbox = defaultInbox
+	}
+	gctx, cancelCause := context.WithCancelCause(ctx)
+	guard := &permGuard{user: cfg.NATSUser, inbox: inbox, cancel: cancelCause}
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if guard.handle(err) {
+			return // the command reports it
+		}
+		ev := log.Warn().Err(err)
+		if sub != nil {
+			ev = ev.Str("subject", sub.Subject)
+		}
+		ev.Msg("NATS asynchronous error")
+	}))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		hint := ""
 		if cfg.NATSURL == "" {
 			hint = " (is 'hermes-bridge run' running? set NATS_URL or --server for another server)"
 		}
+		cancelCause(nil)
 		fmt.Fprintf(stderr, "hermes-bridge: cannot connect to NATS at %s: %v%s\n", redactURLs(url), err, hint)
 		return nil, nil, exitUsage
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
+		cancelCause(nil)
 		fmt.Fprintf(stderr, "hermes-bridge: jetstream: %v\n", err)
 		return nil, nil, exitUsage
 	}
 	subjects := events.Subjects{Prefix: cfg.Prefix}
 	c := events.NewClient(js, events.WithSubjects(subjects), events.WithOutputStream(cfg.OutputStream))
-	return &client{c: c, subjects: subjects, js: js, cfg: cfg}, nc.Close, exitOK
+	cl := &client{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard}
+	closeConn := func() {
+		if nc.FlushTimeout(time.Second) == nil {
+			if pe := guard.unreported(nc.LastError()); pe != nil {
+				fmt.Fprintf(stderr, "hermes-bridge %s: warning: %v\n", cmd, pe)
+			}
+		}
+		nc.Close()
+		cancelCause(nil)
+	}
+	return cl, closeConn, exitOK
+}
+
+// permissionDenied prints the permission violation that failed the command and reports
+// whether there was one. Call it when a NATS operation failed: it first makes sure the
+// server's report of a refused message has arrived (see permGuard.denied).
+func (cl *client) permissionDenied(stderr io.Writer) bool {
+	_ = cl.nc.FlushTimeout(time.Second)
+	pe := cl.guard.denied(cl.nc.LastError())
+	if pe == nil {
+		return false
+	}
+	fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cl.cmd, pe)
+	return true
 }
 
 func explainPublish(err error, subject string) error {
@@ -289,10 +358,10 @@ func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdi
 // followAction is follow; notePending says whether a pending_approval result is printed
 // with how to decide it.
 func followAction(ctx context.Context, cl *client, id string, o *callOptions, sio stdio, notePending bool) int {
-	fctx := ctx
+	fctx := cl.ctx
 	if o.wait > 0 {
 		var cancel context.CancelFunc
-		fctx, cancel = context.WithTimeout(ctx, o.wait)
+		fctx, cancel = context.WithTimeout(cl.ctx, o.wait)
 		defer cancel()
 	}
 	p := newPrinter(sio.out, sio.err, o)
@@ -304,6 +373,9 @@ func followAction(ctx context.Context, cl *client, id string, o *callOptions, si
 	res, err := cl.c.Follow(fctx, id, p.event, onPending)
 	switch {
 	case err == nil:
+	case cl.permissionDenied(sio.err):
+		p.endText()
+		return exitUsage
 	case ctx.Err() != nil:
 		p.endText()
 		fmt.Fprintf(sio.err, "stopped following action %s; it goes on: hermes-bridge watch %s\n", id, id)

@@ -36,7 +36,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"call", "--help"}, []string{"hermes-bridge call [flags]", "--prompt string", "--no-follow", "--structured", "--events", "--timeout duration", "Examples:", "chat_stream", `(default "primary")`}},
 		{[]string{"call", "-h"}, []string{"-endpoint"}},
 		{[]string{"help", "call"}, []string{"-input"}},
-		{[]string{"watch", "--help"}, []string{"hermes-bridge watch [flags] <action_id>", "--json", "--events", "--wait duration", "Examples:"}},
+		{[]string{"watch", "--help"}, []string{"hermes-bridge watch [flags] <action_id>", "--json", "--events", "--wait duration", "--inbox-prefix string", "Examples:"}},
+		{[]string{"call", "--help"}, []string{"--inbox-prefix string", "NATS_INBOX_PREFIX"}},
 		{[]string{"watch", "x", "--help"}, []string{"<action_id>"}},
 		{[]string{"help", "watch"}, []string{"<action_id>"}},
 		{[]string{"version", "--help"}, []string{"hermes-bridge version"}},
@@ -86,6 +87,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"watch", "a.b"}, "action id must match"},
 		{[]string{"watch", "--nope", "a"}, "unknown flag --nope"},
 		{[]string{"version", "extra"}, `unexpected argument "extra"`},
+		{[]string{"watch", "--inbox-prefix", "_INBOX.*", "a"}, `hermes-bridge watch: --inbox-prefix "_INBOX.*" must be a subject such as _INBOX_dashboard`},
+		{[]string{"call", "--inbox-prefix", "has space"}, `--inbox-prefix "has space" must be a subject`},
 	}
 	runUsageCases(t, tests)
 }

@@ -46,6 +46,7 @@ type Config struct {
 	NATSTLSCA        string `env:"NATS_TLS_CA" desc:"PEM file of the CA(s) that sign the NATS server certificate"`
 	NATSTLSCert      string `env:"NATS_TLS_CERT" desc:"PEM client certificate for mutual TLS (with NATS_TLS_KEY)"`
 	NATSTLSKey       string `env:"NATS_TLS_KEY" desc:"PEM private key of NATS_TLS_CERT"`
+	NATSInboxPrefix  string `env:"NATS_INBOX_PREFIX" desc:"inbox prefix for replies, acks and pulled messages (default _INBOX); a user whose permissions do not allow _INBOX.> needs its own, e.g. _INBOX_dashboard (see deploy/). The client commands also take --inbox-prefix"`
 
 	// Embedded NATS server (only when NATS_URL is unset).
 	DataDir  string `env:"HERMES_BRIDGE_DATA_DIR" envDefault:"./data/nats" desc:"embedded server: JetStream store directory (created if missing)"`
@@ -303,6 +304,9 @@ func (c *Config) validateNATS(p *problems) {
 		if c.NATSPort != -1 && (c.NATSPort < 1 || c.NATSPort > 65535) {
 			p.add("HERMES_BRIDGE_NATS_PORT=%d: must be 1 to 65535, or -1 for a free port", c.NATSPort)
 		}
+	}
+	if c.NATSInboxPrefix != "" && !validInboxPrefix(c.NATSInboxPrefix) {
+		p.add("NATS_INBOX_PREFIX=%s: %s", shown("NATS_INBOX_PREFIX", c.NATSInboxPrefix), inboxPrefixRule)
 	}
 	methods := []string{}
 	if c.NATSCreds != "" {
@@ -832,6 +836,9 @@ func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, er
 		}
 		opts = append(opts, nats.Token(tok))
 	}
+	if c.NATSInboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.NATSInboxPrefix))
+	}
 	if c.NATSTLSCA != "" {
 		opts = append(opts, nats.RootCAs(c.NATSTLSCA))
 	}
@@ -839,6 +846,20 @@ func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, er
 		opts = append(opts, nats.ClientCert(c.NATSTLSCert, c.NATSTLSKey))
 	}
 	return opts, nil
+}
+
+// inboxPrefixRule says what validInboxPrefix accepts.
+const inboxPrefixRule = "must be a subject such as _INBOX_dashboard: dot-separated tokens without wildcards or spaces"
+
+// validInboxPrefix reports whether p can prefix inbox subjects (nats.CustomInboxPrefix
+// refuses wildcards and a trailing dot; spaces and empty tokens make invalid subjects).
+func validInboxPrefix(p string) bool {
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*>") || strings.IndexFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // clientURL is where `call` and `watch` connect.

@@ -160,6 +160,8 @@ func TestValidationMessages(t *testing.T) {
 			[]string{"NATS authentication: set only one of NATS_USER, NATS_TOKEN", "NATS_PASSWORD and NATS_PASSWORD_FILE are both set",
 				"NATS_TLS_CERT and NATS_TLS_KEY must be set together"}},
 		{"nats url", map[string]string{"NATS_URL": "http://h:4222"}, []string{"NATS_URL=http://h:4222: scheme must be nats, tls, ws or wss"}},
+		{"inbox prefix", map[string]string{"NATS_INBOX_PREFIX": "_INBOX_x.>"}, []string{"NATS_INBOX_PREFIX=_INBOX_x.>: must be a subject such as _INBOX_dashboard"}},
+		{"inbox prefix dot", map[string]string{"NATS_INBOX_PREFIX": "_INBOX_x."}, []string{"NATS_INBOX_PREFIX=_INBOX_x.: must be a subject"}},
 		{"hermes url", map[string]string{"HERMES_URL": "ftp://h"}, []string{"HERMES_URL=ftp://h: base_url must start with http:// or https://"}},
 		{"hermes url creds", map[string]string{"HERMES_URL": "http://u:hunter2@h"}, []string{"HERMES_URL=http://redacted@h: base_url must not carry credentials"}},
 		{"both endpoint sources", map[string]string{"HERMES_URL": "http://h", "HERMES_ENDPOINTS_FILE": "/e.json"},

@@ -97,7 +97,9 @@ when interrupted (the action itself goes on; follow it with 'watch').
 
 Connects to NATS_URL, or to the embedded server of 'hermes-bridge run'
 (nats://HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT), with the same
-credential variables as run.
+credential variables as run, and NATS_INBOX_PREFIX (or --inbox-prefix) for a
+NATS user limited to its own inbox. A message or subscription the server
+refuses ends the command at once (exit 2), naming the subject.
 
 Flags:
 `

@@ -40,6 +40,8 @@ func TestRunCallWatch(t *testing.T) {
 		"HERMES_BRIDGE_NATS_PORT":      "-1",
 		"HERMES_BRIDGE_SHUTDOWN_GRACE": "5s",
 		"HERMES_BRIDGE_LOG_LEVEL":      "debug",
+		// The bridge and the CLI work with an inbox prefix of their own.
+		"NATS_INBOX_PREFIX": "_INBOX_bridge",
 	}
 	p, err := prepareRun(environ)
 	if err != nil {
@@ -64,7 +66,7 @@ func TestRunCallWatch(t *testing.T) {
 	if !strings.Contains(logs.String(), "embedded NATS server listening on "+url) {
 		t.Fatalf("no listening line for %s:\n%s", url, logs.String())
 	}
-	cli := map[string]string{"NATS_URL": url}
+	cli := map[string]string{"NATS_URL": url, "NATS_INBOX_PREFIX": "_INBOX_cli"}
 
 	// call: streamed text, then the pretty result; exit 0.
 	code, out, errOut := runMain(ctx, cli, "", "call", "--prompt", "hello streaming world", "--action-id", "it-call-1")

@@ -1,0 +1,233 @@
+package e2e_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// cliRole is a user of a deploy/ configuration running the bridge's CLI.
+type cliRole struct {
+	h                 *harness
+	srvLog            *syncBuffer
+	user, pwVar, inbx string
+}
+
+// env is the role's CLI environment: the server, its credentials and, unless inbox is
+// "", its inbox prefix.
+func (r cliRole) env(inbox string) []string {
+	env := []string{"NATS_URL=" + r.h.ns.ClientURL(), "NATS_USER=" + r.user, "NATS_PASSWORD=" + envPassword(r.h.t, r.pwVar)}
+	if inbox != "" {
+		env = append(env, "NATS_INBOX_PREFIX="+inbox)
+	}
+	return env
+}
+
+// run runs one CLI command as the role with its inbox prefix and checks that the
+// server logged no permission violation of the role meanwhile.
+func (r cliRole) run(args ...string) (string, string, int) {
+	r.h.t.Helper()
+	before := len(serverViolations(r.srvLog, r.user))
+	out, errOut, code := r.h.cliEnv(r.env(r.inbx), args...)
+	// The server logs a violation as it refuses the message, before the CLI hears of it.
+	if v := serverViolations(r.srvLog, r.user); len(v) > before {
+		r.h.t.Errorf("%s %v: permission violations:\n%s\nstdout:\n%s\nstderr:\n%s", r.user, args, strings.Join(v[before:], "\n"), out, errOut)
+	}
+	return out, errOut, code
+}
+
+// refused runs a command the role may not use and checks it fails fast (exit 2) with
+// a message naming the refused subject and what the role lacks.
+func (r cliRole) refused(env []string, args []string, want ...string) {
+	r.h.t.Helper()
+	start := time.Now()
+	out, errOut, code := r.h.cliEnv(env, args...)
+	r.h.t.Logf("%s %v: exit %d after %s:\n%s", r.user, args, code, time.Since(start).Round(time.Millisecond), errOut)
+	if code != 2 {
+		r.h.t.Errorf("%s %v: exit %d, want 2\nstdout:\n%s\nstderr:\n%s", r.user, args, code, out, errOut)
+	}
+	for _, w := range want {
+		if !strings.Contains(errOut, w) {
+			r.h.t.Errorf("%s %v: stderr lacks %q:\n%s", r.user, args, w, errOut)
+		}
+	}
+	// Fast: well before any of the commands' own timeouts (5 s for cancel, 15 s to publish).
+	if d := time.Since(start); d > 4*time.Second {
+		r.h.t.Errorf("%s %v: took %s to fail; want a fast permission error", r.user, args, d)
+	}
+}
+
+// TestCLIRoles runs the bridge's own CLI as each role of deploy/nats-server.conf against
+// a bridge connected as its least-privilege user (issue 13, item 2): each role's commands
+// work without a single permission violation, and a command the role may not use fails
+// at once, naming the subject and the missing permission.
+func TestCLIRoles(t *testing.T) {
+	setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
+		"OPS_PASSWORD", "SYS_PASSWORD")
+	srvLog := &syncBuffer{}
+	h := newHarness(t,
+		withNATS(func(o *natsembed.Options) {
+			o.ConfigFile = "../deploy/nats-server.conf"
+			o.Logger = zerolog.New(srvLog)
+		}),
+		withClientNATS(nats.UserInfo("ops", envPassword(t, "OPS_PASSWORD"))),
+		withBridgeNATS(nats.Name("bridge"), nats.UserInfo("bridge", envPassword(t, "BRIDGE_PASSWORD"))),
+		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }),
+	)
+	bridgeBinary(t)
+	agent := cliRole{h, srvLog, "agent-chat", "AGENT_CHAT_PASSWORD", "_INBOX_agent_chat"}
+	dash := cliRole{h, srvLog, "dashboard", "DASHBOARD_PASSWORD", "_INBOX_dashboard"}
+	appr := cliRole{h, srvLog, "approver", "APPROVER_PASSWORD", "_INBOX_approver"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
+		}
+		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
+			t.Errorf("the bridge hit %d permission violations:\n%s", len(v), strings.Join(v, "\n"))
+		}
+	})
+
+	var streamID string
+	t.Run("agent-chat: call", func(t *testing.T) {
+		out, errOut, code := agent.run("call", "--op", "chat", "--prompt", "hello", "--json")
+		if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+			t.Fatalf("call chat: exit %d\n%s\n%s", code, out, errOut)
+		}
+		streamID = "roles-stream-1"
+		out, errOut, code = agent.run("call", "--prompt", "stream please", "--action-id", streamID)
+		if code != 0 || !strings.HasPrefix(out, "stub reply: stream please\n") {
+			t.Fatalf("call chat_stream: exit %d\n%s\n%s", code, out, errOut)
+		}
+		// What the agent may not invoke is refused at once, naming the subject.
+		agent.refused(agent.env(agent.inbx),
+			[]string{"call", "--op", "session_delete", "--input", `{"session_id":"s-1"}`, "--key", "k-1"},
+			"hermes-bridge call: permission denied on hermes.actions.primary.session_delete:",
+			`NATS user "agent-chat" may not publish to "hermes.actions.primary.session_delete"`)
+		agent.refused(agent.env(agent.inbx), []string{"cancel", streamID},
+			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":",
+			`NATS user "agent-chat" may not publish to "hermes.cancel.`+streamID+`"`)
+		if c := h.fake.Calls("session_delete"); c != 0 {
+			t.Errorf("Hermes was called %d times for session_delete", c)
+		}
+	})
+
+	t.Run("dashboard: watch", func(t *testing.T) {
+		out, errOut, code := dash.run("watch", streamID)
+		if code != 0 || !strings.HasPrefix(out, "stub reply: stream please\n") || !strings.Contains(out, `"status": "completed"`) {
+			t.Fatalf("watch: exit %d\n%s\n%s", code, out, errOut)
+		}
+		out, errOut, code = dash.run("watch", "--events", streamID)
+		if code != 0 || !strings.Contains(out, `"status":"completed"`) {
+			t.Fatalf("watch --events: exit %d\n%s\n%s", code, out, errOut)
+		}
+		// The flag works as well as the variable.
+		out, errOut, code = h.cliEnv(dash.env(""), "watch", "--json", "--inbox-prefix", dash.inbx, streamID)
+		if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+			t.Fatalf("watch --inbox-prefix: exit %d\n%s\n%s", code, out, errOut)
+		}
+		// Without its inbox prefix: refused at once, saying which prefix setting to use.
+		dash.refused(dash.env(""), []string{"watch", streamID},
+			"hermes-bridge watch: permission denied on _INBOX.",
+			`NATS user "dashboard" may not subscribe to "_INBOX.`,
+			"set NATS_INBOX_PREFIX (or --inbox-prefix) to the user's inbox prefix")
+		// It publishes nothing.
+		dash.refused(dash.env(dash.inbx), []string{"call", "--prompt", "x"},
+			"hermes-bridge call: permission denied on hermes.actions.primary.chat_stream:")
+		dash.refused(dash.env(dash.inbx), []string{"cancel", streamID},
+			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":")
+	})
+
+	t.Run("approver: pending, approve, deny, cancel", func(t *testing.T) {
+		park := func(sid string) string {
+			res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+sid))
+			requireCompleted(t, res)
+			id := h.publish("session_delete", events.Action{Input: mustJSON(t, map[string]any{"session_id": sid}), IdempotencyKey: "del-" + sid})
+			h.pendingOf(id)
+			return id
+		}
+		approved, denied, cancelled := park("roles-1"), park("roles-2"), park("roles-3")
+		out, errOut, code := appr.run("pending")
+		if code != 0 {
+			t.Fatalf("pending: exit %d\n%s\n%s", code, out, errOut)
+		}
+		for _, id := range []string{approved, denied, cancelled} {
+			if !strings.Contains(out, id) {
+				t.Errorf("pending does not list %s:\n%s", id, out)
+			}
+		}
+		out, errOut, code = appr.run("pending", "--json")
+		if code != 0 || !strings.Contains(out, approved) {
+			t.Fatalf("pending --json: exit %d\n%s\n%s", code, out, errOut)
+		}
+		out, errOut, code = appr.run("approve", approved, "--yes", "--reason", "ticket OPS-42")
+		if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+			t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
+		}
+		out, errOut, code = appr.run("deny", denied, "--yes", "--reason", "wrong session")
+		if code != 0 {
+			t.Fatalf("deny: exit %d\n%s\n%s", code, out, errOut)
+		}
+		res, _ := h.follow(denied)
+		requireFailed(t, res, "approval_denied")
+		out, errOut, code = appr.run("cancel", cancelled)
+		if code != 0 || strings.TrimSpace(out) != "cancelled" {
+			t.Fatalf("cancel: exit %d\n%s\n%s", code, out, errOut)
+		}
+		if res, _ := h.follow(cancelled); res.Status != events.StatusCancelled {
+			t.Errorf("cancelled parked action: %s", res.Status)
+		}
+		if c := h.fake.Calls("session_delete"); c != 1 {
+			t.Errorf("session_delete calls %d, want 1 (the approved one)", c)
+		}
+		out, errOut, code = appr.run("pending")
+		if code != 0 || strings.TrimSpace(out) != "no parked actions" {
+			t.Errorf("pending after the decisions: exit %d\n%s\n%s", code, out, errOut)
+		}
+		// Without its inbox prefix, pending fails at once instead of hanging.
+		appr.refused(appr.env(""), []string{"pending"},
+			"hermes-bridge pending: permission denied on _INBOX.", "NATS_INBOX_PREFIX")
+		// It invokes nothing.
+		appr.refused(appr.env(appr.inbx), []string{"call", "--op", "chat", "--prompt", "x"},
+			"hermes-bridge call: permission denied on hermes.actions.primary.chat:",
+			`NATS user "approver" may not publish to "hermes.actions.primary.chat"`)
+	})
+}
+
+// TestCLIRolesTeams: in deploy/nats-server-teams.conf a team's agent uses `call` in its
+// own account, and the observer account (core NATS only) is refused `watch` clearly.
+func TestCLIRolesTeams(t *testing.T) {
+	setPasswords(t, "TEAM_A_BRIDGE_PASSWORD", "TEAM_A_AGENT_PASSWORD", "TEAM_A_OPS_PASSWORD",
+		"TEAM_B_BRIDGE_PASSWORD", "TEAM_B_AGENT_PASSWORD", "TEAM_B_OPS_PASSWORD",
+		"OBSERVER_PASSWORD", "SYS_PASSWORD")
+	srvLog := &syncBuffer{}
+	h := newHarness(t,
+		withNATS(func(o *natsembed.Options) {
+			o.ConfigFile = "../deploy/nats-server-teams.conf"
+			o.Logger = zerolog.New(srvLog)
+		}),
+		withClientNATS(nats.UserInfo("ops-a", envPassword(t, "TEAM_A_OPS_PASSWORD"))),
+		withBridgeNATS(nats.UserInfo("bridge-a", envPassword(t, "TEAM_A_BRIDGE_PASSWORD"))),
+	)
+	bridgeBinary(t)
+	agent := cliRole{h, srvLog, "agent-a", "TEAM_A_AGENT_PASSWORD", "_INBOX_agent_chat"}
+	observer := cliRole{h, srvLog, "observer", "OBSERVER_PASSWORD", ""}
+	out, errOut, code := agent.run("call", "--op", "chat", "--prompt", "team a question", "--action-id", "team-a-1", "--json")
+	if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+		t.Fatalf("agent-a call: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code = agent.run("watch", "--json", "team-a-1")
+	if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+		t.Fatalf("agent-a watch: exit %d\n%s\n%s", code, out, errOut)
+	}
+	agent.refused(agent.env(agent.inbx), []string{"call", "--op", "models"},
+		"hermes-bridge call: permission denied on hermes.actions.primary.models:")
+	observer.refused(observer.env(""), []string{"watch", "team-a-1"},
+		"hermes-bridge watch: permission denied on ", `NATS user "observer" may not`)
+}
