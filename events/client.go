@@ -63,6 +63,7 @@ type publishOptions struct {
 	id         string
 	structured bool
 	trace      TraceContext
+	ack        *jetstream.PubAck
 }
 
 // WithActionID publishes the action under id instead of a generated one.
@@ -76,6 +77,11 @@ func WithStructuredMode() PublishOption { return func(o *publishOptions) { o.str
 
 // WithTrace attaches W3C trace context (as CloudEvents extensions and plain headers).
 func WithTrace(tc TraceContext) PublishOption { return func(o *publishOptions) { o.trace = tc } }
+
+// WithPubAck stores the stream's acknowledgement of the publish in *ack: the stream
+// that stored the action, its sequence there, and whether the stream already held
+// an action with this id (Duplicate).
+func WithPubAck(ack *jetstream.PubAck) PublishOption { return func(o *publishOptions) { o.ack = ack } }
 
 const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -158,8 +164,12 @@ func (c *Client) Publish(ctx context.Context, endpoint, op string, a Action, opt
 		msg.Header = binaryHeader(c.source, TypeAction, o.id, capID, o.trace)
 		msg.Data = data
 	}
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	pa, err := c.js.PublishMsg(ctx, msg)
+	if err != nil {
 		return "", fmt.Errorf("events: publish action: %w", err)
+	}
+	if o.ack != nil {
+		*o.ack = *pa
 	}
 	return o.id, nil
 }
@@ -168,9 +178,11 @@ func (c *Client) Publish(ctx context.Context, endpoint, op string, a Action, opt
 // it live: an ordered consumer on the output stream filtered to the action's
 // events and results subjects, delivering everything from the start. It
 // calls onEvent (if non-nil) for each event in order and onPending (if
-// non-nil) for a pending_approval result, and returns the terminal result
-// (completed, failed or cancelled). It works for actions that started, or
-// even finished, before Follow was called.
+// non-nil) for a pending_approval result that is the action's latest output
+// when it is read (a replay of an action decided since skips it: more output
+// follows it), and returns the terminal result (completed, failed or
+// cancelled). It works for actions that started, or even finished, before
+// Follow was called.
 //
 // Follow returns early with onEvent's error, with ctx's error when ctx ends,
 // with an error wrapping [ErrInvalidOutput] for an undecodable message, and
@@ -273,11 +285,18 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 				}
 				return r, nil
 			}
-			if onPending != nil {
+			if onPending != nil && latest(m) {
 				onPending(r)
 			}
 		}
 	}
+}
+
+// latest reports whether m was the last message of its consumer's subjects when the
+// server delivered it (true when that is unknown).
+func latest(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	return err != nil || md.NumPending == 0
 }
 
 // CancelReply is the reply to a cancel request (CONTRACT §8).

@@ -112,7 +112,7 @@ func TestFollowLateReplaysInOrder(t *testing.T) {
 	h, b, _ := events.EncodeEvent("bridge", &events.EventData{ActionID: "other", Kind: "data"}, events.TraceContext{})
 	publishOutput(t, ctx, js, "hermes.events.other", h, b)
 
-	// The first half, and a pending_approval result, before Follow starts.
+	// The first half, then a pending_approval result, before Follow starts.
 	pub := func(seq int) {
 		ev := &events.EventData{ActionID: id, Sequence: int64(seq), Kind: events.KindData,
 			Event: events.SSE{Event: "delta", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, seq))}, Text: fmt.Sprint(seq)}
@@ -125,11 +125,11 @@ func TestFollowLateReplaysInOrder(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	h, b, _ = events.EncodeResult("bridge", &events.Result{ActionID: id, CapabilityID: "cap:hermes_agent:p:chat_stream", Status: events.StatusPendingApproval, Output: json.RawMessage(`{"expires_at":"x"}`)}, events.TraceContext{})
-	publishOutput(t, ctx, js, "hermes.results."+id, h, b)
 	for i := 0; i < n/2; i++ {
 		pub(i)
 	}
+	h, b, _ = events.EncodeResult("bridge", &events.Result{ActionID: id, CapabilityID: "cap:hermes_agent:p:chat_stream", Status: events.StatusPendingApproval, Output: json.RawMessage(`{"expires_at":"x"}`)}, events.TraceContext{})
+	publishOutput(t, ctx, js, "hermes.results."+id, h, b)
 
 	c := events.NewClient(js)
 	type out struct {
@@ -139,13 +139,26 @@ func TestFollowLateReplaysInOrder(t *testing.T) {
 	done := make(chan out, 1)
 	var seqs []int64
 	var pending int
+	pendingSeen := make(chan struct{})
 	go func() {
 		r, err := c.Follow(ctx, id, func(ev *events.EventData) error {
 			seqs = append(seqs, ev.Sequence)
 			return nil
-		}, func(*events.Result) { pending++ })
+		}, func(*events.Result) {
+			if pending++; pending == 1 {
+				close(pendingSeen)
+			}
+		})
 		done <- out{r, err}
 	}()
+	// The pending_approval result is the action's latest output when it is read.
+	select {
+	case <-pendingSeen:
+	case o := <-done:
+		t.Fatalf("Follow returned before the pending_approval result: %+v %v", o.r, o.err)
+	case <-ctx.Done():
+		t.Fatal("no pending_approval result")
+	}
 
 	// The rest live, then the terminal result.
 	for i := n / 2; i < n; i++ {
@@ -178,11 +191,15 @@ func TestFollowLateReplaysInOrder(t *testing.T) {
 		}
 	}
 
-	// A follower that starts after the terminal result replays everything.
-	count := 0
-	r, err := c.Follow(ctx, id, func(*events.EventData) error { count++; return nil }, nil)
+	// A follower that starts after the terminal result replays everything, except the
+	// pending_approval result: it was decided since (issue 13, item 9).
+	count, stale := 0, 0
+	r, err := c.Follow(ctx, id, func(*events.EventData) error { count++; return nil }, func(*events.Result) { stale++ })
 	if err != nil || r.Status != events.StatusCompleted || count != n {
 		t.Fatalf("late follow: %+v, %d events, %v", r, count, err)
+	}
+	if stale != 0 {
+		t.Fatalf("late follow: onPending called %d times for a decided action, want 0", stale)
 	}
 
 	// onEvent's error aborts.

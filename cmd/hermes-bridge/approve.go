@@ -340,7 +340,7 @@ func confirm(sio stdio, question string) bool {
 // followDecided follows an approved action to its result, as watch does, without
 // the pending_approval note (the decision was just published).
 func followDecided(ctx context.Context, cl *client, id string, o *approveOptions, sio stdio) int {
-	return followAction(ctx, cl, id, &callOptions{jsonOut: o.jsonOut, wait: o.wait}, sio, false)
+	return followAction(ctx, cl, id, &callOptions{jsonOut: o.jsonOut, wait: o.wait}, sio, false, nil)
 }
 
 // parkedAction is one line of `pending`.

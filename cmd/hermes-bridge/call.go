@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -23,6 +24,14 @@ import (
 
 // publishTimeout bounds connecting and publishing (not following).
 const publishTimeout = 15 * time.Second
+
+// waitHintAfter is how long call and watch wait for the first news of an action (an
+// event, a result, a pending approval) before they say on stderr what they are waiting
+// for; a variable so that tests can shorten it.
+var waitHintAfter = 5 * time.Second
+
+// hintLookupTimeout bounds the lookups behind a hint.
+const hintLookupTimeout = 3 * time.Second
 
 // callOptions are the flags of call and watch.
 type callOptions struct {
@@ -100,7 +109,8 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 	if o.jsonOut && o.eventsOut {
 		return usageError(sio.err, "call", "--json and --events exclude each other")
 	}
-	var popts []events.PublishOption
+	var ack jetstream.PubAck
+	popts := []events.PublishOption{events.WithPubAck(&ack)}
 	if o.actionID != "" {
 		popts = append(popts, events.WithActionID(o.actionID))
 	}
@@ -131,7 +141,7 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 	if !o.jsonOut && !o.eventsOut {
 		fmt.Fprintf(sio.err, "action %s published on %s\n", id, cl.subjects.Action(o.endpoint, o.op))
 	}
-	return follow(ctx, cl, id, &o, sio)
+	return follow(ctx, cl, id, &o, sio, cl.callHint(id, &ack))
 }
 
 func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
@@ -149,7 +159,7 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 		return code
 	}
 	defer closeConn()
-	return follow(ctx, cl, id, &o, sio)
+	return follow(ctx, cl, id, &o, sio, cl.watchHint(id))
 }
 
 // action builds the action from the flags; errors are usage errors.
@@ -350,14 +360,16 @@ func explainPublish(err error, subject string) error {
 	return err
 }
 
-// follow prints the action's output until it settles and maps the result to the exit status.
-func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdio) int {
-	return followAction(ctx, cl, id, o, sio, true)
+// follow prints the action's output until it settles and maps the result to the exit
+// status. hint says, when nothing has come after waitHintAfter, what the command waits
+// for and why it may not come.
+func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdio, hint func(context.Context) string) int {
+	return followAction(ctx, cl, id, o, sio, true, hint)
 }
 
 // followAction is follow; notePending says whether a pending_approval result is printed
-// with how to decide it.
-func followAction(ctx context.Context, cl *client, id string, o *callOptions, sio stdio, notePending bool) int {
+// with how to decide it, and hint may be nil.
+func followAction(ctx context.Context, cl *client, id string, o *callOptions, sio stdio, notePending bool, hint func(context.Context) string) int {
 	fctx := cl.ctx
 	if o.wait > 0 {
 		var cancel context.CancelFunc
@@ -365,12 +377,33 @@ func followAction(ctx context.Context, cl *client, id string, o *callOptions, si
 		defer cancel()
 	}
 	p := newPrinter(sio.out, sio.err, o)
+	news := make(chan struct{})
+	var newsOnce sync.Once
+	sawNews := func() { newsOnce.Do(func() { close(news) }) }
+	onEvent := func(ev *events.EventData) error {
+		sawNews()
+		return p.event(ev)
+	}
 	var onPending func(*events.Result)
 	if notePending {
 		p.approvals = cl.subjects.Approvals(id)
-		onPending = p.pending
+		onPending = func(r *events.Result) {
+			sawNews()
+			p.pending(r)
+		}
 	}
-	res, err := cl.c.Follow(fctx, id, p.event, onPending)
+	stopHint := func() {}
+	if hint != nil {
+		hctx, cancel := context.WithCancel(fctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.waitHint(hctx, id, o.wait, news, hint)
+		}()
+		stopHint = func() { cancel(); <-done }
+	}
+	res, err := cl.c.Follow(fctx, id, onEvent, onPending)
+	stopHint()
 	switch {
 	case err == nil:
 	case cl.permissionDenied(sio.err):
@@ -477,6 +510,33 @@ func (p *printer) pending(r *events.Result) {
 	}
 	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
 		r.ActionID, out.InputSHA256, out.ExpiresAt, where)
+}
+
+// waitHint waits for news until waitHintAfter has passed, then prints what hint says
+// (unless news came meanwhile or ctx ended).
+func (p *printer) waitHint(ctx context.Context, id string, wait time.Duration, news <-chan struct{}, hint func(context.Context) string) {
+	t := time.NewTimer(waitHintAfter)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-news:
+		return
+	case <-t.C:
+	}
+	body := hint(ctx)
+	select {
+	case <-ctx.Done():
+		return
+	case <-news:
+		return
+	default:
+	}
+	until := "(Ctrl-C stops following; the action goes on)"
+	if wait > 0 {
+		until = fmt.Sprintf("(until --wait %s)", wait)
+	}
+	fmt.Fprintf(p.err, "action %s: no event or result after %s; still waiting %s\n%s", id, waitHintAfter, until, body)
 }
 
 // endText ends a line of streamed text.

@@ -95,6 +95,9 @@ then the result as JSON. The exit status is 0 when the action completed, 1 when
 it failed, 3 when it was cancelled, 2 for usage or connection errors, and 130
 when interrupted (the action itself goes on; follow it with 'watch').
 
+When nothing has come for 5s, it says on stderr where the action is stored and
+whether a bridge consumes it (the bridges' shared consumer), and keeps waiting.
+
 Connects to NATS_URL, or to the embedded server of 'hermes-bridge run'
 (nats://HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT), with the same
 credential variables as run, and NATS_INBOX_PREFIX (or --inbox-prefix) for a
@@ -119,7 +122,9 @@ const usageWatch = `Usage:
 
 Replays an action's events and result from the first one and follows it until
 it settles; it works for actions started (or finished) before watch. Printing
-and exit status are those of 'hermes-bridge call'.
+and exit status are those of 'hermes-bridge call'. When nothing is stored for
+the id after 5s, it says so on stderr (the id may be unknown, or the action not
+published yet) and keeps waiting.
 
 Flags:
 `
