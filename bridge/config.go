@@ -28,6 +28,14 @@ type Endpoint struct {
 	TenantID string
 	// MaxConcurrency bounds the calls in flight to this endpoint (default 10).
 	MaxConcurrency int
+	// KeyHint, when set, says where this endpoint's key comes from and what to set or
+	// check. It is added to the message of every authentication failure of the
+	// endpoint ("no valid API key configured; <KeyHint>") and to its log line, so the
+	// operator learns which setting to fix. It must not contain the key.
+	KeyHint string
+	// KeySource names the key's source for the log ("file:/run/secrets/key",
+	// "env:HERMES_API_KEY", "none"); it never appears in results.
+	KeySource string
 }
 
 // Config is what the bridge is: every value it needs, already parsed by cmd/.

@@ -116,6 +116,9 @@ func resultOf(j *job, res *hermes.Result, err error) *events.Result {
 	}
 	if err != nil {
 		r.Error = clientErrorInfo(err, j.safe())
+		if r.Error.Code == hermes.CodeAuthentication && j.ep != nil && j.ep.cfg.KeyHint != "" {
+			r.Error.Message += "; " + j.ep.cfg.KeyHint
+		}
 		if r.Status == "completed" {
 			r.Status = "failed"
 		}

@@ -744,16 +744,7 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 	}
 	eps := make([]map[string]any, 0, len(specs))
 	for _, s := range specs {
-		key := "none"
-		switch {
-		case s.APIKeyFile != "":
-			key = "file:" + s.APIKeyFile
-		case s.APIKeyEnv != "":
-			key = "env:" + s.APIKeyEnv
-		case s.apiKey != "":
-			key = "env:HERMES_API_KEY"
-		}
-		ep := map[string]any{"id": s.ID, "base_url": redactURL(s.BaseURL), "key": key, "max_concurrency": s.MaxConcurrency}
+		ep := map[string]any{"id": s.ID, "base_url": redactURL(s.BaseURL), "key": s.keySource(), "max_concurrency": s.MaxConcurrency}
 		if s.TenantID != "" {
 			ep["tenant_id"] = s.TenantID
 		}

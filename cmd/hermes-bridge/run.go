@@ -92,7 +92,8 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	}
 	eps := make([]bridge.Endpoint, 0, len(specs))
 	for _, s := range specs {
-		ep := bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency}
+		ep := bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency,
+			KeyHint: s.keyHint(cfg.EndpointsFile != ""), KeySource: s.keySource()}
 		if ks := keys.source(s.ID); ks != nil {
 			ep.Key = ks.Key
 		}
@@ -146,7 +147,8 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 	}
 	for _, s := range p.specs {
 		if s.APIKeyFile == "" && s.APIKeyEnv == "" && s.apiKey == "" {
-			log.Warn().Str("endpoint", s.ID).Msg("endpoint has no API key; requests are sent without authentication (fine for a keyless test server only)")
+			log.Warn().Str("endpoint", s.ID).Msg("endpoint has no API key; requests are sent without authentication (fine for a keyless test server only); " +
+				s.keyHint(cfg.EndpointsFile != ""))
 		}
 	}
 
