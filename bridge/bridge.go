@@ -282,7 +282,7 @@ func (b *Bridge) drain() {
 	select {
 	case <-done:
 	case <-t.C:
-		b.log.Warn().Dur("grace", b.cfg.ShutdownGrace).Msg("shutdown grace over; cancelling in-flight actions")
+		b.log.Warn().Str("grace", b.cfg.ShutdownGrace.String()).Msg("shutdown grace over; cancelling in-flight actions")
 		b.cancelWork()
 		<-done
 	}

@@ -141,6 +141,17 @@ func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
 func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.Writer, ready func(natsURL string)) (err error) {
 	cfg := p.cfg
 	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
+	// Say at once that a shutdown began, and how long it may take.
+	stopped := make(chan struct{})
+	stopLog := context.AfterFunc(ctx, func() {
+		defer close(stopped)
+		logShutdown(log, context.Cause(ctx), p.bridge.WithDefaults().ShutdownGrace)
+	})
+	defer func() {
+		if !stopLog() {
+			<-stopped
+		}
+	}()
 	if p.defaulted {
 		log.Warn().Str("endpoint", p.specs[0].ID).Str("base_url", DefaultHermesURL).
 			Msg("neither HERMES_ENDPOINTS_FILE nor HERMES_URL is set; using the local Hermes default " + DefaultHermesURL)
@@ -209,7 +220,7 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 		select {
 		case <-closed:
 		case <-time.After(drainTimeout):
-			log.Warn().Dur("timeout", drainTimeout).Msg("NATS connection did not drain in time; closing")
+			log.Warn().Str("timeout", drainTimeout.String()).Msg("NATS connection did not drain in time; closing")
 			nc.Close()
 		}
 	}()
@@ -236,6 +247,21 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 	}
 	log.Info().Msg("bridge stopped; draining the NATS connection")
 	return nil
+}
+
+// logShutdown logs the start of a graceful shutdown: its cause (the signal), the grace
+// in-flight actions get, and what happens after it.
+func logShutdown(log zerolog.Logger, cause error, grace time.Duration) {
+	ev := log.Info().Str("grace", grace.String())
+	what := "shutdown requested (" + cause.Error() + ")"
+	var sig signalReceived
+	if errors.As(cause, &sig) {
+		ev = ev.Str("signal", sig.name())
+		what = sig.Error()
+	}
+	ev.Msg(what + ": shutting down; no new actions are fetched, in-flight actions have " + grace.String() +
+		" (HERMES_BRIDGE_SHUTDOWN_GRACE) to finish, then those still running are released to another replica" +
+		" (or settle outcome_unknown if an unsafe call was cut off); send the signal again to stop at once")
 }
 
 // reloadOnHUP re-reads every key file on SIGHUP until ctx is done.
