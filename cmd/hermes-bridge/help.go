@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+// version is set at build time: `make build` and `make install` pass
+// -ldflags "-X main.version=$(git describe --tags --always --dirty)".
 var version = "dev"
 
 const usageTop = `hermes-bridge bridges NATS JetStream to Hermes Agent API servers.
@@ -215,20 +216,35 @@ func cmdVersion(args []string, io stdio) int {
 }
 
 func versionString() string {
-	v := version
-	rev := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return versionFrom(version, bi)
+}
+
+// versionFrom is the version line: the version stamped at build time (`make build` and
+// `make install` set it from git describe), else the module version the go command
+// recorded (`go install module@v1.2.3`, or a pseudo-version in a clone), else "dev";
+// then the VCS revision when known, and the Go version and platform.
+func versionFrom(stamped string, bi *debug.BuildInfo) string {
+	v := stamped
+	rev, modified := "", false
+	if bi != nil {
 		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			v = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			switch {
+			case s.Key == "vcs.revision" && len(s.Value) >= 12:
 				rev = s.Value[:12]
+			case s.Key == "vcs.modified":
+				modified = s.Value == "true"
 			}
 		}
 	}
 	s := v
 	if rev != "" {
+		if modified {
+			rev += ", modified"
+		}
 		s += " (" + rev + ")"
 	}
 	return s + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
