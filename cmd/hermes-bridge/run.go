@@ -62,6 +62,7 @@ type runPlan struct {
 	keys      *keyring
 	replicaID string
 	bridge    bridge.Config
+	unknown   []unknownVar // HERMES_* and NATS_* variables no setting reads
 }
 
 // prepareRun parses and validates everything `run` needs and reads the key files.
@@ -116,7 +117,8 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 		}
 		return nil, ps.err()
 	}
-	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc}, nil
+	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc,
+		unknown: unknownOf(environ, specs)}, nil
 }
 
 // newLogger returns the root logger: JSON (or console) lines on w with the service
@@ -141,6 +143,7 @@ func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
 func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.Writer, ready func(natsURL string)) (err error) {
 	cfg := p.cfg
 	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
+	logUnknownVariables(log, p.unknown)
 	// Say at once that a shutdown began, and how long it may take.
 	stopped := make(chan struct{})
 	stopLog := context.AfterFunc(ctx, func() {
