@@ -294,13 +294,14 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	c := b.cfg
 	streams := []jetstream.StreamConfig{
 		{Name: c.ActionsStream, Subjects: []string{b.subjects.Actions(), b.subjects.AllApprovals()}, Storage: c.Storage, Replicas: c.Replicas,
-			MaxAge: c.ActionsMaxAge, Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
+			MaxAge: c.ActionsMaxAge, MaxBytes: streamMaxBytes(c.ActionsMaxBytes), Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
 			Description: "hermes-bridge actions and approval decisions in"},
 		{Name: c.OutputStream, Subjects: []string{c.Prefix + ".events.>", c.Prefix + ".results.>", batchSubjects(c.Prefix)}, Storage: c.Storage,
-			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher
+			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, MaxBytes: streamMaxBytes(c.OutputMaxBytes),
+			Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher
 			Description: "hermes-bridge events and results out"},
 		{Name: c.DLQStream, Subjects: []string{b.subjects.DLQ()}, Storage: c.Storage, Replicas: c.Replicas,
-			MaxAge: c.DLQMaxAge, Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},
+			MaxAge: c.DLQMaxAge, MaxBytes: streamMaxBytes(c.DLQMaxBytes), Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},
 	}
 	// Changing the max age or TTL of an existing resource applies to every message at
 	// once: read what is in force first, and refuse (before changing anything) to
@@ -374,6 +375,14 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	b.warnAckPending(cons.CachedInfo())
 	return cons, nil
+}
+
+// streamMaxBytes is a stream's MaxBytes for a configured limit: -1 (unlimited) for 0.
+func streamMaxBytes(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // warnAckPending warns when the shared consumer's limit of unacknowledged deliveries
