@@ -41,6 +41,8 @@ type Bridge struct {
 	wg         sync.WaitGroup
 	beats      *heartbeats
 	inflight   registry // deliveries running here, for cancel requests
+	ready      chan struct{}
+	readyOnce  sync.Once
 }
 
 type endpoint struct {
@@ -91,6 +93,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		eps:      make(map[string]*endpoint, len(cfg.Endpoints)),
 		now:      time.Now,
 		beats:    newHeartbeats(cfg.Heartbeat),
+		ready:    make(chan struct{}),
 	}
 	for _, ep := range cfg.Endpoints {
 		opts := []hermes.Option{hermes.WithEndpointID(ep.ID), hermes.WithIdleConns(ep.MaxConcurrency)}
@@ -109,6 +112,11 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 
 // Config returns the configuration in force, defaults applied.
 func (b *Bridge) Config() Config { return b.cfg }
+
+// Ready is closed once Run has provisioned (or bound to) the streams, consumer and
+// buckets and consumes actions: a program that runs the bridge itself can publish from
+// then on. It stays open when Run fails before that.
+func (b *Bridge) Ready() <-chan struct{} { return b.ready }
 
 // Run provisions (or binds to) the streams, consumer and bucket, then handles actions
 // until ctx is cancelled. On cancellation it stops fetching, lets in-flight actions
@@ -166,6 +174,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
 		Int("endpoints", len(b.eps)).Msg("bridge started")
+	b.readyOnce.Do(func() { close(b.ready) })
 
 	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
