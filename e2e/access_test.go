@@ -66,9 +66,6 @@ func envPassword(t *testing.T, v string) string {
 // configuration file references. It must run before the server reads the file.
 func setPasswords(t *testing.T, vars ...string) {
 	t.Helper()
-	// The files take their store directory from the environment too; the embedded
-	// server replaces it with its own.
-	t.Setenv("JETSTREAM_STORE_DIR", t.TempDir())
 	for _, v := range vars {
 		pw := nuid.Next()
 		testPasswords[v] = pw

@@ -16,58 +16,57 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// documentedServerCommand returns the variables and the arguments of the nats-server
-// command line that deploy/README.md gives for trying conf locally ("[VAR=value ...]
-// nats-server -c deploy/<conf> ..." or the same with "go run
-// github.com/nats-io/nats-server/v2").
-func documentedServerCommand(t *testing.T, conf string) (env map[string]string, args []string) {
+// documentedServerCommand returns the arguments of the nats-server command line that
+// deploy/README.md gives for running conf ("nats-server -c deploy/<conf> ..." or the same
+// with "go run github.com/nats-io/nats-server/v2").
+func documentedServerCommand(t *testing.T, conf string) []string {
 	t.Helper()
 	readme, err := os.ReadFile("../deploy/README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`(?m)^((?:[A-Z_]+=\S+ )*)(?:nats-server|go run github\.com/nats-io/nats-server/v2) (-c deploy/` +
-		regexp.QuoteMeta(conf) + ` .*-p .*)$`)
+	re := regexp.MustCompile(`(?m)^(?:nats-server|go run github\.com/nats-io/nats-server/v2) (-c deploy/` +
+		regexp.QuoteMeta(conf) + `(?: .*)?)$`)
 	m := re.FindStringSubmatch(string(readme))
 	if m == nil {
-		t.Fatalf("deploy/README.md has no command line running deploy/%s locally", conf)
+		t.Fatalf("deploy/README.md has no command line running deploy/%s", conf)
 	}
-	env = map[string]string{}
-	for _, kv := range strings.Fields(m[1]) {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	return env, strings.Fields(m[2])
+	return strings.Fields(m[1])
 }
 
-// TestDeployConfigRunsLocally (issue 13): deploy/nats-server.conf, as it is, runs next to
-// `make run` (which holds 127.0.0.1:4222 and ./data/nats) with the flags deploy/README.md
-// documents: nats-server's own flag parsing (server.ConfigureOptions, what its main
-// calls) lets them override the file's listen address and store_dir. The server then
-// starts (on a free port and a temporary store instead of the documented ones, which
-// may be taken on this machine) and the bridge's user can use JetStream.
+// TestDeployConfigRunsLocally (issue 13): deploy/nats-server.conf (and the teams file)
+// can be tried next to `make run`, which holds 127.0.0.1:4222 and ./data/nats, with the
+// command lines deploy/README.md gives: their -local companions include the production
+// file as it is and change only listen and store_dir (nats-server's -sd flag cannot
+// replace a store_dir written in a file). The command line goes through nats-server's own
+// parsing (server.ConfigureOptions, what its main calls); the server then starts (on a
+// free port and a temporary store instead of the documented ones, which may be taken on
+// this machine) and the bridge's user provisions a stream.
 func TestDeployConfigRunsLocally(t *testing.T) {
-	for _, conf := range []string{"nats-server.conf", "nats-server-teams.conf"} {
-		t.Run(conf, func(t *testing.T) {
-			env, args := documentedServerCommand(t, conf)
-			for k, v := range env {
-				t.Setenv(k, v)
-			}
+	for _, tt := range []struct{ local, prod, user, passwordVar string }{
+		{"nats-server-local.conf", "nats-server.conf", "bridge", "BRIDGE_PASSWORD"},
+		{"nats-server-teams-local.conf", "nats-server-teams.conf", "bridge-a", "TEAM_A_BRIDGE_PASSWORD"},
+	} {
+		t.Run(tt.local, func(t *testing.T) {
+			args := documentedServerCommand(t, tt.local)
 			for i, a := range args {
 				if strings.HasPrefix(a, "deploy/") {
 					args[i] = "../" + a // the test runs in e2e/
 				}
 			}
-			body, err := os.ReadFile(args[1])
+			local, err := os.ReadFile(args[1])
 			if err != nil {
 				t.Fatal(err)
 			}
-			vars := map[string]bool{}
-			for _, m := range regexp.MustCompile(`password: \$([A-Z_]+)`).FindAllStringSubmatch(string(body), -1) {
-				vars[m[1]] = true
+			if !regexp.MustCompile(`(?m)^include \./` + regexp.QuoteMeta(tt.prod) + `$`).Match(local) {
+				t.Fatalf("%s does not include %s (a copy would drift from it)", tt.local, tt.prod)
 			}
-			for v := range vars {
-				t.Setenv(v, "local-"+strings.ToLower(v))
+			prod, err := os.ReadFile("../deploy/" + tt.prod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range regexp.MustCompile(`password: \$([A-Z_]+)`).FindAllStringSubmatch(string(prod), -1) {
+				t.Setenv(m[1], "local-"+strings.ToLower(m[1]))
 			}
 			fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
@@ -84,8 +83,8 @@ func TestDeployConfigRunsLocally(t *testing.T) {
 			if opts.StoreDir == "" || strings.HasPrefix(opts.StoreDir, "/var/") || filepath.Clean(opts.StoreDir) == "data/nats" {
 				t.Errorf("store dir %q: want a local directory apart from make run's ./data/nats", opts.StoreDir)
 			}
-			if !opts.JetStream {
-				t.Errorf("JetStream is off")
+			if !opts.JetStream || len(opts.Accounts) < 2 {
+				t.Errorf("JetStream %v, %d accounts: the production file's content is missing", opts.JetStream, len(opts.Accounts))
 			}
 
 			opts.Port, opts.StoreDir, opts.NoSigs, opts.NoLog = -1, t.TempDir(), true, true
@@ -98,20 +97,16 @@ func TestDeployConfigRunsLocally(t *testing.T) {
 			if !ns.ReadyForConnections(10 * time.Second) {
 				t.Fatal("not ready")
 			}
-			user, pw := "bridge", "local-bridge_password"
-			if conf == "nats-server-teams.conf" {
-				user, pw = "bridge-a", "local-team_a_bridge_password"
-			}
-			nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, pw))
+			nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(tt.user, "local-"+strings.ToLower(tt.passwordVar)))
 			if err != nil {
-				t.Fatalf("connect as %s: %v", user, err)
+				t.Fatalf("connect as %s: %v", tt.user, err)
 			}
 			defer nc.Close()
 			js, _ := jetstream.New(nc)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "HERMES_DLQ", Subjects: []string{"hermes.dlq"}}); err != nil {
-				t.Fatalf("%s provisions a stream: %v", user, err)
+				t.Fatalf("%s provisions a stream: %v", tt.user, err)
 			}
 		})
 	}
