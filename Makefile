@@ -4,16 +4,26 @@ PKGS      ?= ./...
 FUZZTIME  ?= 30s
 MODEL_SEEDS ?= 3000
 TEST_TIMEOUT ?= 15m
+# The version `hermes-bridge version` prints: git describe of this clone, else the
+# module's build info (see versionFrom in cmd/hermes-bridge/help.go).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: chaos model all build test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
+.PHONY: chaos model all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
 all: build
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## compile every binary into ./bin
-	$(GO) build -o bin/ ./cmd/...
+build: ## compile every binary into ./bin, version stamped
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+
+install: ## go install every binary (hermes-bridge, fake-hermes), version stamped, into $(go env GOBIN) or $(go env GOPATH)/bin
+	$(GO) install -ldflags '$(LDFLAGS)' ./cmd/...
+	@dir=$$($(GO) env GOBIN); dir=$${dir:-$$($(GO) env GOPATH)/bin}; \
+	echo "installed hermes-bridge and fake-hermes in $$dir"; \
+	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "$$dir is not on your PATH: export PATH=\"$$dir:\$$PATH\"";; esac
 
 test: tidy-check vet fmt-check staticcheck ## tidy check, vet, gofmt check, staticcheck, and every test with -race (what CI runs)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -66,8 +76,11 @@ CHAOS_FLAGS ?= -rounds 5 -seed 1 -duration 30s
 chaos: ## NATS cluster + bridge processes under SIGKILL/SIGSTOP, seeded rounds (~6 min; CHAOS_FLAGS="-rounds 5 -seed 1 -duration 30s")
 	$(GO) run ./e2e/chaos $(CHAOS_FLAGS)
 
+# run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1
+# after the bridge's clean shutdown, and make report "Error 1".
 run: ## run the bridge on its embedded NATS server (endpoints from the environment)
-	$(GO) run ./cmd/hermes-bridge run
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/hermes-bridge ./cmd/hermes-bridge
+	./bin/hermes-bridge run
 
 demo: ## run the bridge against cmd/fake-hermes and send one streaming action
 	./deploy/demo.sh

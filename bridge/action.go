@@ -493,7 +493,17 @@ func (j *job) execute(ctx context.Context) decision {
 			return j.release(ctx, true, nakAfter(delay))
 		}
 	}
-	return j.settle(ctx, resultOf(j, res, err))
+	r := resultOf(j, res, err)
+	if r.Error != nil && r.Error.Code == hermes.CodeAuthentication {
+		// Every action of the endpoint fails the same way until its key is fixed: say
+		// where the key comes from (never the key).
+		ev := b.log.Warn().Str("endpoint", j.endpointID).Str("action_id", j.actionID).Str("code", r.Error.Code)
+		if j.ep.cfg.KeySource != "" {
+			ev = ev.Str("key", j.ep.cfg.KeySource)
+		}
+		ev.Msg("Hermes endpoint " + j.endpointID + " refused the request: " + r.Error.Message)
+	}
+	return j.settle(ctx, r)
 }
 
 // interrupted ends a wait (for a key's holder) that failed with err: a cancel, the

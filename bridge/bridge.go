@@ -41,6 +41,8 @@ type Bridge struct {
 	wg         sync.WaitGroup
 	beats      *heartbeats
 	inflight   registry // deliveries running here, for cancel requests
+	ready      chan struct{}
+	readyOnce  sync.Once
 }
 
 type endpoint struct {
@@ -91,6 +93,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		eps:      make(map[string]*endpoint, len(cfg.Endpoints)),
 		now:      time.Now,
 		beats:    newHeartbeats(cfg.Heartbeat),
+		ready:    make(chan struct{}),
 	}
 	for _, ep := range cfg.Endpoints {
 		opts := []hermes.Option{hermes.WithEndpointID(ep.ID), hermes.WithIdleConns(ep.MaxConcurrency)}
@@ -109,6 +112,11 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 
 // Config returns the configuration in force, defaults applied.
 func (b *Bridge) Config() Config { return b.cfg }
+
+// Ready is closed once Run has provisioned (or bound to) the streams, consumer and
+// buckets and consumes actions: a program that runs the bridge itself can publish from
+// then on. It stays open when Run fails before that.
+func (b *Bridge) Ready() <-chan struct{} { return b.ready }
 
 // Run provisions (or binds to) the streams, consumer and bucket, then handles actions
 // until ctx is cancelled. On cancellation it stops fetching, lets in-flight actions
@@ -166,6 +174,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
 		Int("endpoints", len(b.eps)).Msg("bridge started")
+	b.readyOnce.Do(func() { close(b.ready) })
 
 	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
@@ -282,7 +291,7 @@ func (b *Bridge) drain() {
 	select {
 	case <-done:
 	case <-t.C:
-		b.log.Warn().Dur("grace", b.cfg.ShutdownGrace).Msg("shutdown grace over; cancelling in-flight actions")
+		b.log.Warn().Str("grace", b.cfg.ShutdownGrace.String()).Msg("shutdown grace over; cancelling in-flight actions")
 		b.cancelWork()
 		<-done
 	}
@@ -294,13 +303,14 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	c := b.cfg
 	streams := []jetstream.StreamConfig{
 		{Name: c.ActionsStream, Subjects: []string{b.subjects.Actions(), b.subjects.AllApprovals()}, Storage: c.Storage, Replicas: c.Replicas,
-			MaxAge: c.ActionsMaxAge, Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
+			MaxAge: c.ActionsMaxAge, MaxBytes: streamMaxBytes(c.ActionsMaxBytes), Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
 			Description: "hermes-bridge actions and approval decisions in"},
 		{Name: c.OutputStream, Subjects: []string{c.Prefix + ".events.>", c.Prefix + ".results.>", batchSubjects(c.Prefix)}, Storage: c.Storage,
-			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher
+			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, MaxBytes: streamMaxBytes(c.OutputMaxBytes),
+			Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher
 			Description: "hermes-bridge events and results out"},
 		{Name: c.DLQStream, Subjects: []string{b.subjects.DLQ()}, Storage: c.Storage, Replicas: c.Replicas,
-			MaxAge: c.DLQMaxAge, Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},
+			MaxAge: c.DLQMaxAge, MaxBytes: streamMaxBytes(c.DLQMaxBytes), Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},
 	}
 	// Changing the max age or TTL of an existing resource applies to every message at
 	// once: read what is in force first, and refuse (before changing anything) to
@@ -374,6 +384,14 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	b.warnAckPending(cons.CachedInfo())
 	return cons, nil
+}
+
+// streamMaxBytes is a stream's MaxBytes for a configured limit: -1 (unlimited) for 0.
+func streamMaxBytes(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // warnAckPending warns when the shared consumer's limit of unacknowledged deliveries

@@ -249,3 +249,27 @@ func TestEventKindsMatchTheWire(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidActionMessage: the message names the field once, also when the reason
+// already starts with it (issue 13: "capability_id: capability_id does not match ...");
+// details keep the field and the reason as they are.
+func TestInvalidActionMessage(t *testing.T) {
+	for _, tt := range []struct{ field, reason, want string }{
+		{"capability_id", "capability_id does not match the subject's capability cap:x",
+			"invalid action: capability_id does not match the subject's capability cap:x"},
+		{"input", "input is not valid JSON", "invalid action: input is not valid JSON"},
+		{"specversion", "specversion must be 1.0", "invalid action: specversion must be 1.0"},
+		{"input.prompt", "must not be blank", "invalid action: input.prompt: must not be blank"},
+		{"source", "ce-source header is missing", "invalid action: source: ce-source header is missing"},
+		{"input", "input_sha256 is required", "invalid action: input: input_sha256 is required"},
+		{"", "the parked action cannot be resumed", "invalid action: the parked action cannot be resumed"},
+	} {
+		e := invalidAction(tt.field, tt.reason)
+		if e.Message != tt.want {
+			t.Errorf("invalidAction(%q, %q).Message = %q, want %q", tt.field, tt.reason, e.Message, tt.want)
+		}
+		if e.Details["field"] != tt.field || e.Details["reason"] != tt.reason {
+			t.Errorf("details %v", e.Details)
+		}
+	}
+}

@@ -28,6 +28,14 @@ type Endpoint struct {
 	TenantID string
 	// MaxConcurrency bounds the calls in flight to this endpoint (default 10).
 	MaxConcurrency int
+	// KeyHint, when set, says where this endpoint's key comes from and what to set or
+	// check. It is added to the message of every authentication failure of the
+	// endpoint ("no valid API key configured; <KeyHint>") and to its log line, so the
+	// operator learns which setting to fix. It must not contain the key.
+	KeyHint string
+	// KeySource names the key's source for the log ("file:/run/secrets/key",
+	// "env:HERMES_API_KEY", "none"); it never appears in results.
+	KeySource string
 }
 
 // Config is what the bridge is: every value it needs, already parsed by cmd/.
@@ -52,6 +60,11 @@ type Config struct {
 	DLQMaxAge time.Duration
 	// ActionsMaxAge bounds how long actions stay in their stream (default 24h).
 	ActionsMaxAge time.Duration
+	// ActionsMaxBytes, OutputMaxBytes and DLQMaxBytes bound the size of the three
+	// streams in bytes (0, the default: unlimited). A full stream discards its oldest
+	// messages: actions whether handled or not, events and results before OutputMaxAge.
+	// Lowering a limit below what a stream holds needs AllowRetentionShrink.
+	ActionsMaxBytes, OutputMaxBytes, DLQMaxBytes int64
 	// IdempotencyTTL is the bucket TTL: how long keys and results are remembered (default 24h).
 	IdempotencyTTL time.Duration
 	// Storage is the storage of streams and bucket (default file).
@@ -254,6 +267,14 @@ func (c Config) Validate() error {
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		add("replicas %d must be between 1 and 5", c.Replicas)
+	}
+	for name, v := range map[string]int64{"actions": c.ActionsMaxBytes, "output": c.OutputMaxBytes, "dlq": c.DLQMaxBytes} {
+		if v < 0 {
+			add("%s stream max bytes %d must not be negative (0 is unlimited)", name, v)
+		}
+	}
+	if c.DLQMaxAge < time.Minute {
+		add("dlq max age %s must be at least 1m", c.DLQMaxAge)
 	}
 	if c.IdempotencyTTL < time.Minute {
 		add("idempotency ttl %s must be at least 1m", c.IdempotencyTTL)

@@ -438,7 +438,7 @@ func (b *batchPublisher) wait(ctx context.Context) error {
 	}
 	if quiet := time.Since(b.heard); quiet >= batchStall {
 		b.log.Warn().Str("batch", b.id).Int64("from_sequence", b.first).Uint64("sent", b.sent).
-			Uint64("acked", b.acked).Dur("quiet", quiet).Msg("no reply from the stream about the event batch; giving up")
+			Uint64("acked", b.acked).Str("quiet", quiet.String()).Msg("no reply from the stream about the event batch; giving up")
 		// Sticky: flush after a failed publish does not wait another batchStall.
 		b.stalled = fmt.Errorf("%w for %s (events from %d unconfirmed)", errBatchStalled, quiet.Round(time.Second), b.stored)
 		return b.stalled

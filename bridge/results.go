@@ -17,12 +17,7 @@ func failedResult(j *job, info *events.ErrorInfo) *events.Result {
 }
 
 func invalidAction(field, reason string) *events.ErrorInfo {
-	msg := "invalid action"
-	if field != "" {
-		msg += ": " + field
-	}
-	msg += ": " + reason
-	return &events.ErrorInfo{Code: "invalid_action", Category: "permanent", Message: msg,
+	return &events.ErrorInfo{Code: "invalid_action", Category: "permanent", Message: "invalid action: " + events.FieldReason(field, reason),
 		Details: map[string]any{"field": field, "reason": reason}}
 }
 
@@ -121,6 +116,9 @@ func resultOf(j *job, res *hermes.Result, err error) *events.Result {
 	}
 	if err != nil {
 		r.Error = clientErrorInfo(err, j.safe())
+		if r.Error.Code == hermes.CodeAuthentication && j.ep != nil && j.ep.cfg.KeyHint != "" {
+			r.Error.Message += "; " + j.ep.cfg.KeyHint
+		}
 		if r.Status == "completed" {
 			r.Status = "failed"
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -16,53 +17,122 @@ import (
 // the max age or TTL of a stream or bucket that holds data and
 // Config.AllowRetentionShrink is not set. Nothing was changed then.
 var ErrRetentionShrink = errors.New("bridge: refusing to shorten the retention of a stream or bucket that holds data " +
-	"(the server would delete every message older than the new value at once)")
+	"(the server would delete at once every message the new limit does not keep)")
 
 // allowShrinkVar is the variable that sets Config.AllowRetentionShrink.
 const allowShrinkVar = "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK"
 
 // retention is the retention setting of one resource the bridge provisions: the value
-// in force, if the resource exists, and the configured one.
+// in force, if the resource exists, and the configured one. It is an age (max age, TTL)
+// or, when size is set, a stream's max bytes.
 type retention struct {
 	resource string // "stream HERMES_OUTPUT", "KV bucket HERMES_IDEMPOTENCY", ...
-	setting  string // "max age" or "TTL"
+	setting  string // "max age", "TTL" or "max bytes"
 	// variable sets the value ("HERMES_BRIDGE_OUTPUT_MAX_AGE"); field names the Config
 	// field when no variable does.
 	variable, field string
 
 	exists             bool
-	current, requested time.Duration // 0 means unlimited
+	current, requested time.Duration // an age; 0 means unlimited
+	size               bool          // a max bytes: curSize and reqSize instead of the ages
+	curSize, reqSize   int64         // a max bytes; 0 means unlimited
 	msgs               uint64        // messages the resource holds
+	bytes              uint64        // bytes the resource holds (a max bytes only)
 }
 
 // changed reports whether provisioning changes the value of an existing resource.
-func (r retention) changed() bool { return r.exists && r.current != r.requested }
+func (r retention) changed() bool {
+	if r.size {
+		return r.exists && r.curSize != r.reqSize
+	}
+	return r.exists && r.current != r.requested
+}
 
-// shrinks reports whether provisioning shortens the value of an existing resource.
-func (r retention) shrinks() bool { return r.exists && shorterAge(r.current, r.requested) }
+// shrinks reports whether provisioning shortens (or lowers) the value of an existing
+// resource.
+func (r retention) shrinks() bool {
+	if r.size {
+		return r.exists && lowerLimit(r.curSize, r.reqSize)
+	}
+	return r.exists && shorterAge(r.current, r.requested)
+}
 
-// refused reports whether provisioning must not apply r: it shortens the retention of a
-// resource that holds data, without permission.
-func (r retention) refused(allow bool) bool { return r.shrinks() && r.msgs > 0 && !allow }
+// refused reports whether provisioning must not apply r, without permission: it
+// shortens the retention of a resource that holds data (the server then deletes every
+// message older than the new age at once, however old the messages are), or lowers a
+// max bytes below what the stream holds (the server deletes the oldest at once).
+func (r retention) refused(allow bool) bool {
+	if allow || !r.shrinks() {
+		return false
+	}
+	if r.size {
+		return r.bytes > uint64(r.reqSize)
+	}
+	return r.msgs > 0
+}
 
 // problem is r's line in the refusal.
 func (r retention) problem() string {
-	want := fmt.Sprintf("the configured %s %s (Config.%s)", r.setting, fmtAge(r.requested), r.field)
+	want := fmt.Sprintf("the configured %s %s (Config.%s)", r.setting, r.fmtRequested(), r.field)
 	if r.variable != "" {
-		want = r.variable + "=" + fmtAge(r.requested)
+		want = r.variable + "=" + r.fmtRequested()
 	}
 	msgs := fmt.Sprintf("%d messages", r.msgs)
 	if r.msgs == 1 {
 		msgs = "1 message"
 	}
+	if r.size {
+		return fmt.Sprintf("%s holds %s (%s) with %s %s; %s would delete the oldest of them",
+			r.resource, msgs, FormatSize(int64(min(r.bytes, math.MaxInt64))), r.setting, r.fmtCurrent(), want)
+	}
 	return fmt.Sprintf("%s holds %s with %s %s; %s would shorten it",
-		r.resource, msgs, r.setting, fmtAge(r.current), want)
+		r.resource, msgs, r.setting, r.fmtCurrent(), want)
+}
+
+// fmtCurrent and fmtRequested write the values as the variables take them.
+func (r retention) fmtCurrent() string {
+	if r.size {
+		return FormatSize(r.curSize)
+	}
+	return fmtAge(r.current)
+}
+
+func (r retention) fmtRequested() string {
+	if r.size {
+		return FormatSize(r.reqSize)
+	}
+	return fmtAge(r.requested)
 }
 
 // shorterAge reports whether requested is a shorter retention than current; 0 means
 // unlimited, the longest of all.
 func shorterAge(current, requested time.Duration) bool {
+	return lowerLimit(int64(current), int64(requested))
+}
+
+// lowerLimit reports whether requested is a lower limit than current; 0 means
+// unlimited, the highest of all.
+func lowerLimit(current, requested int64) bool {
 	return requested > 0 && (current == 0 || requested < current)
+}
+
+// FormatSize writes a byte count as the HERMES_BRIDGE_*_MAX_BYTES variables take it:
+// the largest binary (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB) unit that divides
+// it exactly, else bytes ("1KiB", "10GB", "1500KB", "1023B"); 0 or less is "unlimited".
+func FormatSize(n int64) string {
+	if n <= 0 {
+		return "unlimited"
+	}
+	units := []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"TB", 1e12}, {"GiB", 1 << 30}, {"GB", 1e9}, {"MiB", 1 << 20}, {"MB", 1e6}, {"KiB", 1 << 10}, {"KB", 1e3}}
+	for _, u := range units {
+		if n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
 }
 
 // fmtAge writes d as a value the variables accept, without zero units ("24h", "1h30m",
@@ -101,15 +171,18 @@ func checkRetention(plan []retention, allow bool) error {
 // provisions, next to the configured one.
 func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamConfig) ([]retention, error) {
 	c := b.cfg
-	vars := map[string][2]string{
-		c.ActionsStream: {"", "ActionsMaxAge"},
-		c.OutputStream:  {"HERMES_BRIDGE_OUTPUT_MAX_AGE", "OutputMaxAge"},
-		c.DLQStream:     {"", "DLQMaxAge"},
+	// The variable and Config field of each stream's max age and max bytes.
+	vars := map[string][4]string{
+		c.ActionsStream: {"", "ActionsMaxAge", "HERMES_BRIDGE_ACTIONS_MAX_BYTES", "ActionsMaxBytes"},
+		c.OutputStream:  {"HERMES_BRIDGE_OUTPUT_MAX_AGE", "OutputMaxAge", "HERMES_BRIDGE_OUTPUT_MAX_BYTES", "OutputMaxBytes"},
+		c.DLQStream:     {"HERMES_BRIDGE_DLQ_MAX_AGE", "DLQMaxAge", "HERMES_BRIDGE_DLQ_MAX_BYTES", "DLQMaxBytes"},
 	}
 	var plan []retention
 	for _, sc := range streams {
-		r := retention{resource: "stream " + sc.Name, setting: "max age", variable: vars[sc.Name][0],
-			field: vars[sc.Name][1], requested: sc.MaxAge}
+		v := vars[sc.Name]
+		age := retention{resource: "stream " + sc.Name, setting: "max age", variable: v[0], field: v[1], requested: sc.MaxAge}
+		size := retention{resource: "stream " + sc.Name, setting: "max bytes", variable: v[2], field: v[3],
+			size: true, reqSize: max(sc.MaxBytes, 0)}
 		s, err := b.js.Stream(ctx, sc.Name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -117,9 +190,10 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 			return nil, fmt.Errorf("bridge: read stream %s: %w", sc.Name, err)
 		default:
 			info := s.CachedInfo()
-			r.exists, r.current, r.msgs = true, info.Config.MaxAge, info.State.Msgs
+			age.exists, age.current, age.msgs = true, info.Config.MaxAge, info.State.Msgs
+			size.exists, size.curSize, size.msgs, size.bytes = true, max(info.Config.MaxBytes, 0), info.State.Msgs, info.State.Bytes
 		}
-		plan = append(plan, r)
+		plan = append(plan, age, size)
 	}
 
 	kr := retention{resource: "KV bucket " + c.Bucket, setting: "TTL", variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL",
@@ -184,8 +258,8 @@ func (b *Bridge) logRetention(plan []retention) {
 		if r.shrinks() {
 			ev = b.log.Warn()
 		}
-		ev.Str("resource", r.resource).Str("setting", r.setting).Str("old", fmtAge(r.current)).
-			Str("new", fmtAge(r.requested)).Uint64("messages", r.msgs).Bool("shortened", r.shrinks()).
+		ev.Str("resource", r.resource).Str("setting", r.setting).Str("old", r.fmtCurrent()).
+			Str("new", r.fmtRequested()).Uint64("messages", r.msgs).Bool("shortened", r.shrinks()).
 			Msg("retention changed")
 	}
 }

@@ -127,3 +127,53 @@ func TestBucketShrinkError(t *testing.T) {
 		}
 	}
 }
+
+// TestSizeRetention (issue 13): lowering a stream's max bytes below what it holds would
+// delete its oldest messages at once, so it is refused without permission; lowering it
+// above what the stream holds, or raising it, is applied (and logged as changed).
+func TestSizeRetention(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		name                      string
+		r                         retention
+		changed, shrinks, refused bool
+	}{
+		{"new stream", retention{size: true, reqSize: mib}, false, false, false},
+		{"unchanged", retention{size: true, exists: true, curSize: mib, reqSize: mib, msgs: 5, bytes: mib}, false, false, false},
+		{"raised", retention{size: true, exists: true, curSize: mib, reqSize: 2 * mib, msgs: 5, bytes: mib}, true, false, false},
+		{"to unlimited", retention{size: true, exists: true, curSize: mib, reqSize: 0, msgs: 5, bytes: mib}, true, false, false},
+		{"limited, above what it holds", retention{size: true, exists: true, curSize: 0, reqSize: mib, msgs: 5, bytes: 1000}, true, true, false},
+		{"lowered below what it holds", retention{size: true, exists: true, curSize: 0, reqSize: 1000, msgs: 5, bytes: 5000}, true, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.r.changed(); got != tt.changed {
+				t.Errorf("changed = %v, want %v", got, tt.changed)
+			}
+			if got := tt.r.shrinks(); got != tt.shrinks {
+				t.Errorf("shrinks = %v, want %v", got, tt.shrinks)
+			}
+			if got := tt.r.refused(false); got != tt.refused {
+				t.Errorf("refused without permission = %v, want %v", got, tt.refused)
+			}
+			if tt.r.refused(true) {
+				t.Errorf("refused with permission")
+			}
+		})
+	}
+	err := checkRetention([]retention{{resource: "stream HERMES_OUTPUT", setting: "max bytes", size: true,
+		variable: "HERMES_BRIDGE_OUTPUT_MAX_BYTES", field: "OutputMaxBytes", exists: true, curSize: 0, reqSize: 1024, msgs: 3, bytes: 4096}}, false)
+	want := "stream HERMES_OUTPUT holds 3 messages (4KiB) with max bytes unlimited; HERMES_BRIDGE_OUTPUT_MAX_BYTES=1KiB would delete the oldest of them"
+	if !errors.Is(err, ErrRetentionShrink) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v\nwant it to contain %q", err, want)
+	}
+}
+
+func TestFormatSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "unlimited", -1: "unlimited", 1: "1B", 1000: "1KB", 1024: "1KiB",
+		10 << 30: "10GiB", 1_500_000: "1500KB", 1023: "1023B", 5_000_000_000_000: "5TB"} {
+		if got := FormatSize(n); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -87,7 +87,7 @@ func (b *Bridge) logOutcome(j *job, d decision) {
 		ev = ev.Str("replay_of", j.replayOf)
 	}
 	if d.kind == nak {
-		ev = ev.Dur("retry_in", d.delay)
+		ev = ev.Str("retry_in", d.delay.String())
 	}
 	if d.reason != "" {
 		ev = ev.Str("reason", d.reason)

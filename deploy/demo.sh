@@ -53,7 +53,8 @@ wait_for() {
 
 echo "==> building ./bin/hermes-bridge and ./bin/fake-hermes"
 mkdir -p bin
-"$GO" build -o bin/hermes-bridge ./cmd/hermes-bridge
+version=$(git describe --tags --always --dirty 2>/dev/null || true) # as make build stamps it
+"$GO" build -ldflags "${version:+-X main.version=$version}" -o bin/hermes-bridge ./cmd/hermes-bridge
 "$GO" build -o bin/fake-hermes ./cmd/fake-hermes
 
 # A random key, passed through the environment (not argv, which ps shows).

@@ -190,6 +190,11 @@ func TestInvalidActions(t *testing.T) {
 			if !strings.Contains(strings.ToLower(field+" "+reason), strings.ToLower(c.want)) {
 				t.Errorf("details field %q reason %q do not name %q", field, reason, c.want)
 			}
+			// The message names the field once (issue 13: "capability_id: capability_id does
+			// not match ...").
+			if field != "" && strings.Contains(e.Message, field+": "+field+" ") {
+				t.Errorf("message repeats the field: %q", e.Message)
+			}
 			if res.ActionID != ids[i] {
 				t.Errorf("result for %q carries action id %q", ids[i], res.ActionID)
 			}

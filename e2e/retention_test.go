@@ -224,3 +224,108 @@ func TestRetentionGrowLogged(t *testing.T) {
 		t.Errorf("%d resources logged as changed, want 4: %v", len(logs), logs)
 	}
 }
+
+// streamSizes reads the max bytes of the three streams (0: unlimited).
+func (h *harness) streamSizes() map[string]int64 {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := h.cfg.WithDefaults()
+	out := map[string]int64{}
+	for _, name := range []string{cfg.ActionsStream, cfg.OutputStream, cfg.DLQStream} {
+		s, err := h.js.Stream(ctx, name)
+		if err != nil {
+			h.t.Fatalf("stream %s: %v", name, err)
+		}
+		out["stream "+name] = max(s.CachedInfo().Config.MaxBytes, 0)
+	}
+	return out
+}
+
+// TestStreamSizeLimits (issue 13): the max bytes of HERMES_ACTIONS, HERMES_OUTPUT and
+// HERMES_DLQ (and the DLQ's max age) are applied at provisioning, also to streams that
+// exist. A limit below what a stream holds would delete its oldest messages at once:
+// refused without AllowRetentionShrink, naming the stream, what it holds and the
+// variable; applied and logged at warn with it. A limit above what it holds is applied
+// without it (and logged at warn too, as every lower limit).
+func TestStreamSizeLimits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	res, _ := h.call("chat", `{"prompt":"some output to keep"}`)
+	requireCompleted(t, res)
+	h.waitIdle(10 * time.Second)
+	h.stopBridge(0)
+	if got := h.streamSizes(); got["stream HERMES_OUTPUT"] != 0 || got["stream HERMES_ACTIONS"] != 0 {
+		t.Fatalf("default sizes %v, want unlimited", got)
+	}
+
+	cfg := h.cfg
+	cfg.ActionsMaxBytes = 1 << 30 // far above what it holds: no permission needed
+	cfg.DLQMaxBytes = 1 << 20     // empty
+	cfg.OutputMaxBytes = 64       // below what it holds
+	cfg.DLQMaxAge = 30 * 24 * time.Hour
+	err := h.tryBridge(cfg)
+	if err == nil {
+		t.Fatalf("the bridge started with an output stream limit below what it holds; sizes now %v", h.streamSizes())
+	}
+	t.Logf("refused: %v", err)
+	if !errors.Is(err, bridge.ErrRetentionShrink) {
+		t.Errorf("error does not match bridge.ErrRetentionShrink: %v", err)
+	}
+	for _, want := range []string{"stream HERMES_OUTPUT holds", "with max bytes unlimited", "HERMES_BRIDGE_OUTPUT_MAX_BYTES=64B", "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "HERMES_ACTIONS") || strings.Contains(err.Error(), "HERMES_DLQ") {
+		t.Errorf("error names a stream whose new limit deletes nothing:\n%v", err)
+	}
+	if got := h.streamSizes(); got["stream HERMES_ACTIONS"] != 0 {
+		t.Errorf("a refused start changed a stream: %v", got)
+	}
+
+	cfg.OutputMaxBytes = 1 << 30
+	if err := h.tryBridge(cfg); err != nil {
+		t.Fatalf("limits above what the streams hold: %v", err)
+	}
+	for s, want := range map[string]int64{"stream HERMES_ACTIONS": 1 << 30, "stream HERMES_OUTPUT": 1 << 30, "stream HERMES_DLQ": 1 << 20} {
+		if got := h.streamSizes()[s]; got != want {
+			t.Errorf("%s: max bytes %d, want %d", s, got, want)
+		}
+	}
+	if got := h.retentions()["stream HERMES_DLQ"]; got != 30*24*time.Hour {
+		t.Errorf("DLQ max age %s, want 720h", got)
+	}
+	var sizeLines int
+	for _, l := range h.logLines() {
+		if l.str("message") == "retention changed" && l.str("setting") == "max bytes" {
+			sizeLines++
+			// A lower limit is logged at warn like any shrink, also when it deletes nothing.
+			if l.str("level") != "warn" || l.str("old") != "unlimited" {
+				t.Errorf("limiting an unlimited stream above what it holds: %v", l)
+			}
+		}
+	}
+	if sizeLines != 3 {
+		t.Errorf("%d \"retention changed\" lines for max bytes, want 3", sizeLines)
+	}
+	h.stopBridge(1)
+
+	cfg.OutputMaxBytes = 64
+	cfg.AllowRetentionShrink = true
+	if err := h.tryBridge(cfg); err != nil {
+		t.Fatalf("with AllowRetentionShrink: %v", err)
+	}
+	if got := h.streamSizes()["stream HERMES_OUTPUT"]; got != 64 {
+		t.Errorf("output max bytes %d, want 64", got)
+	}
+	shrunk := false
+	for _, l := range h.logLines() {
+		if l.str("message") == "retention changed" && l.str("resource") == "stream HERMES_OUTPUT" && l.str("new") == "64B" {
+			shrunk = l.str("level") == "warn" && l.str("old") == "1GiB"
+		}
+	}
+	if !shrunk {
+		t.Errorf("the shrink of the output stream is not logged at warn with old 1GiB, new 64B")
+	}
+}

@@ -2,8 +2,10 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +95,23 @@ func TestShutdown(t *testing.T) {
 		}
 		if p.logIndex("shutdown grace over") < 0 {
 			t.Errorf("no log line says the grace ran out")
+		}
+		// Issue 13: the signal is logged when it arrives, naming it, the grace with its
+		// unit and what happens next; every duration in the log carries its unit.
+		iSignal := p.logIndex(`"message":"SIGTERM received`)
+		if iSignal < 0 || iSignal > p.logIndex("shutdown grace over") {
+			t.Errorf("no log line says SIGTERM arrived, before the grace ran out:\n%s", strings.Join(p.log(), "\n"))
+		} else {
+			var l logLine
+			_ = json.Unmarshal([]byte(p.log()[iSignal]), &l)
+			if l.str("signal") != "SIGTERM" || l.str("grace") != "300ms" || !strings.Contains(l.str("message"), "300ms") {
+				t.Errorf("signal line %v: want signal SIGTERM and grace 300ms", l)
+			}
+		}
+		for _, ln := range p.log() {
+			if regexp.MustCompile(`"(grace|timeout|retry_in|quiet)":[0-9]`).MatchString(ln) {
+				t.Errorf("a duration without its unit: %s", ln)
+			}
 		}
 		if n := h.results(id); n != 0 {
 			t.Fatalf("%d result messages after the shutdown, want 0 (the safe call is handed over)", n)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -40,10 +41,21 @@ type ActionError struct {
 }
 
 func (e *ActionError) Error() string {
-	if e.Field == "" {
-		return "events: invalid action: " + e.Reason
+	return "events: invalid action: " + FieldReason(e.Field, e.Reason)
+}
+
+// FieldReason joins a field name and the reason it is invalid for a message: "field:
+// reason", or the reason alone when there is no field or the reason already starts
+// with the field's name ("capability_id does not match ..."), so that no message names
+// its field twice.
+func FieldReason(field, reason string) string {
+	if field == "" {
+		return reason
 	}
-	return "events: invalid action: " + e.Field + ": " + e.Reason
+	if rest, ok := strings.CutPrefix(reason, field); ok && (rest == "" || rest[0] == ' ') {
+		return reason
+	}
+	return field + ": " + reason
 }
 
 // Is reports whether target is [ErrInvalidAction].

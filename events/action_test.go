@@ -113,3 +113,26 @@ func TestActionJSONRoundTrip(t *testing.T) {
 		t.Fatalf("round trip: %+v", out)
 	}
 }
+
+// TestErrorTextsNameTheFieldOnce: an error whose reason starts with its field or
+// attribute does not name it twice (issue 13).
+func TestErrorTextsNameTheFieldOnce(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{&events.AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"},
+			"events: invalid CloudEvent attribute specversion must be 1.0"},
+		{&events.AttributeError{Attribute: "source", Reason: "ce-source header is missing"},
+			"events: invalid CloudEvent attribute source: ce-source header is missing"},
+		{&events.ActionError{Field: "input", Reason: "input is not valid JSON"},
+			"events: invalid action: input is not valid JSON"},
+		{&events.ActionError{Field: "timeout_ms", Reason: "must be a positive integer no greater than 86400000"},
+			"events: invalid action: timeout_ms: must be a positive integer no greater than 86400000"},
+		{&events.ActionError{Reason: "data is not valid JSON"}, "events: invalid action: data is not valid JSON"},
+	} {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+	}
+}

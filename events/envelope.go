@@ -55,7 +55,7 @@ type AttributeError struct {
 }
 
 func (e *AttributeError) Error() string {
-	return "events: invalid CloudEvent attribute " + e.Attribute + ": " + e.Reason
+	return "events: invalid CloudEvent attribute " + FieldReason(e.Attribute, e.Reason)
 }
 
 // Is reports whether target is [ErrInvalidAttribute].

@@ -8,11 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,8 +29,16 @@ Flags:
 `
 
 const examples = `
+Environment:
+  FAKE_HERMES_ADDR  the listen address when --addr is not given
+  FAKE_HERMES_KEY   the bearer key when --key is not given (keeps it out of ps)
+
+On start it prints the line that points hermes-bridge at it, to paste into the
+bridge's terminal, for example:
+  export HERMES_API_KEY=` + hermestest.DefaultAPIKey + `
+
 Examples:
-  # default: 127.0.0.1:8642, Hermes 0.19.0, key from FAKE_HERMES_KEY or the built-in test key
+  # default: 127.0.0.1:8642, Hermes 0.19.0, the built-in test key
   fake-hermes
 
   # imitate Hermes 0.16.0 with an explicit key
@@ -38,14 +47,31 @@ Examples:
   # slow streams: 20 deltas, 200ms apart, keepalive every 2s, gate at 2 runs
   fake-hermes --deltas 20 --delta-delay 200ms --keepalive 2s --max-concurrent-runs 2
 
+  # with the defaults running:
   curl -sS http://127.0.0.1:8642/health
-  curl -sS -H "Authorization: Bearer $FAKE_HERMES_KEY" -d '{"messages":[{"role":"user","content":"hi"}],"stream":true}' \
+  curl -sS -H "Authorization: Bearer ` + hermestest.DefaultAPIKey + `" \
+       -d '{"messages":[{"role":"user","content":"hi"}],"stream":true}' \
        http://127.0.0.1:8642/v1/chat/completions
 `
+
+// defaultAddr is where fake-hermes listens by default: Hermes's own default, which is
+// also the bridge's default HERMES_URL.
+const defaultAddr = "127.0.0.1:8642"
+
+// bridgeDefaultURL is hermes-bridge's HERMES_URL when it is not set.
+const bridgeDefaultURL = "http://" + defaultAddr
+
+// Where the key came from, for the start lines.
+const (
+	keyDefault = iota
+	keyEnv
+	keyFlag
+)
 
 type options struct {
 	addr       string
 	key        string
+	keyFrom    int // keyDefault, keyEnv or keyFlag
 	version    string
 	maxRuns    int
 	keepalive  time.Duration
@@ -62,19 +88,34 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fs.PrintDefaults()
 		fmt.Fprint(stderr, examples)
 	}
-	defKey := os.Getenv("FAKE_HERMES_KEY")
-	if defKey == "" {
-		defKey = hermestest.DefaultAPIKey
-	}
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8642", "listen address")
-	fs.StringVar(&o.key, "key", defKey, "bearer API key (default: $FAKE_HERMES_KEY, else the hermestest default key)")
+	fs.StringVar(&o.addr, "addr", "", "listen address (default: $FAKE_HERMES_ADDR when set, else "+defaultAddr+")")
+	fs.StringVar(&o.key, "key", "", "bearer API key, at least 16 characters (default: $FAKE_HERMES_KEY when set, else "+hermestest.DefaultAPIKey+")")
 	fs.StringVar(&o.version, "version", hermestest.Version019, "Hermes version to imitate: 0.19.0 or 0.16.0")
-	fs.IntVar(&o.maxRuns, "max-concurrent-runs", -1, "concurrency gate on chat/responses (default 10 for 0.19.0, off for 0.16.0; 0 disables)")
+	var maxRuns optionalInt
+	fs.Var(&maxRuns, "max-concurrent-runs", "concurrency gate on chat/responses: `n` runs at once, 0 disables (default: 10 for 0.19.0, off for 0.16.0)")
 	fs.DurationVar(&o.keepalive, "keepalive", 30*time.Second, "SSE keepalive idle interval")
 	fs.IntVar(&o.deltas, "deltas", 0, "number of stream deltas per reply (0: one per word)")
 	fs.DurationVar(&o.deltaDelay, "delta-delay", 0, "delay between stream deltas")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	o.maxRuns = -1 // the version's default
+	if maxRuns.set {
+		o.maxRuns = maxRuns.n
+	}
+	if o.addr == "" {
+		o.addr = os.Getenv("FAKE_HERMES_ADDR")
+	}
+	if o.addr == "" {
+		o.addr = defaultAddr
+	}
+	switch {
+	case o.key != "":
+		o.keyFrom = keyFlag
+	case os.Getenv("FAKE_HERMES_KEY") != "":
+		o.key, o.keyFrom = os.Getenv("FAKE_HERMES_KEY"), keyEnv
+	default:
+		o.key, o.keyFrom = hermestest.DefaultAPIKey, keyDefault
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -119,12 +160,53 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, func(url string) {
-		log.Printf("fake-hermes %s listening on %s (model: hermes-agent)", o.version, url)
-	}); err != nil {
+	if err := run(ctx, o, func(url string) { fmt.Fprint(os.Stderr, startLines(o, url)) }); err != nil {
 		fmt.Fprintln(os.Stderr, "fake-hermes:", err)
 		os.Exit(1)
 	}
+}
+
+// startLines is what fake-hermes prints once it listens on url: the address, then the
+// line that points hermes-bridge at it. The key is printed only when it is the public
+// test key; a key given with --key or FAKE_HERMES_KEY is referred to, never printed.
+func startLines(o options, url string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "fake-hermes %s listening on %s (model: hermes-agent)\n", o.version, url)
+	key := hermestest.DefaultAPIKey
+	switch o.keyFrom {
+	case keyEnv:
+		key = `"$FAKE_HERMES_KEY"`
+	case keyFlag:
+		key = "<the --key value>"
+	}
+	vars := "HERMES_API_KEY=" + key
+	if url != bridgeDefaultURL {
+		vars = "HERMES_URL=" + url + " " + vars
+	}
+	fmt.Fprintf(&b, "point hermes-bridge at it (in the terminal of 'make run' or 'hermes-bridge run'):\n  export %s\n", vars)
+	return b.String()
+}
+
+// optionalInt is an int flag without a printed default (its meaning is in the usage).
+type optionalInt struct {
+	n   int
+	set bool
+}
+
+func (v *optionalInt) String() string {
+	if v == nil || !v.set {
+		return ""
+	}
+	return strconv.Itoa(v.n)
+}
+
+func (v *optionalInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return errors.New("must be a non-negative integer")
+	}
+	v.n, v.set = n, true
+	return nil
 }
 
 // run serves until ctx is done; ready is called with the base URL once listening.

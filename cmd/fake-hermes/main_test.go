@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -74,5 +76,68 @@ func TestRun(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHelpText: every default is printed once, and the curl example works as pasted
+// against the defaults (it used $FAKE_HERMES_KEY, usually unset) (issue 13).
+func TestHelpText(t *testing.T) {
+	t.Setenv("FAKE_HERMES_KEY", "")
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"--help"}, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("help err %v", err)
+	}
+	h := help.String()
+	for _, line := range strings.Split(h, "\n") {
+		if strings.Count(line, "default") > 1 {
+			t.Errorf("a default is printed twice: %q", line)
+		}
+	}
+	if strings.Contains(h, "$FAKE_HERMES_KEY\"") || !strings.Contains(h, "Bearer "+hermestest.DefaultAPIKey) {
+		t.Errorf("the curl example does not use the default key:\n%s", h)
+	}
+	for _, want := range []string{"FAKE_HERMES_KEY", "FAKE_HERMES_ADDR", hermestest.DefaultAPIKey, "127.0.0.1:8642"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("help lacks %q:\n%s", want, h)
+		}
+	}
+}
+
+// TestStartLines: on start fake-hermes prints the line to paste into the bridge's
+// terminal: the key when it is the public default (HERMES_URL only when the address is
+// not the bridge's default), never a key given by the user.
+func TestStartLines(t *testing.T) {
+	for _, tt := range []struct {
+		name, addrEnv, keyEnv string
+		args                  []string
+		url                   string
+		want, not             string
+	}{
+		{"defaults", "", "", nil, "http://127.0.0.1:8642",
+			"export HERMES_API_KEY=" + hermestest.DefaultAPIKey + "\n", "HERMES_URL"},
+		{"other port", "", "", []string{"--addr", "127.0.0.1:0"}, "http://127.0.0.1:40123",
+			"export HERMES_URL=http://127.0.0.1:40123 HERMES_API_KEY=" + hermestest.DefaultAPIKey + "\n", ""},
+		{"address from the environment", "127.0.0.1:0", "", nil, "http://127.0.0.1:40124",
+			"export HERMES_URL=http://127.0.0.1:40124 HERMES_API_KEY=" + hermestest.DefaultAPIKey + "\n", ""},
+		{"key from the environment", "", "env-key-0123456789abcdef", nil, "http://127.0.0.1:8642",
+			`export HERMES_API_KEY="$FAKE_HERMES_KEY"` + "\n", "env-key-0123456789abcdef"},
+		{"key from the flag", "", "", []string{"--key", "flag-key-0123456789abcdef"}, "http://127.0.0.1:8642",
+			"export HERMES_API_KEY=<the --key value>\n", "flag-key-0123456789abcdef"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("FAKE_HERMES_ADDR", tt.addrEnv)
+			t.Setenv("FAKE_HERMES_KEY", tt.keyEnv)
+			o, err := parseFlags(tt.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := startLines(o, tt.url)
+			if !strings.Contains(got, "listening on "+tt.url) || !strings.HasSuffix(got, tt.want) {
+				t.Errorf("start lines:\n%s\nwant the URL and a last line %q", got, tt.want)
+			}
+			if tt.not != "" && strings.Contains(got, tt.not) {
+				t.Errorf("start lines contain %q:\n%s", tt.not, got)
+			}
+		})
 	}
 }

@@ -80,6 +80,10 @@ type Config struct {
 	MaxAckPending      int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: the larger of 1024 and 8 x (workers + min(workers, 64)), room for 8 replicas)"`
 	IdempotencyTTL     time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
 	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed (at least HERMES_BRIDGE_IDEMPOTENCY_TTL)"`
+	DLQMaxAge          time.Duration `env:"HERMES_BRIDGE_DLQ_MAX_AGE" envDefault:"168h" desc:"how long dead letters are kept (at least 1m)"`
+	ActionsMaxBytes    byteSize      `env:"HERMES_BRIDGE_ACTIONS_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the actions stream, e.g. 10GiB; when full its oldest actions are discarded, handled or not"`
+	OutputMaxBytes     byteSize      `env:"HERMES_BRIDGE_OUTPUT_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the output stream, e.g. 10GiB; when full its oldest events and results are discarded, before HERMES_BRIDGE_OUTPUT_MAX_AGE"`
+	DLQMaxBytes        byteSize      `env:"HERMES_BRIDGE_DLQ_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the dead-letter stream, e.g. 1GiB; when full its oldest dead letters are discarded"`
 	Storage            string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
 	Replicas           int           `env:"HERMES_BRIDGE_REPLICAS" envDefault:"1" desc:"replicas of streams and bucket (1 to 5; clustered JetStream for more than 1)"`
 	ShutdownGrace      time.Duration `env:"HERMES_BRIDGE_SHUTDOWN_GRACE" envDefault:"30s" desc:"how long in-flight actions may finish after SIGINT/SIGTERM"`
@@ -136,6 +140,8 @@ func parseProblems(err error, environ map[string]string) error {
 				reason = "must be an integer"
 			case reflect.TypeFor[bool]():
 				reason = "must be true or false"
+			case reflect.TypeFor[byteSize]():
+				reason = "must be a size such as 512MiB, 10GB or 1073741824 (bytes), or unlimited"
 			}
 			ce.Problems = append(ce.Problems, fmt.Sprintf("%s=%s: %s", key, shown(key, environ[key]), reason))
 			ce.failed[key] = true
@@ -435,6 +441,9 @@ func (c *Config) validateBridge(p *problems) {
 	if c.Replicas < 1 || c.Replicas > 5 {
 		p.add("HERMES_BRIDGE_REPLICAS=%d: must be 1 to 5", c.Replicas)
 	}
+	if c.DLQMaxAge < time.Minute {
+		p.add("HERMES_BRIDGE_DLQ_MAX_AGE=%s: must be at least 1m", c.DLQMaxAge)
+	}
 	if c.ShutdownGrace < 0 {
 		p.add("HERMES_BRIDGE_SHUTDOWN_GRACE=%s: must not be negative", c.ShutdownGrace)
 	}
@@ -469,6 +478,10 @@ func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Co
 		Bucket:               c.Bucket,
 		ObjectBucket:         c.ObjectBucket,
 		OutputMaxAge:         c.OutputMaxAge,
+		DLQMaxAge:            c.DLQMaxAge,
+		ActionsMaxBytes:      int64(c.ActionsMaxBytes),
+		OutputMaxBytes:       int64(c.OutputMaxBytes),
+		DLQMaxBytes:          int64(c.DLQMaxBytes),
 		IdempotencyTTL:       c.IdempotencyTTL,
 		Storage:              c.storageType(),
 		Replicas:             c.Replicas,
@@ -742,22 +755,15 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 			out[key] = strings.Join(parts, ",")
 		case fv.Type() == reflect.TypeFor[time.Duration]():
 			out[key] = fv.Interface().(time.Duration).String()
+		case fv.Type() == reflect.TypeFor[byteSize]():
+			out[key] = fv.Interface().(byteSize).String()
 		default:
 			out[key] = fv.Interface()
 		}
 	}
 	eps := make([]map[string]any, 0, len(specs))
 	for _, s := range specs {
-		key := "none"
-		switch {
-		case s.APIKeyFile != "":
-			key = "file:" + s.APIKeyFile
-		case s.APIKeyEnv != "":
-			key = "env:" + s.APIKeyEnv
-		case s.apiKey != "":
-			key = "env:HERMES_API_KEY"
-		}
-		ep := map[string]any{"id": s.ID, "base_url": redactURL(s.BaseURL), "key": key, "max_concurrency": s.MaxConcurrency}
+		ep := map[string]any{"id": s.ID, "base_url": redactURL(s.BaseURL), "key": s.keySource(), "max_concurrency": s.MaxConcurrency}
 		if s.TenantID != "" {
 			ep["tenant_id"] = s.TenantID
 		}

@@ -21,6 +21,9 @@ import (
 // the tag and ignore it.
 const crashEnv = "HERMES_BRIDGE_CRASH_AT"
 
+// testBuildVariables are the variables only test builds read (see unknownVariables).
+var testBuildVariables = []string{crashEnv}
+
 // crashHook returns the hook that crashHook's setting asks for, or nil.
 func crashHook(environ map[string]string) (func(bridge.Point, string), error) {
 	v := environ[crashEnv]

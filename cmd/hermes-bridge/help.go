@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+// version is set at build time: `make build` and `make install` pass
+// -ldflags "-X main.version=$(git describe --tags --always --dirty)".
 var version = "dev"
 
 const usageTop = `hermes-bridge bridges NATS JetStream to Hermes Agent API servers.
@@ -222,20 +225,35 @@ func cmdVersion(args []string, io stdio) int {
 }
 
 func versionString() string {
-	v := version
-	rev := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return versionFrom(version, bi)
+}
+
+// versionFrom is the version line: the version stamped at build time (`make build` and
+// `make install` set it from git describe), else the module version the go command
+// recorded (`go install module@v1.2.3`, or a pseudo-version in a clone), else "dev";
+// then the VCS revision when known, and the Go version and platform.
+func versionFrom(stamped string, bi *debug.BuildInfo) string {
+	v := stamped
+	rev, modified := "", false
+	if bi != nil {
 		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			v = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			switch {
+			case s.Key == "vcs.revision" && len(s.Value) >= 12:
 				rev = s.Value[:12]
+			case s.Key == "vcs.modified":
+				modified = s.Value == "true"
 			}
 		}
 	}
 	s := v
 	if rev != "" {
+		if modified {
+			rev += ", modified"
+		}
 		s += " (" + rev + ")"
 	}
 	return s + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
@@ -284,9 +302,41 @@ func parseCommand(cmd string, fs *flag.FlagSet, args []string, sio stdio, help f
 		help()
 		return nil, exitOK, false
 	case err != nil:
-		return nil, usageError(sio.err, cmd, err.Error()), false
+		return nil, usageError(sio.err, cmd, flagValueError(fs, err.Error())), false
 	}
 	return pos, exitOK, true
+}
+
+// flagValueRE matches the flag package's message for a value it could not parse.
+var flagValueRE = regexp.MustCompile(`^invalid (boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+): parse error$`)
+
+// flagValueError replaces the "parse error" of a flag value of the wrong kind with what
+// the flag expects ("must be a duration with a unit, such as 30s, ...").
+func flagValueError(fs *flag.FlagSet, msg string) string {
+	m := flagValueRE.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	f := fs.Lookup(m[3])
+	if f == nil {
+		return msg
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return msg
+	}
+	var want string
+	switch g.Get().(type) {
+	case time.Duration:
+		want = "must be a duration with a unit, such as 30s, 5m or 1h30m"
+	case bool:
+		want = "must be true or false"
+	case int, int64, uint, uint64:
+		want = "must be an integer"
+	default:
+		return msg
+	}
+	return fmt.Sprintf("invalid %svalue %s for flag -%s: %s", m[1], m[2], m[3], want) // usageError writes --
 }
 
 // parseNoArgs is parseCommand for a command that takes no positional argument; hint is

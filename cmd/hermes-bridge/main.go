@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/rs/zerolog"
 )
 
 // Exit statuses.
@@ -38,14 +39,50 @@ type stdio struct {
 	out, err io.Writer
 }
 
+func init() {
+	// Every duration in the logs carries its unit ("2s", not 2000).
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
+}
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// After the first signal, restore the default behaviour so a second one kills
-	// the process even if the graceful shutdown hangs.
-	go func() { <-ctx.Done(); stop() }()
+	// SIGINT or SIGTERM cancels ctx with a signalReceived cause (run logs it at once).
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		// After the first signal the default behaviour is back, so a second one kills
+		// the process even if the graceful shutdown hangs.
+		defer signal.Stop(sigs)
+		select {
+		case sig := <-sigs:
+			cancel(signalReceived{sig})
+		case <-done:
+		}
+	}()
 	code := Main(ctx, os.Args[1:], env.ToMap(os.Environ()), stdio{os.Stdin, os.Stdout, os.Stderr})
-	stop()
+	close(done)
+	<-stopped
+	cancel(nil)
 	os.Exit(code)
+}
+
+// signalReceived is the cause of main's context when a signal stopped the process.
+type signalReceived struct{ sig os.Signal }
+
+func (s signalReceived) Error() string { return s.name() + " received" }
+
+// name is the signal's conventional name: SIGINT, SIGTERM.
+func (s signalReceived) name() string {
+	switch s.sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.sig.String()
 }
 
 // Main dispatches the subcommand and returns the exit status.

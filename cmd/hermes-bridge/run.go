@@ -62,6 +62,7 @@ type runPlan struct {
 	keys      *keyring
 	replicaID string
 	bridge    bridge.Config
+	unknown   []unknownVar // HERMES_* and NATS_* variables no setting reads
 }
 
 // prepareRun parses and validates everything `run` needs and reads the key files.
@@ -92,7 +93,8 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	}
 	eps := make([]bridge.Endpoint, 0, len(specs))
 	for _, s := range specs {
-		ep := bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency}
+		ep := bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency,
+			KeyHint: s.keyHint(cfg.EndpointsFile != ""), KeySource: s.keySource()}
 		if ks := keys.source(s.ID); ks != nil {
 			ep.Key = ks.Key
 		}
@@ -115,7 +117,8 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 		}
 		return nil, ps.err()
 	}
-	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc}, nil
+	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc,
+		unknown: unknownOf(environ, specs)}, nil
 }
 
 // newLogger returns the root logger: JSON (or console) lines on w with the service
@@ -140,13 +143,26 @@ func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
 func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.Writer, ready func(natsURL string)) (err error) {
 	cfg := p.cfg
 	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
+	logUnknownVariables(log, p.unknown)
+	// Say at once that a shutdown began, and how long it may take.
+	stopped := make(chan struct{})
+	stopLog := context.AfterFunc(ctx, func() {
+		defer close(stopped)
+		logShutdown(log, context.Cause(ctx), p.bridge.WithDefaults().ShutdownGrace)
+	})
+	defer func() {
+		if !stopLog() {
+			<-stopped
+		}
+	}()
 	if p.defaulted {
 		log.Warn().Str("endpoint", p.specs[0].ID).Str("base_url", DefaultHermesURL).
 			Msg("neither HERMES_ENDPOINTS_FILE nor HERMES_URL is set; using the local Hermes default " + DefaultHermesURL)
 	}
 	for _, s := range p.specs {
 		if s.APIKeyFile == "" && s.APIKeyEnv == "" && s.apiKey == "" {
-			log.Warn().Str("endpoint", s.ID).Msg("endpoint has no API key; requests are sent without authentication (fine for a keyless test server only)")
+			log.Warn().Str("endpoint", s.ID).Msg("endpoint has no API key; requests are sent without authentication (fine for a keyless test server only); " +
+				s.keyHint(cfg.EndpointsFile != ""))
 		}
 	}
 
@@ -210,7 +226,7 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 		select {
 		case <-closed:
 		case <-time.After(drainTimeout):
-			log.Warn().Dur("timeout", drainTimeout).Msg("NATS connection did not drain in time; closing")
+			log.Warn().Str("timeout", drainTimeout.String()).Msg("NATS connection did not drain in time; closing")
 			nc.Close()
 		}
 	}()
@@ -237,6 +253,21 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 	}
 	log.Info().Msg("bridge stopped; draining the NATS connection")
 	return nil
+}
+
+// logShutdown logs the start of a graceful shutdown: its cause (the signal), the grace
+// in-flight actions get, and what happens after it.
+func logShutdown(log zerolog.Logger, cause error, grace time.Duration) {
+	ev := log.Info().Str("grace", grace.String())
+	what := "shutdown requested (" + cause.Error() + ")"
+	var sig signalReceived
+	if errors.As(cause, &sig) {
+		ev = ev.Str("signal", sig.name())
+		what = sig.Error()
+	}
+	ev.Msg(what + ": shutting down; no new actions are fetched, in-flight actions have " + grace.String() +
+		" (HERMES_BRIDGE_SHUTDOWN_GRACE) to finish, then those still running are released to another replica" +
+		" (or settle outcome_unknown if an unsafe call was cut off); send the signal again to stop at once")
 }
 
 // reloadOnHUP re-reads every key file on SIGHUP until ctx is done.
