@@ -134,6 +134,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return fmt.Errorf("bridge: subscribe to cancel requests: %w", err)
 	}
 	defer stopCancel()
+	stopService, err := b.startService()
+	if err != nil {
+		return err
+	}
+	defer stopService()
 	// Heartbeats outlive the work context: deliveries finishing within the shutdown grace
 	// still need them. They stop once every handler has returned (drain).
 	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))

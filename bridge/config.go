@@ -132,6 +132,9 @@ type Config struct {
 
 	// ReplicaID names this process in claims (default: a random id).
 	ReplicaID string
+	// Version is the bridge's version, announced by its micro service (as a semantic
+	// version; anything else is announced as 0.0.0-dev, and in full in the metadata).
+	Version string
 	// Source is the CloudEvents source of everything the bridge publishes (default "hermes-bridge").
 	Source string
 	// ShutdownGrace bounds how long in-flight actions may run after shutdown starts (default 30s).

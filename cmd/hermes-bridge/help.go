@@ -30,6 +30,7 @@ Commands:
   approve    show a parked action's request and approve it, then follow it
   deny       show a parked action's request and deny it
   cancel     cancel an action (queued or running)
+  status     what the bridges' records know about an action (state, owner, attempts, result)
   version    print the version
   help       show help for a command: hermes-bridge help <command>
 
@@ -48,8 +49,9 @@ Examples:
   hermes-bridge approve 3xTnq8v2...
   hermes-bridge deny 3xTnq8v2... --reason "wrong session"
 
-  # Cancel an action:
+  # Cancel an action, or ask where it is:
   hermes-bridge cancel 3xTnq8v2...
+  hermes-bridge status 3xTnq8v2...
 
 Configuration comes from the environment: 'hermes-bridge run --help' lists every variable.
 `
@@ -165,6 +167,8 @@ func cmdHelp(args []string, io stdio) int {
 		printFlagsHelp(io.out, usageDeny, denyFlags(&approveOptions{}, io.err), examplesDeny)
 	case "cancel":
 		printFlagsHelp(io.out, usageCancel, cancelFlags(&approveOptions{}, io.err), examplesCancel)
+	case "status":
+		printFlagsHelp(io.out, usageStatus, statusFlags(&statusOptions{}, io.err), examplesStatus)
 	case "version":
 		fmt.Fprint(io.out, usageVersion)
 	case "help":

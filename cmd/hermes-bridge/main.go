@@ -7,6 +7,7 @@
 //	hermes-bridge approve <action_id> show a parked action and approve it
 //	hermes-bridge deny <action_id>    show a parked action and deny it
 //	hermes-bridge cancel <action_id>  cancel an action
+//	hermes-bridge status <action_id>  what the bridges' records know about an action
 //	hermes-bridge version
 //
 // Configuration comes from the environment (see `hermes-bridge run --help`).
@@ -107,6 +108,8 @@ func Main(ctx context.Context, args []string, environ map[string]string, io stdi
 		return cmdDeny(ctx, rest, environ, io)
 	case "cancel":
 		return cmdCancel(ctx, rest, environ, io)
+	case "status":
+		return cmdStatus(ctx, rest, environ, io)
 	case "version", "--version":
 		return cmdVersion(rest, io)
 	case "help", "-h", "-help", "--help":

@@ -106,6 +106,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 		return nil, err
 	}
 	bc.Hook = hook
+	bc.Version = versionString()
 	// The bridge's own rules are the final word (they may grow); our messages above
 	// name the variables, these name the settings.
 	if err := bc.WithDefaults().Validate(); err != nil {
