@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -51,8 +52,9 @@ func serviceVersion(v string) string {
 }
 
 // startService registers the micro service on the bridge's connection. The returned
-// function stops it (its subscriptions are drained; a request being read ends within
-// statusTimeout) and is safe to call once.
+// function stops it: its subscriptions are drained (a request being read ends within
+// statusTimeout) and, when it returns, the server routes no more requests here (or a
+// second passed). Call it once.
 func (b *Bridge) startService() (func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	eps := make([]string, 0, len(b.cfg.Endpoints))
@@ -90,6 +92,12 @@ func (b *Bridge) startService() (func(), error) {
 		cancel()
 		if err := svc.Stop(); err != nil {
 			b.log.Warn().Err(err).Msg("stop micro service")
+			return
+		}
+		// Stop only queues the unsubscribes; the round trip makes sure the server has
+		// them, so that no discovery or status request reaches this replica after Run.
+		if err := b.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			b.log.Debug().Err(err).Msg("flush after stopping the micro service")
 		}
 	}, nil
 }

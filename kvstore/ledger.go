@@ -210,10 +210,13 @@ func (l *Ledger) claimFor(in Intent, key string, rev uint64, r Record) *Claim {
 	return c
 }
 
-// record is the action record a fresh claim for in creates.
+// record is the action record a fresh claim for in creates. It carries its
+// CreatedAt, so that the claim's later updates (which rewrite the whole record) keep
+// it: the status endpoint reports the action's age from it.
 func (in Intent) record() Record {
 	return Record{State: StateClaimed, ActionID: in.ActionID, CapabilityID: in.CapabilityID,
-		InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey}
+		InputSHA256: in.InputSHA256, Owner: in.Owner, Attempt: 1, IdemKey: in.IdemKey,
+		CreatedAt: time.Now().UTC()}
 }
 
 // Record returns the claimed record as last written by this claim.
