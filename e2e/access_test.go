@@ -462,6 +462,33 @@ func TestAccessControl(t *testing.T) {
 			t.Fatalf("no violation of agent-chat found in the server log; is the log matched correctly?")
 		}
 	})
+
+	t.Run("ops discovers the bridge and asks its status", func(t *testing.T) {
+		// The bridge user may register the micro service and answer on hermes.status.
+		if n := len(collect(t, h.nc, "$SRV.PING.hermes-bridge", time.Second)); n != 1 {
+			t.Errorf("%d PING replies, want 1", n)
+		}
+		if n := len(collect(t, h.nc, "$SRV.INFO", time.Second)); n != 1 {
+			t.Errorf("%d INFO replies, want 1", n)
+		}
+		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"status please"}`)})
+		requireCompleted(t, func() *events.Result { r, _ := followAs(t, agent, id); return r }())
+		if r := statusOf(t, h.nc, id); r.State != "settled" || r.Result == nil || r.Result.Status != events.StatusCompleted {
+			t.Errorf("status: %+v", r)
+		}
+		// Other roles may not (the agent only invokes its two capabilities).
+		if err := agent.nc.PublishRequest("hermes.status", agent.nc.NewRespInbox(), []byte(`{"action_id":"`+id+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		agent.violation(t, "hermes.status")
+		if err := agent.nc.PublishRequest("$SRV.PING", agent.nc.NewRespInbox(), nil); err != nil {
+			t.Fatal(err)
+		}
+		agent.violation(t, "$SRV.PING")
+		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
+			t.Fatalf("the bridge hit permission violations:\n%s", strings.Join(v, "\n"))
+		}
+	})
 }
 
 // TestAccessControlTeams runs deploy/nats-server-teams.conf: one account per team, each
