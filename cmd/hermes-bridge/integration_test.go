@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -98,6 +101,26 @@ func TestRunCallWatch(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != exitOK || len(lines) < 3 || !strings.Contains(lines[0], `"sequence":0`) || !strings.Contains(lines[len(lines)-1], `"status":"completed"`) {
 		t.Fatalf("watch --events exit %d:\n%s", code, out)
+	}
+
+	// status: what the records say of it, from the run's micro service, which announces
+	// this binary's version.
+	code, out, errOut = runMain(ctx, cli, "", "status", "--json", "it-call-1")
+	var st events.StatusReply
+	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil || st.State != "settled" || st.AnsweredBy != p.replicaID ||
+		st.Owner != p.replicaID || st.Result == nil || st.Result.Status != events.StatusCompleted {
+		t.Fatalf("status exit %d:\n%s\n%s", code, out, errOut)
+	}
+	nc, err := nats.Connect(url, nats.CustomInboxPrefix("_INBOX_cli"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping, err := nc.Request("$SRV.PING.hermes-bridge", nil, 5*time.Second)
+	nc.Close()
+	var pong micro.Ping
+	if err != nil || json.Unmarshal(ping.Data, &pong) != nil || pong.Metadata["version"] != versionString() ||
+		pong.Metadata["replica_id"] != p.replicaID {
+		t.Fatalf("micro ping: %v %+v", err, pong)
 	}
 
 	// A JSON operation with --json, structured mode.
