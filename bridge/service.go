@@ -88,6 +88,11 @@ func (b *Bridge) startService() (func(), error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("bridge: register micro endpoint status: %w", err)
 	}
+	// The subscriptions are sent asynchronously: once the server has them, the replica
+	// is discoverable (before Run reports it ready).
+	if err := b.nc.FlushTimeout(kvstore.OpTimeout); err != nil {
+		b.log.Warn().Err(err).Msg("micro service registered; the server has not confirmed it yet")
+	}
 	return func() {
 		cancel()
 		if err := svc.Stop(); err != nil {
