@@ -113,6 +113,9 @@ func TestCLIRoles(t *testing.T) {
 		agent.refused(agent.env(agent.inbx), []string{"cancel", streamID},
 			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":",
 			`NATS user "agent-chat" may not publish to "hermes.cancel.`+streamID+`"`)
+		agent.refused(agent.env(agent.inbx), []string{"status", streamID},
+			"hermes-bridge status: permission denied on hermes.status:",
+			`NATS user "agent-chat" may not publish to "hermes.status"`)
 		if c := h.fake.Calls("session_delete"); c != 0 {
 			t.Errorf("Hermes was called %d times for session_delete", c)
 		}
@@ -142,6 +145,14 @@ func TestCLIRoles(t *testing.T) {
 			"hermes-bridge call: permission denied on hermes.actions.primary.chat_stream:")
 		dash.refused(dash.env(dash.inbx), []string{"cancel", streamID},
 			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":")
+	})
+
+	t.Run("ops: status", func(t *testing.T) {
+		ops := cliRole{h, srvLog, "ops", "OPS_PASSWORD", ""}
+		out, errOut, code := ops.run("status", streamID)
+		if code != 0 || !strings.Contains(out, "state        settled\n") || !strings.Contains(out, "result       completed\n") {
+			t.Fatalf("status: exit %d\n%s\n%s", code, out, errOut)
+		}
 	})
 
 	t.Run("approver: pending, approve, deny, cancel", func(t *testing.T) {
