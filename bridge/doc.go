@@ -52,7 +52,9 @@
 // <prefix>.cancel.<id> are answered by the replica running the action or from the stored
 // state (see cancel.go). Outputs too large for one message go to an object store and are
 // referenced (see offload.go); an endpoint that keeps failing is paused by a circuit
-// breaker (see breaker.go).
+// breaker (see breaker.go). While Run consumes, every replica registers the NATS micro
+// service hermes-bridge (discovery with `nats micro`), whose status endpoint on
+// <prefix>.status reports what the records know about an action (see service.go).
 //
 // With Config.Provision, Run creates or updates the streams, the consumer, the KV bucket
 // and the object store. It never changes a retention silently (see retention.go): it
