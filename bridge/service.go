@@ -33,13 +33,13 @@ const statusTimeout = 2 * time.Second
 // statusQueue is the queue group of the status endpoint.
 const statusQueue = "hermes-bridge"
 
-// semver is the version form micro accepts (its own rule, simplified to what
-// versionOf produces or passes through).
-var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
+// semver is the version rule micro checks (a copy of nats.go/micro's semVerRegexp, so
+// that a version passed through never makes AddService, and so Run, fail).
+var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
 // serviceVersion returns the first word of v as a semantic version for micro, which
-// requires one: a leading "v" is dropped ("v1.2.3" from git describe or a module version); anything
-// else ("dev", a bare commit) becomes "0.0.0-dev".
+// requires one: a leading "v" is dropped ("v1.2.3" from git describe or a module
+// version); anything else ("dev", a bare commit) becomes "0.0.0-dev".
 func serviceVersion(v string) string {
 	if f := strings.Fields(v); len(f) > 0 {
 		v = f[0] // "v1.2.3 (rev) go1.26 linux/amd64": the version
