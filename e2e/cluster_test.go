@@ -51,8 +51,12 @@ func TestClusterLeaderRestarts(t *testing.T) {
 	cfg := bridge.Config{
 		Provision: true,
 		Replicas:  3,
-		// Short but valid: heartbeat 1s, lease 2 x ack wait (Config.Validate).
-		AckWait:          3 * time.Second,
+		// Short but valid: heartbeat 5/3 s, lease 2 x ack wait = 10 s (Config.Validate).
+		// The lease must outlast a leader outage (up to ~5 s seen on a loaded 2-core
+		// machine) plus a heartbeat: with 6 s, a loaded CI run once saw an owner that
+		// could not renew through a KV leader change taken over (outcome_unknown), which
+		// is the lease working as documented, not what this test is about.
+		AckWait:          5 * time.Second,
 		RetryBase:        20 * time.Millisecond,
 		RetryMax:         200 * time.Millisecond,
 		BreakerThreshold: 1000,
