@@ -45,10 +45,9 @@ type Bridge struct {
 	ready      chan struct{}
 	readyOnce  sync.Once
 
-	metrics  *metrics     // nil when Config.Metrics is nil
-	draining atomic.Bool  // Run's context is done: no new work is taken
-	health   healthCache  // the last JetStream check, for Health
-	cons     atomic.Value // jetstream.Consumer, once bound
+	metrics  *metrics    // nil when Config.Metrics is nil
+	draining atomic.Bool // Run's context is done: no new work is taken
+	health   healthCache // the last JetStream check, for Health
 }
 
 type endpoint struct {
@@ -183,7 +182,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
 		Int("endpoints", len(b.eps)).Msg("bridge started")
-	b.cons.Store(cons)
 	b.readyOnce.Do(func() { close(b.ready) })
 	sampleCtx, stopSample := context.WithCancel(ctx)
 	sampleDone := make(chan struct{})

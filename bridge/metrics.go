@@ -204,6 +204,9 @@ func (m *metrics) sampleConsumer(ctx context.Context, cons jetstream.Consumer, e
 	if m == nil {
 		return
 	}
+	if every <= 0 {
+		every = 5 * time.Second
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
