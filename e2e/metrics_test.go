@@ -2,10 +2,12 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -364,4 +366,87 @@ func TestReadiness(t *testing.T) {
 	if code, _ := readyz(t, base); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after Run returned: %d", code)
 	}
+}
+
+// opsURL waits for the process's operations listener and returns its base URL.
+func (p *proc) opsURL(timeout time.Duration) string {
+	p.t.Helper()
+	p.waitLog(timeout, `"message":"operations HTTP listener started"`)
+	for _, l := range p.log() {
+		var line struct {
+			Message string `json:"message"`
+			Addr    string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(l), &line) == nil && line.Message == "operations HTTP listener started" {
+			return "http://" + line.Addr
+		}
+	}
+	p.t.Fatal("no address in the listener's log line")
+	return ""
+}
+
+// TestOpsListenerProcess runs the real `hermes-bridge run`: its listener (on the port
+// HERMES_BRIDGE_HTTP_ADDR=127.0.0.1:0 chose) serves /healthz, /readyz turns 200 once
+// the bridge consumes, /metrics counts an action, and on SIGTERM /readyz turns 503 at
+// once while an in-flight action still keeps the process in its grace period; the
+// process then exits 0.
+func TestOpsListenerProcess(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withoutBridge())
+	p := h.launchProc(withEnv("HERMES_BRIDGE_SHUTDOWN_GRACE", "20s"))
+	base := p.opsURL(30 * time.Second)
+	seen503 := false
+	h.eventually(30*time.Second, func() error {
+		code, body := readyz(t, base)
+		if code != http.StatusOK {
+			seen503 = seen503 || code == http.StatusServiceUnavailable
+			return fmt.Errorf("/readyz %d %q", code, body)
+		}
+		return nil
+	})
+	t.Logf("/readyz answered 503 before 200: %v", seen503)
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz: %s", resp.Status)
+	}
+
+	res, _ := h.call("chat", `{"prompt":"counted"}`)
+	requireCompleted(t, res)
+	s := scrape(t, base)
+	if v := s.value(bridge.MetricActionsSettled, "endpoint", "primary", "operation", "chat", "status", "completed"); v != 1 {
+		t.Errorf("settled chats %v, want 1", v)
+	}
+	if s["process_resident_memory_bytes"] == nil {
+		t.Errorf("no process collector")
+	}
+
+	h.fake.InjectFault(hermestest.Fault{Route: "models", Delay: 3 * time.Second})
+	id := h.publish("models", events.Action{Input: mustJSON(t, `{}`)})
+	h.eventually(10*time.Second, func() error {
+		if h.fake.Calls("models") == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	h.eventually(5*time.Second, func() error {
+		if code, body := readyz(t, base); code != http.StatusServiceUnavailable {
+			return fmt.Errorf("/readyz %d %q after SIGTERM", code, body)
+		}
+		return nil
+	})
+	select {
+	case <-p.done:
+		t.Fatalf("the process exited before /readyz was checked during the drain")
+	default:
+	}
+	if _, code := p.waitExit(30 * time.Second); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	done, _ := h.follow(id)
+	requireCompleted(t, done)
 }
