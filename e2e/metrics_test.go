@@ -450,3 +450,50 @@ func TestOpsListenerProcess(t *testing.T) {
 	done, _ := h.follow(id)
 	requireCompleted(t, done)
 }
+
+// TestMetricsGovernance: approval decisions and cancel requests are counted by their
+// bounded outcome.
+func TestMetricsGovernance(t *testing.T) {
+	t.Parallel()
+	reg := opshttp.NewRegistry()
+	h := newHarness(t, withConfig(func(c *bridge.Config) {
+		c.Metrics = reg
+		c.ApprovalTTL = time.Minute
+	}))
+	base := serveOps(t, reg, func(context.Context) error { return nil })
+
+	id, out := parkedDelete(t, h, "metrics-sess", "metrics-del")
+	h.decide(id, events.DecisionDeny, out.InputSHA256)
+	res, _ := h.follow(id)
+	requireFailed(t, res, "approval_denied")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct{ id, want string }{{"metrics-nobody", events.CancelUnknown}, {id, events.CancelAlreadySettled}} {
+		r, err := h.client.Cancel(ctx, c.id)
+		if err != nil || r.State != c.want {
+			t.Fatalf("cancel %s: %+v %v, want %s", c.id, r, err, c.want)
+		}
+	}
+	h.waitIdle(10 * time.Second)
+
+	s := scrape(t, base)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{bridge.MetricApprovals, []string{"outcome", "deny"}, 1},
+		{bridge.MetricApprovals, []string{"outcome", "approve"}, 0},
+		{bridge.MetricCancels, []string{"state", events.CancelUnknown}, 1},
+		{bridge.MetricCancels, []string{"state", events.CancelAlreadySettled}, 1},
+		{bridge.MetricActionsSettled, []string{"operation", "session_create", "status", "completed"}, 1},
+		{bridge.MetricActionsSettled, []string{"operation", "session_delete", "status", "failed", "code", "approval_denied"}, 1},
+		{bridge.MetricHermesRequest, []string{"operation", "session_create", "class", "2xx"}, 1},
+		{bridge.MetricHermesRequest, []string{"operation", "session_delete", "class", "2xx"}, 0},
+	} {
+		if got := s.value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
