@@ -416,10 +416,14 @@ func TestOpsListenerProcess(t *testing.T) {
 
 	res, _ := h.call("chat", `{"prompt":"counted"}`)
 	requireCompleted(t, res)
-	s := scrape(t, base)
-	if v := s.value(bridge.MetricActionsSettled, "endpoint", "primary", "operation", "chat", "status", "completed"); v != 1 {
-		t.Errorf("settled chats %v, want 1", v)
-	}
+	var s scraped
+	h.eventually(10*time.Second, func() error { // counted right after the result is stored
+		s = scrape(t, base)
+		if v := s.value(bridge.MetricActionsSettled, "endpoint", "primary", "operation", "chat", "status", "completed"); v != 1 {
+			return fmt.Errorf("settled chats %v, want 1", v)
+		}
+		return nil
+	})
 	if s["process_resident_memory_bytes"] == nil {
 		t.Errorf("no process collector")
 	}
