@@ -183,14 +183,16 @@ func (m *metrics) observeFirstEvent(j *job, d time.Duration) {
 	m.firstEvent.WithLabelValues(j.endpointID, j.op).Observe(d.Seconds())
 }
 
-// settledAction counts one stored terminal result of j.
+// settledAction counts one stored terminal result of j. An endpoint or operation that
+// is not configured (an invalid action's subject may name anything) counts as
+// "unknown", so that the labels stay bounded.
 func (m *metrics) settledAction(j *job, status, code string) {
-	if m == nil || j.capID == "" {
+	if m == nil {
 		return
 	}
 	ep, op := j.endpointID, j.op
 	if _, known := j.b.eps[ep]; !known {
-		ep = "unknown" // an invalid action's subject names anything: keep labels bounded
+		ep = "unknown"
 	}
 	if _, known := hermes.Lookup(op); !known {
 		op = "unknown"

@@ -173,6 +173,9 @@ func TestMetrics(t *testing.T) {
 
 	invalid, _ := h.call("chat", `{"temperature":"hot"}`)
 	requireFailed(t, invalid, "invalid_action")
+	// An endpoint nobody configured is counted as "unknown": subjects cannot grow labels.
+	nowhere, _ := h.callOn("nowhere-"+secret, "chat", `{"prompt":"x"}`)
+	requireFailed(t, nowhere, "invalid_action")
 
 	stream, evs := h.call("chat_stream", `{"prompt":"stream `+secret+`"}`)
 	requireCompleted(t, stream)
@@ -208,6 +211,7 @@ func TestMetrics(t *testing.T) {
 		{bridge.MetricActionsSettled, []string{"endpoint", "primary", "operation", "chat", "status", "failed", "code", code400}, 1},
 		{bridge.MetricActionsSettled, []string{"endpoint", "primary", "operation", "chat", "status", "failed", "code", "invalid_action"}, 1},
 		{bridge.MetricActionsSettled, []string{"endpoint", "primary", "operation", "chat_stream", "status", "completed", "code", ""}, 1},
+		{bridge.MetricActionsSettled, []string{"endpoint", "unknown", "operation", "chat", "status", "failed", "code", "invalid_action"}, 1},
 		{bridge.MetricActionsSettled, []string{"endpoint", "b", "operation", "models", "status", "failed", "code", codeB}, 1},
 		{bridge.MetricReplays, nil, 1},
 		{bridge.MetricConflicts, nil, 1},
@@ -233,8 +237,8 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	if got := s.sum(bridge.MetricActionsSettled); got != 10 {
-		t.Errorf("%s over every series = %v, want 10", bridge.MetricActionsSettled, got)
+	if got := s.sum(bridge.MetricActionsSettled); got != 11 {
+		t.Errorf("%s over every series = %v, want 11", bridge.MetricActionsSettled, got)
 	}
 	if got := s.sum(bridge.MetricHermesRequest); got != 8 {
 		t.Errorf("%s samples = %v, want 8 (the fake saw %d chat, %d chat_stream, %d models on b)", bridge.MetricHermesRequest, got,
@@ -250,7 +254,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// No label value is an action id, a key or content.
-	ids := []string{first.ActionID, replay.ActionID, conflict.ActionID, rejected.ActionID, stream.ActionID, broken.ActionID}
+	ids := []string{first.ActionID, replay.ActionID, conflict.ActionID, rejected.ActionID, stream.ActionID, broken.ActionID, nowhere.ActionID}
 	for name, f := range s {
 		for _, m := range f.Metric {
 			for _, l := range m.Label {
