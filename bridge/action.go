@@ -60,6 +60,12 @@ type job struct {
 	claim   atomic.Pointer[kvstore.Claim]
 	yieldMu sync.Mutex
 	yield   func() // gives the dispatcher's worker slot back (once); nil when none is held
+	ending  bool   // serve is returning: a yield now is not a wait (under yieldMu)
+	waited  bool   // the job gave its slot back to wait: counted in the waiting gauge
+	// sent is when the call to Hermes was sent, for the first-event metric
+	sent time.Time
+	// approval is the outcome of an approval decision message, for its metric
+	approval string
 
 	// outcome, for the log line
 	status   string
@@ -134,9 +140,27 @@ func (j *job) yieldWorker() {
 	j.yieldMu.Lock()
 	y := j.yield
 	j.yield = nil
+	wait := y != nil && !j.ending
+	j.waited = j.waited || wait
 	j.yieldMu.Unlock()
 	if y != nil {
 		y()
+	}
+	if m := j.b.metrics; m != nil && wait {
+		m.waiting.Inc()
+	}
+}
+
+// finish gives the worker slot back at the end of serve, and takes the job off the
+// waiting gauge if it was counted there.
+func (j *job) finish() {
+	j.yieldMu.Lock()
+	j.ending = true
+	waited := j.waited
+	j.yieldMu.Unlock()
+	j.yieldWorker()
+	if m := j.b.metrics; m != nil && waited {
+		m.waiting.Dec()
 	}
 }
 
@@ -307,6 +331,9 @@ func (j *job) onOutcome(ctx context.Context, out kvstore.Outcome) (decision, boo
 		return j.settleStored(ctx, out.Record), true
 	}
 	j.claim.Store(out.Claim)
+	if m := j.b.metrics; m != nil && out.Claim.TookOver() {
+		m.takeovers.Inc()
+	}
 	if out.Verdict == kvstore.Uncertain {
 		// The request may have reached Hermes: never resend an unsafe call.
 		if out.Claim.Record().Cancel {
@@ -457,7 +484,9 @@ func (j *job) execute(ctx context.Context) decision {
 		pub = newEventPublisher(b.js, j)
 		onEvent = pub.publish
 	}
+	j.sent = time.Now()
 	res, err := j.ep.client.Send(cctx, j.prepared, onEvent)
+	b.metrics.observeCall(j, j.sent, res, err)
 	if pub != nil {
 		if perr := pub.flush(ctx); perr != nil && err == nil {
 			err = perr

@@ -149,12 +149,16 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 		choose := func(r kvstore.Record) kvstore.Decision {
 			switch {
 			case b.now().After(r.ExpiresAt):
+				j.approval = "expired"
 				return kvstore.Decision{Decision: kvstore.DecisionExpired}
 			case ap.Decision == events.DecisionDeny:
+				j.approval = "deny"
 				return kvstore.Decision{Decision: kvstore.DecisionDeny, Approver: ap.Approver, Reason: ap.Reason}
 			case ap.InputSHA256 != r.InputSHA256:
+				j.approval = "mismatch"
 				return kvstore.Decision{Decision: kvstore.DecisionMismatch, Approver: ap.Approver}
 			}
+			j.approval = "approve"
 			return kvstore.Decision{Decision: kvstore.DecisionApprove, Approver: ap.Approver}
 		}
 		j.deadline = b.now().Add(b.cfg.Lease) // until the record tells the action's own deadline
@@ -165,9 +169,11 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 			// The decision may have overtaken its action: look again shortly, for a while.
 			if md.NumDelivered < decisionTries {
 				j.setStatus("decision_early", "")
+				j.approval = "early"
 				return nakAfter(time.Second)
 			}
 			j.setStatus("decision_orphan", "")
+			j.approval = "orphan"
 			return b.deadLetter(ctx, msg, md, errors.New("no parked action with this id"))
 		}
 		if err != nil {
@@ -175,6 +181,9 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 		}
 		return j.runDecided(ctx, out)
 	})
+	if m := b.metrics; m != nil && j.approval != "" {
+		m.approvals.WithLabelValues(j.approval).Inc()
+	}
 	b.apply(msg, d)
 }
 

@@ -23,6 +23,7 @@ type breaker struct {
 	cooldown  time.Duration
 	openUntil time.Time
 	probing   bool
+	onOpen    func() // called (under mu) each time the breaker opens; may be nil
 }
 
 func newBreaker(threshold int, base, maxCooldown time.Duration) *breaker {
@@ -78,7 +79,33 @@ func (b *breaker) done(now time.Time, err error) {
 		b.openUntil = now.Add(b.cooldown)
 	case b.failures >= b.threshold && b.openUntil.IsZero():
 		b.openUntil = now.Add(b.cooldown)
+	default:
+		return
 	}
+	if b.onOpen != nil {
+		b.onOpen()
+	}
+}
+
+// Breaker states, as the breaker state gauge reports them.
+const (
+	breakerClosed   = 0
+	breakerOpen     = 1
+	breakerHalfOpen = 2
+)
+
+// state is the breaker's state at now: closed, open (no call goes out), or half-open
+// (the cooldown is over: the next call is a probe, or one is out).
+func (b *breaker) state(now time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.openUntil.IsZero():
+		return breakerClosed
+	case now.Before(b.openUntil):
+		return breakerOpen
+	}
+	return breakerHalfOpen
 }
 
 // pausedFor reports whether the endpoint is paused at now, and for how long.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,6 +44,10 @@ type Bridge struct {
 	inflight   registry // deliveries running here, for cancel requests
 	ready      chan struct{}
 	readyOnce  sync.Once
+
+	metrics  *metrics    // nil when Config.Metrics is nil
+	draining atomic.Bool // Run's context is done: no new work is taken
+	health   healthCache // the last JetStream check, for Health
 }
 
 type endpoint struct {
@@ -106,6 +111,9 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		}
 		b.eps[ep.ID] = &endpoint{cfg: ep, client: c, sem: make(chan struct{}, ep.MaxConcurrency),
 			brk: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.BreakerMaxCooldown)}
+	}
+	if b.metrics, err = newMetrics(cfg.Metrics, b.eps); err != nil {
+		return nil, fmt.Errorf("bridge: metrics: %w", err)
 	}
 	return b, nil
 }
@@ -180,8 +188,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
 		Int("endpoints", len(b.eps)).Msg("bridge started")
 	b.readyOnce.Do(func() { close(b.ready) })
+	sampleCtx, stopSample := context.WithCancel(ctx)
+	sampleDone := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		b.metrics.sampleConsumer(sampleCtx, cons, b.cfg.MetricsInterval)
+	}()
+	defer func() { stopSample(); <-sampleDone }()
 
-	stop := context.AfterFunc(ctx, it.Drain)
+	stop := context.AfterFunc(ctx, func() { b.draining.Store(true); it.Drain() })
 	defer stop()
 	sem := make(chan struct{}, b.cfg.Workers)
 	next := &nextMessages{it: it, bounded: true}
@@ -355,7 +370,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
 	b.store = store
-	b.ledger = kvstore.NewLedger(store, kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results), c.Lease)
+	b.ledger = kvstore.NewLedger(b.records(store), kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results), c.Lease)
 	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,
 		Replicas: c.Replicas, Description: "hermes-bridge outputs and events too large for one message"}
 	if c.Provision {

@@ -207,6 +207,9 @@ func (b *Bridge) replyCancel(m *nats.Msg, id, state string) {
 	}
 	body, _ := json.Marshal(events.CancelReply{ActionID: id, State: state})
 	_ = m.Respond(body)
+	if mt := b.metrics; mt != nil {
+		mt.cancels.WithLabelValues(state).Inc()
+	}
 }
 
 // cancelFromStore answers a cancel request from the records when no job of this

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
@@ -119,6 +120,13 @@ type Config struct {
 	// Hook, when set, is called at fixed points of every action (see Point). It exists
 	// for fault-injection tests and must return quickly.
 	Hook func(p Point, actionID string)
+	// Metrics, when set, receives the bridge's Prometheus collectors (the
+	// hermes_bridge_* metrics, see the README's "Operating"); nil records nothing. New
+	// fails if they are already registered there: use one registry per Bridge.
+	Metrics prometheus.Registerer
+	// MetricsInterval is how often the consumer's pending and ack-pending counts are
+	// sampled for the metrics (default 5s).
+	MetricsInterval time.Duration
 	// Workers bounds actions handled at once by this replica (default: sum of endpoint
 	// MaxConcurrency).
 	Workers int
@@ -159,6 +167,7 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	def(&c.Prefix, "hermes")
+	defd(&c.MetricsInterval, 5*time.Second)
 	def(&c.ActionsStream, "HERMES_ACTIONS")
 	def(&c.OutputStream, "HERMES_OUTPUT")
 	def(&c.DLQStream, "HERMES_DLQ")

@@ -166,6 +166,12 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 			return fmt.Errorf("encode event %d: %w", p.seq, err)
 		}
 	}
+	if mt := p.j.b.metrics; mt != nil {
+		if p.seq == 0 {
+			mt.observeFirstEvent(p.j, time.Since(p.j.sent))
+		}
+		mt.eventsOut.Inc()
+	}
 	p.seq++
 	m := &nats.Msg{Subject: p.subject, Header: h, Data: body}
 	defer p.j.b.hook(PointEvent, p.j.actionID)

@@ -32,7 +32,14 @@ func (b *Bridge) serve(ctx context.Context, j *job, body func(context.Context) d
 	defer unregister()
 	unbeat := b.beats.add(j)
 	defer unbeat()
-	defer j.yieldWorker()
+	if m := b.metrics; m != nil {
+		m.inFlight.Inc()
+		defer m.inFlight.Dec()
+		if j.md != nil && j.md.NumDelivered > 1 {
+			m.redeliveries.Inc()
+		}
+	}
+	defer j.finish()
 	defer func() {
 		if p := recover(); p != nil {
 			d = j.panicked(ctx, p)
@@ -129,6 +136,9 @@ func (b *Bridge) deadLetter(ctx context.Context, msg jetstream.Msg, md *jetstrea
 	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: b.subjects.DLQ(), Header: h, Data: msg.Data()}); err != nil {
 		b.log.Warn().Err(err).Uint64("stream_seq", md.Sequence.Stream).Msg("dead-lettering failed; will retry")
 		return nakAfter(b.cfg.RetryBase)
+	}
+	if m := b.metrics; m != nil {
+		m.dlq.Inc()
 	}
 	b.log.Warn().Uint64("stream_seq", md.Sequence.Stream).Str("subject", msg.Subject()).
 		Str("reason", reason).Msg("dead-lettered a message that cannot be handled")

@@ -61,6 +61,15 @@ func (j *job) settle(ctx context.Context, res *events.Result) decision {
 		return j.retryLater(err, "storing the result")
 	}
 	b.hook(PointPublished, j.actionID)
+	if m := b.metrics; m != nil {
+		m.settledAction(j, j.status, j.code)
+		if j.replayOf != "" {
+			m.replays.Inc()
+		}
+		if j.code == "idempotency_conflict" {
+			m.conflicts.Inc()
+		}
+	}
 	return ackIt()
 }
 

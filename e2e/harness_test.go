@@ -47,6 +47,7 @@ type harnessState struct {
 }
 
 type runningBridge struct {
+	b      *bridge.Bridge
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -142,7 +143,7 @@ func (h *harness) startBridge() *runningBridge {
 		h.t.Fatalf("bridge.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rb := &runningBridge{cancel: cancel, done: make(chan error, 1)}
+	rb := &runningBridge{b: b, cancel: cancel, done: make(chan error, 1)}
 	go func() { rb.done <- b.Run(ctx) }()
 	h.state.mu.Lock()
 	h.state.bridges = append(h.state.bridges, rb)

@@ -102,6 +102,7 @@ func (h *harness) launchProc(opts ...procOption) *proc {
 		"HERMES_BRIDGE_SHUTDOWN_GRACE":    "5s",
 		"HERMES_BRIDGE_LOG_LEVEL":         "debug",
 		"HERMES_BRIDGE_BREAKER_THRESHOLD": "1000",
+		"HERMES_BRIDGE_HTTP_ADDR":         "127.0.0.1:0", // a port of its own: processes run in parallel
 		"PATH":                            os.Getenv("PATH"),
 		"HOME":                            os.Getenv("HOME"),
 	}

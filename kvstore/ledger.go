@@ -258,6 +258,10 @@ func (c *Claim) Fenced() bool {
 	return c.rec.State == StateSettling
 }
 
+// TookOver reports whether the claim was taken over from an earlier owner whose lease
+// had run out (it may still be alive, paused).
+func (c *Claim) TookOver() bool { return c.tookOver }
+
 // Dispatched reports whether the claim's record is marked dispatched.
 func (c *Claim) Dispatched() bool {
 	c.mu.Lock()

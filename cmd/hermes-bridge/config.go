@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -90,6 +91,9 @@ type Config struct {
 	ReplicaID          string        `env:"HERMES_BRIDGE_REPLICA_ID" desc:"name of this process in claims and logs (default: random)"`
 	LogLevel           string        `env:"HERMES_BRIDGE_LOG_LEVEL" envDefault:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat          string        `env:"HERMES_BRIDGE_LOG_FORMAT" envDefault:"json" desc:"json or console"`
+	// HTTPAddr is the operations listener; unset means DefaultHTTPAddr, set and empty
+	// turns it off (see LoadConfig).
+	HTTPAddr string `env:"HERMES_BRIDGE_HTTP_ADDR" desc:"operations HTTP listener (/metrics, /healthz, /readyz); unset: 127.0.0.1:9464 (if that port is taken, run goes on without it and says so); set to empty to turn it off; use :9464 to serve other hosts (Prometheus, probes)"`
 
 	// Hermes endpoints: a file, or the single-endpoint shortcut below.
 	EndpointsFile        string `env:"HERMES_ENDPOINTS_FILE" desc:"JSON or YAML file listing the Hermes endpoints (excludes HERMES_URL)"`
@@ -105,6 +109,10 @@ type Config struct {
 // the Hermes API server's default port on this machine.
 const DefaultHermesURL = "http://127.0.0.1:8642"
 
+// DefaultHTTPAddr is the operations listener when HERMES_BRIDGE_HTTP_ADDR is unset:
+// loopback only, so nothing is exposed unless asked for.
+const DefaultHTTPAddr = "127.0.0.1:9464"
+
 // maxKeyLen bounds an API key.
 const maxKeyLen = 16 << 10
 
@@ -115,6 +123,9 @@ const maxKeyLen = 16 << 10
 // Validate* would report about them are suppressed (see ConfigError.merge).
 func LoadConfig(environ map[string]string) (*Config, error) {
 	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: environ})
+	if _, set := environ["HERMES_BRIDGE_HTTP_ADDR"]; !set {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
 	if err != nil {
 		return &cfg, parseProblems(err, environ)
 	}
@@ -394,6 +405,11 @@ func (c *Config) validateNames(p *problems, all bool) {
 }
 
 func (c *Config) validateBridge(p *problems) {
+	if c.HTTPAddr != "" {
+		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
+			p.add("HERMES_BRIDGE_HTTP_ADDR=%s: must be host:port (for example 127.0.0.1:9464 or :9464), or empty to turn the listener off", c.HTTPAddr)
+		}
+	}
 	if c.AckWait < time.Second {
 		p.add("HERMES_BRIDGE_ACK_WAIT=%s: must be at least 1s", c.AckWait)
 	}

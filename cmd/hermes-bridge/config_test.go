@@ -57,7 +57,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		Consumer: "hermes-bridge", Bucket: "HERMES_IDEMPOTENCY", Provision: true, AckWait: 30 * time.Second,
 		MaxDeliver: -1, MaxAttempts: 5, ApprovalTTL: 15 * time.Minute, PreApprovals: true, BreakerThreshold: 5, BreakerCooldown: 2 * time.Second, BreakerMaxCooldown: time.Minute, ObjectBucket: "HERMES_OUTPUT_OBJECTS", IdempotencyTTL: 24 * time.Hour, OutputMaxAge: 24 * time.Hour, DLQMaxAge: 7 * 24 * time.Hour, Storage: "file",
 		Replicas: 1, ShutdownGrace: 30 * time.Second, LogLevel: "info", LogFormat: "json",
-		HermesEndpointID: "primary", HermesMaxConcurrency: 10,
+		HermesEndpointID: "primary", HermesMaxConcurrency: 10, HTTPAddr: DefaultHTTPAddr,
 	}
 	if !reflect.DeepEqual(*cfg, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", *cfg, want)
@@ -498,5 +498,32 @@ func TestNATSOptionsDetectDeadServerWithinLease(t *testing.T) {
 	if o.PingInterval != natsPingInterval || o.MaxPingsOut != natsMaxPingsOut || detect > lease/2 {
 		t.Errorf("ping every %s, %d outstanding: a dead server is noticed after %s; the lease is %s",
 			o.PingInterval, o.MaxPingsOut, detect, lease)
+	}
+}
+
+// HERMES_BRIDGE_HTTP_ADDR: unset is the loopback default, set and empty turns the
+// listener off, and a value that is not host:port is refused naming the variable.
+func TestHTTPAddr(t *testing.T) {
+	for _, c := range []struct {
+		environ map[string]string
+		want    string
+		bad     bool
+	}{
+		{map[string]string{}, DefaultHTTPAddr, false},
+		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": ""}, "", false},
+		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": ":9999"}, ":9999", false},
+		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": "localhost"}, "localhost", true},
+	} {
+		cfg, err := LoadConfig(c.environ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HTTPAddr != c.want {
+			t.Errorf("%v: HTTPAddr %q, want %q", c.environ, cfg.HTTPAddr, c.want)
+		}
+		err = cfg.ValidateRun()
+		if c.bad != (err != nil && strings.Contains(err.Error(), "HERMES_BRIDGE_HTTP_ADDR")) {
+			t.Errorf("%v: ValidateRun: %v", c.environ, err)
+		}
 	}
 }

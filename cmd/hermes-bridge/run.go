@@ -9,16 +9,19 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/mattn/go-isatty"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 )
 
 // Shutdown bounds after the bridge's Run has returned.
@@ -156,6 +159,25 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 			<-stopped
 		}
 	}()
+	// The operations listener outlives the bridge: registered first, it stops last,
+	// and /readyz says 503 through the whole shutdown.
+	var running atomic.Pointer[bridge.Bridge]
+	reg := opshttp.NewRegistry()
+	if cfg.HTTPAddr != "" {
+		ops, err := startOps(cfg.HTTPAddr, reg, &running, log, stderr)
+		if err != nil {
+			return err
+		}
+		if ops != nil {
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opsStopTimeout)
+				defer cancel()
+				if serr := ops.Shutdown(sctx); serr != nil {
+					log.Warn().Err(serr).Msg("operations HTTP listener did not stop cleanly")
+				}
+			}()
+		}
+	}
 	if p.defaulted {
 		log.Warn().Str("endpoint", p.specs[0].ID).Str("base_url", DefaultHermesURL).
 			Msg("neither HERMES_ENDPOINTS_FILE nor HERMES_URL is set; using the local Hermes default " + DefaultHermesURL)
@@ -236,10 +258,13 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 		ready(url)
 	}
 
-	b, err := bridge.New(nc, p.bridge, log)
+	bc := p.bridge
+	bc.Metrics = reg
+	b, err := bridge.New(nc, bc, log)
 	if err != nil {
 		return err
 	}
+	running.Store(b)
 
 	hupCtx, stopHUP := context.WithCancel(ctx)
 	hupDone := make(chan struct{})
@@ -254,6 +279,38 @@ func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.W
 	}
 	log.Info().Msg("bridge stopped; draining the NATS connection")
 	return nil
+}
+
+// opsStopTimeout bounds the operations listener's shutdown.
+const opsStopTimeout = 5 * time.Second
+
+// errStarting is what /readyz says before the bridge exists.
+var errStarting = errors.New("starting")
+
+// startOps starts the operations listener on addr: /metrics from reg, /healthz, and
+// /readyz from the bridge that running holds once it exists. When addr is the default
+// and its port is taken (a second replica on this machine), it logs so and returns
+// nil, nil: run goes on without it. An address that was set must bind.
+func startOps(addr string, reg *prometheus.Registry, running *atomic.Pointer[bridge.Bridge], log zerolog.Logger, stderr io.Writer) (*opshttp.Server, error) {
+	ready := func(ctx context.Context) error {
+		b := running.Load()
+		if b == nil {
+			return errStarting
+		}
+		return b.Health(ctx)
+	}
+	ops, err := opshttp.Listen(addr, opshttp.Handler(reg, ready))
+	if err != nil {
+		if addr == DefaultHTTPAddr && errors.Is(err, syscall.EADDRINUSE) {
+			log.Warn().Str("addr", addr).Msg("the default operations HTTP address is in use (another replica on this machine?); " +
+				"running without /metrics, /healthz and /readyz: set HERMES_BRIDGE_HTTP_ADDR to another address to have them")
+			return nil, nil
+		}
+		return nil, fmt.Errorf("HERMES_BRIDGE_HTTP_ADDR=%s: cannot listen: %w (set another address, or empty to turn the listener off)", addr, err)
+	}
+	fmt.Fprintf(stderr, "operations HTTP listener on http://%s (/metrics, /healthz, /readyz)\n", ops.Addr())
+	log.Info().Str("addr", ops.Addr()).Msg("operations HTTP listener started")
+	return ops, nil
 }
 
 // logShutdown logs the start of a graceful shutdown: its cause (the signal), the grace

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -207,6 +208,9 @@ func (e *env) startBridge(ctx context.Context) error {
 		Provision: true,
 		Storage:   e.storage,
 		Workers:   e.workers,
+		// Metrics on, as `run` has them: the registry is scraped by nobody, the
+		// recording is what costs.
+		Metrics: opshttp.NewRegistry(),
 		Endpoints: []bridge.Endpoint{{
 			ID: endpointID, BaseURL: e.fake.URL, Key: func() string { return key }, MaxConcurrency: e.workers,
 		}},

@@ -205,7 +205,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 			"other load on the machine moves absolute figures, so compare ratios (floors run interleaved with the bridge)",
 		fmt.Sprintf("JetStream storage: %s for the bridge's streams and bucket and for every floor stream "+
 			"(file store: the server's default sync interval, no fsync per message)", o.Store),
-		fmt.Sprintf("bridge config: defaults except Provision, Storage, Workers = endpoint MaxConcurrency = %d; "+
+		fmt.Sprintf("bridge config: defaults except Provision, Storage, Workers = endpoint MaxConcurrency = %d, and Metrics on (a registry nobody scrapes); "+
 			"its log is produced at info level and discarded", e.workers))
 	if n := e.blog.errs.Load(); n > 0 {
 		e.blog.mu.Lock()
