@@ -233,17 +233,15 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 		// The write may have landed although its reply was lost (a timeout, a
 		// reconnect). If the key holds exactly these bytes (they name the writer and
 		// the nanosecond), they are this write: the claim is ours.
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
-		e, gerr := s.kv.Get(gctx, key)
-		cancel()
-		if gerr == nil && bytes.Equal(e.Value(), b) {
-			return e.Revision(), nil
+		if rev, ok := s.ownWrite(ctx, key, b); ok {
+			return rev, nil
 		}
 	}
 	return rev, mapWriteErr("create", key, len(b), err, ErrExists)
 }
 
-// lostReplyCheck bounds the read with which a failed Create looks for its own write.
+// lostReplyCheck bounds the read with which a failed Create or Update looks for its own
+// write.
 const lostReplyCheck = 2 * time.Second
 
 // OpTimeout bounds one request to the server (a read or a write), whatever the
@@ -286,8 +284,9 @@ func toEntry(key string, e jetstream.KeyValueEntry) (Entry, error) {
 
 // Update replaces the record under key if its latest revision is rev, and
 // returns the new revision. It fails with ErrConflict when the key changed
-// since rev or has no live value. Update sets r.UpdatedAt to now.
-// Errors: ErrConflict, ErrTooLarge.
+// since rev or has no live value; it succeeds when the write landed although its reply
+// was lost (it then finds its own bytes under key, as Create does). Update sets
+// r.UpdatedAt to now. Errors: ErrConflict, ErrTooLarge.
 func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (uint64, error) {
 	if rev == 0 {
 		return 0, fmt.Errorf("%w: update %s: revision 0", ErrConflict, key)
@@ -297,10 +296,32 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := opCtx(ctx)
-	defer cancel()
-	nrev, err := s.kv.Update(ctx, key, b, rev)
+	uctx, cancel := opCtx(ctx)
+	nrev, err := s.kv.Update(uctx, key, b, rev)
+	cancel()
+	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
+		// As in Create: a write whose reply was lost (a leader change, a reconnect) is
+		// found by its bytes, which name the writer and the nanosecond. Without this a
+		// lost reply of the write-ahead mark made its owner give the action up, and the
+		// next delivery settled outcome_unknown for a call that was never sent.
+		if nrev, ok := s.ownWrite(ctx, key, b); ok {
+			return nrev, nil
+		}
+	}
 	return nrev, mapWriteErr("update", key, len(b), err, ErrConflict)
+}
+
+// ownWrite reports whether key holds exactly b (a write of this Store whose reply was
+// lost) and its revision. A read that is behind reports false: the caller then keeps
+// its error, as before.
+func (s *Store) ownWrite(ctx context.Context, key string, b []byte) (uint64, bool) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
+	defer cancel()
+	e, err := s.kv.Get(gctx, key)
+	if err != nil || !bytes.Equal(e.Value(), b) {
+		return 0, false
+	}
+	return e.Revision(), true
 }
 
 // Delete removes the record under key if its latest revision is rev,
