@@ -144,15 +144,20 @@ func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
 // connection, SIGHUP key reloads, bridge. Shutdown order: the bridge drains its
 // in-flight actions, then the connection drains, then the embedded server stops.
 // ready, if non-nil, is called with the NATS URL once connected (tests use it).
-func runService(ctx context.Context, p *runPlan, log zerolog.Logger, stderr io.Writer, ready func(natsURL string)) (err error) {
+func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr io.Writer, ready func(natsURL string)) (err error) {
 	cfg := p.cfg
 	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
 	logUnknownVariables(log, p.unknown)
-	// Say at once that a shutdown began, and how long it may take.
+	// Say at once that a shutdown began, and how long it may take, before anything
+	// else sees it: the service runs on ctx, which ends only after that line (with the
+	// same cause), so the line always comes first.
+	ctx, stopWork := context.WithCancelCause(context.WithoutCancel(parent))
+	defer stopWork(nil)
 	stopped := make(chan struct{})
-	stopLog := context.AfterFunc(ctx, func() {
+	stopLog := context.AfterFunc(parent, func() {
 		defer close(stopped)
-		logShutdown(log, context.Cause(ctx), p.bridge.WithDefaults().ShutdownGrace)
+		logShutdown(log, context.Cause(parent), p.bridge.WithDefaults().ShutdownGrace)
+		stopWork(context.Cause(parent))
 	})
 	defer func() {
 		if !stopLog() {
