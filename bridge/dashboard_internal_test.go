@@ -210,67 +210,11 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 		}
 	}
 
-	metrics := bridgeMetrics(t)
-	runtime := map[string]bool{"up": true}
-	families, err := opshttp.NewRegistry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		runtime[f.GetName()] = true
-	}
+	metrics, runtime := bridgeMetrics(t), runtimeMetrics(t)
 	shown := map[string]bool{}
 	for _, expr := range exprs {
-		if !balanced(expr) {
-			t.Errorf("unbalanced brackets in: %s", expr)
-		}
-		// Every metric name is exported; a histogram only through its series.
-		var inExpr []string
-		for _, m := range metricNameRE.FindAllString(expr, -1) {
-			if strings.HasPrefix(m, "hermes_bridge_") {
-				base, suffixed := seriesName(m)
-				info, ok := metrics[base]
-				switch {
-				case !ok:
-					t.Errorf("%s is not a metric the bridge registers (bridge/metrics.go), in: %s", m, expr)
-				case info.histogram && !suffixed:
-					t.Errorf("%s is a histogram: query %s_bucket, _sum or _count, in: %s", m, m, expr)
-				case !info.histogram && suffixed:
-					t.Errorf("%s: %s is not a histogram, in: %s", m, base, expr)
-				}
-				shown[base] = true
-				inExpr = append(inExpr, base)
-			} else if !runtime[m] {
-				t.Errorf("%s is not a metric of /metrics (Go and process collectors), in: %s", m, expr)
-			}
-		}
-		// Every label a selector matches or a query groups by exists on its metrics.
-		has := func(metric, label string) bool {
-			if info, ok := metrics[metric]; ok {
-				return slices.Contains(info.labels, label) || label != "endpoint" && slices.Contains(targetLabels, label) ||
-					info.histogram && label == "le"
-			}
-			return slices.Contains(targetLabels, label)
-		}
-		for _, sel := range selectorRE.FindAllStringSubmatch(expr, -1) {
-			metric, _ := seriesName(sel[1])
-			for _, m := range strings.Split(sel[2], ",") {
-				mm := matcherRE.FindStringSubmatch(m)
-				if mm == nil {
-					continue
-				}
-				if !has(metric, mm[1]) {
-					t.Errorf("%s has no label %s, in: %s", sel[1], mm[1], expr)
-				}
-			}
-		}
-		for _, g := range groupingRE.FindAllStringSubmatch(expr, -1) {
-			for _, l := range strings.Split(g[1], ",") {
-				l = strings.TrimSpace(l)
-				if l != "" && len(inExpr) > 0 && !slices.ContainsFunc(inExpr, func(m string) bool { return has(m, l) }) {
-					t.Errorf("no metric of the query has the label %s it groups by, in: %s", l, expr)
-				}
-			}
+		for _, m := range checkExpr(t, expr, metrics, runtime) {
+			shown[m] = true
 		}
 	}
 	var missing []string
@@ -282,6 +226,143 @@ func TestDashboardMatchesMetrics(t *testing.T) {
 	sort.Strings(missing)
 	if len(missing) > 0 {
 		t.Errorf("the dashboard shows no panel for %v (add one, or list it in dashboardExceptions with the reason)", missing)
+	}
+}
+
+// runtimeMetrics returns the names /metrics has besides the bridge's: the Go and process
+// collectors of opshttp.NewRegistry, and up (set by Prometheus).
+func runtimeMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{"up": true}
+	families, err := opshttp.NewRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		out[f.GetName()] = true
+	}
+	return out
+}
+
+// checkExpr checks a PromQL expression against the metrics: every name is exported (a
+// histogram only through its series), every label a selector matches or the query
+// groups by exists on its metrics. It returns the bridge metrics the expression uses.
+func checkExpr(t *testing.T, expr string, metrics map[string]metricInfo, runtime map[string]bool) []string {
+	t.Helper()
+	if !balanced(expr) {
+		t.Errorf("unbalanced brackets in: %s", expr)
+	}
+	var inExpr []string
+	for _, m := range metricNameRE.FindAllString(expr, -1) {
+		if !strings.HasPrefix(m, "hermes_bridge_") {
+			if !runtime[m] {
+				t.Errorf("%s is not a metric of /metrics (Go and process collectors), in: %s", m, expr)
+			}
+			continue
+		}
+		base, suffixed := seriesName(m)
+		info, ok := metrics[base]
+		switch {
+		case !ok:
+			t.Errorf("%s is not a metric the bridge registers (bridge/metrics.go), in: %s", m, expr)
+		case info.histogram && !suffixed:
+			t.Errorf("%s is a histogram: query %s_bucket, _sum or _count, in: %s", m, m, expr)
+		case !info.histogram && suffixed:
+			t.Errorf("%s: %s is not a histogram, in: %s", m, base, expr)
+		}
+		inExpr = append(inExpr, base)
+	}
+	has := func(metric, label string) bool {
+		if info, ok := metrics[metric]; ok {
+			return slices.Contains(info.labels, label) || label != "endpoint" && slices.Contains(targetLabels, label) ||
+				info.histogram && label == "le"
+		}
+		return slices.Contains(targetLabels, label)
+	}
+	for _, sel := range selectorRE.FindAllStringSubmatch(expr, -1) {
+		metric, _ := seriesName(sel[1])
+		for _, m := range strings.Split(sel[2], ",") {
+			if mm := matcherRE.FindStringSubmatch(m); mm != nil && !has(metric, mm[1]) {
+				t.Errorf("%s has no label %s, in: %s", sel[1], mm[1], expr)
+			}
+		}
+	}
+	for _, g := range groupingRE.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(g[1], ",") {
+			l = strings.TrimSpace(l)
+			if l != "" && len(inExpr) > 0 && !slices.ContainsFunc(inExpr, func(m string) bool { return has(m, l) }) {
+				t.Errorf("no metric of the query has the label %s it groups by, in: %s", l, expr)
+			}
+		}
+	}
+	return inExpr
+}
+
+// panelTitleRE matches a panel title in the alerts table: *Title*.
+var panelTitleRE = regexp.MustCompile(`\*([^*|]+)\*`)
+
+// The README's suggested alerts query metrics the bridge exports, with their labels,
+// and the table below them names, for each alert, panels (*in italics*) the dashboard has.
+func TestSuggestedAlertsMatchDashboard(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### Suggested alerts\n")
+	if !ok {
+		t.Fatal("README.md has no Suggested alerts section")
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	_, block, _ := strings.Cut(section, "```yaml\n")
+	block, table, _ := strings.Cut(block, "```")
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(block), &rules); err != nil {
+		t.Fatalf("README.md Suggested alerts: %v", err)
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "hermes-bridge.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct{ Panels []grafanaPanel }
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	metrics, runtime := bridgeMetrics(t), runtimeMetrics(t)
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			checkExpr(t, r.Expr, metrics, runtime)
+			var row string
+			for _, line := range strings.Split(table, "\n") {
+				if strings.HasPrefix(line, "| `"+r.Alert+"` |") {
+					row = line
+				}
+			}
+			if row == "" {
+				t.Errorf("alert %s: the table under Suggested alerts names no panel for it", r.Alert)
+				continue
+			}
+			titles := panelTitleRE.FindAllStringSubmatch(row, -1)
+			if len(titles) == 0 {
+				t.Errorf("alert %s: %q names no panel (*title*)", r.Alert, row)
+			}
+			for _, title := range titles {
+				if !slices.ContainsFunc(dash.Panels, func(p grafanaPanel) bool { return p.Type != "row" && p.Title == title[1] }) {
+					t.Errorf("alert %s: the dashboard has no panel %q", r.Alert, title[1])
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("README.md Suggested alerts: no rule found")
 	}
 }
 
