@@ -5,7 +5,7 @@ package main
 // against its loader, file paths against the volumes that provide them, probe paths
 // against the operations handler, ports against HERMES_BRIDGE_HTTP_ADDR, and the
 // termination grace against the shutdown's bounds. The dashboard and the ServiceMonitor's
-// labels are checked against the metrics in bridge/dashboard_test.go.
+// labels are checked against the metrics in bridge/dashboard_internal_test.go.
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -1063,5 +1064,50 @@ func TestKubernetesSecurityAndResources(t *testing.T) {
 		if n, ok := k8sBytes(v); !ok || n >= limMem {
 			t.Errorf("GOMEMLIMIT=%s: want a size below the memory limit (%d bytes)", v, limMem)
 		}
+	}
+}
+
+// kustomize (kubectl kustomize, when kubectl is installed) builds the directory: every
+// object lands in the kustomization's namespace and the container gets its image.
+func TestKubernetesKustomizeBuild(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed")
+	}
+	out, err := exec.Command(kubectl, "kustomize", k8sDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", k8sDir, err, out)
+	}
+	docs := k8sManifests(t)
+	var k k8sKustomization
+	k8sOne(t, docs, "Kustomization", &k)
+	dec := yaml.NewDecoder(bytes.NewReader(out))
+	n := 0
+	for {
+		var v any
+		if err := dec.Decode(&v); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("kubectl kustomize output: %v", err)
+		}
+		raw, _ := json.Marshal(v)
+		var d k8sDoc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		d.raw = raw
+		n++
+		if d.Metadata.Namespace != k.Namespace {
+			t.Errorf("built %s %s is in namespace %q, want %q", d.Kind, d.Metadata.Name, d.Metadata.Namespace, k.Namespace)
+		}
+		if d.Kind == "Deployment" {
+			_, c := k8sBridge(t, []k8sDoc{d})
+			if len(k.Images) == 1 && c.Image != k.Images[0].NewName+":"+k.Images[0].NewTag {
+				t.Errorf("built Deployment runs image %s, want %s:%s", c.Image, k.Images[0].NewName, k.Images[0].NewTag)
+			}
+		}
+	}
+	if n != len(docs)-1 {
+		t.Errorf("kustomize built %d objects; the files hold %d", n, len(docs)-1)
 	}
 }
