@@ -1111,3 +1111,118 @@ func TestKubernetesKustomizeBuild(t *testing.T) {
 		t.Errorf("kustomize built %d objects; the files hold %d", n, len(docs)-1)
 	}
 }
+
+// k8sFields are the fields Kubernetes (and the Prometheus Operator) defines in the parts
+// of the manifests the tests above read, spelled exactly. Those tests decode with
+// encoding/json, which matches names regardless of case, while the API server does not:
+// readOnlyRootFileSystem would pass them and be dropped by the server (kubectl apply only
+// warns). Add a field here when a manifest starts using it.
+var k8sFields = map[string][]string{
+	"Deployment.spec": {"replicas", "selector", "template", "strategy", "minReadySeconds", "revisionHistoryLimit",
+		"paused", "progressDeadlineSeconds"},
+	"pod": {"volumes", "initContainers", "containers", "ephemeralContainers", "restartPolicy", "terminationGracePeriodSeconds",
+		"activeDeadlineSeconds", "dnsPolicy", "nodeSelector", "serviceAccountName", "automountServiceAccountToken",
+		"nodeName", "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "securityContext", "imagePullSecrets",
+		"hostname", "subdomain", "affinity", "schedulerName", "tolerations", "hostAliases", "priorityClassName",
+		"priority", "dnsConfig", "readinessGates", "runtimeClassName", "enableServiceLinks", "preemptionPolicy",
+		"overhead", "topologySpreadConstraints", "setHostnameAsFQDN", "os", "hostUsers", "schedulingGates",
+		"resourceClaims", "resources"},
+	"podSecurityContext": {"seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup", "runAsNonRoot",
+		"supplementalGroups", "supplementalGroupsPolicy", "fsGroup", "sysctls", "fsGroupChangePolicy",
+		"seccompProfile", "appArmorProfile", "seLinuxChangePolicy"},
+	"container": {"name", "image", "command", "args", "workingDir", "ports", "envFrom", "env", "resources",
+		"resizePolicy", "restartPolicy", "volumeMounts", "volumeDevices", "livenessProbe", "readinessProbe",
+		"startupProbe", "lifecycle", "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy",
+		"securityContext", "stdin", "stdinOnce", "tty"},
+	"securityContext": {"capabilities", "privileged", "seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup",
+		"runAsNonRoot", "readOnlyRootFilesystem", "allowPrivilegeEscalation", "procMount", "seccompProfile",
+		"appArmorProfile"},
+	"probe": {"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds", "timeoutSeconds", "periodSeconds",
+		"successThreshold", "failureThreshold", "terminationGracePeriodSeconds"},
+	"httpGet":         {"path", "port", "host", "scheme", "httpHeaders"},
+	"port":            {"name", "hostPort", "containerPort", "protocol", "hostIP"},
+	"env":             {"name", "value", "valueFrom"},
+	"volumeMount":     {"name", "readOnly", "recursiveReadOnly", "mountPath", "subPath", "mountPropagation", "subPathExpr"},
+	"resources":       {"limits", "requests", "claims"},
+	"volume":          {"name", "secret", "configMap", "emptyDir", "projected", "persistentVolumeClaim", "csi", "downwardAPI", "ephemeral", "image"},
+	"secretVolume":    {"secretName", "items", "defaultMode", "optional"},
+	"configMapVolume": {"name", "items", "defaultMode", "optional"},
+	"topologySpread": {"maxSkew", "topologyKey", "whenUnsatisfiable", "labelSelector", "minDomains", "nodeAffinityPolicy",
+		"nodeTaintsPolicy", "matchLabelKeys"},
+	"Service.spec":             {"ports", "selector", "clusterIP", "clusterIPs", "type", "externalIPs", "sessionAffinity", "loadBalancerIP", "loadBalancerSourceRanges", "externalName", "externalTrafficPolicy", "healthCheckNodePort", "publishNotReadyAddresses", "sessionAffinityConfig", "ipFamilies", "ipFamilyPolicy", "allocateLoadBalancerNodePorts", "loadBalancerClass", "internalTrafficPolicy", "trafficDistribution"},
+	"servicePort":              {"name", "protocol", "appProtocol", "port", "targetPort", "nodePort"},
+	"PodDisruptionBudget.spec": {"minAvailable", "maxUnavailable", "selector", "unhealthyPodEvictionPolicy"},
+	"ServiceMonitor.spec": {"jobLabel", "targetLabels", "podTargetLabels", "endpoints", "selector", "selectorMechanism",
+		"namespaceSelector", "sampleLimit", "scrapeProtocols", "targetLimit", "labelLimit", "labelNameLengthLimit",
+		"labelValueLengthLimit", "keepDroppedTargets", "attachMetadata", "scrapeClass", "bodySizeLimit", "fallbackScrapeProtocol"},
+	"monitorEndpoint": {"port", "targetPort", "path", "scheme", "params", "interval", "scrapeTimeout", "tlsConfig",
+		"bearerTokenFile", "bearerTokenSecret", "authorization", "honorLabels", "honorTimestamps",
+		"trackTimestampsStaleness", "basicAuth", "oauth2", "metricRelabelings", "relabelings", "proxyUrl",
+		"followRedirects", "enableHttp2", "filterRunning"},
+}
+
+// Every field the manifests set in those parts is one Kubernetes defines there, spelled
+// exactly as it does.
+func TestKubernetesFieldNames(t *testing.T) {
+	docs := k8sManifests(t)
+	obj := func(v any) map[string]any { m, _ := v.(map[string]any); return m }
+	list := func(v any) []any { l, _ := v.([]any); return l }
+	check := func(where, part string, v any) map[string]any {
+		m := obj(v)
+		for k := range m {
+			if !slices.Contains(k8sFields[part], k) {
+				t.Errorf("%s: %q is not a field Kubernetes knows there (see k8sFields)", where, k)
+			}
+		}
+		return m
+	}
+	for _, d := range docs {
+		var m map[string]any
+		if err := json.Unmarshal(d.raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		where := d.File + ": " + d.Kind + " " + d.Metadata.Name + ": spec"
+		switch d.Kind {
+		case "Deployment":
+			spec := check(where, "Deployment.spec", m["spec"])
+			pod := check(where+".template.spec", "pod", obj(spec["template"])["spec"])
+			check(where+".template.spec.securityContext", "podSecurityContext", pod["securityContext"])
+			for i, c := range list(pod["containers"]) {
+				cw := fmt.Sprintf("%s.template.spec.containers[%d]", where, i)
+				cm := check(cw, "container", c)
+				check(cw+".securityContext", "securityContext", cm["securityContext"])
+				check(cw+".resources", "resources", cm["resources"])
+				for _, p := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+					pm := check(cw+"."+p, "probe", cm[p])
+					check(cw+"."+p+".httpGet", "httpGet", pm["httpGet"])
+				}
+				for _, sub := range []struct{ key, part string }{{"ports", "port"}, {"env", "env"}, {"volumeMounts", "volumeMount"}} {
+					for j, e := range list(cm[sub.key]) {
+						check(fmt.Sprintf("%s.%s[%d]", cw, sub.key, j), sub.part, e)
+					}
+				}
+			}
+			for i, v := range list(pod["volumes"]) {
+				vw := fmt.Sprintf("%s.template.spec.volumes[%d]", where, i)
+				vm := check(vw, "volume", v)
+				check(vw+".secret", "secretVolume", vm["secret"])
+				check(vw+".configMap", "configMapVolume", vm["configMap"])
+			}
+			for i, c := range list(pod["topologySpreadConstraints"]) {
+				check(fmt.Sprintf("%s.template.spec.topologySpreadConstraints[%d]", where, i), "topologySpread", c)
+			}
+		case "Service":
+			spec := check(where, "Service.spec", m["spec"])
+			for i, p := range list(spec["ports"]) {
+				check(fmt.Sprintf("%s.ports[%d]", where, i), "servicePort", p)
+			}
+		case "PodDisruptionBudget":
+			check(where, "PodDisruptionBudget.spec", m["spec"])
+		case "ServiceMonitor":
+			spec := check(where, "ServiceMonitor.spec", m["spec"])
+			for i, e := range list(spec["endpoints"]) {
+				check(fmt.Sprintf("%s.endpoints[%d]", where, i), "monitorEndpoint", e)
+			}
+		}
+	}
+}
