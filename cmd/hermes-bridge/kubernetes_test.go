@@ -867,8 +867,8 @@ func TestKubernetesShutdownAlignment(t *testing.T) {
 	if tgp == nil {
 		t.Fatal("terminationGracePeriodSeconds is not set (the default, 30 s, does not cover the shutdown)")
 	}
-	if need := grace + k8sShutdownMargin; time.Duration(*tgp)*time.Second < need {
-		t.Errorf("terminationGracePeriodSeconds %d: want at least %s (HERMES_BRIDGE_SHUTDOWN_GRACE %s + %s after it)", *tgp, need, grace, k8sShutdownMargin)
+	if need := grace + k8sShutdownMargin; time.Duration(*tgp)*time.Second <= need {
+		t.Errorf("terminationGracePeriodSeconds %d: want more than %s (HERMES_BRIDGE_SHUTDOWN_GRACE %s + %s after it)", *tgp, need, grace, k8sShutdownMargin)
 	}
 	src, err := os.ReadFile(filepath.Join(k8sDir, "deployment.yaml"))
 	if err != nil {
