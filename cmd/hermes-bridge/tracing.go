@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -133,6 +134,7 @@ func setupTracing(ctx context.Context, c *Config, version, replica string, log z
 	}
 	errs := newExportErrors(log, headers)
 	otel.SetErrorHandler(errs)
+	otel.SetLogger(logr.New(&otelLog{log: log, errs: errs}))
 
 	opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(c.traceExportURL())}
 	if len(headers) > 0 {
@@ -219,3 +221,38 @@ func (e *exportErrors) redact(s string) string {
 }
 
 func (e *exportErrors) redactErr(err error) error { return errors.New(e.redact(err.Error())) }
+
+// otelLog is the OpenTelemetry SDK's internal logger (otel.SetLogger): its errors and
+// warnings (an unreadable certificate file, say) become warn lines of the JSON log,
+// redacted as export errors are, instead of plain lines on stderr; its info and debug
+// lines go to debug. Key-value pairs are dropped (they may hold a configuration value).
+type otelLog struct {
+	log  zerolog.Logger
+	errs *exportErrors
+}
+
+func (*otelLog) Init(logr.RuntimeInfo) {}
+
+// Enabled: the SDK logs warnings at V(1), info at V(4) and debug at V(8).
+func (l *otelLog) Enabled(level int) bool {
+	return level <= 1 || l.log.GetLevel() <= zerolog.DebugLevel
+}
+
+func (l *otelLog) Info(level int, msg string, _ ...any) {
+	ev := l.log.Debug()
+	if level <= 1 {
+		ev = l.log.Warn()
+	}
+	ev.Str("component", "opentelemetry").Msg("traces: " + l.errs.redact(msg))
+}
+
+func (l *otelLog) Error(err error, msg string, _ ...any) {
+	ev := l.log.Warn().Str("component", "opentelemetry")
+	if err != nil {
+		ev = ev.Str("error", l.errs.redact(err.Error()))
+	}
+	ev.Msg("traces: " + l.errs.redact(msg))
+}
+
+func (l *otelLog) WithValues(...any) logr.LogSink { return l }
+func (l *otelLog) WithName(string) logr.LogSink   { return l }

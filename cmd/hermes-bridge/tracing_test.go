@@ -171,3 +171,27 @@ func TestTracingConfig(t *testing.T) {
 		t.Errorf("OTEL_* variables reported unknown: %v", unknown)
 	}
 }
+
+// The SDK's own error lines (an unreadable certificate, a header it cannot parse) come
+// out as JSON warn lines of the log, and without the values they are about.
+func TestTracingSDKLogs(t *testing.T) {
+	const marker = "SDKHEADERMARKER"
+	t.Setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization "+marker) // the SDK reads the process environment too
+	cfg := loadTracingConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"})
+	var logs syncBuffer
+	_, stop, err := setupTracing(context.Background(), cfg, "v1", "r1", zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(context.Background())
+	out := logs.String()
+	for _, want := range []string{`"message":"traces: read tls ca cert file"`, `"message":"traces: parse headers"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s line; logs:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, marker) {
+		t.Errorf("the SDK's log shows a header value:\n%s", out)
+	}
+}
