@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
@@ -200,8 +201,10 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg, yield func()) {
 	j.env, j.yield = env, yield
 	j.trace = events.TraceContext{Traceparent: env.Traceparent, Tracestate: env.Tracestate}
 	b.hook(PointDelivered, j.actionID)
+	ctx, span := b.tracing.startAction(ctx, j, msg.Subject())
 	d := b.serve(ctx, j, func(ctx context.Context) decision { return j.run(ctx, err) })
 	b.apply(msg, d)
+	b.tracing.endAction(span, j, d)
 }
 
 // apply is the single place where a delivery is acknowledged.
@@ -283,9 +286,11 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 	}
 
 	// The action id is a dedup unit of its own: claim it before anything else happens.
-	out, err := j.begin(ctx, func(ctx context.Context) (kvstore.Outcome, error) {
+	cctx, span := b.tracing.startClaim(ctx)
+	out, err := j.begin(cctx, func(ctx context.Context) (kvstore.Outcome, error) {
 		return b.ledger.Begin(ctx, j.intent(), j.yieldWorker)
 	})
+	endClaim(span, out, err)
 	if err != nil {
 		return j.infra(err)
 	}
@@ -433,7 +438,9 @@ func (j *job) execute(ctx context.Context) decision {
 	defer cancel()
 	claim := j.claim.Load()
 	if j.idemKey != "" {
-		ko, err := claim.ClaimKey(cctx, j.yieldWorker)
+		kctx, span := b.tracing.startClaimKey(cctx)
+		ko, err := claim.ClaimKey(kctx, j.yieldWorker)
+		endClaimKey(span, ko, err)
 		if err != nil {
 			return j.interrupted(ctx, cctx, err, "waiting for the original action")
 		}
@@ -480,15 +487,21 @@ func (j *job) execute(ctx context.Context) decision {
 	}
 	var pub *eventPublisher
 	var onEvent func(hermes.Event) error
+	var espan trace.Span
 	if j.spec.Stream {
 		pub = newEventPublisher(b.js, j)
 		onEvent = pub.publish
+		espan = b.tracing.startEvents(ctx, j)
 	}
+	hctx, hspan := b.tracing.startCall(cctx, j)
 	j.sent = time.Now()
-	res, err := j.ep.client.Send(cctx, j.prepared, onEvent)
+	res, err := j.ep.client.Send(hctx, j.prepared, onEvent)
 	b.metrics.observeCall(j, j.sent, res, err)
+	endCall(hspan, res, err)
 	if pub != nil {
-		if perr := pub.flush(ctx); perr != nil && err == nil {
+		perr := pub.flush(ctx)
+		endEvents(espan, pub.seq, perr)
+		if perr != nil && err == nil {
 			err = perr
 		}
 	}

@@ -46,6 +46,7 @@ type Bridge struct {
 	readyOnce  sync.Once
 
 	metrics  *metrics    // nil when Config.Metrics is nil
+	tracing  *tracing    // nil when Config.TracerProvider is nil
 	draining atomic.Bool // Run's context is done: no new work is taken
 	health   healthCache // the last JetStream check, for Health
 }
@@ -115,6 +116,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 	if b.metrics, err = newMetrics(cfg.Metrics, b.eps); err != nil {
 		return nil, fmt.Errorf("bridge: metrics: %w", err)
 	}
+	b.tracing = newTracing(cfg.TracerProvider, b.eps)
 	return b, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
@@ -127,6 +128,9 @@ type Config struct {
 	// MetricsInterval is how often the consumer's pending and ack-pending counts are
 	// sampled for the metrics (default 5s).
 	MetricsInterval time.Duration
+	// TracerProvider, when set, receives the spans of action handling (one trace per
+	// action, continuing its traceparent; see the README's "Traces"); nil records none.
+	TracerProvider trace.TracerProvider
 	// Workers bounds actions handled at once by this replica (default: sum of endpoint
 	// MaxConcurrency).
 	Workers int

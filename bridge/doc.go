@@ -63,4 +63,7 @@
 //
 // Every acknowledgement decision is made in one place (Bridge.apply). The package logs
 // one line per action outcome and never logs content, keys or session identifiers.
+// With Config.TracerProvider, every delivery of an action is a span continuing the
+// action's traceparent, with children for the claims, the Hermes call, the events and
+// the settle (see tracing.go); no span holds content, keys or session identifiers.
 package bridge

@@ -23,8 +23,10 @@ import (
 // until the action's deadline when that is later. Only then is the message naked, and
 // the next delivery settles the action (outcome_unknown when the call was unsafe and
 // dispatched: what Hermes answered is then lost).
-func (j *job) settle(ctx context.Context, res *events.Result) decision {
+func (j *job) settle(ctx context.Context, res *events.Result) (d decision) {
 	b := j.b
+	ctx, span := b.tracing.startSettle(ctx, j, res)
+	defer func() { endSettle(span, d) }()
 	// Settling must finish even when shutdown has cancelled the work context.
 	ctx, cancel := settleContext(ctx, j.deadline)
 	defer cancel()

@@ -103,6 +103,22 @@ type Config struct {
 	HermesEndpointID     string `env:"HERMES_ENDPOINT_ID" envDefault:"primary" desc:"single endpoint: endpoint id used in subjects"`
 	HermesTenantID       string `env:"HERMES_TENANT_ID" desc:"single endpoint: only actions carrying this tenant_id are accepted"`
 	HermesMaxConcurrency int    `env:"HERMES_MAX_CONCURRENCY" envDefault:"10" desc:"single endpoint: calls in flight at once"`
+
+	// Traces (OpenTelemetry, OTLP over HTTP; see tracing.go). The standard variables:
+	// run reads these, and the SDK reads the other OTEL_* variables it knows
+	// (OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_BSP_*, ...) from the process environment.
+	OTELEndpoint           string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"traces: OTLP/HTTP collector base URL, e.g. http://collector:4318 (spans go to its /v1/traces); unset, and no OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: tracing is off"`
+	OTELTracesEndpoint     string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" desc:"traces: full OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces (takes precedence over OTEL_EXPORTER_OTLP_ENDPOINT)"`
+	OTELHeaders            string `env:"OTEL_EXPORTER_OTLP_HEADERS" secret:"true" desc:"traces: headers of the export requests, key=value,... (URL-encoded values), e.g. authorization=Bearer%20..."`
+	OTELTracesHeaders      string `env:"OTEL_EXPORTER_OTLP_TRACES_HEADERS" secret:"true" desc:"traces: headers of the export requests, added to (and overriding) OTEL_EXPORTER_OTLP_HEADERS"`
+	OTELProtocol           string `env:"OTEL_EXPORTER_OTLP_PROTOCOL" desc:"traces: http/protobuf (default) or http/json; grpc is not supported"`
+	OTELTracesProtocol     string `env:"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" desc:"traces: as OTEL_EXPORTER_OTLP_PROTOCOL, for traces only (takes precedence)"`
+	OTELServiceName        string `env:"OTEL_SERVICE_NAME" desc:"traces: service.name of the resource (default hermes-bridge)"`
+	OTELResourceAttributes string `env:"OTEL_RESOURCE_ATTRIBUTES" desc:"traces: more resource attributes, key=value,... (service.version and service.instance.id default to the version and HERMES_BRIDGE_REPLICA_ID)"`
+	OTELTracesSampler      string `env:"OTEL_TRACES_SAMPLER" desc:"traces: sampler, as the OpenTelemetry SDK reads it (default parentbased_always_on: the publisher's sampled flag decides)"`
+	OTELTracesSamplerArg   string `env:"OTEL_TRACES_SAMPLER_ARG" desc:"traces: the sampler's argument, e.g. 0.1 for traceidratio"`
+	OTELTracesExporter     string `env:"OTEL_TRACES_EXPORTER" desc:"traces: otlp (default) or none (tracing off)"`
+	OTELSDKDisabled        string `env:"OTEL_SDK_DISABLED" desc:"traces: true turns tracing off"`
 }
 
 // DefaultHermesURL is used when neither HERMES_ENDPOINTS_FILE nor HERMES_URL is set:
@@ -285,6 +301,7 @@ func (c *Config) ValidateRun() error {
 	c.validateNATS(&p)
 	c.validateNames(&p, true)
 	c.validateBridge(&p)
+	c.validateTracing(&p)
 	return p.err()
 }
 
@@ -763,7 +780,7 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 		switch {
 		case f.Tag.Get("secret") == "true":
 			out[key] = "[redacted]"
-		case fv.Kind() == reflect.String && strings.HasSuffix(key, "_URL"):
+		case fv.Kind() == reflect.String && (strings.HasSuffix(key, "_URL") || strings.HasSuffix(key, "_ENDPOINT")):
 			parts := strings.Split(fv.String(), ",")
 			for i := range parts {
 				parts[i] = redactURL(strings.TrimSpace(parts[i]))

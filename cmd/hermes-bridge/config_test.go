@@ -417,7 +417,8 @@ func TestDumpRedactsSecrets(t *testing.T) {
 
 // Every secret field is marked, so Dump and error messages redact it.
 func TestSecretFieldsMarked(t *testing.T) {
-	want := map[string]bool{"NATS_PASSWORD": true, "NATS_TOKEN": true, "HERMES_API_KEY": true}
+	want := map[string]bool{"NATS_PASSWORD": true, "NATS_TOKEN": true, "HERMES_API_KEY": true,
+		"OTEL_EXPORTER_OTLP_HEADERS": true, "OTEL_EXPORTER_OTLP_TRACES_HEADERS": true} // collector tokens
 	for _, f := range configFields() {
 		if f.Secret != want[f.Key] {
 			t.Errorf("%s: secret=%v, want %v", f.Key, f.Secret, want[f.Key])

@@ -265,6 +265,12 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 
 	bc := p.bridge
 	bc.Metrics = reg
+	tp, stopTracing, err := setupTracing(ctx, cfg, versionString(), p.replicaID, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(ctx) // after the bridge has stopped, before the connection drains
+	bc.TracerProvider = tp
 	b, err := bridge.New(nc, bc, log)
 	if err != nil {
 		return err

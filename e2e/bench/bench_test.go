@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestSmoke(t *testing.T) {
 		"-events", "1000", "-streams", "20", "-stream-events", "20",
 		"-dup-actions", "200", "-dup-keys", "10", "-json", jsonPath, "-markdown", mdPath,
 		"-cpuprofile", filepath.Join(dir, "cpu.prof"), "-memprofile", filepath.Join(dir, "mem.prof"),
-		"-mutexprofile", filepath.Join(dir, "mutex.prof"),
+		"-mutexprofile", filepath.Join(dir, "mutex.prof"), "-tracing", "otlp",
 	}, os.Stderr)
 	if err != nil {
 		t.Fatalf("parseFlags: %v", err)
@@ -39,6 +40,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("run: %v\nstatus:\n%s", err, status.String())
 	}
 	t.Logf("table:\n%s", out.String())
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "traces: ") && !strings.HasPrefix(n, "traces: 0 ") }) {
+		t.Errorf("-tracing otlp exported nothing; notes: %v", rep.Notes)
+	}
 	if len(rep.Scenarios) != 4 {
 		t.Fatalf("%d scenarios reported, want 4", len(rep.Scenarios))
 	}
@@ -149,7 +153,7 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("-scenarios dup,1: %v %v", o.Scenarios, err)
 	}
 	for _, bad := range [][]string{
-		{"-scenarios", "nope"}, {"-store", "disk"}, {"-events", "100001"}, {"-dup-keys", "0"}, {"-concurrency", "0"}, {"extra"},
+		{"-scenarios", "nope"}, {"-store", "disk"}, {"-events", "100001"}, {"-dup-keys", "0"}, {"-concurrency", "0"}, {"-tracing", "zipkin"}, {"extra"},
 	} {
 		if _, err := parseFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v: no error", bad)

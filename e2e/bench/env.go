@@ -74,6 +74,8 @@ type env struct {
 	bridgeCancel context.CancelFunc
 	bridgeDone   chan error
 	bridgeCfg    bridge.Config
+	stopTracing  func()
+	traces       *traceSink     // -tracing otlp: where the spans go
 	blog         *startedWriter // the bridge's log: readiness and warn/error lines
 
 	floorStops []func()
@@ -215,6 +217,14 @@ func (e *env) startBridge(ctx context.Context) error {
 			ID: endpointID, BaseURL: e.fake.URL, Key: func() string { return key }, MaxConcurrency: e.workers,
 		}},
 	}
+	if e.o.NoMetrics {
+		e.bridgeCfg.Metrics = nil
+	}
+	tp, stop, sink, err := tracerProvider(ctx, e.o.Tracing)
+	if err != nil {
+		return err
+	}
+	e.bridgeCfg.TracerProvider, e.stopTracing, e.traces = tp, stop, sink
 	w := &startedWriter{started: make(chan struct{})}
 	e.blog = w
 	b, err := bridge.New(e.ncBridge, e.bridgeCfg, zerolog.New(w).With().Timestamp().Logger())
@@ -493,6 +503,9 @@ func (e *env) close() {
 		case <-e.bridgeDone:
 		case <-time.After(60 * time.Second):
 		}
+	}
+	if e.stopTracing != nil {
+		e.stopTracing()
 	}
 	for _, h := range []*hub{e.hub, e.floorHub, e.kvHub} {
 		if h != nil {

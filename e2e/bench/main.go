@@ -58,6 +58,7 @@ Examples:
   go run ./e2e/bench -json bench.json -markdown bench.md   # what make bench runs
   go run ./e2e/bench -scenarios 1 -duration 30s -concurrency 128
   go run ./e2e/bench -scenarios stream,streams -events 20000 -store memory
+  go run ./e2e/bench -scenarios 1 -tracing otlp             # what tracing costs (compare with -tracing noop)
   go run ./e2e/bench -scenarios chat -cpuprofile cpu.prof && go tool pprof -top cpu-chat-r1.prof cpu-chat-r2.prof
 
 Profiles cover the bridge's measuring windows, one file per window (cpu.prof ->
@@ -95,6 +96,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.MemProfile, "memprofile", "", "write heap profiles after the bridge's passes (name-<scenario>.prof)")
 	fs.StringVar(&o.MutexProfile, "mutexprofile", "", "write a lock-contention profile of the whole run (every mode) to this file")
 	fs.StringVar(&o.Store, "store", "file", "JetStream storage of every stream and bucket: file or memory")
+	fs.StringVar(&o.Tracing, "tracing", tracingNoop, "the bridge's tracing: noop (the no-op provider, as run without an OTLP endpoint), off (no provider), "+
+		"otlp (the SDK sampling every action, batch processor, OTLP/HTTP protobuf to an in-process sink that discards)")
+	fs.BoolVar(&o.NoMetrics, "no-metrics", false, "run the bridge without its metrics registry (to measure what the metrics cost)")
 	fs.BoolVar(&o.Strict, "strict", false, "exit with status 3 when a figure misses its target")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -118,6 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	check(o.StreamEvents >= 5 && o.StreamEvents <= 100000, "-stream-events must be from 5 to 100000")
 	check(o.DupKeys >= 1 && o.DupActions >= o.DupKeys, "-dup-keys must be at least 1 and -dup-actions at least -dup-keys")
 	check(o.Store == "file" || o.Store == "memory", "-store must be file or memory")
+	check(o.Tracing == tracingNoop || o.Tracing == tracingOff || o.Tracing == tracingOTLP, "-tracing must be noop, off or otlp")
 	sel, err := parseScenarios(scen)
 	if err != nil {
 		problems = append(problems, err.Error())
@@ -162,6 +167,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 		"duration_s": o.Duration.Seconds(), "warmup_s": o.Warmup.Seconds(), "rounds": o.Rounds,
 		"concurrency": o.Concurrency, "events": o.Events, "streams": o.Streams, "stream_events": o.StreamEvents,
 		"dup_actions": o.DupActions, "dup_keys": o.DupKeys, "scenarios": o.Scenarios,
+		"tracing": o.Tracing, "metrics": !o.NoMetrics,
 	}}
 	st.printf("starting embedded nats-server (JetStream %s store), fake Hermes (instant agent, no run limit) and the bridge", o.Store)
 	e, err := newEnv(ctx, o, st)
@@ -205,8 +211,12 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 			"other load on the machine moves absolute figures, so compare ratios (floors run interleaved with the bridge)",
 		fmt.Sprintf("JetStream storage: %s for the bridge's streams and bucket and for every floor stream "+
 			"(file store: the server's default sync interval, no fsync per message)", o.Store),
-		fmt.Sprintf("bridge config: defaults except Provision, Storage, Workers = endpoint MaxConcurrency = %d, and Metrics on (a registry nobody scrapes); "+
-			"its log is produced at info level and discarded", e.workers))
+		fmt.Sprintf("bridge config: defaults except Provision, Storage, Workers = endpoint MaxConcurrency = %d, Metrics %s, and tracing %s; "+
+			"its log is produced at info level and discarded", e.workers, metricsNote(o), tracingNote(o)))
+	if e.traces != nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("traces: %d OTLP export requests, %.1f MiB of protobuf, to the in-process sink (until the last scenario ended)",
+			e.traces.requests.Load(), float64(e.traces.bytes.Load())/(1<<20)))
+	}
 	if n := e.blog.errs.Load(); n > 0 {
 		e.blog.mu.Lock()
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the bridge logged %d warn/error lines; last: %s", n, e.blog.last))
@@ -272,4 +282,21 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: targets missed: %s\n", strings.Join(failed, "; "))
 		os.Exit(3)
 	}
+}
+
+func metricsNote(o options) string {
+	if o.NoMetrics {
+		return "off (-no-metrics)"
+	}
+	return "on (a registry nobody scrapes)"
+}
+
+func tracingNote(o options) string {
+	switch o.Tracing {
+	case tracingOff:
+		return "off (no provider)"
+	case tracingOTLP:
+		return "on (SDK, every action sampled, batch processor, OTLP/HTTP to an in-process sink)"
+	}
+	return "disabled (the no-op provider, as run without an OTLP endpoint)"
 }

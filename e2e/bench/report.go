@@ -33,6 +33,8 @@ type options struct {
 	MemProfile   string
 	MutexProfile string
 	Store        string // file or memory
+	Tracing      string // the bridge's tracer provider: noop, off or otlp
+	NoMetrics    bool   // the bridge runs without its metrics registry
 	Strict       bool   // exit 3 when a target fails
 }
 

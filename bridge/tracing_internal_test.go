@@ -1,0 +1,206 @@
+package bridge
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+const (
+	testTraceID    = "4bf92f3577b34da6a3ce929d0e0e4736"
+	testParentSpan = "00f067aa0ba902b7"
+	testTP         = "00-" + testTraceID + "-" + testParentSpan + "-01"
+)
+
+// tracedJob is a session_chat job of endpoint primary whose request carries the
+// action's traceparent, as validate leaves it.
+func tracedJob(t testing.TB, tp trace.TracerProvider) *job {
+	t.Helper()
+	br := &Bridge{subjects: events.Subjects{Prefix: "hermes"},
+		eps: map[string]*endpoint{"primary": {cfg: Endpoint{ID: "primary", BaseURL: "http://hermes.internal:8642"}}}}
+	br.tracing = newTracing(tp, br.eps)
+	j := &job{b: br, actionID: "act-1", endpointID: "primary", op: "session_chat",
+		capID: "cap:hermes_agent:primary:session_chat", md: &jetstream.MsgMetadata{NumDelivered: 1},
+		trace: events.TraceContext{Traceparent: testTP, Tracestate: "vendor=x"}}
+	j.action = &events.Action{Input: []byte(`{"session_id":"SESSION-SECRET","message":"hi"}`)}
+	j.spec, _ = hermes.Lookup(j.op)
+	p, err := hermes.Prepare(j.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.prepared = p
+	return j
+}
+
+// oneAction runs the tracing calls of one claimed, called and settled action, as
+// handle, run, execute and settle make them.
+func oneAction(j *job, res *hermes.Result, callErr error) {
+	b := j.b
+	ctx, root := b.tracing.startAction(context.Background(), j, "hermes.actions.primary.session_chat")
+	cctx, span := b.tracing.startClaim(ctx)
+	_ = cctx
+	endClaim(span, kvstore.Outcome{Verdict: kvstore.Run}, nil)
+	hctx, hspan := b.tracing.startCall(ctx, j)
+	_ = hctx
+	endCall(hspan, res, callErr)
+	r := &events.Result{ActionID: j.actionID, Status: events.StatusCompleted}
+	if callErr != nil {
+		r = failedResult(j, clientErrorInfo(callErr, false))
+	}
+	_, sspan := b.tracing.startSettle(ctx, j, r)
+	endSettle(sspan, ackIt())
+	j.setStatus(r.Status, "")
+	if r.Error != nil {
+		j.setStatus(r.Status, r.Error.Code)
+	}
+	b.tracing.endAction(root, j, ackIt())
+}
+
+// The spans of one action continue its traceparent: the root's parent is the
+// publisher's span, claim, Hermes call and settle are the root's children, the Hermes
+// request carries the client span's context, and the client span names the route
+// template, never the path with the session id.
+func TestTracingSpanTree(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	j := tracedJob(t, tp)
+	oneAction(j, &hermes.Result{HTTPStatus: 200}, nil)
+	spans := rec.Ended()
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range spans {
+		byName[s.Name()] = s
+		if got := s.SpanContext().TraceID().String(); got != testTraceID {
+			t.Errorf("span %s: trace id %s, want %s", s.Name(), got, testTraceID)
+		}
+		for _, kv := range s.Attributes() {
+			if strings.Contains(kv.Value.String(), "SESSION-SECRET") {
+				t.Errorf("span %s: attribute %s holds the session id", s.Name(), kv.Key)
+			}
+		}
+	}
+	root := byName[SpanAction]
+	if root == nil || len(spans) != 4 {
+		t.Fatalf("spans %d, root %v", len(spans), root)
+	}
+	if got := root.Parent().SpanID().String(); got != testParentSpan || !root.Parent().IsRemote() {
+		t.Errorf("root parent %s (remote %v), want %s", got, root.Parent().IsRemote(), testParentSpan)
+	}
+	if root.SpanKind() != trace.SpanKindConsumer {
+		t.Errorf("root kind %v", root.SpanKind())
+	}
+	call := byName["POST /api/sessions/{session_id}/chat"]
+	if call == nil {
+		t.Fatalf("no client span named after the route template; spans: %v", names(spans))
+	}
+	for _, name := range []string{SpanClaim, SpanSettle, call.Name()} {
+		s := byName[name]
+		if s == nil || s.Parent().SpanID() != root.SpanContext().SpanID() {
+			t.Errorf("span %s is not a child of the root", name)
+		}
+	}
+	if call.SpanKind() != trace.SpanKindClient {
+		t.Errorf("client span kind %v", call.SpanKind())
+	}
+	want := "00-" + testTraceID + "-" + call.SpanContext().SpanID().String() + "-01"
+	if got := http.Header(j.prepared.Header).Get("Traceparent"); got != want {
+		t.Errorf("Hermes request traceparent %q, want %q (the client span)", got, want)
+	}
+	if got := http.Header(j.prepared.Header).Get("Tracestate"); got != "vendor=x" {
+		t.Errorf("Hermes request tracestate %q", got)
+	}
+	attrs := map[string]string{}
+	for _, kv := range call.Attributes() {
+		attrs[string(kv.Key)] = kv.Value.String()
+	}
+	for k, v := range map[string]string{"url.template": "/api/sessions/{session_id}/chat", "http.request.method": "POST",
+		"http.response.status_code": "200", "server.address": "hermes.internal", "server.port": "8642",
+		AttrEndpoint: "primary", AttrOperation: "session_chat"} {
+		if attrs[k] != v {
+			t.Errorf("client span %s = %q, want %q", k, attrs[k], v)
+		}
+	}
+}
+
+// A failed Hermes call makes the client span and the root Error, described by the
+// error code only (Hermes error bodies may echo the input).
+func TestTracingFailedCall(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	j := tracedJob(t, tp)
+	he := &hermes.Error{Code: hermes.CodeRemoteRejected, HTTPStatus: 400, Message: "echo: SESSION-SECRET"}
+	oneAction(j, nil, he)
+	for _, s := range rec.Ended() {
+		if s.Name() == SpanClaim || s.Name() == SpanSettle {
+			continue
+		}
+		if s.Status().Code != codes.Error || s.Status().Description != hermes.CodeRemoteRejected {
+			t.Errorf("span %s: status %v %q, want Error %q", s.Name(), s.Status().Code, s.Status().Description, hermes.CodeRemoteRejected)
+		}
+		for _, kv := range s.Attributes() {
+			if strings.Contains(kv.Value.String(), "SESSION-SECRET") {
+				t.Errorf("span %s: attribute %s holds the error text", s.Name(), kv.Key)
+			}
+		}
+	}
+}
+
+// Without a provider, or with the no-op one, the Hermes request keeps the action's
+// own traceparent.
+func TestTracingDisabledKeepsTraceparent(t *testing.T) {
+	for name, tp := range map[string]trace.TracerProvider{"nil": nil, "noop": noop.NewTracerProvider()} {
+		j := tracedJob(t, tp)
+		oneAction(j, &hermes.Result{HTTPStatus: 200}, nil)
+		if got := http.Header(j.prepared.Header).Get("Traceparent"); got != testTP {
+			t.Errorf("%s: traceparent %q, want the action's %q", name, got, testTP)
+		}
+	}
+}
+
+func names(spans []sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for _, s := range spans {
+		out = append(out, s.Name())
+	}
+	return out
+}
+
+// discardExporter drops every span: the SDK's cost without the export's.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkTracingPerAction is what tracing adds to one action: a root span continuing
+// the traceparent, the claim, one Hermes call (with the traceparent injected), the
+// settle. "nil" is no provider, "noop" the no-op provider that `run` uses when no
+// OTLP endpoint is set, "sdk" the SDK (always sampled, batch processor) exporting to
+// a discarding exporter.
+func BenchmarkTracingPerAction(b *testing.B) {
+	res := &hermes.Result{HTTPStatus: 200}
+	run := func(b *testing.B, tp trace.TracerProvider) {
+		j := tracedJob(b, tp)
+		b.ReportAllocs()
+		for b.Loop() {
+			oneAction(j, res, nil)
+		}
+	}
+	b.Run("nil", func(b *testing.B) { run(b, nil) })
+	b.Run("noop", func(b *testing.B) { run(b, noop.NewTracerProvider()) })
+	b.Run("sdk", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		run(b, tp)
+	})
+}
