@@ -13,7 +13,8 @@
 // skills, toolsets, chat, chat_stream, responses, responses_stream,
 // response_get, response_delete, sessions_list, session_create, session_get,
 // session_patch, session_delete, session_messages, session_fork,
-// session_chat, session_chat_stream. chat vs chat_stream and responses vs
+// session_chat, session_chat_stream, and for the runs API run_start,
+// run_status, run_events, run_approval, run_stop. chat vs chat_stream and responses vs
 // responses_stream are decided by the request body's "stream" flag. Requests
 // to unknown paths or with a wrong method get the route key "" (Calls("")).
 package hermestest
@@ -56,6 +57,7 @@ type config struct {
 	clock        func() time.Time
 	maxResponses int
 	batch        time.Duration
+	runsIdem     bool
 }
 
 // WithAPIKey sets the bearer key (default DefaultAPIKey).
@@ -119,6 +121,7 @@ type Server struct {
 	draining  bool
 	sessions  *sessionDB
 	responses *responseStore
+	runs      *runStore
 }
 
 // NewServer starts a fake on a loopback port.
@@ -160,6 +163,7 @@ func NewUnstartedServer(opts ...Option) *Server {
 	}
 	s.sessions = newSessionDB(s)
 	s.responses = newResponseStore(c.maxResponses)
+	s.runs = newRunStore()
 	s.ts = httptest.NewUnstartedServer(s)
 	return s
 }
@@ -222,11 +226,26 @@ func match(method string, segs []string, stream bool) (r route, ok, known bool) 
 		switch segs[1] {
 		case "models", "capabilities", "skills", "toolsets":
 			return route{key: segs[1]}, is("GET"), true
+		case "runs":
+			return route{key: "run_start"}, is("POST"), true
 		case "responses":
 			if stream {
 				return route{key: "responses_stream"}, is("POST"), true
 			}
 			return route{key: "responses"}, is("POST"), true
+		}
+	case n >= 3 && n <= 4 && segs[0] == "v1" && segs[1] == "runs" && segs[2] != "":
+		p := segs[2:3]
+		if n == 3 {
+			return route{key: "run_status", params: p}, is("GET"), true
+		}
+		switch segs[3] {
+		case "events":
+			return route{key: "run_events", params: p}, is("GET"), true
+		case "approval":
+			return route{key: "run_approval", params: p}, is("POST"), true
+		case "stop":
+			return route{key: "run_stop", params: p}, is("POST"), true
 		}
 	case n == 3 && segs[0] == "v1" && segs[1] == "chat" && segs[2] == "completions":
 		if stream {
@@ -395,7 +414,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // agentRoute reports whether the route applies stream/JSON fault effects itself.
 func agentRoute(key string) bool {
 	switch key {
-	case "chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream":
+	case "chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events":
 		return true
 	}
 	return false
@@ -473,6 +492,16 @@ func (s *Server) dispatch(c *call, authOK bool) {
 		s.handleSessionFork(c)
 	case "session_chat", "session_chat_stream":
 		s.handleSessionChat(c)
+	case "run_start":
+		s.handleRunStart(c)
+	case "run_status":
+		s.handleRunStatus(c)
+	case "run_events":
+		s.handleRunEvents(c)
+	case "run_approval":
+		s.handleRunApproval(c)
+	case "run_stop":
+		s.handleRunStop(c)
 	}
 }
 
