@@ -120,6 +120,7 @@ func TestRecordJSONStable(t *testing.T) {
 	r := kvstore.Record{
 		State: kvstore.StateSettled, ActionID: "a1", CapabilityID: "cap:hermes_agent:ep1:chat",
 		InputSHA256: "00ff", Owner: "r1", Attempt: 2, PendingSeq: 9, Decision: kvstore.DecisionApprove,
+		RunID:     "run_0f",
 		Result:    json.RawMessage(`{"status":"completed"}`),
 		CreatedAt: ts,
 	}
@@ -141,7 +142,7 @@ func TestRecordJSONStable(t *testing.T) {
 	updated := string(generic["updated_at"])
 	want := `{"v":1,"state":"settled","action_id":"a1","capability_id":"cap:hermes_agent:ep1:chat",` +
 		`"input_sha256":"00ff","owner":"r1","attempt":2,` +
-		`"result":{"status":"completed"},"decision":"approve","pending_seq":9,"created_at":"2026-01-02T03:04:05Z","updated_at":` + updated + `}`
+		`"result":{"status":"completed"},"decision":"approve","run_id":"run_0f","pending_seq":9,"created_at":"2026-01-02T03:04:05Z","updated_at":` + updated + `}`
 	if string(raw.Value()) != want {
 		t.Fatalf("stored JSON\n got %s\nwant %s", raw.Value(), want)
 	}
@@ -154,7 +155,7 @@ func TestRecordJSONStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"owner", "result", "attempt", "capability_id", "decision", "approver", "cancel", "pending_seq"} {
+	for _, f := range []string{"owner", "result", "attempt", "capability_id", "decision", "approver", "cancel", "run_id", "pending_seq"} {
 		if strings.Contains(string(raw.Value()), `"`+f+`"`) {
 			t.Errorf("empty %s not omitted: %s", f, raw.Value())
 		}

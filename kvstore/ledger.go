@@ -37,6 +37,7 @@ import (
 //	claimed     claimed     Begin: owner gone (see Owners)         Update act
 //	claimed     claimed     Renew: a heartbeat                     Update act
 //	claimed     dispatched  Dispatch: the write-ahead mark         Update act
+//	dispatched  dispatched  Bind: a durable run's id (run_id)      Update act
 //	dispatched  dispatched  Begin: owner gone, outcome unknown     Update act
 //	claimed     released    Release: certain non-execution, retry  Update act
 //	claimed     parked      Park: waits for a decision             Update act, Create park, Append pending, Update act
@@ -113,6 +114,8 @@ var (
 	ErrFenced = errors.New("kvstore: the action was being settled without a call; it is not sent")
 	// ErrNotParked: a decision found its action neither parked nor decided.
 	ErrNotParked = errors.New("kvstore: the action is not waiting for a decision")
+	// ErrNotDispatched: Bind on a claim whose record is not marked dispatched.
+	ErrNotDispatched = errors.New("kvstore: the action is not dispatched")
 )
 
 // NewLedger returns a ledger over rec and log. lease is how long an owner's revision
@@ -596,6 +599,40 @@ func (c *Claim) Dispatch(ctx context.Context) error {
 		return ErrCancelRequested
 	}
 	return c.update(ctx, func(r *Record) { r.State = StateDispatched })
+}
+
+// Bind stores the id of the durable work the dispatched request started (a Hermes
+// run's run_id) in the claim's record, so that a delivery that takes the record over
+// finds it (its Outcome is Uncertain, with Record().RunID set) and can follow that work
+// to its real result instead of settling an unknown outcome. It must be the owner's
+// first write after the request's answer. A cancel flag that came in does not stop it
+// (the work exists and its id must be kept): the claim adopts the flag, which its
+// Record then shows. Binding the bound id again does nothing; another id is refused.
+// Errors: ErrNotDispatched, ErrLostClaim, ErrFenced.
+func (c *Claim) Bind(ctx context.Context, runID string) error {
+	if runID == "" {
+		return errors.New("kvstore: Bind needs a run id")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.lost:
+		return ErrLostClaim
+	case c.rec.State == StateSettling:
+		return ErrFenced
+	case c.rec.State != StateDispatched:
+		return ErrNotDispatched
+	case c.rec.RunID == runID:
+		return nil
+	case c.rec.RunID != "":
+		return fmt.Errorf("kvstore: %s is bound to another run", c.id)
+	}
+	for {
+		err := c.update(ctx, func(r *Record) { r.RunID = runID })
+		if !errors.Is(err, ErrCancelRequested) {
+			return err
+		}
+	}
 }
 
 // Renew moves the claim's revision (the owner's proof of life) and rewrites the key

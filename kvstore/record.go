@@ -83,6 +83,10 @@ type Record struct {
 	// Cancel is set by a cancel request that found the action owned by no replica
 	// it could reach: whoever owns or takes over the action settles it cancelled.
 	Cancel bool `json:"cancel,omitempty"`
+	// RunID is the id of the durable Hermes work a dispatched action started (a run's
+	// run_id), stored by Claim.Bind as soon as Hermes returns it: a delivery that
+	// takes the record over follows that work instead of settling an unknown outcome.
+	RunID string `json:"run_id,omitempty"`
 	// PendingSeq is the output-stream sequence of the action's pending_approval
 	// result message; its terminal result is appended after it (see ResultLog).
 	PendingSeq uint64    `json:"pending_seq,omitempty"`
@@ -129,6 +133,7 @@ func encodeRecord(r Record) ([]byte, error) {
 	if r.Cancel {
 		b = append(b, `,"cancel":true`...)
 	}
+	b = appendField(b, "run_id", r.RunID, true)
 	if r.PendingSeq != 0 {
 		b = append(b, `,"pending_seq":`...)
 		b = strconv.AppendUint(b, r.PendingSeq, 10)
@@ -139,11 +144,11 @@ func encodeRecord(r Record) ([]byte, error) {
 }
 
 // recordSize bounds the encoding of r when its strings need no escaping: the field
-// names, punctuation, attempt, pending_seq and three timestamps take at most 448 bytes. Sizing the
+// names, punctuation, attempt, pending_seq and three timestamps take at most 448 bytes (run_id's name included). Sizing the
 // buffer with it keeps encodeRecord from growing (and copying) it while filling it.
 func recordSize(r Record) int {
 	return 448 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
-		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason)
+		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason) + len(r.RunID)
 }
 
 func appendField(b []byte, name, v string, omitEmpty bool) []byte {

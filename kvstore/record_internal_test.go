@@ -14,7 +14,7 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 		{},
 		{State: StateClaimed, ActionID: "a-1"},
 		{State: StateSettled, ActionID: "a_2", CapabilityID: "cap:hermes_agent:primary:chat",
-			InputSHA256: "ab12", Owner: "r1", Attempt: 3, Decision: DecisionApprove, Approver: "ops", Reason: "ticket 7", Cancel: true, PendingSeq: 42, IdemKey: "idem.0f1e",
+			InputSHA256: "ab12", Owner: "r1", Attempt: 3, Decision: DecisionApprove, Approver: "ops", Reason: "ticket 7", Cancel: true, PendingSeq: 42, IdemKey: "idem.0f1e", RunID: "run_7c",
 			Result:    json.RawMessage(`{"action_id":"a_2","status":"completed","output":{"x":[1,2]},"error":null,"replay_of":null}`),
 			CreatedAt: now.Add(-time.Second), UpdatedAt: now},
 		{State: StateParked, ActionID: "p-1", Action: json.RawMessage(`{"input":{"response_id":"resp_1"},"idempotency_key":"k"}`),
@@ -37,7 +37,7 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d does not decode: %v", i, err)
 		}
-		if back.State != r.State || back.ActionID != r.ActionID || back.Attempt != r.Attempt || back.IdemKey != r.IdemKey || !back.ExpiresAt.Equal(r.ExpiresAt) || back.PendingSeq != r.PendingSeq || back.Cancel != r.Cancel {
+		if back.State != r.State || back.ActionID != r.ActionID || back.Attempt != r.Attempt || back.IdemKey != r.IdemKey || !back.ExpiresAt.Equal(r.ExpiresAt) || back.PendingSeq != r.PendingSeq || back.Cancel != r.Cancel || back.RunID != r.RunID {
 			t.Errorf("record %d round trip: %+v", i, back)
 		}
 	}
@@ -50,7 +50,7 @@ func TestRecordSizeBoundsEncoding(t *testing.T) {
 	at := time.Date(2026, 11, 30, 15, 4, 5, 123456789, time.FixedZone("x", -(9*3600+30*60)))
 	r := Record{State: StateDispatched, ActionID: "a-1", CapabilityID: "cap:hermes_agent:primary:chat",
 		InputSHA256: "9d65f4847e8c62344303cac0c554f29b8b75bf9c25dfe3e5de5a5928e2f5f746",
-		Owner:       "gcX8Gp6L9TlUpf1N4O7dmR", Attempt: -1 << 63, Decision: DecisionMismatch, Approver: "approver-1", Reason: "not this one", Cancel: true, PendingSeq: 1<<64 - 1, IdemKey: "idem.4d82",
+		Owner:       "gcX8Gp6L9TlUpf1N4O7dmR", Attempt: -1 << 63, Decision: DecisionMismatch, Approver: "approver-1", Reason: "not this one", Cancel: true, PendingSeq: 1<<64 - 1, IdemKey: "idem.4d82", RunID: "run_0123456789abcdef0123456789abcdef",
 		Result: json.RawMessage(`{"a":1}`), Action: json.RawMessage(`{"b":2}`),
 		ExpiresAt: at, CreatedAt: at, UpdatedAt: at}
 	got, err := encodeRecord(r)
