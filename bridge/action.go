@@ -168,6 +168,9 @@ func timeoutFor(spec hermes.Spec, a *events.Action) time.Duration {
 	if a != nil && a.TimeoutMS != nil && *a.TimeoutMS > 0 {
 		return time.Duration(*a.TimeoutMS) * time.Millisecond
 	}
+	if spec.Name == RunOperation {
+		return defaultRunTimeout
+	}
 	if spec.Stream {
 		return defaultStreamTimeout
 	}
@@ -229,7 +232,7 @@ func (j *job) identify(decodeErr error) *events.ErrorInfo {
 	ep, op, perr := b.subjects.ParseAction(j.msg.Subject())
 	j.endpointID, j.op = ep, op
 	j.capID = events.CapabilityID(ep, op)
-	j.spec, _ = hermes.Lookup(op)
+	j.spec, _ = lookupOp(op)
 	var invalid *events.ErrorInfo
 	var attrErr *events.AttributeError
 	switch {
@@ -382,7 +385,7 @@ func (j *job) validate() *events.ErrorInfo {
 		return invalidAction("subject", fmt.Sprintf("unknown endpoint %q", j.endpointID))
 	}
 	j.ep = ep
-	if _, ok := hermes.Lookup(j.op); !ok {
+	if _, ok := lookupOp(j.op); !ok {
 		return invalidAction("subject", fmt.Sprintf("unknown operation %q", j.op))
 	}
 	if a.CapabilityID != "" && a.CapabilityID != j.capID {
@@ -394,15 +397,15 @@ func (j *job) validate() *events.ErrorInfo {
 	if err := schemas.ValidateAction(j.op, j.env.Data); err != nil {
 		return actionErrorInfo(err)
 	}
+	if j.spec.KeyRequired && a.IdempotencyKey == "" {
+		return &events.ErrorInfo{Code: "idempotency_key_required", Category: "policy",
+			Message: j.op + " requires an idempotency_key", Details: map[string]any{"operation": j.op}}
+	}
 	p, err := hermes.Prepare(j.request())
 	if err != nil {
 		return clientErrorInfo(err, true)
 	}
 	j.prepared = p
-	if j.spec.KeyRequired && a.IdempotencyKey == "" {
-		return &events.ErrorInfo{Code: "idempotency_key_required", Category: "policy",
-			Message: j.op + " requires an idempotency_key", Details: map[string]any{"operation": j.op}}
-	}
 	if t := ep.cfg.TenantID; t != "" && a.TenantID != t {
 		return &events.ErrorInfo{Code: "tenant_mismatch", Category: "auth",
 			Message: "the action's tenant is not admitted to endpoint " + j.endpointID}
@@ -411,7 +414,11 @@ func (j *job) validate() *events.ErrorInfo {
 }
 
 func (j *job) request() hermes.Request {
-	r := hermes.Request{Operation: j.op, Input: j.action.Input, IdempotencyKey: j.action.IdempotencyKey}
+	op := j.op
+	if op == RunOperation {
+		op = "run_start" // the governed run starts with run_start's request
+	}
+	r := hermes.Request{Operation: op, Input: j.action.Input, IdempotencyKey: j.action.IdempotencyKey}
 	if j.trace.Traceparent != "" {
 		r.Header = map[string][]string{"Traceparent": {j.trace.Traceparent}}
 		if j.trace.Tracestate != "" {

@@ -207,7 +207,7 @@ func (j *job) resume(ctx context.Context, rec kvstore.Record) (decision, bool) {
 	b := j.b
 	ep, op, ok := events.ParseCapabilityID(rec.CapabilityID)
 	endpoint, known := b.eps[ep]
-	spec, known2 := hermes.Lookup(op)
+	spec, known2 := lookupOp(op)
 	j.endpointID, j.op, j.capID, j.spec, j.ep, j.inputHash = ep, op, rec.CapabilityID, spec, endpoint, rec.InputSHA256
 	j.env = &events.Envelope{ID: rec.ActionID, Data: rec.Action}
 	j.deadline = b.now().Add(timeoutFor(spec, nil))
