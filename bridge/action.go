@@ -338,6 +338,10 @@ func (j *job) onOutcome(ctx context.Context, out kvstore.Outcome) (decision, boo
 		m.takeovers.Inc()
 	}
 	if out.Verdict == kvstore.Uncertain {
+		if j.op == RunOperation {
+			// A run is followed to its end, not resent (see run.go).
+			return j.resumeRun(ctx, out.Claim)
+		}
 		// The request may have reached Hermes: never resend an unsafe call.
 		if out.Claim.Record().Cancel {
 			return j.settleCancelled(ctx, true), true
@@ -492,6 +496,9 @@ func (j *job) execute(ctx context.Context) decision {
 		onEvent = pub.publish
 	}
 	j.sent = time.Now()
+	if j.op == RunOperation {
+		return j.settleRun(ctx, cctx, claim, pub)
+	}
 	res, err := j.ep.client.Send(cctx, j.prepared, onEvent)
 	b.metrics.observeCall(j, j.sent, res, err)
 	if pub != nil {
@@ -500,6 +507,37 @@ func (j *job) execute(ctx context.Context) decision {
 		}
 	}
 	j.ep.brk.done(b.now(), err)
+	return j.settleCall(ctx, cctx, res, err)
+}
+
+// settleRun ends a governed run (see run.go): its result, a hand-back, or the same
+// mapping as any call's when its start failed.
+func (j *job) settleRun(ctx, cctx context.Context, claim *kvstore.Claim, pub *eventPublisher) decision {
+	b := j.b
+	r, err := j.executeRun(ctx, cctx, claim, pub)
+	if perr := pub.flush(ctx); perr != nil && err == nil && r != nil {
+		err, r = perr, nil
+	}
+	switch {
+	case errors.Is(err, errLostClaimRun):
+		return j.lost(ctx)
+	case errors.Is(err, errRunHandBack):
+		j.setStatus("handed_back", "")
+		return nakAfter(b.ledger.Lease())
+	case r != nil:
+		b.metrics.observeCall(j, j.sent, &hermes.Result{HTTPStatus: 200}, nil)
+		j.ep.brk.done(b.now(), nil)
+		return j.settle(ctx, r)
+	}
+	b.metrics.observeCall(j, j.sent, nil, err)
+	j.ep.brk.done(b.now(), err)
+	return j.settleCall(ctx, cctx, nil, err)
+}
+
+// settleCall maps the answer of a Hermes call (or its error) to the delivery's end:
+// the result, a retry, a hand-back or an interruption.
+func (j *job) settleCall(ctx, cctx context.Context, res *hermes.Result, err error) decision {
+	b := j.b
 	if err != nil && res == nil && cctx.Err() != nil {
 		var he *hermes.Error
 		notStarted := errors.As(err, &he) && he.NotStarted
