@@ -198,6 +198,7 @@ func (s *Server) handleRunStart(c *call) {
 	s.sweepLocked()
 	s.setStatusLocked(r, "queued", kv{"created_at", s.pyNow()}, kv{"session_id", sessionID}, kv{"model", model})
 	st.runs[id] = r
+	st.order = append(st.order, id)
 	st.queues[id] = &runQueue{created: s.now(), ch: make(chan struct{})}
 	st.started++
 	if key != "" {

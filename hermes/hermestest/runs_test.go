@@ -590,3 +590,24 @@ func TestRunsCloseStopsRuns(t *testing.T) {
 	srv.Close()
 	srv2.Close()
 }
+
+// TestRunsIDsAndInfo: RunIDs lists runs oldest first; Run reports status, key and output.
+func TestRunsIDsAndInfo(t *testing.T) {
+	clk := newClock() // a frozen clock: equal creation times keep their order
+	srv := newServer(t, hermestest.WithClock(clk.now))
+	a := startRun(t, srv, `{"input":"a"}`, "Idempotency-Key", "ka")
+	b := startRun(t, srv, `{"input":"b"}`)
+	if ids := srv.RunIDs(); len(ids) != 2 || ids[0] != a || ids[1] != b {
+		t.Fatalf("RunIDs %v", ids)
+	}
+	if err := srv.WaitRunStatus(testCtx(t), a, "completed"); err != nil {
+		t.Fatal(err)
+	}
+	ri, ok := srv.Run(a)
+	if !ok || ri.IdempotencyKey != "ka" || ri.Output != "stub reply: a" || ri.SessionID != a || ri.Subscribed {
+		t.Fatalf("Run %+v", ri)
+	}
+	if _, ok := srv.Run("run_nope"); ok {
+		t.Fatal("unknown run found")
+	}
+}
