@@ -611,3 +611,16 @@ func TestRunsIDsAndInfo(t *testing.T) {
 		t.Fatal("unknown run found")
 	}
 }
+
+// TestRunsKeepalive: an idle events stream carries ": keepalive" comments.
+func TestRunsKeepalive(t *testing.T) {
+	srv := newServer(t, hermestest.WithKeepalive(5*time.Millisecond), blockingAgent(make(chan struct{})))
+	id := startRun(t, srv, `{"input":"x"}`)
+	es, _ := openEvents(t, srv, id)
+	for es.sc.Scan() {
+		if es.sc.Text() == ": keepalive" {
+			return
+		}
+	}
+	t.Fatal("no keepalive")
+}
