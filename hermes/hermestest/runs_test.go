@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -576,19 +577,39 @@ func TestRunsConcurrencyGate(t *testing.T) {
 	}
 }
 
-// TestRunsCloseStopsRuns: Close returns while runs block in the agent or wait for approval.
+// TestRunsCloseStopsRuns: Close returns while runs block in the agent or wait for approval
+// with a subscriber attached, and leaves no goroutines behind.
 func TestRunsCloseStopsRuns(t *testing.T) {
+	base := runtime.NumGoroutine()
+	ctx := testCtx(t)
 	srv := hermestest.NewServer(blockingAgent(make(chan struct{})))
 	startRun(t, srv, `{"input":"x"}`)
 	srv2 := hermestest.NewServer(approvalAgent(rmTool))
 	id := startRun(t, srv2, `{"input":"x"}`)
-	if err := srv2.WaitRunStatus(testCtx(t), id, "waiting_for_approval"); err != nil {
+	if err := srv2.WaitRunStatus(ctx, id, "waiting_for_approval"); err != nil {
 		t.Fatal(err)
 	}
 	es, _ := openEvents(t, srv2, id)
 	es.next()
-	srv.Close()
-	srv2.Close()
+	done := make(chan struct{})
+	go func() { srv.Close(); srv2.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("Close blocked on a run")
+	}
+	es.close()
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for runtime.NumGoroutine() > base {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+	}
 }
 
 // TestRunsIDsAndInfo: RunIDs lists runs oldest first; Run reports status, key and output.
