@@ -329,7 +329,9 @@ func (s *Server) handleRunApproval(c *call) {
 		p.done <- choice
 	}
 	r.pending = append([]*pendingApproval(nil), r.pending[n:]...)
-	s.setStatusLocked(r, "running")
+	if !r.stopping { // a stop in progress keeps its status
+		s.setStatusLocked(r, "running")
+	}
 	s.pushLocked(r, "approval.responded", nil, obj{{"choice", choice}, {"resolved", n}})
 	s.runs.mu.Unlock()
 	s.notify()
