@@ -232,10 +232,8 @@ type RunEventStream struct {
 	err       error
 }
 
+// newRunEventStream reads run events from body; maxEvents <= 0 means no event limit.
 func newRunEventStream(ctx context.Context, body io.ReadCloser, frameLimit int, streamLimit int64, maxEvents int) *RunEventStream {
-	if maxEvents <= 0 {
-		maxEvents = MaxMaxEvents
-	}
 	return &RunEventStream{body: body, rd: newSSEReader(body, frameLimit, streamLimit), ctx: ctx, maxEvents: maxEvents}
 }
 
@@ -278,7 +276,7 @@ func (s *RunEventStream) Next() (RunEvent, error) {
 		return RunEvent{}, s.err
 	}
 	s.n++
-	if s.n > s.maxEvents {
+	if s.maxEvents > 0 && s.n > s.maxEvents {
 		e := newError("run_events", CodeStreamTruncated, "run events stream exceeded max_events")
 		e.HTTPStatus = http.StatusOK
 		e.Details = map[string]any{"operation": "run_events", "max_events": s.maxEvents}
@@ -407,13 +405,13 @@ func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error
 // from the start: the first subscriber gets them all, and when that subscriber's stream ends
 // or breaks the queue is gone, so any later subscription (a re-attach after a crash, a
 // second reader) fails with errors.Is(err, ErrRunNotFound), as it does 300 s after creation if
-// nobody subscribed. Then poll RunStatus.
+// nobody subscribed. Then poll RunStatus. The stream has no event limit; the client's frame
+// and stream byte limits (WithFrameLimit, WithStreamLimit) apply.
 func (c *Client) RunEvents(ctx context.Context, runID string) (*RunEventStream, error) {
 	p, err := runPrepared("run_events", map[string]any{"run_id": runID}, "", nil)
 	if err != nil {
 		return nil, err
 	}
-	p.MaxEvents = MaxMaxEvents
 	resp, err := c.open(ctx, p)
 	if err != nil {
 		return nil, err

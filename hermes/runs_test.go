@@ -670,3 +670,35 @@ func TestFakeRunFailedAndLostStart(t *testing.T) {
 		t.Fatalf("dropped stream: %v", err)
 	}
 }
+
+// TestFakeRunEventsCancel: cancelling the ctx of RunEvents ends Next with cancelled; a
+// run_start through Call without a key is an input error.
+func TestFakeRunEventsCancel(t *testing.T) {
+	s, c := fakeServer(t, hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
+		<-ctx.Done()
+		return hermestest.Reply{}
+	}))
+	st := start(t, c, `{"input":"x"}`, "k")
+	ctx, cancel := context.WithCancel(fakeCtx(t))
+	es, err := c.RunEvents(ctx, st.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	if err := s.WaitRun(fakeCtx(t), st.RunID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := es.Next(); asError(t, err).Code != hermes.CodeCancelled {
+		t.Fatalf("Next after cancel: %v", err)
+	}
+	_, err = c.Call(fakeCtx(t), hermes.Request{Operation: "run_start", Input: json.RawMessage(`{"input":"x"}`)}, nil)
+	var ie *hermes.InputError
+	if !errors.As(err, &ie) || ie.Field != "idempotency_key" {
+		t.Fatalf("Call run_start without key: %v", err)
+	}
+	res, err := c.Call(fakeCtx(t), hermes.Request{Operation: "run_start", Input: json.RawMessage(`{"input":"x"}`), IdempotencyKey: "k2"}, nil)
+	if err != nil || res.HTTPStatus != 202 || !strings.Contains(string(res.Output), `"status": "started"`) {
+		t.Fatalf("Call run_start %+v %v", res, err)
+	}
+}

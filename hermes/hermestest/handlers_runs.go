@@ -186,6 +186,10 @@ func (s *Server) handleRunStart(c *call) {
 		if e, ok := st.idem[key]; ok { // a concurrent twin won the reservation
 			st.mu.Unlock()
 			cancel()
+			if e.fp != fp {
+				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
+				return
+			}
 			writeJSON(c.w, http.StatusAccepted, http.Header{"Idempotency-Replayed": {"true"}}, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
 			return
 		}
@@ -194,6 +198,7 @@ func (s *Server) handleRunStart(c *call) {
 	s.sweepLocked()
 	s.setStatusLocked(r, "queued", kv{"created_at", s.pyNow()}, kv{"session_id", sessionID}, kv{"model", model})
 	st.runs[id] = r
+	st.order = append(st.order, id)
 	st.queues[id] = &runQueue{created: s.now(), ch: make(chan struct{})}
 	st.started++
 	if key != "" {
@@ -324,7 +329,9 @@ func (s *Server) handleRunApproval(c *call) {
 		p.done <- choice
 	}
 	r.pending = append([]*pendingApproval(nil), r.pending[n:]...)
-	s.setStatusLocked(r, "running")
+	if !r.stopping { // a stop in progress keeps its status
+		s.setStatusLocked(r, "running")
+	}
 	s.pushLocked(r, "approval.responded", nil, obj{{"choice", choice}, {"resolved", n}})
 	s.runs.mu.Unlock()
 	s.notify()
@@ -375,6 +382,12 @@ func (s *Server) handleRunEvents(c *call) {
 			q.items = q.items[1:]
 		}
 		last := len(q.items) == 0 && q.closed
+		if last && st.queues[id] == q {
+			// The terminal event is out: drop the queue now rather than when the handler
+			// returns, so that a client that re-subscribes right after reading it gets the
+			// 404 deterministically.
+			delete(st.queues, id)
+		}
 		ch := q.ch
 		st.mu.Unlock()
 		if item != nil {

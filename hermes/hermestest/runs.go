@@ -98,7 +98,8 @@ type runStore struct {
 	byKey    map[string]int
 	toolRuns map[string]int
 	always   map[string]bool
-	tasks    int // unfinished run tasks
+	tasks    int      // unfinished run tasks
+	order    []string // run ids in creation order (swept ones removed lazily)
 }
 
 func newRunStore() *runStore {
@@ -140,8 +141,9 @@ func (s *Server) ToolRuns(name string) int {
 	return s.runs.toolRuns[name]
 }
 
-// Run returns the fake's view of run id, whether or not its status has
-// expired for HTTP clients; ok is false for an unknown id.
+// Run returns the fake's view of run id, also after its status expired for
+// HTTP clients (until the next POST /v1/runs sweeps it); ok is false for an
+// unknown id.
 func (s *Server) Run(id string) (RunInfo, bool) {
 	s.runs.mu.Lock()
 	defer s.runs.mu.Unlock()
@@ -155,18 +157,14 @@ func (s *Server) Run(id string) (RunInfo, bool) {
 		Error: r.errText, PendingApprovals: len(r.pending), Subscribed: r.subscribe || (q != nil && q.subscribed)}, true
 }
 
-// RunIDs returns the ids of every run started, oldest first.
+// RunIDs returns the ids of the runs the fake still knows (see Run), oldest first.
 func (s *Server) RunIDs() []string {
 	s.runs.mu.Lock()
 	defer s.runs.mu.Unlock()
 	out := make([]string, 0, len(s.runs.runs))
-	for id := range s.runs.runs {
-		out = append(out, id)
-	}
-	// order by creation
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && s.runs.runs[out[j]].created.Before(s.runs.runs[out[j-1]].created); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
+	for _, id := range s.runs.order {
+		if _, ok := s.runs.runs[id]; ok {
+			out = append(out, id)
 		}
 	}
 	return out
@@ -263,6 +261,15 @@ func (s *Server) sweepLocked() {
 		if r.terminal && !now.Before(r.ended.Add(RunStatusTTL)) {
 			delete(s.runs.runs, id)
 		}
+	}
+	if len(s.runs.order) > 2*len(s.runs.runs)+64 {
+		kept := s.runs.order[:0]
+		for _, id := range s.runs.order {
+			if _, ok := s.runs.runs[id]; ok {
+				kept = append(kept, id)
+			}
+		}
+		s.runs.order = kept
 	}
 }
 

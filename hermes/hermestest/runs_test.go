@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -576,17 +577,71 @@ func TestRunsConcurrencyGate(t *testing.T) {
 	}
 }
 
-// TestRunsCloseStopsRuns: Close returns while runs block in the agent or wait for approval.
+// TestRunsCloseStopsRuns: Close returns while runs block in the agent or wait for approval
+// with a subscriber attached, and leaves no goroutines behind.
 func TestRunsCloseStopsRuns(t *testing.T) {
+	base := runtime.NumGoroutine()
+	ctx := testCtx(t)
 	srv := hermestest.NewServer(blockingAgent(make(chan struct{})))
 	startRun(t, srv, `{"input":"x"}`)
 	srv2 := hermestest.NewServer(approvalAgent(rmTool))
 	id := startRun(t, srv2, `{"input":"x"}`)
-	if err := srv2.WaitRunStatus(testCtx(t), id, "waiting_for_approval"); err != nil {
+	if err := srv2.WaitRunStatus(ctx, id, "waiting_for_approval"); err != nil {
 		t.Fatal(err)
 	}
 	es, _ := openEvents(t, srv2, id)
 	es.next()
-	srv.Close()
-	srv2.Close()
+	done := make(chan struct{})
+	go func() { srv.Close(); srv2.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("Close blocked on a run")
+	}
+	es.close()
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for runtime.NumGoroutine() > base {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
+
+// TestRunsIDsAndInfo: RunIDs lists runs oldest first; Run reports status, key and output.
+func TestRunsIDsAndInfo(t *testing.T) {
+	clk := newClock() // a frozen clock: equal creation times keep their order
+	srv := newServer(t, hermestest.WithClock(clk.now))
+	a := startRun(t, srv, `{"input":"a"}`, "Idempotency-Key", "ka")
+	b := startRun(t, srv, `{"input":"b"}`)
+	if ids := srv.RunIDs(); len(ids) != 2 || ids[0] != a || ids[1] != b {
+		t.Fatalf("RunIDs %v", ids)
+	}
+	if err := srv.WaitRunStatus(testCtx(t), a, "completed"); err != nil {
+		t.Fatal(err)
+	}
+	ri, ok := srv.Run(a)
+	if !ok || ri.IdempotencyKey != "ka" || ri.Output != "stub reply: a" || ri.SessionID != a || ri.Subscribed {
+		t.Fatalf("Run %+v", ri)
+	}
+	if _, ok := srv.Run("run_nope"); ok {
+		t.Fatal("unknown run found")
+	}
+}
+
+// TestRunsKeepalive: an idle events stream carries ": keepalive" comments.
+func TestRunsKeepalive(t *testing.T) {
+	srv := newServer(t, hermestest.WithKeepalive(5*time.Millisecond), blockingAgent(make(chan struct{})))
+	id := startRun(t, srv, `{"input":"x"}`)
+	es, _ := openEvents(t, srv, id)
+	for es.sc.Scan() {
+		if es.sc.Text() == ": keepalive" {
+			return
+		}
+	}
+	t.Fatal("no keepalive")
 }

@@ -17,6 +17,31 @@
 // run_status, run_events, run_approval, run_stop. chat vs chat_stream and responses vs
 // responses_stream are decided by the request body's "stream" flag. Requests
 // to unknown paths or with a wrong method get the route key "" (Calls("")).
+//
+// # Runs
+//
+// POST /v1/runs answers 202 {"run_id", "status": "started"} at once and plays
+// the scripted Reply in the background (one goroutine per run, owned by the
+// Server: Close cancels it and waits). Each run has one event queue, buffered
+// from creation: the first GET …/events subscriber takes it and, when its
+// handler exits (end or disconnect), the queue is gone and later
+// subscriptions are 404 run_not_found; a queue nobody subscribed to is gone
+// RunStreamTTL (300 s) after creation. GET /v1/runs/{id} answers the status
+// object in Hermes's key order until RunStatusTTL (3600 s) after the run
+// ended. Both TTLs use the WithClock clock and are applied when a request
+// looks, not by a sweeper goroutine. Stop answers 200 stopping while the run
+// is live (the run then ends cancelled with run.cancelled), else 404.
+//
+// The reply is played as run events: for each Tool its Text as
+// message.delta, reasoning.available (a copy of the text), tool.started,
+// approval.request when the Tool has an Approval (the run waits), then
+// tool.completed {tool, duration, error}; then the final Text as
+// message.delta, reasoning.available, and run.completed {output, usage}, or
+// run.failed {error} when Reply.Fail is set. Reply.Delay and DeltaDelay slow
+// the run down; an Agent that blocks until ctx is done gives a run that only
+// stop or Close ends. RunsStarted, RunsStartedFor, ToolRuns, Run, RunIDs,
+// WaitRun and WaitRunStatus observe runs; WithRunsIdempotency turns on the
+// durable run idempotency of later Hermes versions.
 package hermestest
 
 import (
