@@ -275,3 +275,10 @@ func (b *Bridge) records(s kvstore.Records) kvstore.Records {
 	}
 	return timedRecords{Records: s, m: b.metrics}
 }
+
+// approvalOutcome counts one approval decision outcome (see MetricApprovals); nil-safe.
+func (m *metrics) approvalOutcome(outcome string) {
+	if m != nil {
+		m.approvals.WithLabelValues(outcome).Inc()
+	}
+}

@@ -43,6 +43,7 @@ type runner interface {
 	RunStatus(ctx context.Context, runID string) (*hermes.RunStatus, error)
 	RunEvents(ctx context.Context, runID string) (*hermes.RunEventStream, error)
 	RunStop(ctx context.Context, runID string) (*hermes.RunStopResult, error)
+	RunApproval(ctx context.Context, runID, choice string, all bool) (*hermes.RunApprovalResult, error)
 	Capabilities(ctx context.Context) (*hermes.Capabilities, error)
 }
 
@@ -71,6 +72,7 @@ type runFollow struct {
 	runID      string
 	reattached bool // this delivery took the run over from another one
 	cancelFlag bool // the record carries a cancel request (the run is stopped at once)
+	approvals  *runApprovals
 	events     int  // events republished by this delivery
 	streamed   bool // this delivery read the run's events to their terminal event
 	toolsRan   bool // a tool.started event was seen
@@ -92,6 +94,8 @@ func (j *job) executeRun(ctx, cctx context.Context, claim *kvstore.Claim, pub *e
 	}
 	rec := claim.Record()
 	f := &runFollow{j: j, r: r, pub: pub, runID: rec.RunID, cancelFlag: rec.Cancel}
+	f.approvals = &runApprovals{f: f, claim: claim}
+	defer f.approvals.stop()
 	if f.runID != "" {
 		f.reattached = true
 	} else {
@@ -203,6 +207,7 @@ func (f *runFollow) bind(claim *kvstore.Claim) error {
 func (f *runFollow) follow(ctx, cctx context.Context) (*events.Result, error) {
 	if f.reattached {
 		f.pub.seq = f.storedEvents(cctx)
+		f.approvals.rearm()
 	}
 	if f.cancelFlag {
 		f.stop()
@@ -285,6 +290,9 @@ func (f *runFollow) readEvents(cctx context.Context) error {
 			return perr
 		}
 		f.events++
+		if ev.Name == "approval.request" {
+			f.approvals.ask(ev)
+		}
 		if ev.Terminal {
 			f.streamed = true
 			return nil
