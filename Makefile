@@ -51,6 +51,7 @@ lint: vet fmt-check staticcheck ## go vet + gofmt + staticcheck (+ golangci-lint
 fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzSSEReader$$' -fuzztime $(FUZZTIME) ./hermes
 	$(GO) test -run '^$$' -fuzz '^FuzzPrepare$$' -fuzztime $(FUZZTIME) ./hermes
+	$(GO) test -run '^$$' -fuzz '^FuzzRunEvents$$' -fuzztime $(FUZZTIME) ./hermes
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnvelope$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzBinaryValidation$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./events

@@ -169,6 +169,9 @@ func timeoutFor(spec hermes.Spec, a *events.Action) time.Duration {
 	if a != nil && a.TimeoutMS != nil && *a.TimeoutMS > 0 {
 		return time.Duration(*a.TimeoutMS) * time.Millisecond
 	}
+	if spec.Name == RunOperation {
+		return defaultRunTimeout
+	}
 	if spec.Stream {
 		return defaultStreamTimeout
 	}
@@ -232,7 +235,7 @@ func (j *job) identify(decodeErr error) *events.ErrorInfo {
 	ep, op, perr := b.subjects.ParseAction(j.msg.Subject())
 	j.endpointID, j.op = ep, op
 	j.capID = events.CapabilityID(ep, op)
-	j.spec, _ = hermes.Lookup(op)
+	j.spec, _ = lookupOp(op)
 	var invalid *events.ErrorInfo
 	var attrErr *events.AttributeError
 	switch {
@@ -340,6 +343,10 @@ func (j *job) onOutcome(ctx context.Context, out kvstore.Outcome) (decision, boo
 		m.takeovers.Inc()
 	}
 	if out.Verdict == kvstore.Uncertain {
+		if j.op == RunOperation {
+			// A run is followed to its end, not resent (see run.go).
+			return j.resumeRun(ctx, out.Claim)
+		}
 		// The request may have reached Hermes: never resend an unsafe call.
 		if out.Claim.Record().Cancel {
 			return j.settleCancelled(ctx, true), true
@@ -387,7 +394,7 @@ func (j *job) validate() *events.ErrorInfo {
 		return invalidAction("subject", fmt.Sprintf("unknown endpoint %q", j.endpointID))
 	}
 	j.ep = ep
-	if _, ok := hermes.Lookup(j.op); !ok {
+	if _, ok := lookupOp(j.op); !ok {
 		return invalidAction("subject", fmt.Sprintf("unknown operation %q", j.op))
 	}
 	if a.CapabilityID != "" && a.CapabilityID != j.capID {
@@ -399,15 +406,15 @@ func (j *job) validate() *events.ErrorInfo {
 	if err := schemas.ValidateAction(j.op, j.env.Data); err != nil {
 		return actionErrorInfo(err)
 	}
+	if j.spec.KeyRequired && a.IdempotencyKey == "" {
+		return &events.ErrorInfo{Code: "idempotency_key_required", Category: "policy",
+			Message: j.op + " requires an idempotency_key", Details: map[string]any{"operation": j.op}}
+	}
 	p, err := hermes.Prepare(j.request())
 	if err != nil {
 		return clientErrorInfo(err, true)
 	}
 	j.prepared = p
-	if j.spec.KeyRequired && a.IdempotencyKey == "" {
-		return &events.ErrorInfo{Code: "idempotency_key_required", Category: "policy",
-			Message: j.op + " requires an idempotency_key", Details: map[string]any{"operation": j.op}}
-	}
 	if t := ep.cfg.TenantID; t != "" && a.TenantID != t {
 		return &events.ErrorInfo{Code: "tenant_mismatch", Category: "auth",
 			Message: "the action's tenant is not admitted to endpoint " + j.endpointID}
@@ -416,7 +423,11 @@ func (j *job) validate() *events.ErrorInfo {
 }
 
 func (j *job) request() hermes.Request {
-	r := hermes.Request{Operation: j.op, Input: j.action.Input, IdempotencyKey: j.action.IdempotencyKey}
+	op := j.op
+	if op == RunOperation {
+		op = "run_start" // the governed run starts with run_start's request
+	}
+	r := hermes.Request{Operation: op, Input: j.action.Input, IdempotencyKey: j.action.IdempotencyKey}
 	if j.trace.Traceparent != "" {
 		r.Header = map[string][]string{"Traceparent": {j.trace.Traceparent}}
 		if j.trace.Tracestate != "" {
@@ -495,6 +506,12 @@ func (j *job) execute(ctx context.Context) decision {
 	}
 	hctx, hspan := b.tracing.startCall(cctx, j)
 	j.sent = time.Now()
+	if j.op == RunOperation {
+		return j.settleRun(ctx, hctx, claim, pub, func(res *hermes.Result, err error) {
+			endCall(hspan, res, err)
+			endEvents(espan, pub.seq, nil)
+		})
+	}
 	res, err := j.ep.client.Send(hctx, j.prepared, onEvent)
 	b.metrics.observeCall(j, j.sent, res, err)
 	endCall(hspan, res, err)
@@ -506,6 +523,44 @@ func (j *job) execute(ctx context.Context) decision {
 		}
 	}
 	j.ep.brk.done(b.now(), err)
+	return j.settleCall(ctx, cctx, res, err)
+}
+
+// settleRun ends a governed run (see run.go): its result, a hand-back, or the same
+// mapping as any call's when its start failed.
+// cctx carries the deadline, the cancellation and the call's span; endSpans ends the
+// call's and the events' spans once the run has ended.
+func (j *job) settleRun(ctx, cctx context.Context, claim *kvstore.Claim, pub *eventPublisher, endSpans func(*hermes.Result, error)) decision {
+	b := j.b
+	r, err := j.executeRun(ctx, cctx, claim, pub)
+	if perr := pub.flush(ctx); perr != nil && err == nil && r != nil {
+		err, r = perr, nil
+	}
+	if r != nil {
+		endSpans(&hermes.Result{HTTPStatus: 200}, nil)
+	} else {
+		endSpans(nil, err)
+	}
+	switch {
+	case errors.Is(err, errLostClaimRun):
+		return j.lost(ctx)
+	case errors.Is(err, errRunHandBack):
+		j.setStatus("handed_back", "")
+		return nakAfter(b.ledger.Lease())
+	case r != nil:
+		b.metrics.observeCall(j, j.sent, &hermes.Result{HTTPStatus: 200}, nil)
+		j.ep.brk.done(b.now(), nil)
+		return j.settle(ctx, r)
+	}
+	b.metrics.observeCall(j, j.sent, nil, err)
+	j.ep.brk.done(b.now(), err)
+	return j.settleCall(ctx, cctx, nil, err)
+}
+
+// settleCall maps the answer of a Hermes call (or its error) to the delivery's end:
+// the result, a retry, a hand-back or an interruption.
+func (j *job) settleCall(ctx, cctx context.Context, res *hermes.Result, err error) decision {
+	b := j.b
 	if err != nil && res == nil && cctx.Err() != nil {
 		var he *hermes.Error
 		notStarted := errors.As(err, &he) && he.NotStarted

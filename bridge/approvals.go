@@ -146,6 +146,9 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 		j.trace = events.TraceContext{Traceparent: env.Traceparent, Tracestate: env.Tracestate}
 	}
 	d := b.serve(ctx, j, func(ctx context.Context) decision {
+		if d, ok := j.decideRun(ctx, msg, md, env, ap); ok {
+			return d
+		}
 		choose := func(r kvstore.Record) kvstore.Decision {
 			switch {
 			case b.now().After(r.ExpiresAt):
@@ -166,15 +169,7 @@ func (b *Bridge) handleApproval(ctx context.Context, msg jetstream.Msg, md *jets
 			return b.ledger.Decide(ctx, id, j.owner, choose, j.yieldWorker)
 		})
 		if errors.Is(err, kvstore.ErrNotFound) || errors.Is(err, kvstore.ErrNotParked) {
-			// The decision may have overtaken its action: look again shortly, for a while.
-			if md.NumDelivered < decisionTries {
-				j.setStatus("decision_early", "")
-				j.approval = "early"
-				return nakAfter(time.Second)
-			}
-			j.setStatus("decision_orphan", "")
-			j.approval = "orphan"
-			return b.deadLetter(ctx, msg, md, errors.New("no parked action with this id"))
+			return j.earlyDecision(ctx, msg, md)
 		}
 		if err != nil {
 			return j.infra(err)
@@ -207,7 +202,7 @@ func (j *job) resume(ctx context.Context, rec kvstore.Record) (decision, bool) {
 	b := j.b
 	ep, op, ok := events.ParseCapabilityID(rec.CapabilityID)
 	endpoint, known := b.eps[ep]
-	spec, known2 := hermes.Lookup(op)
+	spec, known2 := lookupOp(op)
 	j.endpointID, j.op, j.capID, j.spec, j.ep, j.inputHash = ep, op, rec.CapabilityID, spec, endpoint, rec.InputSHA256
 	j.env = &events.Envelope{ID: rec.ActionID, Data: rec.Action}
 	j.deadline = b.now().Add(timeoutFor(spec, nil))

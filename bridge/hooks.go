@@ -11,6 +11,11 @@ const (
 	PointClaimed Point = "claimed"
 	// PointDispatched: an unsafe call is recorded as dispatched; the request goes next.
 	PointDispatched Point = "dispatched"
+	// PointRunStarted: Hermes answered a governed run's POST /v1/runs with its run_id,
+	// which is not stored yet (the one window in which a crash leaves the run unknown).
+	PointRunStarted Point = "run_started"
+	// PointRunBound: the run_id is stored in the action record.
+	PointRunBound Point = "run_bound"
 	// PointEvent: one streamed event was handed to the publisher.
 	PointEvent Point = "event"
 	// PointStored: the terminal result is stored in KV; it is not published yet.
@@ -21,7 +26,7 @@ const (
 
 // Points lists every Point in flow order.
 func Points() []Point {
-	return []Point{PointDelivered, PointClaimed, PointDispatched, PointEvent, PointStored, PointPublished}
+	return []Point{PointDelivered, PointClaimed, PointDispatched, PointRunStarted, PointRunBound, PointEvent, PointStored, PointPublished}
 }
 
 func (b *Bridge) hook(p Point, actionID string) {

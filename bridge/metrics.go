@@ -120,7 +120,7 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 		// Pre-resolve the label children of every configured capability, so that the
 		// series exist from the start (rate() sees the first increase) and lookups are
 		// cheap.
-		for _, s := range hermes.Operations() {
+		for _, s := range Operations() {
 			if s.Stream {
 				m.firstEvent.WithLabelValues(id, s.Name)
 			}
@@ -194,7 +194,7 @@ func (m *metrics) settledAction(j *job, status, code string) {
 	if _, known := j.b.eps[ep]; !known {
 		ep = "unknown"
 	}
-	if _, known := hermes.Lookup(op); !known {
+	if _, known := lookupOp(op); !known {
 		op = "unknown"
 	}
 	m.settled.WithLabelValues(ep, op, status, code).Inc()
@@ -274,4 +274,11 @@ func (b *Bridge) records(s kvstore.Records) kvstore.Records {
 		return s
 	}
 	return timedRecords{Records: s, m: b.metrics}
+}
+
+// approvalOutcome counts one approval decision outcome (see MetricApprovals); nil-safe.
+func (m *metrics) approvalOutcome(outcome string) {
+	if m != nil {
+		m.approvals.WithLabelValues(outcome).Inc()
+	}
 }

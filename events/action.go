@@ -83,6 +83,30 @@ type Approval struct {
 	Reason      string     `json:"reason,omitempty"`
 	InputSHA256 string     `json:"input_sha256,omitempty"` // see InputSHA256
 	DecidedAt   *time.Time `json:"decided_at,omitempty"`
+	// Choice answers a governed run's tool approval: once, session or always (with
+	// decision approve; "" means once) or deny (with decision deny). Parked actions
+	// ignore it.
+	Choice string `json:"choice,omitempty"`
+}
+
+// Run approval choices (Approval.Choice).
+const (
+	ChoiceOnce    = "once"
+	ChoiceSession = "session"
+	ChoiceAlways  = "always"
+	ChoiceDeny    = "deny"
+)
+
+// RunChoice returns the Hermes choice an approval decision stands for: its Choice, else
+// once for approve and deny for deny.
+func (a *Approval) RunChoice() string {
+	switch {
+	case a.Choice != "":
+		return a.Choice
+	case a.Decision == DecisionDeny:
+		return ChoiceDeny
+	}
+	return ChoiceOnce
 }
 
 // Timeout returns the action's timeout, or 0 when it has none.
@@ -215,6 +239,15 @@ func decodeApproval(data []byte, prefix string, pre bool) (*Approval, error) {
 			} else {
 				ap.Reason = s
 			}
+		case "choice":
+			s, err := jsonString(f, v)
+			if err != nil {
+				return nil, err
+			}
+			if s != ChoiceOnce && s != ChoiceSession && s != ChoiceAlways && s != ChoiceDeny {
+				return nil, &ActionError{Field: f, Reason: "must be once, session, always or deny"}
+			}
+			ap.Choice = s
 		case "input_sha256":
 			s, err := jsonString(f, v)
 			if err != nil {
@@ -239,6 +272,9 @@ func decodeApproval(data []byte, prefix string, pre bool) (*Approval, error) {
 	if ap.Decision == "" {
 		return nil, &ActionError{Field: prefix + "decision", Reason: "is required"}
 	}
+	if ap.Choice != "" && (ap.Choice == ChoiceDeny) != (ap.Decision == DecisionDeny) {
+		return nil, &ActionError{Field: prefix + "choice", Reason: "must be deny with decision deny, and once, session or always with decision approve"}
+	}
 	if pre && ap.InputSHA256 == "" {
 		return nil, &ActionError{Field: prefix + "input_sha256", Reason: "is required"}
 	}
@@ -250,7 +286,7 @@ func decodeApproval(data []byte, prefix string, pre bool) (*Approval, error) {
 
 var (
 	actionFields   = []string{"capability_id", "input", "idempotency_key", "timeout_ms", "tenant_id", "approval"}
-	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at"}
+	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at", "choice"}
 )
 
 // firstUnknown returns the smallest member name not in known, or "" when all

@@ -96,6 +96,25 @@ func TestDecodeApproval(t *testing.T) {
 	if _, err := events.DecodeApproval([]byte(`{"decision":"approve","input_sha256":"abc"}`)); err == nil {
 		t.Fatal("short hash accepted")
 	}
+	// A run's tool approval: choice, and RunChoice's defaults.
+	for in, want := range map[string]string{
+		`{"decision":"approve"}`:                    "once",
+		`{"decision":"deny"}`:                       "deny",
+		`{"decision":"approve","choice":"session"}`: "session",
+		`{"decision":"approve","choice":"always"}`:  "always",
+		`{"decision":"deny","choice":"deny"}`:       "deny",
+	} {
+		ap, err := events.DecodeApproval([]byte(in))
+		if err != nil || ap.RunChoice() != want {
+			t.Errorf("%s: %+v, %v; want choice %s", in, ap, err, want)
+		}
+	}
+	for _, in := range []string{`{"decision":"approve","choice":"deny"}`, `{"decision":"deny","choice":"once"}`,
+		`{"decision":"approve","choice":"approve"}`, `{"decision":"approve","choice":1}`} {
+		if _, err := events.DecodeApproval([]byte(in)); err == nil {
+			t.Errorf("%s accepted", in)
+		}
+	}
 }
 
 func TestActionJSONRoundTrip(t *testing.T) {

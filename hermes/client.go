@@ -221,6 +221,39 @@ func (c *Client) send(ctx context.Context, p *Prepared, onEvent func(Event) erro
 		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
 		defer cancel()
 	}
+	resp, err := c.open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	status := resp.StatusCode
+
+	if spec.Stream {
+		return c.stream(ctx, p, resp, onEvent)
+	}
+
+	if resp.ContentLength > c.o.bodyLimit {
+		return nil, invalidResponse(op, "body_too_large", status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.o.bodyLimit+1))
+	if err != nil {
+		return nil, transportError(ctx, op, err, status)
+	}
+	if int64(len(b)) > c.o.bodyLimit {
+		return nil, invalidResponse(op, "body_too_large", status)
+	}
+	out := normalizeBody(b)
+	if op == "health" {
+		return c.health(out, status)
+	}
+	return &Result{Operation: op, HTTPStatus: status, Output: out, Status: "completed"}, nil
+}
+
+// open sends the prepared request and returns a 2xx response, whose body the caller closes;
+// a non-2xx answer is read (at most 64 KiB) and returned as a classified *Error.
+func (c *Client) open(ctx context.Context, p *Prepared) (*http.Response, error) {
+	spec := p.Spec
+	op := spec.Name
 	if ctx.Err() != nil {
 		return nil, ctxError(ctx, op)
 	}
@@ -262,33 +295,12 @@ func (c *Client) send(ctx context.Context, p *Prepared, onEvent func(Event) erro
 	if err != nil {
 		return nil, transportError(ctx, op, err, 0)
 	}
-	defer resp.Body.Close()
-	status := resp.StatusCode
-
-	if status < 200 || status > 299 {
+	if status := resp.StatusCode; status < 200 || status > 299 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
 		return nil, statusError(spec, status, resp.Header, b)
 	}
-
-	if spec.Stream {
-		return c.stream(ctx, p, resp, onEvent)
-	}
-
-	if resp.ContentLength > c.o.bodyLimit {
-		return nil, invalidResponse(op, "body_too_large", status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, c.o.bodyLimit+1))
-	if err != nil {
-		return nil, transportError(ctx, op, err, status)
-	}
-	if int64(len(b)) > c.o.bodyLimit {
-		return nil, invalidResponse(op, "body_too_large", status)
-	}
-	out := normalizeBody(b)
-	if op == "health" {
-		return c.health(out, status)
-	}
-	return &Result{Operation: op, HTTPStatus: status, Output: out, Status: "completed"}, nil
+	return resp, nil
 }
 
 func (c *Client) stream(ctx context.Context, p *Prepared, resp *http.Response, onEvent func(Event) error) (*Result, error) {

@@ -82,4 +82,54 @@
 // The stream result's Output is the aggregate {endpoint_id, operation, http_status,
 // event_count, text, terminal, truncated}; events are handed one by one to the callback and
 // are not collected.
+//
+// # Structured runs
+//
+// The five run operations (run_start, run_status, run_events, run_approval, run_stop; see
+// [RunOperations], [LookupRun]) are kept out of the 21-operation table ([Operations], [Lookup])
+// until the bridge exposes them. [Prepare] and [Client.Call] accept them (input rules in
+// Prepare's doc), and typed methods serve the governed run:
+//
+//   - [Client.RunStart] posts /v1/runs and returns the run_id from the 202 as soon as Hermes
+//     accepted the run; an Idempotency-Key (1–255 visible ASCII) is required. Store the run_id
+//     before anything else: the run goes on in Hermes whatever happens to the caller.
+//   - [Client.RunEvents] opens GET /v1/runs/{id}/events and returns a pull reader,
+//     [RunEventStream]: [RunEventStream.Next] returns [RunEvent] values (name from data.event,
+//     the AIP operator kind, typed fields) and io.EOF after the terminal event; a stream that
+//     ends before one is stream_incomplete.
+//   - [Client.RunStatus] polls GET /v1/runs/{id} ([RunStatus], [RunTerminal]).
+//   - [Client.RunApproval] and [Client.RunStop] forward a decision and a stop.
+//   - [Client.Capabilities] and [ParseCapabilities] read /v1/capabilities;
+//     [Capabilities.DurableRunIdempotency] tells whether the endpoint honours Idempotency-Key on
+//     /v1/runs durably (features.runs_idempotency of later Hermes versions; absent from v0.16
+//     and v0.19, which start a new run for every POST).
+//
+// A 404 with Hermes code run_not_found matches errors.Is(err, [ErrRunNotFound]): the run, its
+// status or its events queue is gone (see below). A 404 or 405 without a Hermes error envelope
+// (aiohttp's text page: the endpoint has no such route) matches [ErrRouteNotFound] instead.
+//
+// Hermes semantics the caller must design for (hermes-api.md §8.2, §9; the recorded
+// transcripts 40–43 of v0.16 and v0.19):
+//
+//   - The events of a run are ONE queue, created at POST and buffered from the start. The first
+//     subscriber gets everything; when its stream ends or breaks, the queue is deleted and every
+//     later subscription is 404 run_not_found. A queue nobody subscribed to is swept 300 s after
+//     creation. So: follow the events once, and on any break or 404 poll RunStatus.
+//   - Frames are "data: <json>" with the name in data.event (no event: or id: line, no seq);
+//     ": keepalive" comments every 30 s idle; the end is the comment ": stream closed". There is
+//     no run.started or run.queued event; the events are message.delta, reasoning.available (a
+//     copy of the assistant text, not model reasoning), tool.started, tool.completed,
+//     approval.request, approval.responded, and one of run.completed (output, usage),
+//     run.failed (error), run.cancelled.
+//   - Statuses are queued, running, waiting_for_approval, stopping, completed, failed,
+//     cancelled (later versions add interrupted). They live in Hermes's memory only: lost on a
+//     Hermes restart, and kept 3600 s after the run ended; then 404.
+//   - Stop is cooperative ("stopping", later cancelled) and is 404 once the run's task is no
+//     longer live, even though its status still answers.
+//   - An approval.request pauses the run (waiting_for_approval) until RunApproval decides; the
+//     409 codes approval_not_active and approval_not_pending are in Error.RemoteCode.
+//
+// Where hermes-api.md and the transcripts could disagree they agree for the runs routes;
+// README ("Structured runs") lists the points where this package or the fake chose between
+// sources (the AIP test double's bodies, the later runs_idempotency shape, v0.16's runs gate).
 package hermes

@@ -55,6 +55,32 @@ type Error struct {
 	NotStarted bool // certain that Hermes did not start the work
 	Details    map[string]any
 	Err        error // underlying cause (never an *url.Error, whose text holds the URL)
+
+	routeMissing bool // a 404/405 without a Hermes error envelope (aiohttp's text page)
+}
+
+// Sentinels matched with errors.Is against an *Error.
+var (
+	// ErrRunNotFound matches a 404 whose Hermes error code is run_not_found: the run is
+	// unknown to this Hermes process, its status expired (1 h after it ended), its events
+	// queue is gone (already consumed, subscriber disconnected, or swept 300 s after
+	// creation without a subscriber), or, for stop, the run is no longer live.
+	ErrRunNotFound = errors.New("hermes: run not found")
+	// ErrRouteNotFound matches a 404 or 405 that carries no Hermes error envelope (aiohttp's
+	// text/plain "404: Not Found"): the endpoint does not serve this route at all, e.g. a
+	// Hermes without the runs API, or not a Hermes server.
+	ErrRouteNotFound = errors.New("hermes: route not found")
+)
+
+// Is makes errors.Is(err, ErrRunNotFound) and errors.Is(err, ErrRouteNotFound) work.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrRunNotFound:
+		return e.HTTPStatus == http.StatusNotFound && e.RemoteCode == "run_not_found"
+	case ErrRouteNotFound:
+		return e.routeMissing
+	}
+	return false
 }
 
 // Error returns "hermes: <op>: <code>: <message>" plus the status, remote code and cause.
@@ -134,7 +160,8 @@ func newError(op, code, msg string) *Error {
 
 // remoteError is the tolerant decoding of a Hermes error body.
 type remoteError struct {
-	code string
+	code     string
+	envelope bool // the body was a JSON object with an error member
 }
 
 // decodeRemoteError accepts {"error":{...code...}}, {"error":"text"}, any other JSON, or non-JSON.
@@ -146,14 +173,16 @@ func decodeRemoteError(body []byte) remoteError {
 	if json.Unmarshal(body, &env) != nil || len(env.Error) == 0 {
 		return remoteError{}
 	}
+	r := remoteError{envelope: true}
 	var obj struct {
 		Code any `json:"code"`
 	}
 	if json.Unmarshal(env.Error, &obj) != nil {
-		return remoteError{}
+		return r
 	}
 	s, _ := obj.Code.(string)
-	return remoteError{code: sanitizeCode(s)}
+	r.code = sanitizeCode(s)
+	return r
 }
 
 // sanitizeCode keeps a remote error code only if it is a short identifier.
@@ -172,7 +201,8 @@ func sanitizeCode(s string) string {
 
 // statusError classifies a non-2xx response.
 func statusError(spec Spec, status int, header http.Header, body []byte) *Error {
-	rc := decodeRemoteError(body).code
+	re := decodeRemoteError(body)
+	rc := re.code
 	msg := "Hermes returned HTTP " + strconv.Itoa(status)
 	if rc != "" {
 		msg += " (" + rc + ")"
@@ -206,6 +236,7 @@ func statusError(spec Spec, status int, header http.Header, body []byte) *Error 
 	}
 	e.HTTPStatus = status
 	e.RemoteCode = rc
+	e.routeMissing = (status == http.StatusNotFound || status == http.StatusMethodNotAllowed) && !re.envelope
 	return e
 }
 

@@ -2,8 +2,10 @@ package hermes
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -115,8 +117,14 @@ func FuzzPrepare(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(uint8(s.op), []byte(s.in))
 	}
+	f.Add(uint8(21), []byte(`{"input":[{"role":"user","content":"x"}],"session_key":"k"}`))
+	f.Add(uint8(22), []byte(`{"run_id":"run_1"}`))
+	f.Add(uint8(23), []byte(`{"body":{"run_id":"a b"},"max_events":2}`))
+	f.Add(uint8(24), []byte(`{"run_id":"r","choice":"allow","all":true}`))
+	f.Add(uint8(25), []byte(`{"run_id":"r"}`))
+	all := append(append([]Spec(nil), operations...), runOperations...)
 	f.Fuzz(func(t *testing.T, opi uint8, in []byte) {
-		spec := operations[int(opi)%len(operations)]
+		spec := all[int(opi)%len(all)]
 		p, err := Prepare(Request{Operation: spec.Name, Input: in, IdempotencyKey: "k"})
 		if err != nil {
 			var ie *InputError
@@ -150,7 +158,7 @@ func FuzzPrepare(f *testing.F) {
 				}
 			}
 		}
-		if (p.Body != nil) != (spec.Method == "POST" || spec.Method == "PATCH") {
+		if (p.Body != nil) != (spec.Name != "run_stop" && (spec.Method == "POST" || spec.Method == "PATCH")) {
 			t.Fatalf("%s body presence %v", spec.Name, p.Body != nil)
 		}
 		if p.Body != nil {
@@ -165,7 +173,7 @@ func FuzzPrepare(f *testing.F) {
 			}
 			for _, k := range []string{"idempotency_key", "max_events", "session_key"} {
 				if _, ok := m[k]; ok && spec.Name != "session_create" {
-					if spec.Name == "responses" || spec.Name == "responses_stream" || spec.Name == "session_fork" {
+					if spec.Name == "responses" || spec.Name == "responses_stream" || spec.Name == "session_fork" || spec.Name == "run_start" {
 						continue // a provider body given as input.body is forwarded as is
 					}
 					t.Fatalf("%s: control field %s reached the body", spec.Name, k)
@@ -223,4 +231,63 @@ func reference(ev Event, textEmpty bool) (string, string) {
 		}
 	}
 	return name, ""
+}
+
+// FuzzRunEvents reads arbitrary bytes as a run-events stream: no panic, every event is a JSON
+// object with a name and a known kind, Terminal is consistent with the name, nothing follows
+// a terminal event, and every failure is a classified *Error. Each frame's data is also fed
+// to ParseRunEvent, which must agree with the stream.
+func FuzzRunEvents(f *testing.F) {
+	for _, b := range transcriptSeeds(f) {
+		f.Add(b)
+	}
+	f.Add([]byte("data: {\"command\": \"rm\", \"pattern_keys\": [\"x\"], \"event\": \"approval.request\", \"choices\": [\"once\", \"deny\"]}\n\n"))
+	f.Add([]byte("data: {\"event\": \"approval.responded\", \"choice\": \"once\", \"resolved\": 1e300}\n\n"))
+	f.Add([]byte("data: {\"event\": \"tool.completed\", \"tool\": 1, \"duration\": \"x\", \"error\": true}\n\ndata: {\"event\": \"run.failed\", \"error\": \"e\"}\n\n"))
+	f.Add([]byte("data: {\"event\": \"run.completed\", \"usage\": [1]}\n\n: stream closed\n\n"))
+	f.Add([]byte(": keepalive\n\ndata: {\"event\": \"\"}\n\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		es := newRunEventStream(context.Background(), io.NopCloser(bytes.NewReader(b)), 4096, 1<<20, 64)
+		defer es.Close()
+		terminal := false
+		for i := 0; ; i++ {
+			ev, err := es.Next()
+			if err == io.EOF {
+				if !terminal {
+					t.Fatal("EOF without a terminal event")
+				}
+				return
+			}
+			if err != nil {
+				var he *Error
+				if !errors.As(err, &he) || (he.Code != CodeInvalidResponse && he.Code != CodeStreamIncomplete && he.Code != CodeStreamTruncated) {
+					t.Fatalf("unexpected error %T %v", err, err)
+				}
+				if _, again := es.Next(); again != err {
+					t.Fatal("error not sticky")
+				}
+				return
+			}
+			if terminal {
+				t.Fatal("event after a terminal event")
+			}
+			terminal = ev.Terminal
+			if ev.Name == "" || !validKinds[ev.Kind] || !json.Valid(ev.Data) || ev.Data[0] != '{' {
+				t.Fatalf("bad event %+v", ev)
+			}
+			if ev.Terminal != (ev.Kind == KindDone || ev.Kind == KindError) {
+				t.Fatalf("terminal %v with kind %s", ev.Terminal, ev.Kind)
+			}
+			if (ev.Approval != nil) != (ev.Name == "approval.request") || (ev.Usage != nil && ev.Name != "run.completed") || ev.Resolved < 0 {
+				t.Fatalf("fields of %s: %+v", ev.Name, ev)
+			}
+			again, err := ParseRunEvent(ev.Data)
+			if err != nil || again.Name != ev.Name || again.Kind != ev.Kind || again.Delta != ev.Delta || again.Output != ev.Output {
+				t.Fatalf("ParseRunEvent disagrees: %+v %v", again, err)
+			}
+			if i > 100 {
+				t.Fatal("more events than the limit")
+			}
+		}
+	})
 }

@@ -48,6 +48,44 @@ var operations = []Spec{
 	{Name: "session_chat_stream", Method: http.MethodPost, Path: "/api/sessions/{session_id}/chat/stream", Stream: true, Auth: true},
 }
 
+// runOperations is the table of the five structured-runs operations (Hermes /v1/runs*). They
+// are kept out of the 21-operation table until the bridge exposes them; Prepare, Call and the
+// typed Run* methods accept them.
+var runOperations = []Spec{
+	{Name: "run_start", Method: http.MethodPost, Path: "/v1/runs", KeyRequired: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "run_status", Method: http.MethodGet, Path: "/v1/runs/{run_id}", Safe: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "run_events", Method: http.MethodGet, Path: "/v1/runs/{run_id}/events", Stream: true, Safe: true, Auth: true},
+	{Name: "run_approval", Method: http.MethodPost, Path: "/v1/runs/{run_id}/approval", KeyRequired: true, Approval: true, Auth: true, Timeout: jsonTimeout},
+	{Name: "run_stop", Method: http.MethodPost, Path: "/v1/runs/{run_id}/stop", KeyRequired: true, Approval: true, Auth: true, Timeout: jsonTimeout},
+}
+
+// RunOperations returns the five run operations (run_start, run_status, run_events,
+// run_approval, run_stop) in that order. The slice is a fresh copy. They are not part of
+// Operations or Lookup; use LookupRun.
+func RunOperations() []Spec {
+	out := make([]Spec, len(runOperations))
+	copy(out, runOperations)
+	return out
+}
+
+// LookupRun returns the Spec of the named run operation and whether it exists.
+func LookupRun(op string) (Spec, bool) {
+	for _, s := range runOperations {
+		if s.Name == op {
+			return s, true
+		}
+	}
+	return Spec{}, false
+}
+
+// lookupAny finds op in either table.
+func lookupAny(op string) (Spec, bool) {
+	if s, ok := Lookup(op); ok {
+		return s, true
+	}
+	return LookupRun(op)
+}
+
 var opIndex = func() map[string]int {
 	m := make(map[string]int, len(operations))
 	for i, s := range operations {

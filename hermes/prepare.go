@@ -60,35 +60,60 @@ type obj map[string]json.RawMessage
 // MaxRequestBody gives an *Error with Code payload_too_large and NotStarted set.
 //
 // Mapping, per operation:
+//
 //   - health, health_detailed, models, capabilities, skills, toolsets: the input must be empty.
+//
 //   - chat, chat_stream: exactly one of prompt, query (non-empty strings) or messages (non-empty
 //     array of objects); prompt/query become [{"role":"user","content":...}]; model defaults to
 //     "hermes-agent"; stream is forced; session_id and session_key become X-Hermes-Session-Id and
 //     X-Hermes-Session-Key; idempotency_key and max_events are removed; other fields pass through.
+//
 //   - responses, responses_stream: the body is input.body (a non-object is wrapped as {"input":…})
 //     or the whole input minus session_key, idempotency_key and max_events; beside body only those
 //     control fields are allowed; input is required; conversation excludes previous_response_id;
 //     conversation_history entries need role and content; stream is forced.
+//
 //   - response_get, response_delete: response_id from the input or input.body.
+//
 //   - sessions_list: limit (default 50, clamped to 200), offset (default 0, clamped to 1000000),
 //     source, include_children, at top level or in a query object (no unknown keys, no
 //     conflicting duplicates); the query string is always "limit=&offset=" then the others.
+//
 //   - session_create: input.body or the whole input; the selected id (first non-empty of id and
 //     session_id) must satisfy the create-id rules (see validSessionID).
+//
 //   - session_patch: only title and end_reason may remain in the body.
+//
 //   - session_fork: the path id comes from the top-level session_id only; the body (possibly {})
 //     keeps id/session_id as the child id, checked with the create-id rules.
+//
 //   - session_chat, session_chat_stream: input.body or the input; message is set from prompt or
 //     query when message and input are absent; session_id, session_key, idempotency_key,
 //     max_events, prompt and query are removed; a visible message or input is required, each text
 //     at most 65536 characters, at most 1000 content parts.
+//
+//   - run_start: input.body (a non-object is wrapped as {"input":…}) or the whole input minus
+//     session_key, idempotency_key and max_events (beside body only those are allowed);
+//     session_key becomes X-Hermes-Session-Key; input is required: a non-blank string or a
+//     non-empty array of objects whose last element has a content; instructions, session_id,
+//     previous_response_id and model must be strings when present (session_id at most 256
+//     characters without control characters), conversation_history an array of objects with
+//     role and content. Request.IdempotencyKey is required and must be 1–255 visible ASCII
+//     characters (the rule of Hermes versions with durable run idempotency).
+//
+//   - run_status, run_events, run_stop: run_id from the input or input.body (a path id);
+//     session_key becomes X-Hermes-Session-Key; run_stop sends no body.
+//
+//   - run_approval: run_id as above; choice (input or input.body) is one of once, session,
+//     always, deny or the aliases approve, approved, allow (sent as given: Hermes maps them to
+//     once); all or resolve_all (booleans) become "all": true. The body is {"choice", "all"?}.
 //
 // Every path id must be a string that is not blank, has no control character, is at most 512
 // bytes and is not "." or ".."; it is percent-encoded as one path segment (see escapeSegment).
 // Request.Header entries are copied except Authorization, Host, Content-Length, Content-Type,
 // Accept, Transfer-Encoding, Connection, (X-)Idempotency-Key and X-Hermes-*, which the client owns.
 func Prepare(req Request) (*Prepared, error) {
-	spec, ok := Lookup(req.Operation)
+	spec, ok := lookupAny(req.Operation)
 	if !ok {
 		return nil, inputErr("operation", "unknown operation")
 	}
@@ -137,6 +162,18 @@ func Prepare(req Request) (*Prepared, error) {
 	case "session_chat", "session_chat_stream":
 		if err = fillPath(p, in, "session_id", true); err == nil {
 			body, err = prepSessionChat(in, p.Header)
+		}
+	case "run_start":
+		if err = runIdempotencyKey(req.IdempotencyKey); err == nil {
+			body, err = prepRunStart(in, p.Header)
+		}
+	case "run_status", "run_events", "run_stop":
+		if err = fillPath(p, in, "run_id", true); err == nil {
+			err = sessionHeader(p.Header, in, "session_key", "X-Hermes-Session-Key", "input.session_key")
+		}
+	case "run_approval":
+		if err = fillPath(p, in, "run_id", true); err == nil {
+			body, err = prepRunApproval(in)
 		}
 	}
 	if err != nil {
@@ -914,4 +951,123 @@ func checkContent(field string, raw json.RawMessage) (bool, error) {
 		return len(parts) > 0, nil
 	}
 	return false, inputErr(field, "must be a string or an array of content parts")
+}
+
+// --- runs ---------------------------------------------------------------------------------------
+
+// runIdempotencyKey checks the Idempotency-Key of run_start: required, 1–255 visible ASCII.
+func runIdempotencyKey(k string) error {
+	if k == "" {
+		return inputErr("idempotency_key", "is required for run_start")
+	}
+	if len(k) > 255 {
+		return inputErr("idempotency_key", "must be at most 255 characters for run_start")
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return inputErr("idempotency_key", "must be visible ASCII for run_start")
+		}
+	}
+	return nil
+}
+
+func prepRunStart(in obj, h http.Header) (obj, error) {
+	body, prefix, err := bodyOrInput(in, true, controlFields)
+	if err != nil {
+		return nil, err
+	}
+	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
+		return nil, err
+	}
+	raw, ok := body.get("input")
+	if !ok {
+		return nil, inputErr(prefix+".input", "is required")
+	}
+	switch kindOf(raw) {
+	case '"':
+		s, _ := asString(raw)
+		if strings.TrimSpace(s) == "" {
+			return nil, inputErr(prefix+".input", "must not be blank")
+		}
+	case '[':
+		arr, _ := asArray(raw)
+		if len(arr) == 0 {
+			return nil, inputErr(prefix+".input", "must not be empty")
+		}
+		for i, it := range arr {
+			if _, isObj := asObject(it); !isObj {
+				return nil, inputErr(prefix+".input["+strconv.Itoa(i)+"]", "must be an object")
+			}
+		}
+		last, _ := asObject(arr[len(arr)-1])
+		if _, ok := last.get("content"); !ok {
+			return nil, inputErr(prefix+".input["+strconv.Itoa(len(arr)-1)+"].content", "is required")
+		}
+	default:
+		return nil, inputErr(prefix+".input", "must be a string or an array")
+	}
+	for _, k := range []string{"instructions", "session_id", "previous_response_id", "model"} {
+		if raw, ok := body.get(k); ok && kindOf(raw) != '"' {
+			return nil, inputErr(prefix+"."+k, "must be a string")
+		}
+	}
+	if raw, ok := body.get("session_id"); ok {
+		s, _ := asString(raw)
+		if utf8.RuneCountInString(s) > maxSessionIDLen || hasControl(s) {
+			return nil, inputErr(prefix+".session_id", "must be at most 256 characters without control characters")
+		}
+	}
+	if raw, ok := body.get("conversation_history"); ok {
+		arr, isArr := asArray(raw)
+		if !isArr {
+			return nil, inputErr(prefix+".conversation_history", "must be an array")
+		}
+		for i, it := range arr {
+			m, isObj := asObject(it)
+			_, hasRole := m["role"]
+			_, hasContent := m["content"]
+			if !isObj || !hasRole || !hasContent {
+				return nil, inputErr(prefix+".conversation_history["+strconv.Itoa(i)+"]", "must be an object with role and content")
+			}
+		}
+	}
+	return body, nil
+}
+
+// runChoices are the approval choices Hermes accepts (aliases included).
+var runChoices = []string{"once", "session", "always", "deny", "approve", "approved", "allow"}
+
+func prepRunApproval(in obj) (obj, error) {
+	src, prefix := in, "input"
+	if b, ok := in.get("body"); ok {
+		m, isObj := asObject(b)
+		if !isObj {
+			return nil, inputErr("input.body", "must be a JSON object")
+		}
+		src, prefix = m, "input.body"
+	}
+	raw, ok := src.get("choice")
+	if !ok {
+		return nil, inputErr(prefix+".choice", "is required")
+	}
+	choice, isStr := asString(raw)
+	if !isStr || !slices.Contains(runChoices, choice) {
+		return nil, inputErr(prefix+".choice", "must be one of once, session, always, deny, approve, approved, allow")
+	}
+	body := obj{"choice": raw}
+	for _, k := range []string{"all", "resolve_all"} {
+		for i, m := range []obj{in, src} {
+			v, ok := m.get(k)
+			if !ok {
+				continue
+			}
+			if kindOf(v) != 'b' {
+				return nil, inputErr([]string{"input.", prefix + "."}[i]+k, "must be a boolean")
+			}
+			if string(bytes.TrimSpace(v)) == "true" {
+				body["all"] = json.RawMessage("true")
+			}
+		}
+	}
+	return body, nil
 }

@@ -38,6 +38,8 @@ import (
 //	claimed     claimed     Renew: a heartbeat                     Update act
 //	claimed     dispatched  Dispatch: the write-ahead mark         Update act
 //	dispatched  dispatched  Bind: a durable run's id (run_id)      Update act
+//	dispatched  dispatched  AskApproval: a run's tool approval k   Append pending, Update act
+//	dispatched  dispatched  AnswerApproval/ExpireApproval: k once  Update act
 //	dispatched  dispatched  Begin: owner gone, outcome unknown     Update act
 //	claimed     released    Release: certain non-execution, retry  Update act
 //	claimed     parked      Park: waits for a decision             Update act, Create park, Append pending, Update act
@@ -116,6 +118,10 @@ var (
 	ErrNotParked = errors.New("kvstore: the action is not waiting for a decision")
 	// ErrNotDispatched: Bind on a claim whose record is not marked dispatched.
 	ErrNotDispatched = errors.New("kvstore: the action is not dispatched")
+	// ErrNotPending: an approval answer found no bound run asking that approval.
+	ErrNotPending = errors.New("kvstore: no run waits for this approval")
+	// ErrAnswered: the approval was answered already (the record names by what).
+	ErrAnswered = errors.New("kvstore: the approval was answered already")
 )
 
 // NewLedger returns a ledger over rec and log. lease is how long an owner's revision
@@ -631,6 +637,97 @@ func (c *Claim) Bind(ctx context.Context, runID string) error {
 		err := c.update(ctx, func(r *Record) { r.RunID = runID })
 		if !errors.Is(err, ErrCancelRequested) {
 			return err
+		}
+	}
+}
+
+// AskApproval records that the claim's bound run asks tool approval seq (from 1, one
+// more than the last): it appends the pending message after the action's last result
+// message, then writes the approval's index, hash (sha) and expiry with the message's
+// sequence into the record, where any replica's decision finds it (AnswerApproval). A
+// cancel flag that came in is adopted. Errors: ErrNotDispatched (no bound run),
+// ErrLostClaim, ErrSettled (a terminal result is stored).
+func (c *Claim) AskApproval(ctx context.Context, seq int, sha string, expires time.Time, pending *nats.Msg) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.lost:
+		return ErrLostClaim
+	case c.rec.State != StateDispatched || c.rec.RunID == "":
+		return ErrNotDispatched
+	case seq <= c.rec.ApprovalSeq:
+		return fmt.Errorf("kvstore: approval %d of %s is not after %d", seq, c.id, c.rec.ApprovalSeq)
+	}
+	pseq, err := c.l.log.Append(ctx, c.id, pending, c.rec.PendingSeq)
+	if errors.Is(err, ErrConflict) {
+		if le, lerr := c.l.log.Last(ctx, c.id); lerr == nil && le.Terminal {
+			return ErrSettled
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for {
+		err := c.update(ctx, func(r *Record) {
+			r.PendingSeq, r.ApprovalSeq, r.ApprovalSHA256, r.ExpiresAt = pseq, seq, sha, expires.UTC()
+		})
+		if !errors.Is(err, ErrCancelRequested) {
+			return err
+		}
+	}
+}
+
+// ExpireApproval answers the claim's pending approval seq as expired, unless a decision
+// answered it first; won says whether the expiry answered it (the owner then denies it
+// on Hermes). Errors: ErrLostClaim.
+func (c *Claim) ExpireApproval(ctx context.Context, seq int) (won bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost {
+		return false, ErrLostClaim
+	}
+	// The condition is checked in the write: a lost compare-and-set adopts the record a
+	// decision wrote and applies this change again (see update).
+	for {
+		err = c.update(ctx, func(r *Record) {
+			won = r.ApprovalSeq == seq && r.ApprovalAnswered < seq
+			if won {
+				r.ApprovalAnswered, r.ApprovalDecision = seq, ""
+			}
+		})
+		if !errors.Is(err, ErrCancelRequested) {
+			return won && err == nil, err
+		}
+	}
+}
+
+// AnswerApproval records that decision (its message id) answers approval seq of action
+// id's bound run: one compare-and-set on the action record, which any replica may do.
+// Only the first answer of an approval wins; it returns the record as it stored it (the
+// caller then forwards the decision to Hermes). Errors: ErrNotFound; ErrNotPending when
+// no bound run asks approval seq (not yet asked, or not a bound run); ErrAnswered (with
+// the stored record) when it was answered already.
+func (l *Ledger) AnswerApproval(ctx context.Context, id string, seq int, decision string) (Record, error) {
+	key := ActionKey(id)
+	for {
+		e, err := l.rec.Get(ctx, key)
+		if err != nil {
+			return Record{}, err
+		}
+		r := e.Record
+		switch {
+		case r.State != StateDispatched || r.RunID == "" || seq < 1 || r.ApprovalSeq < seq:
+			return r, ErrNotPending
+		case r.ApprovalAnswered >= seq:
+			return r, ErrAnswered
+		case r.ApprovalSeq != seq:
+			return r, ErrAnswered // a later approval is asked: this one was answered
+		}
+		r.ApprovalAnswered, r.ApprovalDecision = seq, decision
+		if _, err := l.rec.Update(ctx, key, r, e.Revision); err == nil {
+			return r, nil
+		} else if !errors.Is(err, ErrConflict) {
+			return Record{}, err
 		}
 	}
 }

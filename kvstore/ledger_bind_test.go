@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 	"github.com/hermes-bridge/hermes-bridge/kvstore/kvtest"
@@ -119,5 +123,73 @@ func TestLedgerCancelFlagRacesBind(t *testing.T) {
 				t.Fatalf("record %+v, claim's cancel %v, lost %v", e.Record, c.Record().Cancel, c.Lost())
 			}
 		})
+	}
+}
+
+// TestLedgerRunApproval: the owner of a bound run asks approval k (its pending message,
+// then the record); a decision answers it once (a second answer, or a redelivered one,
+// finds it answered and says by whom); the owner's expiry cannot answer it again; the
+// terminal result follows the pending message in the log.
+func TestLedgerRunApproval(t *testing.T) {
+	f := newFixture(t, testLease)
+	c := f.run(intent("a", "d1"))
+	if err := c.Dispatch(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.l.AnswerApproval(f.ctx, "a", 1, "dec-0")
+	wantErr(t, "an answer before the run is bound", err, kvstore.ErrNotPending)
+	if err := c.Bind(f.ctx, "run_1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.l.AnswerApproval(f.ctx, "a", 1, "dec-0")
+	wantErr(t, "an answer before the approval is asked", err, kvstore.ErrNotPending)
+	exp := time.Now().Add(time.Minute)
+	if err := c.AskApproval(f.ctx, 1, "sha-1", exp, pendingMsg("a")); err != nil {
+		t.Fatalf("AskApproval: %v", err)
+	}
+	r := c.Record()
+	if r.ApprovalSeq != 1 || r.ApprovalSHA256 != "sha-1" || r.PendingSeq == 0 || !r.ExpiresAt.Equal(exp) {
+		t.Fatalf("record after AskApproval: %+v", r)
+	}
+	rec, err := f.l.AnswerApproval(f.ctx, "a", 1, "dec-1")
+	if err != nil || rec.RunID != "run_1" || rec.ApprovalAnswered != 1 {
+		t.Fatalf("AnswerApproval: %+v, %v", rec, err)
+	}
+	rec, err = f.l.AnswerApproval(f.ctx, "a", 1, "dec-1")
+	wantErr(t, "the same decision again", err, kvstore.ErrAnswered)
+	if rec.ApprovalDecision != "dec-1" {
+		t.Fatalf("the answered record names decision %q", rec.ApprovalDecision)
+	}
+	_, err = f.l.AnswerApproval(f.ctx, "a", 1, "dec-2")
+	wantErr(t, "another decision", err, kvstore.ErrAnswered)
+	won, err := c.ExpireApproval(f.ctx, 1)
+	if err != nil || won {
+		t.Fatalf("ExpireApproval of an answered approval: won %v, %v", won, err)
+	}
+	// The owner's heartbeat keeps the answer (it adopts the record it finds).
+	if err := c.Renew(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e := f.record("a"); e.Record.ApprovalAnswered != 1 || e.Record.ApprovalDecision != "dec-1" {
+		t.Fatalf("record after Renew: %+v", e.Record)
+	}
+	// Approval 2 expires: the owner answers it; a late decision finds it answered.
+	second := nats.NewMsg("")
+	second.Header.Set(jetstream.MsgIDHeader, "a:pending:2")
+	second.Data = []byte(`{"status":"pending_approval","n":2}`)
+	if err := c.AskApproval(f.ctx, 2, "sha-2", exp, second); err != nil {
+		t.Fatal(err)
+	}
+	won, err = c.ExpireApproval(f.ctx, 2)
+	if err != nil || !won {
+		t.Fatalf("ExpireApproval: won %v, %v", won, err)
+	}
+	_, err = f.l.AnswerApproval(f.ctx, "a", 2, "dec-3")
+	wantErr(t, "a decision after the expiry", err, kvstore.ErrAnswered)
+	if _, err := c.Settle(f.ctx, completed("a"), false); err != nil {
+		t.Fatalf("Settle after two pending messages: %v", err)
+	}
+	if es := f.log.Entries("a"); len(es) != 3 || !es[2].Terminal {
+		t.Fatalf("log of a: %v", es)
 	}
 }

@@ -87,6 +87,16 @@ type Record struct {
 	// run_id), stored by Claim.Bind as soon as Hermes returns it: a delivery that
 	// takes the record over follows that work instead of settling an unknown outcome.
 	RunID string `json:"run_id,omitempty"`
+	// ApprovalSeq is the number of tool approvals a bound run asked for (the latest
+	// one's index, from 1), ApprovalSHA256 that one's hash (of its approval.request
+	// data), and ExpiresAt its window's end. ApprovalAnswered is the index of the latest
+	// approval answered (by a decision or the window's expiry), ApprovalDecision the id
+	// of the decision message that answered it ("" for an expiry). See
+	// Claim.AskApproval and Ledger.AnswerApproval.
+	ApprovalSeq      int    `json:"approval_seq,omitempty"`
+	ApprovalSHA256   string `json:"approval_sha256,omitempty"`
+	ApprovalAnswered int    `json:"approval_answered,omitempty"`
+	ApprovalDecision string `json:"approval_decision,omitempty"`
 	// PendingSeq is the output-stream sequence of the action's pending_approval
 	// result message; its terminal result is appended after it (see ResultLog).
 	PendingSeq uint64    `json:"pending_seq,omitempty"`
@@ -134,6 +144,16 @@ func encodeRecord(r Record) ([]byte, error) {
 		b = append(b, `,"cancel":true`...)
 	}
 	b = appendField(b, "run_id", r.RunID, true)
+	if r.ApprovalSeq != 0 {
+		b = append(b, `,"approval_seq":`...)
+		b = strconv.AppendInt(b, int64(r.ApprovalSeq), 10)
+	}
+	b = appendField(b, "approval_sha256", r.ApprovalSHA256, true)
+	if r.ApprovalAnswered != 0 {
+		b = append(b, `,"approval_answered":`...)
+		b = strconv.AppendInt(b, int64(r.ApprovalAnswered), 10)
+	}
+	b = appendField(b, "approval_decision", r.ApprovalDecision, true)
 	if r.PendingSeq != 0 {
 		b = append(b, `,"pending_seq":`...)
 		b = strconv.AppendUint(b, r.PendingSeq, 10)
@@ -144,11 +164,11 @@ func encodeRecord(r Record) ([]byte, error) {
 }
 
 // recordSize bounds the encoding of r when its strings need no escaping: the field
-// names, punctuation, attempt, pending_seq and three timestamps take at most 448 bytes (run_id's name included). Sizing the
+// names, punctuation, attempt, pending_seq and three timestamps take at most 448 bytes (run_id's name included; the approval fields' names and numbers take at most 128 more). Sizing the
 // buffer with it keeps encodeRecord from growing (and copying) it while filling it.
 func recordSize(r Record) int {
 	return 448 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
-		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason) + len(r.RunID)
+		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason) + len(r.RunID) + len(r.ApprovalSHA256) + len(r.ApprovalDecision) + 128
 }
 
 func appendField(b []byte, name, v string, omitEmpty bool) []byte {

@@ -33,11 +33,22 @@ var seedInputs = map[string]string{
 	"session_chat": `{"session_id":"support-case-2030","message":"Summarize only the findings supported by the transcript.",
 		"system_message":"Return at most three bullets.","session_key":"support:case-review"}`,
 	"session_chat_stream": `{"session_id":"support-case-2030","message":[{"type":"text","text":"Go on."}],"max_events":100}`,
+	// The run operations (not in the seeds: hermes-api.md §9 and the AIP connector's §3).
+	"run_start":    `{"input":"List the files in the build directory.","instructions":"Be brief.","session_id":"build-review"}`,
+	"run_status":   `{"run_id":"run_0123456789abcdef0123456789abcdef"}`,
+	"run_events":   `{"run_id":"run_0123456789abcdef0123456789abcdef","max_events":1000}`,
+	"run_approval": `{"run_id":"run_0123456789abcdef0123456789abcdef","choice":"once"}`,
+	"run_stop":     `{"run_id":"run_0123456789abcdef0123456789abcdef"}`,
+	"run":          `{"input":[{"role":"user","content":"Clean the build directory."}],"max_events":500}`,
 }
+
+// numOperations is the number of operations with an input schema: the contract's 21, the
+// five run operations and the governed run.
+const numOperations = 27
 
 func TestEveryOperationHasASchemaAndSeedInputPasses(t *testing.T) {
 	ops := schemas.Operations()
-	if len(ops) != 21 {
+	if len(ops) != numOperations {
 		t.Fatalf("Operations() = %d ops: %v", len(ops), ops)
 	}
 	for _, op := range ops {
@@ -105,6 +116,16 @@ func TestValidateActionErrors(t *testing.T) {
 		{"session_fork", `{"input":{"session_id":"s","body":{"system_prompt":"x"}}}`, "input.body.system_prompt", "is not allowed"},
 		{"session_chat", `{"input":{"session_id":"s"}}`, "input", "one of message, input, prompt, query (or body) is required"},
 		{"session_chat_stream", `{"input":{"session_id":"s","prompt":"x","max_events":0}}`, "input.max_events", "at least 1"},
+		{"run_start", `{"input":{"instructions":"x"}}`, "input", "input is required"},
+		{"run_start", `{"input":{"input":""}}`, "input.input", ""},
+		{"run_start", `{"input":{"input":[]}}`, "input.input", ""},
+		{"run_start", `{"input":{"input":"x","body":{"input":"y"}}}`, "input", "input is required"},
+		{"run", `{"input":{"body":{"input":"y"},"model":"m"}}`, "input", "input is required"},
+		{"run", `{"input":{"input":"x","conversation_history":[{"role":"user"}]}}`, "input.conversation_history.0.content", ""},
+		{"run_status", `{"input":{}}`, "input.run_id", "is required"},
+		{"run_events", `{"input":{"run_id":"r","max_events":0}}`, "input.max_events", "at least 1"},
+		{"run_approval", `{"input":{"run_id":"r","choice":"maybe"}}`, "input.choice", "must be one of"},
+		{"run_stop", `{"input":{"run_id":"a\u0001"}}`, "input.run_id", ""},
 	}
 	for _, tt := range tests {
 		err := schemas.ValidateAction(tt.op, json.RawMessage(tt.action))
@@ -238,7 +259,7 @@ func TestFSAndConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			op := schemas.Operations()[i%21]
+			op := schemas.Operations()[i%numOperations]
 			if err := schemas.ValidateAction(op, json.RawMessage(`{"input":`+seedInputs[op]+`}`)); err != nil {
 				t.Errorf("%s: %v", op, err)
 			}

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/events"
-	"github.com/hermes-bridge/hermes-bridge/hermes"
 )
 
 // publishTimeout bounds connecting and publishing (not following).
@@ -89,7 +89,7 @@ func watchFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
 
 func opNames() []string {
 	var names []string
-	for _, s := range hermes.Operations() {
+	for _, s := range bridge.Operations() {
 		names = append(names, s.Name)
 	}
 	return names
@@ -164,7 +164,7 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 
 // action builds the action from the flags; errors are usage errors.
 func (o *callOptions) action(stdin io.Reader) (*events.Action, error) {
-	spec, ok := hermes.Lookup(o.op)
+	spec, ok := bridge.LookupOperation(o.op)
 	if !ok {
 		return nil, fmt.Errorf("unknown operation %q; one of: %s", o.op, strings.Join(opNames(), ", "))
 	}

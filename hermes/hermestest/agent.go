@@ -19,7 +19,7 @@ type Message struct {
 
 // Turn describes one agent run.
 type Turn struct {
-	Route        string    // route key: chat, chat_stream, responses, responses_stream, session_chat, session_chat_stream
+	Route        string    // route key: chat, chat_stream, responses, responses_stream, session_chat, session_chat_stream, run_start
 	UserText     string    // text of the new user turn (text parts joined with "\n")
 	History      []Message // prior messages (body, stored response chain, or session DB)
 	SessionID    string    // effective Hermes session id
@@ -40,6 +40,9 @@ type Tool struct {
 	// aloud" of the LLM response that requested the tool). It appears in
 	// streams only, never in non-stream final content.
 	Text string
+	// Approval, when set, makes the tool wait for an approval decision
+	// on /v1/runs (see Approval); other routes ignore it.
+	Approval *Approval
 }
 
 // Usage is the token usage the fake reports. Zero value: derived from text.

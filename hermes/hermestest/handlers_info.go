@@ -65,6 +65,9 @@ func (s *Server) handleCapabilities(c *call) {
 		{"session_continuity_header", "X-Hermes-Session-Id"}, {"session_key_header", "X-Hermes-Session-Key"},
 		{"cors", false},
 	}
+	if s.cfg.runsIdem {
+		features = append(features, kv{"runs_idempotency", obj{{"supported", true}, {"durable", true}, {"retention_seconds", int(RunsIdempotencyRetention / time.Second)}}})
+	}
 	endpoints := obj{
 		{"health", ep("GET", "/health")}, {"health_detailed", ep("GET", "/health/detailed")},
 		{"models", ep("GET", "/v1/models")}, {"chat_completions", ep("POST", "/v1/chat/completions")},

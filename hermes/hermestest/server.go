@@ -13,9 +13,35 @@
 // skills, toolsets, chat, chat_stream, responses, responses_stream,
 // response_get, response_delete, sessions_list, session_create, session_get,
 // session_patch, session_delete, session_messages, session_fork,
-// session_chat, session_chat_stream. chat vs chat_stream and responses vs
+// session_chat, session_chat_stream, and for the runs API run_start,
+// run_status, run_events, run_approval, run_stop. chat vs chat_stream and responses vs
 // responses_stream are decided by the request body's "stream" flag. Requests
 // to unknown paths or with a wrong method get the route key "" (Calls("")).
+//
+// # Runs
+//
+// POST /v1/runs answers 202 {"run_id", "status": "started"} at once and plays
+// the scripted Reply in the background (one goroutine per run, owned by the
+// Server: Close cancels it and waits). Each run has one event queue, buffered
+// from creation: the first GET …/events subscriber takes it and, when its
+// handler exits (end or disconnect), the queue is gone and later
+// subscriptions are 404 run_not_found; a queue nobody subscribed to is gone
+// RunStreamTTL (300 s) after creation. GET /v1/runs/{id} answers the status
+// object in Hermes's key order until RunStatusTTL (3600 s) after the run
+// ended. Both TTLs use the WithClock clock and are applied when a request
+// looks, not by a sweeper goroutine. Stop answers 200 stopping while the run
+// is live (the run then ends cancelled with run.cancelled), else 404.
+//
+// The reply is played as run events: for each Tool its Text as
+// message.delta, reasoning.available (a copy of the text), tool.started,
+// approval.request when the Tool has an Approval (the run waits), then
+// tool.completed {tool, duration, error}; then the final Text as
+// message.delta, reasoning.available, and run.completed {output, usage}, or
+// run.failed {error} when Reply.Fail is set. Reply.Delay and DeltaDelay slow
+// the run down; an Agent that blocks until ctx is done gives a run that only
+// stop or Close ends. RunsStarted, RunsStartedFor, ToolRuns, Run, RunIDs,
+// WaitRun and WaitRunStatus observe runs; WithRunsIdempotency turns on the
+// durable run idempotency of later Hermes versions.
 package hermestest
 
 import (
@@ -56,6 +82,7 @@ type config struct {
 	clock        func() time.Time
 	maxResponses int
 	batch        time.Duration
+	runsIdem     bool
 }
 
 // WithAPIKey sets the bearer key (default DefaultAPIKey).
@@ -119,6 +146,7 @@ type Server struct {
 	draining  bool
 	sessions  *sessionDB
 	responses *responseStore
+	runs      *runStore
 }
 
 // NewServer starts a fake on a loopback port.
@@ -160,6 +188,7 @@ func NewUnstartedServer(opts ...Option) *Server {
 	}
 	s.sessions = newSessionDB(s)
 	s.responses = newResponseStore(c.maxResponses)
+	s.runs = newRunStore()
 	s.ts = httptest.NewUnstartedServer(s)
 	return s
 }
@@ -222,11 +251,26 @@ func match(method string, segs []string, stream bool) (r route, ok, known bool) 
 		switch segs[1] {
 		case "models", "capabilities", "skills", "toolsets":
 			return route{key: segs[1]}, is("GET"), true
+		case "runs":
+			return route{key: "run_start"}, is("POST"), true
 		case "responses":
 			if stream {
 				return route{key: "responses_stream"}, is("POST"), true
 			}
 			return route{key: "responses"}, is("POST"), true
+		}
+	case n >= 3 && n <= 4 && segs[0] == "v1" && segs[1] == "runs" && segs[2] != "":
+		p := segs[2:3]
+		if n == 3 {
+			return route{key: "run_status", params: p}, is("GET"), true
+		}
+		switch segs[3] {
+		case "events":
+			return route{key: "run_events", params: p}, is("GET"), true
+		case "approval":
+			return route{key: "run_approval", params: p}, is("POST"), true
+		case "stop":
+			return route{key: "run_stop", params: p}, is("POST"), true
 		}
 	case n == 3 && segs[0] == "v1" && segs[1] == "chat" && segs[2] == "completions":
 		if stream {
@@ -395,7 +439,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // agentRoute reports whether the route applies stream/JSON fault effects itself.
 func agentRoute(key string) bool {
 	switch key {
-	case "chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream":
+	case "chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events":
 		return true
 	}
 	return false
@@ -473,6 +517,16 @@ func (s *Server) dispatch(c *call, authOK bool) {
 		s.handleSessionFork(c)
 	case "session_chat", "session_chat_stream":
 		s.handleSessionChat(c)
+	case "run_start":
+		s.handleRunStart(c)
+	case "run_status":
+		s.handleRunStatus(c)
+	case "run_events":
+		s.handleRunEvents(c)
+	case "run_approval":
+		s.handleRunApproval(c)
+	case "run_stop":
+		s.handleRunStop(c)
 	}
 }
 

@@ -1,0 +1,425 @@
+package hermestest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+func runNotFound(id string) obj {
+	return openaiError("Run not found: "+id, "invalid_request_error", "run_not_found")
+}
+
+// admitRun is the drain check and concurrency gate of POST /v1/runs. v0.16
+// (before 2026-06-21) capped only runs, at 10 (or WithMaxConcurrentRuns),
+// with type invalid_request_error and no Retry-After.
+func (s *Server) admitRun(c *call) (func(), bool) {
+	if s.cfg.version != Version016 {
+		return s.admit(c, true)
+	}
+	limit := 10
+	if s.cfg.maxRunsSet {
+		limit = s.cfg.maxRuns
+	}
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if !draining && limit > 0 {
+		s.runs.mu.Lock()
+		full := s.runs.tasks >= limit
+		s.runs.mu.Unlock()
+		if full {
+			writeJSON(c.w, http.StatusTooManyRequests, nil,
+				openaiError("Too many concurrent runs (max "+itoa(limit)+")", "invalid_request_error", "rate_limit_exceeded"))
+			return nil, false
+		}
+	}
+	return s.admit(c, false)
+}
+
+// handleRunStart is POST /v1/runs (_handle_runs).
+func (s *Server) handleRunStart(c *call) {
+	if !validSessionKey(c) {
+		return
+	}
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	key := c.r.Header.Get("Idempotency-Key")
+	idem := s.cfg.runsIdem && key != "" && !draining
+	var fp [32]byte
+	if idem {
+		if !validIdemKey(key) {
+			writeJSON(c.w, 400, nil, openaiParamError("Idempotency-Key must be 1-255 visible ASCII characters", "invalid_request_error", "Idempotency-Key", "invalid_idempotency_key"))
+			return
+		}
+		fp = fingerprint(c.body)
+		s.runs.mu.Lock()
+		e, ok := s.runs.idem[key]
+		s.runs.mu.Unlock()
+		if ok {
+			if e.fp != fp {
+				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
+				return
+			}
+			h := http.Header{"Idempotency-Replayed": {"true"}}
+			if k := c.r.Header.Get("X-Hermes-Session-Key"); k != "" {
+				h.Set("X-Hermes-Session-Key", k)
+			}
+			writeJSON(c.w, http.StatusAccepted, h, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
+			return
+		}
+	}
+	release, ok := s.admitRun(c)
+	if !ok {
+		return
+	}
+	started := false
+	defer func() {
+		if !started {
+			release()
+		}
+	}()
+	if c.tooBig {
+		writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
+		return
+	}
+	v, err := loads(c.body)
+	body, isObj := v.(obj)
+	if err != nil || !isObj {
+		writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
+		return
+	}
+	inV, _ := body.get("input")
+	if !truthy(inV) {
+		writeJSON(c.w, 400, nil, openaiError("Missing 'input' field", "invalid_request_error", nil))
+		return
+	}
+	var user string
+	var history []Message
+	switch x := inV.(type) {
+	case string:
+		user = x
+	case []any:
+		for i, e := range x {
+			eo, ok := e.(obj)
+			if !ok {
+				// Hermes calls .get on every element: a text/plain 500.
+				writeText(c.w, 500, "500 Internal Server Error\n\nServer got itself in trouble")
+				return
+			}
+			rv, _ := eo.get("role")
+			role, _ := rv.(string)
+			cv, _ := eo.get("content")
+			text, _, _, _ := normContent(cv, "")
+			if i == len(x)-1 {
+				user = text
+			} else {
+				history = append(history, Message{Role: role, Content: text})
+			}
+		}
+	default:
+		user = fmt.Sprint(x)
+	}
+	if strings.TrimSpace(user) == "" {
+		writeJSON(c.w, 400, nil, openaiError("No user message found in input", "invalid_request_error", nil))
+		return
+	}
+	if hv, ok := body.get("conversation_history"); ok && hv != nil {
+		arr, ok := hv.([]any)
+		if !ok {
+			writeJSON(c.w, 400, nil, openaiError("'conversation_history' must be an array of message objects", "invalid_request_error", nil))
+			return
+		}
+		explicit := make([]Message, 0, len(arr))
+		for i, e := range arr {
+			eo, ok := e.(obj)
+			rv, okr := eo.get("role")
+			cv, okc := eo.get("content")
+			if !ok || !okr || !okc {
+				writeJSON(c.w, 400, nil, openaiError(fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i), "invalid_request_error", nil))
+				return
+			}
+			role, _ := rv.(string)
+			text, _, _, _ := normContent(cv, "")
+			explicit = append(explicit, Message{Role: role, Content: text})
+		}
+		if len(explicit) > 0 {
+			history = explicit
+		}
+	}
+	id := "run_" + randHex(32)
+	sessionID := id
+	if pv, _ := body.get("previous_response_id"); pv != nil {
+		if pid, ok := pv.(string); ok && pid != "" {
+			if sr, ok := s.responses.get(pid); ok {
+				if len(history) == 0 {
+					history = append([]Message(nil), sr.history...)
+				}
+				if sr.sessionID != "" {
+					sessionID = sr.sessionID
+				}
+			}
+		}
+	}
+	if sv, _ := body.get("session_id"); sv != nil {
+		if sid, ok := sv.(string); ok && sid != "" {
+			sessionID = sid
+		}
+	}
+	instructions := ""
+	if iv, _ := body.get("instructions"); iv != nil {
+		instructions, _ = iv.(string)
+	}
+	model := s.requestModel(body)
+	turn := Turn{Route: "run_start", UserText: user, History: history, SessionID: sessionID,
+		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &fakeRun{id: id, key: key, created: s.now(), live: true, cancel: cancel, approved: map[string]bool{}, sessionID: sessionID}
+	r.status = obj{{"object", "hermes.run"}, {"run_id", id}}
+	st := s.runs
+	st.mu.Lock()
+	if idem {
+		if e, ok := st.idem[key]; ok { // a concurrent twin won the reservation
+			st.mu.Unlock()
+			cancel()
+			if e.fp != fp {
+				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
+				return
+			}
+			writeJSON(c.w, http.StatusAccepted, http.Header{"Idempotency-Replayed": {"true"}}, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
+			return
+		}
+		st.idem[key] = idemEntry{runID: id, fp: fp}
+	}
+	s.sweepLocked()
+	s.setStatusLocked(r, "queued", kv{"created_at", s.pyNow()}, kv{"session_id", sessionID}, kv{"model", model})
+	st.runs[id] = r
+	st.order = append(st.order, id)
+	st.queues[id] = &runQueue{created: s.now(), ch: make(chan struct{})}
+	st.started++
+	if key != "" {
+		st.byKey[key]++
+	}
+	st.tasks++
+	st.mu.Unlock()
+	started = true
+	s.wg.Add(2)
+	go func() { // tie the run to Close; exits with the task
+		defer s.wg.Done()
+		select {
+		case <-s.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		defer cancel()
+		s.runTask(ctx, r, turn, release)
+	}()
+	s.notify()
+	h := http.Header{}
+	if k := c.r.Header.Get("X-Hermes-Session-Key"); k != "" {
+		h.Set("X-Hermes-Session-Key", k)
+	}
+	resp := obj{{"run_id", id}, {"status", "started"}}
+	if s.cfg.runsIdem {
+		resp = append(resp, kv{"replayed", false})
+	}
+	writeJSON(c.w, http.StatusAccepted, h, resp)
+}
+
+// handleRunStatus is GET /v1/runs/{run_id}.
+func (s *Server) handleRunStatus(c *call) {
+	id := c.route.params[0]
+	s.runs.mu.Lock()
+	r := s.lookupRunLocked(id)
+	var body []byte
+	if r != nil {
+		body = dumps(r.status, true)
+	}
+	s.runs.mu.Unlock()
+	if r == nil {
+		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
+		return
+	}
+	writeJSON(c.w, http.StatusOK, nil, rawJSON(body))
+}
+
+// handleRunStop is POST /v1/runs/{run_id}/stop: 200 stopping while the run's
+// task is live, else 404 (the check is the live task, not the status).
+func (s *Server) handleRunStop(c *call) {
+	id := c.route.params[0]
+	s.runs.mu.Lock()
+	r := s.runs.runs[id]
+	if r == nil || !r.live {
+		s.runs.mu.Unlock()
+		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
+		return
+	}
+	r.stopping = true
+	s.setStatusLocked(r, "stopping")
+	r.cancel()
+	s.runs.mu.Unlock()
+	s.notify()
+	writeJSON(c.w, http.StatusOK, nil, obj{{"run_id", id}, {"status", "stopping"}})
+}
+
+// handleRunApproval is POST /v1/runs/{run_id}/approval.
+func (s *Server) handleRunApproval(c *call) {
+	id := c.route.params[0]
+	s.runs.mu.Lock()
+	r := s.lookupRunLocked(id)
+	s.runs.mu.Unlock()
+	if r == nil {
+		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
+		return
+	}
+	body := obj{}
+	if strings.TrimSpace(string(c.body)) != "" {
+		v, err := loads(c.body)
+		o, ok := v.(obj)
+		if err != nil || !ok || c.tooBig {
+			writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
+			return
+		}
+		body = o
+	}
+	cv, _ := body.get("choice")
+	choice, _ := cv.(string)
+	choice = strings.ToLower(strings.TrimSpace(choice))
+	switch choice {
+	case "approve", "approved", "allow":
+		choice = "once"
+	}
+	switch choice {
+	case "once", "session", "always", "deny":
+	default:
+		writeJSON(c.w, 400, nil, openaiParamError("Invalid approval choice. Use one of: once, session, always, deny", "invalid_request_error", "choice", "invalid_approval_choice"))
+		return
+	}
+	av, _ := body.get("all")
+	rv, _ := body.get("resolve_all")
+	all := truthy(av) || truthy(rv)
+	s.runs.mu.Lock()
+	if !r.live {
+		s.runs.mu.Unlock()
+		writeJSON(c.w, http.StatusConflict, nil, openaiError("Run has no active approval session: "+id, "invalid_request_error", "approval_not_active"))
+		return
+	}
+	if len(r.pending) == 0 {
+		s.runs.mu.Unlock()
+		writeJSON(c.w, http.StatusConflict, nil, openaiError("No pending approval for run: "+id, "invalid_request_error", "approval_not_pending"))
+		return
+	}
+	n := 1
+	if all {
+		n = len(r.pending)
+	}
+	for _, p := range r.pending[:n] {
+		switch choice {
+		case "session":
+			r.approved[p.pattern] = true
+		case "always":
+			s.runs.always[p.pattern] = true
+		}
+		p.done <- choice
+	}
+	r.pending = append([]*pendingApproval(nil), r.pending[n:]...)
+	if !r.stopping { // a stop in progress keeps its status
+		s.setStatusLocked(r, "running")
+	}
+	s.pushLocked(r, "approval.responded", nil, obj{{"choice", choice}, {"resolved", n}})
+	s.runs.mu.Unlock()
+	s.notify()
+	writeJSON(c.w, http.StatusOK, nil, obj{{"object", "hermes.run.approval_response"}, {"run_id", id}, {"choice", choice}, {"resolved", n}})
+}
+
+// handleRunEvents is GET /v1/runs/{run_id}/events: the run's single queue.
+// The first subscriber takes it; when its handler exits (end of stream or
+// disconnect) the queue is gone and a later subscription is 404. A queue
+// nobody subscribed to is swept RunStreamTTL after the run was created.
+func (s *Server) handleRunEvents(c *call) {
+	id := c.route.params[0]
+	st := s.runs
+	st.mu.Lock()
+	q := st.queues[id]
+	if q != nil && !q.subscribed && !s.now().Before(q.created.Add(RunStreamTTL)) {
+		delete(st.queues, id)
+		q = nil
+	}
+	if q == nil {
+		st.mu.Unlock()
+		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
+		return
+	}
+	q.subscribed = true
+	if r := st.runs[id]; r != nil {
+		r.subscribe = true
+	}
+	st.mu.Unlock()
+	s.notify()
+	defer func() {
+		st.mu.Lock()
+		if st.queues[id] == q {
+			delete(st.queues, id)
+		}
+		st.mu.Unlock()
+		s.notify()
+	}()
+	sw := s.startSSE(c, nil)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		st.mu.Lock()
+		var item []byte
+		if len(q.items) > 0 {
+			item = q.items[0]
+			q.items[0] = nil
+			q.items = q.items[1:]
+		}
+		last := len(q.items) == 0 && q.closed
+		if last && st.queues[id] == q {
+			// The terminal event is out: drop the queue now rather than when the handler
+			// returns, so that a client that re-subscribes right after reading it gets the
+			// 404 deterministically.
+			delete(st.queues, id)
+		}
+		ch := q.ch
+		st.mu.Unlock()
+		if item != nil {
+			if sw.frame("", item) != nil {
+				return
+			}
+			if last {
+				_ = sw.comment("stream closed")
+				return
+			}
+			continue
+		}
+		if last { // another subscriber took the terminal event
+			_ = sw.comment("stream closed")
+			return
+		}
+		if sw.flush() != nil {
+			return
+		}
+		if sw.ka > 0 {
+			t.Reset(max(time.Until(sw.last.Add(sw.ka)), 0))
+		} else {
+			t.Reset(time.Hour)
+		}
+		select {
+		case <-ch:
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			if sw.ka > 0 && sw.comment("keepalive") != nil {
+				return
+			}
+		}
+	}
+}

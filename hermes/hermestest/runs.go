@@ -1,0 +1,481 @@
+package hermestest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"math"
+	"sync"
+	"time"
+)
+
+// Run lifetimes of Hermes (api_server.py): terminal statuses are kept for
+// _RUN_STATUS_TTL, unsubscribed event queues are swept _RUN_STREAM_TTL after
+// the run was created.
+const (
+	RunStatusTTL = 3600 * time.Second
+	RunStreamTTL = 300 * time.Second
+	// RunsIdempotencyRetention is the retention_seconds advertised with
+	// WithRunsIdempotency (the later upstream value, 86400 s).
+	RunsIdempotencyRetention = 86400 * time.Second
+)
+
+// Approval makes a scripted Tool ask for approval before it runs (on
+// /v1/runs only; other routes run the tool at once). The run pauses with
+// status waiting_for_approval after an approval.request event until POST
+// /v1/runs/{id}/approval decides (or the run is stopped): once, session and
+// always run the tool; deny does not (tool.completed then has error true).
+// A pattern approved with session is not asked again in the same run; with
+// always, not again on this Server.
+type Approval struct {
+	Command     string // default: the tool's Label
+	PatternKey  string // default "dangerous_command"
+	Description string // default "dangerous command"
+	NoPermanent bool   // allow_permanent false: choices once, session, deny
+	SmartDenied bool   // smart_denied true: choices once, deny
+}
+
+// RunInfo is the fake's view of one /v1/runs run.
+type RunInfo struct {
+	ID             string
+	Status         string // queued, running, waiting_for_approval, stopping, completed, failed, cancelled
+	IdempotencyKey string // the Idempotency-Key the run was started with ("" when none)
+	SessionID      string
+	Output         string
+	Error          string
+	// PendingApprovals is how many approval requests wait for a decision.
+	PendingApprovals int
+	// Subscribed reports that an events subscriber has taken the queue.
+	Subscribed bool
+}
+
+type pendingApproval struct {
+	pattern string
+	done    chan string // buffered 1: the choice
+}
+
+// fakeRun is one run's state. Guarded by runStore.mu.
+type fakeRun struct {
+	id        string
+	key       string
+	status    obj // the GET /v1/runs/{id} object, in Hermes's key order
+	created   time.Time
+	ended     time.Time
+	terminal  bool
+	live      bool // the task has not finished: stop and approvals apply
+	stopping  bool
+	cancel    context.CancelFunc
+	pending   []*pendingApproval
+	approved  map[string]bool // session-scope approvals
+	subscribe bool
+	output    string
+	errText   string
+	sessionID string
+}
+
+// runQueue is a run's event queue (one asyncio.Queue in Hermes). Guarded by
+// runStore.mu; ch is closed and replaced on every push.
+type runQueue struct {
+	created    time.Time
+	items      [][]byte
+	closed     bool // the terminal event has been pushed
+	subscribed bool
+	ch         chan struct{}
+}
+
+type idemEntry struct {
+	runID string
+	fp    [32]byte
+}
+
+// runStore holds runs, queues, idempotency reservations and counters.
+type runStore struct {
+	mu       sync.Mutex
+	runs     map[string]*fakeRun
+	queues   map[string]*runQueue
+	idem     map[string]idemEntry
+	started  int
+	byKey    map[string]int
+	toolRuns map[string]int
+	always   map[string]bool
+	tasks    int      // unfinished run tasks
+	order    []string // run ids in creation order (swept ones removed lazily)
+}
+
+func newRunStore() *runStore {
+	return &runStore{runs: map[string]*fakeRun{}, queues: map[string]*runQueue{}, idem: map[string]idemEntry{},
+		byKey: map[string]int{}, toolRuns: map[string]int{}, always: map[string]bool{}}
+}
+
+// WithRunsIdempotency enables durable run idempotency, as later upstream
+// versions have it (hermes-api.md §12, api_server_run_idempotency.py): the
+// capabilities gain features.runs_idempotency {"supported": true, "durable":
+// true, "retention_seconds": 86400}; POST /v1/runs validates Idempotency-Key
+// (1–255 visible ASCII, else 400 invalid_idempotency_key); a repeated key
+// with the same body answers 202 with the same run_id, "replayed": true and
+// the header Idempotency-Replayed: true, without starting a run; the same key
+// with a different body is 409 idempotency_key_conflict. The 202 bodies gain
+// "replayed". Without this option (real v0.16/v0.19) the header is ignored and
+// every POST starts a new run.
+func WithRunsIdempotency() Option { return func(c *config) { c.runsIdem = true } }
+
+// RunsStarted returns how many runs POST /v1/runs started (replays excluded).
+func (s *Server) RunsStarted() int {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	return s.runs.started
+}
+
+// RunsStartedFor returns how many runs were started with this Idempotency-Key.
+func (s *Server) RunsStartedFor(key string) int {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	return s.runs.byKey[key]
+}
+
+// ToolRuns returns how many times a scripted tool of this name actually ran
+// in a /v1/runs run (a denied or stopped tool does not count).
+func (s *Server) ToolRuns(name string) int {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	return s.runs.toolRuns[name]
+}
+
+// Run returns the fake's view of run id, also after its status expired for
+// HTTP clients (until the next POST /v1/runs sweeps it); ok is false for an
+// unknown id.
+func (s *Server) Run(id string) (RunInfo, bool) {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	r, ok := s.runs.runs[id]
+	if !ok {
+		return RunInfo{}, false
+	}
+	st, _ := r.status.get("status")
+	q := s.runs.queues[id]
+	return RunInfo{ID: r.id, Status: st.(string), IdempotencyKey: r.key, SessionID: r.sessionID, Output: r.output,
+		Error: r.errText, PendingApprovals: len(r.pending), Subscribed: r.subscribe || (q != nil && q.subscribed)}, true
+}
+
+// RunIDs returns the ids of the runs the fake still knows (see Run), oldest first.
+func (s *Server) RunIDs() []string {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	out := make([]string, 0, len(s.runs.runs))
+	for _, id := range s.runs.order {
+		if _, ok := s.runs.runs[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// WaitRun blocks until cond holds for run id's RunInfo (polling on every
+// change of the fake), or ctx is done.
+func (s *Server) WaitRun(ctx context.Context, id string, cond func(RunInfo) bool) error {
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		if ri, ok := s.Run(id); ok && cond(ri) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.quit:
+			return context.Canceled
+		}
+	}
+}
+
+// WaitRunStatus blocks until run id has the given status or ctx is done.
+func (s *Server) WaitRunStatus(ctx context.Context, id, status string) error {
+	return s.WaitRun(ctx, id, func(ri RunInfo) bool { return ri.Status == status })
+}
+
+func (s *Server) pyNow() pyFloat { return pyFloat(float64(s.now().UnixMicro()) / 1e6) }
+
+// setStatusLocked is _set_run_status: status and updated_at, then fields.
+func (s *Server) setStatusLocked(r *fakeRun, status string, fields ...kv) {
+	r.status = r.status.set("status", status).set("updated_at", s.pyNow())
+	for _, f := range fields {
+		r.status = r.status.set(f.k, f.v)
+	}
+}
+
+// pushLocked builds one run event and queues it; it also records last_event.
+// head, when non-nil, comes before event/run_id/timestamp (approval.request).
+func (s *Server) pushLocked(r *fakeRun, name string, head, fields obj) {
+	ev := append(obj{}, head...)
+	ev = append(ev, kv{"event", name}, kv{"run_id", r.id}, kv{"timestamp", s.pyNow()})
+	ev = append(ev, fields...)
+	r.status = r.status.set("updated_at", s.pyNow()).set("last_event", name)
+	q := s.runs.queues[r.id]
+	if q == nil || q.closed {
+		return
+	}
+	q.items = append(q.items, dumps(ev, true))
+	if isRunTerminal(name) {
+		q.closed = true
+	}
+	close(q.ch)
+	q.ch = make(chan struct{})
+}
+
+func isRunTerminal(name string) bool {
+	return name == "run.completed" || name == "run.failed" || name == "run.cancelled"
+}
+
+// push is pushLocked under the lock, then wakes waiters.
+func (s *Server) push(r *fakeRun, name string, head, fields obj) {
+	s.runs.mu.Lock()
+	s.pushLocked(r, name, head, fields)
+	s.runs.mu.Unlock()
+	s.notify()
+}
+
+// lookupRunLocked returns a run whose status has not expired.
+func (s *Server) lookupRunLocked(id string) *fakeRun {
+	r := s.runs.runs[id]
+	if r == nil {
+		return nil
+	}
+	if r.terminal && !s.now().Before(r.ended.Add(RunStatusTTL)) {
+		return nil
+	}
+	return r
+}
+
+// sweepLocked drops expired statuses and unsubscribed queues, as Hermes's
+// periodic sweep would have done by now.
+func (s *Server) sweepLocked() {
+	now := s.now()
+	for id, q := range s.runs.queues {
+		if !q.subscribed && !now.Before(q.created.Add(RunStreamTTL)) {
+			delete(s.runs.queues, id)
+		}
+	}
+	for id, r := range s.runs.runs {
+		if r.terminal && !now.Before(r.ended.Add(RunStatusTTL)) {
+			delete(s.runs.runs, id)
+		}
+	}
+	if len(s.runs.order) > 2*len(s.runs.runs)+64 {
+		kept := s.runs.order[:0]
+		for _, id := range s.runs.order {
+			if _, ok := s.runs.runs[id]; ok {
+				kept = append(kept, id)
+			}
+		}
+		s.runs.order = kept
+	}
+}
+
+// fingerprint identifies a run request body for idempotency.
+func fingerprint(body []byte) [32]byte {
+	var v any
+	if json.Unmarshal(body, &v) == nil {
+		if b, err := json.Marshal(v); err == nil {
+			return sha256.Sum256(b)
+		}
+	}
+	return sha256.Sum256(body)
+}
+
+func validIdemKey(k string) bool {
+	if len(k) < 1 || len(k) > 255 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] <= 0x20 || k[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// runTask is the background run (_run_and_close): it calls the agent and
+// plays its reply as run events. It owns one concurrency slot (release).
+func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release func()) {
+	defer s.wg.Done()
+	defer release()
+	defer func() {
+		s.runs.mu.Lock()
+		s.runs.tasks--
+		s.runs.mu.Unlock()
+		s.notify()
+	}()
+	s.runs.mu.Lock()
+	s.setStatusLocked(r, "running")
+	s.runs.mu.Unlock()
+	s.notify()
+
+	rep := s.cfg.agent(ctx, turn)
+	rep.Tools = prepareTools(rep.Tools)
+	alive := func() bool { return ctx.Err() == nil }
+	wait := func(d time.Duration) bool { return sleepCtx(ctx, d) }
+	if !alive() || !wait(rep.Delay) {
+		s.endCancelled(r)
+		return
+	}
+	deltas := func(text string, n int) bool {
+		for i, d := range splitDeltas(text, n) {
+			if i > 0 && !wait(rep.DeltaDelay) {
+				return false
+			}
+			if !alive() {
+				return false
+			}
+			s.push(r, "message.delta", nil, obj{{"delta", d}})
+		}
+		return alive()
+	}
+	reasoning := func(text string) {
+		if text != "" {
+			s.push(r, "reasoning.available", nil, obj{{"text", thinkingCopy(text)}})
+		}
+	}
+	for _, t := range rep.Tools {
+		if !deltas(t.Text, 0) {
+			s.endCancelled(r)
+			return
+		}
+		reasoning(t.Text)
+		if len(t.Name) > 0 && t.Name[0] == '_' {
+			continue
+		}
+		start := s.now()
+		s.push(r, "tool.started", nil, obj{{"tool", t.Name}, {"preview", t.Label}})
+		denied := false
+		if t.Approval != nil {
+			choice, ok := s.awaitApproval(ctx, r, t)
+			if !ok {
+				s.endCancelled(r)
+				return
+			}
+			denied = choice == "deny"
+		}
+		if !denied {
+			s.runs.mu.Lock()
+			s.runs.toolRuns[t.Name]++
+			s.runs.mu.Unlock()
+		}
+		if !wait(rep.DeltaDelay) {
+			s.endCancelled(r)
+			return
+		}
+		dur := math.Round(s.now().Sub(start).Seconds()*1000) / 1000
+		s.push(r, "tool.completed", nil, obj{{"tool", t.Name}, {"duration", pyFloat(dur)}, {"error", denied}})
+	}
+	if !deltas(rep.Text, rep.Deltas) {
+		s.endCancelled(r)
+		return
+	}
+	for i := 0; i < rep.Events; i++ {
+		if (rep.DeltaDelay > 0 && !wait(rep.DeltaDelay)) || !alive() {
+			s.endCancelled(r)
+			return
+		}
+		s.push(r, "message.delta", nil, obj{{"delta", rep.PadText}})
+	}
+	if rep.Fail != "" {
+		s.runs.mu.Lock()
+		r.errText = rep.Fail
+		s.endLocked(r, "failed", kv{"error", rep.Fail})
+		s.pushLocked(r, "run.failed", nil, obj{{"error", rep.Fail}})
+		s.runs.mu.Unlock()
+		s.notify()
+		return
+	}
+	full := rep.fullText()
+	reasoning(full)
+	in, out := rep.usage(turn.UserText + turn.Instructions)
+	oc := rep.outcome()
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: turn.Instructions,
+		tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.runs.mu.Lock()
+	if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
+		s.endCancelledLocked(r)
+	} else {
+		r.output = full
+		s.endLocked(r, "completed", kv{"output", full}, kv{"usage", respUsage(in, out)})
+		s.pushLocked(r, "run.completed", nil, obj{{"output", full}, {"usage", respUsage(in, out)}})
+	}
+	s.runs.mu.Unlock()
+	s.notify()
+}
+
+// endLocked makes the run terminal; stop and approvals no longer apply.
+func (s *Server) endLocked(r *fakeRun, status string, fields ...kv) {
+	s.setStatusLocked(r, status, fields...)
+	r.terminal, r.live, r.ended = true, false, s.now()
+	for _, p := range r.pending {
+		select {
+		case p.done <- "deny":
+		default:
+		}
+	}
+	r.pending = nil
+}
+
+func (s *Server) endCancelledLocked(r *fakeRun) {
+	s.endLocked(r, "cancelled")
+	s.pushLocked(r, "run.cancelled", nil, nil)
+}
+
+// endCancelled ends a run whose ctx is done: cancelled after a stop, and
+// silently (no event, the server is closing) otherwise.
+func (s *Server) endCancelled(r *fakeRun) {
+	s.runs.mu.Lock()
+	if r.stopping {
+		s.endCancelledLocked(r)
+	} else {
+		s.endLocked(r, "cancelled")
+	}
+	s.runs.mu.Unlock()
+	s.notify()
+}
+
+// awaitApproval emits approval.request for tool t and waits for a decision;
+// ok is false when the run was stopped (or the server closed) first.
+func (s *Server) awaitApproval(ctx context.Context, r *fakeRun, t Tool) (choice string, ok bool) {
+	a := *t.Approval
+	if a.Command == "" {
+		a.Command = t.Label
+	}
+	if a.PatternKey == "" {
+		a.PatternKey = "dangerous_command"
+	}
+	if a.Description == "" {
+		a.Description = "dangerous command"
+	}
+	s.runs.mu.Lock()
+	if r.approved[a.PatternKey] || s.runs.always[a.PatternKey] {
+		s.runs.mu.Unlock()
+		return "once", true
+	}
+	head := obj{{"command", a.Command}, {"pattern_key", a.PatternKey}, {"pattern_keys", []string{a.PatternKey}},
+		{"description", a.Description}, {"allow_permanent", !a.NoPermanent}, {"allow_session", true}}
+	choices := []string{"once", "session", "always", "deny"}
+	switch {
+	case a.SmartDenied:
+		head = append(head, kv{"smart_denied", true})
+		choices = []string{"once", "deny"}
+	case a.NoPermanent:
+		choices = []string{"once", "session", "deny"}
+	}
+	p := &pendingApproval{pattern: a.PatternKey, done: make(chan string, 1)}
+	r.pending = append(r.pending, p)
+	s.setStatusLocked(r, "waiting_for_approval")
+	s.pushLocked(r, "approval.request", head, obj{{"choices", choices}})
+	s.runs.mu.Unlock()
+	s.notify()
+	select {
+	case choice = <-p.done:
+		return choice, ctx.Err() == nil
+	case <-ctx.Done():
+		return "", false
+	}
+}

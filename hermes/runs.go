@@ -1,0 +1,587 @@
+package hermes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Run statuses reported by GET /v1/runs/{run_id}. RunInterrupted exists only in later Hermes
+// versions (a run cut off by a gateway restart).
+const (
+	RunQueued             = "queued"
+	RunRunning            = "running"
+	RunWaitingForApproval = "waiting_for_approval"
+	RunStopping           = "stopping"
+	RunCompleted          = "completed"
+	RunFailed             = "failed"
+	RunCancelled          = "cancelled"
+	RunInterrupted        = "interrupted"
+)
+
+// RunTerminal reports whether a run status is final: completed, failed, cancelled or
+// interrupted.
+func RunTerminal(status string) bool {
+	switch status {
+	case RunCompleted, RunFailed, RunCancelled, RunInterrupted:
+		return true
+	}
+	return false
+}
+
+// RunUsage is the token usage of a finished run.
+type RunUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	TotalTokens  int64 `json:"total_tokens"`
+}
+
+// RunStarted is the 202 answer of POST /v1/runs.
+type RunStarted struct {
+	RunID      string
+	Status     string // "started"
+	Replayed   bool   // durable idempotency: the key was seen before and no run was started
+	SessionKey string // the echoed X-Hermes-Session-Key, "" when none
+	HTTPStatus int
+	Raw        json.RawMessage
+}
+
+// RunStatus is the answer of GET /v1/runs/{run_id}.
+type RunStatus struct {
+	RunID     string
+	Status    string // see the Run* constants; RunTerminal tells whether it is final
+	SessionID string
+	Model     string
+	LastEvent string  // name of the run's latest event ("" before the first)
+	Output    *string // completed runs
+	Error     *string // failed runs
+	Usage     *RunUsage
+	CreatedAt float64 // Unix seconds
+	UpdatedAt float64
+	Raw       json.RawMessage // the body verbatim
+}
+
+// Terminal reports whether the status is final.
+func (s *RunStatus) Terminal() bool { return RunTerminal(s.Status) }
+
+// RunApprovalResult is the 200 answer of POST /v1/runs/{run_id}/approval.
+type RunApprovalResult struct {
+	RunID    string
+	Choice   string // as Hermes normalised it (approve/allow -> once)
+	Resolved int    // approvals resolved by this decision
+	Raw      json.RawMessage
+}
+
+// RunStopResult is the 200 answer of POST /v1/runs/{run_id}/stop.
+type RunStopResult struct {
+	RunID  string
+	Status string // "stopping"; a later Hermes answers a finished run's status object instead
+	Raw    json.RawMessage
+}
+
+// RunApprovalRequest is the payload of an approval.request event.
+type RunApprovalRequest struct {
+	Command        string   `json:"command"`
+	PatternKey     string   `json:"pattern_key"`
+	PatternKeys    []string `json:"pattern_keys"`
+	Description    string   `json:"description"`
+	AllowPermanent bool     `json:"allow_permanent"`
+	AllowSession   bool     `json:"allow_session"`
+	SmartDenied    bool     `json:"smart_denied"`
+	Choices        []string `json:"choices"`
+	RequestID      string   `json:"request_id"` // later Hermes versions only
+}
+
+// RunEvent is one frame of GET /v1/runs/{run_id}/events: data: <json> with the name in
+// data.event (there is no event: line). Fields not carried by the event are zero.
+type RunEvent struct {
+	Name      string          // data.event: message.delta, tool.started, run.completed, ...
+	RunID     string          // data.run_id
+	Timestamp float64         // data.timestamp, Unix seconds
+	Data      json.RawMessage // the data object verbatim
+	// Kind is the AIP operator chunk kind: message.delta data; reasoning.available thought;
+	// tool.started, tool.completed, tool.failed tool; approval.request pending_approval;
+	// run.failed error; run.completed, run.cancelled (and the later run.interrupted) done;
+	// anything else progress.
+	Kind     string
+	Terminal bool // run.completed, run.failed, run.cancelled, run.interrupted
+
+	Delta     string              // message.delta
+	Text      string              // reasoning.available: a copy of the assistant content, not model reasoning
+	Tool      string              // tool.*
+	Preview   string              // tool.started
+	Duration  float64             // tool.completed, seconds
+	ToolError bool                // tool.completed: the tool reported an error (also a denied approval)
+	Approval  *RunApprovalRequest // approval.request
+	Choice    string              // approval.responded
+	Resolved  int                 // approval.responded
+	Output    string              // run.completed
+	Usage     *RunUsage           // run.completed
+	Error     string              // run.failed
+}
+
+func runEventKind(name string) string {
+	switch name {
+	case "message.delta":
+		return KindData
+	case "reasoning.available":
+		return KindThought
+	case "tool.started", "tool.completed", "tool.failed":
+		return KindTool
+	case "approval.request":
+		return KindPendingApproval
+	case "run.failed":
+		return KindError
+	case "run.completed", "run.cancelled", "run.interrupted":
+		return KindDone
+	}
+	return KindProgress
+}
+
+// errRunEvent is a run-events frame that is not a JSON object with a string event.
+var errRunEvent = &errSSE{"invalid_run_event"}
+
+// ParseRunEvent decodes the data of one run-events frame. It fails (an *Error with Code
+// invalid_response) unless data is a JSON object with a non-empty string "event"; members of
+// an unexpected type are left zero rather than failing.
+func ParseRunEvent(data []byte) (RunEvent, error) {
+	ev, err := parseRunEvent(data)
+	if err != nil {
+		return RunEvent{}, invalidResponse("run_events", errRunEvent.reason, 0)
+	}
+	return ev, nil
+}
+
+func parseRunEvent(data []byte) (RunEvent, error) {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 || t[0] != '{' || !json.Valid(t) {
+		return RunEvent{}, errRunEvent
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(t, &m) != nil {
+		return RunEvent{}, errRunEvent
+	}
+	var ev RunEvent
+	if json.Unmarshal(m["event"], &ev.Name) != nil || ev.Name == "" {
+		return RunEvent{}, errRunEvent
+	}
+	ev.Data = append(json.RawMessage(nil), t...)
+	ev.Kind = runEventKind(ev.Name)
+	ev.Terminal = ev.Name == "run.completed" || ev.Name == "run.failed" || ev.Name == "run.cancelled" || ev.Name == "run.interrupted"
+	str := func(k string, dst *string) { _ = json.Unmarshal(m[k], dst) }
+	str("run_id", &ev.RunID)
+	_ = json.Unmarshal(m["timestamp"], &ev.Timestamp)
+	switch ev.Name {
+	case "message.delta":
+		str("delta", &ev.Delta)
+	case "reasoning.available":
+		str("text", &ev.Text)
+	case "tool.started", "tool.completed", "tool.failed":
+		str("tool", &ev.Tool)
+		str("preview", &ev.Preview)
+		_ = json.Unmarshal(m["duration"], &ev.Duration)
+		_ = json.Unmarshal(m["error"], &ev.ToolError)
+		if ev.Name == "tool.failed" {
+			ev.ToolError = true
+		}
+	case "approval.request":
+		var a RunApprovalRequest
+		// Decode member by member so that one odd member does not lose the others.
+		str("command", &a.Command)
+		str("pattern_key", &a.PatternKey)
+		_ = json.Unmarshal(m["pattern_keys"], &a.PatternKeys)
+		str("description", &a.Description)
+		_ = json.Unmarshal(m["allow_permanent"], &a.AllowPermanent)
+		_ = json.Unmarshal(m["allow_session"], &a.AllowSession)
+		_ = json.Unmarshal(m["smart_denied"], &a.SmartDenied)
+		_ = json.Unmarshal(m["choices"], &a.Choices)
+		str("request_id", &a.RequestID)
+		ev.Approval = &a
+	case "approval.responded":
+		str("choice", &ev.Choice)
+		var n float64
+		if json.Unmarshal(m["resolved"], &n) == nil && n >= 0 && n < 1<<31 {
+			ev.Resolved = int(n)
+		}
+	case "run.completed":
+		str("output", &ev.Output)
+		var u RunUsage
+		if raw, ok := m["usage"]; ok && json.Unmarshal(raw, &u) == nil && bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+			ev.Usage = &u
+		}
+	case "run.failed":
+		str("error", &ev.Error)
+	}
+	return ev, nil
+}
+
+// RunEventStream reads the events of one run. It is not safe for concurrent use; Close it
+// when done (closing early also ends the subscription: Hermes then drops the run's queue).
+type RunEventStream struct {
+	body      io.ReadCloser
+	rd        *sseReader
+	ctx       context.Context
+	maxEvents int
+	n         int
+	done      bool
+	err       error
+}
+
+// newRunEventStream reads run events from body; maxEvents <= 0 means no event limit.
+func newRunEventStream(ctx context.Context, body io.ReadCloser, frameLimit int, streamLimit int64, maxEvents int) *RunEventStream {
+	return &RunEventStream{body: body, rd: newSSEReader(body, frameLimit, streamLimit), ctx: ctx, maxEvents: maxEvents}
+}
+
+// Next returns the next event. After a terminal event (run.completed, run.failed,
+// run.cancelled, run.interrupted) has been returned, Next returns io.EOF. A stream that ends
+// or breaks before a terminal event gives an *Error with Code stream_incomplete (follow the
+// status with RunStatus then); an invalid frame or a frame that is not a run event gives
+// invalid_response; more than the stream's event limit gives stream_truncated; a done ctx
+// gives cancelled or deadline_exceeded. Errors are sticky.
+func (s *RunEventStream) Next() (RunEvent, error) {
+	if s.err != nil {
+		return RunEvent{}, s.err
+	}
+	if s.done {
+		return RunEvent{}, io.EOF
+	}
+	f, err := s.rd.next()
+	if err != nil {
+		var se *errSSE
+		switch {
+		case errors.As(err, &se):
+			s.err = invalidResponse("run_events", se.reason, http.StatusOK)
+		case s.ctx.Err() != nil:
+			s.err = transportError(s.ctx, "run_events", err, http.StatusOK)
+		default:
+			e := newError("run_events", CodeStreamIncomplete, "run events stream closed before a terminal event")
+			e.HTTPStatus = http.StatusOK
+			e.Details = map[string]any{"operation": "run_events"}
+			if err != io.EOF {
+				e.Details["cause"] = "transport"
+				e.Err = err
+			}
+			s.err = e
+		}
+		return RunEvent{}, s.err
+	}
+	ev, err := parseRunEvent(f.data)
+	if err != nil {
+		s.err = invalidResponse("run_events", errRunEvent.reason, http.StatusOK)
+		return RunEvent{}, s.err
+	}
+	s.n++
+	if s.maxEvents > 0 && s.n > s.maxEvents {
+		e := newError("run_events", CodeStreamTruncated, "run events stream exceeded max_events")
+		e.HTTPStatus = http.StatusOK
+		e.Details = map[string]any{"operation": "run_events", "max_events": s.maxEvents}
+		s.err = e
+		return RunEvent{}, s.err
+	}
+	if ev.Terminal {
+		s.done = true
+	}
+	return ev, nil
+}
+
+// Close ends the stream. Safe to call more than once.
+func (s *RunEventStream) Close() error {
+	if s.body == nil {
+		return nil
+	}
+	err := s.body.Close()
+	s.body = nil
+	return err
+}
+
+// runPrepared prepares a run operation from a typed call.
+func runPrepared(op string, in map[string]any, key string, h http.Header) (*Prepared, error) {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return nil, inputErr("input", "cannot be encoded")
+	}
+	return Prepare(Request{Operation: op, Input: raw, IdempotencyKey: key, Header: h})
+}
+
+// runJSON sends a prepared JSON run operation and decodes its body into dst.
+func (c *Client) runJSON(ctx context.Context, p *Prepared, dst any) (*Result, error) {
+	res, err := c.send(ctx, p, nil)
+	if err != nil {
+		return nil, err
+	}
+	if json.Unmarshal(res.Output, dst) != nil || !bytes.HasPrefix(res.Output, []byte("{")) {
+		return nil, invalidResponse(p.Spec.Name, "unexpected_body", res.HTTPStatus)
+	}
+	return res, nil
+}
+
+// RunStart submits a run (POST /v1/runs) and returns once Hermes accepted it (202), before
+// the agent has done anything: store RunStarted.RunID before anything else. req.Input is the
+// run_start input (see Prepare); req.Operation must be "" or "run_start";
+// req.IdempotencyKey is required and sent as Idempotency-Key. Only a Hermes that advertises
+// durable runs idempotency (Capabilities.RunsIdempotency) honours the key; any other starts a
+// second run when the request is repeated, so a lost answer (an *Error with NotStarted false)
+// leaves the outcome unknown. A 202 without a run_id is invalid_response.
+func (c *Client) RunStart(ctx context.Context, req Request) (*RunStarted, error) {
+	if req.Operation != "" && req.Operation != "run_start" {
+		return nil, inputErr("operation", "must be run_start")
+	}
+	req.Operation = "run_start"
+	p, err := Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > p.Spec.Timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Spec.Timeout)
+		defer cancel()
+	}
+	resp, err := c.open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, transportError(ctx, "run_start", err, resp.StatusCode)
+	}
+	var body struct {
+		RunID    string `json:"run_id"`
+		Status   string `json:"status"`
+		Replayed bool   `json:"replayed"`
+	}
+	if json.Unmarshal(b, &body) != nil || body.RunID == "" {
+		return nil, invalidResponse("run_start", "no_run_id", resp.StatusCode)
+	}
+	return &RunStarted{
+		RunID:      body.RunID,
+		Status:     body.Status,
+		Replayed:   body.Replayed || strings.EqualFold(resp.Header.Get("Idempotency-Replayed"), "true"),
+		SessionKey: resp.Header.Get("X-Hermes-Session-Key"),
+		HTTPStatus: resp.StatusCode,
+		Raw:        normalizeBody(b),
+	}, nil
+}
+
+// RunStatus polls a run (GET /v1/runs/{run_id}). Statuses live in the Hermes process's
+// memory: after a Hermes restart, or 1 h after the run ended, the answer is a 404 matched by
+// errors.Is(err, ErrRunNotFound).
+func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error) {
+	p, err := runPrepared("run_status", map[string]any{"run_id": runID}, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	var body struct {
+		RunID     string    `json:"run_id"`
+		Status    string    `json:"status"`
+		SessionID string    `json:"session_id"`
+		Model     string    `json:"model"`
+		LastEvent string    `json:"last_event"`
+		Output    *string   `json:"output"`
+		Error     *string   `json:"error"`
+		Usage     *RunUsage `json:"usage"`
+		CreatedAt float64   `json:"created_at"`
+		UpdatedAt float64   `json:"updated_at"`
+	}
+	res, err := c.runJSON(ctx, p, &body)
+	if err != nil {
+		return nil, err
+	}
+	if body.Status == "" {
+		return nil, invalidResponse("run_status", "no_status", res.HTTPStatus)
+	}
+	return &RunStatus{RunID: body.RunID, Status: body.Status, SessionID: body.SessionID, Model: body.Model,
+		LastEvent: body.LastEvent, Output: body.Output, Error: body.Error, Usage: body.Usage,
+		CreatedAt: body.CreatedAt, UpdatedAt: body.UpdatedAt, Raw: res.Output}, nil
+}
+
+// RunEvents subscribes to a run's events (GET /v1/runs/{run_id}/events) and returns the open
+// stream; it is bounded by ctx only. Hermes keeps one queue per run that buffers every event
+// from the start: the first subscriber gets them all, and when that subscriber's stream ends
+// or breaks the queue is gone, so any later subscription (a re-attach after a crash, a
+// second reader) fails with errors.Is(err, ErrRunNotFound), as it does 300 s after creation if
+// nobody subscribed. Then poll RunStatus. The stream has no event limit; the client's frame
+// and stream byte limits (WithFrameLimit, WithStreamLimit) apply.
+func (c *Client) RunEvents(ctx context.Context, runID string) (*RunEventStream, error) {
+	p, err := runPrepared("run_events", map[string]any{"run_id": runID}, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return newRunEventStream(ctx, resp.Body, c.o.frameLimit, c.o.streamLimit, 0), nil
+}
+
+// RunApproval answers the run's oldest pending approval, or every pending one when all is
+// set (POST /v1/runs/{run_id}/approval). choice is once, session, always or deny (aliases
+// approve, approved, allow mean once). Errors: ErrRunNotFound for an unknown run; a 409 with
+// RemoteCode approval_not_active (the run finished) or approval_not_pending (nothing waits);
+// 400 invalid_approval_choice.
+func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool) (*RunApprovalResult, error) {
+	in := map[string]any{"run_id": runID, "choice": choice}
+	if all {
+		in["all"] = true
+	}
+	p, err := runPrepared("run_approval", in, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	var body struct {
+		RunID    string `json:"run_id"`
+		Choice   string `json:"choice"`
+		Resolved int    `json:"resolved"`
+	}
+	res, err := c.runJSON(ctx, p, &body)
+	if err != nil {
+		return nil, err
+	}
+	return &RunApprovalResult{RunID: body.RunID, Choice: body.Choice, Resolved: body.Resolved, Raw: res.Output}, nil
+}
+
+// RunStop asks a live run to stop (POST /v1/runs/{run_id}/stop). Stopping is cooperative: the
+// answer is "stopping" and the run later settles as cancelled (run.cancelled). A run that is
+// no longer live (finished, or unknown to this process) gives ErrRunNotFound: read RunStatus
+// to learn how it ended.
+func (c *Client) RunStop(ctx context.Context, runID string) (*RunStopResult, error) {
+	p, err := runPrepared("run_stop", map[string]any{"run_id": runID}, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	var body struct {
+		RunID  string `json:"run_id"`
+		Status string `json:"status"`
+	}
+	res, err := c.runJSON(ctx, p, &body)
+	if err != nil {
+		return nil, err
+	}
+	return &RunStopResult{RunID: body.RunID, Status: body.Status, Raw: res.Output}, nil
+}
+
+// RunsIdempotency is the runs_idempotency capability of later Hermes versions.
+type RunsIdempotency struct {
+	Supported        bool  // POST /v1/runs honours Idempotency-Key
+	Durable          bool  // the reservation survives a Hermes restart
+	RetentionSeconds int64 // how long a key is kept
+}
+
+// Capabilities is the parsed answer of GET /v1/capabilities.
+type Capabilities struct {
+	Object          string
+	Platform        string
+	Model           string
+	Features        map[string]json.RawMessage
+	Endpoints       map[string]CapabilityEndpoint
+	RunsIdempotency RunsIdempotency
+	Raw             json.RawMessage
+}
+
+// CapabilityEndpoint is one member of capabilities.endpoints.
+type CapabilityEndpoint struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+}
+
+// Feature reports whether features[name] is JSON true.
+func (c *Capabilities) Feature(name string) bool {
+	return string(bytes.TrimSpace(c.Features[name])) == "true"
+}
+
+// Runs reports whether the endpoint advertises the whole runs API: run_submission,
+// run_status, run_events_sse, run_stop and run_approval_response.
+func (c *Capabilities) Runs() bool {
+	for _, f := range []string{"run_submission", "run_status", "run_events_sse", "run_stop", "run_approval_response"} {
+		if !c.Feature(f) {
+			return false
+		}
+	}
+	return true
+}
+
+// DurableRunIdempotency reports whether a repeated RunStart with the same key is answered
+// with the same run even across a Hermes restart.
+func (c *Capabilities) DurableRunIdempotency() bool {
+	return c.RunsIdempotency.Supported && c.RunsIdempotency.Durable
+}
+
+// ParseCapabilities decodes a /v1/capabilities body. runs_idempotency is read from features
+// (where later Hermes versions put it) or, failing that, the top level; it may be an object
+// {supported, durable, retention_seconds} or a bare boolean (supported, not durable). Absent,
+// it is the zero value, as for v0.16 and v0.19. A body that is not a JSON object fails with
+// invalid_response.
+func ParseCapabilities(b []byte) (*Capabilities, error) {
+	var body struct {
+		Object    string                     `json:"object"`
+		Platform  string                     `json:"platform"`
+		Model     string                     `json:"model"`
+		Features  map[string]json.RawMessage `json:"features"`
+		Endpoints map[string]json.RawMessage `json:"endpoints"`
+	}
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 || t[0] != '{' {
+		return nil, invalidResponse("capabilities", "not_an_object", 0)
+	}
+	// Decode member by member so that an odd member does not lose the rest.
+	var top map[string]json.RawMessage
+	if json.Unmarshal(t, &top) != nil {
+		return nil, invalidResponse("capabilities", "not_an_object", 0)
+	}
+	_ = json.Unmarshal(top["object"], &body.Object)
+	_ = json.Unmarshal(top["platform"], &body.Platform)
+	_ = json.Unmarshal(top["model"], &body.Model)
+	_ = json.Unmarshal(top["features"], &body.Features)
+	_ = json.Unmarshal(top["endpoints"], &body.Endpoints)
+	c := &Capabilities{Object: body.Object, Platform: body.Platform, Model: body.Model,
+		Features: body.Features, Endpoints: map[string]CapabilityEndpoint{}, Raw: append(json.RawMessage(nil), t...)}
+	if c.Features == nil {
+		c.Features = map[string]json.RawMessage{}
+	}
+	for k, raw := range body.Endpoints {
+		var e CapabilityEndpoint
+		if json.Unmarshal(raw, &e) == nil {
+			c.Endpoints[k] = e
+		}
+	}
+	ri, ok := c.Features["runs_idempotency"]
+	if !ok {
+		ri = top["runs_idempotency"]
+	}
+	switch kindOf(ri) {
+	case 'b':
+		c.RunsIdempotency.Supported = string(bytes.TrimSpace(ri)) == "true"
+	case '{':
+		var v struct {
+			Supported        *bool   `json:"supported"`
+			Durable          bool    `json:"durable"`
+			RetentionSeconds float64 `json:"retention_seconds"`
+		}
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(ri, &m)
+		_ = json.Unmarshal(m["supported"], &v.Supported)
+		_ = json.Unmarshal(m["durable"], &v.Durable)
+		_ = json.Unmarshal(m["retention_seconds"], &v.RetentionSeconds)
+		// An object without "supported" advertises support by its presence.
+		c.RunsIdempotency.Supported = v.Supported == nil || *v.Supported
+		c.RunsIdempotency.Durable = v.Durable && c.RunsIdempotency.Supported
+		if v.RetentionSeconds > 0 && v.RetentionSeconds < 1<<53 {
+			c.RunsIdempotency.RetentionSeconds = int64(v.RetentionSeconds)
+		}
+	}
+	return c, nil
+}
+
+// Capabilities reads and parses GET /v1/capabilities.
+func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
+	res, err := c.Call(ctx, Request{Operation: "capabilities"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCapabilities(res.Output)
+}
