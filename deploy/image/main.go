@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.layout, "layout", "", "also write the image as an OCI layout into this directory (new or empty)")
 	fs.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "comma-separated platforms (linux/amd64, linux/arm64)")
 	fs.StringVar(&o.binary, "binary", "", "use this prebuilt static binary instead of building one (one platform only)")
-	fs.StringVar(&o.version, "version", "", "version stamped into the binary (-X main.version) and the labels (default: git describe --tags --always --dirty, else dev)")
+	fs.StringVar(&o.version, "version", "", "version stamped into the binary (-X main.version) and the labels; with -binary, the labels only (default: git describe --tags --always --dirty, else dev)")
 	fs.StringVar(&o.revision, "revision", "", "VCS revision for the label (default: git rev-parse HEAD)")
 	fs.StringVar(&o.epoch, "epoch", "", "Unix time of every timestamp in the image (default: $SOURCE_DATE_EPOCH, else the commit time of HEAD, else 0)")
 	fs.StringVar(&o.name, "name", "hermes-bridge", "image name it loads as")
@@ -103,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  docker load -i %s\n  podman load -i %s\n  skopeo copy oci-archive:%s docker-daemon:%s:%s\n",
 			o.out, o.out, o.out, o.name, res.tag)
 		if len(res.platforms) > 1 {
-			fmt.Fprintf(stdout, "(docker load with the classic image store takes %s, the first platform; build with -platforms for another)\n", res.platforms[0])
+			fmt.Fprintf(stdout, "(docker load with the classic image store takes %s, the first platform; -platforms, or IMAGE_PLATFORMS for make image, chooses)\n", res.platforms[0])
 		}
 	}
 	return 0
