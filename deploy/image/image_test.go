@@ -635,6 +635,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-epoch", "yesterday"}, 2, "Unix time"},
 		{[]string{"-tag", "no:colons"}, 2, "not a valid image tag"},
 		{[]string{"-version", "a b"}, 2, "must not hold spaces"},
+		{[]string{"-name", "Hermes Bridge"}, 2, "not a valid image name"},
 		{[]string{"stray"}, 2, "unexpected argument"},
 		{[]string{"-binary", "/nonexistent/hermes-bridge", "-platforms", "linux/amd64", "-o", filepath.Join(t.TempDir(), "x.tar")}, 1, "no such file"},
 		{[]string{"-binary", "image_test.go", "-platforms", "linux/amd64", "-o", filepath.Join(t.TempDir(), "x.tar")}, 1, "not an ELF executable"},
@@ -665,6 +666,16 @@ func TestBadInput(t *testing.T) {
 	for v, want := range map[string]string{"v1.2.3": "v1.2.3", "8cd7622-dirty": "8cd7622-dirty", "-x": "_x", "a/b+c": "a_b_c", "": "dev", strings.Repeat("a", 200): strings.Repeat("a", 128)} {
 		if got := tagFromVersion(v); got != want || !validTag.MatchString(got) {
 			t.Errorf("tagFromVersion(%q) = %q, want %q", v, got, want)
+		}
+	}
+	for _, name := range []string{"hermes-bridge", "acme/hermes_bridge", "registry.example.com:5000/team/hermes-bridge", "localhost/hb"} {
+		if !validName.MatchString(name) {
+			t.Errorf("validName rejects %q", name)
+		}
+	}
+	for _, name := range []string{"Hermes", "a//b", "-x", "a/", ""} {
+		if validName.MatchString(name) {
+			t.Errorf("validName accepts %q", name)
 		}
 	}
 	for name, want := range map[string]string{"hermes-bridge": "docker.io/library/hermes-bridge", "acme/hb": "docker.io/acme/hb", "ghcr.io/acme/hb": "ghcr.io/acme/hb", "localhost/hb": "localhost/hb"} {

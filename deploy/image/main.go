@@ -158,6 +158,9 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 	if err != nil {
 		return result{}, usageError{err}
 	}
+	if !validName.MatchString(o.name) {
+		return result{}, usageError{fmt.Errorf("-name %q: not a valid image name (lower case, such as hermes-bridge or registry.example.com/team/hermes-bridge)", o.name)}
+	}
 	if o.tag == "" {
 		o.tag = tagFromVersion(o.version)
 	} else if !validTag.MatchString(o.tag) {
@@ -286,6 +289,10 @@ func resolveEpoch(ctx context.Context, flagValue string) (time.Time, error) {
 	}
 	return time.Unix(n, 0).UTC(), nil
 }
+
+// validName is the grammar of an image name: an optional registry host (and port),
+// then lower-case path components.
+var validName = regexp.MustCompile(`^(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
 
 // validTag is the grammar of an image tag.
 var validTag = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
