@@ -637,6 +637,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-version", "a b"}, 2, "must not hold spaces"},
 		{[]string{"-name", "Hermes Bridge"}, 2, "not a valid image name"},
 		{[]string{"stray"}, 2, "unexpected argument"},
+		{[]string{"-layout", "."}, 2, "not empty"},
 		{[]string{"-binary", "/nonexistent/hermes-bridge", "-platforms", "linux/amd64", "-o", filepath.Join(t.TempDir(), "x.tar")}, 1, "no such file"},
 		{[]string{"-binary", "image_test.go", "-platforms", "linux/amd64", "-o", filepath.Join(t.TempDir(), "x.tar")}, 1, "not an ELF executable"},
 	} {

@@ -166,6 +166,12 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 	} else if !validTag.MatchString(o.tag) {
 		return result{}, usageError{fmt.Errorf("-tag %q: not a valid image tag ([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})", o.tag)}
 	}
+	if o.layout != "" {
+		// Checked before the minutes of a build; writeLayout checks again.
+		if entries, err := os.ReadDir(o.layout); err == nil && len(entries) > 0 {
+			return result{}, usageError{fmt.Errorf("-layout %s: the directory is not empty", o.layout)}
+		}
+	}
 	ca, err := caBundle()
 	if err != nil {
 		return result{}, err
