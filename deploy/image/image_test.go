@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"debug/elf"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -87,6 +88,30 @@ func hostBinary(t *testing.T) string {
 }
 
 var binBuildTime time.Duration
+
+var (
+	imgOnce                   sync.Once
+	imgLayout, imgTar, imgOut string
+	imgFailed                 bool
+)
+
+// hostImage builds the image of hostBinary once, with the test's fixed version,
+// revision and epoch, as a layout and an archive under the binary's directory, and
+// returns their paths and the command's output.
+func hostImage(t *testing.T) (layoutDir, archive, out string) {
+	t.Helper()
+	bin := hostBinary(t)
+	imgOnce.Do(func() {
+		imgFailed = true
+		imgLayout, imgTar = filepath.Join(binDir, "layout"), filepath.Join(binDir, "image.tar")
+		imgOut = buildCLI(t, "-binary", bin, "-platforms", hostPlatform().String(), "-layout", imgLayout, "-o", imgTar)
+		imgFailed = false
+	})
+	if imgFailed {
+		t.Fatal("building the test image failed (see the first test that built it)")
+	}
+	return imgLayout, imgTar, imgOut
+}
 
 func hostPlatform() platform {
 	p, err := parsePlatform("linux/" + runtime.GOARCH)
@@ -300,11 +325,9 @@ func opsPortFromCode(t *testing.T) string {
 // roots), the binary's stamped version, and that the archive holds the same files as
 // the layout.
 func TestImage(t *testing.T) {
-	bin := hostBinary(t)
-	dir := t.TempDir()
-	lay, archive := filepath.Join(dir, "layout"), filepath.Join(dir, "image.tar")
-	out := buildCLI(t, "-binary", bin, "-platforms", hostPlatform().String(), "-layout", lay, "-o", archive)
+	lay, archive, out := hostImage(t)
 	t.Logf("%s", out)
+	dir := t.TempDir()
 
 	top, images := readLayout(t, lay)
 	if len(images) != 1 || top.MediaType != mediaTypeManifest {
@@ -533,76 +556,114 @@ func TestImageEnvIsConfiguration(t *testing.T) {
 	}
 }
 
-// TestImageReproducible: two builds from the same binary and epoch give the same
-// bytes (index.json, every blob, the archive), and so the same digest; another epoch
-// gives another digest.
+// TestImageReproducible: a second build from the same binary, version, revision and
+// epoch gives the same bytes (index.json, every blob, the archive), and so the same
+// digest, as hostImage's; another epoch gives another digest.
 func TestImageReproducible(t *testing.T) {
-	bin := hostBinary(t)
+	lay1, tar1, _ := hostImage(t)
 	dir := t.TempDir()
-	build := func(name, epoch string) (descriptor, []byte) {
-		lay, archive := filepath.Join(dir, name), filepath.Join(dir, name+".tar")
-		buildCLI(t, "-binary", bin, "-platforms", hostPlatform().String(), "-layout", lay, "-o", archive, "-epoch", epoch)
-		top, _ := readLayout(t, lay)
-		b, err := os.ReadFile(archive)
+	lay2, tar2 := filepath.Join(dir, "layout"), filepath.Join(dir, "image.tar")
+	buildCLI(t, "-binary", binPath, "-platforms", hostPlatform().String(), "-layout", lay2, "-o", tar2)
+	read := func(p string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return top, b
+		return b
 	}
-	d1, a1 := build("one", testEpoch)
-	d2, a2 := build("two", testEpoch)
-	if d1.Digest != d2.Digest || !bytes.Equal(a1, a2) {
-		t.Errorf("two builds differ: %s and %s (archives equal: %v)", d1.Digest, d2.Digest, bytes.Equal(a1, a2))
+	i1, i2 := read(filepath.Join(lay1, "index.json")), read(filepath.Join(lay2, "index.json"))
+	a1, a2 := read(tar1), read(tar2)
+	if !bytes.Equal(i1, i2) || !bytes.Equal(a1, a2) {
+		t.Errorf("two builds differ: index.json equal %v, archives equal %v\n%s\n%s", bytes.Equal(i1, i2), bytes.Equal(a1, a2), i1, i2)
+	}
+	var idx index
+	if err := json.Unmarshal(i1, &idx); err != nil || len(idx.Manifests) != 1 {
+		t.Fatalf("index.json: %s (%v)", i1, err)
 	}
 	s1, s2 := sha256.Sum256(a1), sha256.Sum256(a2)
-	t.Logf("manifest %s twice; archive sha256 %x and %x", d1.Digest, s1, s2)
-	d3, _ := build("three", "1700000001")
-	if d3.Digest == d1.Digest {
+	t.Logf("manifest %s twice; archive sha256 %x and %x", idx.Manifests[0].Digest, s1, s2)
+
+	// The timestamps are in the image: a small stand-in binary, two epochs.
+	fake := filepath.Join(dir, "fake")
+	if err := os.WriteFile(fake, tinyELF(elfMachine[runtime.GOARCH], false), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	digest := func(epoch string) string {
+		d := filepath.Join(dir, "epoch-"+epoch)
+		buildCLI(t, "-binary", fake, "-platforms", hostPlatform().String(), "-layout", d, "-o", "", "-epoch", epoch)
+		top, _ := readLayout(t, d)
+		return top.Digest
+	}
+	if digest(testEpoch) == digest("1700000001") {
 		t.Error("another epoch gave the same digest: the timestamps are not in the image")
 	}
 }
 
+// tinyELF is the smallest ELF64 executable debug/elf reads: a header and one PT_LOAD
+// (plus a PT_INTERP when interp), for machine. It does not run; it stands in for a
+// binary where a test checks the image's assembly, not the program.
+func tinyELF(machine elf.Machine, interp bool) []byte {
+	phnum := uint16(1)
+	if interp {
+		phnum = 2
+	}
+	size := uint64(64 + 56*int(phnum))
+	hdr := elf.Header64{
+		Type: uint16(elf.ET_EXEC), Machine: uint16(machine), Version: uint32(elf.EV_CURRENT),
+		Entry: 0x400000, Phoff: 64, Ehsize: 64, Phentsize: 56, Phnum: phnum, Shentsize: 64,
+	}
+	copy(hdr.Ident[:], elf.ELFMAG)
+	hdr.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
+	hdr.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
+	hdr.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
+	var buf bytes.Buffer
+	_ = binary.Write(&buf, binary.LittleEndian, hdr)
+	_ = binary.Write(&buf, binary.LittleEndian, elf.Prog64{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R | elf.PF_X),
+		Vaddr: 0x400000, Paddr: 0x400000, Filesz: size, Memsz: size, Align: 0x1000})
+	if interp {
+		_ = binary.Write(&buf, binary.LittleEndian, elf.Prog64{Type: uint32(elf.PT_INTERP), Flags: uint32(elf.PF_R)})
+	}
+	return buf.Bytes()
+}
+
 // TestImageMultiPlatform: with two platforms index.json names an image index listing
-// one manifest per platform, each config and binary of its architecture, and
-// manifest.json (Docker's classic load) the first. The arm64 (or amd64) binary is the
-// host binary with its ELF machine rewritten: this checks the assembly, not that it
-// runs (`make image` cross-compiles the real one).
+// one manifest per platform, each with its platform, a config of its architecture and
+// the binary given for it, and manifest.json (Docker's classic load) names the first.
+// The binaries are stand-ins (tinyELF): this checks the assembly; `make image`
+// cross-compiles the real ones.
 func TestImageMultiPlatform(t *testing.T) {
-	bin := hostBinary(t)
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := map[string]string{"amd64": "arm64", "arm64": "amd64"}[runtime.GOARCH]
-	fake := slices.Clone(data)
-	fake[18], fake[19] = byte(elfMachine[other]), byte(elfMachine[other]>>8) // e_machine, little endian
-	fakePath := filepath.Join(t.TempDir(), "hermes-bridge-"+other)
-	if err := os.WriteFile(fakePath, fake, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
 	plats := []platform{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64", Variant: "v8"}}
-	bins := map[string]string{runtime.GOARCH: bin, other: fakePath}
+	var bins []string
+	for _, p := range plats {
+		b := filepath.Join(dir, "bin-"+p.Arch)
+		if err := os.WriteFile(b, tinyELF(elfMachine[p.Arch], false), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bins = append(bins, b)
+	}
 	ca, err := caBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := buildImage(imageSpec{Platforms: plats, Binaries: []string{bins["amd64"], bins["arm64"]},
+	img, err := buildImage(imageSpec{Platforms: plats, Binaries: bins,
 		Version: testVersion, Created: time.Unix(1700000000, 0), Name: "hermes-bridge", Tag: "t", CACerts: ca})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := img.writeLayout(dir); err != nil {
+	lay := filepath.Join(dir, "layout")
+	if err := img.writeLayout(lay); err != nil {
 		t.Fatal(err)
 	}
-	top, images := readLayout(t, dir)
+	top, images := readLayout(t, lay)
 	if top.MediaType != mediaTypeIndex || len(images) != 2 {
 		t.Fatalf("index.json names a %s of %d images, want an image index of 2", top.MediaType, len(images))
 	}
 	for i, pi := range images {
 		p := plats[i]
-		if pi.desc.Platform.Architecture != p.Arch || pi.desc.Platform.Variant != p.Variant || pi.config.Architecture != p.Arch {
-			t.Errorf("image %d: platform %+v, config %s; want %s", i, *pi.desc.Platform, pi.config.Architecture, p)
+		if pi.desc.Platform.Architecture != p.Arch || pi.desc.Platform.Variant != p.Variant || pi.config.Architecture != p.Arch || pi.config.Variant != p.Variant {
+			t.Errorf("image %d: platform %+v, config %s/%s; want %s", i, *pi.desc.Platform, pi.config.Architecture, pi.config.Variant, p)
 		}
 		f, err := elf.NewFile(bytes.NewReader(readTar(t, pi.layer)[binaryPath].data))
 		if err != nil {
@@ -611,6 +672,9 @@ func TestImageMultiPlatform(t *testing.T) {
 		if f.Machine != elfMachine[p.Arch] {
 			t.Errorf("image %s holds a binary for %s", p, f.Machine)
 		}
+	}
+	if _, err := buildImage(imageSpec{Platforms: plats, Binaries: []string{bins[1], bins[0]}, Name: "n", Tag: "t", CACerts: ca}); err == nil || !strings.Contains(err.Error(), "ELF machine") {
+		t.Errorf("binaries swapped: %v, want an ELF machine error", err)
 	}
 	var dm []dockerManifestEntry
 	if err := json.Unmarshal(img.dockerManifest, &dm); err != nil || len(dm) != 1 || dm[0].Config != blobPath(images[0].manifest.Config.Digest) {
@@ -647,22 +711,15 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("image %q: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 		}
 	}
-	// A dynamically linked program (the go command's cgo-free builds aside, the host's
-	// /bin/true is one on glibc systems), and a binary for another architecture.
-	if exe, err := exec.LookPath("true"); err == nil {
-		if data, err := os.ReadFile(exe); err == nil {
-			if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
-				interp := slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
-				arch := map[elf.Machine]string{elf.EM_X86_64: "amd64", elf.EM_AARCH64: "arm64"}[f.Machine]
-				if err := checkStaticELF(data, arch); interp && arch != "" && (err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0")) {
-					t.Errorf("checkStaticELF(%s): %v, want a dynamically linked error", exe, err)
-				}
-				other := map[string]string{"amd64": "arm64", "arm64": "amd64"}[arch]
-				if err := checkStaticELF(data, other); arch != "" && (err == nil || !strings.Contains(err.Error(), "ELF machine")) {
-					t.Errorf("checkStaticELF(%s for %s): %v, want a machine error", exe, other, err)
-				}
-			}
-		}
+	// A dynamically linked program, and a binary for another architecture.
+	if err := checkStaticELF(tinyELF(elf.EM_X86_64, true), "amd64"); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("checkStaticELF(with PT_INTERP): %v, want a dynamically linked error", err)
+	}
+	if err := checkStaticELF(tinyELF(elf.EM_X86_64, false), "amd64"); err != nil {
+		t.Errorf("checkStaticELF(tinyELF): %v", err)
+	}
+	if err := checkStaticELF(tinyELF(elf.EM_X86_64, false), "arm64"); err == nil || !strings.Contains(err.Error(), "ELF machine") {
+		t.Errorf("checkStaticELF(amd64 binary for arm64): %v, want a machine error", err)
 	}
 	for v, want := range map[string]string{"v1.2.3": "v1.2.3", "8cd7622-dirty": "8cd7622-dirty", "-x": "_x", "a/b+c": "a_b_c", "": "dev", strings.Repeat("a", 200): strings.Repeat("a", 128)} {
 		if got := tagFromVersion(v); got != want || !validTag.MatchString(got) {
