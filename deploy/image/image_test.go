@@ -744,7 +744,8 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestDockerBuild builds deploy/Dockerfile with docker and checks the image's config
-// against the Go-built one. It runs only where docker has a daemon (not in CI).
+// against the Go-built one. It runs only where docker has a daemon and the base images
+// are there or can be pulled (not in CI).
 func TestDockerBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: docker build")
@@ -754,6 +755,30 @@ func TestDockerBuild(t *testing.T) {
 	}
 	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
 		t.Skipf("docker has no daemon to talk to: %s", strings.TrimSpace(string(out)))
+	}
+	// The base images must be here or be pullable (a daemon without registry access is
+	// no place to test this Dockerfile).
+	_, stages, err := readFinalStage("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range stages {
+		var base string
+		for _, f := range strings.Fields(st.from) {
+			if !strings.HasPrefix(f, "--") {
+				base = f
+				break
+			}
+		}
+		if exec.Command("docker", "image", "inspect", base).Run() == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		out, err := exec.CommandContext(ctx, "docker", "pull", base).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Skipf("base image %s is not here and cannot be pulled (%v): %s", base, err, strings.TrimSpace(string(out)))
+		}
 	}
 	tag := "hermes-bridge-imagetest:" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	build := exec.Command("docker", "build", "-f", "deploy/Dockerfile", "--build-arg", "VERSION="+testVersion, "-t", tag, ".")
