@@ -9,7 +9,7 @@ TEST_TIMEOUT ?= 15m
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: chaos model all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
+.PHONY: chaos model image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
 all: build
 
@@ -88,6 +88,22 @@ demo: ## run the bridge against cmd/fake-hermes and send one streaming action
 
 bench: ## bridge vs its floors (NATS, Hermes) side by side, table + bench.json + bench.md (~2 min; go run ./e2e/bench -help)
 	$(GO) run ./e2e/bench -json bench.json -markdown bench.md
+
+# image: the container image without Docker (go run ./deploy/image): an OCI archive with one
+# image per platform, the binary cross-compiled static, the config of deploy/Dockerfile's
+# final stage. Reproducible: every timestamp is SOURCE_DATE_EPOCH, else HEAD's commit time.
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_OUT ?= bin/hermes-bridge-oci.tar
+image: ## container image without Docker: OCI archive bin/hermes-bridge-oci.tar, linux/amd64 + arm64 (IMAGE_PLATFORMS=...; not in make test)
+	$(GO) run ./deploy/image -o $(IMAGE_OUT) -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION))
+
+# docker-image: the same image from deploy/Dockerfile, with a Docker daemon (BuildKit).
+IMAGE_NAME ?= hermes-bridge
+docker-image: ## docker build -f deploy/Dockerfile, tagged hermes-bridge:<version> (needs a Docker daemon; not in make test)
+	@command -v docker >/dev/null 2>&1 || { echo "docker is not installed; 'make image' builds the same image without Docker"; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "docker cannot reach a daemon ('docker info' fails); start one, or 'make image' builds the same image without Docker"; exit 1; }
+	docker build -f deploy/Dockerfile --build-arg VERSION=$(or $(VERSION),dev) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null) -t $(IMAGE_NAME):$(or $(subst +,_,$(VERSION)),dev) .
 
 clean: ## remove build output
 	rm -rf bin
