@@ -198,6 +198,9 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 	cons, err := c.js.OrderedConsumer(ctx, c.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{evSubj, resSubj},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// The server removes a consumer this long after its follower went away without
+		// deleting it (a crash): servers limit consumers per stream.
+		InactiveThreshold: followInactive,
 	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -206,6 +209,7 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 		}
 		return nil, fmt.Errorf("events: follow: create ordered consumer: %w", err)
 	}
+	defer c.deleteConsumer(ctx, cons)
 	it, err := cons.Messages()
 	if err != nil {
 		return nil, fmt.Errorf("events: follow: %w", err)
@@ -290,6 +294,22 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*Even
 			}
 		}
 	}
+}
+
+// followInactive is the inactivity threshold of a follower's consumer.
+const followInactive = 30 * time.Second
+
+// deleteConsumer deletes a finished follower's consumer at once (bounded by its own
+// timeout: ctx may have ended), instead of leaving it to the inactivity threshold. A
+// failure (a user not allowed to delete) leaves that to the threshold.
+func (c *Client) deleteConsumer(ctx context.Context, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = c.js.DeleteConsumer(dctx, c.stream, info.Name)
 }
 
 // latest reports whether m was the last message of its consumer's subjects when the

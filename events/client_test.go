@@ -227,3 +227,40 @@ func TestFollowErrors(t *testing.T) {
 		t.Fatal("invalid id accepted")
 	}
 }
+
+// TestFollowLeavesNoConsumer: a Follow that returned (with the result, or because its
+// context ended) leaves no consumer on the output stream. A server limits consumers per
+// stream (nats-server 2.15: 1,000 by default), so followers that each left one behind
+// for its inactivity threshold were refused after about a thousand calls in a few
+// minutes.
+func TestFollowLeavesNoConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := startJetStream(t)
+	createStreams(t, ctx, js)
+	c := events.NewClient(js)
+	h, b, _ := events.EncodeResult("bridge", &events.Result{ActionID: "done-1", CapabilityID: "cap:hermes_agent:p:chat",
+		Status: events.StatusCompleted, Output: json.RawMessage(`{}`)}, events.TraceContext{})
+	publishOutput(t, ctx, js, "hermes.results.done-1", h, b)
+	for range 5 {
+		if _, err := c.Follow(ctx, "done-1", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if _, err := c.Follow(fctx, "never-settles", nil, nil); err == nil {
+		t.Fatal("Follow of an action without a result returned no error")
+	}
+	fcancel()
+	s, err := js.Stream(ctx, "HERMES_OUTPUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Consumers; n != 0 {
+		t.Fatalf("%d consumers left on the output stream after the follows returned, want 0", n)
+	}
+}
