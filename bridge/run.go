@@ -416,7 +416,7 @@ func (f *runFollow) result(cctx context.Context) *events.Result {
 		return &events.Result{ActionID: j.actionID, CapabilityID: j.capID, Status: statusOf(info),
 			Output: mustJSON(out), Error: info}
 	case hermes.RunFailed, hermes.RunInterrupted:
-		info := &events.ErrorInfo{Code: "run_failed", Category: "remote", UncertainOutcome: f.status == hermes.RunInterrupted,
+		info := &events.ErrorInfo{Code: "run_failed", Category: "permanent", UncertainOutcome: f.status == hermes.RunInterrupted,
 			Message: "the run ended " + f.status, Details: details}
 		if f.errText != "" {
 			details["hermes_error"] = f.errText
