@@ -112,3 +112,27 @@ func TestGovernedRunApprovals(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIApproveRun: `hermes-bridge approve <id> --yes` answers a governed run's tool
+// approval (once) and follows the run to its result; `deny` denies the next one.
+func TestCLIApproveRun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFake(hermestest.WithAgent(approvalRunAgent)))
+	for _, tc := range []struct {
+		cmd      string
+		toolRuns int
+	}{{"approve", 1}, {"deny", 0}} {
+		before := h.fake.ToolRuns("terminal")
+		id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "cli " + tc.cmd}), IdempotencyKey: "k-cli-" + tc.cmd})
+		h.pendingOf(id)
+		out, errOut, code := h.cli(tc.cmd, id, "--yes", "--reason", "ticket OPS-7")
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s\n%s", tc.cmd, code, out, errOut)
+		}
+		res, _ := h.follow(id)
+		requireCompleted(t, res)
+		if got := h.fake.ToolRuns("terminal") - before; got != tc.toolRuns {
+			t.Fatalf("%s: the tool ran %d times, want %d", tc.cmd, got, tc.toolRuns)
+		}
+	}
+}
