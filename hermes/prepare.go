@@ -669,19 +669,8 @@ func prepResponses(spec Spec, in obj, h http.Header) (obj, error) {
 	if hasConv && hasPrev {
 		return nil, inputErr(prefix+".conversation", "cannot be combined with previous_response_id")
 	}
-	if raw, ok := body.get("conversation_history"); ok {
-		arr, isArr := asArray(raw)
-		if !isArr {
-			return nil, inputErr(prefix+".conversation_history", "must be an array")
-		}
-		for i, it := range arr {
-			m, isObj := asObject(it)
-			_, hasRole := m["role"]
-			_, hasContent := m["content"]
-			if !isObj || !hasRole || !hasContent {
-				return nil, inputErr(prefix+".conversation_history["+strconv.Itoa(i)+"]", "must be an object with role and content")
-			}
-		}
+	if err := checkHistory(body, prefix); err != nil {
+		return nil, err
 	}
 	body["stream"] = mustJSON(spec.Stream)
 	return body, nil
@@ -1017,19 +1006,8 @@ func prepRunStart(in obj, h http.Header) (obj, error) {
 			return nil, inputErr(prefix+".session_id", "must be at most 256 characters without control characters")
 		}
 	}
-	if raw, ok := body.get("conversation_history"); ok {
-		arr, isArr := asArray(raw)
-		if !isArr {
-			return nil, inputErr(prefix+".conversation_history", "must be an array")
-		}
-		for i, it := range arr {
-			m, isObj := asObject(it)
-			_, hasRole := m["role"]
-			_, hasContent := m["content"]
-			if !isObj || !hasRole || !hasContent {
-				return nil, inputErr(prefix+".conversation_history["+strconv.Itoa(i)+"]", "must be an object with role and content")
-			}
-		}
+	if err := checkHistory(body, prefix); err != nil {
+		return nil, err
 	}
 	return body, nil
 }
@@ -1070,4 +1048,26 @@ func prepRunApproval(in obj) (obj, error) {
 		}
 	}
 	return body, nil
+}
+
+// checkHistory checks a body's conversation_history, when present: an array of objects
+// that each have a role and a content.
+func checkHistory(body obj, prefix string) error {
+	raw, ok := body.get("conversation_history")
+	if !ok {
+		return nil
+	}
+	arr, isArr := asArray(raw)
+	if !isArr {
+		return inputErr(prefix+".conversation_history", "must be an array")
+	}
+	for i, it := range arr {
+		m, isObj := asObject(it)
+		_, hasRole := m["role"]
+		_, hasContent := m["content"]
+		if !isObj || !hasRole || !hasContent {
+			return inputErr(prefix+".conversation_history["+strconv.Itoa(i)+"]", "must be an object with role and content")
+		}
+	}
+	return nil
 }
