@@ -119,13 +119,17 @@ func TestCLIApproveRun(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withFake(hermestest.WithAgent(approvalRunAgent)))
 	for _, tc := range []struct {
-		cmd      string
-		toolRuns int
-	}{{"approve", 1}, {"deny", 0}} {
+		cmd, choice string
+		toolRuns    int
+	}{{"approve", "", 1}, {"approve", "session", 1}, {"deny", "", 0}} {
 		before := h.fake.ToolRuns("terminal")
-		id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "cli " + tc.cmd}), IdempotencyKey: "k-cli-" + tc.cmd})
+		id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "cli " + tc.cmd + tc.choice}), IdempotencyKey: "k-cli-" + tc.cmd + tc.choice})
 		h.pendingOf(id)
-		out, errOut, code := h.cli(tc.cmd, id, "--yes", "--reason", "ticket OPS-7")
+		args := []string{tc.cmd, id, "--yes", "--reason", "ticket OPS-7"}
+		if tc.choice != "" {
+			args = append(args, "--choice", tc.choice)
+		}
+		out, errOut, code := h.cli(args...)
 		if code != 0 {
 			t.Fatalf("%s: exit %d\n%s\n%s", tc.cmd, code, out, errOut)
 		}
@@ -134,5 +138,17 @@ func TestCLIApproveRun(t *testing.T) {
 		if got := h.fake.ToolRuns("terminal") - before; got != tc.toolRuns {
 			t.Fatalf("%s: the tool ran %d times, want %d", tc.cmd, got, tc.toolRuns)
 		}
+		want := map[string]string{"approve": "once", "deny": "deny"}[tc.cmd]
+		if tc.choice != "" {
+			want = tc.choice
+		}
+		reqs := h.requests("run_approval")
+		if got := jstr(body(t, reqs[len(reqs)-1]), "choice"); got != want {
+			t.Fatalf("%s %s: Hermes got choice %q", tc.cmd, tc.choice, got)
+		}
+	}
+	_, errOut, code := h.cli("approve", "x", "--choice", "maybe")
+	if code != 2 || !strings.Contains(errOut, "--choice") {
+		t.Fatalf("approve --choice maybe: exit %d: %s", code, errOut)
 	}
 }

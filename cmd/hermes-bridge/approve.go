@@ -38,6 +38,7 @@ type approveOptions struct {
 	yes, noFollow, jsonOut bool
 	timeout, wait          time.Duration
 	decision               string // events.DecisionApprove or events.DecisionDeny
+	choice                 string // a governed run's tool approval: once, session or always
 	conn                   connFlags
 }
 
@@ -49,6 +50,7 @@ func approveFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.noFollow, "no-follow", false, "publish the decision and exit without following the action")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the request on stderr and only the result, as JSON, on stdout")
 	fs.DurationVar(&o.wait, "wait", 0, "stop waiting for the result after this long (exit 2); 0 waits until it settles")
+	fs.StringVar(&o.choice, "choice", "", "for a run's tool approval: once (the default), session or always (ignored by parked actions)")
 	o.conn.register(fs)
 	return fs
 }
@@ -135,6 +137,11 @@ type pendingRequest struct {
 // the decision and, for approve, follow the action to its result.
 func decide(ctx context.Context, id string, o *approveOptions, environ map[string]string, sio stdio) int {
 	cmd := o.decision // the command is named after the decision
+	switch o.choice {
+	case "", events.ChoiceOnce, events.ChoiceSession, events.ChoiceAlways:
+	default:
+		return usageError(sio.err, cmd, "--choice must be once, session or always")
+	}
 	if len(o.reason) > 1024 || strings.IndexFunc(o.reason, unicode.IsControl) >= 0 {
 		return usageError(sio.err, cmd, "--reason must be at most 1024 characters without control characters")
 	}
@@ -198,6 +205,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 		Approver:    approver,
 		Reason:      o.reason,
 		InputSHA256: req.InputSHA256,
+		Choice:      o.choice,
 	})
 	cancel()
 	subj := cl.subjects.Approvals(id)
@@ -542,7 +550,9 @@ Shows the request of a parked action (its capability, its input, the
 input_sha256 and when the approval window ends), asks for confirmation, and
 publishes an approve decision carrying that input_sha256 on
 <prefix>.approvals.<action_id>. Then it follows the action to its result like
-'hermes-bridge watch' (--no-follow skips this).
+'hermes-bridge watch' (--no-follow skips this). For a governed run that waits
+for a tool approval it answers the run's latest request; --choice session or
+always approves the tool for the rest of the run or for good (default once).
 
 The request is read from the action's pending_approval result in the output
 stream HERMES_BRIDGE_OUTPUT_STREAM (default HERMES_OUTPUT). When stdin is not a
@@ -563,6 +573,7 @@ Examples:
   hermes-bridge approve 3xTnq8v2Lk0aQ --reason "ticket OPS-42" --approver alice
   hermes-bridge approve 3xTnq8v2Lk0aQ --yes --no-follow   # in a script, after review
   hermes-bridge approve 3xTnq8v2Lk0aQ --yes --json | jq .status
+  hermes-bridge approve clean-build-42 --choice session   # a run's tool approval
 `
 
 const usageDeny = `Usage:
