@@ -3,8 +3,9 @@ package kvstore_test
 // A randomized model of the bridge's replicas on the ledger. Each seed generates a
 // scenario (actions of every kind: unsafe and safe, with and without idempotency keys
 // that collide on purpose with the same or another input, approval actions with and
-// without a pre-approval; duplicate publishes; cancel requests, some before their
-// action) and runs it on kvtest's stores with simulated JetStream delivery: a message
+// without a pre-approval, governed runs (post, Bind, follow; half the seeds with durable
+// run idempotency); duplicate publishes; cancel requests, some before their action) and
+// runs it on kvtest's stores with simulated JetStream delivery: a message
 // stays unacknowledged until a delivery acknowledges it, and is delivered again once
 // its ack wait passes without progress, so a delivery that crashed, stopped without
 // acknowledging, or stalled is followed by another one, and a stalled one may wake as
@@ -24,7 +25,8 @@ package kvstore_test
 // approved it, and otherwise settled by that decision or a later cancel; no record
 // left parked); at most one execution per scoped key of an unsafe operation; replays
 // copy the result of a same-key same-input action, conflicts have a different input
-// under the key; a cancel that came before its action, or flagged it before its
+// under the key; a governed run never settles outcome_unknown once a delivery bound its
+// run id, nor ever where runs are durably idempotent; a cancel that came before its action, or flagged it before its
 // dispatch, kept it from Hermes; no park index entry, no key record of an unsettled
 // action, no record of an action never published, no message unacknowledged; and the
 // driver's own checks (a decision is never dropped, Decide never gives a claim without
@@ -181,7 +183,7 @@ func TestLedgerModel(t *testing.T) {
 type modelStats struct {
 	actions, deliveries, takeovers, uncertain, crashes, pauses, lostAcks, failedWrites,
 	staleReads, refusals, executions, replays, conflicts, cancels, decisions, expiries,
-	replicaStalls atomic.Int64
+	replicaStalls, runs, runsReal, runsUnknown atomic.Int64
 }
 
 func (s *modelStats) add(o *modelStats) {
@@ -191,7 +193,8 @@ func (s *modelStats) add(o *modelStats) {
 		{&s.staleReads, &o.staleReads}, {&s.refusals, &o.refusals}, {&s.executions, &o.executions},
 		{&s.replays, &o.replays}, {&s.conflicts, &o.conflicts},
 		{&s.cancels, &o.cancels}, {&s.decisions, &o.decisions}, {&s.expiries, &o.expiries},
-		{&s.replicaStalls, &o.replicaStalls}} {
+		{&s.replicaStalls, &o.replicaStalls}, {&s.runs, &o.runs}, {&s.runsReal, &o.runsReal},
+		{&s.runsUnknown, &o.runsUnknown}} {
 		p[0].Add(p[1].Load())
 	}
 }
@@ -199,11 +202,11 @@ func (s *modelStats) add(o *modelStats) {
 func (s *modelStats) String() string {
 	return fmt.Sprintf("%d actions, %d deliveries, %d runs at a later attempt (%d uncertain), %d crashes, %d stalls, %d replica stalls, "+
 		"%d lost replies, %d failed writes, %d stale reads, %d refusals, %d executions, %d replays, "+
-		"%d key conflicts, %d cancels, %d decisions, %d expiries",
+		"%d key conflicts, %d cancels, %d decisions, %d expiries; %d runs: %d with the run's result, %d outcome_unknown",
 		s.actions.Load(), s.deliveries.Load(), s.takeovers.Load(), s.uncertain.Load(), s.crashes.Load(),
 		s.pauses.Load(), s.replicaStalls.Load(), s.lostAcks.Load(), s.failedWrites.Load(), s.staleReads.Load(), s.refusals.Load(),
 		s.executions.Load(), s.replays.Load(), s.conflicts.Load(), s.cancels.Load(), s.decisions.Load(),
-		s.expiries.Load())
+		s.expiries.Load(), s.runs.Load(), s.runsReal.Load(), s.runsUnknown.Load())
 }
 
 // simMsg is a JetStream message: an action or a decision.
@@ -324,6 +327,7 @@ func runModel(seed uint64) *modelRun {
 	m.rec, m.log = kvtest.NewRecords(), kvtest.NewLog()
 	m.l = kvstore.NewLedger(m.rec, m.log, mLease)
 	m.hermes = newSimHermes()
+	m.hermes.durable = m.chance(0.5) // the endpoint advertises durable run idempotency
 	m.hermes.trace = m.tracef
 	m.hermes.refuse = func(simAction) bool {
 		r := m.faults.Load() && m.chance(pRefuse)
@@ -391,7 +395,7 @@ func (m *modelRun) makeScenario() {
 	for i := range n {
 		a := simAction{ID: fmt.Sprintf("a%d", i), Input: []string{inputA, inputB}[m.intN(2)]}
 		key := []string{"k1", "k2"}[m.intN(2)]
-		switch m.intN(7) {
+		switch m.intN(8) {
 		case 0, 1:
 			a.Cap, a.Unsafe, a.Key = capUnsafe, true, key
 		case 2:
@@ -405,6 +409,8 @@ func (m *modelRun) makeScenario() {
 			a.Cap, a.Unsafe, a.Key, a.Approval = capApproval, true, key, true
 		case 6:
 			a.Cap, a.Unsafe, a.Key, a.Approval, a.PreApproved = capApproval, true, key, true, true
+		case 7:
+			a.Cap, a.Unsafe, a.Key, a.Run = capRun, true, key, true
 		}
 		m.actions = append(m.actions, a)
 		m.byID[a.ID] = a
@@ -871,6 +877,28 @@ func (m *modelRun) check() {
 	for _, a := range m.actions {
 		if msg := checkAction(m.rec, m.log, m.hermes, a); msg != "" {
 			m.fail("%s", msg)
+		}
+	}
+	// A governed run ends with its real result wherever runs are durably idempotent:
+	// never outcome_unknown.
+	for _, a := range m.actions {
+		ts := m.log.Terminals(a.ID)
+		if !a.Run || len(ts) == 0 {
+			continue
+		}
+		m.stats.runs.Add(1)
+		r, _ := decodeResult(ts[0].Data)
+		switch {
+		case r.Output == "run":
+			m.stats.runsReal.Add(1)
+		case r.Error != nil && r.Error.Code == "outcome_unknown":
+			m.stats.runsUnknown.Add(1)
+			if m.hermes.durable {
+				m.fail("%s: a run settled outcome_unknown although runs are durably idempotent", a.ID)
+			}
+			if m.hermes.bound[a.ID] {
+				m.fail("%s: a run settled outcome_unknown although a delivery had bound its id", a.ID)
+			}
 		}
 	}
 	// At most one execution per scoped key of an unsafe operation.

@@ -27,6 +27,7 @@ type simAction struct {
 	Input       string // the input's hash
 	Approval    bool   // needs an approval decision
 	PreApproved bool   // carries a valid pre-approval
+	Run         bool   // a governed run: post, then Bind the run id, then follow it
 }
 
 func (a simAction) scopedKey() string {
@@ -96,12 +97,42 @@ type simHermes struct {
 	sends    map[string]int
 	execs    map[string]int
 	keyExecs map[string]int
+	// durable: POST /v1/runs with a key seen before names that run (durable run
+	// idempotency) instead of starting another; runs holds the run of each scoped key.
+	durable bool
+	runs    map[string]string
+	bound   map[string]bool // action ids whose run a delivery bound (Bind returned nil)
 	refuse   func(a simAction) bool // a 429 from the concurrency gate: no work done
 	trace    func(format string, args ...any)
 }
 
 func newSimHermes() *simHermes {
-	return &simHermes{sends: map[string]int{}, execs: map[string]int{}, keyExecs: map[string]int{}}
+	return &simHermes{sends: map[string]int{}, execs: map[string]int{}, keyExecs: map[string]int{}, runs: map[string]string{}, bound: map[string]bool{}}
+}
+
+// postRun receives a's POST /v1/runs: it starts a run (an execution), or, with durable
+// run idempotency, names the run its key started before. The simulated run ends at once,
+// completed.
+func (h *simHermes) postRun(a simAction, owner string) (runID string) {
+	h.mu.Lock()
+	h.sends[a.ID]++
+	k := a.scopedKey()
+	if id, ok := h.runs[k]; ok && h.durable {
+		h.mu.Unlock()
+		if h.trace != nil {
+			h.trace("hermes: %s from %s replays run %s (durable idempotency)", a.ID, owner, id)
+		}
+		return id
+	}
+	h.execs[a.ID]++
+	h.keyExecs[k]++
+	runID = fmt.Sprintf("run-%s-%d", a.ID, h.execs[a.ID])
+	h.runs[k] = runID
+	h.mu.Unlock()
+	if h.trace != nil {
+		h.trace("hermes: %s from %s started %s", a.ID, owner, runID)
+	}
+	return runID
 }
 
 // send receives a's request; executed is false for a refusal.
@@ -423,7 +454,24 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 	rec := c.Record()
 	settle := func(r simResult, why string) { b.settle(d, a, c, r, why) }
 
-	if out.Verdict == kvstore.Uncertain {
+	// A run taken over after its owner dispatched it is followed, not resent: bound, it
+	// ends with the run's result; not bound, it is posted again with its key only where
+	// runs are durably idempotent (as bridge/run.go does).
+	reposted := false
+	if out.Verdict == kvstore.Uncertain && a.Run && rec.Decision == "" {
+		switch {
+		case rec.RunID != "":
+			settle(runCompleted(), "reattached to "+rec.RunID)
+			return
+		case rec.Cancel:
+			settle(failed("cancelled", false, true), "uncertain run, cancel flag")
+			return
+		case !b.hermes.durable:
+			settle(failed("outcome_unknown", false, true), "run posted, id not stored")
+			return
+		}
+		reposted = true
+	} else if out.Verdict == kvstore.Uncertain {
 		switch {
 		case rec.Decision != "" && rec.Decision != kvstore.DecisionApprove:
 			// The decision forbids sending: nothing was sent whatever the mark says.
@@ -495,7 +543,8 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 		return
 	}
 	if b.preFail != nil && b.preFail(d, a) {
-		settle(failed("remote_unavailable", true, false), "certain failure before dispatch")
+		// After a takeover of a posted run, nothing this delivery fails of is certain.
+		settle(failed("remote_unavailable", !reposted, reposted), "failure before the dispatch")
 		return
 	}
 	if a.Unsafe {
@@ -515,6 +564,20 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 		settle(failed("cancelled", false, a.Unsafe), "cancel before the send")
 		return
 	}
+	if a.Run {
+		runID := b.hermes.postRun(a, d.owner)
+		d.step("posted") // a crash here leaves a run the record does not name
+		if err := c.Bind(d.ctx, runID); err != nil {
+			b.tracef("%s: bind %s: %v (stop)", d.owner, runID, err)
+			return
+		}
+		b.hermes.mu.Lock()
+		b.hermes.bound[a.ID] = true
+		b.hermes.mu.Unlock()
+		d.step("bound")
+		settle(runCompleted(), "run "+runID)
+		return
+	}
 	executed := b.hermes.send(a, d.owner)
 	d.step("sent")
 	if !executed {
@@ -528,6 +591,9 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 	}
 	settle(simResult{Status: "completed", Output: "exec:" + a.ID}, "sent")
 }
+
+// runCompleted is the result of a run followed to its end.
+func runCompleted() simResult { return simResult{Status: "completed", Output: "run"} }
 
 func decisionResult(decision string) simResult {
 	switch decision {

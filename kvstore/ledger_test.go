@@ -28,6 +28,7 @@ const (
 	capUnsafe   = "cap:hermes_agent:ep1:session_create"
 	capSafe     = "cap:hermes_agent:ep1:session_get"
 	capApproval = "cap:hermes_agent:ep1:session_delete"
+	capRun      = "cap:hermes_agent:ep1:run"
 )
 
 var (
