@@ -101,9 +101,9 @@ type simHermes struct {
 	// idempotency) instead of starting another; runs holds the run of each scoped key.
 	durable bool
 	runs    map[string]string
-	bound   map[string]bool // action ids whose run a delivery bound (Bind returned nil)
-	refuse   func(a simAction) bool // a 429 from the concurrency gate: no work done
-	trace    func(format string, args ...any)
+	bound   map[string]bool        // action ids whose run a delivery bound (Bind returned nil)
+	refuse  func(a simAction) bool // a 429 from the concurrency gate: no work done
+	trace   func(format string, args ...any)
 }
 
 func newSimHermes() *simHermes {
