@@ -57,6 +57,10 @@ type job struct {
 	cctx    context.Context
 	cancel  context.CancelCauseFunc
 	running *running // this job in the bridge's registry
+	// unboundRun: this delivery took over a governed run that an earlier delivery may
+	// have posted without storing its id, and posts it again (durable run idempotency);
+	// until the run is bound, no failure is certain (a run may exist).
+	unboundRun bool
 
 	claim   atomic.Pointer[kvstore.Claim]
 	yieldMu sync.Mutex

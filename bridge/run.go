@@ -115,7 +115,11 @@ func (j *job) resumeRun(ctx context.Context, claim *kvstore.Claim) (decision, bo
 	if rec.Cancel && rec.RunID == "" {
 		return j.settleCancelled(ctx, true), true
 	}
-	if rec.RunID != "" || j.durableRuns(ctx) {
+	if rec.RunID != "" {
+		return decision{}, false
+	}
+	if j.durableRuns(ctx) {
+		j.unboundRun = true // until its run is posted again and bound
 		return decision{}, false
 	}
 	info := outcomeUnknown()
@@ -177,6 +181,7 @@ func (f *runFollow) start(cctx context.Context, claim *kvstore.Claim) (*events.R
 	if err := f.bind(claim); err != nil {
 		return nil, err
 	}
+	j.unboundRun = false // the run's own end decides from here
 	j.b.hook(PointRunBound, j.actionID)
 	return nil, nil
 }

@@ -33,6 +33,11 @@ func (j *job) settle(ctx context.Context, res *events.Result) (d decision) {
 	if j.running != nil {
 		j.running.settling.Store(true) // a cancel request now comes too late
 	}
+	if j.unboundRun && res.Error != nil {
+		// An earlier delivery may have started the run: nothing is certain, and the
+		// key stays held (see run.go).
+		res.Error.UncertainOutcome, res.Error.Retryable = true, false
+	}
 	if res.Error != nil {
 		j.setStatus(res.Status, res.Error.Code)
 	} else {
