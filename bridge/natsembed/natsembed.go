@@ -88,7 +88,7 @@ type Options struct {
 type Server struct {
 	opts Options // as given, with defaults applied
 
-	mu   sync.Mutex
+	mu     sync.Mutex
 	ns     *server.Server
 	port   int // actual client port of the current (or last) instance
 	wsPort int // actual WebSocket port, 0 when there is no WebSocket listener
