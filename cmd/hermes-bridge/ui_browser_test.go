@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// chromiumPath finds Debian's chromium. Without it the browser test fails (so CI cannot
+// pass without running it) unless HERMES_BRIDGE_UI_TEST=skip says to skip it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	const how = "headless Chromium is not installed: apt-get install -y chromium chromium-driver (.ci/run does it)"
+	if os.Getenv("HERMES_BRIDGE_UI_TEST") == "skip" {
+		t.Skip(how + "; skipped because HERMES_BRIDGE_UI_TEST=skip")
+	}
+	t.Fatal(how + "; or set HERMES_BRIDGE_UI_TEST=skip to skip this test")
+	return ""
+}
+
+// uiArtifacts is where the browser test saves its screenshots: $HERMES_BRIDGE_UI_ARTIFACTS,
+// else a temporary directory.
+func uiArtifacts(t *testing.T) string {
+	dir := os.Getenv("HERMES_BRIDGE_UI_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+var dashboardLine = regexp.MustCompile(`dashboard on (http://\S+/ui/)`)
+
+// TestDashboardBrowser runs `run` in-process on its embedded server (with the WebSocket
+// listener) against the fake Hermes, opens /ui in headless Chromium and checks, in the
+// DOM: a streaming action's events arrive in order with the text assembled as the fake
+// sent it, then its result; a finished action replays from its first event; a parked
+// deletion shows under approvals with its input hash and expiry, and leaves once the
+// test (not the page) decides it.
+func TestDashboardBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	chrome := chromiumPath(t)
+	began := time.Now()
+	const finalText = "Three findings are ready for review."
+	const key = "ui-key-0123456789abcdef"
+	fake := hermestest.NewServer(hermestest.WithAPIKey(key), hermestest.WithAgent(func(_ context.Context, turn hermestest.Turn) hermestest.Reply {
+		if strings.Contains(turn.UserText, "slow") {
+			return hermestest.Reply{Text: finalText, DeltaDelay: 250 * time.Millisecond,
+				Tools: []hermestest.Tool{{Name: "terminal", Args: `{"command": "cat notes.md"}`, Output: "notes", Text: "Reading the notes. "}}}
+		}
+		return hermestest.Reply{Text: "stub reply: " + turn.UserText}
+	}))
+	defer fake.Close()
+	environ := map[string]string{
+		"HERMES_URL":                   fake.URL,
+		"HERMES_API_KEY":               key,
+		"HERMES_BRIDGE_DATA_DIR":       t.TempDir(),
+		"HERMES_BRIDGE_NATS_PORT":      "-1",
+		"HERMES_BRIDGE_HTTP_ADDR":      "127.0.0.1:0",
+		"HERMES_BRIDGE_SHUTDOWN_GRACE": "2s",
+		"NATS_INBOX_PREFIX":            "_INBOX_bridge",
+	}
+	p, err := prepareRun(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := newLogger(p.cfg, logs, p.replicaID)
+	ctx, cancel := context.WithCancel(context.Background())
+	urlc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- runService(ctx, p, log, logs, func(u string) { urlc <- u }) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	var natsURL string
+	select {
+	case natsURL = <-urlc:
+	case err := <-done:
+		t.Fatalf("run stopped early: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("run did not connect:\n%s", logs.String())
+	}
+	m := dashboardLine.FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no dashboard line:\n%s", logs.String())
+	}
+	page := m[1]
+	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
+
+	nc, err := nats.Connect(natsURL, nats.CustomInboxPrefix("_INBOX_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := events.NewClient(js)
+
+	// A finished action before the page opens: it must replay.
+	pubCtx, pubCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer pubCancel()
+	doneID, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"earlier question"}`)},
+		events.WithActionID("ui-earlier"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var earlierEvents []*events.EventData
+	earlier, err := cl.Follow(pubCtx, doneID, func(e *events.EventData) error { earlierEvents = append(earlierEvents, e); return nil }, nil)
+	if err != nil || earlier.Status != events.StatusCompleted || len(earlierEvents) < 3 {
+		t.Fatalf("earlier action: %+v %+v, %d events, %v", earlier, earlier.Error, len(earlierEvents), err)
+	}
+
+	dir := uiArtifacts(t)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1366, 900))...)
+	defer cancelAlloc()
+	var consoleErrs syncBuffer
+	bctx, cancelB := chromedp.NewContext(alloc, chromedp.WithErrorf(func(f string, a ...any) { fmt.Fprintf(&consoleErrs, f+"\n", a...) }))
+	defer cancelB()
+	bctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelT()
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot %s", path)
+	}
+	// poll evaluates js (an expression) until it is true, failing with what it last saw.
+	poll := func(what, js string) {
+		t.Helper()
+		ok, err := chromedp.Run(bctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second)))
+		if err != nil || !ok {
+			body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("waiting for %s: %v\npage:\n%s\nlogs:\n%s", what, err, body, logs.String())
+		}
+	}
+	str := func(js string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return s
+	}
+
+	if err := chromedp.Do(bctx, chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the page to connect", `document.getElementById("conn").dataset.state === "connected"`)
+	poll("the earlier action in the list", `!!document.querySelector('#actions .row[data-id="ui-earlier"][data-status="completed"]')`)
+
+	// A streaming action, slow enough to watch: open it while it runs.
+	liveID, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"slow one please"}`)},
+		events.WithActionID("ui-live"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("the live action in the list", `!!document.querySelector('#actions .row[data-id="ui-live"]')`)
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#actions .row[data-id="ui-live"]`))); err != nil {
+		t.Fatal(err)
+	}
+	poll("its first events", `document.querySelectorAll("#detail-events li").length >= 2 && document.getElementById("detail-status").dataset.status === "running"`)
+	shot("dashboard-streaming.png")
+	poll("its result", `document.getElementById("detail-status").dataset.status === "completed"`)
+	live, err := cl.Follow(pubCtx, liveID, func(*events.EventData) error { return nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Text       string `json:"text"`
+		EventCount int    `json:"event_count"`
+	}
+	if err := json.Unmarshal(live.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Reading the notes. " + finalText; out.Text != want {
+		t.Fatalf("the fake's text is %q, want %q", out.Text, want)
+	}
+	checkDetail := func(label string, wantText string, wantEvents int) {
+		t.Helper()
+		poll(label+": every event", fmt.Sprintf(`document.querySelectorAll("#detail-events li").length === %d`, wantEvents))
+		poll(label+": the assembled text", fmt.Sprintf(`document.getElementById("detail-text").textContent === %q`, wantText))
+		seqs := str(`[...document.querySelectorAll("#detail-events li")].map(li => li.dataset.seq).join(",")`)
+		want := make([]string, wantEvents)
+		for i := range want {
+			want[i] = fmt.Sprint(i)
+		}
+		if seqs != strings.Join(want, ",") {
+			t.Fatalf("%s: sequences %s, want %s", label, seqs, strings.Join(want, ","))
+		}
+		var res events.Result
+		if err := json.Unmarshal([]byte(str(`document.getElementById("detail-result").textContent`)), &res); err != nil || res.Status != events.StatusCompleted {
+			t.Fatalf("%s: result in the page %+v (%v)", label, res, err)
+		}
+	}
+	checkDetail("live action", out.Text, out.EventCount)
+	if n := str(`String(document.querySelectorAll('#detail-events li[data-kind="tool"]').length)`); n == "0" {
+		t.Fatalf("no tool event shown distinctly; kinds: %s", str(`[...document.querySelectorAll("#detail-events li")].map(li => li.dataset.kind).join(",")`))
+	}
+	poll("the live action completed in the list, with a duration", `(() => { const r = document.querySelector('#actions .row[data-id="ui-live"]');
+		return r && r.dataset.status === "completed" && /\d/.test(r.querySelector(".c-dur").textContent) })()`)
+
+	// The earlier action: replayed from its first event, then its result.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.hash = "#ui-earlier"`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the replay to open", `document.getElementById("detail-id").textContent === "ui-earlier"`)
+	var earlierText strings.Builder
+	for _, e := range earlierEvents {
+		earlierText.WriteString(e.Text)
+	}
+	checkDetail("replay", earlierText.String(), len(earlierEvents))
+	shot("dashboard-replay.png")
+
+	// A parked deletion: under approvals with its hash and expiry, gone once decided.
+	input := json.RawMessage(`{"session_id":"sess-ui-1"}`)
+	hash, err := events.InputSHA256(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delID, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-del-1"},
+		events.WithActionID("ui-delete"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("the parked deletion under approvals", fmt.Sprintf(`(() => { const li = document.querySelector('#approvals li[data-id="ui-delete"]');
+		return !!li && li.querySelector(".hash").dataset.hash === %q && /^\d{4}-\d\d-\d\dT/.test(li.querySelector(".expires").dataset.expires) })()`, hash))
+	if c := str(`document.getElementById("approvals-count").textContent`); c != "1" {
+		t.Fatalf("approvals count %s", c)
+	}
+	shot("dashboard-approval.png")
+	if err := cl.Decide(pubCtx, delID, events.Approval{Decision: events.DecisionDeny, Approver: "ui-test", Reason: "test", InputSHA256: hash}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the decided deletion to leave the approvals", `!document.querySelector('#approvals li[data-id="ui-delete"]') &&
+		document.querySelector('#actions .row[data-id="ui-delete"]').dataset.status === "failed"`)
+	if code := str(`document.querySelector('#actions .row[data-id="ui-delete"] .c-code').textContent`); code != "approval_denied" {
+		t.Fatalf("error code in the list %q", code)
+	}
+	// Filters and the per-endpoint table.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("f-status");
+		s.value = "failed"; return s.dispatchEvent(new Event("input")) })()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the status filter", `document.querySelectorAll("#actions .row").length === 1 && !!document.querySelector('#actions .row[data-id="ui-delete"]')`)
+	poll("the endpoint table", `(() => { const tr = document.querySelector('#endpoints tr[data-endpoint="primary"]');
+		return !!tr && tr.cells[3].textContent === "3" && tr.cells[4].textContent === "1" })()`)
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(() => { const s = document.getElementById("f-status");
+		s.value = ""; s.dispatchEvent(new Event("input")); return location.hash = "#ui-live" })()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the live action again", `document.getElementById("detail-status").dataset.status === "completed"`)
+	shot("dashboard.png")
+
+	// Narrow screen: still usable (no horizontal scrolling of the page).
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(390, 844)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the narrow layout", `document.documentElement.scrollWidth <= window.innerWidth + 1`)
+	shot("dashboard-narrow.png")
+	if s := consoleErrs.String(); s != "" {
+		t.Logf("chromedp errors: %s", s)
+	}
+	t.Logf("browser test took %s", time.Since(began).Round(100*time.Millisecond))
+}
