@@ -184,6 +184,10 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	poll("the page to connect", `document.getElementById("conn").dataset.state === "connected"`)
 	poll("the earlier action in the list", `!!document.querySelector('#actions .row[data-id="ui-earlier"][data-status="completed"]')`)
+	// Its duration is the bridge's (Hermes-Bridge-Duration-Ms), not the page's estimate.
+	if d := str(`document.querySelector('#actions .row[data-id="ui-earlier"] .c-dur').textContent`); !regexp.MustCompile(`^\d+(\.\d)? (ms|s)$`).MatchString(d) {
+		t.Fatalf("duration of the earlier action %q, want the bridge's exact one", d)
+	}
 
 	// A streaming action, slow enough to watch: open it while it runs.
 	liveID, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"slow one please"}`)},
