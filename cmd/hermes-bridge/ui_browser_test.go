@@ -67,6 +67,9 @@ func TestDashboardBrowser(t *testing.T) {
 	const finalText = "Three findings are ready for review."
 	const key = "ui-key-0123456789abcdef"
 	fake := hermestest.NewServer(hermestest.WithAPIKey(key), hermestest.WithAgent(func(_ context.Context, turn hermestest.Turn) hermestest.Reply {
+		if strings.Contains(turn.UserText, "broken") {
+			return hermestest.Reply{Fail: "the model gave up"}
+		}
 		if strings.Contains(turn.UserText, "slow") {
 			return hermestest.Reply{Text: finalText, DeltaDelay: 250 * time.Millisecond,
 				Tools: []hermestest.Tool{{Name: "terminal", Args: `{"command": "cat notes.md"}`, Output: "notes", Text: "Reading the notes. "}}}
@@ -135,6 +138,24 @@ func TestDashboardBrowser(t *testing.T) {
 	earlier, err := cl.Follow(pubCtx, doneID, func(e *events.EventData) error { earlierEvents = append(earlierEvents, e); return nil }, nil)
 	if err != nil || earlier.Status != events.StatusCompleted || len(earlierEvents) < 3 {
 		t.Fatalf("earlier action: %+v %+v, %d events, %v", earlier, earlier.Error, len(earlierEvents), err)
+	}
+
+	// Some traffic for the list, the filters and the endpoint table: quick chats, two of
+	// which fail.
+	const quick, broken = 8, 2
+	for i := range quick + broken {
+		prompt := fmt.Sprintf("question %d", i)
+		if i >= quick {
+			prompt = "broken " + prompt
+		}
+		if _, err := cl.Publish(pubCtx, "primary", "chat", events.Action{Input: mustJSONRaw(t, map[string]string{"prompt": prompt})},
+			events.WithActionID(fmt.Sprintf("ui-chat-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := cl.Follow(pubCtx, fmt.Sprintf("ui-chat-%02d", quick+broken-1), func(*events.EventData) error { return nil }, nil)
+	if err != nil || last.Status != events.StatusFailed {
+		t.Fatalf("a broken chat: %+v %v", last, err)
 	}
 
 	dir := uiArtifacts(t)
@@ -268,7 +289,18 @@ func TestDashboardBrowser(t *testing.T) {
 	if c := str(`document.getElementById("approvals-count").textContent`); c != "1" {
 		t.Fatalf("approvals count %s", c)
 	}
+	// For the README: a stream running and a deletion waiting, side by side.
+	if _, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"slow again"}`)},
+		events.WithActionID("ui-live-2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.hash = "#ui-live-2"`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the second stream under way", `document.getElementById("detail-id").textContent === "ui-live-2" &&
+		document.querySelectorAll('#detail-events li[data-kind="tool"]').length >= 1 && document.getElementById("detail-status").dataset.status === "running"`)
 	shot("dashboard-approval.png")
+	poll("the second stream's result", `document.getElementById("detail-status").dataset.status === "completed"`)
 	if err := cl.Decide(pubCtx, delID, events.Approval{Decision: events.DecisionDeny, Approver: "ui-test", Reason: "test", InputSHA256: hash}); err != nil {
 		t.Fatal(err)
 	}
@@ -282,9 +314,20 @@ func TestDashboardBrowser(t *testing.T) {
 		s.value = "failed"; return s.dispatchEvent(new Event("input")) })()`)); err != nil {
 		t.Fatal(err)
 	}
-	poll("the status filter", `document.querySelectorAll("#actions .row").length === 1 && !!document.querySelector('#actions .row[data-id="ui-delete"]')`)
-	poll("the endpoint table", `(() => { const tr = document.querySelector('#endpoints tr[data-endpoint="primary"]');
-		return !!tr && tr.cells[3].textContent === "3" && tr.cells[4].textContent === "1" })()`)
+	poll("the status filter", fmt.Sprintf(`document.querySelectorAll("#actions .row").length === %d && !!document.querySelector('#actions .row[data-id="ui-delete"]')`, broken+1))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("f-capability");
+		s.value = "cap:hermes_agent:primary:chat"; return s.dispatchEvent(new Event("input")) })()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the status and capability filters", fmt.Sprintf(`document.querySelectorAll("#actions .row").length === %d && !document.querySelector('#actions .row[data-id="ui-delete"]')`, broken))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("f-capability");
+		s.value = ""; return s.dispatchEvent(new Event("input")) })()`)); err != nil {
+		t.Fatal(err)
+	}
+	// Every terminal result of the last hour, and the failed ones (the broken chats and
+	// the denied deletion).
+	poll("the endpoint table", fmt.Sprintf(`(() => { const tr = document.querySelector('#endpoints tr[data-endpoint="primary"]');
+		return !!tr && tr.cells[3].textContent === "%d" && tr.cells[4].textContent === "%d" })()`, quick+broken+4, broken+1))
 	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(() => { const s = document.getElementById("f-status");
 		s.value = ""; s.dispatchEvent(new Event("input")); return location.hash = "#ui-live" })()`)); err != nil {
 		t.Fatal(err)
@@ -302,4 +345,13 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Logf("chromedp errors: %s", s)
 	}
 	t.Logf("browser test took %s", time.Since(began).Round(100*time.Millisecond))
+}
+
+func mustJSONRaw(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

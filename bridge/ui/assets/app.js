@@ -135,7 +135,7 @@ function filtered() {
     if (q && !r.id.includes(q)) continue;
     out.push(r);
   }
-  out.sort((a, b) => b.first - a.first || (a.id < b.id ? -1 : 1));
+  out.sort((a, b) => b.first - a.first || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
   return out;
 }
 
@@ -175,7 +175,9 @@ function renderList(now) {
     el.dataset.status = r.status;
     const [cid, ccap, cst, ccode, cdur, ctime] = el.children;
     setText(cid, r.id); cid.title = r.id;
-    setText(ccap, r.cap ? `${r.endpoint} · ${r.op}` : "…"); ccap.title = r.cap;
+    // Events do not name their capability; the first result (pending or terminal) does.
+    setText(ccap, r.cap ? `${r.endpoint} · ${r.op}` : "…");
+    ccap.title = r.cap || "known from the action's result (events do not carry it)";
     setText(cst, r.status); cst.dataset.status = r.status;
     setText(ccode, r.code);
     setText(cdur, fmtDur(r));
