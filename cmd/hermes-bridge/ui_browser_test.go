@@ -15,7 +15,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -50,6 +53,74 @@ func uiArtifacts(t *testing.T) string {
 	return dir
 }
 
+// browser is one headless Chromium tab with polling helpers.
+type browser struct {
+	t      *testing.T
+	ctx    context.Context
+	dir    string
+	logs   *syncBuffer
+	cancel []context.CancelFunc
+	errs   *syncBuffer
+}
+
+func newBrowser(t *testing.T, ctx context.Context, logs *syncBuffer) *browser {
+	t.Helper()
+	b := &browser{t: t, dir: uiArtifacts(t), logs: logs, errs: &syncBuffer{}}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1366, 900))...)
+	bctx, cancelB := chromedp.NewContext(alloc, chromedp.WithErrorf(func(f string, a ...any) { fmt.Fprintf(b.errs, f+"\n", a...) }))
+	bctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
+	b.ctx, b.cancel = bctx, []context.CancelFunc{cancelT, cancelB, cancelAlloc}
+	return b
+}
+
+func (b *browser) close() {
+	for _, c := range b.cancel {
+		c()
+	}
+	if s := b.errs.String(); s != "" {
+		b.t.Logf("chromedp errors: %s", s)
+	}
+}
+
+// shot saves a screenshot of the whole page into the artifacts directory.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(b.dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot %s", path)
+}
+
+// poll evaluates js (an expression) until it is true (20 s at most), failing with what
+// the page and the logs say.
+func (b *browser) poll(what, js string) {
+	b.t.Helper()
+	ok, err := chromedp.Run(b.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil || !ok {
+		body, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.t.Fatalf("waiting for %s: %v\npage:\n%s\nlogs:\n%s", what, err, body, b.logs.String())
+	}
+}
+
+// str evaluates js to a string.
+func (b *browser) str(js string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("%s: %v", js, err)
+	}
+	return s
+}
+
 var dashboardLine = regexp.MustCompile(`dashboard on (http://\S+/ui/)`)
 
 // TestDashboardBrowser runs `run` in-process on its embedded server (with the WebSocket
@@ -62,7 +133,7 @@ func TestDashboardBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test")
 	}
-	chrome := chromiumPath(t)
+	chromiumPath(t)
 	began := time.Now()
 	const finalText = "Three findings are ready for review."
 	const key = "ui-key-0123456789abcdef"
@@ -158,47 +229,9 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("a broken chat: %+v %v", last, err)
 	}
 
-	dir := uiArtifacts(t)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.WindowSize(1366, 900))...)
-	defer cancelAlloc()
-	var consoleErrs syncBuffer
-	bctx, cancelB := chromedp.NewContext(alloc, chromedp.WithErrorf(func(f string, a ...any) { fmt.Fprintf(&consoleErrs, f+"\n", a...) }))
-	defer cancelB()
-	bctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
-	defer cancelT()
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot %s", path)
-	}
-	// poll evaluates js (an expression) until it is true, failing with what it last saw.
-	poll := func(what, js string) {
-		t.Helper()
-		ok, err := chromedp.Run(bctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second)))
-		if err != nil || !ok {
-			body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("waiting for %s: %v\npage:\n%s\nlogs:\n%s", what, err, body, logs.String())
-		}
-	}
-	str := func(js string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](js))
-		if err != nil {
-			t.Fatalf("%s: %v", js, err)
-		}
-		return s
-	}
+	b := newBrowser(t, ctx, logs)
+	bctx, poll, str, shot := b.ctx, b.poll, b.str, b.shot
+	defer b.close()
 
 	if err := chromedp.Do(bctx, chromedp.Navigate(page)); err != nil {
 		t.Fatal(err)
@@ -341,9 +374,6 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	poll("the narrow layout", `document.documentElement.scrollWidth <= window.innerWidth + 1`)
 	shot("dashboard-narrow.png")
-	if s := consoleErrs.String(); s != "" {
-		t.Logf("chromedp errors: %s", s)
-	}
 	t.Logf("browser test took %s", time.Since(began).Round(100*time.Millisecond))
 }
 
@@ -354,4 +384,153 @@ func mustJSONRaw(t *testing.T, v any) json.RawMessage {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDashboardBrowserAsDashboardUser runs the page the production way: NATS with the
+// users of deploy/nats-server.conf (plus a WebSocket listener), the bridge connected as
+// its least-privilege user, and the page given the dashboard user through
+// HERMES_BRIDGE_UI_NATS_USER / _PASSWORD_FILE. The page works within that role (no
+// permission violation of the dashboard user while it replays and follows), and the
+// same credential, taken from config.json by a script in the page's origin with the
+// vendored client, cannot publish actions or approval decisions.
+func TestDashboardBrowserAsDashboardUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	chromiumPath(t)
+	pw := map[string]string{}
+	for _, v := range []string{"BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD", "OPS_PASSWORD", "SYS_PASSWORD"} {
+		pw[v] = nuid.Next()
+		t.Setenv(v, pw[v])
+	}
+	srvLog := &syncBuffer{}
+	ns := natsembed.RunTest(t, func(o *natsembed.Options) {
+		o.ConfigFile = filepath.Join("..", "..", "deploy", "nats-server.conf")
+		o.Logger = zerolog.New(srvLog)
+		o.WebSocketPort = -1
+	})
+	const key = "ui-key-0123456789abcdef"
+	fake := hermestest.NewServer(hermestest.WithAPIKey(key))
+	defer fake.Close()
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "dashboard.pw")
+	if err := os.WriteFile(pwFile, []byte(pw["DASHBOARD_PASSWORD"]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	environ := map[string]string{
+		"NATS_URL": ns.ClientURL(), "NATS_USER": "bridge", "NATS_PASSWORD": pw["BRIDGE_PASSWORD"],
+		"HERMES_URL": fake.URL, "HERMES_API_KEY": key,
+		"HERMES_BRIDGE_HTTP_ADDR":             "127.0.0.1:0",
+		"HERMES_BRIDGE_SHUTDOWN_GRACE":        "2s",
+		"HERMES_BRIDGE_UI_NATS_URL":           ns.WebSocketURL(),
+		"HERMES_BRIDGE_UI_NATS_USER":          "dashboard",
+		"HERMES_BRIDGE_UI_NATS_PASSWORD_FILE": pwFile,
+	}
+	p, err := prepareRun(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runService(ctx, p, newLogger(p.cfg, logs, p.replicaID), logs, nil) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
+	m := dashboardLine.FindStringSubmatch(logs.String())
+	if m == nil || !strings.Contains(logs.String(), "as dashboard") {
+		t.Fatalf("no dashboard line naming the user:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), pw["DASHBOARD_PASSWORD"]) || strings.Contains(logs.String(), pw["BRIDGE_PASSWORD"]) {
+		t.Fatalf("a password is in the logs:\n%s", logs.String())
+	}
+
+	// A publisher (the ops user here) runs a stream and parks a deletion.
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("ops", pw["OPS_PASSWORD"]), nats.CustomInboxPrefix("_INBOX_ops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := events.NewClient(js)
+	pubCtx, pubCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer pubCancel()
+	id, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"as the dashboard"}`)}, events.WithActionID("ui-role-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*events.EventData
+	if res, err := cl.Follow(pubCtx, id, func(e *events.EventData) error { evs = append(evs, e); return nil }, nil); err != nil || res.Status != events.StatusCompleted {
+		t.Fatalf("stream: %+v %v", res, err)
+	}
+	input := json.RawMessage(`{"session_id":"sess-role"}`)
+	hash, _ := events.InputSHA256(input)
+	if _, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-role-del"}, events.WithActionID("ui-role-del")); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newBrowser(t, ctx, logs)
+	defer b.close()
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(m[1]+"#ui-role-1")); err != nil {
+		t.Fatal(err)
+	}
+	b.poll("the page to connect as dashboard", `document.getElementById("conn").dataset.state === "connected"`)
+	b.poll("the stream replayed", fmt.Sprintf(`document.querySelectorAll("#detail-events li").length === %d &&
+		document.getElementById("detail-status").dataset.status === "completed"`, len(evs)))
+	b.poll("the parked deletion", fmt.Sprintf(`(() => { const li = document.querySelector('#approvals li[data-id="ui-role-del"]');
+		return !!li && li.querySelector(".hash").dataset.hash === %q })()`, hash))
+	b.poll("the list", `!!document.querySelector('#actions .row[data-id="ui-role-1"][data-status="completed"]')`)
+	b.shot("dashboard-role.png")
+	if v := serverViolations(srvLog, "dashboard"); len(v) > 0 {
+		t.Fatalf("the page hit permission violations as the dashboard user:\n%s", strings.Join(v, "\n"))
+	}
+
+	// The page's own credential, used by a script in its origin: every publish on the
+	// actions and approvals subjects is refused by the server, and nothing is stored.
+	got := b.str(`(async () => {
+		const { wsconnect } = await import("./nats.js");
+		const cfg = await (await fetch("config.json")).json();
+		const nc = await wsconnect({ servers: cfg.servers, user: cfg.user, pass: cfg.password, inboxPrefix: cfg.inboxPrefix });
+		const errs = [];
+		(async () => { for await (const s of nc.status()) if (s.type === "error") errs.push(String(s.error && s.error.message)); })();
+		nc.publish("hermes.actions.primary.chat", '{"capability_id":"cap:hermes_agent:primary:chat"}');
+		nc.publish("hermes.approvals.ui-role-del", '{"decision":"approve"}');
+		await nc.flush();
+		for (let i = 0; i < 100 && errs.length < 2; i++) await new Promise((r) => setTimeout(r, 50));
+		await nc.close();
+		return errs.join("\n");
+	})()`)
+	for _, subj := range []string{"hermes.actions.primary.chat", "hermes.approvals.ui-role-del"} {
+		if !strings.Contains(strings.ToLower(got), "permissions violation for publish to \""+subj+"\"") {
+			t.Errorf("publish on %s from the page's credential: errors %q, want a permissions violation", subj, got)
+		}
+	}
+	st, err := js.Stream(pubCtx, "HERMES_ACTIONS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(pubCtx, jetstream.WithSubjectFilter("hermes.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects["hermes.approvals.ui-role-del"] + info.State.Subjects["hermes.actions.primary.chat"]; n != 0 {
+		t.Fatalf("%d refused messages stored: %v", n, info.State.Subjects)
+	}
+	b.poll("the deletion still waiting", `!!document.querySelector('#approvals li[data-id="ui-role-del"]')`)
+}
+
+// serverViolations lists the permission-violation lines nats-server logged for user.
+func serverViolations(log *syncBuffer, user string) []string {
+	var out []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "Violation") && strings.Contains(line, "/user:"+user+`\"`) {
+			out = append(out, line)
+		}
+	}
+	return out
 }

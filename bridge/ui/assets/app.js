@@ -95,7 +95,10 @@ function onEventHeader(m) {
 }
 
 async function follow(filter, opts, onMsg) {
-  const c = await st.js.consumers.get(st.cfg.outputStream, { filter_subjects: [filter], ...opts });
+  // One filter, as a string: the client then creates the consumer on
+  // $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, which the dashboard role allows; an
+  // array of filters takes the older $JS.API.CONSUMER.CREATE.<stream>, which it does not.
+  const c = await st.js.consumers.get(st.cfg.outputStream, { filter_subjects: filter, ...opts });
   const it = await c.consume();
   for await (const m of it) onMsg(m);
 }
@@ -303,7 +306,8 @@ async function openDetail(id) {
   const flushText = () => { pendingText = false; if (!d.closed) text.textContent = assembled; };
   try {
     const c = await st.js.consumers.get(st.cfg.outputStream, {
-      filter_subjects: [`${p}.events.${id}`, `${p}.results.${id}`], deliver_policy: DeliverPolicy.All,
+      // <prefix>.*.<id>: its events and results (one filter: see follow).
+      filter_subjects: `${p}.*.${id}`, deliver_policy: DeliverPolicy.All,
     });
     if (d.closed) return;
     d.it = await c.consume();
@@ -312,6 +316,7 @@ async function openDetail(id) {
       if (d.closed) break;
       let v;
       try { v = m.json(); } catch { continue; }
+      if (m.subject !== `${p}.events.${id}` && m.subject !== `${p}.results.${id}`) continue;
       if (m.subject.startsWith(`${p}.events.`)) {
         count++;
         if (v.text) {
