@@ -259,14 +259,14 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 			return err
 		}
 		page.Set(uc)
-		how := "as " + uc.User
+		how := "as user " + uc.User
 		if uc.User == "" {
-			how = "without a user"
+			how = "no user"
 			if cfg.NATSURL == "" {
-				how += " (the embedded server has none: fine on loopback; the WebSocket listener admits only the /ui origin)"
+				how += ": the embedded server has none, fine on loopback; its WebSocket listener admits only this page's origin"
 			}
 		}
-		fmt.Fprintf(stderr, "dashboard on http://%s/ui/ (reads NATS over %s %s)\n", opsAddr, strings.Join(uc.Servers, ","), how)
+		fmt.Fprintf(stderr, "dashboard on http://%s/ui/ (NATS over %s, %s)\n", opsAddr, strings.Join(uc.Servers, ","), how)
 		log.Info().Str("url", "http://"+opsAddr+"/ui/").Strs("nats_ws", uc.Servers).Bool("credential", uc.User != "").Msg("dashboard served")
 	}
 

@@ -440,7 +440,7 @@ func TestDashboardBrowserAsDashboardUser(t *testing.T) {
 	}()
 	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
 	m := dashboardLine.FindStringSubmatch(logs.String())
-	if m == nil || !strings.Contains(logs.String(), "as dashboard") {
+	if m == nil || !strings.Contains(logs.String(), ", as user dashboard)") {
 		t.Fatalf("no dashboard line naming the user:\n%s", logs.String())
 	}
 	if strings.Contains(logs.String(), pw["DASHBOARD_PASSWORD"]) || strings.Contains(logs.String(), pw["BRIDGE_PASSWORD"]) {
