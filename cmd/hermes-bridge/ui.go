@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -72,6 +73,11 @@ func (c *Config) validateUI(p *problems) {
 // is configured. Never the bridge's own NATS credentials nor a Hermes key.
 func (c *Config) uiConfig(wsURL string) (ui.Config, error) {
 	uc := ui.Config{InboxPrefix: c.UIInboxPrefix, Prefix: c.Prefix, OutputStream: c.OutputStream}
+	// The page replays results from an hour ago, or from as long ago as an action may
+	// still wait for its decision, so that every parked action shows.
+	if m := int(math.Ceil(c.ApprovalTTL.Minutes())); m > ui.DefaultHistoryMinutes {
+		uc.HistoryMinutes = m
+	}
 	if c.UINATSURL != "" {
 		for _, s := range strings.Split(c.UINATSURL, ",") {
 			uc.Servers = append(uc.Servers, strings.TrimSpace(s))

@@ -368,6 +368,17 @@ func TestDashboardBrowser(t *testing.T) {
 	poll("the live action again", `document.getElementById("detail-status").dataset.status === "completed"`)
 	shot("dashboard.png")
 
+	// The page deletes the consumer of each action it stops showing: the output stream
+	// holds its two feeds and the open action's (the test's own Follow calls delete theirs).
+	out2, err := js.Stream(pubCtx, "HERMES_OUTPUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the page's consumers of closed actions to be deleted", func() bool {
+		info, err := out2.Info(pubCtx)
+		return err == nil && info.State.Consumers <= 3
+	})
+
 	// Narrow screen: still usable (no horizontal scrolling of the page).
 	if err := chromedp.Do(bctx, chromedp.EmulateViewport(390, 844)); err != nil {
 		t.Fatal(err)

@@ -99,6 +99,10 @@ func TestUIConfigSecrets(t *testing.T) {
 	if uc, _ := uiTestConfig(t, map[string]string{}).uiConfig("ws://127.0.0.1:4223"); !slices.Equal(uc.Servers, []string{"ws://127.0.0.1:4223"}) {
 		t.Fatalf("embedded: servers %v", uc.Servers)
 	}
+	// A parked action may wait longer than the hour the page replays: it replays that long.
+	if uc, _ := uiTestConfig(t, map[string]string{"HERMES_BRIDGE_APPROVAL_TTL": "2h30m"}).uiConfig("ws://h:1"); uc.HistoryMinutes != 150 {
+		t.Fatalf("history %d minutes with a 2h30m approval TTL, want 150", uc.HistoryMinutes)
+	}
 	withUser := map[string]string{"HERMES_BRIDGE_UI_NATS_USER": "dashboard", "HERMES_BRIDGE_UI_NATS_PASSWORD_FILE": pw}
 	for k, v := range bridgeSecrets {
 		withUser[k] = v

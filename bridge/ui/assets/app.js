@@ -94,12 +94,15 @@ function onEventHeader(m) {
   st.dirty = true;
 }
 
+const feeds = []; // the page's long-lived consumers, deleted when it goes away
+
 async function follow(filter, opts, onMsg) {
   // One filter, as a string: the client then creates the consumer on
   // $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, which the dashboard role allows; an
   // array of filters takes the older $JS.API.CONSUMER.CREATE.<stream>, which it does not.
   const c = await st.js.consumers.get(st.cfg.outputStream, { filter_subjects: filter, ...opts });
   const it = await c.consume();
+  feeds.push(c);
   for await (const m of it) onMsg(m);
 }
 
@@ -299,7 +302,13 @@ async function openDetail(id) {
   const text = $("detail-text"), list = $("detail-events"), result = $("detail-result");
   text.textContent = ""; list.replaceChildren(); result.textContent = "";
   setText($("detail-events-count"), "");
-  const d = { closed: false, it: null, stop() { if (this.it) this.it.stop(); } };
+  // stop ends the iteration and deletes the consumer: the client's ordered consumers
+  // would otherwise stay on the server for 5 minutes of inactivity, and the server caps
+  // the consumers of a stream.
+  const d = { closed: false, it: null, c: null, stop() {
+    if (this.it) this.it.stop();
+    if (this.c) { const c = this.c; this.c = null; c.delete().catch(() => {}); }
+  } };
   st.detail = d;
   const p = st.cfg.prefix;
   let assembled = "", count = 0, pendingText = false;
@@ -309,9 +318,10 @@ async function openDetail(id) {
       // <prefix>.*.<id>: its events and results (one filter: see follow).
       filter_subjects: `${p}.*.${id}`, deliver_policy: DeliverPolicy.All,
     });
-    if (d.closed) return;
+    d.c = c;
+    if (d.closed) { d.c = null; return; }
     d.it = await c.consume();
-    if (d.closed) { d.it.stop(); return; }
+    if (d.closed) { d.stop(); return; }
     for await (const m of d.it) {
       if (d.closed) break;
       let v;
@@ -373,6 +383,11 @@ async function main() {
   $("actions").addEventListener("scroll", () => { st.dirty = true; }, { passive: true });
   $("detail-close").addEventListener("click", () => { history.replaceState(null, "", location.pathname); closeDetail(); });
   window.addEventListener("hashchange", onHash);
+  // Best effort: delete the page's consumers when it is closed or reloaded.
+  window.addEventListener("pagehide", () => {
+    if (st.detail) st.detail.stop();
+    for (const c of feeds) c.delete().catch(() => {});
+  });
   let cfg;
   try {
     const res = await fetch("config.json", { cache: "no-store" });
