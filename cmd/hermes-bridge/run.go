@@ -233,7 +233,10 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 		}
 		if err != nil {
 			hint := ""
-			if strings.Contains(err.Error(), "address already in use") {
+			switch {
+			case strings.Contains(err.Error(), "websocket") && strings.Contains(err.Error(), "address already in use"):
+				hint = fmt.Sprintf(" (the dashboard's WebSocket port HERMES_BRIDGE_UI_WS_PORT=%d is taken: set another, -1 for a free one, or HERMES_BRIDGE_UI=false)", cfg.UIWebSocketPort)
+			case strings.Contains(err.Error(), "address already in use"):
 				hint = " (another NATS server or hermes-bridge is using it: stop it, set HERMES_BRIDGE_NATS_PORT, or set NATS_URL to use that server)"
 			}
 			return fmt.Errorf("embedded NATS server on %s: %w%s", netJoin(cfg.NATSHost, cfg.NATSPort), err, hint)
