@@ -9,7 +9,7 @@ TEST_TIMEOUT ?= 15m
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: chaos model image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
+.PHONY: ui-vendor ui-test chaos model image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
 all: build
 
@@ -76,6 +76,16 @@ soak: ## load soak (not in make test): SOAK_DURATION=2m SOAK_RATE=200 SOAK_REPLI
 CHAOS_FLAGS ?= -rounds 5 -seed 1 -duration 30s
 chaos: ## NATS cluster + bridge processes under SIGKILL/SIGSTOP, seeded rounds (~6 min; CHAOS_FLAGS="-rounds 5 -seed 1 -duration 30s")
 	$(GO) run ./e2e/chaos $(CHAOS_FLAGS)
+
+# ui-vendor: the dashboard's NATS JavaScript client (bridge/ui/assets/nats.js, committed) from
+# the versions pinned in bridge/ui/package-lock.json: npm ci, then esbuild bundles and minifies
+# it. Needs node and npm (the npm registry); make test never runs it. See bridge/ui/README.md.
+ui-vendor: ## rebuild bridge/ui/assets/nats.js from bridge/ui/package-lock.json (npm ci + esbuild; not in make test)
+	cd bridge/ui && npm ci --no-audit --no-fund && npm run vendor
+
+ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tests (needs chromium: apt-get install -y chromium chromium-driver)
+	$(GO) test -race -count=1 ./bridge/ui
+	$(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./cmd/hermes-bridge
 
 # run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1
 # after the bridge's clean shutdown, and make report "Error 1".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,6 +48,9 @@ func (j *job) settle(ctx context.Context, res *events.Result) (d decision) {
 	if err != nil {
 		return j.infra(err)
 	}
+	if d, ok := j.sincePublish(); ok && hdr != nil && res.Status != events.StatusPendingApproval {
+		hdr.Set(events.HeaderDurationMs, strconv.FormatInt(d.Milliseconds(), 10))
+	}
 	m := &nats.Msg{Subject: j.resultSubject(), Header: hdr, Data: raw}
 	frees := res.Error != nil && res.Error.Retryable && !res.Error.UncertainOutcome
 	b.hook(PointStored, j.actionID)
@@ -78,6 +82,23 @@ func (j *job) settle(ctx context.Context, res *events.Result) (d decision) {
 		}
 	}
 	return ackIt()
+}
+
+// sincePublish is the time since the job's action message was published (its JetStream
+// timestamp), when the job is a delivery of the action itself; not for an approval
+// decision's delivery, the sweeper or a cancel.
+func (j *job) sincePublish() (time.Duration, bool) {
+	if j.msg == nil || j.md == nil || j.md.Timestamp.IsZero() {
+		return 0, false
+	}
+	if _, err := j.b.subjects.ParseApprovals(j.msg.Subject()); err == nil {
+		return 0, false
+	}
+	d := time.Since(j.md.Timestamp)
+	if d < 0 {
+		d = 0
+	}
+	return d, true
 }
 
 // settleFor is the least time settle retries storing a result.

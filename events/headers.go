@@ -18,6 +18,13 @@ const (
 	HeaderContentType = "content-type"
 	HeaderMsgID       = "Nats-Msg-Id"
 
+	// HeaderDurationMs, an extension outside the CloudEvent attributes, is set on a
+	// terminal result message when the bridge knows when its action was published: the
+	// milliseconds from the action message's JetStream timestamp (in the actions stream)
+	// to the result. Absent on results settled by an approval decision, the parked-action
+	// sweeper or a cancel (optional: readers must not depend on it).
+	HeaderDurationMs = "Hermes-Bridge-Duration-Ms"
+
 	// Plain W3C trace-context headers (per-hop context for NATS tracing and
 	// for subscribers that are not CloudEvents-aware).
 	HeaderW3CTraceparent = "traceparent"

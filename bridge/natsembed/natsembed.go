@@ -72,6 +72,15 @@ type Options struct {
 	Debug, Trace bool
 	// ReadyTimeout bounds the wait for readiness; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// WebSocketPort, when not 0, enables a NATS WebSocket listener without TLS on Host
+	// (for browsers on this machine: the dashboard at /ui); -1 picks a free port (see
+	// Server.WebSocketURL for the result). 0 (the default) listens for no WebSocket.
+	// Without TLS it is meant for loopback only.
+	WebSocketPort int
+	// WebSocketAllowedOrigins, when not empty, is the list of origins (scheme://host:port)
+	// whose browser pages may open the WebSocket listener; the Origin header of a
+	// browser on any other page is refused. Empty allows every origin.
+	WebSocketAllowedOrigins []string
 }
 
 // Server is a running embedded nats-server. Its methods are safe for
@@ -79,9 +88,10 @@ type Options struct {
 type Server struct {
 	opts Options // as given, with defaults applied
 
-	mu   sync.Mutex
-	ns   *server.Server
-	port int // actual client port of the current (or last) instance
+	mu     sync.Mutex
+	ns     *server.Server
+	port   int // actual client port of the current (or last) instance
+	wsPort int // actual WebSocket port, 0 when there is no WebSocket listener
 	// lock is held from Start to Shutdown; nil after Shutdown. released is closed once
 	// the lock given up by the last Shutdown is released (after the server stopped).
 	lock     *dirLock
@@ -108,18 +118,19 @@ func Start(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, lock: lock}
-	ns, port, err := start(opts, opts.Port)
+	ns, port, err := start(opts, opts.Port, opts.WebSocketPort)
 	if err != nil {
 		lock.release()
 		return nil, err
 	}
-	s.ns, s.port = ns, port
+	s.ns, s.port, s.wsPort = ns, port, wsPortOf(ns)
 	lock.describe(s.clientURL())
 	return s, nil
 }
 
-// serverOptions builds nats-server options for one start on port.
-func serverOptions(o Options, port int) (*server.Options, error) {
+// serverOptions builds nats-server options for one start on port (and wsPort, when
+// not 0).
+func serverOptions(o Options, port, wsPort int) (*server.Options, error) {
 	so := &server.Options{}
 	if o.ConfigFile != "" {
 		fo, err := server.ProcessConfigFile(o.ConfigFile)
@@ -140,6 +151,12 @@ func serverOptions(o Options, port int) (*server.Options, error) {
 	if o.ServerName != "" {
 		so.ServerName = o.ServerName
 	}
+	if wsPort != 0 {
+		so.Websocket.Host = o.Host
+		so.Websocket.Port = wsPort
+		so.Websocket.NoTLS = true
+		so.Websocket.AllowedOrigins = o.WebSocketAllowedOrigins
+	}
 	so.NoSigs = true // the embedding process owns signals
 	so.NoLog = true  // logging goes through our adapter only
 	so.Debug, so.Trace = o.Debug, o.Trace
@@ -147,8 +164,8 @@ func serverOptions(o Options, port int) (*server.Options, error) {
 }
 
 // start creates, starts and waits for one server instance.
-func start(o Options, port int) (*server.Server, int, error) {
-	so, err := serverOptions(o, port)
+func start(o Options, port, wsPort int) (*server.Server, int, error) {
+	so, err := serverOptions(o, port, wsPort)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -185,6 +202,15 @@ func start(o Options, port int) (*server.Server, int, error) {
 	return ns, actual, nil
 }
 
+// wsPortOf returns the port of ns's WebSocket listener, 0 when it has none.
+func wsPortOf(ns *server.Server) int {
+	v, err := ns.Varz(nil)
+	if err != nil {
+		return 0
+	}
+	return v.Websocket.Port
+}
+
 func shutdown(ns *server.Server) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
@@ -219,6 +245,22 @@ func (s *Server) clientURL() string {
 		host = "127.0.0.1"
 	}
 	return fmt.Sprintf("nats://%s", net.JoinHostPort(host, fmt.Sprint(s.port)))
+}
+
+// WebSocketURL returns the URL browsers connect to over WebSocket, e.g.
+// "ws://127.0.0.1:4223", or "" when Options.WebSocketPort is 0. It stays the same
+// across Restart.
+func (s *Server) WebSocketURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wsPort == 0 {
+		return ""
+	}
+	host := s.opts.Host
+	if host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("ws://%s", net.JoinHostPort(host, fmt.Sprint(s.wsPort)))
 }
 
 // StoreDir returns the JetStream store directory.
@@ -307,7 +349,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	// bindable again, so retry briefly within ctx.
 	var lastErr error
 	for attempt := 0; ; attempt++ {
-		ns, port, err := start(s.opts, s.port)
+		ns, port, err := start(s.opts, s.port, s.wsPort)
 		if err == nil {
 			s.ns, s.port = ns, port
 			s.lock.describe(s.clientURL())

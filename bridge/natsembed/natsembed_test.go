@@ -1,10 +1,12 @@
 package natsembed_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -272,5 +274,54 @@ func TestStoreDirLocked(t *testing.T) {
 	}
 	if err := third.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// WebSocketPort -1 opens a WebSocket listener on a free port that nats.go reaches over
+// ws://, keeps it across Restart, and refuses a browser Origin not in the allowed list.
+func TestWebSocketListener(t *testing.T) {
+	s := natsembed.RunTest(t, func(o *natsembed.Options) {
+		o.WebSocketPort = -1
+		o.WebSocketAllowedOrigins = []string{"http://127.0.0.1:9464"}
+	})
+	ws := s.WebSocketURL()
+	if !strings.HasPrefix(ws, "ws://127.0.0.1:") || strings.HasSuffix(ws, ":0") || strings.HasSuffix(ws, ":-1") {
+		t.Fatalf("WebSocketURL() = %q", ws)
+	}
+	nc, err := nats.Connect(ws)
+	if err != nil {
+		t.Fatalf("connect over %s: %v", ws, err)
+	}
+	if err := nc.Publish("t.x", nil); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	// A browser on another page sends its own Origin: refused before any NATS protocol.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ws, "ws://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://evil.example\r\n\r\n", strings.TrimPrefix(ws, "ws://"))
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	conn.Close()
+	if !strings.Contains(line, "403") {
+		t.Fatalf("foreign origin answered %q, want 403", line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.WebSocketURL(); got != ws {
+		t.Fatalf("after Restart WebSocketURL() = %q, want %q", got, ws)
+	}
+	if nc, err = nats.Connect(ws); err != nil {
+		t.Fatalf("connect over %s after Restart: %v", ws, err)
+	}
+	nc.Close()
+	if plain := natsembed.RunTest(t); plain.WebSocketURL() != "" {
+		t.Fatalf("no WebSocketPort: WebSocketURL() = %q, want empty", plain.WebSocketURL())
 	}
 }

@@ -95,6 +95,14 @@ type Config struct {
 	// turns it off (see LoadConfig).
 	HTTPAddr string `env:"HERMES_BRIDGE_HTTP_ADDR" desc:"operations HTTP listener (/metrics, /healthz, /readyz); unset: 127.0.0.1:9464 (if that port is taken, run goes on without it and says so); set to empty to turn it off; use :9464 to serve other hosts (Prometheus, probes)"`
 
+	// Dashboard (/ui on the operations listener; see bridge/ui and README "Dashboard").
+	UI                 string `env:"HERMES_BRIDGE_UI" envDefault:"auto" desc:"dashboard page at /ui on the operations listener: auto (served when run starts the embedded server, or HERMES_BRIDGE_UI_NATS_URL is set), true or false"`
+	UIWebSocketPort    int    `env:"HERMES_BRIDGE_UI_WS_PORT" envDefault:"-1" desc:"embedded server: port of the NATS WebSocket listener (no TLS, on HERMES_BRIDGE_NATS_HOST, open only to the /ui page's origin) the dashboard reads through; -1 picks a free port"`
+	UINATSURL          string `env:"HERMES_BRIDGE_UI_NATS_URL" desc:"dashboard: NATS WebSocket URL(s) the browser connects to, comma-separated (wss://nats.example:443); unset with the embedded server: its WebSocket listener"`
+	UINATSUser         string `env:"HERMES_BRIDGE_UI_NATS_USER" desc:"dashboard: NATS user the browser connects as (the read-only dashboard role of deploy/): it is handed to every browser that can reach /ui"`
+	UINATSPasswordFile string `env:"HERMES_BRIDGE_UI_NATS_PASSWORD_FILE" desc:"dashboard: file holding the password of HERMES_BRIDGE_UI_NATS_USER (served to the page in /ui/config.json)"`
+	UIInboxPrefix      string `env:"HERMES_BRIDGE_UI_INBOX_PREFIX" envDefault:"_INBOX_dashboard" desc:"dashboard: inbox prefix of the page's connection (the dashboard role allows _INBOX_dashboard.>)"`
+
 	// Hermes endpoints: a file, or the single-endpoint shortcut below.
 	EndpointsFile        string `env:"HERMES_ENDPOINTS_FILE" desc:"JSON or YAML file listing the Hermes endpoints (excludes HERMES_URL)"`
 	HermesURL            string `env:"HERMES_URL" desc:"single endpoint: Hermes API server base URL (unset and no endpoints file: http://127.0.0.1:8642)"`
@@ -302,6 +310,7 @@ func (c *Config) ValidateRun() error {
 	c.validateNames(&p, true)
 	c.validateBridge(&p)
 	c.validateTracing(&p)
+	c.validateUI(&p)
 	return p.err()
 }
 

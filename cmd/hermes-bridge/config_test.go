@@ -58,6 +58,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		MaxDeliver: -1, MaxAttempts: 5, ApprovalTTL: 15 * time.Minute, PreApprovals: true, BreakerThreshold: 5, BreakerCooldown: 2 * time.Second, BreakerMaxCooldown: time.Minute, ObjectBucket: "HERMES_OUTPUT_OBJECTS", IdempotencyTTL: 24 * time.Hour, OutputMaxAge: 24 * time.Hour, DLQMaxAge: 7 * 24 * time.Hour, Storage: "file",
 		Replicas: 1, ShutdownGrace: 30 * time.Second, LogLevel: "info", LogFormat: "json",
 		HermesEndpointID: "primary", HermesMaxConcurrency: 10, HTTPAddr: DefaultHTTPAddr,
+		UI: "auto", UIWebSocketPort: -1, UIInboxPrefix: "_INBOX_dashboard",
 	}
 	if !reflect.DeepEqual(*cfg, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", *cfg, want)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
+	"github.com/hermes-bridge/hermes-bridge/bridge/ui"
 )
 
 // Shutdown bounds after the bridge's Run has returned.
@@ -168,12 +170,21 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 	// and /readyz says 503 through the whole shutdown.
 	var running atomic.Pointer[bridge.Bridge]
 	reg := opshttp.NewRegistry()
+	var page *ui.Handler // the dashboard, configured once its WebSocket URL is known
+	if cfg.uiEnabled() {
+		page = ui.New()
+	}
+	opsAddr := ""
 	if cfg.HTTPAddr != "" {
-		ops, err := startOps(cfg.HTTPAddr, reg, &running, log, stderr)
+		ops, err := startOps(cfg.HTTPAddr, reg, &running, page, log, stderr)
 		if err != nil {
 			return err
 		}
+		if ops == nil {
+			page = nil
+		}
 		if ops != nil {
+			opsAddr = ops.Addr()
 			defer func() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opsStopTimeout)
 				defer cancel()
@@ -195,6 +206,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 	}
 
 	url := cfg.NATSURL
+	embeddedWS := ""
 	if url == "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return fmt.Errorf("HERMES_BRIDGE_DATA_DIR=%s: cannot create the data directory: %s", cfg.DataDir, fileProblem(err))
@@ -206,16 +218,25 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 				srvLog = srvLog.Level(zerolog.DebugLevel)
 			}
 		}
-		srv, err := natsembed.Start(natsembed.Options{
+		eo := natsembed.Options{
 			Host: cfg.NATSHost, Port: cfg.NATSPort, StoreDir: cfg.DataDir,
 			ServerName: embeddedServerName, Logger: srvLog,
-		})
+		}
+		if page != nil && cfg.UINATSURL == "" {
+			// The dashboard reads over WebSocket; only pages from /ui's own origin may
+			// open it (the embedded server has no users: every client may do anything).
+			eo.WebSocketPort, eo.WebSocketAllowedOrigins = cfg.UIWebSocketPort, uiOrigins(opsAddr)
+		}
+		srv, err := natsembed.Start(eo)
 		if le := (*natsembed.StoreLockedError)(nil); errors.As(err, &le) {
 			return storeInUse(le, err)
 		}
 		if err != nil {
 			hint := ""
-			if strings.Contains(err.Error(), "address already in use") {
+			switch {
+			case strings.Contains(err.Error(), "websocket") && strings.Contains(err.Error(), "address already in use"):
+				hint = fmt.Sprintf(" (the dashboard's WebSocket port HERMES_BRIDGE_UI_WS_PORT=%d is taken: set another, -1 for a free one, or HERMES_BRIDGE_UI=false)", cfg.UIWebSocketPort)
+			case strings.Contains(err.Error(), "address already in use"):
 				hint = " (another NATS server or hermes-bridge is using it: stop it, set HERMES_BRIDGE_NATS_PORT, or set NATS_URL to use that server)"
 			}
 			return fmt.Errorf("embedded NATS server on %s: %w%s", netJoin(cfg.NATSHost, cfg.NATSPort), err, hint)
@@ -233,6 +254,23 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 		url = srv.ClientURL()
 		fmt.Fprintf(stderr, "embedded NATS server listening on %s (store %s)\n", url, cfg.DataDir)
 		log.Info().Str("url", url).Str("store", cfg.DataDir).Msg("embedded NATS server started")
+		embeddedWS = srv.WebSocketURL()
+	}
+	if page != nil {
+		uc, err := cfg.uiConfig(embeddedWS)
+		if err != nil {
+			return err
+		}
+		page.Set(uc)
+		how := "as user " + uc.User
+		if uc.User == "" {
+			how = "no user"
+			if cfg.NATSURL == "" {
+				how += ": the embedded server has none, fine on loopback; its WebSocket listener admits only this page's origin"
+			}
+		}
+		fmt.Fprintf(stderr, "dashboard on http://%s/ui/ (NATS over %s, %s)\n", opsAddr, strings.Join(uc.Servers, ","), how)
+		log.Info().Str("url", "http://"+opsAddr+"/ui/").Strs("nats_ws", uc.Servers).Bool("credential", uc.User != "").Msg("dashboard served")
 	}
 
 	connLog := log.With().Str("component", "nats").Logger()
@@ -302,7 +340,7 @@ var errStarting = errors.New("starting")
 // /readyz from the bridge that running holds once it exists. When addr is the default
 // and its port is taken (a second replica on this machine), it logs so and returns
 // nil, nil: run goes on without it. An address that was set must bind.
-func startOps(addr string, reg *prometheus.Registry, running *atomic.Pointer[bridge.Bridge], log zerolog.Logger, stderr io.Writer) (*opshttp.Server, error) {
+func startOps(addr string, reg *prometheus.Registry, running *atomic.Pointer[bridge.Bridge], page *ui.Handler, log zerolog.Logger, stderr io.Writer) (*opshttp.Server, error) {
 	ready := func(ctx context.Context) error {
 		b := running.Load()
 		if b == nil {
@@ -310,7 +348,15 @@ func startOps(addr string, reg *prometheus.Registry, running *atomic.Pointer[bri
 		}
 		return b.Health(ctx)
 	}
-	ops, err := opshttp.Listen(addr, opshttp.Handler(reg, ready))
+	h := opshttp.Handler(reg, ready)
+	if page != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/ui", page)
+		mux.Handle("/ui/", page)
+		mux.Handle("/", h)
+		h = mux
+	}
+	ops, err := opshttp.Listen(addr, h)
 	if err != nil {
 		if addr == DefaultHTTPAddr && errors.Is(err, syscall.EADDRINUSE) {
 			log.Warn().Str("addr", addr).Msg("the default operations HTTP address is in use (another replica on this machine?); " +

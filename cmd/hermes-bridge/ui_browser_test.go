@@ -1,0 +1,547 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// chromiumPath finds Debian's chromium. Without it the browser test fails (so CI cannot
+// pass without running it) unless HERMES_BRIDGE_UI_TEST=skip says to skip it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	const how = "headless Chromium is not installed: apt-get install -y chromium chromium-driver (.ci/run does it)"
+	if os.Getenv("HERMES_BRIDGE_UI_TEST") == "skip" {
+		t.Skip(how + "; skipped because HERMES_BRIDGE_UI_TEST=skip")
+	}
+	t.Fatal(how + "; or set HERMES_BRIDGE_UI_TEST=skip to skip this test")
+	return ""
+}
+
+// uiArtifacts is where the browser test saves its screenshots: $HERMES_BRIDGE_UI_ARTIFACTS,
+// else a temporary directory.
+func uiArtifacts(t *testing.T) string {
+	dir := os.Getenv("HERMES_BRIDGE_UI_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// browser is one headless Chromium tab with polling helpers.
+type browser struct {
+	t      *testing.T
+	ctx    context.Context
+	dir    string
+	logs   *syncBuffer
+	cancel []context.CancelFunc
+	errs   *syncBuffer
+}
+
+func newBrowser(t *testing.T, ctx context.Context, logs *syncBuffer) *browser {
+	t.Helper()
+	b := &browser{t: t, dir: uiArtifacts(t), logs: logs, errs: &syncBuffer{}}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1366, 900))...)
+	bctx, cancelB := chromedp.NewContext(alloc, chromedp.WithErrorf(func(f string, a ...any) { fmt.Fprintf(b.errs, f+"\n", a...) }))
+	bctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
+	b.ctx, b.cancel = bctx, []context.CancelFunc{cancelT, cancelB, cancelAlloc}
+	return b
+}
+
+func (b *browser) close() {
+	for _, c := range b.cancel {
+		c()
+	}
+	if s := b.errs.String(); s != "" {
+		b.t.Logf("chromedp errors: %s", s)
+	}
+}
+
+// shot saves a screenshot of the whole page into the artifacts directory.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(b.dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot %s", path)
+}
+
+// poll evaluates js (an expression) until it is true (20 s at most), failing with what
+// the page and the logs say.
+func (b *browser) poll(what, js string) {
+	b.t.Helper()
+	ok, err := chromedp.Run(b.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil || !ok {
+		body, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.t.Fatalf("waiting for %s: %v\npage:\n%s\nlogs:\n%s", what, err, body, b.logs.String())
+	}
+}
+
+// str evaluates js to a string.
+func (b *browser) str(js string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("%s: %v", js, err)
+	}
+	return s
+}
+
+var dashboardLine = regexp.MustCompile(`dashboard on (http://\S+/ui/)`)
+
+// TestDashboardBrowser runs `run` in-process on its embedded server (with the WebSocket
+// listener) against the fake Hermes, opens /ui in headless Chromium and checks, in the
+// DOM: a streaming action's events arrive in order with the text assembled as the fake
+// sent it, then its result; a finished action replays from its first event; a parked
+// deletion shows under approvals with its input hash and expiry, and leaves once the
+// test (not the page) decides it.
+func TestDashboardBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	chromiumPath(t)
+	began := time.Now()
+	const finalText = "Three findings are ready for review."
+	const key = "ui-key-0123456789abcdef"
+	fake := hermestest.NewServer(hermestest.WithAPIKey(key), hermestest.WithAgent(func(_ context.Context, turn hermestest.Turn) hermestest.Reply {
+		if strings.Contains(turn.UserText, "broken") {
+			return hermestest.Reply{Fail: "the model gave up"}
+		}
+		if strings.Contains(turn.UserText, "slow") {
+			return hermestest.Reply{Text: finalText, DeltaDelay: 250 * time.Millisecond,
+				Tools: []hermestest.Tool{{Name: "terminal", Args: `{"command": "cat notes.md"}`, Output: "notes", Text: "Reading the notes. "}}}
+		}
+		return hermestest.Reply{Text: "stub reply: " + turn.UserText}
+	}))
+	defer fake.Close()
+	environ := map[string]string{
+		"HERMES_URL":                   fake.URL,
+		"HERMES_API_KEY":               key,
+		"HERMES_BRIDGE_DATA_DIR":       t.TempDir(),
+		"HERMES_BRIDGE_NATS_PORT":      "-1",
+		"HERMES_BRIDGE_HTTP_ADDR":      "127.0.0.1:0",
+		"HERMES_BRIDGE_SHUTDOWN_GRACE": "2s",
+		"NATS_INBOX_PREFIX":            "_INBOX_bridge",
+	}
+	p, err := prepareRun(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := newLogger(p.cfg, logs, p.replicaID)
+	ctx, cancel := context.WithCancel(context.Background())
+	urlc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- runService(ctx, p, log, logs, func(u string) { urlc <- u }) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	var natsURL string
+	select {
+	case natsURL = <-urlc:
+	case err := <-done:
+		t.Fatalf("run stopped early: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("run did not connect:\n%s", logs.String())
+	}
+	m := dashboardLine.FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no dashboard line:\n%s", logs.String())
+	}
+	page := m[1]
+	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
+
+	nc, err := nats.Connect(natsURL, nats.CustomInboxPrefix("_INBOX_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := events.NewClient(js)
+
+	// A finished action before the page opens: it must replay.
+	pubCtx, pubCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer pubCancel()
+	doneID, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"earlier question"}`)},
+		events.WithActionID("ui-earlier"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var earlierEvents []*events.EventData
+	earlier, err := cl.Follow(pubCtx, doneID, func(e *events.EventData) error { earlierEvents = append(earlierEvents, e); return nil }, nil)
+	if err != nil || earlier.Status != events.StatusCompleted || len(earlierEvents) < 3 {
+		t.Fatalf("earlier action: %+v %+v, %d events, %v", earlier, earlier.Error, len(earlierEvents), err)
+	}
+
+	// Some traffic for the list, the filters and the endpoint table: quick chats, two of
+	// which fail.
+	const quick, broken = 8, 2
+	for i := range quick + broken {
+		prompt := fmt.Sprintf("question %d", i)
+		if i >= quick {
+			prompt = "broken " + prompt
+		}
+		if _, err := cl.Publish(pubCtx, "primary", "chat", events.Action{Input: mustJSONRaw(t, map[string]string{"prompt": prompt})},
+			events.WithActionID(fmt.Sprintf("ui-chat-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := cl.Follow(pubCtx, fmt.Sprintf("ui-chat-%02d", quick+broken-1), func(*events.EventData) error { return nil }, nil)
+	if err != nil || last.Status != events.StatusFailed {
+		t.Fatalf("a broken chat: %+v %v", last, err)
+	}
+
+	b := newBrowser(t, ctx, logs)
+	bctx, poll, str, shot := b.ctx, b.poll, b.str, b.shot
+	defer b.close()
+
+	if err := chromedp.Do(bctx, chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the page to connect", `document.getElementById("conn").dataset.state === "connected"`)
+	poll("the earlier action in the list", `!!document.querySelector('#actions .row[data-id="ui-earlier"][data-status="completed"]')`)
+	// Its duration is the bridge's (Hermes-Bridge-Duration-Ms), not the page's estimate.
+	if d := str(`document.querySelector('#actions .row[data-id="ui-earlier"] .c-dur').textContent`); !regexp.MustCompile(`^\d+(\.\d)? (ms|s)$`).MatchString(d) {
+		t.Fatalf("duration of the earlier action %q, want the bridge's exact one", d)
+	}
+
+	// A streaming action, slow enough to watch: open it while it runs.
+	liveID, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"slow one please"}`)},
+		events.WithActionID("ui-live"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("the live action in the list", `!!document.querySelector('#actions .row[data-id="ui-live"]')`)
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#actions .row[data-id="ui-live"]`))); err != nil {
+		t.Fatal(err)
+	}
+	poll("its first events", `document.querySelectorAll("#detail-events li").length >= 2 && document.getElementById("detail-status").dataset.status === "running"`)
+	shot("dashboard-streaming.png")
+	poll("its result", `document.getElementById("detail-status").dataset.status === "completed"`)
+	live, err := cl.Follow(pubCtx, liveID, func(*events.EventData) error { return nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Text       string `json:"text"`
+		EventCount int    `json:"event_count"`
+	}
+	if err := json.Unmarshal(live.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Reading the notes. " + finalText; out.Text != want {
+		t.Fatalf("the fake's text is %q, want %q", out.Text, want)
+	}
+	checkDetail := func(label string, wantText string, wantEvents int) {
+		t.Helper()
+		poll(label+": every event", fmt.Sprintf(`document.querySelectorAll("#detail-events li").length === %d`, wantEvents))
+		poll(label+": the assembled text", fmt.Sprintf(`document.getElementById("detail-text").textContent === %q`, wantText))
+		seqs := str(`[...document.querySelectorAll("#detail-events li")].map(li => li.dataset.seq).join(",")`)
+		want := make([]string, wantEvents)
+		for i := range want {
+			want[i] = fmt.Sprint(i)
+		}
+		if seqs != strings.Join(want, ",") {
+			t.Fatalf("%s: sequences %s, want %s", label, seqs, strings.Join(want, ","))
+		}
+		var res events.Result
+		if err := json.Unmarshal([]byte(str(`document.getElementById("detail-result").textContent`)), &res); err != nil || res.Status != events.StatusCompleted {
+			t.Fatalf("%s: result in the page %+v (%v)", label, res, err)
+		}
+	}
+	checkDetail("live action", out.Text, out.EventCount)
+	if n := str(`String(document.querySelectorAll('#detail-events li[data-kind="tool"]').length)`); n == "0" {
+		t.Fatalf("no tool event shown distinctly; kinds: %s", str(`[...document.querySelectorAll("#detail-events li")].map(li => li.dataset.kind).join(",")`))
+	}
+	poll("the live action completed in the list, with a duration", `(() => { const r = document.querySelector('#actions .row[data-id="ui-live"]');
+		return r && r.dataset.status === "completed" && /\d/.test(r.querySelector(".c-dur").textContent) })()`)
+
+	// The earlier action: replayed from its first event, then its result.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.hash = "#ui-earlier"`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the replay to open", `document.getElementById("detail-id").textContent === "ui-earlier"`)
+	var earlierText strings.Builder
+	for _, e := range earlierEvents {
+		earlierText.WriteString(e.Text)
+	}
+	checkDetail("replay", earlierText.String(), len(earlierEvents))
+	shot("dashboard-replay.png")
+
+	// A parked deletion: under approvals with its hash and expiry, gone once decided.
+	input := json.RawMessage(`{"session_id":"sess-ui-1"}`)
+	hash, err := events.InputSHA256(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delID, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-del-1"},
+		events.WithActionID("ui-delete"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("the parked deletion under approvals", fmt.Sprintf(`(() => { const li = document.querySelector('#approvals li[data-id="ui-delete"]');
+		return !!li && li.querySelector(".hash").dataset.hash === %q && /^\d{4}-\d\d-\d\dT/.test(li.querySelector(".expires").dataset.expires) })()`, hash))
+	if c := str(`document.getElementById("approvals-count").textContent`); c != "1" {
+		t.Fatalf("approvals count %s", c)
+	}
+	// For the README: a stream running and a deletion waiting, side by side.
+	if _, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"slow again"}`)},
+		events.WithActionID("ui-live-2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.hash = "#ui-live-2"`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the second stream under way", `document.getElementById("detail-id").textContent === "ui-live-2" &&
+		document.querySelectorAll('#detail-events li[data-kind="tool"]').length >= 1 && document.getElementById("detail-status").dataset.status === "running"`)
+	shot("dashboard-approval.png")
+	poll("the second stream's result", `document.getElementById("detail-status").dataset.status === "completed"`)
+	if err := cl.Decide(pubCtx, delID, events.Approval{Decision: events.DecisionDeny, Approver: "ui-test", Reason: "test", InputSHA256: hash}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the decided deletion to leave the approvals", `!document.querySelector('#approvals li[data-id="ui-delete"]') &&
+		document.querySelector('#actions .row[data-id="ui-delete"]').dataset.status === "failed"`)
+	if code := str(`document.querySelector('#actions .row[data-id="ui-delete"] .c-code').textContent`); code != "approval_denied" {
+		t.Fatalf("error code in the list %q", code)
+	}
+	// Filters and the per-endpoint table.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("f-status");
+		s.value = "failed"; return s.dispatchEvent(new Event("input")) })()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the status filter", fmt.Sprintf(`document.querySelectorAll("#actions .row").length === %d && !!document.querySelector('#actions .row[data-id="ui-delete"]')`, broken+1))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("f-capability");
+		s.value = "cap:hermes_agent:primary:chat"; return s.dispatchEvent(new Event("input")) })()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the status and capability filters", fmt.Sprintf(`document.querySelectorAll("#actions .row").length === %d && !document.querySelector('#actions .row[data-id="ui-delete"]')`, broken))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("f-capability");
+		s.value = ""; return s.dispatchEvent(new Event("input")) })()`)); err != nil {
+		t.Fatal(err)
+	}
+	// Every terminal result of the last hour, and the failed ones (the broken chats and
+	// the denied deletion).
+	poll("the endpoint table", fmt.Sprintf(`(() => { const tr = document.querySelector('#endpoints tr[data-endpoint="primary"]');
+		return !!tr && tr.cells[3].textContent === "%d" && tr.cells[4].textContent === "%d" })()`, quick+broken+4, broken+1))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(() => { const s = document.getElementById("f-status");
+		s.value = ""; s.dispatchEvent(new Event("input")); return location.hash = "#ui-live" })()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the live action again", `document.getElementById("detail-status").dataset.status === "completed"`)
+	shot("dashboard.png")
+
+	// The page deletes the consumer of each action it stops showing: the output stream
+	// holds its two feeds and the open action's (the test's own Follow calls delete theirs).
+	out2, err := js.Stream(pubCtx, "HERMES_OUTPUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the page's consumers of closed actions to be deleted", func() bool {
+		info, err := out2.Info(pubCtx)
+		return err == nil && info.State.Consumers <= 3
+	})
+
+	// Narrow screen: still usable (no horizontal scrolling of the page).
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(390, 844)); err != nil {
+		t.Fatal(err)
+	}
+	poll("the narrow layout", `document.documentElement.scrollWidth <= window.innerWidth + 1`)
+	shot("dashboard-narrow.png")
+	t.Logf("browser test took %s", time.Since(began).Round(100*time.Millisecond))
+}
+
+func mustJSONRaw(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestDashboardBrowserAsDashboardUser runs the page the production way: NATS with the
+// users of deploy/nats-server.conf (plus a WebSocket listener), the bridge connected as
+// its least-privilege user, and the page given the dashboard user through
+// HERMES_BRIDGE_UI_NATS_USER / _PASSWORD_FILE. The page works within that role (no
+// permission violation of the dashboard user while it replays and follows), and the
+// same credential, taken from config.json by a script in the page's origin with the
+// vendored client, cannot publish actions or approval decisions.
+func TestDashboardBrowserAsDashboardUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	chromiumPath(t)
+	pw := map[string]string{}
+	for _, v := range []string{"BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD", "OPS_PASSWORD", "SYS_PASSWORD"} {
+		pw[v] = nuid.Next()
+		t.Setenv(v, pw[v])
+	}
+	srvLog := &syncBuffer{}
+	ns := natsembed.RunTest(t, func(o *natsembed.Options) {
+		o.ConfigFile = filepath.Join("..", "..", "deploy", "nats-server.conf")
+		o.Logger = zerolog.New(srvLog)
+		o.WebSocketPort = -1
+	})
+	const key = "ui-key-0123456789abcdef"
+	fake := hermestest.NewServer(hermestest.WithAPIKey(key))
+	defer fake.Close()
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "dashboard.pw")
+	if err := os.WriteFile(pwFile, []byte(pw["DASHBOARD_PASSWORD"]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	environ := map[string]string{
+		"NATS_URL": ns.ClientURL(), "NATS_USER": "bridge", "NATS_PASSWORD": pw["BRIDGE_PASSWORD"],
+		"HERMES_URL": fake.URL, "HERMES_API_KEY": key,
+		"HERMES_BRIDGE_HTTP_ADDR":             "127.0.0.1:0",
+		"HERMES_BRIDGE_SHUTDOWN_GRACE":        "2s",
+		"HERMES_BRIDGE_UI_NATS_URL":           ns.WebSocketURL(),
+		"HERMES_BRIDGE_UI_NATS_USER":          "dashboard",
+		"HERMES_BRIDGE_UI_NATS_PASSWORD_FILE": pwFile,
+	}
+	p, err := prepareRun(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runService(ctx, p, newLogger(p.cfg, logs, p.replicaID), logs, nil) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
+	m := dashboardLine.FindStringSubmatch(logs.String())
+	if m == nil || !strings.Contains(logs.String(), ", as user dashboard)") {
+		t.Fatalf("no dashboard line naming the user:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), pw["DASHBOARD_PASSWORD"]) || strings.Contains(logs.String(), pw["BRIDGE_PASSWORD"]) {
+		t.Fatalf("a password is in the logs:\n%s", logs.String())
+	}
+
+	// A publisher (the ops user here) runs a stream and parks a deletion.
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("ops", pw["OPS_PASSWORD"]), nats.CustomInboxPrefix("_INBOX_ops"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := events.NewClient(js)
+	pubCtx, pubCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer pubCancel()
+	id, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"as the dashboard"}`)}, events.WithActionID("ui-role-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*events.EventData
+	if res, err := cl.Follow(pubCtx, id, func(e *events.EventData) error { evs = append(evs, e); return nil }, nil); err != nil || res.Status != events.StatusCompleted {
+		t.Fatalf("stream: %+v %v", res, err)
+	}
+	input := json.RawMessage(`{"session_id":"sess-role"}`)
+	hash, _ := events.InputSHA256(input)
+	if _, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-role-del"}, events.WithActionID("ui-role-del")); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newBrowser(t, ctx, logs)
+	defer b.close()
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(m[1]+"#ui-role-1")); err != nil {
+		t.Fatal(err)
+	}
+	b.poll("the page to connect as dashboard", `document.getElementById("conn").dataset.state === "connected"`)
+	b.poll("the stream replayed", fmt.Sprintf(`document.querySelectorAll("#detail-events li").length === %d &&
+		document.getElementById("detail-status").dataset.status === "completed"`, len(evs)))
+	b.poll("the parked deletion", fmt.Sprintf(`(() => { const li = document.querySelector('#approvals li[data-id="ui-role-del"]');
+		return !!li && li.querySelector(".hash").dataset.hash === %q })()`, hash))
+	b.poll("the list", `!!document.querySelector('#actions .row[data-id="ui-role-1"][data-status="completed"]')`)
+	b.shot("dashboard-role.png")
+	if v := serverViolations(srvLog, "dashboard"); len(v) > 0 {
+		t.Fatalf("the page hit permission violations as the dashboard user:\n%s", strings.Join(v, "\n"))
+	}
+
+	// The page's own credential, used by a script in its origin: every publish on the
+	// actions and approvals subjects is refused by the server, and nothing is stored.
+	got := b.str(`(async () => {
+		const { wsconnect } = await import("./nats.js");
+		const cfg = await (await fetch("config.json")).json();
+		const nc = await wsconnect({ servers: cfg.servers, user: cfg.user, pass: cfg.password, inboxPrefix: cfg.inboxPrefix });
+		const errs = [];
+		(async () => { for await (const s of nc.status()) if (s.type === "error") errs.push(String(s.error && s.error.message)); })();
+		nc.publish("hermes.actions.primary.chat", '{"capability_id":"cap:hermes_agent:primary:chat"}');
+		nc.publish("hermes.approvals.ui-role-del", '{"decision":"approve"}');
+		await nc.flush();
+		for (let i = 0; i < 100 && errs.length < 2; i++) await new Promise((r) => setTimeout(r, 50));
+		await nc.close();
+		return errs.join("\n");
+	})()`)
+	for _, subj := range []string{"hermes.actions.primary.chat", "hermes.approvals.ui-role-del"} {
+		if !strings.Contains(strings.ToLower(got), "permissions violation for publish to \""+subj+"\"") {
+			t.Errorf("publish on %s from the page's credential: errors %q, want a permissions violation", subj, got)
+		}
+	}
+	st, err := js.Stream(pubCtx, "HERMES_ACTIONS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(pubCtx, jetstream.WithSubjectFilter("hermes.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects["hermes.approvals.ui-role-del"] + info.State.Subjects["hermes.actions.primary.chat"]; n != 0 {
+		t.Fatalf("%d refused messages stored: %v", n, info.State.Subjects)
+	}
+	b.poll("the deletion still waiting", `!!document.querySelector('#approvals li[data-id="ui-role-del"]')`)
+}
+
+// serverViolations lists the permission-violation lines nats-server logged for user.
+func serverViolations(log *syncBuffer, user string) []string {
+	var out []string
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "Violation") && strings.Contains(line, "/user:"+user+`\"`) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
