@@ -85,7 +85,7 @@ ui-vendor: ## rebuild bridge/ui/assets/nats.js from bridge/ui/package-lock.json 
 
 ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tests (needs chromium: apt-get install -y chromium chromium-driver)
 	$(GO) test -race -count=1 ./bridge/ui
-	$(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./cmd/hermes-bridge
+	HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./cmd/hermes-bridge
 
 # run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1
 # after the bridge's clean shutdown, and make report "Error 1".
