@@ -66,7 +66,7 @@ soak: ## load soak (not in make test): SOAK_DURATION=2m SOAK_RATE=200 SOAK_REPLI
 
 # chaos: real processes on a real cluster, not part of make test. Three nats-server processes
 # (built from the module in go.mod), three `hermes-bridge run` replicas with R3 streams and
-# bucket, and the fake Hermes; seeded rounds of mixed load (chat, chat_stream, models; ~10%
+# bucket, and the fake Hermes; seeded rounds of mixed load (chat, chat_stream, models, run; ~10%
 # duplicate keys, ~3% re-published action ids) while NATS nodes (mostly stream leaders) and
 # replicas are SIGKILLed or SIGSTOPped and SIGCONTed, with one full cluster restart in one round.
 # Target, every round: 0 missing results, 0 duplicated results, 0 duplicate Hermes calls per

@@ -39,6 +39,9 @@ type roundResult struct {
 	outOfOrder       int            // streams whose stored events are not 0,1,2,... in order
 	eventErrors      int            // completed streams whose stored events disagree with the output
 	unattributed     int            // unsafe calls whose bridge process could not be resolved
+	runsReal         int            // governed runs settled with the run's own result
+	runsReattached   int            // of which a replica that took the run over followed it
+	runsUnknown      int            // governed runs settled outcome_unknown
 	settleAfterFault time.Duration
 	settleTimedOut   bool
 	settled          time.Time // when the round was seen settled (or gave up)
@@ -145,7 +148,7 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 			continue
 		}
 		rr.calls[c.route]++
-		if c.route != "chat" && c.route != "chat_stream" {
+		if c.route != "chat" && c.route != "chat_stream" && c.route != "run" {
 			continue
 		}
 		if c.instance == "?" {
@@ -224,6 +227,21 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 		if ok {
 			rr.completed++
 		}
+		if a.kind == kRun && res.ReplayOf == nil {
+			var out struct {
+				RunID      string `json:"run_id"`
+				Reattached bool   `json:"reattached"`
+			}
+			switch {
+			case code == "outcome_unknown":
+				rr.runsUnknown++
+			case json.Unmarshal(res.Output, &out) == nil && out.RunID != "":
+				rr.runsReal++
+				if out.Reattached {
+					rr.runsReattached++
+				}
+			}
+		}
 		if res.ReplayOf != nil {
 			rr.replays++
 		}
@@ -255,7 +273,7 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 			groups[a.key] = append(groups[a.key], a)
 		}
 		ev := evs[a.id]
-		if a.op != "chat_stream" {
+		if a.op != "chat_stream" && a.op != "run" {
 			if len(ev) > 0 {
 				rr.unexpected++
 				v.add("events", a.id, "%s (%s): %d events for a JSON operation", a.id, kindNames[a.kind], len(ev))
@@ -278,6 +296,22 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 			at := evAt[a.id]
 			v.add("out_of_order", a.id, "%s (%s): event sequences in stream order %v, stored %s to %s",
 				a.id, kindNames[a.kind], seqs, at[0].Format("15:04:05.000"), at[len(at)-1].Format("15:04:05.000"))
+		}
+		if ok && res.ReplayOf == nil && a.op == "run" {
+			// A run taken over mid-stream is followed by its status: its events after the
+			// crash are not republished (Hermes drops the queue of a subscriber that went
+			// away); the output says whether they are complete.
+			var out struct {
+				Status         string `json:"status"`
+				EventCount     int64  `json:"event_count"`
+				EventsComplete bool   `json:"events_complete"`
+			}
+			if err := json.Unmarshal(res.Output, &out); err != nil || out.Status != "completed" ||
+				(out.EventsComplete && (out.EventCount != int64(len(ev)) || !inOrder || len(ev) == 0 || ev[len(ev)-1].Kind != events.KindDone)) {
+				rr.eventErrors++
+				v.add("events", a.id, "%s: run output %s, %d events stored", a.id, res.Output, len(ev))
+			}
+			continue
 		}
 		if ok && res.ReplayOf == nil {
 			var out struct {
@@ -332,19 +366,22 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 }
 
 // explain tells why an action may have settled outcome_unknown: one of its Hermes calls
-// was in flight (or had just answered, within slack) on a bridge process that was then
-// SIGKILLed or SIGSTOPped past the lease. An action with no call at all is explained by
+// was in flight (or had just answered, within slack, or arrived just after) on a bridge
+// process that was then SIGKILLed or SIGSTOPped past the lease. An action with no call at all is explained by
 // such a fault while it was pending (the replica died between the write-ahead mark and
 // the request).
 func explain(a action, calls []hermesCall, faults []fault, published, settled time.Time) (string, bool) {
 	const slack = 3 * time.Second
+	// A request the replica had written just before it was stopped reaches the fake
+	// after the stop: the call's recorded start can follow the fault by a little.
+	const early = 250 * time.Millisecond
 	for _, c := range calls {
 		end := c.end
 		if end.IsZero() {
 			end = settled
 		}
 		for _, f := range faults {
-			if f.target == c.instance && !f.at.Before(c.start) && !f.at.After(end.Add(slack)) {
+			if f.target == c.instance && !f.at.Before(c.start.Add(-early)) && !f.at.After(end.Add(slack)) {
 				return fmt.Sprintf("call in flight on %s %s", f.kind, f.target), true
 			}
 		}

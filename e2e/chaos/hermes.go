@@ -27,7 +27,7 @@ import (
 
 // hermesCall is one request the fake received.
 type hermesCall struct {
-	route      string // chat, chat_stream, models, or the path
+	route      string // chat, chat_stream, models, run (POST /v1/runs), or the path
 	key        string // Idempotency-Key
 	owner      string // the action id named in the prompt ("" for models)
 	instance   string // bridge process (b1#2), "?" when unresolved
@@ -103,6 +103,9 @@ func (w *world) startFake() error {
 			c.owner = ownerRE.FindString(string(body))
 		case "/v1/models":
 			c.route = "models"
+		case "/v1/runs":
+			c.route = "run" // a run's start: the call that may not be repeated
+			c.owner = ownerRE.FindString(string(body))
 		}
 		w.calls.mu.Lock()
 		w.calls.calls = append(w.calls.calls, c)

@@ -21,10 +21,11 @@ const (
 	kStream             // unsafe chat_stream with its own idempotency key
 	kModels             // safe read
 	kDupKey             // same key and input as an earlier chat or chat_stream of the round
+	kRun                // a governed run with its own idempotency key
 	kinds
 )
 
-var kindNames = [kinds]string{"chat", "chat_stream", "models", "dup_key"}
+var kindNames = [kinds]string{"chat", "chat_stream", "models", "dup_key", "run"}
 
 // action is one planned action; everything about it follows from (seed, round, index).
 type action struct {
@@ -57,6 +58,8 @@ func plan(seed uint64, round, i int) action {
 				break
 			}
 		}
+	case x < 0.20:
+		a.kind, a.op = kRun, "run"
 	case x < 0.50:
 		a.kind, a.op = kChat, "chat"
 	case x < 0.78:
@@ -72,6 +75,10 @@ func plan(seed uint64, round, i int) action {
 		a.key = "k-" + a.id
 		a.owner = a.id
 		a.input = json.RawMessage(`{"prompt":"chaos ` + a.id + `"}`)
+	}
+	if a.kind == kRun {
+		a.key, a.owner = "k-"+a.id, a.id
+		a.input = json.RawMessage(`{"input":"chaos ` + a.id + `"}`)
 	}
 	if rng.Float64() < 0.03 && i > 0 { // ~3%: an earlier action id published again
 		a.republish = i - 1 - rng.IntN(min(i, 50))

@@ -6,7 +6,7 @@
 // nats-server processes clustered on loopback ports, the fake Hermes (hermestest, served
 // in this process so that each call can be attributed to the bridge process that made
 // it), and three `hermes-bridge run` processes with R3 streams and bucket. Then, for each
-// of -rounds seeded rounds: a steady load for -duration (chat and chat_stream with keys,
+// of -rounds seeded rounds: a steady load for -duration (chat, chat_stream and governed runs with keys,
 // models; ~10% duplicate keys, ~3% re-published action ids) while it SIGKILLs and
 // SIGSTOPs (then SIGCONTs) NATS nodes, mostly current stream leaders, and bridge
 // replicas, one fault at a time, plus one full cluster restart in one round. After each

@@ -54,6 +54,12 @@ func printTable(w io.Writer, o options, rounds []*roundResult) {
 	}
 	fmt.Fprintln(w)
 	for _, r := range rounds {
+		var mix []string
+		for k, n := range r.kinds {
+			mix = append(mix, fmt.Sprintf("%s=%d", kindNames[k], n))
+		}
+		fmt.Fprintf(w, "- round %d actions: %s; runs: %d with the run's result (%d followed by a replica that took them over), %d outcome_unknown\n",
+			r.round, strings.Join(mix, " "), r.runsReal, r.runsReattached, r.runsUnknown)
 		fmt.Fprintf(w, "- round %d faults: %s\n", r.round, faultSummary(r.faults))
 		for _, f := range r.faults {
 			leads := ""
