@@ -47,6 +47,15 @@ type runner interface {
 	Capabilities(ctx context.Context) (*hermes.Capabilities, error)
 }
 
+// runnerOf returns the runs client of endpoint id; ok is false when this replica does not
+// serve the endpoint (or its client cannot run runs).
+func (b *Bridge) runnerOf(id string) (r runner, ok bool) {
+	if ep, known := b.eps[id]; known {
+		r, ok = ep.client.(runner)
+	}
+	return r, ok
+}
+
 const (
 	// runPollMin and runPollMax bound the interval of status polls (doubling from min).
 	runPollMin = 250 * time.Millisecond
@@ -87,7 +96,7 @@ type runFollow struct {
 // carries the deadline and cancellation; ctx is the job's (shutdown). It returns nil and
 // errRunHandBack when the delivery must end without a result.
 func (j *job) executeRun(ctx, cctx context.Context, claim *kvstore.Claim, pub *eventPublisher) (*events.Result, error) {
-	r, ok := j.ep.client.(runner)
+	r, ok := j.b.runnerOf(j.endpointID)
 	if !ok {
 		return failedResult(j, &events.ErrorInfo{Code: "internal", Category: "connector",
 			Message: "the endpoint's client cannot run Hermes runs"}), nil
@@ -133,11 +142,7 @@ func (j *job) resumeRun(ctx context.Context, claim *kvstore.Claim) (decision, bo
 // (runs_idempotency in /v1/capabilities): a repeated POST /v1/runs with the same
 // Idempotency-Key then names the first run. Unknown (an error) counts as no.
 func (j *job) durableRuns(ctx context.Context) bool {
-	ep, ok := j.b.eps[j.endpointID]
-	if !ok {
-		return false
-	}
-	r, ok := ep.client.(runner)
+	r, ok := j.b.runnerOf(j.endpointID)
 	if !ok {
 		return false
 	}

@@ -40,7 +40,7 @@ type runApprovals struct {
 // ask publishes and records approval request ev (the run's k-th) and arms its expiry.
 // A failure is logged: the run then waits for a decision until its deadline.
 func (a *runApprovals) ask(ev hermes.RunEvent) {
-	f, j := a.f, a.f.j
+	j := a.f.j
 	b := j.b
 	k := a.claim.Record().ApprovalSeq + 1
 	sha, err := events.InputSHA256(ev.Data)
@@ -62,12 +62,17 @@ func (a *runApprovals) ask(ev hermes.RunEvent) {
 	}
 	b.log.Info().Str("action_id", j.actionID).Int("approval", k).Time("expires_at", expires).
 		Msg("the run waits for a tool approval")
+	a.arm(k, expires)
+}
+
+// arm denies approval k at expires unless a decision answers it first (see expire).
+func (a *runApprovals) arm(k int, expires time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.wg.Add(1)
-	a.timers = append(a.timers, time.AfterFunc(time.Until(expires), func() {
+	a.timers = append(a.timers, time.AfterFunc(max(time.Until(expires), 0), func() {
 		defer a.wg.Done()
-		a.expire(f, k)
+		a.expire(k)
 	}))
 }
 
@@ -99,8 +104,8 @@ func (a *runApprovals) pendingMsg(ev hermes.RunEvent, k int, sha string, expires
 }
 
 // expire denies approval k on Hermes if no decision answered it first.
-func (a *runApprovals) expire(f *runFollow, k int) {
-	j := f.j
+func (a *runApprovals) expire(k int) {
+	f, j := a.f, a.f.j
 	ctx, cancel := detached(j.b.workCtx)
 	defer cancel()
 	won, err := a.claim.ExpireApproval(ctx, k)
@@ -127,18 +132,9 @@ func (a *runApprovals) stop() {
 
 // rearm arms the expiry of an approval that a taken-over run still waits for.
 func (a *runApprovals) rearm() {
-	r := a.claim.Record()
-	if r.ApprovalSeq == 0 || r.ApprovalAnswered >= r.ApprovalSeq {
-		return
+	if r := a.claim.Record(); r.ApprovalSeq > r.ApprovalAnswered {
+		a.arm(r.ApprovalSeq, r.ExpiresAt)
 	}
-	k, f := r.ApprovalSeq, a.f
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.wg.Add(1)
-	a.timers = append(a.timers, time.AfterFunc(max(time.Until(r.ExpiresAt), 0), func() {
-		defer a.wg.Done()
-		a.expire(f, k)
-	}))
 }
 
 // forwardChoice sends a decided choice to the run, retrying a few times when the
@@ -195,23 +191,14 @@ func (j *job) decideRun(ctx context.Context, msg jetstream.Msg, md *jetstream.Ms
 	}
 	j.approval = outcome
 	epID, _, _ := events.ParseCapabilityID(rec.CapabilityID)
-	ep, ok := b.eps[epID]
-	r, isRunner := runnerOf(ep, ok)
-	if !isRunner {
+	r, ok := b.runnerOf(epID)
+	if !ok {
 		b.log.Warn().Str("action_id", j.actionID).Str("endpoint", epID).Msg("a run decision names an endpoint this replica does not serve")
 		return ackIt(), true
 	}
 	forwardChoice(ctx, b, r, j.actionID, rec.RunID, choice)
 	j.setStatus("decision_"+outcome, "")
 	return ackIt(), true
-}
-
-func runnerOf(ep *endpoint, ok bool) (runner, bool) {
-	if !ok {
-		return nil, false
-	}
-	r, isRunner := ep.client.(runner)
-	return r, isRunner
 }
 
 // earlyDecision handles a decision that found nothing waiting for it: it may have
