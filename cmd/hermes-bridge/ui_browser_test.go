@@ -159,34 +159,14 @@ func TestDashboardBrowser(t *testing.T) {
 		"HERMES_BRIDGE_SHUTDOWN_GRACE": "2s",
 		"NATS_INBOX_PREFIX":            "_INBOX_bridge",
 	}
-	p, err := prepareRun(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	log := newLogger(p.cfg, logs, p.replicaID)
+	natsURL, logs := startRunInProcess(t, environ)
 	ctx, cancel := context.WithCancel(context.Background())
-	urlc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- runService(ctx, p, log, logs, func(u string) { urlc <- u }) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	var natsURL string
-	select {
-	case natsURL = <-urlc:
-	case err := <-done:
-		t.Fatalf("run stopped early: %v\n%s", err, logs.String())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("run did not connect:\n%s", logs.String())
-	}
+	defer cancel()
 	m := dashboardLine.FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("no dashboard line:\n%s", logs.String())
 	}
 	page := m[1]
-	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
 
 	nc, err := nats.Connect(natsURL, nats.CustomInboxPrefix("_INBOX_test"))
 	if err != nil {
@@ -439,19 +419,9 @@ func TestDashboardBrowserAsDashboardUser(t *testing.T) {
 		"HERMES_BRIDGE_UI_NATS_USER":          "dashboard",
 		"HERMES_BRIDGE_UI_NATS_PASSWORD_FILE": pwFile,
 	}
-	p, err := prepareRun(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
+	_, logs := startRunInProcess(t, environ)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runService(ctx, p, newLogger(p.cfg, logs, p.replicaID), logs, nil) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
+	defer cancel()
 	m := dashboardLine.FindStringSubmatch(logs.String())
 	if m == nil || !strings.Contains(logs.String(), ", as user dashboard)") {
 		t.Fatalf("no dashboard line naming the user:\n%s", logs.String())
