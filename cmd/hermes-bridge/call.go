@@ -71,7 +71,7 @@ func callFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.op, "op", "chat_stream", "operation: "+strings.Join(opNames(), ", "))
 	fs.StringVar(&o.input, "input", "", "operation input: a JSON object, @file to read it from a file, or - for stdin")
 	fs.StringVar(&o.prompt, "prompt", "", `shortcut for --input '{"prompt": TEXT}'`)
-	fs.StringVar(&o.key, "key", "", "idempotency key (required by session_create, session_patch, session_fork, session_delete, response_delete and the run operations but run_status and run_events)")
+	fs.StringVar(&o.key, "key", "", "idempotency key (required by "+strings.Join(keyRequiredOps(), ", ")+")")
 	fs.DurationVar(&o.timeout, "timeout", 0, "action deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
 	fs.StringVar(&o.tenant, "tenant", "", "tenant id of the action")
 	fs.StringVar(&o.actionID, "action-id", "", "action id (default: a random one)")
@@ -85,6 +85,17 @@ func watchFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
 	fs := newFlagSet("watch")
 	commonFlags(fs, o)
 	return fs
+}
+
+// keyRequiredOps names the operations that need an idempotency key.
+func keyRequiredOps() []string {
+	var names []string
+	for _, s := range bridge.Operations() {
+		if s.KeyRequired {
+			names = append(names, s.Name)
+		}
+	}
+	return names
 }
 
 func opNames() []string {
