@@ -405,3 +405,45 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// serverTraffic is what the NATS server received and sent: messages and bytes, from its
+// varz counters (every client, system and JetStream-internal traffic included).
+type serverTraffic struct {
+	inMsgs, outMsgs, inBytes, outBytes int64
+}
+
+func (t serverTraffic) minus(o serverTraffic) serverTraffic {
+	return serverTraffic{t.inMsgs - o.inMsgs, t.outMsgs - o.outMsgs, t.inBytes - o.inBytes, t.outBytes - o.outBytes}
+}
+
+func (t *serverTraffic) add(o serverTraffic) {
+	t.inMsgs += o.inMsgs
+	t.outMsgs += o.outMsgs
+	t.inBytes += o.inBytes
+	t.outBytes += o.outBytes
+}
+
+// traffic reads the server's counters now.
+func (e *env) traffic() serverTraffic {
+	v, err := e.ns.NATS().Varz(nil)
+	if err != nil {
+		return serverTraffic{}
+	}
+	return serverTraffic{v.InMsgs, v.OutMsgs, v.InBytes, v.OutBytes}
+}
+
+// countTraffic wraps a window's onStart and onEnd (either may be nil) so that the
+// server's traffic inside the window is added to sum; v0 holds the start's reading.
+func (e *env) countTraffic(onStart, onEnd func(), v0, sum *serverTraffic) (func(), func()) {
+	return func() {
+			if onStart != nil {
+				onStart()
+			}
+			*v0 = e.traffic()
+		}, func() {
+			sum.add(e.traffic().minus(*v0))
+			if onEnd != nil {
+				onEnd()
+			}
+		}
+}

@@ -96,6 +96,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 		op     func(context.Context, int) (time.Duration, error)
 		stats  loopStats
 		rounds []float64 // actions/s of each round
+		server serverTraffic
 	}
 	httpM := &mode{name: "http", op: e.opHTTP}
 	loopM := &mode{name: "js-loop", op: e.opFloorLoop}
@@ -120,6 +121,8 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 				}
 				onStart, onEnd = func() { prof.startCPU(tag) }, prof.stopCPU
 			}
+			var v0 serverTraffic
+			onStart, onEnd = e.countTraffic(onStart, onEnd, &v0, &m.server)
 			e.status.printf("1 chat: %s, round %d/%d: %s warm-up + %s window at concurrency %d", m.name, r, o.Rounds, warm, window, o.Concurrency)
 			st := closedLoop(ctx, o.Concurrency, warm, window, onStart, onEnd, m.op)
 			m.stats.add(st)
@@ -144,6 +147,12 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(h.cpuPerOp()), FloorName: "http direct"})
 	rep.row(Row{Metric: "heap allocated/action", Unit: "KiB", Bridge: b.allocPerOp(), Floor: f64(l.allocPerOp()), FloorName: "js loop"})
 	rep.row(Row{Metric: "heap allocated/action", Unit: "KiB", Bridge: b.allocPerOp(), Floor: f64(k.allocPerOp()), FloorName: "js loop+kv"})
+	bt, kt := bridgeM.server, kvM.server
+	nb, nk := float64(len(b.lat)), float64(len(k.lat))
+	rep.row(Row{Metric: "NATS msgs in/action", Unit: "msgs", Bridge: per(float64(bt.inMsgs), nb), Floor: f64(per(float64(kt.inMsgs), nk)), FloorName: "js loop+kv"})
+	rep.row(Row{Metric: "NATS msgs out/action", Unit: "msgs", Bridge: per(float64(bt.outMsgs), nb), Floor: f64(per(float64(kt.outMsgs), nk)), FloorName: "js loop+kv"})
+	rep.row(Row{Metric: "NATS bytes in/action", Unit: "B", Bridge: per(float64(bt.inBytes), nb), Floor: f64(per(float64(kt.inBytes), nk)), FloorName: "js loop+kv"})
+	rep.row(Row{Metric: "NATS bytes out/action", Unit: "B", Bridge: per(float64(bt.outBytes), nb), Floor: f64(per(float64(kt.outBytes), nk)), FloorName: "js loop+kv"})
 	rep.row(Row{Metric: "latency p50", Unit: "ms", Bridge: ms(b.pct(50)), Floor: f64(ms(l.pct(50))), FloorName: "js loop"})
 	rep.row(Row{Metric: "latency p99", Unit: "ms", Bridge: ms(b.pct(99)), Floor: f64(ms(l.pct(99))), FloorName: "js loop"})
 	rep.row(Row{Metric: "latency p50", Unit: "ms", Bridge: ms(b.pct(50)), Floor: f64(ms(h.pct(50))), FloorName: "http direct"})
