@@ -39,7 +39,7 @@ type Bridge struct {
 	// shutdown: handlers use work (cancelled after the grace period), not Run's ctx.
 	workCtx    context.Context
 	cancelWork context.CancelFunc
-	wg         sync.WaitGroup
+	wg         sync.WaitGroup // the worker pool's goroutines (workers.go): drain waits for them
 	beats      *heartbeats
 	inflight   registry // deliveries running here, for cancel requests
 	ready      chan struct{}
@@ -201,6 +201,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { b.draining.Store(true); it.Drain() })
 	defer stop()
 	sem := make(chan struct{}, b.cfg.Workers)
+	pool := newWorkerPool(b.cfg.Workers, &b.wg)
 	next := &nextMessages{it: it, bounded: true}
 loop:
 	for {
@@ -228,16 +229,15 @@ loop:
 				continue
 			}
 		}
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
+		pool.do(func() {
 			var once sync.Once
 			yield := func() { once.Do(func() { <-sem }) }
 			defer yield()
 			b.handle(b.workCtx, msg, yield)
-		}()
+		})
 	}
 	b.handBack(it)
+	pool.stop()
 	b.drain()
 	return nil
 }
