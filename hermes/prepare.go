@@ -210,14 +210,73 @@ func parseInput(raw json.RawMessage) (obj, *InputError) {
 	if t[0] != '{' {
 		return nil, inputErr("input", "must be a JSON object")
 	}
-	var m obj
-	if err := json.Unmarshal(t, &m); err != nil {
+	if !json.Valid(t) {
 		return nil, inputErr("input", "must be a valid JSON object")
 	}
-	if m == nil {
-		m = obj{}
+	return scanObject(t), nil
+}
+
+// scanObject decodes a JSON object that json.Valid accepted as json.Unmarshal into an obj
+// would: member names unescaped, a repeated member keeps its last value, values are the
+// exact bytes of each value. The values are sub-slices of t, not copies. The skip helpers
+// are those of scan.go.
+func scanObject(t []byte) obj {
+	m := obj{}
+	i := skipWS(t, 1)
+	if t[i] == '}' {
+		return m
 	}
-	return m, nil
+	for {
+		i = skipWS(t, i)
+		end := skipString(t, i)
+		k := memberName(t[i:end])
+		i = skipWS(t, end) + 1 // ':'
+		i = skipWS(t, i)
+		end = skipValue(t, i)
+		m[k] = t[i:end:end]
+		i = skipWS(t, end)
+		if t[i] == '}' {
+			return m
+		}
+		i++ // ','
+	}
+}
+
+// memberName decodes a member name literal; the names Prepare looks up are returned
+// without allocating.
+func memberName(lit []byte) string {
+	switch string(lit) {
+	case `"prompt"`:
+		return "prompt"
+	case `"query"`:
+		return "query"
+	case `"messages"`:
+		return "messages"
+	case `"model"`:
+		return "model"
+	case `"stream"`:
+		return "stream"
+	case `"input"`:
+		return "input"
+	case `"body"`:
+		return "body"
+	case `"message"`:
+		return "message"
+	case `"session_id"`:
+		return "session_id"
+	case `"session_key"`:
+		return "session_key"
+	case `"idempotency_key"`:
+		return "idempotency_key"
+	case `"max_events"`:
+		return "max_events"
+	case `"instructions"`:
+		return "instructions"
+	case `"temperature"`:
+		return "temperature"
+	}
+	s, _ := asString(lit)
+	return s
 }
 
 // kindOf returns the JSON kind of a raw value: '{', '[', '"', 'b' (bool), 'n' (null), '0'
@@ -261,6 +320,9 @@ func (m obj) without(keys ...string) obj {
 func asString(raw json.RawMessage) (string, bool) {
 	if kindOf(raw) != '"' {
 		return "", false
+	}
+	if plainLiteral(raw) {
+		return string(raw[1 : len(raw)-1]), true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
@@ -331,11 +393,41 @@ var (
 // json.Marshal writes for []map[string]string{{"role": "user", "content": content}}
 // (members sorted), without marshalling the map.
 func userMessages(content string) json.RawMessage {
-	c := mustJSON(content)
-	b := make([]byte, 0, len(c)+len(`[{"content":,"role":"user"}]`))
+	b := make([]byte, 0, len(content)+2+len(`[{"content":,"role":"user"}]`))
 	b = append(b, `[{"content":`...)
-	b = append(b, c...)
+	b = appendJSONString(b, content)
 	return append(b, `,"role":"user"}]`...)
+}
+
+// plainLiteral reports whether raw is exactly a JSON string literal without escapes whose
+// content is valid UTF-8: its value is then the bytes between the quotes.
+func plainLiteral(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
+	}
+	c := raw[1 : len(raw)-1]
+	ascii := true
+	for _, b := range c {
+		if b < 0x20 || b == '"' || b == '\\' {
+			return false
+		}
+		if b >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	return ascii || utf8.Valid(c)
+}
+
+// appendJSONString appends s as json.Marshal writes it (HTML characters escaped).
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return append(b, mustJSON(s)...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -361,7 +453,7 @@ func encodeObject(m obj) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, mustJSON(k)...)
+		b = appendJSONString(b, k)
 		b = append(b, ':')
 		b = append(b, bytes.TrimSpace(m[k])...)
 	}
