@@ -138,7 +138,7 @@ func Prepare(req Request) (*Prepared, error) {
 	case "health", "health_detailed", "models", "capabilities", "skills", "toolsets":
 		err = requireEmpty(in)
 	case "chat", "chat_stream":
-		body, err = prepChat(spec, in, p.Header)
+		p.Body, err = prepChat(spec, in, p.Header)
 	case "responses", "responses_stream":
 		body, err = prepResponses(spec, in, p.Header)
 	case "response_get", "response_delete":
@@ -189,6 +189,8 @@ func Prepare(req Request) (*Prepared, error) {
 	}
 	if body != nil {
 		p.Body = encodeObject(body)
+	}
+	if p.Body != nil {
 		if len(p.Body) > MaxRequestBody {
 			e := newError(spec.Name, CodePayloadTooLarge, "request body exceeds 10000000 bytes")
 			e.NotStarted = true
@@ -664,8 +666,12 @@ func maxEvents(in obj) (int, error) {
 
 // --- per-operation mapping ---------------------------------------------------------------------
 
-func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
-	var messages json.RawMessage
+// prepChat checks a chat input, sets its session headers and returns the body: the input
+// minus prompt, query, session_id, session_key, idempotency_key and max_events, with messages,
+// model (when absent) and stream set, written as encodeObject writes the same object.
+func prepChat(spec Spec, in obj, h http.Header) ([]byte, error) {
+	var messages json.RawMessage // the messages member, or nil for a prompt or query
+	var prompt string
 	branches := 0
 	for _, k := range []string{"prompt", "query", "messages"} {
 		raw, ok := in.get(k)
@@ -673,25 +679,22 @@ func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
 			continue
 		}
 		branches++
-		field := "input." + k
 		if k == "messages" {
-			arr, isArr := asArray(raw)
-			if !isArr || len(arr) == 0 {
-				return nil, inputErr(field, "must be a non-empty array")
+			n, notObj := objectElements(raw)
+			if n == 0 {
+				return nil, inputErr("input."+k, "must be a non-empty array")
 			}
-			for i, m := range arr {
-				if kindOf(m) != '{' {
-					return nil, inputErr(field+"["+strconv.Itoa(i)+"]", "must be an object")
-				}
+			if notObj >= 0 {
+				return nil, inputErr("input."+k+"["+strconv.Itoa(notObj)+"]", "must be an object")
 			}
 			messages = raw
 			continue
 		}
 		s, isStr := asString(raw)
 		if !isStr || strings.TrimSpace(s) == "" {
-			return nil, inputErr(field, "must be a non-empty string")
+			return nil, inputErr("input."+k, "must be a non-empty string")
 		}
-		messages = userMessages(s)
+		prompt, messages = s, nil
 	}
 	if branches != 1 {
 		return nil, inputErr("input", "exactly one of prompt, query or messages is required")
@@ -702,20 +705,80 @@ func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
 	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
 		return nil, err
 	}
-	body := in.without("prompt", "query", "session_id", "session_key", "idempotency_key", "max_events")
-	body["messages"] = messages
+	var buf [8]member
+	ms := buf[:0]
+	n := 2 + len(prompt) + len(`"messages":[{"content":"","role":"user"}],"model":"hermes-agent","stream":false`)
+	for k, v := range in {
+		switch k {
+		case "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events", "messages", "model", "stream":
+			continue
+		}
+		ms = append(ms, member{k, v})
+		n += len(k) + len(v) + 4
+	}
 	if raw, ok := in.get("model"); ok {
 		if s, isStr := asString(raw); !isStr || s == "" {
 			return nil, inputErr("input.model", "must be a non-empty string")
 		}
+		ms = append(ms, member{"model", raw})
+		n += len(raw)
 	} else {
-		body["model"] = jsonDefaultModel
+		ms = append(ms, member{"model", jsonDefaultModel})
 	}
-	body["stream"] = jsonFalse
+	stream := jsonFalse
 	if spec.Stream {
-		body["stream"] = jsonTrue
+		stream = jsonTrue
 	}
-	return body, nil
+	ms = append(ms, member{"stream", stream}, member{"messages", messages})
+	n += len(messages)
+	slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.k, b.k) })
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, m := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, m.k)
+		b = append(b, ':')
+		if m.k == "messages" && m.v == nil {
+			b = append(b, `[{"content":`...)
+			b = appendJSONString(b, prompt)
+			b = append(b, `,"role":"user"}]`...)
+			continue
+		}
+		b = append(b, bytes.TrimSpace(m.v)...)
+	}
+	return append(b, '}'), nil
+}
+
+// member is one member of an object being written.
+type member struct {
+	k string
+	v json.RawMessage
+}
+
+// objectElements returns the number of elements of raw, a valid JSON value, and the index
+// of the first that is not an object (-1 when all are); 0, -1 when raw is not an array.
+func objectElements(raw json.RawMessage) (n, notObj int) {
+	notObj = -1
+	if kindOf(raw) != '[' {
+		return 0, -1
+	}
+	i := skipWS(raw, 0) + 1 // '['
+	for {
+		i = skipWS(raw, i)
+		if raw[i] == ']' {
+			return n, notObj
+		}
+		if raw[i] != '{' && notObj < 0 {
+			notObj = n
+		}
+		n++
+		i = skipWS(raw, skipValue(raw, i))
+		if raw[i] == ',' {
+			i++
+		}
+	}
 }
 
 var controlFields = []string{"session_key", "idempotency_key", "max_events"}
