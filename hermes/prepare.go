@@ -121,7 +121,8 @@ func Prepare(req Request) (*Prepared, error) {
 	if ierr != nil {
 		return nil, ierr
 	}
-	p := &Prepared{Spec: spec, Method: spec.Method, Path: spec.Path, Header: make(http.Header)}
+	pa := &prepared{Prepared: Prepared{Spec: spec, Method: spec.Method, Path: spec.Path, Header: make(http.Header)}}
+	p := &pa.Prepared
 	if err := copyExtraHeaders(p.Header, req.Header); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func Prepare(req Request) (*Prepared, error) {
 		if !validHeaderValue(req.IdempotencyKey) {
 			return nil, inputErr("idempotency_key", "must be a valid header value of at most 16 KiB")
 		}
-		p.Header.Set("Idempotency-Key", req.IdempotencyKey)
+		pa.set("Idempotency-Key", req.IdempotencyKey)
 	}
 
 	var body obj
@@ -138,9 +139,9 @@ func Prepare(req Request) (*Prepared, error) {
 	case "health", "health_detailed", "models", "capabilities", "skills", "toolsets":
 		err = requireEmpty(in)
 	case "chat", "chat_stream":
-		p.Body, err = prepChat(spec, in, p.Header)
+		p.Body, err = prepChat(spec, in, pa)
 	case "responses", "responses_stream":
-		body, err = prepResponses(spec, in, p.Header)
+		body, err = prepResponses(spec, in, pa)
 	case "response_get", "response_delete":
 		err = fillPath(p, in, "response_id", true)
 	case "sessions_list":
@@ -161,15 +162,15 @@ func Prepare(req Request) (*Prepared, error) {
 		}
 	case "session_chat", "session_chat_stream":
 		if err = fillPath(p, in, "session_id", true); err == nil {
-			body, err = prepSessionChat(in, p.Header)
+			body, err = prepSessionChat(in, pa)
 		}
 	case "run_start":
 		if err = runIdempotencyKey(req.IdempotencyKey); err == nil {
-			body, err = prepRunStart(in, p.Header)
+			body, err = prepRunStart(in, pa)
 		}
 	case "run_status", "run_events", "run_stop":
 		if err = fillPath(p, in, "run_id", true); err == nil {
-			err = sessionHeader(p.Header, in, "session_key", "X-Hermes-Session-Key", "input.session_key")
+			err = sessionHeader(pa, in, "session_key", "X-Hermes-Session-Key", "input.session_key")
 		}
 	case "run_approval":
 		if err = fillPath(p, in, "run_id", true); err == nil {
@@ -183,9 +184,9 @@ func Prepare(req Request) (*Prepared, error) {
 		if p.MaxEvents, err = maxEvents(in); err != nil {
 			return nil, err
 		}
-		p.Header.Set("Accept", "text/event-stream")
+		pa.set("Accept", "text/event-stream")
 	} else {
-		p.Header.Set("Accept", "application/json")
+		pa.set("Accept", "application/json")
 	}
 	if body != nil {
 		p.Body = encodeObject(body)
@@ -197,9 +198,31 @@ func Prepare(req Request) (*Prepared, error) {
 			e.Details = map[string]any{"limit_bytes": MaxRequestBody, "body_bytes": len(p.Body)}
 			return nil, e
 		}
-		p.Header.Set("Content-Type", "application/json")
+		pa.set("Content-Type", "application/json")
 	}
 	return p, nil
+}
+
+// prepared is a Prepared allocated together with the backing store of the header values
+// that Prepare sets (at most five: Idempotency-Key, the two session headers, Accept and
+// Content-Type), so that setting them does not allocate.
+type prepared struct {
+	Prepared
+	vals [5]string
+	n    int // vals in use
+}
+
+// set is p.Header.Set(name, v) for a canonical name. The value is a one-element slice of
+// vals with its capacity limited to 1, so that appending to it copies; once vals is used
+// up a value gets its own slice.
+func (p *prepared) set(name, v string) {
+	if p.n == len(p.vals) {
+		p.Header[name] = []string{v}
+		return
+	}
+	p.vals[p.n] = v
+	p.Header[name] = p.vals[p.n : p.n+1 : p.n+1]
+	p.n++
 }
 
 // --- JSON helpers -------------------------------------------------------------------------
@@ -420,11 +443,11 @@ func plainLiteral(raw []byte) bool {
 	return ascii || utf8.Valid(c)
 }
 
-// appendJSONString appends s as json.Marshal writes it (HTML characters escaped).
-func appendJSONString(b []byte, s string) []byte {
+// appendJSONString appends the string s as json.Marshal writes it (HTML characters escaped).
+func appendJSONString[T string | []byte](b []byte, s T) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return append(b, mustJSON(s)...)
+			return append(b, mustJSON(string(s))...)
 		}
 	}
 	b = append(b, '"')
@@ -442,7 +465,8 @@ func mustJSON(v any) json.RawMessage {
 
 // encodeObject writes m with sorted keys and the values verbatim.
 func encodeObject(m obj) []byte {
-	keys := make([]string, 0, len(m))
+	var buf [16]string
+	keys := buf[:0]
 	n := 2
 	for k, v := range m {
 		keys = append(keys, k)
@@ -530,7 +554,7 @@ func copyExtraHeaders(dst, src http.Header) error {
 }
 
 // sessionHeader maps an optional session_id/session_key member to its header.
-func sessionHeader(h http.Header, m obj, key, header, field string) error {
+func sessionHeader(h *prepared, m obj, key, header, field string) error {
 	raw, ok := m.get(key)
 	if !ok {
 		return nil
@@ -548,7 +572,7 @@ func sessionHeader(h http.Header, m obj, key, header, field string) error {
 	if hasControl(s) || !validHeaderValue(s) {
 		return inputErr(field, "must not contain control characters")
 	}
-	h.Set(header, s)
+	h.set(header, s)
 	return nil
 }
 
@@ -669,9 +693,9 @@ func maxEvents(in obj) (int, error) {
 // prepChat checks a chat input, sets its session headers and returns the body: the input
 // minus prompt, query, session_id, session_key, idempotency_key and max_events, with messages,
 // model (when absent) and stream set, written as encodeObject writes the same object.
-func prepChat(spec Spec, in obj, h http.Header) ([]byte, error) {
+func prepChat(spec Spec, in obj, h *prepared) ([]byte, error) {
 	var messages json.RawMessage // the messages member, or nil for a prompt or query
-	var prompt string
+	var prompt []byte            // the prompt or query text
 	branches := 0
 	for _, k := range []string{"prompt", "query", "messages"} {
 		raw, ok := in.get(k)
@@ -690,11 +714,19 @@ func prepChat(spec Spec, in obj, h http.Header) ([]byte, error) {
 			messages = raw
 			continue
 		}
-		s, isStr := asString(raw)
-		if !isStr || strings.TrimSpace(s) == "" {
-			return nil, inputErr("input."+k, "must be a non-empty string")
+		if plainLiteral(raw) { // the text is the literal's content: no need to decode a copy
+			prompt = raw[1 : len(raw)-1]
+			if len(bytes.TrimSpace(prompt)) == 0 {
+				return nil, inputErr("input."+k, "must be a non-empty string")
+			}
+		} else {
+			s, isStr := asString(raw)
+			if !isStr || strings.TrimSpace(s) == "" {
+				return nil, inputErr("input."+k, "must be a non-empty string")
+			}
+			prompt = []byte(s)
 		}
-		prompt, messages = s, nil
+		messages = nil
 	}
 	if branches != 1 {
 		return nil, inputErr("input", "exactly one of prompt, query or messages is required")
@@ -788,7 +820,9 @@ var controlFields = []string{"session_key", "idempotency_key", "max_events"}
 func bodyOrInput(in obj, wrapNonObject bool, strip []string, extraSiblings ...string) (obj, string, error) {
 	raw, ok := in.get("body")
 	if !ok {
-		return in.without(append([]string{"body"}, strip...)...), "input", nil
+		out := in.without(strip...)
+		delete(out, "body")
+		return out, "input", nil
 	}
 	for _, k := range sortedKeys(in) {
 		if k != "body" && !slices.Contains(controlFields, k) && !slices.Contains(extraSiblings, k) {
@@ -804,7 +838,7 @@ func bodyOrInput(in obj, wrapNonObject bool, strip []string, extraSiblings ...st
 	return nil, "", inputErr("input.body", "must be a JSON object")
 }
 
-func prepResponses(spec Spec, in obj, h http.Header) (obj, error) {
+func prepResponses(spec Spec, in obj, h *prepared) (obj, error) {
 	body, prefix, err := bodyOrInput(in, true, controlFields)
 	if err != nil {
 		return nil, err
@@ -827,7 +861,10 @@ func prepResponses(spec Spec, in obj, h http.Header) (obj, error) {
 	if err := checkHistory(body, prefix); err != nil {
 		return nil, err
 	}
-	body["stream"] = mustJSON(spec.Stream)
+	body["stream"] = jsonFalse
+	if spec.Stream {
+		body["stream"] = jsonTrue
+	}
 	return body, nil
 }
 
@@ -1002,7 +1039,7 @@ func prepSessionFork(in obj) (obj, error) {
 	return body, nil
 }
 
-func prepSessionChat(in obj, h http.Header) (obj, error) {
+func prepSessionChat(in obj, h *prepared) (obj, error) {
 	src, prefix, err := bodyOrInput(in, false, nil, "session_id")
 	if err != nil {
 		return nil, err
@@ -1010,7 +1047,7 @@ func prepSessionChat(in obj, h http.Header) (obj, error) {
 	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
 		return nil, err
 	}
-	if h.Get("X-Hermes-Session-Key") == "" && prefix == "input.body" {
+	if h.Header.Get("X-Hermes-Session-Key") == "" && prefix == "input.body" {
 		if err := sessionHeader(h, src, "session_key", "X-Hermes-Session-Key", prefix+".session_key"); err != nil {
 			return nil, err
 		}
@@ -1115,7 +1152,7 @@ func runIdempotencyKey(k string) error {
 	return nil
 }
 
-func prepRunStart(in obj, h http.Header) (obj, error) {
+func prepRunStart(in obj, h *prepared) (obj, error) {
 	body, prefix, err := bodyOrInput(in, true, controlFields)
 	if err != nil {
 		return nil, err

@@ -19,3 +19,24 @@ func TestUserMessagesMatchesMarshal(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparedHeadersIndependent: the header values Prepare sets share one backing array;
+// adding to one of them must not change another.
+func TestPreparedHeadersIndependent(t *testing.T) {
+	p, err := Prepare(Request{Operation: "chat", Input: json.RawMessage(`{"prompt":"x","session_id":"s","session_key":"k"}`), IdempotencyKey: "i"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.Header.Clone()
+	for name := range want {
+		p.Header.Add(name, "added")
+	}
+	for name, vals := range want {
+		if got := p.Header[name]; len(got) != 2 || got[0] != vals[0] || got[1] != "added" {
+			t.Errorf("%s: %q, want %q + added", name, got, vals)
+		}
+	}
+	if len(want) != 5 {
+		t.Errorf("headers %v", want)
+	}
+}
