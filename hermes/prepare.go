@@ -356,18 +356,13 @@ func asString(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
+// asObject decodes a JSON object as json.Unmarshal into an obj would; its values are
+// sub-slices of raw.
 func asObject(raw json.RawMessage) (obj, bool) {
-	if kindOf(raw) != '{' {
+	if kindOf(raw) != '{' || !json.Valid(raw) {
 		return nil, false
 	}
-	var m obj
-	if json.Unmarshal(raw, &m) != nil {
-		return nil, false
-	}
-	if m == nil {
-		m = obj{}
-	}
-	return m, true
+	return scanObject(bytes.TrimSpace(raw)), true
 }
 
 func asArray(raw json.RawMessage) ([]json.RawMessage, bool) {
@@ -576,19 +571,20 @@ func sessionHeader(h *prepared, m obj, key, header, field string) error {
 	return nil
 }
 
-// validPathID checks an id that becomes one path segment.
-func validPathID(field, s string) error {
+// pathIDProblem checks an id that becomes one path segment: it returns the reason it is
+// invalid, or "".
+func pathIDProblem(s string) string {
 	switch {
 	case strings.TrimSpace(s) == "":
-		return inputErr(field, "must not be blank")
+		return "must not be blank"
 	case hasControl(s):
-		return inputErr(field, "must not contain control characters")
+		return "must not contain control characters"
 	case len(s) > maxPathIDBytes:
-		return inputErr(field, "must be at most 512 bytes")
+		return "must be at most 512 bytes"
 	case s == "." || s == "..":
-		return inputErr(field, "must not be a dot segment")
+		return "must not be a dot segment"
 	}
-	return nil
+	return ""
 }
 
 // validSessionID applies Hermes's create-id rules (used for create and, stricter than the
@@ -645,25 +641,25 @@ func unreserved(c byte) bool {
 
 // fillPath takes the path id from input[key] (or input.body[key] when allowBody) and substitutes it.
 func fillPath(p *Prepared, in obj, key string, allowBody bool) error {
-	field := "input." + key
+	prefix := "input." // the field is prefix + key, built only for an error
 	raw, ok := in.get(key)
 	if !ok && allowBody {
 		if b, okb := in.get("body"); okb {
 			if bm, isObj := asObject(b); isObj {
 				raw, ok = bm.get(key)
-				field = "input.body." + key
+				prefix = "input.body."
 			}
 		}
 	}
 	if !ok {
-		return inputErr(field, "is required")
+		return inputErr(prefix+key, "is required")
 	}
 	s, isStr := asString(raw)
 	if !isStr {
-		return inputErr(field, "must be a string")
+		return inputErr(prefix+key, "must be a string")
 	}
-	if err := validPathID(field, s); err != nil {
-		return err
+	if reason := pathIDProblem(s); reason != "" {
+		return inputErr(prefix+key, reason)
 	}
 	p.Path = strings.Replace(p.Path, "{"+key+"}", escapeSegment(s), 1)
 	return nil
@@ -1040,9 +1036,14 @@ func prepSessionFork(in obj) (obj, error) {
 }
 
 func prepSessionChat(in obj, h *prepared) (obj, error) {
-	src, prefix, err := bodyOrInput(in, false, nil, "session_id")
-	if err != nil {
-		return nil, err
+	// Without a body, src is the input itself rather than bodyOrInput's copy of it minus
+	// body: src is only read, and body is removed from the copy made below.
+	src, prefix := in, "input"
+	if _, ok := in.get("body"); ok {
+		var err error
+		if src, prefix, err = bodyOrInput(in, false, nil, "session_id"); err != nil {
+			return nil, err
+		}
 	}
 	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
 		return nil, err
@@ -1055,6 +1056,9 @@ func prepSessionChat(in obj, h *prepared) (obj, error) {
 	_, hasMsg := src.get("message")
 	_, hasInput := src.get("input")
 	body := src.without("session_id", "session_key", "idempotency_key", "max_events", "prompt", "query")
+	if prefix == "input" {
+		delete(body, "body")
+	}
 	if !hasMsg && !hasInput {
 		for _, k := range []string{"prompt", "query"} {
 			raw, ok := src.get(k)
