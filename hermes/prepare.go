@@ -409,16 +409,6 @@ var (
 	jsonFalse        = json.RawMessage("false")
 )
 
-// userMessages returns the messages array of a one-prompt chat, byte for byte what
-// json.Marshal writes for []map[string]string{{"role": "user", "content": content}}
-// (members sorted), without marshalling the map.
-func userMessages(content string) json.RawMessage {
-	b := make([]byte, 0, len(content)+2+len(`[{"content":,"role":"user"}]`))
-	b = append(b, `[{"content":`...)
-	b = appendJSONString(b, content)
-	return append(b, `,"role":"user"}]`...)
-}
-
 // plainLiteral reports whether raw is exactly a JSON string literal without escapes whose
 // content is valid UTF-8: its value is then the bytes between the quotes.
 func plainLiteral(raw []byte) bool {
