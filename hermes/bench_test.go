@@ -46,3 +46,37 @@ func BenchmarkPrepareChat(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPrepareChatBench: the chat input of the bridge's load benchmark.
+func BenchmarkPrepareChatBench(b *testing.B) {
+	benchPrepare(b, "chat", `{"prompt":"bench c-1"}`, "k-c-1")
+}
+
+// BenchmarkPrepareChatMessages: a chat with a messages array and session headers.
+func BenchmarkPrepareChatMessages(b *testing.B) {
+	benchPrepare(b, "chat", `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"bench c-1"}],"session_id":"s-1","session_key":"k"}`, "k-c-1")
+}
+
+// BenchmarkPrepareResponses: a responses input at top level.
+func BenchmarkPrepareResponses(b *testing.B) {
+	benchPrepare(b, "responses", `{"input":"bench r-1","model":"hermes-agent"}`, "k-r-1")
+}
+
+// BenchmarkPrepareSessionChat: a session chat with a string message.
+func BenchmarkPrepareSessionChat(b *testing.B) {
+	benchPrepare(b, "session_chat", `{"session_id":"s-1","message":"bench s-1"}`, "k-s-1")
+}
+
+func benchPrepare(b *testing.B, op, in, key string) {
+	b.Helper()
+	req := Request{Operation: op, Input: json.RawMessage(in), IdempotencyKey: key}
+	if _, err := Prepare(req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Prepare(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -121,7 +121,8 @@ func Prepare(req Request) (*Prepared, error) {
 	if ierr != nil {
 		return nil, ierr
 	}
-	p := &Prepared{Spec: spec, Method: spec.Method, Path: spec.Path, Header: make(http.Header)}
+	pa := &prepared{Prepared: Prepared{Spec: spec, Method: spec.Method, Path: spec.Path, Header: make(http.Header)}}
+	p := &pa.Prepared
 	if err := copyExtraHeaders(p.Header, req.Header); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func Prepare(req Request) (*Prepared, error) {
 		if !validHeaderValue(req.IdempotencyKey) {
 			return nil, inputErr("idempotency_key", "must be a valid header value of at most 16 KiB")
 		}
-		p.Header.Set("Idempotency-Key", req.IdempotencyKey)
+		pa.set("Idempotency-Key", req.IdempotencyKey)
 	}
 
 	var body obj
@@ -138,9 +139,9 @@ func Prepare(req Request) (*Prepared, error) {
 	case "health", "health_detailed", "models", "capabilities", "skills", "toolsets":
 		err = requireEmpty(in)
 	case "chat", "chat_stream":
-		body, err = prepChat(spec, in, p.Header)
+		p.Body, err = prepChat(spec, in, pa)
 	case "responses", "responses_stream":
-		body, err = prepResponses(spec, in, p.Header)
+		body, err = prepResponses(spec, in, pa)
 	case "response_get", "response_delete":
 		err = fillPath(p, in, "response_id", true)
 	case "sessions_list":
@@ -161,15 +162,15 @@ func Prepare(req Request) (*Prepared, error) {
 		}
 	case "session_chat", "session_chat_stream":
 		if err = fillPath(p, in, "session_id", true); err == nil {
-			body, err = prepSessionChat(in, p.Header)
+			body, err = prepSessionChat(in, pa)
 		}
 	case "run_start":
 		if err = runIdempotencyKey(req.IdempotencyKey); err == nil {
-			body, err = prepRunStart(in, p.Header)
+			body, err = prepRunStart(in, pa)
 		}
 	case "run_status", "run_events", "run_stop":
 		if err = fillPath(p, in, "run_id", true); err == nil {
-			err = sessionHeader(p.Header, in, "session_key", "X-Hermes-Session-Key", "input.session_key")
+			err = sessionHeader(pa, in, "session_key", "X-Hermes-Session-Key", "input.session_key")
 		}
 	case "run_approval":
 		if err = fillPath(p, in, "run_id", true); err == nil {
@@ -183,21 +184,45 @@ func Prepare(req Request) (*Prepared, error) {
 		if p.MaxEvents, err = maxEvents(in); err != nil {
 			return nil, err
 		}
-		p.Header.Set("Accept", "text/event-stream")
+		pa.set("Accept", "text/event-stream")
 	} else {
-		p.Header.Set("Accept", "application/json")
+		pa.set("Accept", "application/json")
 	}
 	if body != nil {
 		p.Body = encodeObject(body)
+	}
+	if p.Body != nil {
 		if len(p.Body) > MaxRequestBody {
 			e := newError(spec.Name, CodePayloadTooLarge, "request body exceeds 10000000 bytes")
 			e.NotStarted = true
 			e.Details = map[string]any{"limit_bytes": MaxRequestBody, "body_bytes": len(p.Body)}
 			return nil, e
 		}
-		p.Header.Set("Content-Type", "application/json")
+		pa.set("Content-Type", "application/json")
 	}
 	return p, nil
+}
+
+// prepared is a Prepared allocated together with the backing store of the header values
+// that Prepare sets (at most five: Idempotency-Key, the two session headers, Accept and
+// Content-Type), so that setting them does not allocate.
+type prepared struct {
+	Prepared
+	vals [5]string
+	n    int // vals in use
+}
+
+// set is p.Header.Set(name, v) for a canonical name. The value is a one-element slice of
+// vals with its capacity limited to 1, so that appending to it copies; once vals is used
+// up a value gets its own slice.
+func (p *prepared) set(name, v string) {
+	if p.n == len(p.vals) {
+		p.Header[name] = []string{v}
+		return
+	}
+	p.vals[p.n] = v
+	p.Header[name] = p.vals[p.n : p.n+1 : p.n+1]
+	p.n++
 }
 
 // --- JSON helpers -------------------------------------------------------------------------
@@ -210,14 +235,73 @@ func parseInput(raw json.RawMessage) (obj, *InputError) {
 	if t[0] != '{' {
 		return nil, inputErr("input", "must be a JSON object")
 	}
-	var m obj
-	if err := json.Unmarshal(t, &m); err != nil {
+	if !json.Valid(t) {
 		return nil, inputErr("input", "must be a valid JSON object")
 	}
-	if m == nil {
-		m = obj{}
+	return scanObject(t), nil
+}
+
+// scanObject decodes a JSON object that json.Valid accepted as json.Unmarshal into an obj
+// would: member names unescaped, a repeated member keeps its last value, values are the
+// exact bytes of each value. The values are sub-slices of t, not copies. The skip helpers
+// are those of scan.go.
+func scanObject(t []byte) obj {
+	m := obj{}
+	i := skipWS(t, 1)
+	if t[i] == '}' {
+		return m
 	}
-	return m, nil
+	for {
+		i = skipWS(t, i)
+		end := skipString(t, i)
+		k := memberName(t[i:end])
+		i = skipWS(t, end) + 1 // ':'
+		i = skipWS(t, i)
+		end = skipValue(t, i)
+		m[k] = t[i:end:end]
+		i = skipWS(t, end)
+		if t[i] == '}' {
+			return m
+		}
+		i++ // ','
+	}
+}
+
+// memberName decodes a member name literal; the names Prepare looks up are returned
+// without allocating.
+func memberName(lit []byte) string {
+	switch string(lit) {
+	case `"prompt"`:
+		return "prompt"
+	case `"query"`:
+		return "query"
+	case `"messages"`:
+		return "messages"
+	case `"model"`:
+		return "model"
+	case `"stream"`:
+		return "stream"
+	case `"input"`:
+		return "input"
+	case `"body"`:
+		return "body"
+	case `"message"`:
+		return "message"
+	case `"session_id"`:
+		return "session_id"
+	case `"session_key"`:
+		return "session_key"
+	case `"idempotency_key"`:
+		return "idempotency_key"
+	case `"max_events"`:
+		return "max_events"
+	case `"instructions"`:
+		return "instructions"
+	case `"temperature"`:
+		return "temperature"
+	}
+	s, _ := asString(lit)
+	return s
 }
 
 // kindOf returns the JSON kind of a raw value: '{', '[', '"', 'b' (bool), 'n' (null), '0'
@@ -262,6 +346,9 @@ func asString(raw json.RawMessage) (string, bool) {
 	if kindOf(raw) != '"' {
 		return "", false
 	}
+	if plainLiteral(raw) {
+		return string(raw[1 : len(raw)-1]), true
+	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
 		return "", false
@@ -269,18 +356,13 @@ func asString(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
+// asObject decodes a JSON object as json.Unmarshal into an obj would; its values are
+// sub-slices of raw.
 func asObject(raw json.RawMessage) (obj, bool) {
-	if kindOf(raw) != '{' {
+	if kindOf(raw) != '{' || !json.Valid(raw) {
 		return nil, false
 	}
-	var m obj
-	if json.Unmarshal(raw, &m) != nil {
-		return nil, false
-	}
-	if m == nil {
-		m = obj{}
-	}
-	return m, true
+	return scanObject(bytes.TrimSpace(raw)), true
 }
 
 func asArray(raw json.RawMessage) ([]json.RawMessage, bool) {
@@ -327,15 +409,35 @@ var (
 	jsonFalse        = json.RawMessage("false")
 )
 
-// userMessages returns the messages array of a one-prompt chat, byte for byte what
-// json.Marshal writes for []map[string]string{{"role": "user", "content": content}}
-// (members sorted), without marshalling the map.
-func userMessages(content string) json.RawMessage {
-	c := mustJSON(content)
-	b := make([]byte, 0, len(c)+len(`[{"content":,"role":"user"}]`))
-	b = append(b, `[{"content":`...)
-	b = append(b, c...)
-	return append(b, `,"role":"user"}]`...)
+// plainLiteral reports whether raw is exactly a JSON string literal without escapes whose
+// content is valid UTF-8: its value is then the bytes between the quotes.
+func plainLiteral(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
+	}
+	c := raw[1 : len(raw)-1]
+	ascii := true
+	for _, b := range c {
+		if b < 0x20 || b == '"' || b == '\\' {
+			return false
+		}
+		if b >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	return ascii || utf8.Valid(c)
+}
+
+// appendJSONString appends the string s as json.Marshal writes it (HTML characters escaped).
+func appendJSONString[T string | []byte](b []byte, s T) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return append(b, mustJSON(string(s))...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -348,7 +450,8 @@ func mustJSON(v any) json.RawMessage {
 
 // encodeObject writes m with sorted keys and the values verbatim.
 func encodeObject(m obj) []byte {
-	keys := make([]string, 0, len(m))
+	var buf [16]string
+	keys := buf[:0]
 	n := 2
 	for k, v := range m {
 		keys = append(keys, k)
@@ -361,7 +464,7 @@ func encodeObject(m obj) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, mustJSON(k)...)
+		b = appendJSONString(b, k)
 		b = append(b, ':')
 		b = append(b, bytes.TrimSpace(m[k])...)
 	}
@@ -436,7 +539,7 @@ func copyExtraHeaders(dst, src http.Header) error {
 }
 
 // sessionHeader maps an optional session_id/session_key member to its header.
-func sessionHeader(h http.Header, m obj, key, header, field string) error {
+func sessionHeader(h *prepared, m obj, key, header, field string) error {
 	raw, ok := m.get(key)
 	if !ok {
 		return nil
@@ -454,23 +557,24 @@ func sessionHeader(h http.Header, m obj, key, header, field string) error {
 	if hasControl(s) || !validHeaderValue(s) {
 		return inputErr(field, "must not contain control characters")
 	}
-	h.Set(header, s)
+	h.set(header, s)
 	return nil
 }
 
-// validPathID checks an id that becomes one path segment.
-func validPathID(field, s string) error {
+// pathIDProblem checks an id that becomes one path segment: it returns the reason it is
+// invalid, or "".
+func pathIDProblem(s string) string {
 	switch {
 	case strings.TrimSpace(s) == "":
-		return inputErr(field, "must not be blank")
+		return "must not be blank"
 	case hasControl(s):
-		return inputErr(field, "must not contain control characters")
+		return "must not contain control characters"
 	case len(s) > maxPathIDBytes:
-		return inputErr(field, "must be at most 512 bytes")
+		return "must be at most 512 bytes"
 	case s == "." || s == "..":
-		return inputErr(field, "must not be a dot segment")
+		return "must not be a dot segment"
 	}
-	return nil
+	return ""
 }
 
 // validSessionID applies Hermes's create-id rules (used for create and, stricter than the
@@ -527,25 +631,25 @@ func unreserved(c byte) bool {
 
 // fillPath takes the path id from input[key] (or input.body[key] when allowBody) and substitutes it.
 func fillPath(p *Prepared, in obj, key string, allowBody bool) error {
-	field := "input." + key
+	prefix := "input." // the field is prefix + key, built only for an error
 	raw, ok := in.get(key)
 	if !ok && allowBody {
 		if b, okb := in.get("body"); okb {
 			if bm, isObj := asObject(b); isObj {
 				raw, ok = bm.get(key)
-				field = "input.body." + key
+				prefix = "input.body."
 			}
 		}
 	}
 	if !ok {
-		return inputErr(field, "is required")
+		return inputErr(prefix+key, "is required")
 	}
 	s, isStr := asString(raw)
 	if !isStr {
-		return inputErr(field, "must be a string")
+		return inputErr(prefix+key, "must be a string")
 	}
-	if err := validPathID(field, s); err != nil {
-		return err
+	if reason := pathIDProblem(s); reason != "" {
+		return inputErr(prefix+key, reason)
 	}
 	p.Path = strings.Replace(p.Path, "{"+key+"}", escapeSegment(s), 1)
 	return nil
@@ -572,8 +676,12 @@ func maxEvents(in obj) (int, error) {
 
 // --- per-operation mapping ---------------------------------------------------------------------
 
-func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
-	var messages json.RawMessage
+// prepChat checks a chat input, sets its session headers and returns the body: the input
+// minus prompt, query, session_id, session_key, idempotency_key and max_events, with messages,
+// model (when absent) and stream set, written as encodeObject writes the same object.
+func prepChat(spec Spec, in obj, h *prepared) ([]byte, error) {
+	var messages json.RawMessage // the messages member, or nil for a prompt or query
+	var prompt []byte            // the prompt or query text
 	branches := 0
 	for _, k := range []string{"prompt", "query", "messages"} {
 		raw, ok := in.get(k)
@@ -581,25 +689,30 @@ func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
 			continue
 		}
 		branches++
-		field := "input." + k
 		if k == "messages" {
-			arr, isArr := asArray(raw)
-			if !isArr || len(arr) == 0 {
-				return nil, inputErr(field, "must be a non-empty array")
+			n, notObj := objectElements(raw)
+			if n == 0 {
+				return nil, inputErr("input."+k, "must be a non-empty array")
 			}
-			for i, m := range arr {
-				if kindOf(m) != '{' {
-					return nil, inputErr(field+"["+strconv.Itoa(i)+"]", "must be an object")
-				}
+			if notObj >= 0 {
+				return nil, inputErr("input."+k+"["+strconv.Itoa(notObj)+"]", "must be an object")
 			}
 			messages = raw
 			continue
 		}
-		s, isStr := asString(raw)
-		if !isStr || strings.TrimSpace(s) == "" {
-			return nil, inputErr(field, "must be a non-empty string")
+		if plainLiteral(raw) { // the text is the literal's content: no need to decode a copy
+			prompt = raw[1 : len(raw)-1]
+			if len(bytes.TrimSpace(prompt)) == 0 {
+				return nil, inputErr("input."+k, "must be a non-empty string")
+			}
+		} else {
+			s, isStr := asString(raw)
+			if !isStr || strings.TrimSpace(s) == "" {
+				return nil, inputErr("input."+k, "must be a non-empty string")
+			}
+			prompt = []byte(s)
 		}
-		messages = userMessages(s)
+		messages = nil
 	}
 	if branches != 1 {
 		return nil, inputErr("input", "exactly one of prompt, query or messages is required")
@@ -610,20 +723,80 @@ func prepChat(spec Spec, in obj, h http.Header) (obj, error) {
 	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
 		return nil, err
 	}
-	body := in.without("prompt", "query", "session_id", "session_key", "idempotency_key", "max_events")
-	body["messages"] = messages
+	var buf [8]member
+	ms := buf[:0]
+	n := 2 + len(prompt) + len(`"messages":[{"content":"","role":"user"}],"model":"hermes-agent","stream":false`)
+	for k, v := range in {
+		switch k {
+		case "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events", "messages", "model", "stream":
+			continue
+		}
+		ms = append(ms, member{k, v})
+		n += len(k) + len(v) + 4
+	}
 	if raw, ok := in.get("model"); ok {
 		if s, isStr := asString(raw); !isStr || s == "" {
 			return nil, inputErr("input.model", "must be a non-empty string")
 		}
+		ms = append(ms, member{"model", raw})
+		n += len(raw)
 	} else {
-		body["model"] = jsonDefaultModel
+		ms = append(ms, member{"model", jsonDefaultModel})
 	}
-	body["stream"] = jsonFalse
+	stream := jsonFalse
 	if spec.Stream {
-		body["stream"] = jsonTrue
+		stream = jsonTrue
 	}
-	return body, nil
+	ms = append(ms, member{"stream", stream}, member{"messages", messages})
+	n += len(messages)
+	slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.k, b.k) })
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, m := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, m.k)
+		b = append(b, ':')
+		if m.k == "messages" && m.v == nil {
+			b = append(b, `[{"content":`...)
+			b = appendJSONString(b, prompt)
+			b = append(b, `,"role":"user"}]`...)
+			continue
+		}
+		b = append(b, bytes.TrimSpace(m.v)...)
+	}
+	return append(b, '}'), nil
+}
+
+// member is one member of an object being written.
+type member struct {
+	k string
+	v json.RawMessage
+}
+
+// objectElements returns the number of elements of raw, a valid JSON value, and the index
+// of the first that is not an object (-1 when all are); 0, -1 when raw is not an array.
+func objectElements(raw json.RawMessage) (n, notObj int) {
+	notObj = -1
+	if kindOf(raw) != '[' {
+		return 0, -1
+	}
+	i := skipWS(raw, 0) + 1 // '['
+	for {
+		i = skipWS(raw, i)
+		if raw[i] == ']' {
+			return n, notObj
+		}
+		if raw[i] != '{' && notObj < 0 {
+			notObj = n
+		}
+		n++
+		i = skipWS(raw, skipValue(raw, i))
+		if raw[i] == ',' {
+			i++
+		}
+	}
 }
 
 var controlFields = []string{"session_key", "idempotency_key", "max_events"}
@@ -633,7 +806,9 @@ var controlFields = []string{"session_key", "idempotency_key", "max_events"}
 func bodyOrInput(in obj, wrapNonObject bool, strip []string, extraSiblings ...string) (obj, string, error) {
 	raw, ok := in.get("body")
 	if !ok {
-		return in.without(append([]string{"body"}, strip...)...), "input", nil
+		out := in.without(strip...)
+		delete(out, "body")
+		return out, "input", nil
 	}
 	for _, k := range sortedKeys(in) {
 		if k != "body" && !slices.Contains(controlFields, k) && !slices.Contains(extraSiblings, k) {
@@ -649,7 +824,7 @@ func bodyOrInput(in obj, wrapNonObject bool, strip []string, extraSiblings ...st
 	return nil, "", inputErr("input.body", "must be a JSON object")
 }
 
-func prepResponses(spec Spec, in obj, h http.Header) (obj, error) {
+func prepResponses(spec Spec, in obj, h *prepared) (obj, error) {
 	body, prefix, err := bodyOrInput(in, true, controlFields)
 	if err != nil {
 		return nil, err
@@ -672,7 +847,10 @@ func prepResponses(spec Spec, in obj, h http.Header) (obj, error) {
 	if err := checkHistory(body, prefix); err != nil {
 		return nil, err
 	}
-	body["stream"] = mustJSON(spec.Stream)
+	body["stream"] = jsonFalse
+	if spec.Stream {
+		body["stream"] = jsonTrue
+	}
 	return body, nil
 }
 
@@ -847,15 +1025,20 @@ func prepSessionFork(in obj) (obj, error) {
 	return body, nil
 }
 
-func prepSessionChat(in obj, h http.Header) (obj, error) {
-	src, prefix, err := bodyOrInput(in, false, nil, "session_id")
-	if err != nil {
-		return nil, err
+func prepSessionChat(in obj, h *prepared) (obj, error) {
+	// Without a body, src is the input itself rather than bodyOrInput's copy of it minus
+	// body: src is only read, and body is removed from the copy made below.
+	src, prefix := in, "input"
+	if _, ok := in.get("body"); ok {
+		var err error
+		if src, prefix, err = bodyOrInput(in, false, nil, "session_id"); err != nil {
+			return nil, err
+		}
 	}
 	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
 		return nil, err
 	}
-	if h.Get("X-Hermes-Session-Key") == "" && prefix == "input.body" {
+	if h.Header.Get("X-Hermes-Session-Key") == "" && prefix == "input.body" {
 		if err := sessionHeader(h, src, "session_key", "X-Hermes-Session-Key", prefix+".session_key"); err != nil {
 			return nil, err
 		}
@@ -863,6 +1046,9 @@ func prepSessionChat(in obj, h http.Header) (obj, error) {
 	_, hasMsg := src.get("message")
 	_, hasInput := src.get("input")
 	body := src.without("session_id", "session_key", "idempotency_key", "max_events", "prompt", "query")
+	if prefix == "input" {
+		delete(body, "body")
+	}
 	if !hasMsg && !hasInput {
 		for _, k := range []string{"prompt", "query"} {
 			raw, ok := src.get(k)
@@ -960,7 +1146,7 @@ func runIdempotencyKey(k string) error {
 	return nil
 }
 
-func prepRunStart(in obj, h http.Header) (obj, error) {
+func prepRunStart(in obj, h *prepared) (obj, error) {
 	body, prefix, err := bodyOrInput(in, true, controlFields)
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -218,9 +219,12 @@ func ValidateAction(op string, action json.RawMessage) error {
 	if err := c.validate(c.action, v, ""); err != nil {
 		return err
 	}
-	var input any = map[string]any{}
-	if m, ok := v.(map[string]any); ok && m["input"] != nil {
+	var input any
+	if m, ok := v.(map[string]any); ok {
 		input = m["input"]
+	}
+	if input == nil {
+		input = map[string]any{}
 	}
 	return c.validate(inSchema, input, "input")
 }
@@ -274,12 +278,131 @@ func validateWith(pick func(*compiled) *jsonschema.Schema, data []byte, what str
 	return c.validate(pick(c), v, "")
 }
 
+// parse decodes data into the tree jsonschema.UnmarshalJSON would give (map[string]any,
+// []any, json.Number with the literal text, string, bool, nil; a repeated member keeps its
+// last value), or a *ValidationError when data is not exactly one JSON value.
 func parse(data []byte, what string) (any, error) {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
+	// json.Valid accepts exactly what the library's json.Decoder decodes with nothing
+	// but white space after it; the decoder below relies on data being valid.
+	if !json.Valid(data) {
 		return nil, &ValidationError{Reason: what + " is not valid JSON"}
 	}
-	return v, nil
+	d := decoder{data: data, text: string(data)}
+	return d.value(), nil
+}
+
+// decoder builds the generic tree of a document that json.Valid accepted. Plain strings
+// and numbers are substrings of text, one copy of data, instead of one allocation each.
+type decoder struct {
+	data []byte
+	text string // string(data)
+	i    int
+}
+
+func (d *decoder) skipSpace() {
+	for d.i < len(d.data) {
+		switch d.data[d.i] {
+		case ' ', '\t', '\r', '\n':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) value() any {
+	d.skipSpace()
+	switch c := d.data[d.i]; c {
+	case '{':
+		d.i++
+		m := map[string]any{}
+		d.skipSpace()
+		if d.data[d.i] == '}' {
+			d.i++
+			return m
+		}
+		for {
+			d.skipSpace()
+			k := d.string()
+			d.skipSpace()
+			d.i++ // ':'
+			m[k] = d.value()
+			d.skipSpace()
+			c := d.data[d.i]
+			d.i++
+			if c == '}' {
+				return m
+			}
+		}
+	case '[':
+		d.i++
+		a := make([]any, 0)
+		d.skipSpace()
+		if d.data[d.i] == ']' {
+			d.i++
+			return a
+		}
+		for {
+			a = append(a, d.value())
+			d.skipSpace()
+			c := d.data[d.i]
+			d.i++
+			if c == ']' {
+				return a
+			}
+		}
+	case '"':
+		return d.string()
+	case 't':
+		d.i += len("true")
+		return true
+	case 'f':
+		d.i += len("false")
+		return false
+	case 'n':
+		d.i += len("null")
+		return nil
+	default:
+		start := d.i
+		for d.i < len(d.data) {
+			c := d.data[d.i]
+			if !('0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+				break
+			}
+			d.i++
+		}
+		return json.Number(d.text[start:d.i])
+	}
+}
+
+// string decodes the string literal at d.i. Literals with escapes or non-ASCII bytes are
+// left to encoding/json (for its escape, surrogate and invalid UTF-8 handling).
+func (d *decoder) string() string {
+	start := d.i
+	d.i++
+	plain := true
+	for {
+		c := d.data[d.i]
+		if c == '"' {
+			break
+		}
+		if c == '\\' {
+			plain = false
+			d.i++ // the escaped byte cannot end the literal
+		} else if c >= utf8.RuneSelf {
+			plain = false
+		}
+		d.i++
+	}
+	d.i++
+	if plain {
+		return d.text[start+1 : d.i-1]
+	}
+	var s string
+	if err := json.Unmarshal(d.data[start:d.i], &s); err != nil {
+		panic("schemas: string literal of a valid document does not decode: " + err.Error())
+	}
+	return s
 }
 
 func (c *compiled) validate(s *jsonschema.Schema, v any, prefix string) error {
