@@ -22,7 +22,7 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 		{State: "odd \"state\" <&> \u00e9\n", ActionID: "x", Owner: "\\owner\t", ExpiresAt: now.In(time.FixedZone("x", 3600))},
 	}
 	for i, r := range records {
-		got, err := encodeRecord(r)
+		got, err := encodeRecord(&r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,12 +53,12 @@ func TestRecordSizeBoundsEncoding(t *testing.T) {
 		Owner:       "gcX8Gp6L9TlUpf1N4O7dmR", Attempt: -1 << 63, Decision: DecisionMismatch, Approver: "approver-1", Reason: "not this one", Cancel: true, PendingSeq: 1<<64 - 1, IdemKey: "idem.4d82", RunID: "run_0123456789abcdef0123456789abcdef",
 		Result: json.RawMessage(`{"a":1}`), Action: json.RawMessage(`{"b":2}`),
 		ExpiresAt: at, CreatedAt: at, UpdatedAt: at}
-	got, err := encodeRecord(r)
+	got, err := encodeRecord(&r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) > recordSize(r) {
-		t.Fatalf("encoding is %d bytes, recordSize %d", len(got), recordSize(r))
+	if len(got) > recordSize(&r) {
+		t.Fatalf("encoding is %d bytes, recordSize %d", len(got), recordSize(&r))
 	}
 }
 
@@ -98,8 +98,8 @@ func BenchmarkEncodeRecord(b *testing.B) {
 	rs := benchRecords()
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, r := range rs {
-			if _, err := encodeRecord(r); err != nil {
+		for i := range rs {
+			if _, err := encodeRecord(&rs[i]); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -199,7 +199,9 @@ func (s *Store) TTL() time.Duration { return s.ttl }
 // means none known).
 func (s *Store) MaxValueSize() int { return s.limit }
 
-func (s *Store) encode(key string, r Record) ([]byte, error) {
+// encode encodes r (only read) for key and checks it against the size limit.
+// Errors: ErrTooLarge.
+func (s *Store) encode(key string, r *Record) ([]byte, error) {
 	b, err := encodeRecord(r)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: encode %s: %w", key, err)
@@ -222,7 +224,7 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 		r.CreatedAt = now
 	}
 	r.UpdatedAt = now
-	b, err := s.encode(key, r)
+	b, err := s.encode(key, &r)
 	if err != nil {
 		return 0, err
 	}
@@ -292,7 +294,7 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 		return 0, fmt.Errorf("%w: update %s: revision 0", ErrConflict, key)
 	}
 	r.UpdatedAt = s.now().UTC()
-	b, err := s.encode(key, r)
+	b, err := s.encode(key, &r)
 	if err != nil {
 		return 0, err
 	}
