@@ -525,21 +525,26 @@ func FreesKey(result []byte) bool {
 	return json.Unmarshal(result, &r) == nil && r.Error != nil && r.Error.Retryable && !r.Error.Uncertain
 }
 
-// update writes fn's change to the claimed record with the claim's revision. A lost
-// compare-and-set is reconciled: if the record is still this claim's (a cancel request
-// flagged it), the claim adopts it and the error is ErrCancelRequested; otherwise the
-// claim is lost (ErrLostClaim). Called with c.mu held.
+// update writes fn's change to the claimed record with the claim's revision; the
+// claim's record has the change only once it is written. A lost compare-and-set is
+// reconciled: if the record is still this claim's (a cancel request flagged it), the
+// claim adopts it and the error is ErrCancelRequested; otherwise the claim is lost
+// (ErrLostClaim). Called with c.mu held (nobody else sees c.rec while fn's change is
+// applied to it and written). fn must not keep its argument.
 func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
 	if c.lost {
 		return ErrLostClaim
 	}
-	nr := c.rec
-	fn(&nr)
-	rev, err := c.l.rec.Update(ctx, c.key, nr, c.rev)
+	// fn changes c.rec in place (a copy handed to fn would escape to the heap) and the
+	// old record is put back if the write fails.
+	old := c.rec
+	fn(&c.rec)
+	rev, err := c.l.rec.Update(ctx, c.key, c.rec, c.rev)
 	if err == nil {
-		c.rev, c.rec = rev, nr
+		c.rev = rev
 		return nil
 	}
+	c.rec = old
 	if !errors.Is(err, ErrConflict) {
 		return err
 	}
