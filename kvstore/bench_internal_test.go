@@ -56,12 +56,27 @@ func (j *nullJS) PublishMsg(ctx context.Context, _ *nats.Msg, _ ...jetstream.Pub
 // BenchmarkClaimPathOverhead is BenchmarkClaimPath with a server that answers at
 // once (nullKV, nullJS): what remains is the cost of the package's own code around
 // the four writes of an action.
+// The deadline=10m case is an action's context, minutes from its deadline (each
+// request gets a timer of OpTimeout); deadline=2s one in its last seconds.
 func BenchmarkClaimPathOverhead(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b.Run("deadline=10m", func(b *testing.B) { benchClaimPathOverhead(b, ctx) })
+	b.Run("deadline=2s", func(b *testing.B) { benchClaimPathOverhead(b, nearDeadline{context.Background(), 2 * time.Second}) })
+}
+
+// nearDeadline is a context whose deadline is always d from now (and never ends).
+type nearDeadline struct {
+	context.Context
+	d time.Duration
+}
+
+func (c nearDeadline) Deadline() (time.Time, bool) { return time.Now().Add(c.d), true }
+
+func benchClaimPathOverhead(b *testing.B, ctx context.Context) {
 	s := &Store{kv: &nullKV{}, bucket: DefaultBucket, ttl: DefaultTTL, limit: 1 << 20, now: time.Now}
 	subject := func(id string) string { return "bench.results." + id }
 	l := NewLedger(s, NewJetStreamLog(&nullJS{}, nil, subject), 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	input := strings.Repeat("ab", 32)
 	idem := IdempotencyKey("cap:hermes_agent:ep1:chat", "k")
 	data := []byte(`{"action_id":"x","status":"completed","output":{"text":"hello"},"error":null}`)

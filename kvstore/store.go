@@ -254,13 +254,28 @@ const OpTimeout = 5 * time.Second
 
 // opCtx bounds ctx to OpTimeout for one request. A ctx without a deadline is left as
 // it is: nats.go bounds such a request by its own default timeout (5 s), so a timer
-// here would only be a second one on the hot path.
+// here would only be a second one on the hot path. So is a ctx whose deadline comes
+// within OpTimeout: it bounds the request already.
 func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); !ok {
-		return ctx, func() {}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return ctx, noCancel
 	}
-	return context.WithTimeout(ctx, OpTimeout)
+	return boundCtx(ctx, d, OpTimeout)
 }
+
+// boundCtx bounds ctx, whose deadline is d, to timeout from now: it returns ctx itself
+// (and a cancel that does nothing) when d comes within timeout, as
+// context.WithTimeout's context would then end with ctx anyway, and
+// context.WithTimeout(ctx, timeout) otherwise.
+func boundCtx(ctx context.Context, d time.Time, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if time.Until(d) <= timeout {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+func noCancel() {}
 
 // Get returns the live record under key. Errors: ErrNotFound, ErrCorrupt.
 func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
