@@ -249,11 +249,20 @@ func appendField(b []byte, name, v string, omitEmpty bool) []byte {
 	return appendString(b, v)
 }
 
+// notPlain marks the bytes that appendString does not copy as they are: control
+// characters, DEL and non-ASCII bytes, and '"', '\\', '<', '>' and '&'.
+var notPlain = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&'
+	}
+	return t
+}()
+
 // appendString appends v as a JSON string; anything but plain printable ASCII goes
 // through encoding/json so the escaping is exactly its own.
 func appendString(b []byte, v string) []byte {
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if notPlain[v[i]] {
 			q, _ := json.Marshal(v)
 			return append(b, q...)
 		}

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// The encoder as it was before recordSize was made tight (commit 6b9938e), kept to
-// prove that the encoder writes the same bytes as before on any record.
+// The encoder as it was at commit 6b9938e (before recordSize was made tight and
+// appendString used a table), with its helpers, kept to prove that the encoder writes
+// the same bytes as before on any record.
 
 // encodeRecord writes the same JSON as json.Marshal(wireRecord{...}) by hand: records
 // are written several times per action, and json.Marshal would re-validate and compact
@@ -19,16 +20,16 @@ func oldEncodeRecord(r Record) ([]byte, error) {
 	b := make([]byte, 0, oldRecordSize(r))
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, recordVersion, 10)
-	b = appendField(b, "state", string(r.State), false)
-	b = appendField(b, "action_id", r.ActionID, false)
-	b = appendField(b, "capability_id", r.CapabilityID, true)
-	b = appendField(b, "input_sha256", r.InputSHA256, true)
-	b = appendField(b, "owner", r.Owner, true)
+	b = oldAppendField(b, "state", string(r.State), false)
+	b = oldAppendField(b, "action_id", r.ActionID, false)
+	b = oldAppendField(b, "capability_id", r.CapabilityID, true)
+	b = oldAppendField(b, "input_sha256", r.InputSHA256, true)
+	b = oldAppendField(b, "owner", r.Owner, true)
 	if r.Attempt != 0 {
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendInt(b, int64(r.Attempt), 10)
 	}
-	b = appendField(b, "idem_key", r.IdemKey, true)
+	b = oldAppendField(b, "idem_key", r.IdemKey, true)
 	if len(r.Result) > 0 {
 		b = append(b, `,"result":`...)
 		b = append(b, r.Result...)
@@ -37,30 +38,30 @@ func oldEncodeRecord(r Record) ([]byte, error) {
 		b = append(b, `,"action":`...)
 		b = append(b, r.Action...)
 	}
-	b = appendTime(b, "expires_at", r.ExpiresAt)
-	b = appendField(b, "decision", r.Decision, true)
-	b = appendField(b, "approver", r.Approver, true)
-	b = appendField(b, "reason", r.Reason, true)
+	b = oldAppendTime(b, "expires_at", r.ExpiresAt)
+	b = oldAppendField(b, "decision", r.Decision, true)
+	b = oldAppendField(b, "approver", r.Approver, true)
+	b = oldAppendField(b, "reason", r.Reason, true)
 	if r.Cancel {
 		b = append(b, `,"cancel":true`...)
 	}
-	b = appendField(b, "run_id", r.RunID, true)
+	b = oldAppendField(b, "run_id", r.RunID, true)
 	if r.ApprovalSeq != 0 {
 		b = append(b, `,"approval_seq":`...)
 		b = strconv.AppendInt(b, int64(r.ApprovalSeq), 10)
 	}
-	b = appendField(b, "approval_sha256", r.ApprovalSHA256, true)
+	b = oldAppendField(b, "approval_sha256", r.ApprovalSHA256, true)
 	if r.ApprovalAnswered != 0 {
 		b = append(b, `,"approval_answered":`...)
 		b = strconv.AppendInt(b, int64(r.ApprovalAnswered), 10)
 	}
-	b = appendField(b, "approval_decision", r.ApprovalDecision, true)
+	b = oldAppendField(b, "approval_decision", r.ApprovalDecision, true)
 	if r.PendingSeq != 0 {
 		b = append(b, `,"pending_seq":`...)
 		b = strconv.AppendUint(b, r.PendingSeq, 10)
 	}
-	b = appendTime(b, "created_at", r.CreatedAt)
-	b = appendTime(b, "updated_at", r.UpdatedAt)
+	b = oldAppendTime(b, "created_at", r.CreatedAt)
+	b = oldAppendTime(b, "updated_at", r.UpdatedAt)
 	return append(b, '}'), nil
 }
 
@@ -70,6 +71,41 @@ func oldEncodeRecord(r Record) ([]byte, error) {
 func oldRecordSize(r Record) int {
 	return 448 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
 		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason) + len(r.RunID) + len(r.ApprovalSHA256) + len(r.ApprovalDecision) + 128
+}
+
+func oldAppendField(b []byte, name, v string, omitEmpty bool) []byte {
+	if omitEmpty && v == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return oldAppendString(b, v)
+}
+
+// appendString appends v as a JSON string; anything but plain printable ASCII goes
+// through encoding/json so the escaping is exactly its own.
+func oldAppendString(b []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(v)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, v...)
+	return append(b, '"')
+}
+
+func oldAppendTime(b []byte, name string, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':', '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }
 
 // randString returns a string for a record field: often empty or plain, sometimes with
@@ -230,6 +266,25 @@ func plain(r Record) bool {
 		}
 	}
 	return true
+}
+
+// TestAppendStringSameBytes: appendString writes what it wrote before for every byte
+// alone and within plain text, and for random strings.
+func TestAppendStringSameBytes(t *testing.T) {
+	for c := range 256 {
+		for _, v := range []string{string(rune(c)), string([]byte{byte(c)}), "ab" + string([]byte{byte(c)}) + "cd"} {
+			if got, want := appendString([]byte("x"), v), oldAppendString([]byte("x"), v); string(got) != string(want) {
+				t.Fatalf("%q: got %s, want %s", v, got, want)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		v := randString(rng)
+		if got, want := appendString(nil, v), oldAppendString(nil, v); string(got) != string(want) {
+			t.Fatalf("%q: got %s, want %s", v, got, want)
+		}
+	}
 }
 
 // TestEncodeRecordSameBytes: on many random records (escaping, non-ASCII and invalid

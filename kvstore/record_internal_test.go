@@ -97,6 +97,7 @@ func benchRecords() []Record {
 func BenchmarkEncodeRecord(b *testing.B) {
 	rs := benchRecords()
 	b.ReportAllocs()
+	start := cpuTime(b)
 	for b.Loop() {
 		for i := range rs {
 			if _, err := encodeRecord(&rs[i]); err != nil {
@@ -104,4 +105,5 @@ func BenchmarkEncodeRecord(b *testing.B) {
 			}
 		}
 	}
+	reportCPU(b, start)
 }
