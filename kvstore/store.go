@@ -269,10 +269,11 @@ func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // context.WithTimeout's context would then end with ctx anyway, and
 // context.WithTimeout(ctx, timeout) otherwise.
 func boundCtx(ctx context.Context, d time.Time, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if time.Until(d) <= timeout {
+	now := time.Now()
+	if d.Sub(now) <= timeout {
 		return ctx, noCancel
 	}
-	return context.WithTimeout(ctx, timeout)
+	return context.WithDeadline(ctx, now.Add(timeout)) // context.WithTimeout, with this now
 }
 
 func noCancel() {}
