@@ -525,16 +525,18 @@ func FreesKey(result []byte) bool {
 	return json.Unmarshal(result, &r) == nil && r.Error != nil && r.Error.Retryable && !r.Error.Uncertain
 }
 
-// update writes fn's change to the claimed record with the claim's revision. A lost
-// compare-and-set is reconciled: if the record is still this claim's (a cancel request
-// flagged it), the claim adopts it and the error is ErrCancelRequested; otherwise the
-// claim is lost (ErrLostClaim). Called with c.mu held.
-func (c *Claim) update(ctx context.Context, fn func(*Record)) error {
+// update writes fn's change to the claimed record with the claim's revision: fn
+// returns the record it is given with the change (the record goes by value, so that
+// no copy of it escapes to the heap), and the claim's record is the changed one once
+// it is written. A lost compare-and-set is reconciled: if the record is still this
+// claim's (a cancel request flagged it), the claim adopts it and the error is
+// ErrCancelRequested; otherwise the claim is lost (ErrLostClaim). Called with c.mu
+// held.
+func (c *Claim) update(ctx context.Context, fn func(Record) Record) error {
 	if c.lost {
 		return ErrLostClaim
 	}
-	nr := c.rec
-	fn(&nr)
+	nr := fn(c.rec)
 	rev, err := c.l.rec.Update(ctx, c.key, nr, c.rev)
 	if err == nil {
 		c.rev, c.rec = rev, nr
@@ -585,7 +587,7 @@ func (c *Claim) beforeSettle(ctx context.Context) (expect uint64, parked bool, e
 // what it was settling. Called with c.mu held.
 func (c *Claim) fence(ctx context.Context) error {
 	for {
-		err := c.update(ctx, func(r *Record) { r.State = StateSettling })
+		err := c.update(ctx, func(r Record) Record { r.State = StateSettling; return r })
 		if !errors.Is(err, ErrCancelRequested) {
 			return err
 		}
@@ -604,7 +606,7 @@ func (c *Claim) Dispatch(ctx context.Context) error {
 	if c.rec.Cancel {
 		return ErrCancelRequested
 	}
-	return c.update(ctx, func(r *Record) { r.State = StateDispatched })
+	return c.update(ctx, func(r Record) Record { r.State = StateDispatched; return r })
 }
 
 // Bind stores the id of the durable work the dispatched request started (a Hermes
@@ -634,7 +636,7 @@ func (c *Claim) Bind(ctx context.Context, runID string) error {
 		return fmt.Errorf("kvstore: %s is bound to another run", c.id)
 	}
 	for {
-		err := c.update(ctx, func(r *Record) { r.RunID = runID })
+		err := c.update(ctx, func(r Record) Record { r.RunID = runID; return r })
 		if !errors.Is(err, ErrCancelRequested) {
 			return err
 		}
@@ -668,8 +670,9 @@ func (c *Claim) AskApproval(ctx context.Context, seq int, sha string, expires ti
 		return err
 	}
 	for {
-		err := c.update(ctx, func(r *Record) {
+		err := c.update(ctx, func(r Record) Record {
 			r.PendingSeq, r.ApprovalSeq, r.ApprovalSHA256, r.ExpiresAt = pseq, seq, sha, expires.UTC()
+			return r
 		})
 		if !errors.Is(err, ErrCancelRequested) {
 			return err
@@ -689,11 +692,12 @@ func (c *Claim) ExpireApproval(ctx context.Context, seq int) (won bool, err erro
 	// The condition is checked in the write: a lost compare-and-set adopts the record a
 	// decision wrote and applies this change again (see update).
 	for {
-		err = c.update(ctx, func(r *Record) {
+		err = c.update(ctx, func(r Record) Record {
 			won = r.ApprovalSeq == seq && r.ApprovalAnswered < seq
 			if won {
 				r.ApprovalAnswered, r.ApprovalDecision = seq, ""
 			}
+			return r
 		})
 		if !errors.Is(err, ErrCancelRequested) {
 			return won && err == nil, err
@@ -742,7 +746,7 @@ func (c *Claim) Renew(ctx context.Context) error {
 	if c.done || c.lost {
 		return nil
 	}
-	if err := c.update(ctx, func(*Record) {}); err != nil {
+	if err := c.update(ctx, func(r Record) Record { return r }); err != nil {
 		return err
 	}
 	if c.keyRev != 0 {
@@ -762,11 +766,12 @@ func (c *Claim) Release(ctx context.Context, counted bool) error {
 	if c.done || c.lost {
 		return nil
 	}
-	err := c.update(ctx, func(r *Record) {
+	err := c.update(ctx, func(r Record) Record {
 		r.State, r.Owner = StateReleased, ""
 		if !counted {
 			r.Attempt = max(r.Attempt-1, 0)
 		}
+		return r
 	})
 	c.done = true
 	return err
@@ -784,7 +789,7 @@ func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.T
 	if c.rec.Cancel {
 		return ErrCancelRequested
 	}
-	if err := c.update(ctx, func(*Record) {}); err != nil {
+	if err := c.update(ctx, func(r Record) Record { return r }); err != nil {
 		return err
 	}
 	l := c.l
@@ -807,8 +812,9 @@ func (c *Claim) Park(ctx context.Context, action json.RawMessage, expires time.T
 	if err != nil {
 		return err
 	}
-	err = c.update(ctx, func(r *Record) {
+	err = c.update(ctx, func(r Record) Record {
 		r.State, r.Owner, r.Action, r.ExpiresAt, r.PendingSeq = StateParked, "", action, expires, seq
+		return r
 	})
 	if err == nil {
 		c.done = true

@@ -113,8 +113,8 @@ type wireRecord struct {
 // encodeRecord writes the same JSON as json.Marshal(wireRecord{...}) by hand: records
 // are written several times per action, and json.Marshal would re-validate and compact
 // the embedded result on every write. Result must be valid JSON (it is produced by
-// json.Marshal); it is copied verbatim.
-func encodeRecord(r Record) ([]byte, error) {
+// json.Marshal); it is copied verbatim. r is only read.
+func encodeRecord(r *Record) ([]byte, error) {
 	b := make([]byte, 0, recordSize(r))
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, recordVersion, 10)
@@ -163,12 +163,80 @@ func encodeRecord(r Record) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// recordSize bounds the encoding of r when its strings need no escaping: the field
-// names, punctuation, attempt, pending_seq and three timestamps take at most 448 bytes (run_id's name included; the approval fields' names and numbers take at most 128 more). Sizing the
-// buffer with it keeps encodeRecord from growing (and copying) it while filling it.
-func recordSize(r Record) int {
-	return 448 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) +
-		len(r.Owner) + len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason) + len(r.RunID) + len(r.ApprovalSHA256) + len(r.ApprovalDecision) + 128
+// recordSize is the length of encodeRecord's output for r, or a little more: exact for
+// the strings (when they need no escaping), the raw JSON and the numbers, and at most
+// a few bytes over for each timestamp (its longest RFC 3339 form, for a year of four
+// digits). Sizing the buffer with it keeps encodeRecord from growing (and copying) it
+// while filling it, without allocating much more than it fills. An escaped string or
+// a longer year only makes encodeRecord grow the buffer: the bytes are the same.
+func recordSize(r *Record) int {
+	n := len(`{"v":`) + intLen(recordVersion) + len(`}`)
+	n += fieldSize("state", string(r.State), false) + fieldSize("action_id", r.ActionID, false) +
+		fieldSize("capability_id", r.CapabilityID, true) + fieldSize("input_sha256", r.InputSHA256, true) +
+		fieldSize("owner", r.Owner, true) + fieldSize("idem_key", r.IdemKey, true) +
+		fieldSize("decision", r.Decision, true) + fieldSize("approver", r.Approver, true) +
+		fieldSize("reason", r.Reason, true) + fieldSize("run_id", r.RunID, true) +
+		fieldSize("approval_sha256", r.ApprovalSHA256, true) + fieldSize("approval_decision", r.ApprovalDecision, true)
+	if r.Attempt != 0 {
+		n += len(`,"attempt":`) + intLen(int64(r.Attempt))
+	}
+	if len(r.Result) > 0 {
+		n += len(`,"result":`) + len(r.Result)
+	}
+	if len(r.Action) > 0 {
+		n += len(`,"action":`) + len(r.Action)
+	}
+	if r.Cancel {
+		n += len(`,"cancel":true`)
+	}
+	if r.ApprovalSeq != 0 {
+		n += len(`,"approval_seq":`) + intLen(int64(r.ApprovalSeq))
+	}
+	if r.ApprovalAnswered != 0 {
+		n += len(`,"approval_answered":`) + intLen(int64(r.ApprovalAnswered))
+	}
+	if r.PendingSeq != 0 {
+		n += len(`,"pending_seq":`) + uintLen(r.PendingSeq)
+	}
+	n += timeSize("expires_at", r.ExpiresAt) + timeSize("created_at", r.CreatedAt) + timeSize("updated_at", r.UpdatedAt)
+	return n
+}
+
+// fieldSize is the length appendField writes for v when it needs no escaping.
+func fieldSize(name, v string, omitEmpty bool) int {
+	if omitEmpty && v == "" {
+		return 0
+	}
+	return len(name) + len(v) + len(`,"":""`)
+}
+
+// maxTimeLen is the longest time.RFC3339Nano form of a time in years 0 to 9999.
+const maxTimeLen = len("2006-01-02T15:04:05.999999999-07:00")
+
+// timeSize bounds the length appendTime writes for t (years 0 to 9999).
+func timeSize(name string, t time.Time) int {
+	if t.IsZero() {
+		return 0
+	}
+	return len(name) + maxTimeLen + len(`,"":""`)
+}
+
+// intLen is the length of strconv.FormatInt(v, 10).
+func intLen(v int64) int {
+	if v < 0 {
+		return 1 + uintLen(uint64(-(v+1))+1)
+	}
+	return uintLen(uint64(v))
+}
+
+// uintLen is the length of strconv.FormatUint(v, 10).
+func uintLen(v uint64) int {
+	n := 1
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
 }
 
 func appendField(b []byte, name, v string, omitEmpty bool) []byte {
@@ -181,11 +249,20 @@ func appendField(b []byte, name, v string, omitEmpty bool) []byte {
 	return appendString(b, v)
 }
 
+// notPlain marks the bytes that appendString does not copy as they are: control
+// characters, DEL and non-ASCII bytes, and '"', '\\', '<', '>' and '&'.
+var notPlain = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&'
+	}
+	return t
+}()
+
 // appendString appends v as a JSON string; anything but plain printable ASCII goes
 // through encoding/json so the escaping is exactly its own.
 func appendString(b []byte, v string) []byte {
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if notPlain[v[i]] {
 			q, _ := json.Marshal(v)
 			return append(b, q...)
 		}

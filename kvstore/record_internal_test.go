@@ -22,7 +22,7 @@ func TestEncodeRecordMatchesJSON(t *testing.T) {
 		{State: "odd \"state\" <&> \u00e9\n", ActionID: "x", Owner: "\\owner\t", ExpiresAt: now.In(time.FixedZone("x", 3600))},
 	}
 	for i, r := range records {
-		got, err := encodeRecord(r)
+		got, err := encodeRecord(&r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,12 +53,12 @@ func TestRecordSizeBoundsEncoding(t *testing.T) {
 		Owner:       "gcX8Gp6L9TlUpf1N4O7dmR", Attempt: -1 << 63, Decision: DecisionMismatch, Approver: "approver-1", Reason: "not this one", Cancel: true, PendingSeq: 1<<64 - 1, IdemKey: "idem.4d82", RunID: "run_0123456789abcdef0123456789abcdef",
 		Result: json.RawMessage(`{"a":1}`), Action: json.RawMessage(`{"b":2}`),
 		ExpiresAt: at, CreatedAt: at, UpdatedAt: at}
-	got, err := encodeRecord(r)
+	got, err := encodeRecord(&r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) > recordSize(r) {
-		t.Fatalf("encoding is %d bytes, recordSize %d", len(got), recordSize(r))
+	if len(got) > recordSize(&r) {
+		t.Fatalf("encoding is %d bytes, recordSize %d", len(got), recordSize(&r))
 	}
 }
 
@@ -78,4 +78,32 @@ func TestShortens(t *testing.T) {
 			t.Errorf("shortens(%s, %s) = %v, want %v", tt.current, tt.requested, got, tt.want)
 		}
 	}
+}
+
+// benchRecords are records as one action writes them: the action record when claimed
+// and when dispatched, and its key record.
+func benchRecords() []Record {
+	at := time.Date(2026, 11, 30, 15, 4, 5, 123456789, time.UTC)
+	act := Record{State: StateClaimed, ActionID: "01JDQ3ZC7V4M8XG2K9T6RB5NWE", CapabilityID: "cap:hermes_agent:primary:chat",
+		InputSHA256: "9d65f4847e8c62344303cac0c554f29b8b75bf9c25dfe3e5de5a5928e2f5f746", Owner: "replica-1.gcX8Gp6L9TlUpf1N4O7dmR",
+		Attempt: 1, IdemKey: "idem.4d82c1f0e1b7a2d3c4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6071829304a", CreatedAt: at, UpdatedAt: at}
+	disp := act
+	disp.State = StateDispatched
+	key := Record{State: StateClaimed, ActionID: act.ActionID, CapabilityID: act.CapabilityID, InputSHA256: act.InputSHA256,
+		Owner: act.Owner, CreatedAt: at, UpdatedAt: at}
+	return []Record{act, key, disp}
+}
+
+func BenchmarkEncodeRecord(b *testing.B) {
+	rs := benchRecords()
+	b.ReportAllocs()
+	start := cpuTime(b)
+	for b.Loop() {
+		for i := range rs {
+			if _, err := encodeRecord(&rs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	reportCPU(b, start)
 }

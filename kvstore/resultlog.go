@@ -99,9 +99,13 @@ func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, err
 // back and reports ErrConflict unless the stored message is m.
 func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg, expect uint64) (uint64, error) {
 	delay := 50 * time.Millisecond
+	opts := expectNone
+	if expect != 0 {
+		opts = []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
+	}
 	for attempt := 0; ; attempt++ {
-		pctx, cancel := context.WithTimeout(ctx, l.publishTimeout)
-		ack, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
+		pctx, cancel := l.publishCtx(ctx)
+		ack, err := l.js.PublishMsg(pctx, m, opts...)
 		cancel()
 		if err == nil && ack.Duplicate {
 			return l.duplicate(ctx, actionID, m, ack.Sequence)
@@ -129,6 +133,19 @@ func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg,
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// expectNone is the publish option of an Append that expects no result message before
+// its own (the usual one), made once: jetstream only reads it.
+var expectNone = []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+
+// publishCtx bounds ctx to publishTimeout for one publish attempt (a ctx without a
+// deadline included), with no timer of its own when ctx ends within publishTimeout.
+func (l *JetStreamLog) publishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return boundCtx(ctx, d, l.publishTimeout)
+	}
+	return context.WithTimeout(ctx, l.publishTimeout)
 }
 
 // duplicate decides about a publish the stream answered as a duplicate of the

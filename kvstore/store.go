@@ -199,7 +199,9 @@ func (s *Store) TTL() time.Duration { return s.ttl }
 // means none known).
 func (s *Store) MaxValueSize() int { return s.limit }
 
-func (s *Store) encode(key string, r Record) ([]byte, error) {
+// encode encodes r (only read) for key and checks it against the size limit.
+// Errors: ErrTooLarge.
+func (s *Store) encode(key string, r *Record) ([]byte, error) {
 	b, err := encodeRecord(r)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: encode %s: %w", key, err)
@@ -222,7 +224,7 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 		r.CreatedAt = now
 	}
 	r.UpdatedAt = now
-	b, err := s.encode(key, r)
+	b, err := s.encode(key, &r)
 	if err != nil {
 		return 0, err
 	}
@@ -252,13 +254,29 @@ const OpTimeout = 5 * time.Second
 
 // opCtx bounds ctx to OpTimeout for one request. A ctx without a deadline is left as
 // it is: nats.go bounds such a request by its own default timeout (5 s), so a timer
-// here would only be a second one on the hot path.
+// here would only be a second one on the hot path. So is a ctx whose deadline comes
+// within OpTimeout: it bounds the request already.
 func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); !ok {
-		return ctx, func() {}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return ctx, noCancel
 	}
-	return context.WithTimeout(ctx, OpTimeout)
+	return boundCtx(ctx, d, OpTimeout)
 }
+
+// boundCtx bounds ctx, whose deadline is d, to timeout from now: it returns ctx itself
+// (and a cancel that does nothing) when d comes within timeout, as
+// context.WithTimeout's context would then end with ctx anyway, and
+// context.WithTimeout(ctx, timeout) otherwise.
+func boundCtx(ctx context.Context, d time.Time, timeout time.Duration) (context.Context, context.CancelFunc) {
+	now := time.Now()
+	if d.Sub(now) <= timeout {
+		return ctx, noCancel
+	}
+	return context.WithDeadline(ctx, now.Add(timeout)) // context.WithTimeout, with this now
+}
+
+func noCancel() {}
 
 // Get returns the live record under key. Errors: ErrNotFound, ErrCorrupt.
 func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
@@ -292,7 +310,7 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 		return 0, fmt.Errorf("%w: update %s: revision 0", ErrConflict, key)
 	}
 	r.UpdatedAt = s.now().UTC()
-	b, err := s.encode(key, r)
+	b, err := s.encode(key, &r)
 	if err != nil {
 		return 0, err
 	}
