@@ -554,6 +554,11 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 		case errors.Is(err, kvstore.ErrCancelRequested):
 			settle(failed("cancelled", false, false), "cancel flag at dispatch")
 			return
+		case errors.Is(err, kvstore.ErrFenced):
+			// As the bridge does (interruptedSettle): the owner it took over was settling
+			// without a call, so nothing was sent; settle retryable and certain.
+			settle(failed("internal", true, false), "fenced at dispatch")
+			return
 		default:
 			b.tracef("%s: dispatch: %v (stop)", d.owner, err)
 			return
