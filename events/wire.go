@@ -384,14 +384,23 @@ func DecodeEvent(h nats.Header, data []byte) (*EventData, error) {
 
 // DecodeResult reads a result message written by [EncodeResult]. Tolerant
 // like [DecodeEvent]; additionally the status must be known. Output is
-// returned as-is ("null" when absent).
+// returned as-is ("null" when absent). data is read as json.Unmarshal reads it
+// into a [Result] (member names matched case-insensitively, unknown members
+// ignored, the last of repeated members kept); the Result shares no memory with
+// data.
 func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 	if err := checkOutputType(h, TypeResult); err != nil {
 		return nil, err
 	}
-	var r Result
-	if firstByte(data) != '{' || json.Unmarshal(data, &r) != nil {
+	if firstByte(data) != '{' || !json.Valid(data) {
 		return nil, outputErr("result data is not a JSON object of the result shape")
+	}
+	r, ok := scanResult(data)
+	if !ok {
+		r = new(Result)
+		if json.Unmarshal(data, r) != nil {
+			return nil, outputErr("result data is not a JSON object of the result shape")
+		}
 	}
 	if !ValidActionID(r.ActionID) {
 		return nil, outputErr("action id is not a valid action id token")
@@ -402,5 +411,66 @@ func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 	if len(r.Output) == 0 {
 		r.Output = json.RawMessage("null")
 	}
-	return &r, nil
+	return r, nil
+}
+
+var resultFields = []string{"action_id", "capability_id", "status", "output", "error", "replay_of"}
+
+// scanResult decodes data, a valid JSON object, into a Result the way json.Unmarshal
+// would, for the common shape: member names exactly those of Result's JSON form, none
+// repeated, strings without escapes, error null or absent. It reports false for
+// anything else (the caller then uses json.Unmarshal).
+func scanResult(data []byte) (*Result, bool) {
+	var vals [maxObjectFields][]byte
+	if !scanKnownMembers(data, resultFields, &vals) {
+		return nil, false
+	}
+	if v := vals[4]; v != nil && !isNull(v) {
+		return nil, false
+	}
+	// action_id and capability_id share one string allocation.
+	id, ok1 := plainStringValue(vals[0])
+	capID, ok2 := plainStringValue(vals[1])
+	status, ok3 := plainStringValue(vals[2])
+	replay, ok4 := plainStringValue(vals[5])
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return nil, false
+	}
+	r := &Result{}
+	var buf [128]byte
+	both := string(append(append(buf[:0], id...), capID...))
+	r.ActionID, r.CapabilityID = both[:len(id)], both[len(id):]
+	switch string(status) {
+	case StatusCompleted:
+		r.Status = StatusCompleted
+	case StatusFailed:
+		r.Status = StatusFailed
+	case StatusCancelled:
+		r.Status = StatusCancelled
+	case StatusPendingApproval:
+		r.Status = StatusPendingApproval
+	default:
+		r.Status = string(status)
+	}
+	if v := vals[3]; v != nil {
+		r.Output = append(json.RawMessage(nil), v...)
+	}
+	if v := vals[5]; v != nil && !isNull(v) {
+		s := string(replay)
+		r.ReplayOf = &s
+	}
+	return r, true
+}
+
+// plainStringValue returns the contents of v when it is a JSON string that needs no
+// unquoting (see plainJSONString), nil when v is nil or null (json.Unmarshal leaves a
+// string unchanged for null); ok is false for anything else.
+func plainStringValue(v []byte) (s []byte, ok bool) {
+	switch {
+	case v == nil || isNull(v):
+		return nil, true
+	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainJSONString(v[1:len(v)-1]):
+		return v[1 : len(v)-1], true
+	}
+	return nil, false
 }
