@@ -205,6 +205,28 @@ func FuzzEncodeResultMatchesLegacy(f *testing.F) {
 		if string(ga) != string(wa) || (ga == nil) != (wa == nil) {
 			t.Fatalf("AppendJSON\n got %q\nwant %q", ga, wa)
 		}
+		if gb != nil && r.Error == nil && len(gb) != r.sizeHint() {
+			t.Fatalf("sizeHint %d, body length %d", r.sizeHint(), len(gb))
+		}
+		for _, s := range []string{src, actionID, capID, status, code, msg, replay, traceparent, detailKey} {
+			if n := len(appendJSONString(nil, s)); n != jsonStringLen(s) {
+				t.Fatalf("jsonStringLen(%q) = %d, want %d", s, jsonStringLen(s), n)
+			}
+		}
+		ev := &EventData{ActionID: actionID, Sequence: retryAfter, Kind: code, Event: SSE{Event: capID, Data: r.Output}, Text: msg}
+		if hasReplay {
+			ev.Event.ID = &replay
+		}
+		if !json.Valid(ev.Event.Data) {
+			ev.Event.Data = nil
+		}
+		eh, eb, eerr := EncodeEvent(src, ev, trace)
+		weh, web, weerr := legacyEncodeEvent(src, ev, trace)
+		sameError(t, "EncodeEvent", eerr, weerr)
+		if string(eb) != string(web) || (eb == nil) != (web == nil) {
+			t.Fatalf("EncodeEvent body\n got %q\nwant %q", eb, web)
+		}
+		checkSameHeader(t, eh, weh, before, time.Now().UTC())
 		gbh := binaryHeader(src, TypeResult, ResultID(actionID, status), capID, trace)
 		wbh := legacyBinaryHeader(src, TypeResult, ResultID(actionID, status), capID, trace)
 		checkSameHeader(t, gbh, wbh, before, time.Now().UTC())

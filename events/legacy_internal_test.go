@@ -891,3 +891,17 @@ func legacyAppendJCSString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+func legacyEncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []byte, error) {
+	if !ValidActionID(ev.ActionID) {
+		return nil, nil, outputErr("action id is not a valid action id token")
+	}
+	if ev.Sequence < 0 {
+		return nil, nil, outputErr("sequence must not be negative")
+	}
+	if ev.Kind == "" {
+		return nil, nil, outputErr("kind is required")
+	}
+	body := ev.AppendJSON(make([]byte, 0, ev.sizeHint()))
+	return legacyBinaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace), body, nil
+}

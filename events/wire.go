@@ -176,6 +176,31 @@ func (r *Result) AppendJSON(dst []byte) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// sizeHint returns the length of r's contract JSON, exactly when r.Error is nil,
+// else an estimate.
+func (r *Result) sizeHint() int {
+	n := len(`{"action_id":,"capability_id":,"status":,"output":,"error":,"replay_of":}`) +
+		jsonStringLen(r.ActionID) + jsonStringLen(r.CapabilityID) + jsonStringLen(r.Status) + len(r.Output)
+	if len(r.Output) == 0 {
+		n += 4
+	}
+	if r.Error == nil {
+		n += 4
+	} else {
+		e := r.Error
+		n += 192 + jsonStringLen(e.Code) + jsonStringLen(e.Message) + jsonStringLen(e.Category)
+		if len(e.Details) > 0 {
+			n += 64
+		}
+	}
+	if r.ReplayOf == nil {
+		n += 4
+	} else {
+		n += jsonStringLen(*r.ReplayOf)
+	}
+	return n
+}
+
 // MarshalJSON implements json.Marshaler with the contract form.
 func (r Result) MarshalJSON() ([]byte, error) {
 	if len(r.Output) > 0 && !json.Valid(r.Output) {
@@ -243,6 +268,12 @@ func ResultID(actionID, status string) string {
 // binaryHeader builds the binary-mode headers with one allocation for the
 // value slices. subject may be "".
 func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header {
+	return binaryHeaderID(src, typ, id, nil, subject, trace)
+}
+
+// binaryHeaderID is binaryHeader for the id idHead + idTail. The id and the time
+// share one string allocation.
+func binaryHeaderID(src, typ, idHead string, idTail []byte, subject string, trace TraceContext) nats.Header {
 	n := 7
 	if subject != "" {
 		n++
@@ -259,12 +290,17 @@ func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header 
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
+	var buf [128]byte
+	b := append(append(buf[:0], idHead...), idTail...)
+	idLen := len(b)
+	b = time.Now().UTC().AppendFormat(b, time.RFC3339Nano)
+	idTime := string(b)
+	id := idTime[:idLen]
 	set(HeaderSpecVersion, SpecVersion)
 	set(HeaderID, id) // ids are [A-Za-z0-9_:-]: never need encoding
 	set(HeaderSource, PercentEncodeHeader(src))
 	set(HeaderType, typ)
-	var tb [40]byte
-	set(HeaderTime, string(time.Now().UTC().AppendFormat(tb[:0], time.RFC3339Nano)))
+	set(HeaderTime, idTime[idLen:])
 	set(HeaderContentType, ContentTypeJSON)
 	set(HeaderMsgID, id)
 	if subject != "" {
@@ -305,7 +341,8 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 		return nil, nil, outputErr("kind is required")
 	}
 	body := ev.AppendJSON(make([]byte, 0, ev.sizeHint()))
-	return binaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace), body, nil
+	var tail [24]byte // ":" + sequence: the id is EventID(ev.ActionID, ev.Sequence)
+	return binaryHeaderID(src, TypeEvent, ev.ActionID, strconv.AppendInt(append(tail[:0], ':'), ev.Sequence, 10), "", trace), body, nil
 }
 
 // EncodeResult returns the binary-mode headers and body of a result
@@ -322,11 +359,17 @@ func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byt
 	if len(r.Output) > 0 && !json.Valid(r.Output) {
 		return nil, nil, outputErr("result output is not valid JSON")
 	}
-	body, err := r.AppendJSON(make([]byte, 0, 256+len(r.Output)))
+	body, err := r.AppendJSON(make([]byte, 0, r.sizeHint()))
 	if err != nil {
 		return nil, nil, err
 	}
-	return binaryHeader(src, TypeResult, ResultID(r.ActionID, r.Status), r.CapabilityID, trace), body, nil
+	// The id is ResultID(r.ActionID, r.Status).
+	tail := ":result"
+	if r.Status == StatusPendingApproval {
+		tail = ":pending"
+	}
+	var tb [8]byte
+	return binaryHeaderID(src, TypeResult, r.ActionID, append(tb[:0], tail...), r.CapabilityID, trace), body, nil
 }
 
 // headerGetFold returns the first value of the header named name (ASCII
