@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"errors"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -298,6 +299,10 @@ func FuzzDecodeEnvelopeMatchesLegacy(f *testing.F) {
 	f.Add("", []byte(`{"specversion":"1.0","id":"a","source":"s","type":"x","data_base64":"e30="}`))
 	f.Add("CE-SPECVERSION: \"1.0\"\nCe-Id: %61\nce-time: 2030-01-01T00:00:00Z\nce-source: %C3%28", []byte(`[]`))
 	f.Add("content-type: application/cloudevents-batch+json", []byte(`[]`))
+	f.Add("ce-specversion: 1.0\nce-id: a-1\nce-source: a.b/c_d~e\nce-type: hermes.bridge.action.v1\ncontent-type: application/json; charset=utf-8", []byte(`{}`))
+	f.Add("ce-specversion: 1.0\nce-id: a-1\nce-source: \nce-type: hermes.bridge.action.v1\ncontent-type: Application/JSON", []byte(`{}`))
+	f.Add("ce-specversion: 1.0\nce-id: a-1\nce-source: s\nce-type: hermes.bridge.action.v1\ncontent-type: text/plain", []byte(`{}`))
+	f.Add("content-type: application/cloudevents+json", []byte(`{"specversion":"1.0","id":"a","source":"s","type":"hermes.bridge.action.v1","datacontenttype":"application/json","data":{}}`))
 	f.Add("ce-specversion: 1.0\nce-id: del-7:approval:1\nce-source: urn:approver:alice\nce-type: hermes.bridge.approval.v1", []byte(`{"decision":"approve"}`))
 	f.Fuzz(func(t *testing.T, headers string, body []byte) {
 		var h nats.Header
@@ -306,6 +311,17 @@ func FuzzDecodeEnvelopeMatchesLegacy(f *testing.F) {
 			for _, line := range strings.Split(headers, "\n") {
 				k, v, _ := strings.Cut(line, ":")
 				h[strings.TrimSpace(k)] = append(h[strings.TrimSpace(k)], strings.TrimSpace(v))
+			}
+		}
+		for _, vs := range h {
+			for _, v := range vs {
+				if got, want := checkJSONContentType(v), legacyCheckJSONContentType(v); got != want {
+					t.Fatalf("checkJSONContentType(%q) = %q, legacy %q", v, got, want)
+				}
+				_, err := url.Parse(v)
+				if got := parsesAsURL(v); got != (err == nil) {
+					t.Fatalf("parsesAsURL(%q) = %v, url.Parse error %v", v, got, err)
+				}
 			}
 		}
 		for _, rules := range []*envelopeRules{actionRules, decisionRules} {

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
+	"mime"
 	"net/url"
 	"slices"
 	"strconv"
@@ -496,7 +497,7 @@ func legacyDecodeBinary(hv *headerView, data []byte, rules *envelopeRules) (*Env
 	}
 	ct := strings.TrimSpace(hv.contentType)
 	if ct != "" {
-		if reason := checkJSONContentType(ct); reason != "" {
+		if reason := legacyCheckJSONContentType(ct); reason != "" {
 			return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
 		}
 	}
@@ -904,4 +905,15 @@ func legacyEncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Head
 	}
 	body := ev.AppendJSON(make([]byte, 0, ev.sizeHint()))
 	return legacyBinaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace), body, nil
+}
+
+func legacyCheckJSONContentType(ct string) string {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "datacontenttype is not a valid media type"
+	}
+	if mt != "application/json" && mt != "text/json" && !strings.HasSuffix(mt, "+json") {
+		return "datacontenttype must be application/json"
+	}
+	return ""
 }
