@@ -350,12 +350,12 @@ func firstUnknown(m map[string]json.RawMessage, known []string) string {
 // read by scanning data once; anything else falls back to objectMembers.
 func objectFields(data []byte, what string, fields []string, valid bool, vals *[maxObjectFields][]byte) (unknown string, err error) {
 	if firstByte(data) != '{' {
-		if !json.Valid(data) {
+		if !validJSON(data) {
 			return "", &ActionError{Reason: what + " is not valid JSON"}
 		}
 		return "", &ActionError{Reason: what + " must be a JSON object"}
 	}
-	if !valid && !json.Valid(data) {
+	if !valid && !validJSON(data) {
 		return "", &ActionError{Reason: what + " is not valid JSON"}
 	}
 	if scanKnownMembers(data, fields, vals) {

@@ -349,3 +349,25 @@ func TestBenchInputsMatchLegacy(t *testing.T) {
 		t.Fatalf("%+v %v / %+v %v", r, err, r2, err2)
 	}
 }
+
+func FuzzValidJSONMatchesEncodingJSON(f *testing.F) {
+	for _, s := range append(append(append([]string{}, actionSeeds...), resultSeeds...), []string{
+		`0`, `-0`, `-`, `01`, `1.`, `.1`, `1e`, `1e+`, `1E-5`, `-1.5e+10`, `1.5.5`, `+1`, `0x1`, `Infinity`, `NaN`,
+		`true`, `tru`, `truex`, `false`, `null`, `nul`, ` null `, "\vnull", "null\f", "\u00a0null",
+		`""`, `"\u12"`, `"\u12G4"`, `"\uD800"`, `"\x"`, "\"\x01\"", "\"\x7f\xff\"", `"\/\b\f\n\r\t\\\""`, `"`, `"\`,
+		`[]`, `[ ]`, `[,]`, `[1,]`, `[1 2]`, `[[[]]]`, `[[[]]`, `{}`, `{ }`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{1:1}`,
+		`{"a":1 "b":2}`, `{"a" : [ {"b" : null} , 2 ] }`, `{}{}`, `[] x`, `{"a":1}}`,
+		strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth),
+		strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1),
+		strings.Repeat(`{"a":`, maxJSONDepth) + "1" + strings.Repeat("}", maxJSONDepth),
+		strings.Repeat(`{"a":`, maxJSONDepth+1) + "1" + strings.Repeat("}", maxJSONDepth+1),
+		strings.Repeat("[", 100) + strings.Repeat("]", 99),
+	}...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if got, want := validJSON(data), json.Valid(data); got != want {
+			t.Fatalf("validJSON(%q) = %v, json.Valid %v", data, got, want)
+		}
+	})
+}

@@ -356,7 +356,7 @@ func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byt
 	if !Terminal(r.Status) && r.Status != StatusPendingApproval {
 		return nil, nil, outputErr("status must be completed, failed, cancelled or pending_approval")
 	}
-	if len(r.Output) > 0 && !json.Valid(r.Output) {
+	if len(r.Output) > 0 && !validJSON(r.Output) {
 		return nil, nil, outputErr("result output is not valid JSON")
 	}
 	body, err := r.AppendJSON(make([]byte, 0, r.sizeHint()))
@@ -435,7 +435,7 @@ func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 	if err := checkOutputType(h, TypeResult); err != nil {
 		return nil, err
 	}
-	if firstByte(data) != '{' || !json.Valid(data) {
+	if firstByte(data) != '{' || !validJSON(data) {
 		return nil, outputErr("result data is not a JSON object of the result shape")
 	}
 	r, ok := scanResult(data)
