@@ -134,17 +134,18 @@ var emptyObject = json.RawMessage(`{}`)
 //
 // Errors are *[ActionError].
 func DecodeAction(data []byte) (*Action, error) {
-	members, err := objectMembers(data, "action")
+	var vals [maxObjectFields][]byte
+	k, err := objectFields(data, "action", actionFields, false, &vals)
 	if err != nil {
 		return nil, err
 	}
-	if k := firstUnknown(members, actionFields); k != "" {
+	if k != "" {
 		return nil, &ActionError{Field: safeFieldName(k), Reason: "unknown field"}
 	}
 	a := &Action{Input: emptyObject}
-	for _, k := range actionFields {
-		v, ok := members[k]
-		if !ok || isNull(v) {
+	for i, k := range actionFields {
+		v := vals[i]
+		if v == nil || isNull(v) {
 			continue
 		}
 		switch k {
@@ -156,7 +157,8 @@ func DecodeAction(data []byte) (*Action, error) {
 			if firstByte(v) != '{' {
 				return nil, &ActionError{Field: k, Reason: "must be a JSON object"}
 			}
-			a.Input = v
+			// A copy: the action must not share memory with data.
+			a.Input = append(json.RawMessage(nil), v...)
 		case "idempotency_key":
 			s, err := jsonString(k, v)
 			if err != nil {
@@ -182,7 +184,7 @@ func DecodeAction(data []byte) (*Action, error) {
 			}
 			a.TenantID = s
 		case "approval":
-			ap, err := decodeApproval(v, "approval.", true)
+			ap, err := decodeApproval(v, "approval.", true, true)
 			if err != nil {
 				return nil, err
 			}
@@ -198,27 +200,35 @@ func DecodeAction(data []byte) (*Action, error) {
 // (the bridge requires it to approve); decided_at, when present, is an
 // RFC 3339 timestamp. Unknown members are rejected. Errors are *[ActionError].
 func DecodeApproval(data []byte) (*Approval, error) {
-	return decodeApproval(data, "", false)
+	return decodeApproval(data, "", false, false)
 }
 
-func decodeApproval(data []byte, prefix string, pre bool) (*Approval, error) {
-	members, err := objectMembers(data, "approval")
+// decodeApproval decodes an approval object; prefix ("" or "approval.") starts the
+// Field of its errors, pre requires input_sha256 and decided_at, and valid says that
+// data is known to be valid JSON.
+func decodeApproval(data []byte, prefix string, pre, valid bool) (*Approval, error) {
+	var vals [maxObjectFields][]byte
+	k, err := objectFields(data, "approval", approvalFields, valid, &vals)
 	if err != nil {
 		if prefix != "" {
 			return nil, &ActionError{Field: "approval", Reason: "must be a JSON object"}
 		}
 		return nil, err
 	}
-	if k := firstUnknown(members, approvalFields); k != "" {
+	if k != "" {
 		return nil, &ActionError{Field: prefix + safeFieldName(k), Reason: "unknown field"}
 	}
+	names := approvalFields
+	if prefix != "" {
+		names = prefixedApprovalFields(prefix)
+	}
 	ap := &Approval{}
-	for _, k := range approvalFields {
-		v, ok := members[k]
-		if !ok || isNull(v) {
+	for i, k := range approvalFields {
+		v := vals[i]
+		if v == nil || isNull(v) {
 			continue
 		}
-		f := prefix + k
+		f := names[i]
 		switch k {
 		case "decision":
 			s, err := jsonString(f, v)
@@ -287,7 +297,31 @@ func decodeApproval(data []byte, prefix string, pre bool) (*Approval, error) {
 var (
 	actionFields   = []string{"capability_id", "input", "idempotency_key", "timeout_ms", "tenant_id", "approval"}
 	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at", "choice"}
+	// approvalFieldsInAction are the Fields of a pre-approval's members: "approval." + name.
+	approvalFieldsInAction = func() []string {
+		names := make([]string, len(approvalFields))
+		for i, k := range approvalFields {
+			names[i] = "approval." + k
+		}
+		return names
+	}()
 )
+
+// maxObjectFields bounds the number of known members of the objects objectFields reads.
+const maxObjectFields = 6
+
+// prefixedApprovalFields returns prefix + each of approvalFields, without allocating for
+// the one prefix in use.
+func prefixedApprovalFields(prefix string) []string {
+	if prefix == "approval." {
+		return approvalFieldsInAction
+	}
+	names := make([]string, len(approvalFields))
+	for i, k := range approvalFields {
+		names[i] = prefix + k
+	}
+	return names
+}
 
 // firstUnknown returns the smallest member name not in known, or "" when all
 // are known. An unknown empty name is reported as "(unnamed field)".
@@ -302,6 +336,173 @@ func firstUnknown(m map[string]json.RawMessage, known []string) string {
 		return "(unnamed field)"
 	}
 	return first
+}
+
+// objectFields reads data, which must be a JSON object whose members are named in fields
+// (at most maxObjectFields): vals[i] is the value of member fields[i], verbatim and
+// without surrounding whitespace, or nil when absent; for a repeated member the last one
+// counts. It gives the answers objectMembers followed by firstUnknown gives: the same
+// errors for data that is not a JSON object (valid says data is known to be valid
+// JSON), and unknown is firstUnknown's name when a member is not in fields. The values
+// may share memory with data.
+//
+// The common case (member names without escapes, each a known one, none repeated) is
+// read by scanning data once; anything else falls back to objectMembers.
+func objectFields(data []byte, what string, fields []string, valid bool, vals *[maxObjectFields][]byte) (unknown string, err error) {
+	if firstByte(data) != '{' {
+		if !validJSON(data) {
+			return "", &ActionError{Reason: what + " is not valid JSON"}
+		}
+		return "", &ActionError{Reason: what + " must be a JSON object"}
+	}
+	if !valid && !validJSON(data) {
+		return "", &ActionError{Reason: what + " is not valid JSON"}
+	}
+	if scanKnownMembers(data, fields, vals) {
+		return "", nil
+	}
+	*vals = [maxObjectFields][]byte{}
+	m, err := objectMembers(data, what)
+	if err != nil {
+		return "", err
+	}
+	if k := firstUnknown(m, fields); k != "" {
+		return k, nil
+	}
+	for i, k := range fields {
+		if v, ok := m[k]; ok {
+			vals[i] = v
+		}
+	}
+	return "", nil
+}
+
+// scanKnownMembers reads the members of data, a valid JSON object, into vals (which
+// must be all nil) and reports true when every member name is written without escapes,
+// is one of fields and appears once. On false vals holds garbage.
+func scanKnownMembers(data []byte, fields []string, vals *[maxObjectFields][]byte) bool {
+	i := skipJSONSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return false
+	}
+	i = skipJSONSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return true
+	}
+	for i < len(data) && data[i] == '"' {
+		start := i + 1
+		end := start
+		for end < len(data) && data[end] != '"' && data[end] != '\\' {
+			end++
+		}
+		if end >= len(data) || data[end] != '"' {
+			return false // an escape, or truncated
+		}
+		name := data[start:end]
+		idx := -1
+		for j, f := range fields {
+			if string(name) == f {
+				idx = j
+				break
+			}
+		}
+		if idx < 0 || vals[idx] != nil {
+			return false
+		}
+		i = skipJSONSpace(data, end+1)
+		if i >= len(data) || data[i] != ':' {
+			return false
+		}
+		i = skipJSONSpace(data, i+1)
+		vend := skipJSONValue(data, i)
+		if vend <= i {
+			return false
+		}
+		vals[idx] = data[i:vend:vend]
+		i = skipJSONSpace(data, vend)
+		if i >= len(data) {
+			return false
+		}
+		switch data[i] {
+		case '}':
+			return true
+		case ',':
+			i = skipJSONSpace(data, i+1)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// skipJSONSpace returns the index of the first byte at or after i that is not JSON
+// whitespace.
+func skipJSONSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipJSONValue returns the index just after the JSON value that starts at data[i].
+// data must be valid JSON (it only tracks strings and brackets); -1 when the value runs
+// past the end.
+func skipJSONValue(data []byte, i int) int {
+	if i >= len(data) {
+		return -1
+	}
+	switch data[i] {
+	case '"':
+		return skipJSONString(data, i)
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				if i = skipJSONString(data, i); i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	// A number or a literal.
+	for i < len(data) {
+		switch data[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// skipJSONString returns the index just after the JSON string that starts at data[i]
+// (a quote), or -1 when it is not terminated.
+func skipJSONString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			i++
+		}
+	}
+	return -1
 }
 
 func objectMembers(data []byte, what string) (map[string]json.RawMessage, error) {
@@ -330,12 +531,29 @@ func isNull(v json.RawMessage) bool {
 	return string(bytes.TrimSpace(v)) == "null"
 }
 
+// jsonString returns the JSON string v (without surrounding whitespace) unquoted as
+// json.Unmarshal unquotes it; an error names field when v is not a string.
 func jsonString(field string, v json.RawMessage) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainJSONString(v[1:len(v)-1]) {
+		return string(v[1 : len(v)-1]), nil
+	}
 	var s string
 	if firstByte(v) != '"' || json.Unmarshal(v, &s) != nil {
 		return "", &ActionError{Field: field, Reason: "must be a string"}
 	}
 	return s, nil
+}
+
+// plainJSONString reports whether b, the inside of a quoted JSON string, needs no
+// unquoting: no escape, quote or control character, and valid UTF-8 (which json.Unmarshal
+// would keep byte for byte).
+func plainJSONString(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return utf8.Valid(b)
 }
 
 // jsonInteger accepts a JSON number with an integral value (1, 1.0, 1e3), like

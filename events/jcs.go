@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -50,17 +51,17 @@ func Canonicalize(v json.RawMessage) ([]byte, error) {
 // as {}, matching DecodeAction's default.
 func InputSHA256(input json.RawMessage) (string, error) {
 	trimmed := bytes.TrimSpace(input)
-	var canon []byte
-	if len(trimmed) == 0 || string(trimmed) == "null" {
-		canon = []byte("{}")
-	} else {
+	canon := []byte("{}")
+	if len(trimmed) != 0 && string(trimmed) != "null" {
 		var err error
 		if canon, err = Canonicalize(trimmed); err != nil {
 			return "", err
 		}
 	}
 	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:]), nil
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	return string(digits[:]), nil
 }
 
 type jcsParser struct {
@@ -111,11 +112,16 @@ func (p *jcsParser) value(dst []byte, depth int) ([]byte, error) {
 	}
 }
 
+// jcsMember is an object member already written to the output: its unescaped name
+// (valid UTF-8) and where its "name":value text lies in dst.
 type jcsMember struct {
-	key   []uint16
-	value []byte
+	key        []byte
+	start, end int
 }
 
+// object writes the members to dst in document order, which is the canonical order
+// when their names are already sorted (the usual case); otherwise reorderMembers sorts
+// them in place.
 func (p *jcsParser) object(dst []byte, depth int) ([]byte, error) {
 	if depth > maxJCSDepth {
 		return nil, p.fail("nesting too deep")
@@ -126,7 +132,11 @@ func (p *jcsParser) object(dst []byte, depth int) ([]byte, error) {
 		p.pos++
 		return append(dst, '{', '}'), nil
 	}
-	var members []jcsMember
+	dst = append(dst, '{')
+	base := len(dst)
+	var stack [4]jcsMember
+	members := stack[:0]
+	sorted := true
 	for {
 		p.skipWS()
 		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
@@ -142,12 +152,19 @@ func (p *jcsParser) object(dst []byte, depth int) ([]byte, error) {
 		}
 		p.pos++
 		p.skipWS()
-		m := jcsMember{key: utf16.Encode([]rune(name))}
-		m.value = appendJCSString(nil, name)
-		m.value = append(m.value, ':')
-		if m.value, err = p.value(m.value, depth); err != nil {
+		if len(members) > 0 {
+			dst = append(dst, ',')
+			if sorted && compareUTF16(members[len(members)-1].key, name) >= 0 {
+				sorted = false
+			}
+		}
+		m := jcsMember{key: name, start: len(dst)}
+		dst = appendJCSString(dst, name)
+		dst = append(dst, ':')
+		if dst, err = p.value(dst, depth); err != nil {
 			return nil, err
 		}
+		m.end = len(dst)
 		members = append(members, m)
 		more, err := p.separator('}')
 		if err != nil {
@@ -157,18 +174,69 @@ func (p *jcsParser) object(dst []byte, depth int) ([]byte, error) {
 			break
 		}
 	}
-	slices.SortFunc(members, func(a, b jcsMember) int { return slices.Compare(a.key, b.key) })
-	dst = append(dst, '{')
-	for i, m := range members {
-		if i > 0 {
-			if slices.Equal(members[i-1].key, m.key) {
-				return nil, &jcsError{reason: "duplicate object member name"}
-			}
-			dst = append(dst, ',')
+	if !sorted {
+		var err error
+		if dst, err = reorderMembers(dst, base, members); err != nil {
+			return nil, err
 		}
-		dst = append(dst, m.value...)
 	}
 	return append(dst, '}'), nil
+}
+
+// reorderMembers rewrites dst[base:], the members written in document order, in the
+// order of their names' UTF-16 code units; an error when two names are equal.
+func reorderMembers(dst []byte, base int, members []jcsMember) ([]byte, error) {
+	slices.SortFunc(members, func(a, b jcsMember) int { return compareUTF16(a.key, b.key) })
+	for i := 1; i < len(members); i++ {
+		if bytes.Equal(members[i-1].key, members[i].key) {
+			return nil, &jcsError{reason: "duplicate object member name"}
+		}
+	}
+	written := append([]byte(nil), dst[base:]...)
+	dst = dst[:base]
+	for i, m := range members {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, written[m.start-base:m.end-base]...)
+	}
+	return dst, nil
+}
+
+// compareUTF16 compares a and b, valid UTF-8, by their UTF-16 code units (as
+// slices.Compare of utf16.Encode([]rune(x)) would).
+func compareUTF16(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		if a[0] < utf8.RuneSelf && b[0] < utf8.RuneSelf {
+			if a[0] != b[0] {
+				return cmp.Compare(a[0], b[0])
+			}
+			a, b = a[1:], b[1:]
+			continue
+		}
+		ra, na := utf8.DecodeRune(a)
+		rb, nb := utf8.DecodeRune(b)
+		if ra != rb {
+			// Runes compare like their first code units, except that a supplementary
+			// rune's first unit (a surrogate, 0xD800-0xDBFF) is below 0xE000-0xFFFF.
+			// Runes with the same first unit compare like their second ones, in rune
+			// order.
+			if ua, ub := firstUTF16Unit(ra), firstUTF16Unit(rb); ua != ub {
+				return cmp.Compare(ua, ub)
+			}
+			return cmp.Compare(ra, rb)
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// firstUTF16Unit returns the first UTF-16 code unit of r.
+func firstUTF16Unit(r rune) rune {
+	if r >= 0x10000 {
+		return 0xD800 + (r-0x10000)>>10
+	}
+	return r
 }
 
 func (p *jcsParser) array(dst []byte, depth int) ([]byte, error) {
@@ -218,33 +286,32 @@ func (p *jcsParser) separator(end byte) (more bool, err error) {
 	return false, nil
 }
 
-// str parses a JSON string at p.pos and returns its value.
-func (p *jcsParser) str() (string, error) {
+// str parses a JSON string at p.pos and returns its value, which shares memory with
+// p.src when the string has no escapes.
+func (p *jcsParser) str() ([]byte, error) {
 	p.pos++ // opening quote
 	var b []byte
 	start := p.pos
 	for {
 		if p.pos >= len(p.src) {
-			return "", p.fail("unterminated string")
+			return nil, p.fail("unterminated string")
 		}
 		c := p.src[p.pos]
 		switch {
 		case c == '"':
-			var s string
-			if b == nil {
-				s = string(p.src[start:p.pos])
-			} else {
-				s = string(append(b, p.src[start:p.pos]...))
+			s := p.src[start:p.pos:p.pos]
+			if b != nil {
+				s = append(b, s...)
 			}
 			p.pos++
 			return s, nil
 		case c < 0x20:
-			return "", p.fail("control character in string")
+			return nil, p.fail("control character in string")
 		case c == '\\':
 			b = append(b, p.src[start:p.pos]...)
 			p.pos++
 			if p.pos >= len(p.src) {
-				return "", p.fail("unterminated string")
+				return nil, p.fail("unterminated string")
 			}
 			e := p.src[p.pos]
 			p.pos++
@@ -264,22 +331,22 @@ func (p *jcsParser) str() (string, error) {
 			case 'u':
 				r, ok := p.hex4()
 				if !ok {
-					return "", p.fail("invalid \\u escape")
+					return nil, p.fail("invalid \\u escape")
 				}
 				if utf16.IsSurrogate(r) {
 					if r >= 0xDC00 || !bytes.HasPrefix(p.src[p.pos:], []byte(`\u`)) {
-						return "", p.fail("lone surrogate")
+						return nil, p.fail("lone surrogate")
 					}
 					p.pos += 2
 					r2, ok := p.hex4()
 					if !ok || r2 < 0xDC00 || r2 > 0xDFFF {
-						return "", p.fail("lone surrogate")
+						return nil, p.fail("lone surrogate")
 					}
 					r = utf16.DecodeRune(r, r2)
 				}
 				b = utf8.AppendRune(b, r)
 			default:
-				return "", p.fail("invalid escape")
+				return nil, p.fail("invalid escape")
 			}
 			start = p.pos
 		case c < utf8.RuneSelf:
@@ -287,7 +354,7 @@ func (p *jcsParser) str() (string, error) {
 		default:
 			r, size := utf8.DecodeRune(p.src[p.pos:])
 			if r == utf8.RuneError && size == 1 {
-				return "", p.fail("invalid UTF-8")
+				return nil, p.fail("invalid UTF-8")
 			}
 			p.pos += size
 		}
@@ -402,7 +469,7 @@ func AppendESNumber(dst []byte, f float64) []byte {
 }
 
 // appendJCSString appends s (valid UTF-8) as an RFC 8785 string.
-func appendJCSString(dst []byte, s string) []byte {
+func appendJCSString(dst []byte, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {

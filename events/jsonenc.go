@@ -54,6 +54,33 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// jsonStringLen returns len(appendJSONString(nil, s)).
+func jsonStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			switch {
+			case htmlSafe[b]:
+				n++
+			case b == '\\' || b == '"' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
+				n += 2
+			default:
+				n += 6
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			n += 6
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
 // appendEscapedASCII appends the JSON escape of ASCII byte b: the two-character
 // escapes for \" \\ \b \f \n \r \t, \u00XX for everything else. Both the
 // encoding/json-compatible and the RFC 8785 writers use it for the bytes they escape.

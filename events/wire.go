@@ -176,6 +176,31 @@ func (r *Result) AppendJSON(dst []byte) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// sizeHint returns the length of r's contract JSON, exactly when r.Error is nil,
+// else an estimate.
+func (r *Result) sizeHint() int {
+	n := len(`{"action_id":,"capability_id":,"status":,"output":,"error":,"replay_of":}`) +
+		jsonStringLen(r.ActionID) + jsonStringLen(r.CapabilityID) + jsonStringLen(r.Status) + len(r.Output)
+	if len(r.Output) == 0 {
+		n += 4
+	}
+	if r.Error == nil {
+		n += 4
+	} else {
+		e := r.Error
+		n += 192 + jsonStringLen(e.Code) + jsonStringLen(e.Message) + jsonStringLen(e.Category)
+		if len(e.Details) > 0 {
+			n += 64
+		}
+	}
+	if r.ReplayOf == nil {
+		n += 4
+	} else {
+		n += jsonStringLen(*r.ReplayOf)
+	}
+	return n
+}
+
 // MarshalJSON implements json.Marshaler with the contract form.
 func (r Result) MarshalJSON() ([]byte, error) {
 	if len(r.Output) > 0 && !json.Valid(r.Output) {
@@ -243,6 +268,12 @@ func ResultID(actionID, status string) string {
 // binaryHeader builds the binary-mode headers with one allocation for the
 // value slices. subject may be "".
 func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header {
+	return binaryHeaderID(src, typ, id, nil, subject, trace)
+}
+
+// binaryHeaderID is binaryHeader for the id idHead + idTail. The id and the time
+// share one string allocation.
+func binaryHeaderID(src, typ, idHead string, idTail []byte, subject string, trace TraceContext) nats.Header {
 	n := 7
 	if subject != "" {
 		n++
@@ -259,12 +290,17 @@ func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header 
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
+	var buf [128]byte
+	b := append(append(buf[:0], idHead...), idTail...)
+	idLen := len(b)
+	b = time.Now().UTC().AppendFormat(b, time.RFC3339Nano)
+	idTime := string(b)
+	id := idTime[:idLen]
 	set(HeaderSpecVersion, SpecVersion)
 	set(HeaderID, id) // ids are [A-Za-z0-9_:-]: never need encoding
 	set(HeaderSource, PercentEncodeHeader(src))
 	set(HeaderType, typ)
-	var tb [40]byte
-	set(HeaderTime, string(time.Now().UTC().AppendFormat(tb[:0], time.RFC3339Nano)))
+	set(HeaderTime, idTime[idLen:])
 	set(HeaderContentType, ContentTypeJSON)
 	set(HeaderMsgID, id)
 	if subject != "" {
@@ -305,7 +341,8 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 		return nil, nil, outputErr("kind is required")
 	}
 	body := ev.AppendJSON(make([]byte, 0, ev.sizeHint()))
-	return binaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace), body, nil
+	var tail [24]byte // ":" + sequence: the id is EventID(ev.ActionID, ev.Sequence)
+	return binaryHeaderID(src, TypeEvent, ev.ActionID, strconv.AppendInt(append(tail[:0], ':'), ev.Sequence, 10), "", trace), body, nil
 }
 
 // EncodeResult returns the binary-mode headers and body of a result
@@ -319,14 +356,20 @@ func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byt
 	if !Terminal(r.Status) && r.Status != StatusPendingApproval {
 		return nil, nil, outputErr("status must be completed, failed, cancelled or pending_approval")
 	}
-	if len(r.Output) > 0 && !json.Valid(r.Output) {
+	if len(r.Output) > 0 && !validJSON(r.Output) {
 		return nil, nil, outputErr("result output is not valid JSON")
 	}
-	body, err := r.AppendJSON(make([]byte, 0, 256+len(r.Output)))
+	body, err := r.AppendJSON(make([]byte, 0, r.sizeHint()))
 	if err != nil {
 		return nil, nil, err
 	}
-	return binaryHeader(src, TypeResult, ResultID(r.ActionID, r.Status), r.CapabilityID, trace), body, nil
+	// The id is ResultID(r.ActionID, r.Status).
+	tail := ":result"
+	if r.Status == StatusPendingApproval {
+		tail = ":pending"
+	}
+	var tb [8]byte
+	return binaryHeaderID(src, TypeResult, r.ActionID, append(tb[:0], tail...), r.CapabilityID, trace), body, nil
 }
 
 // headerGetFold returns the first value of the header named name (ASCII
@@ -384,14 +427,23 @@ func DecodeEvent(h nats.Header, data []byte) (*EventData, error) {
 
 // DecodeResult reads a result message written by [EncodeResult]. Tolerant
 // like [DecodeEvent]; additionally the status must be known. Output is
-// returned as-is ("null" when absent).
+// returned as-is ("null" when absent). data is read as json.Unmarshal reads it
+// into a [Result] (member names matched case-insensitively, unknown members
+// ignored, the last of repeated members kept); the Result shares no memory with
+// data.
 func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 	if err := checkOutputType(h, TypeResult); err != nil {
 		return nil, err
 	}
-	var r Result
-	if firstByte(data) != '{' || json.Unmarshal(data, &r) != nil {
+	if firstByte(data) != '{' || !validJSON(data) {
 		return nil, outputErr("result data is not a JSON object of the result shape")
+	}
+	r, ok := scanResult(data)
+	if !ok {
+		r = new(Result)
+		if json.Unmarshal(data, r) != nil {
+			return nil, outputErr("result data is not a JSON object of the result shape")
+		}
 	}
 	if !ValidActionID(r.ActionID) {
 		return nil, outputErr("action id is not a valid action id token")
@@ -402,5 +454,66 @@ func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 	if len(r.Output) == 0 {
 		r.Output = json.RawMessage("null")
 	}
-	return &r, nil
+	return r, nil
+}
+
+var resultFields = []string{"action_id", "capability_id", "status", "output", "error", "replay_of"}
+
+// scanResult decodes data, a valid JSON object, into a Result the way json.Unmarshal
+// would, for the common shape: member names exactly those of Result's JSON form, none
+// repeated, strings without escapes, error null or absent. It reports false for
+// anything else (the caller then uses json.Unmarshal).
+func scanResult(data []byte) (*Result, bool) {
+	var vals [maxObjectFields][]byte
+	if !scanKnownMembers(data, resultFields, &vals) {
+		return nil, false
+	}
+	if v := vals[4]; v != nil && !isNull(v) {
+		return nil, false
+	}
+	// action_id and capability_id share one string allocation.
+	id, ok1 := plainStringValue(vals[0])
+	capID, ok2 := plainStringValue(vals[1])
+	status, ok3 := plainStringValue(vals[2])
+	replay, ok4 := plainStringValue(vals[5])
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return nil, false
+	}
+	r := &Result{}
+	var buf [128]byte
+	both := string(append(append(buf[:0], id...), capID...))
+	r.ActionID, r.CapabilityID = both[:len(id)], both[len(id):]
+	switch string(status) {
+	case StatusCompleted:
+		r.Status = StatusCompleted
+	case StatusFailed:
+		r.Status = StatusFailed
+	case StatusCancelled:
+		r.Status = StatusCancelled
+	case StatusPendingApproval:
+		r.Status = StatusPendingApproval
+	default:
+		r.Status = string(status)
+	}
+	if v := vals[3]; v != nil {
+		r.Output = append(json.RawMessage(nil), v...)
+	}
+	if v := vals[5]; v != nil && !isNull(v) {
+		s := string(replay)
+		r.ReplayOf = &s
+	}
+	return r, true
+}
+
+// plainStringValue returns the contents of v when it is a JSON string that needs no
+// unquoting (see plainJSONString), nil when v is nil or null (json.Unmarshal leaves a
+// string unchanged for null); ok is false for anything else.
+func plainStringValue(v []byte) (s []byte, ok bool) {
+	switch {
+	case v == nil || isNull(v):
+		return nil, true
+	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainJSONString(v[1:len(v)-1]):
+		return v[1 : len(v)-1], true
+	}
+	return nil, false
 }
