@@ -294,11 +294,14 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 
 	// The action id is a dedup unit of its own: claim it before anything else happens.
 	cctx, span := b.tracing.startClaim(ctx)
-	out, err := j.begin(cctx, func(ctx context.Context) (kvstore.Outcome, error) {
-		return b.ledger.Begin(ctx, j.intent(), j.yieldWorker)
-	})
+	in := j.intent()
+	in.WaitLimit = j.waitLimit() // bounded as j.begin bounds a Decide, with no timer unless it waits
+	out, err := b.ledger.Begin(cctx, in, j.yieldWorker)
 	endClaim(span, out, err)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			b.log.Warn().Str("action_id", j.actionID).Msg(gaveUpWaiting)
+		}
 		return j.infra(err)
 	}
 	if d, done := j.onOutcome(ctx, out); done {
@@ -318,14 +321,16 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 // leases, long enough to outwait a dead owner, never forever.
 func (j *job) waitLimit() time.Duration { return max(j.remaining(), 0) + 2*j.b.ledger.Lease() }
 
-// begin runs a ledger entry (Begin or Decide) bounded by the action's deadline plus a
+const gaveUpWaiting = "gave up waiting for the action's owner; the delivery is retried"
+
+// begin runs a ledger entry (a Decide) bounded by the action's deadline plus a
 // lease: long enough to outwait a dead owner, never forever.
 func (j *job) begin(ctx context.Context, f func(context.Context) (kvstore.Outcome, error)) (kvstore.Outcome, error) {
 	bctx, cancel := context.WithTimeout(ctx, j.waitLimit())
 	defer cancel()
 	out, err := f(bctx)
 	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
-		j.b.log.Warn().Str("action_id", j.actionID).Msg("gave up waiting for the action's owner; the delivery is retried")
+		j.b.log.Warn().Str("action_id", j.actionID).Msg(gaveUpWaiting)
 	}
 	return out, err
 }

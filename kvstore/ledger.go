@@ -148,6 +148,10 @@ type Intent struct {
 	Owner string
 	// Safe says the operation may run twice (a read): its Settle needs no fence.
 	Safe bool
+	// WaitLimit, when positive, bounds Begin's wait for another delivery (ctx bounds it
+	// too); the error is then context.DeadlineExceeded while ctx is live. A Begin that
+	// finds no record does not wait, and makes no timer for it.
+	WaitLimit time.Duration
 }
 
 // Verdict says what a delivery does after Begin or Decide.
@@ -281,7 +285,8 @@ func (c *Claim) Dispatched() bool {
 // Begin claims the action id for in, or decides what this delivery does about an
 // existing record. It waits while another delivery owns the action (calling onWait
 // once before the first wait, so that the caller can give back resources it holds),
-// and takes the claim over once the owner's revision has stood still for a lease.
+// for at most in.WaitLimit when that is set, and takes the claim over once the owner's
+// revision has stood still for a lease.
 func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
 	key := ActionKey(in.ActionID)
 	r := in.record()
@@ -297,6 +302,11 @@ func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, 
 
 // takeOver decides about an existing action record; see Begin.
 func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
+	if in.WaitLimit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, in.WaitLimit)
+		defer cancel()
+	}
 	key := ActionKey(in.ActionID)
 	for {
 		e, err := l.rec.Get(ctx, key)

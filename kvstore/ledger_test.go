@@ -1391,3 +1391,45 @@ func TestLedgerSettlingTakeover(t *testing.T) {
 		t.Fatalf("%d record updates for a safe settle and a replay, want 0", n)
 	}
 }
+
+// TestLedgerBeginWaitLimit: a Begin whose WaitLimit passes while a live owner renews
+// gives up with context.DeadlineExceeded (its ctx still live) and writes nothing; a
+// Begin that finds no record is not bounded by it at all.
+func TestLedgerBeginWaitLimit(t *testing.T) {
+	f := newFixture(t, testLease)
+	c1 := f.run(intent("a", "d1"))
+	in := intent("a", "d2")
+	in.WaitLimit = testLease / 2
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(testLease / 5):
+				_ = c1.Renew(f.ctx)
+			}
+		}
+	}()
+	start := time.Now()
+	out, err := f.l.Begin(f.ctx, in, nil)
+	close(stop)
+	<-renewed
+	if !errors.Is(err, context.DeadlineExceeded) || f.ctx.Err() != nil {
+		t.Fatalf("Begin past its WaitLimit = %s, %v; want context.DeadlineExceeded", out.Verdict, err)
+	}
+	if d := time.Since(start); d < in.WaitLimit || d > in.WaitLimit+testLease {
+		t.Fatalf("Begin gave up after %s, want about its WaitLimit %s", d, in.WaitLimit)
+	}
+	if got := c1.Record(); got.Owner != "d1" {
+		t.Fatalf("the owner's record changed: %+v", got)
+	}
+	// No record: the limit does not apply (a tiny one would otherwise fail at once).
+	in2 := intent("b", "d3")
+	in2.WaitLimit = time.Nanosecond
+	if c := f.run(in2); c.Record().Owner != "d3" {
+		t.Fatalf("fresh claim: %+v", c.Record())
+	}
+}
