@@ -4,6 +4,8 @@ package events
 // optimized (commit 3e75199), renamed legacy*. The differential fuzz targets in
 // differential_internal_test.go check that the current functions agree with
 // them exactly; keep these copies unchanged.
+// A change that means to alter what these functions accept or produce deletes the copy
+// and its differential target in the same commit, and says so.
 
 import (
 	"bytes"

@@ -4,6 +4,8 @@ package hermes
 // (commit 1a5a5d9), every function, type and variable renamed with a legacy prefix. The
 // differential fuzz target FuzzPrepareLegacy checks that Prepare still accepts, rejects and
 // produces exactly what this copy does. Do not edit it except to keep it compiling.
+// A change that means to alter what these functions accept or produce deletes the copy
+// and its differential target in the same commit, and says so.
 
 import (
 	"bytes"

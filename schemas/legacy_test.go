@@ -3,6 +3,8 @@ package schemas
 // This file keeps test-only copies of the functions as they were before the allocation work
 // (commit 1a5a5d9) and exports them, with the current parser, to the differential fuzz
 // targets in legacy_fuzz_test.go. Do not edit the copies except to keep them compiling.
+// A change that means to alter what these functions accept or produce deletes the copy
+// and its differential target in the same commit, and says so.
 
 import (
 	"bytes"
