@@ -432,12 +432,44 @@ func (c *compiled) pick(e *jsonschema.ValidationError) *jsonschema.ValidationErr
 		}
 		best, bestDepth := e.Causes[0], -1
 		for _, cause := range e.Causes {
-			if d := depth(cause); d > bestDepth {
+			if d := depth(cause); d > bestDepth || d == bestDepth && orderedBefore(cause, best) {
 				best, bestDepth = cause, d
 			}
 		}
 		e = best
 	}
+}
+
+// orderedBefore breaks a tie between two causes as deep as each other, so that one
+// document always gets the same error: the library lists causes in the order it met
+// them, which follows Go's map order for the members of an object. The smaller instance
+// location wins (member names compared as strings), then the smaller member a
+// required or additionalProperties error names, then the smaller schema location.
+func orderedBefore(a, b *jsonschema.ValidationError) bool {
+	if c := slices.Compare(a.InstanceLocation, b.InstanceLocation); c != 0 {
+		return c < 0
+	}
+	if an, bn := namedMember(a), namedMember(b); an != bn {
+		return an < bn
+	}
+	return a.SchemaURL+"|"+strings.Join(a.ErrorKind.KeywordPath(), "/") < b.SchemaURL+"|"+strings.Join(b.ErrorKind.KeywordPath(), "/")
+}
+
+// namedMember is the member a required or additionalProperties error is about: the
+// first missing one in the schema's order, the smallest disallowed one (the library
+// lists those in map order); "" for other errors.
+func namedMember(e *jsonschema.ValidationError) string {
+	switch k := e.ErrorKind.(type) {
+	case *kind.Required:
+		if len(k.Missing) > 0 {
+			return k.Missing[0] // the schema's order: already the same every time
+		}
+	case *kind.AdditionalProperties:
+		if len(k.Properties) > 0 {
+			return slices.Min(k.Properties)
+		}
+	}
+	return ""
 }
 
 // depth is how far into the instance an error points; a missing or
@@ -491,9 +523,9 @@ func (c *compiled) describe(e *jsonschema.ValidationError, prefix string) *Valid
 	reason := "is invalid"
 	switch k := e.ErrorKind.(type) {
 	case *kind.Required:
-		return &ValidationError{Field: joinField(prefix, e.InstanceLocation, safeName(k.Missing[0])), Reason: "is required"}
+		return &ValidationError{Field: joinField(prefix, e.InstanceLocation, safeName(namedMember(e))), Reason: "is required"}
 	case *kind.AdditionalProperties:
-		return &ValidationError{Field: joinField(prefix, e.InstanceLocation, safeName(k.Properties[0])), Reason: "is not allowed"}
+		return &ValidationError{Field: joinField(prefix, e.InstanceLocation, safeName(namedMember(e))), Reason: "is not allowed"}
 	case *kind.Type:
 		reason = "must be " + typeList(k.Want)
 	case *kind.MinLength:
