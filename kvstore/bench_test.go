@@ -63,9 +63,11 @@ func BenchmarkClaimPath(b *testing.B) {
 }
 
 // BenchmarkCreateDeadline is BenchmarkCreate under a context with a deadline.
-func BenchmarkCreateDeadline(b *testing.B) {
+func BenchmarkCreateDeadline(b *testing.B) { benchCreate(b, deadlineCtx(b)) }
+
+// benchCreate creates a new action record per iteration under ctx.
+func benchCreate(b *testing.B, ctx context.Context) {
 	s, _, _ := newStore(b, kvstore.Config{})
-	ctx := deadlineCtx(b)
 	r := rec("bench")
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -76,9 +78,11 @@ func BenchmarkCreateDeadline(b *testing.B) {
 }
 
 // BenchmarkUpdateDeadline is BenchmarkUpdate under a context with a deadline.
-func BenchmarkUpdateDeadline(b *testing.B) {
+func BenchmarkUpdateDeadline(b *testing.B) { benchUpdate(b, deadlineCtx(b)) }
+
+// benchUpdate updates one record per iteration, with its last revision, under ctx.
+func benchUpdate(b *testing.B, ctx context.Context) {
 	s, _, _ := newStore(b, kvstore.Config{})
-	ctx := deadlineCtx(b)
 	r := rec("bench")
 	rev, err := s.Create(ctx, "act.upd", r)
 	if err != nil {

@@ -804,18 +804,7 @@ func TestRecordSurvivesRestart(t *testing.T) {
 	}
 }
 
-func BenchmarkCreate(b *testing.B) {
-	s, _, _ := newStore(b, kvstore.Config{})
-	ctx := context.Background()
-	r := rec("bench")
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		if _, err := s.Create(ctx, kvstore.ActionKey(fmt.Sprintf("b%d", i)), r); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkCreate(b *testing.B) { benchCreate(b, context.Background()) }
 
 func BenchmarkCreateDuplicate(b *testing.B) {
 	s, _, _ := newStore(b, kvstore.Config{})
@@ -832,18 +821,4 @@ func BenchmarkCreateDuplicate(b *testing.B) {
 	}
 }
 
-func BenchmarkUpdate(b *testing.B) {
-	s, _, _ := newStore(b, kvstore.Config{})
-	ctx := context.Background()
-	r := rec("bench")
-	rev, err := s.Create(ctx, "act.upd", r)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if rev, err = s.Update(ctx, "act.upd", r, rev); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkUpdate(b *testing.B) { benchUpdate(b, context.Background()) }
