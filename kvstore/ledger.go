@@ -19,7 +19,8 @@ import (
 //
 //   - act.<id>, the action record: who runs the action and how far it got.
 //   - idem.<hash>, the key record: which action holds a scoped idempotency key. It is
-//     written when the action claims the key and rewritten by heartbeats while the
+//     written when the action claims the key (ClaimKey after Begin, or Start before
+//     the action record exists) and rewritten by heartbeats while the
 //     action runs (so that it lives as long as the action); it names the action and
 //     never holds a result.
 //   - park.<id>, the park index: one entry per parked action, so that any replica can
@@ -35,6 +36,7 @@ import (
 //	(none)      claimed     Begin: a delivery claims the id        Create act
 //	released    claimed     Begin: the next delivery takes it      Update act
 //	claimed     claimed     Begin: owner gone (see Owners)         Update act
+//	(none)      dispatched  Start: claim and mark in one write     Create act (after Create idem)
 //	claimed     claimed     Renew: a heartbeat                     Update act
 //	claimed     dispatched  Dispatch: the write-ahead mark         Update act
 //	dispatched  dispatched  Bind: a durable run's id (run_id)      Update act
@@ -54,7 +56,9 @@ import (
 // Release or Settle: a replica that lost its claim (it was paused past the lease and
 // taken over) fails its next compare-and-set and stops: it neither sends nor settles.
 // The mark is the dispatched state of the action record for every unsafe call, keyed
-// or not, so it is fenced by the same revision. Park and the Settle of a claim that
+// or not, so it is fenced by the same revision, or, for an unsafe action that runs at
+// once (Start), by the Create that makes the record: it succeeds only where no
+// delivery has ever claimed the id (and no cancel came first), right before the send. Park and the Settle of a claim that
 // never dispatched begin with such a compare-and-set, since what follows it writes
 // elsewhere (the park index, the log). A claim that dispatched settles without one:
 // whoever takes its record over gets Uncertain and never sends, so of its result and
@@ -114,6 +118,9 @@ var (
 	// result it reached without calling Hermes: the action must not be sent now (that
 	// owner may still append its result); settle it as certainly not sent.
 	ErrFenced = errors.New("kvstore: the action was being settled without a call; it is not sent")
+	// ErrNotFresh: Start found a record of the action, or its key held by another
+	// action: nothing was sent; take the ordinary path (Begin).
+	ErrNotFresh = errors.New("kvstore: the action has a record or its key another holder; begin it")
 	// ErrNotParked: a decision found its action neither parked nor decided.
 	ErrNotParked = errors.New("kvstore: the action is not waiting for a decision")
 	// ErrNotDispatched: Bind on a claim whose record is not marked dispatched.
@@ -300,6 +307,78 @@ func (l *Ledger) Begin(ctx context.Context, in Intent, onWait func()) (Outcome, 
 	return l.takeOver(ctx, in, onWait)
 }
 
+// Start claims the action id of an unsafe action that runs at once (no approval, no
+// governed run) and writes its write-ahead mark, in one write: the action record is
+// created already dispatched, so from Start's success on the request may reach Hermes
+// and is never sent again. A keyed action first claims its key (a Create naming the
+// action, or a key record that already names it: an earlier delivery crashed between
+// the two Creates); the key comes first so that a crash between the two leaves a key
+// whose holder's own message runs it, never a mark with no key.
+//
+// Start sends nothing itself and decides nothing on a read: when the action record
+// exists (another delivery claimed the id, a cancel came first) or another action
+// holds the key, it returns ErrNotFresh and the caller takes the ordinary path
+// (Begin, then ClaimKey, Dispatch), which handles every such case; the key this call
+// may have claimed stays the action's, as ClaimKey would have left it. Any other error
+// is the store's; a Create whose reply was lost leaves a dispatched record that the
+// next delivery settles outcome_unknown, as a lost Dispatch reply does.
+//
+// Compared with Begin, ClaimKey and Dispatch it saves the claimed record's Update: one
+// durable write of three for a keyed action (key, mark, result) and of two unkeyed.
+func (l *Ledger) Start(ctx context.Context, in Intent) (*Claim, error) {
+	var keyRev uint64
+	var kr Record
+	if in.IdemKey != "" {
+		var err error
+		if keyRev, kr, err = l.startKey(ctx, in); err != nil {
+			return nil, err
+		}
+	}
+	key := ActionKey(in.ActionID)
+	r := in.record()
+	r.State = StateDispatched
+	rev, err := l.rec.Create(ctx, key, r)
+	if errors.Is(err, ErrExists) {
+		return nil, ErrNotFresh
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := l.claimFor(in, key, rev, r)
+	c.keyRev, c.keyRec = keyRev, kr
+	return c, nil
+}
+
+// startKey claims in's key for Start: its revision and record, or ErrNotFresh when
+// another action holds it.
+func (l *Ledger) startKey(ctx context.Context, in Intent) (uint64, Record, error) {
+	kr := keyRecord(in.ActionID, in.CapabilityID, in.InputSHA256, in.Owner)
+	for {
+		rev, err := l.rec.Create(ctx, in.IdemKey, kr)
+		if err == nil {
+			return rev, kr, nil
+		}
+		if !errors.Is(err, ErrExists) {
+			return 0, Record{}, err
+		}
+		e, err := l.rec.Get(ctx, in.IdemKey)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // freed since: claim it afresh
+		case err != nil:
+			return 0, Record{}, err
+		case e.Record.ActionID != in.ActionID:
+			return 0, Record{}, ErrNotFresh
+		}
+		return e.Revision, e.Record, nil
+	}
+}
+
+// keyRecord is the key record naming action id as the holder of its key.
+func keyRecord(id, capID, inputSHA, owner string) Record {
+	return Record{State: StateClaimed, ActionID: id, CapabilityID: capID, InputSHA256: inputSHA, Owner: owner}
+}
+
 // takeOver decides about an existing action record; see Begin.
 func (l *Ledger) takeOver(ctx context.Context, in Intent, onWait func()) (Outcome, error) {
 	if in.WaitLimit > 0 {
@@ -466,8 +545,7 @@ type KeyOutcome struct {
 func (c *Claim) ClaimKey(ctx context.Context, onWait func()) (KeyOutcome, error) {
 	l := c.l
 	c.mu.Lock()
-	kr := Record{State: StateClaimed, ActionID: c.id, CapabilityID: c.rec.CapabilityID,
-		InputSHA256: c.rec.InputSHA256, Owner: c.rec.Owner}
+	kr := keyRecord(c.id, c.rec.CapabilityID, c.rec.InputSHA256, c.rec.Owner)
 	ikey := c.rec.IdemKey
 	c.mu.Unlock()
 	for {

@@ -183,7 +183,7 @@ func TestLedgerModel(t *testing.T) {
 type modelStats struct {
 	actions, deliveries, takeovers, uncertain, crashes, pauses, lostAcks, failedWrites,
 	staleReads, refusals, executions, replays, conflicts, cancels, decisions, expiries,
-	replicaStalls, runs, runsReal, runsUnknown atomic.Int64
+	replicaStalls, runs, runsReal, runsUnknown, starts, notFresh atomic.Int64
 }
 
 func (s *modelStats) add(o *modelStats) {
@@ -194,7 +194,7 @@ func (s *modelStats) add(o *modelStats) {
 		{&s.replays, &o.replays}, {&s.conflicts, &o.conflicts},
 		{&s.cancels, &o.cancels}, {&s.decisions, &o.decisions}, {&s.expiries, &o.expiries},
 		{&s.replicaStalls, &o.replicaStalls}, {&s.runs, &o.runs}, {&s.runsReal, &o.runsReal},
-		{&s.runsUnknown, &o.runsUnknown}} {
+		{&s.runsUnknown, &o.runsUnknown}, {&s.starts, &o.starts}, {&s.notFresh, &o.notFresh}} {
 		p[0].Add(p[1].Load())
 	}
 }
@@ -202,11 +202,11 @@ func (s *modelStats) add(o *modelStats) {
 func (s *modelStats) String() string {
 	return fmt.Sprintf("%d actions, %d deliveries, %d runs at a later attempt (%d uncertain), %d crashes, %d stalls, %d replica stalls, "+
 		"%d lost replies, %d failed writes, %d stale reads, %d refusals, %d executions, %d replays, "+
-		"%d key conflicts, %d cancels, %d decisions, %d expiries; %d runs: %d with the run's result, %d outcome_unknown",
+		"%d key conflicts, %d cancels, %d decisions, %d expiries; %d one-write starts (%d not fresh); %d runs: %d with the run's result, %d outcome_unknown",
 		s.actions.Load(), s.deliveries.Load(), s.takeovers.Load(), s.uncertain.Load(), s.crashes.Load(),
 		s.pauses.Load(), s.replicaStalls.Load(), s.lostAcks.Load(), s.failedWrites.Load(), s.staleReads.Load(), s.refusals.Load(),
 		s.executions.Load(), s.replays.Load(), s.conflicts.Load(), s.cancels.Load(), s.decisions.Load(),
-		s.expiries.Load(), s.runs.Load(), s.runsReal.Load(), s.runsUnknown.Load())
+		s.expiries.Load(), s.starts.Load(), s.notFresh.Load(), s.runs.Load(), s.runsReal.Load(), s.runsUnknown.Load())
 }
 
 // simMsg is a JetStream message: an action or a decision.
@@ -997,6 +997,10 @@ func (m *modelRun) check() {
 			m.stats.takeovers.Add(1)
 		case strings.Contains(line, ": uncertain"):
 			m.stats.uncertain.Add(1)
+		case strings.Contains(line, ": start ") && strings.Contains(line, ": dispatched"):
+			m.stats.starts.Add(1)
+		case strings.Contains(line, ": start ") && strings.Contains(line, ": not fresh"):
+			m.stats.notFresh.Add(1)
 		}
 	}
 }

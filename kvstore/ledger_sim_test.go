@@ -39,6 +39,10 @@ func (a simAction) scopedKey() string {
 
 func (a simAction) needsPark() bool { return a.Approval && !a.PreApproved }
 
+// startsAtOnce: an unsafe action with nothing to decide first (no approval, no
+// governed run), which the bridge starts with Ledger.Start.
+func (a simAction) startsAtOnce() bool { return a.Unsafe && !a.Approval && !a.Run }
+
 func (a simAction) intent(owner string) kvstore.Intent {
 	return kvstore.Intent{ActionID: a.ID, CapabilityID: a.Cap, InputSHA256: a.Input, IdemKey: a.scopedKey(), Owner: owner}
 }
@@ -360,10 +364,28 @@ func (d *delivery) heartbeat(c *kvstore.Claim) {
 	})
 }
 
-// deliverAction is one delivery of action a's message.
+// deliverAction is one delivery of action a's message. An action that starts at once
+// takes Ledger.Start, as the bridge does, unless a certain failure came first (the
+// bridge then takes the ordinary path, which settles it under a claim); Start's
+// ErrNotFresh leads to the ordinary path too.
 func (b *bridge) deliverAction(d *delivery, a simAction) {
 	defer d.finish()
 	d.keepAlive()
+	if a.startsAtOnce() && (b.preFail == nil || !b.preFail(d, a)) {
+		d.step("start")
+		c, err := b.l.Start(d.ctx, a.intent(d.owner))
+		switch {
+		case err == nil:
+			b.tracef("%s: start %s: dispatched (rev %d)", d.owner, a.ID, c.Revision())
+			d.heartbeat(c)
+			b.send(d, a, c)
+			return
+		case !errors.Is(err, kvstore.ErrNotFresh):
+			b.tracef("%s: start %s: %v (nak)", d.owner, a.ID, err)
+			return
+		}
+		b.tracef("%s: start %s: not fresh", d.owner, a.ID)
+	}
 	d.step("begin")
 	out, err := b.l.Begin(d.ctx, a.intent(d.owner), d.onWait)
 	if err != nil {
@@ -487,8 +509,10 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 			return
 		}
 	}
+	// After a takeover of a posted run, nothing this delivery settles is certain: the
+	// run may exist (the bridge's unboundRun).
 	if rec.Cancel {
-		settle(failed("cancelled", false, false), "cancel flag")
+		settle(failed("cancelled", false, reposted), "cancel flag")
 		return
 	}
 	park := false
@@ -506,7 +530,7 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 		if err != nil {
 			b.tracef("%s: claim key: %v", d.owner, err)
 			if d.cancelReq.Load() {
-				settle(failed("cancelled", false, false), "cancel while waiting for the key")
+				settle(failed("cancelled", false, reposted), "cancel while waiting for the key")
 			}
 			return
 		}
@@ -552,7 +576,7 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 		switch err := c.Dispatch(d.ctx); {
 		case err == nil:
 		case errors.Is(err, kvstore.ErrCancelRequested):
-			settle(failed("cancelled", false, false), "cancel flag at dispatch")
+			settle(failed("cancelled", false, reposted), "cancel flag at dispatch")
 			return
 		case errors.Is(err, kvstore.ErrFenced):
 			// As the bridge does (interruptedSettle): the owner it took over was settling
@@ -564,6 +588,12 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 			return
 		}
 	}
+	b.send(d, a, c)
+}
+
+// send sends a's request under c (dispatched, if a is unsafe) and settles its answer.
+func (b *bridge) send(d *delivery, a simAction, c *kvstore.Claim) {
+	settle := func(r simResult, why string) { b.settle(d, a, c, r, why) }
 	d.step("send")
 	if d.cancelReq.Load() {
 		settle(failed("cancelled", false, a.Unsafe), "cancel before the send")
