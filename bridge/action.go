@@ -292,6 +292,15 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 		}
 	}
 
+	if invalid == nil {
+		invalid = j.validate()
+	}
+	if invalid == nil && j.startsAtOnce() {
+		if d, done := j.startNow(ctx); done {
+			return d
+		}
+	}
+
 	// The action id is a dedup unit of its own: claim it before anything else happens.
 	cctx, span := b.tracing.startClaim(ctx)
 	in := j.intent()
@@ -308,13 +317,55 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 		return d
 	}
 	b.hook(PointClaimed, j.actionID)
-	if invalid == nil {
-		invalid = j.validate()
-	}
 	if invalid != nil {
 		return j.settle(ctx, failedResult(j, invalid))
 	}
 	return j.proceed(ctx)
+}
+
+// startsAtOnce reports whether the job's valid action takes the one-write start: an
+// unsafe call with nothing to decide first (no approval, not a governed run), whose
+// deadline has not passed and that no cancel request stopped.
+func (j *job) startsAtOnce() bool {
+	return !j.safe() && !j.spec.Approval && j.op != RunOperation && j.remaining() > 0 && !cancelRequested(j.cctx)
+}
+
+// startNow runs an action that starts at once (startsAtOnce) with one durable write before
+// the send instead of three: under the endpoint's concurrency limit and circuit
+// breaker, kvstore.Ledger.Start claims the key and creates the action record already
+// dispatched, and the request follows. done is false when the job must take the
+// ordinary path instead, having written at most its key: the action has a record (a
+// redelivery, a takeover, a cancel that came first), another action holds its key (a
+// replay, a conflict or a wait), or the slot or the breaker said no (cancel,
+// deadline, shutdown, a paused endpoint); the ordinary path decides each of those
+// under a claim, as it always did.
+func (j *job) startNow(ctx context.Context) (d decision, done bool) {
+	b := j.b
+	cctx, cancel := context.WithDeadline(j.cctx, j.deadline)
+	defer cancel()
+	select {
+	case j.ep.sem <- struct{}{}:
+	case <-cctx.Done():
+		return decision{}, false
+	}
+	defer func() { <-j.ep.sem }()
+	if ok, _ := j.ep.brk.allow(b.now()); !ok {
+		return decision{}, false
+	}
+	b.hook(PointClaimed, j.actionID)
+	sctx, span := b.tracing.startClaim(ctx)
+	claim, err := b.ledger.Start(sctx, j.intent())
+	endStart(span, err)
+	if err != nil {
+		j.ep.brk.abandon()
+		if errors.Is(err, kvstore.ErrNotFresh) {
+			return decision{}, false
+		}
+		return j.infra(err), true
+	}
+	j.claim.Store(claim)
+	b.hook(PointDispatched, j.actionID)
+	return j.call(ctx, cctx, claim), true
 }
 
 // waitLimit bounds a wait on another delivery: the action's remaining time plus two
@@ -505,6 +556,14 @@ func (j *job) execute(ctx context.Context) decision {
 		}
 		b.hook(PointDispatched, j.actionID)
 	}
+	return j.call(ctx, cctx, claim)
+}
+
+// call sends the job's request (marked dispatched, if unsafe) under the endpoint slot
+// and breaker admission its caller holds, and settles the answer. cctx carries the
+// action's deadline and its cancellation.
+func (j *job) call(ctx, cctx context.Context, claim *kvstore.Claim) decision {
+	b := j.b
 	var pub *eventPublisher
 	var onEvent func(hermes.Event) error
 	var espan trace.Span

@@ -7,9 +7,12 @@ type Point string
 const (
 	// PointDelivered: the message was decoded as an action; nothing is claimed yet.
 	PointDelivered Point = "delivered"
-	// PointClaimed: the action record is claimed; Hermes was not called.
+	// PointClaimed: the action record is claimed, or, for an action that starts at
+	// once (one write claims it and marks it dispatched), about to be; Hermes was not
+	// called. A start that gives way to the ordinary path passes it twice.
 	PointClaimed Point = "claimed"
-	// PointDispatched: an unsafe call is recorded as dispatched; the request goes next.
+	// PointDispatched: an unsafe call is recorded as dispatched (by Dispatch, or by the
+	// Create of a start); the request goes next.
 	PointDispatched Point = "dispatched"
 	// PointRunStarted: Hermes answered a governed run's POST /v1/runs with its run_id,
 	// which is not stored yet (the one window in which a crash leaves the run unknown).

@@ -198,6 +198,23 @@ func endClaim(span trace.Span, out kvstore.Outcome, err error) {
 	span.End()
 }
 
+// endStart ends the claim span of a one-write start (kvstore.Ledger.Start): verdict
+// start, or not_fresh when the ordinary path claims the action after it.
+func endStart(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		span.SetAttributes(attribute.String(AttrVerdict, "start"))
+	case errors.Is(err, kvstore.ErrNotFresh):
+		span.SetAttributes(attribute.String(AttrVerdict, "not_fresh"))
+	default:
+		span.SetStatus(codes.Error, "kv_error")
+	}
+	span.End()
+}
+
 // startClaimKey starts the span of the idempotency key's claim.
 func (t *tracing) startClaimKey(ctx context.Context) (context.Context, trace.Span) {
 	return t.child(ctx, SpanClaimKey, trace.SpanKindInternal)
