@@ -336,19 +336,21 @@ func (j *job) startsAtOnce() bool {
 // dispatched, and the request follows. done is false when the job must take the
 // ordinary path instead, having written at most its key: the action has a record (a
 // redelivery, a takeover, a cancel that came first), another action holds its key (a
-// replay, a conflict or a wait), or the slot or the breaker said no (cancel,
-// deadline, shutdown, a paused endpoint); the ordinary path decides each of those
-// under a claim, as it always did.
+// replay, a conflict or a wait), the endpoint has no free slot (the action queues
+// claimed, visible in the records), or the breaker holds the endpoint; the ordinary
+// path decides each of those under a claim, as it always did.
 func (j *job) startNow(ctx context.Context) (d decision, done bool) {
 	b := j.b
-	cctx, cancel := context.WithDeadline(j.cctx, j.deadline)
-	defer cancel()
 	select {
 	case j.ep.sem <- struct{}{}:
-	case <-cctx.Done():
+	default:
+		// The endpoint is at its limit: the ordinary path claims the action first, so
+		// that the records show it waiting (status, cancel from another replica).
 		return decision{}, false
 	}
 	defer func() { <-j.ep.sem }()
+	cctx, cancel := context.WithDeadline(j.cctx, j.deadline)
+	defer cancel()
 	if ok, _ := j.ep.brk.allow(b.now()); !ok {
 		return decision{}, false
 	}

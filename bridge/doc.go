@@ -34,8 +34,16 @@
 //     message is acknowledged. A result that is retryable and certain (Hermes never
 //     started) frees the key record, so that a later action runs.
 //
-// A keyed unsafe action thus costs four durable writes (two claims, the mark, the
-// result message); an unkeyed one three; a safe unkeyed one two.
+// An unsafe action with nothing to decide first (no approval, not a run) takes steps 2,
+// 4 and 5 in one step: once it is valid, under the endpoint's limit and breaker,
+// Ledger.Start claims the key and then creates the action record already dispatched
+// (the Create is the mark, and it fails wherever any delivery claimed the id before),
+// and the request follows. A start that finds the record, or the key held by another
+// action, writes nothing more and the delivery takes the steps above.
+//
+// A keyed unsafe action thus costs three durable writes on its first delivery (the key,
+// the record created dispatched, the result message) and four on the ordinary path
+// (two claims, the mark, the result); an unkeyed one two; a safe unkeyed one two.
 //
 // While a job runs past a Heartbeat, a shared ticker (heartbeat.go) sends InProgress to
 // JetStream and renews its claim (and key record) every Heartbeat; a renewal that finds

@@ -137,7 +137,8 @@ func (h *harness) lastRequest(route string, want int) hermestest.Recorded {
 // logLine is one parsed JSON log line of the bridge.
 type logLine map[string]any
 
-func (l logLine) str(k string) string { s, _ := l[k].(string); return s }
+func (l logLine) str(k string) string  { s, _ := l[k].(string); return s }
+func (l logLine) num(k string) float64 { f, _ := l[k].(float64); return f }
 
 // logLines parses the bridge's captured log output.
 func (h *harness) logLines() []logLine {

@@ -212,9 +212,10 @@ func TestTracingOTLP(t *testing.T) {
 		t.Fatalf("outputs hold no marker: %s", chat.res.Output)
 	}
 
-	// Every traced action: root + claim + Hermes call + settle (+ events for a stream,
-	// + the key's claim with an idempotency key), all ended and exported.
-	want := map[*traced]int{chat: 5, stream: 5, session: 5, failed: 4}
+	// Every traced action: root + claim + Hermes call + settle (+ events for a stream),
+	// all ended and exported. Each is unsafe and starts at once: its one claim span
+	// covers its key too (no claim_key span).
+	want := map[*traced]int{chat: 4, stream: 5, session: 4, failed: 4}
 	h.eventually(20*time.Second, func() error {
 		for c, n := range want {
 			if got := len(recv.trace(c.tid)); got < n {
@@ -265,6 +266,12 @@ func TestTracingOTLP(t *testing.T) {
 				if byName[name] == nil {
 					t.Errorf("no %s span; spans %v", name, spanNames(spans))
 				}
+			}
+			if v := spanAttrs(byName[bridge.SpanClaim])[bridge.AttrVerdict]; v != "start" {
+				t.Errorf("claim verdict %q, want start (the one-write start)", v)
+			}
+			if byName[bridge.SpanClaimKey] != nil {
+				t.Errorf("a %s span beside a start's claim span", bridge.SpanClaimKey)
 			}
 			if sa := spanAttrs(byName[bridge.SpanSettle]); sa[bridge.AttrStatus] != c.res.Status {
 				t.Errorf("settle status %q, want %q", sa[bridge.AttrStatus], c.res.Status)

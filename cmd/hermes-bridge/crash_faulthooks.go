@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,8 +55,16 @@ func crashHook(environ map[string]string) (func(bridge.Point, string), error) {
 	return func(p bridge.Point, _ string) {
 		if p == point && seen.Add(1) == int64(n) {
 			if mode == "stop" {
+				// The kernel stops the threads of a process one by one, so the goroutine
+				// that sent SIGSTOP could run on for a while (under load, long enough to
+				// write a record); it waits for SIGCONT, so that it carries on only as a
+				// replica paused here would.
+				cont := make(chan os.Signal, 1)
+				signal.Notify(cont, syscall.SIGCONT)
+				defer signal.Stop(cont)
 				fmt.Fprintf(os.Stderr, "%s: stopping the process at %s #%d\n", crashEnv, p, n)
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				<-cont
 				return // SIGCONT: carry on as a replica that was paused here
 			}
 			fmt.Fprintf(os.Stderr, "%s: killing the process at %s #%d\n", crashEnv, p, n)
