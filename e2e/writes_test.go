@@ -1,0 +1,108 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+)
+
+// TestDurableWritesPerAction counts the durable writes of each kind of action as the
+// README's "Durable writes per action" states them: the bucket's stream grows by the
+// record writes, and the output stream holds one result message per action. An unsafe
+// action that starts at once writes its key (if any) and its record created
+// dispatched; a queued one, a duplicate and a safe read take the ordinary path.
+func TestDurableWritesPerAction(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withFake(hermestest.WithAgent(killAgent)), withConfig(func(c *bridge.Config) {
+		c.Endpoints[0].MaxConcurrency = 1 // the queued case waits for the endpoint
+		c.Workers = 4                     // (with a worker of its own)
+	}))
+	kvSeq := func() uint64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := h.js.Stream(ctx, "KV_HERMES_IDEMPOTENCY")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	key := func(k string) func(*events.Action) { return func(a *events.Action) { a.IdempotencyKey = k } }
+	steps := []struct {
+		name   string
+		run    func() []string // the action ids it published
+		writes uint64
+	}{
+		{name: "unsafe keyed (start: key, record)", writes: 2, run: func() []string {
+			return []string{h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"writes one"}`), IdempotencyKey: "w-1"})}
+		}},
+		{name: "unsafe unkeyed (start: record)", writes: 1, run: func() []string {
+			return []string{h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"writes two"}`)})}
+		}},
+		{name: "safe unkeyed (claim)", writes: 1, run: func() []string {
+			return []string{h.publish("models", events.Action{Input: mustJSON(t, `{}`)})}
+		}},
+		{name: "duplicate of a settled key (claim; the replay needs no fence)", writes: 1, run: func() []string {
+			a := events.Action{Input: mustJSON(t, `{"prompt":"writes one"}`)}
+			key("w-1")(&a)
+			return []string{h.publish("chat", a)}
+		}},
+		{name: "unkeyed start, then a keyed action queued behind it (claim, key, mark)", writes: 1 + 3, run: func() []string {
+			first := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"wait1500: holds the endpoint"}`)})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := h.fake.WaitInFlight(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			return []string{first, h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"writes queued"}`), IdempotencyKey: "w-3"})}
+		}},
+	}
+	for _, st := range steps {
+		before := kvSeq()
+		ids := st.run()
+		for _, id := range ids {
+			res, _ := h.follow(id)
+			requireCompleted(t, res)
+			if n := h.results(id); n != 1 {
+				t.Errorf("%s: %d result messages for %s, want 1", st.name, n, id)
+			}
+		}
+		h.waitIdle(20 * time.Second)
+		if got := kvSeq() - before; got != st.writes {
+			t.Errorf("%s: %d record writes, want %d: %v", st.name, got, st.writes, kvSubjects(t, h, before+1, before+got))
+		} else {
+			t.Logf("%s: %d record writes and %s", st.name, got, fmt.Sprintf("%d result message(s)", len(ids)))
+		}
+	}
+}
+
+// kvSubjects lists the subjects of the bucket stream's messages from sequence first to
+// last, each with the message's operation header (for a failure's message).
+func kvSubjects(t *testing.T, h *harness, first, last uint64) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := h.js.Stream(ctx, "KV_HERMES_IDEMPOTENCY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for seq := first; seq <= last; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%d: %v", seq, err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d: %s %s", seq, m.Subject, m.Header.Get("KV-Operation")))
+	}
+	return out
+}
