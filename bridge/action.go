@@ -62,6 +62,10 @@ type job struct {
 	// until the run is bound, no failure is certain (a run may exist).
 	unboundRun bool
 
+	// keySeen is the key record a one-write start found held by another action: the
+	// ordinary path's key claim begins with it (kvstore.Claim.ClaimKeyAfter).
+	keySeen kvstore.Entry
+
 	claim   atomic.Pointer[kvstore.Claim]
 	yieldMu sync.Mutex
 	yield   func() // gives the dispatcher's worker slot back (once); nil when none is held
@@ -360,6 +364,10 @@ func (j *job) startNow(ctx context.Context) (d decision, done bool) {
 	endStart(span, err)
 	if err != nil {
 		j.ep.brk.abandon()
+		var nf *kvstore.NotFreshError
+		if errors.As(err, &nf) {
+			j.keySeen = nf.Holder
+		}
 		if errors.Is(err, kvstore.ErrNotFresh) {
 			return decision{}, false
 		}
@@ -512,7 +520,7 @@ func (j *job) execute(ctx context.Context) decision {
 	claim := j.claim.Load()
 	if j.idemKey != "" {
 		kctx, span := b.tracing.startClaimKey(cctx)
-		ko, err := claim.ClaimKey(kctx, j.yieldWorker)
+		ko, err := claim.ClaimKeyAfter(kctx, j.keySeen, j.yieldWorker)
 		endClaimKey(span, ko, err)
 		if err != nil {
 			return j.interrupted(ctx, cctx, err, "waiting for the original action")

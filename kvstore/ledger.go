@@ -119,7 +119,8 @@ var (
 	// owner may still append its result); settle it as certainly not sent.
 	ErrFenced = errors.New("kvstore: the action was being settled without a call; it is not sent")
 	// ErrNotFresh: Start found a record of the action, or its key held by another
-	// action: nothing was sent; take the ordinary path (Begin).
+	// action (then the error is a *NotFreshError naming the holder): nothing was sent;
+	// take the ordinary path (Begin).
 	ErrNotFresh = errors.New("kvstore: the action has a record or its key another holder; begin it")
 	// ErrNotParked: a decision found its action neither parked nor decided.
 	ErrNotParked = errors.New("kvstore: the action is not waiting for a decision")
@@ -349,8 +350,15 @@ func (l *Ledger) Start(ctx context.Context, in Intent) (*Claim, error) {
 	return c, nil
 }
 
-// startKey claims in's key for Start: its revision and record, or ErrNotFresh when
-// another action holds it.
+// NotFreshError is Start's ErrNotFresh when another action holds the key: Holder is
+// the key record as Start read it, for ClaimKeyAfter.
+type NotFreshError struct{ Holder Entry }
+
+func (e *NotFreshError) Error() string        { return ErrNotFresh.Error() }
+func (e *NotFreshError) Is(target error) bool { return target == ErrNotFresh }
+
+// startKey claims in's key for Start: its revision and record, or a *NotFreshError
+// when another action holds it.
 func (l *Ledger) startKey(ctx context.Context, in Intent) (uint64, Record, error) {
 	kr := keyRecord(in.ActionID, in.CapabilityID, in.InputSHA256, in.Owner)
 	for {
@@ -368,7 +376,7 @@ func (l *Ledger) startKey(ctx context.Context, in Intent) (uint64, Record, error
 		case err != nil:
 			return 0, Record{}, err
 		case e.Record.ActionID != in.ActionID:
-			return 0, Record{}, ErrNotFresh
+			return 0, Record{}, &NotFreshError{Holder: e}
 		}
 		return e.Revision, e.Record, nil
 	}
@@ -543,26 +551,44 @@ type KeyOutcome struct {
 // result (calling onWait once before the first wait); a holder whose result frees the
 // key (retryable and certain) is replaced.
 func (c *Claim) ClaimKey(ctx context.Context, onWait func()) (KeyOutcome, error) {
+	return c.claimKey(ctx, Entry{}, onWait)
+}
+
+// ClaimKeyAfter is ClaimKey for an action whose Start found its key held by another
+// action: it begins with the key record Start read (NotFreshError.Holder) instead of
+// a Create that would fail and a read. That read may be behind as ClaimKey's own may,
+// and nothing it decides needs more: a replay waits for the holder's terminal result
+// in the log, a conflict names the input the key held when it was read, and freeing
+// the key is a Delete with compare-and-set on the revision read (which fails, and
+// starts over, if the key moved since).
+func (c *Claim) ClaimKeyAfter(ctx context.Context, seen Entry, onWait func()) (KeyOutcome, error) {
+	return c.claimKey(ctx, seen, onWait)
+}
+
+// claimKey is ClaimKey, beginning with seen when its Revision is not 0.
+func (c *Claim) claimKey(ctx context.Context, seen Entry, onWait func()) (KeyOutcome, error) {
 	l := c.l
 	c.mu.Lock()
 	kr := keyRecord(c.id, c.rec.CapabilityID, c.rec.InputSHA256, c.rec.Owner)
 	ikey := c.rec.IdemKey
 	c.mu.Unlock()
 	for {
-		rev, err := l.rec.Create(ctx, ikey, kr)
-		if err == nil {
-			c.holdKey(rev, kr)
-			return KeyOutcome{Verdict: KeyHeld}, nil
-		}
-		if !errors.Is(err, ErrExists) {
-			return KeyOutcome{}, err
-		}
-		e, err := l.rec.Get(ctx, ikey)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return KeyOutcome{}, err
+		e := seen
+		seen = Entry{}
+		if e.Revision == 0 {
+			rev, err := l.rec.Create(ctx, ikey, kr)
+			if err == nil {
+				c.holdKey(rev, kr)
+				return KeyOutcome{Verdict: KeyHeld}, nil
+			}
+			if !errors.Is(err, ErrExists) {
+				return KeyOutcome{}, err
+			}
+			if e, err = l.rec.Get(ctx, ikey); errors.Is(err, ErrNotFound) {
+				continue
+			} else if err != nil {
+				return KeyOutcome{}, err
+			}
 		}
 		holder := e.Record
 		if holder.ActionID == c.id {

@@ -239,6 +239,8 @@ type delivery struct {
 	cancelReq atomic.Bool
 	lostClaim atomic.Bool
 	waits     atomic.Int32
+	// keySeen is the key record Start found held by another action (ClaimKeyAfter).
+	keySeen kvstore.Entry
 
 	ack      func()
 	progress func()
@@ -384,7 +386,11 @@ func (b *bridge) deliverAction(d *delivery, a simAction) {
 			b.tracef("%s: start %s: %v (nak)", d.owner, a.ID, err)
 			return
 		}
-		b.tracef("%s: start %s: not fresh", d.owner, a.ID)
+		var nf *kvstore.NotFreshError
+		if errors.As(err, &nf) {
+			d.keySeen = nf.Holder
+		}
+		b.tracef("%s: start %s: not fresh (key holder seen: %v)", d.owner, a.ID, d.keySeen.Revision != 0)
 	}
 	d.step("begin")
 	out, err := b.l.Begin(d.ctx, a.intent(d.owner), d.onWait)
@@ -526,7 +532,7 @@ func (b *bridge) follow(d *delivery, a simAction, out kvstore.Outcome) {
 	}
 	if a.Key != "" {
 		d.step("claimkey")
-		ko, err := c.ClaimKey(d.work, d.onWait)
+		ko, err := c.ClaimKeyAfter(d.work, d.keySeen, d.onWait)
 		if err != nil {
 			b.tracef("%s: claim key: %v", d.owner, err)
 			if d.cancelReq.Load() {

@@ -136,15 +136,48 @@ func TestLedgerStartNotFresh(t *testing.T) {
 			if after, _ := f.rec.Peek(ikey); after.Revision != before.Revision {
 				t.Fatal("Start changed the holder's key record")
 			}
-			// The ordinary path: a replay of the holder's result, or a conflict.
+			var nf *kvstore.NotFreshError
+			if !errors.As(err, &nf) || nf.Holder.Record.ActionID != "b" || nf.Holder.Revision != before.Revision {
+				t.Fatalf("ErrNotFresh names %+v, want the holder's key record", nf)
+			}
+			// The ordinary path: a replay of the holder's result, or a conflict, decided on
+			// the record Start read, with no second write or read of the key.
 			c := f.run(keyedIntent("a", "d1", "k", input))
 			if _, err := holder.Settle(f.ctx, completed("b"), false); err != nil {
 				t.Fatal(err)
 			}
+			creates, gets := f.rec.Writes(kvtest.OpCreate, "idem."), f.rec.Calls(kvtest.OpGet)
 			want := map[string]kvstore.KeyVerdict{inputA: kvstore.KeyReplay, inputB: kvstore.KeyConflict}[input]
-			if ko := f.claimKey(c, nil); ko.Verdict != want || ko.Original != "b" {
-				t.Fatalf("ClaimKey after ErrNotFresh: %v of %s, want %v of b", ko.Verdict, ko.Original, want)
+			ko, err := c.ClaimKeyAfter(f.ctx, nf.Holder, nil)
+			if err != nil || ko.Verdict != want || ko.Original != "b" {
+				t.Fatalf("ClaimKeyAfter: %v of %s (%v), want %v of b", ko.Verdict, ko.Original, err, want)
 			}
+			if f.rec.Writes(kvtest.OpCreate, "idem.") != creates || f.rec.Calls(kvtest.OpGet) != gets {
+				t.Fatal("ClaimKeyAfter wrote or read the key again")
+			}
+		}
+	})
+	t.Run("key freed after Start read it", func(t *testing.T) {
+		// The holder's result frees the key (retryable and certain) after Start read it:
+		// ClaimKeyAfter finds that result, its Delete on the old revision finds the key
+		// gone, and it claims the key afresh.
+		f := newFixture(t, testLease)
+		holder := f.start(keyedIntent("b", "e1", "k", inputA))
+		_, err := f.l.Start(f.ctx, keyedIntent("a", "d1", "k", inputA))
+		var nf *kvstore.NotFreshError
+		if !errors.As(err, &nf) {
+			t.Fatalf("Start with the key held: %v", err)
+		}
+		if _, err := holder.Settle(f.ctx, msgOf("b", failed("remote_unavailable", true, false)), true); err != nil {
+			t.Fatal(err)
+		}
+		c := f.run(keyedIntent("a", "d1", "k", inputA))
+		ko, err := c.ClaimKeyAfter(f.ctx, nf.Holder, nil)
+		if err != nil || ko.Verdict != kvstore.KeyHeld {
+			t.Fatalf("ClaimKeyAfter over a freed key: %v, %v; want held", ko.Verdict, err)
+		}
+		if e, ok := f.rec.Peek(kvstore.IdempotencyKey(capUnsafe, "k")); !ok || e.Record.ActionID != "a" {
+			t.Fatalf("key record %+v (live %v), want a's", e.Record, ok)
 		}
 	})
 }
