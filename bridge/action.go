@@ -64,7 +64,7 @@ type job struct {
 
 	// keySeen is the key record a one-write start found held by another action: the
 	// ordinary path's key claim begins with it (kvstore.Claim.ClaimKeyAfter).
-	keySeen kvstore.Entry
+	keySeen *kvstore.Entry
 
 	claim   atomic.Pointer[kvstore.Claim]
 	yieldMu sync.Mutex
@@ -366,7 +366,7 @@ func (j *job) startNow(ctx context.Context) (d decision, done bool) {
 		j.ep.brk.abandon()
 		var nf *kvstore.NotFreshError
 		if errors.As(err, &nf) {
-			j.keySeen = nf.Holder
+			j.keySeen = &nf.Holder
 		}
 		if errors.Is(err, kvstore.ErrNotFresh) {
 			return decision{}, false
@@ -520,7 +520,11 @@ func (j *job) execute(ctx context.Context) decision {
 	claim := j.claim.Load()
 	if j.idemKey != "" {
 		kctx, span := b.tracing.startClaimKey(cctx)
-		ko, err := claim.ClaimKeyAfter(kctx, j.keySeen, j.yieldWorker)
+		var seen kvstore.Entry
+		if j.keySeen != nil {
+			seen = *j.keySeen
+		}
+		ko, err := claim.ClaimKeyAfter(kctx, seen, j.yieldWorker)
 		endClaimKey(span, ko, err)
 		if err != nil {
 			return j.interrupted(ctx, cctx, err, "waiting for the original action")
