@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -26,17 +28,12 @@ func TestDurableWritesPerAction(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := h.js.Stream(ctx, "KV_HERMES_IDEMPOTENCY")
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := s.Info(ctx)
+		info, err := bucketStream(t, h).Info(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return info.State.LastSeq
 	}
-	key := func(k string) func(*events.Action) { return func(a *events.Action) { a.IdempotencyKey = k } }
 	steps := []struct {
 		name   string
 		run    func() []string // the action ids it published
@@ -52,9 +49,7 @@ func TestDurableWritesPerAction(t *testing.T) {
 			return []string{h.publish("models", events.Action{Input: mustJSON(t, `{}`)})}
 		}},
 		{name: "duplicate of a settled key (claim; the replay needs no fence)", writes: 1, run: func() []string {
-			a := events.Action{Input: mustJSON(t, `{"prompt":"writes one"}`)}
-			key("w-1")(&a)
-			return []string{h.publish("chat", a)}
+			return []string{h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"writes one"}`), IdempotencyKey: "w-1"})}
 		}},
 		{name: "unkeyed start, then a keyed action queued behind it (claim, key, mark)", writes: 1 + 3, run: func() []string {
 			first := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"wait1500: holds the endpoint"}`)})
@@ -91,10 +86,7 @@ func kvSubjects(t *testing.T, h *harness, first, last uint64) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := h.js.Stream(ctx, "KV_HERMES_IDEMPOTENCY")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := bucketStream(t, h)
 	var out []string
 	for seq := first; seq <= last; seq++ {
 		m, err := s.GetMsg(ctx, seq)
@@ -105,4 +97,16 @@ func kvSubjects(t *testing.T, h *harness, first, last uint64) []string {
 		out = append(out, fmt.Sprintf("%d: %s %s", seq, m.Subject, m.Header.Get("KV-Operation")))
 	}
 	return out
+}
+
+// bucketStream returns the stream of the bridge's KV bucket.
+func bucketStream(t *testing.T, h *harness) jetstream.Stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := h.js.Stream(ctx, "KV_HERMES_IDEMPOTENCY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
