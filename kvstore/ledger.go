@@ -58,7 +58,8 @@ import (
 // The mark is the dispatched state of the action record for every unsafe call, keyed
 // or not, so it is fenced by the same revision, or, for an unsafe action that runs at
 // once (Start), by the Create that makes the record: it succeeds only where no
-// delivery has ever claimed the id (and no cancel came first), right before the send. Park and the Settle of a claim that
+// delivery has ever claimed the id (and no cancel came first), right before the send.
+// Park and the Settle of a claim that
 // never dispatched begin with such a compare-and-set, since what follows it writes
 // elsewhere (the park index, the log). A claim that dispatched settles without one:
 // whoever takes its record over gets Uncertain and never sends, so of its result and
@@ -361,24 +362,34 @@ func (e *NotFreshError) Is(target error) bool { return target == ErrNotFresh }
 // when another action holds it.
 func (l *Ledger) startKey(ctx context.Context, in Intent) (uint64, Record, error) {
 	kr := keyRecord(in.ActionID, in.CapabilityID, in.InputSHA256, in.Owner)
+	rev, e, err := l.createOrRead(ctx, in.IdemKey, kr)
+	switch {
+	case err != nil:
+		return 0, Record{}, err
+	case rev != 0:
+		return rev, kr, nil
+	case e.Record.ActionID != in.ActionID:
+		return 0, Record{}, &NotFreshError{Holder: e}
+	}
+	return e.Revision, e.Record, nil
+}
+
+// createOrRead creates key with r, or reads the record that holds it: the new
+// revision (not 0) when the Create won, else the entry it found.
+func (l *Ledger) createOrRead(ctx context.Context, key string, r Record) (uint64, Entry, error) {
 	for {
-		rev, err := l.rec.Create(ctx, in.IdemKey, kr)
+		rev, err := l.rec.Create(ctx, key, r)
 		if err == nil {
-			return rev, kr, nil
+			return rev, Entry{}, nil
 		}
 		if !errors.Is(err, ErrExists) {
-			return 0, Record{}, err
+			return 0, Entry{}, err
 		}
-		e, err := l.rec.Get(ctx, in.IdemKey)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			continue // freed since: claim it afresh
-		case err != nil:
-			return 0, Record{}, err
-		case e.Record.ActionID != in.ActionID:
-			return 0, Record{}, &NotFreshError{Holder: e}
+		e, err := l.rec.Get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			continue // gone since: create it afresh
 		}
-		return e.Revision, e.Record, nil
+		return 0, e, err
 	}
 }
 
@@ -551,7 +562,7 @@ type KeyOutcome struct {
 // result (calling onWait once before the first wait); a holder whose result frees the
 // key (retryable and certain) is replaced.
 func (c *Claim) ClaimKey(ctx context.Context, onWait func()) (KeyOutcome, error) {
-	return c.claimKey(ctx, Entry{}, onWait)
+	return c.claimKey(ctx, nil, onWait)
 }
 
 // ClaimKeyAfter is ClaimKey for an action whose Start found its key held by another
@@ -560,35 +571,32 @@ func (c *Claim) ClaimKey(ctx context.Context, onWait func()) (KeyOutcome, error)
 // and nothing it decides needs more: a replay waits for the holder's terminal result
 // in the log, a conflict names the input the key held when it was read, and freeing
 // the key is a Delete with compare-and-set on the revision read (which fails, and
-// starts over, if the key moved since).
-func (c *Claim) ClaimKeyAfter(ctx context.Context, seen Entry, onWait func()) (KeyOutcome, error) {
+// starts over, if the key moved since). A nil seen is ClaimKey.
+func (c *Claim) ClaimKeyAfter(ctx context.Context, seen *Entry, onWait func()) (KeyOutcome, error) {
 	return c.claimKey(ctx, seen, onWait)
 }
 
-// claimKey is ClaimKey, beginning with seen when its Revision is not 0.
-func (c *Claim) claimKey(ctx context.Context, seen Entry, onWait func()) (KeyOutcome, error) {
+// claimKey is ClaimKey, beginning with seen when it is not nil.
+func (c *Claim) claimKey(ctx context.Context, seen *Entry, onWait func()) (KeyOutcome, error) {
 	l := c.l
 	c.mu.Lock()
 	kr := keyRecord(c.id, c.rec.CapabilityID, c.rec.InputSHA256, c.rec.Owner)
 	ikey := c.rec.IdemKey
 	c.mu.Unlock()
 	for {
-		e := seen
-		seen = Entry{}
-		if e.Revision == 0 {
-			rev, err := l.rec.Create(ctx, ikey, kr)
-			if err == nil {
+		var e Entry
+		if seen != nil {
+			e, seen = *seen, nil
+		} else {
+			rev, found, err := l.createOrRead(ctx, ikey, kr)
+			if err != nil {
+				return KeyOutcome{}, err
+			}
+			if rev != 0 {
 				c.holdKey(rev, kr)
 				return KeyOutcome{Verdict: KeyHeld}, nil
 			}
-			if !errors.Is(err, ErrExists) {
-				return KeyOutcome{}, err
-			}
-			if e, err = l.rec.Get(ctx, ikey); errors.Is(err, ErrNotFound) {
-				continue
-			} else if err != nil {
-				return KeyOutcome{}, err
-			}
+			e = found
 		}
 		holder := e.Record
 		if holder.ActionID == c.id {

@@ -240,7 +240,7 @@ type delivery struct {
 	lostClaim atomic.Bool
 	waits     atomic.Int32
 	// keySeen is the key record Start found held by another action (ClaimKeyAfter).
-	keySeen kvstore.Entry
+	keySeen *kvstore.Entry
 
 	ack      func()
 	progress func()
@@ -388,9 +388,9 @@ func (b *bridge) deliverAction(d *delivery, a simAction) {
 		}
 		var nf *kvstore.NotFreshError
 		if errors.As(err, &nf) {
-			d.keySeen = nf.Holder
+			d.keySeen = &nf.Holder
 		}
-		b.tracef("%s: start %s: not fresh (key holder seen: %v)", d.owner, a.ID, d.keySeen.Revision != 0)
+		b.tracef("%s: start %s: not fresh (key holder seen: %v)", d.owner, a.ID, d.keySeen != nil)
 	}
 	d.step("begin")
 	out, err := b.l.Begin(d.ctx, a.intent(d.owner), d.onWait)

@@ -148,7 +148,7 @@ func TestLedgerStartNotFresh(t *testing.T) {
 			}
 			creates, gets := f.rec.Writes(kvtest.OpCreate, "idem."), f.rec.Calls(kvtest.OpGet)
 			want := map[string]kvstore.KeyVerdict{inputA: kvstore.KeyReplay, inputB: kvstore.KeyConflict}[input]
-			ko, err := c.ClaimKeyAfter(f.ctx, nf.Holder, nil)
+			ko, err := c.ClaimKeyAfter(f.ctx, &nf.Holder, nil)
 			if err != nil || ko.Verdict != want || ko.Original != "b" {
 				t.Fatalf("ClaimKeyAfter: %v of %s (%v), want %v of b", ko.Verdict, ko.Original, err, want)
 			}
@@ -172,7 +172,7 @@ func TestLedgerStartNotFresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := f.run(keyedIntent("a", "d1", "k", inputA))
-		ko, err := c.ClaimKeyAfter(f.ctx, nf.Holder, nil)
+		ko, err := c.ClaimKeyAfter(f.ctx, &nf.Holder, nil)
 		if err != nil || ko.Verdict != kvstore.KeyHeld {
 			t.Fatalf("ClaimKeyAfter over a freed key: %v, %v; want held", ko.Verdict, err)
 		}
