@@ -296,12 +296,15 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 		}
 	}
 
-	if invalid == nil {
-		invalid = j.validate()
-	}
-	if invalid == nil && j.startsAtOnce() {
-		if d, done := j.startNow(ctx); done {
-			return d
+	// An action that may start at once is validated first (the start needs a valid
+	// action); any other after its claim, so that a duplicate that finds its result
+	// does no validation.
+	early := invalid == nil && j.startsAtOnce()
+	if early {
+		if invalid = j.validate(); invalid == nil {
+			if d, done := j.startNow(ctx); done {
+				return d
+			}
 		}
 	}
 
@@ -321,6 +324,9 @@ func (j *job) run(ctx context.Context, decodeErr error) decision {
 		return d
 	}
 	b.hook(PointClaimed, j.actionID)
+	if invalid == nil && !early {
+		invalid = j.validate()
+	}
 	if invalid != nil {
 		return j.settle(ctx, failedResult(j, invalid))
 	}
@@ -520,11 +526,7 @@ func (j *job) execute(ctx context.Context) decision {
 	claim := j.claim.Load()
 	if j.idemKey != "" {
 		kctx, span := b.tracing.startClaimKey(cctx)
-		var seen kvstore.Entry
-		if j.keySeen != nil {
-			seen = *j.keySeen
-		}
-		ko, err := claim.ClaimKeyAfter(kctx, seen, j.yieldWorker)
+		ko, err := claim.ClaimKeyAfter(kctx, j.keySeen, j.yieldWorker)
 		endClaimKey(span, ko, err)
 		if err != nil {
 			return j.interrupted(ctx, cctx, err, "waiting for the original action")
