@@ -1,0 +1,183 @@
+package core
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// change is an update of the claimed action record. Each is one compare-and-set on the
+// revision the job holds; a lost compare-and-set is reconciled (onClaimUpdate).
+type change struct {
+	kind chKind
+	// stopOnCancel: a cancel flag found in the record stops the change (it reports
+	// CancelFlag and writes nothing); other changes adopt the flag and go on.
+	stopOnCancel bool
+
+	counted    bool            // chRelease: this delivery spent an attempt
+	runID      string          // chBind
+	action     json.RawMessage // chPark
+	expires    time.Time       // chPark, chAsk
+	pendingSeq uint64          // chPark, chAsk
+	n          int             // chAsk, chExpire: the tool approval
+	sha        string          // chAsk
+	won        bool            // chExpire: set by apply, the expiry answered approval n
+}
+
+type chKind uint8
+
+const (
+	chRenew    chKind = iota + 1 // a heartbeat: the owner moves the revision
+	chDispatch                   // the write-ahead mark: from its success on the request may reach Hermes
+	chFence                      // settling a result reached without a call
+	chRelease                    // certain non-execution: a later delivery retries
+	chProve                      // Park's first write: proves the claim before the index and the pending message
+	chPark                       // parked, waiting for a decision
+	chBind                       // a durable run's id
+	chAsk                        // a run's tool approval n is asked
+	chExpire                     // a run's tool approval n expired unanswered
+)
+
+var chNames = [...]string{"", "renew", "dispatch", "fence", "release", "prove", "park", "bind", "ask", "expire"}
+
+func (c *change) String() string { return chNames[c.kind] }
+
+// apply returns r with the change.
+func (c *change) apply(r kvstore.Record, j *Job) kvstore.Record {
+	switch c.kind {
+	case chDispatch:
+		r.State = kvstore.StateDispatched
+	case chFence:
+		r.State = kvstore.StateSettling
+	case chRelease:
+		r.State, r.Owner = kvstore.StateReleased, ""
+		if !c.counted {
+			r.Attempt = max(r.Attempt-1, 0)
+		}
+	case chPark:
+		r.State, r.Owner, r.Action, r.ExpiresAt, r.PendingSeq = kvstore.StateParked, "", c.action, c.expires.UTC(), c.pendingSeq
+	case chBind:
+		r.RunID = c.runID
+	case chAsk:
+		r.PendingSeq, r.ApprovalSeq, r.ApprovalSHA256, r.ExpiresAt = c.pendingSeq, c.n, c.sha, c.expires.UTC()
+	case chExpire:
+		c.won = r.ApprovalSeq == c.n && r.ApprovalAnswered < c.n
+		if c.won {
+			r.ApprovalAnswered, r.ApprovalDecision = c.n, ""
+		}
+	}
+	return r
+}
+
+// claim queues ch, whose outcome goes to k: OK (written; the job holds the new
+// revision), CancelFlag, Lost, TooLarge or Failed (which may or may not have written).
+func (j *Job) claim(k K, ch change) {
+	j.queue = append(j.queue, storeReq{k: k, ch: &ch})
+	j.pump()
+}
+
+// onClaimUpdate reconciles a claim update. A lost compare-and-set reads the record: if
+// it is still this job's (same owner and state: a cancel request flagged it, or a write
+// of this job whose reply was lost), the job adopts it and writes its change again (or
+// stops for the cancel flag); otherwise the claim was taken over.
+func (j *Job) onClaimUpdate(r storeReq, ev Event) {
+	if !r.reconcile {
+		switch ev.Status {
+		case OK:
+			j.rev, j.rec = ev.Rev, r.eff.Rec
+			j.cont(r.k, Event{Kind: EvStore, Status: OK})
+		case Conflict:
+			r.reconcile = true
+			r.eff = Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID)}
+			j.send(r)
+		default:
+			j.cont(r.k, ev)
+		}
+		return
+	}
+	if ev.Status != OK {
+		// NotFound: a record does not vanish while its action runs, so this is a read
+		// that is behind. Unknown, not lost: the caller retries.
+		j.cont(r.k, Event{Kind: EvStore, Status: Failed, Err: ev.Err})
+		return
+	}
+	e := ev.Entry
+	if e.Record.Owner != j.rec.Owner || e.Record.State != j.rec.State {
+		j.setLost()
+		j.cont(r.k, Event{Kind: EvStore, Status: Lost})
+		return
+	}
+	j.rev, j.rec = e.Revision, e.Record
+	if e.Record.Cancel {
+		j.cancelled()
+		if r.ch.stopOnCancel {
+			j.cont(r.k, Event{Kind: EvStore, Status: CancelFlag})
+			return
+		}
+	}
+	r.reconcile = false
+	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
+	j.send(r)
+}
+
+// setLost records that the claim was taken over and cuts the main flow's operation off.
+func (j *Job) setLost() {
+	if !j.lost {
+		j.lost = true
+		j.abortMain(abortLost)
+	}
+}
+
+// cancelled records a cancel request (from the record's flag or this replica) and cuts
+// the main flow's operation off.
+func (j *Job) cancelled() {
+	if !j.cancelReq {
+		j.cancelReq = true
+		j.abortMain(abortCancel)
+	}
+}
+
+// onRenewed ends a heartbeat's renewal of the claim, then renews the key record the
+// job holds, so that neither expires while the action runs.
+func (j *Job) onRenewed(ev Event) {
+	j.renewQueued = false
+	if ev.Status == OK && j.keyRev != 0 && !j.keyRenewing {
+		j.keyRenewing = true
+		j.store(kKeyRenewed, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: j.keyRec, Rev: j.keyRev})
+	}
+}
+
+// onKeyRenewed adopts the key record's new revision; when the write was refused or its
+// reply lost, it reads the key back and adopts it if it still names this action.
+func (j *Job) onKeyRenewed(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.keyRev = ev.Rev
+		j.keyRenewing = false
+	default:
+		j.store(kKeyReread, Effect{Kind: EffGet, Key: j.act.IdemKey})
+	}
+}
+
+func (j *Job) onKeyReread(ev Event) {
+	j.keyRenewing = false
+	switch {
+	case ev.Status == OK && ev.Entry.Record.ActionID == j.act.ID:
+		j.keyRev, j.keyRec = ev.Entry.Revision, ev.Entry.Record
+	case ev.Status == OK || ev.Status == NotFound:
+		// Another action holds the key, or it is gone (expired, or freed by a result):
+		// not this job's to renew.
+		j.keyRev = 0
+		j.note(NoteKeyLost, "")
+	}
+	// Failed: keep the revision; the next beat tries again and reads back again.
+}
+
+// hold records that the job holds the key, at revision rev.
+func (j *Job) hold(rev uint64, r kvstore.Record) { j.keyRev, j.keyRec = rev, r }
+
+// take records the claim the job took.
+func (j *Job) take(rev uint64, r kvstore.Record, v Verdict) {
+	j.claimed, j.rev, j.rec, j.verdict, j.attempt = true, rev, r, v, max(r.Attempt, 1)
+}

@@ -1,0 +1,381 @@
+package core
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// ---- decisions and expiries ----
+
+// decide ends the parking of the job's action with its decision (a decision message),
+// or with an expiry (the sweeper). A bound run's tool approval is answered instead. A
+// record that is no longer parked was decided before (a redelivered decision, or a
+// second one): it is treated as a delivery treats a record, so that the first decision
+// is carried out, once. A decision that finds nothing to decide is retried a few times
+// (it may have overtaken its action) and then dead-lettered.
+func (j *Job) decide() {
+	j.store(kDecGet, Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID)})
+}
+
+func (j *Job) onDecGet(ev Event) {
+	switch ev.Status {
+	case NotFound:
+		j.decisionEarly()
+		return
+	case OK:
+	default:
+		j.decisionRetry(ev, "reading the action record")
+		return
+	}
+	e := ev.Entry
+	j.seen = e
+	r := e.Record
+	switch {
+	case j.kind == KindDecision && r.State == kvstore.StateDispatched && r.RunID != "":
+		j.answerRunApproval(e)
+	case r.State == kvstore.StateSettled:
+		j.decisionMoot()
+	default:
+		// The log first: a parked or decided action may have been settled already
+		// (a takeover of a settling owner, a cancel), and is then not carried on.
+		j.store(kDecLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
+	}
+}
+
+func (j *Job) onDecLog(ev Event) {
+	switch {
+	case ev.Status == OK && ev.Log.Terminal():
+		j.decisionMoot()
+		return
+	case ev.Status != OK && ev.Status != NotFound:
+		j.decisionRetry(ev, "reading the action's result")
+		return
+	}
+	e := j.seen
+	r := e.Record
+	switch {
+	case r.State == kvstore.StateParked:
+		nr := r
+		d := j.choose(r)
+		nr.Decision, nr.Approver, nr.Reason = d.Decision, d.Approver, d.Reason
+		nr.State, nr.Owner, nr.Attempt = kvstore.StateClaimed, j.owner, 1
+		j.decided = nr
+		j.store(kDecided, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+	case r.Decision != "":
+		// Decided before: carry the first decision on, as a delivery would.
+		j.fromRecord(r)
+		j.waitUntil = j.now.Add(j.waitLimit())
+		j.onExamineLog(ev)
+	case j.kind == KindExpire:
+		j.nak(0) // not parked: the next sweep looks again
+	case r.State == kvstore.StateClaimed && !j.waitedParking:
+		// A parking may be under way: wait for the record to move, briefly.
+		j.waitedParking = true
+		j.emit(Effect{Kind: EffYield})
+		j.async(kDecParkWait, Effect{Kind: EffAwaitMove, Key: e.Key, Rev: e.Revision, ActionID: j.act.ID,
+			Until: j.now.Add(j.cfg.ParkingWait)})
+	default:
+		j.decisionEarly()
+	}
+}
+
+func (j *Job) onDecParkWait(ev Event) {
+	switch ev.Status {
+	case Moved:
+		j.decide()
+	case Terminal:
+		j.decisionMoot()
+	case Expired:
+		j.decisionEarly()
+	default:
+		j.nak(j.cfg.RetryBase)
+	}
+}
+
+// choose is the decision the job's decision (or expiry) makes of a parked record.
+func (j *Job) choose(r kvstore.Record) kvstore.Decision {
+	d := j.dec
+	switch {
+	case j.kind == KindExpire || j.now.After(r.ExpiresAt):
+		j.approval = "expired"
+		return kvstore.Decision{Decision: kvstore.DecisionExpired}
+	case d.Decision == events.DecisionDeny:
+		j.approval = "deny"
+		return kvstore.Decision{Decision: kvstore.DecisionDeny, Approver: d.Approver, Reason: d.Reason}
+	case d.InputSHA256 != r.InputSHA256:
+		j.approval = "mismatch"
+		return kvstore.Decision{Decision: kvstore.DecisionMismatch, Approver: d.Approver}
+	}
+	j.approval = "approve"
+	return kvstore.Decision{Decision: kvstore.DecisionApprove, Approver: d.Approver}
+}
+
+func (j *Job) onDecided(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.fromRecord(j.decided)
+		j.take(ev.Rev, j.decided, VerdictDecided)
+		j.resume()
+	case Conflict:
+		j.decide()
+	default:
+		j.decisionRetry(ev, "recording the decision")
+	}
+}
+
+// fromRecord fills the job's action in from its record, until Resume reads the action.
+func (j *Job) fromRecord(r kvstore.Record) {
+	j.act.CapabilityID, j.act.InputSHA256, j.act.IdemKey = r.CapabilityID, r.InputSHA256, r.IdemKey
+	j.act.Deadline = j.now.Add(j.cfg.Lease) // until Resume tells the action's own deadline
+	j.resumeFirst = true
+}
+
+// resume reads the action from the record the job claimed (a formerly parked action).
+func (j *Job) resume() {
+	j.async(kResumed, Effect{Kind: EffResume, Rec: j.rec})
+}
+
+func (j *Job) onResumed(ev Event) {
+	j.resumeFirst = false
+	if ev.Action != nil {
+		id := j.act.ID
+		j.act = *ev.Action
+		j.act.ID = id
+	}
+	if ev.Invalid != nil {
+		j.note(NoteUnresumable, "")
+		j.settle(j.failed(ev.Invalid))
+		return
+	}
+	j.validated = true
+	j.claimedGo()
+}
+
+// decisionMoot acknowledges a decision (or expiry) for an action that has its result.
+func (j *Job) decisionMoot() {
+	j.setStatus("decision_late", "")
+	if j.kind == KindExpire {
+		j.store(kUnparkGet, Effect{Kind: EffGet, Key: kvstore.ParkKey(j.act.ID)})
+		return
+	}
+	j.ack()
+}
+
+// decisionEarly handles a decision that found nothing waiting for it: it may have
+// overtaken its action (or its approval request); it is looked at again shortly, a
+// bounded number of times, then dead-lettered.
+func (j *Job) decisionEarly() {
+	if j.kind == KindExpire {
+		j.nak(0)
+		return
+	}
+	if j.delivery < j.cfg.DecisionTries {
+		j.setStatus("decision_early", "")
+		j.approval = "early"
+		j.nak(time.Second)
+		return
+	}
+	j.setStatus("decision_orphan", "")
+	j.approval = "orphan"
+	j.deadLetter("no parked action or waiting run approval with this id")
+}
+
+// decisionRetry naks a decision (or an expiry) whose store operation failed.
+func (j *Job) decisionRetry(ev Event, what string) {
+	j.note(NoteStoreFailed, what)
+	j.setStatus("retrying", "")
+	j.nak(j.backoff(0))
+}
+
+// deadLetter copies the job's message to the DLQ with reason, then terminates it.
+func (j *Job) deadLetter(reason string) {
+	j.dlqReason = reason
+	j.async(kDeadLettered, Effect{Kind: EffDeadLetter, Reason: reason})
+}
+
+func (j *Job) onDeadLettered(ev Event) {
+	if ev.Status != OK {
+		j.nak(j.cfg.RetryBase)
+		return
+	}
+	j.term("dead-lettered: " + j.dlqReason)
+}
+
+// answerRunApproval answers the bound run's pending tool approval with the job's
+// decision: one compare-and-set on the action record, which any replica may do; only
+// the first answer of an approval wins, and is then forwarded to Hermes.
+func (j *Job) answerRunApproval(e kvstore.Entry) {
+	r, d := e.Record, j.dec
+	if r.ApprovalSeq == 0 || r.ApprovalAnswered >= r.ApprovalSeq {
+		if r.ApprovalDecision == d.MsgID {
+			j.setStatus("decision_applied", "")
+			j.ack() // a redelivery of the decision that answered it
+			return
+		}
+		j.decisionEarly()
+		return
+	}
+	choice, outcome := d.Choice, d.Decision
+	if choice != events.ChoiceDeny && d.InputSHA256 != r.ApprovalSHA256 {
+		choice, outcome = events.ChoiceDeny, "mismatch"
+	}
+	j.runChoice, j.approval = choice, outcome
+	nr := r
+	nr.ApprovalAnswered, nr.ApprovalDecision = r.ApprovalSeq, d.MsgID
+	j.store(kRunAnswered, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+}
+
+func (j *Job) onRunAnswered(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.async(kRunForwarded, Effect{Kind: EffRun, Run: &RunRequest{Op: RunApprove, RunID: j.seen.Record.RunID,
+			Choice: j.runChoice}})
+	case Conflict:
+		j.decide() // answered meanwhile (by another decision, or expired): read again
+	default:
+		j.decisionRetry(ev, "recording the approval answer")
+	}
+}
+
+func (j *Job) onRunForwarded(Event) {
+	j.setStatus("decision_"+j.approval, "")
+	j.ack()
+}
+
+// ---- cancel requests answered from the records ----
+
+// cancelFromRecords answers a cancel request for an action that no job of this replica
+// runs: no record: a settled record holding the cancelled result, so that the action,
+// if it comes, settles cancelled without reaching Hermes ("unknown"); a terminal result
+// or settled record: "already_settled"; parked: the parking ends with a cancel and the
+// action settles cancelled here ("cancelled"); otherwise the record's cancel flag, which
+// its owner (or whoever takes it over) honours ("cancelled"). A failure answers nothing:
+// the requester's timeout tells it to ask again.
+func (j *Job) cancelFromRecords() {
+	j.store(kCanGet, Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID)})
+}
+
+func (j *Job) reply(state string) {
+	j.emit(Effect{Kind: EffReplyCancel, State: state})
+	j.setStatus("cancel:"+state, "")
+	j.ack()
+}
+
+func (j *Job) onCanGet(ev Event) {
+	switch {
+	case ev.Status == NotFound && j.allowTomb:
+		tomb, _ := json.Marshal(&events.Result{ActionID: j.act.ID, Status: events.StatusCancelled,
+			Output: json.RawMessage("null"), Error: cancelledInfo(false, "cancelled before the bridge received the action")})
+		j.store(kCanTomb, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID),
+			Rec: kvstore.Record{State: kvstore.StateSettled, ActionID: j.act.ID, Result: tomb}})
+	case ev.Status == NotFound:
+		j.reply(events.CancelUnknown)
+	case ev.Status != OK:
+		j.ack()
+	case ev.Entry.Record.State == kvstore.StateSettled:
+		j.reply(events.CancelAlreadySettled)
+	default:
+		j.seen = ev.Entry
+		j.store(kCanLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
+	}
+}
+
+func (j *Job) onCanTomb(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.reply(events.CancelUnknown)
+	case Exists:
+		j.cancelFromRecords()
+	default:
+		j.ack()
+	}
+}
+
+func (j *Job) onCanLog(ev Event) {
+	switch {
+	case ev.Status == OK && ev.Log.Terminal():
+		j.reply(events.CancelAlreadySettled)
+		return
+	case ev.Status != OK && ev.Status != NotFound:
+		j.ack()
+		return
+	}
+	e := j.seen
+	r := e.Record
+	switch {
+	case r.State == kvstore.StateParked:
+		nr := r
+		nr.State, nr.Owner, nr.Decision, nr.Attempt = kvstore.StateClaimed, j.owner, kvstore.DecisionCancel, 1
+		j.decided = nr
+		j.store(kCanPark, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+	case r.Cancel:
+		j.reply(events.CancelCancelled)
+	default:
+		nr := r
+		nr.Cancel = true
+		j.store(kCanFlag, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+	}
+}
+
+func (j *Job) onCanPark(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.act.CapabilityID, j.act.InputSHA256, j.act.IdemKey = j.decided.CapabilityID, j.decided.InputSHA256, j.decided.IdemKey
+		j.act.Deadline = j.now.Add(j.cfg.Lease)
+		j.take(ev.Rev, j.decided, VerdictDecided)
+		j.settle(cancelledResult(j, false))
+	case Conflict:
+		j.cancelFromRecords()
+	default:
+		j.ack()
+	}
+}
+
+func (j *Job) onCanFlag(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.reply(events.CancelCancelled)
+	case Conflict:
+		j.cancelFromRecords()
+	default:
+		j.ack()
+	}
+}
+
+// ---- panics ----
+
+// onPanic ends a job whose handling panicked (the driver recovered it): whatever was in
+// flight is gone. The action settles failed with code internal (details.reason panic;
+// uncertain if an unsafe call may have been sent), a copy of its message goes to the DLQ
+// and the message is acknowledged, so that one bad message cannot crash replica after
+// replica.
+func (j *Job) onPanic() {
+	j.busy, j.queue, j.await, j.awaitOp = false, nil, kNone, 0
+	if j.panicked {
+		j.term("panic")
+		return
+	}
+	j.panicked = true
+	if j.kind == KindAction || j.kind == KindDecision {
+		j.dlqReason = "panic while handling the message"
+		j.async(kPanicDLQ, Effect{Kind: EffDeadLetter, Reason: j.dlqReason})
+		return
+	}
+	j.settlePanic()
+}
+
+func (j *Job) onPanicDLQ(Event) { j.settlePanic() }
+
+func (j *Job) settlePanic() {
+	if j.act.CapabilityID == "" || j.lost {
+		j.ack()
+		return
+	}
+	info := &events.ErrorInfo{Code: "internal", Category: "connector",
+		UncertainOutcome: j.claimed && j.rec.State == kvstore.StateDispatched && !j.act.Op.Safe,
+		Message:          "the bridge failed while handling the action", Details: map[string]any{"reason": "panic"}}
+	j.settle(j.failed(info))
+}

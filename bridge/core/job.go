@@ -1,0 +1,348 @@
+package core
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// Job is the state of one job: a delivery of an action or of a decision, the sweeper's
+// expiry of a parked action, or a cancel answered from the records. Its only method that
+// changes it is Step; it does no I/O, reads no clock and starts no goroutine. It is not
+// safe for concurrent use: its driver serializes the events.
+type Job struct {
+	cfg   Config
+	kind  JobKind
+	owner string
+	rng   *rand.Rand
+	now   time.Time
+	begun time.Time
+
+	act       Action
+	delivery  int
+	final     bool
+	dec       *Decision
+	allowTomb bool
+	validated bool // EffValidate or EffResume answered, and the action is valid
+	invalid   *events.ErrorInfo
+
+	// The action record, while this job holds its claim (claimed).
+	claimed  bool
+	rev      uint64
+	rec      kvstore.Record
+	lost     bool // the claim was taken over: neither send nor settle
+	verdict  Verdict
+	tookOver bool // taken over from an owner that may still be alive (paused)
+	// fenced: taken over from an owner that was settling a result it reached without a
+	// call: nothing was sent, and this job must not send either.
+	fenced bool
+	// uncertain: taken over from an owner that had marked it dispatched.
+	uncertain bool
+
+	// The key record, while this job holds the key (keyRev != 0).
+	keyRev      uint64
+	keyRec      kvstore.Record
+	keySeen     *kvstore.Entry // a key record a start found held by another action
+	keyRenewing bool
+
+	seen      kvstore.Entry // the record (or key record) the flow decides about
+	waitUntil time.Time     // the limit of a wait for another delivery
+
+	settling    bool // the result is decided: a cancel comes too late
+	parking     bool // a parking is under way: the records answer cancels
+	replay      bool // the result settled is a replay of the key holder's
+	unboundRun  bool // a run taken over unbound and posted again: no failure is certain
+	result      *events.Result
+	frees       bool
+	settleUntil time.Time
+	tries       int // attempts of the main flow's current operation
+	parkAt      time.Time
+	stored      bool // the result settled was held in a settled record (no claim)
+
+	slot      bool // an endpoint slot is held, not yet used by a call
+	cancelReq bool // a cancel request came (or the record carries the flag)
+	shutdown  bool
+	abortWhy  abortCause
+
+	run              *runState
+	asks             []runAsk       // tool approvals being asked, in order
+	lastStart        *CallAnswer    // a failed post of the run, while it may be posted again
+	approvalsExpired int            // tool approvals this job expired
+	decided          kvstore.Record // the record a decision (or cancel) writes
+	waitedParking    bool           // a decision waited once for a parking under way
+	resumeFirst      bool           // the claim came from a decision: Resume before anything
+	approval         string         // a decision's outcome, for its metric
+	runChoice        string         // the choice a decision forwards to a run
+	dlqReason        string         // why the message goes to the DLQ
+	panicked         bool           // the job panicked once
+	releaseDelay     time.Duration  // the nak after a release
+	settledByMe      bool           // this job stored the action's terminal result
+	appendAfter      uint64         // the sequence the result's append expects
+	wasParked        bool           // this job parked, or claimed a parked, action
+	parkUntil        time.Time      // the parking's expiry
+	claimedHooked    bool           // PointClaimed was emitted on the ordinary path
+
+	// The main flow awaits one answer at a time.
+	await   K
+	awaitOp uint64
+	// Store and log operations go one at a time (the main flow's and the heartbeat's).
+	busy        bool
+	cur         storeReq
+	queue       []storeReq
+	renewQueued bool
+
+	nextOp uint64
+	done   bool
+
+	// The job's outcome, for its log line and metrics.
+	status, code, replayOf string
+	attempt                int
+
+	out []Effect
+}
+
+// abortCause is why the main flow's operation was aborted.
+type abortCause uint8
+
+const (
+	abortNone abortCause = iota
+	abortCancel
+	abortLost
+	abortShutdown
+)
+
+// NewJob returns a job with cfg; Step it with EvDeliver first.
+func NewJob(cfg Config) *Job {
+	return &Job{cfg: cfg}
+}
+
+// Done reports whether the job finished (it emitted EffFinish).
+func (j *Job) Done() bool { return j.done }
+
+// Outcome describes a finished (or running) job for its log line and metrics.
+type Outcome struct {
+	ActionID, CapabilityID string
+	Status, Code, ReplayOf string
+	Attempt                int
+	Verdict                Verdict
+	Dispatched             bool // an unsafe call may have been sent under this job's claim
+	Settled                bool // this job stored the action's terminal result
+}
+
+// Outcome returns what the job did so far.
+func (j *Job) Outcome() Outcome {
+	return Outcome{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID, Status: j.status, Code: j.code,
+		ReplayOf: j.replayOf, Attempt: max(j.attempt, 1), Verdict: j.verdict,
+		Dispatched: j.claimed && j.rec.State == kvstore.StateDispatched, Settled: j.status != "" && j.settledByMe}
+}
+
+// Step applies ev and returns the effects to carry out, in order. The slice is valid
+// until the next Step.
+func (j *Job) Step(ev Event) []Effect {
+	j.out = j.out[:0]
+	if j.done {
+		return nil
+	}
+	if !ev.Now.IsZero() {
+		j.now = ev.Now
+	}
+	switch ev.Kind {
+	case EvDeliver:
+		j.deliver(ev.Start)
+	case EvStore, EvLog:
+		j.onStore(ev)
+	case EvTimer:
+		j.onTimer(ev)
+	case EvRunApproval:
+		j.onRunApproval(ev)
+	case EvBeat:
+		j.onBeat()
+	case EvCancel:
+		j.onCancel()
+	case EvShutdown:
+		j.onShutdown()
+	case EvPanic:
+		j.onPanic()
+	default:
+		j.onAnswer(ev)
+	}
+	return j.out
+}
+
+func (j *Job) emit(e Effect) { j.out = append(j.out, e) }
+
+func (j *Job) op() uint64 {
+	j.nextOp++
+	return j.nextOp
+}
+
+// ---- the main flow's answers ----
+
+// async emits e, an operation whose answer the main flow awaits with k.
+func (j *Job) async(k K, e Effect) {
+	e.Op = j.op()
+	j.await, j.awaitOp = k, e.Op
+	j.emit(e)
+}
+
+// timer sets the main flow's retry timer for d and awaits it with k.
+func (j *Job) sleep(k K, d time.Duration) {
+	j.async(k, Effect{Kind: EffTimer, Timer: Timer{Kind: TimerRetry}, Until: j.now.Add(d)})
+}
+
+// onAnswer routes the answer of the main flow's async operation.
+func (j *Job) onAnswer(ev Event) {
+	if ev.Op == 0 || ev.Op != j.awaitOp {
+		return // the answer of an operation the flow gave up (aborted) or a stale one
+	}
+	k := j.await
+	j.await, j.awaitOp = kNone, 0
+	j.cont(k, ev)
+}
+
+// abortMain aborts the main flow's async operation, if any, for why.
+func (j *Job) abortMain(why abortCause) {
+	if j.abortWhy == abortNone || why == abortLost {
+		j.abortWhy = why
+	}
+	if j.awaitOp != 0 {
+		j.emit(Effect{Kind: EffAbort, Op: j.awaitOp})
+	}
+}
+
+// ---- store and log operations, one at a time ----
+
+// storeReq is one store or log operation: a plain one (eff) or an update of the claimed
+// record (ch: its Effect is made when it is sent, from the record as it is then).
+type storeReq struct {
+	k         K
+	eff       Effect
+	ch        *change
+	reconcile bool // the Get that follows a lost compare-and-set of ch
+}
+
+// store queues e, whose answer goes to k.
+func (j *Job) store(k K, e Effect) {
+	j.queue = append(j.queue, storeReq{k: k, eff: e})
+	j.pump()
+}
+
+// pump sends the next queued operation when none is in flight.
+func (j *Job) pump() {
+	for !j.busy && len(j.queue) > 0 && !j.done {
+		r := j.queue[0]
+		j.queue = j.queue[1:]
+		if r.ch != nil {
+			if j.lost || !j.claimed {
+				j.cont(r.k, Event{Kind: EvStore, Status: Lost})
+				continue
+			}
+			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
+		}
+		j.send(r)
+	}
+}
+
+func (j *Job) send(r storeReq) {
+	r.eff.Op = j.op()
+	j.busy, j.cur = true, r
+	j.emit(r.eff)
+}
+
+// onStore routes the answer of the operation in flight.
+func (j *Job) onStore(ev Event) {
+	if !j.busy || ev.Op != j.cur.eff.Op {
+		return
+	}
+	j.busy = false
+	r := j.cur
+	if r.ch != nil {
+		j.onClaimUpdate(r, ev)
+	} else {
+		j.cont(r.k, ev)
+	}
+	j.pump()
+}
+
+// ---- timers, beats, cancels, shutdown, panics ----
+
+func (j *Job) onTimer(ev Event) {
+	if ev.Timer.Kind == TimerApproval {
+		j.onApprovalExpiry(ev.Timer.N)
+		return
+	}
+	j.onAnswer(ev)
+}
+
+// onBeat keeps the message in progress and renews the claim (and the key) the job
+// holds, so that no other delivery takes it over and neither record expires.
+func (j *Job) onBeat() {
+	if j.kind == KindAction || j.kind == KindDecision {
+		j.emit(Effect{Kind: EffInProgress})
+	}
+	if j.claimed && !j.lost && !j.renewQueued && !j.endOfClaim() {
+		j.renewQueued = true
+		j.queue = append(j.queue, storeReq{k: kRenewed, ch: &change{kind: chRenew}})
+		j.pump()
+	}
+}
+
+// onCancel answers a cancel request of this replica's registry: too late once the
+// result is decided; from the records while the action parks (the job says nothing);
+// otherwise the action settles cancelled once what is in flight stops.
+func (j *Job) onCancel() {
+	switch {
+	case j.kind == KindCancel:
+		return
+	case j.settling || j.stored:
+		j.emit(Effect{Kind: EffReplyCancel, State: events.CancelAlreadySettled})
+	case j.parking:
+	default:
+		j.emit(Effect{Kind: EffReplyCancel, State: events.CancelCancelled})
+		if !j.cancelReq {
+			j.cancelReq = true
+			j.abortMain(abortCancel)
+		}
+	}
+}
+
+// onShutdown cuts the job's waits and calls off: what was not sent is released to
+// another replica, a bound run is handed back, an unsafe call cut off settles unknown.
+func (j *Job) onShutdown() {
+	j.shutdown = true
+	j.abortMain(abortShutdown)
+}
+
+// endOfClaim reports whether the claim is past the point where renewing it matters.
+func (j *Job) endOfClaim() bool { return j.done }
+
+// finish ends the job.
+func (j *Job) finish(a Ack, delay time.Duration, reason string) {
+	if j.slot {
+		j.unadmit()
+	}
+	j.done = true
+	j.emit(Effect{Kind: EffFinish, Ack: a, Delay: delay, Reason: reason})
+}
+
+func (j *Job) ack()                     { j.finish(AckIt, 0, "") }
+func (j *Job) nak(d time.Duration)      { j.finish(NakIt, d, "") }
+func (j *Job) term(reason string)       { j.finish(TermIt, 0, reason) }
+func (j *Job) setStatus(s, c string)    { j.status, j.code = s, c }
+func (j *Job) hook(p Point)             { j.emit(Effect{Kind: EffHook, Point: p}) }
+func (j *Job) note(n Note, r string)    { j.emit(Effect{Kind: EffNote, Note: n, Reason: r}) }
+func (j *Job) remaining() time.Duration { return j.act.Deadline.Sub(j.now) }
+func (j *Job) rand() float64            { return j.rng.Float64() }
+
+// backoff is the delay before this action's next attempt.
+func (j *Job) backoff(retryAfter time.Duration) time.Duration {
+	return Backoff(j.cfg.RetryBase, j.cfg.RetryMax, max(j.attempt, 1), retryAfter, j.rand())
+}
+
+// unadmit gives back an endpoint slot no call used.
+func (j *Job) unadmit() {
+	j.slot = false
+	j.emit(Effect{Kind: EffUnadmit})
+}

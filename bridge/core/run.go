@@ -1,0 +1,588 @@
+package core
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// The governed run (operation "run"). One action starts a Hermes run and ends with the
+// run's own terminal status and output. Its record goes claimed → dispatched (the mark,
+// then POST /v1/runs) → bound (the run_id Hermes answered: the owner's first write
+// after the post) → terminal (the run's result).
+//
+// A delivery that takes a dispatched run over (its owner died or was paused past its
+// lease) does not settle outcome_unknown as for other unsafe calls: bound, it follows
+// the run to its real result; unbound where the endpoint advertises durable run
+// idempotency, it posts the run again with the action's key (which names the same run
+// if the first post started one), binds the answer and follows it; unbound otherwise,
+// the post may or may not have started a run: outcome_unknown (run_start_unknown).
+//
+// While the run goes on, its events are republished in order (the driver's RunEvents),
+// and each tool approval it asks becomes a pending_approval result <id>:pending:<k>
+// whose answer (a decision, or the expiry after ApprovalTTL) is recorded in the action
+// record and forwarded to Hermes. A cancel request stops the run (POST /stop), waits up
+// to RunStopGrace for it to end and settles what it ended as; so does the deadline.
+// Shutdown leaves a bound run alone: the delivery is handed back unsettled, and the
+// replica that takes the record over after the lease follows the run.
+
+// RunOp names a run operation of the driver.
+type RunOp uint8
+
+// Run operations.
+const (
+	// RunStart posts the run with the validated request (EvRun: OK RunID; Failed Call,
+	// the answer as a call's). It tells the breaker how the post went.
+	RunStart RunOp = iota + 1
+	// RunCapabilities reads whether the endpoint's runs are durably idempotent (OK
+	// Durable; Failed counts as not).
+	RunCapabilities
+	// RunEvents reads the run's events from Hermes and republishes them from event
+	// number From on, until the run's terminal event, the end of the stream, or Abort.
+	// Each tool approval asked comes as EvRunApproval meanwhile; the answer (OK) says
+	// what the events showed.
+	RunEvents
+	// RunStatus reads the run's status (OK; NotFound: the endpoint no longer knows it).
+	RunStatus
+	// RunStop asks the run to stop (OK, NotFound, Failed).
+	RunStop
+	// RunApprove forwards a tool approval choice to the run (with a few retries).
+	RunApprove
+	// RunStoredEvents reads how many events of the action are stored (Next).
+	RunStoredEvents
+)
+
+var runOpNames = [...]string{"", "start", "capabilities", "events", "status", "stop", "approve", "stored_events"}
+
+func (o RunOp) String() string { return runOpNames[o] }
+
+// RunRequest is an EffRun.
+type RunRequest struct {
+	Op     RunOp
+	RunID  string
+	Choice string // RunApprove
+	From   int64  // RunEvents: the number of the first event to publish
+}
+
+// RunAnswer answers an EffRun (EvRun) or asks a tool approval (EvRunApproval).
+type RunAnswer struct {
+	RunID   string      // RunStart
+	Call    *CallAnswer // RunStart failed
+	Durable bool        // RunCapabilities
+	Next    int64       // RunStoredEvents, RunEvents: the number of the next event
+	// RunEvents and RunStatus: what the run showed.
+	Status    string // its terminal status ("" if not seen)
+	LastEvent string
+	Output    string
+	ErrText   string
+	Usage     json.RawMessage
+	ToolsRan  bool // a tool.started event was seen
+	Streamed  bool // the events were read to the run's terminal event
+	// PublishFailed: an event could not be stored (RunEvents).
+	PublishFailed bool
+	// Approval is a tool approval the run asks (EvRunApproval).
+	Approval *RunApprovalAsk
+}
+
+// RunApprovalAsk is a run's approval.request event.
+type RunApprovalAsk struct {
+	Data        json.RawMessage // the event's data, verbatim
+	SHA256      string          // InputSHA256 of Data ("" if it is not a JSON object)
+	Command     string
+	Description string
+	PatternKey  string
+	Choices     []string
+}
+
+// Run timing.
+const (
+	runPollMin = 250 * time.Millisecond
+	runPollMax = 2 * time.Second
+	// RunStopGrace is how long a stopped run may take to end (the AIP cancel grace).
+	RunStopGrace = 15 * time.Second
+	// runStartAttempts bounds the posts of a run with durable idempotency after an
+	// uncertain failure; runBindAttempts the tries to store its id.
+	runStartAttempts = 3
+	runBindAttempts  = 5
+)
+
+// Run statuses as the core reads them (hermes.Run*).
+const (
+	runCompleted   = "completed"
+	runFailed      = "failed"
+	runCancelled   = "cancelled"
+	runInterrupted = "interrupted"
+	runLost        = "lost" // the endpoint no longer knows the run
+)
+
+// runState is the state of following one run.
+type runState struct {
+	runID      string
+	reattached bool // this delivery took the run over from another one
+	next       int64
+	streamed   bool
+	toolsRan   bool
+	lastEvent  string
+	status     string
+	output     string
+	errText    string
+	usage      json.RawMessage
+	stopping   bool
+	stopUntil  time.Time
+	poll       time.Duration
+	asked      int // the last tool approval this job asked
+}
+
+func (j *Job) runS() *runState {
+	if j.run == nil {
+		j.run = &runState{}
+	}
+	return j.run
+}
+
+// resumeRun decides about a run taken over from a delivery that dispatched it.
+func (j *Job) resumeRun() {
+	switch {
+	case j.rec.Cancel && j.rec.RunID == "":
+		j.settle(cancelledResult(j, true))
+	case j.rec.RunID != "":
+		j.runS().reattached = true
+		j.uncertain = false
+		j.claimedGo() // validated and admitted again, then followed (startRun)
+	default:
+		j.async(kRunCapsResume, Effect{Kind: EffRun, Run: &RunRequest{Op: RunCapabilities}})
+	}
+}
+
+func (j *Job) onRunCapsResume(ev Event) {
+	if ev.Status == OK && ev.Run != nil && ev.Run.Durable {
+		j.unboundRun = true // until its run is posted again and bound
+		j.uncertain = false
+		j.claimedGo()
+		return
+	}
+	info := outcomeUnknown()
+	info.Message = "the replica that posted the run stopped before it stored the run's id, and the endpoint " +
+		"does not advertise durable run idempotency: a run may have started. Reconcile before acting again"
+	info.Details = map[string]any{"reason": "run_start_unknown"}
+	j.settle(j.failed(info))
+}
+
+// startRun posts the run (or follows the one the record names) under the slot taken
+// and the mark written.
+func (j *Job) startRun() {
+	f := j.runS()
+	if j.rec.RunID != "" {
+		f.runID, f.reattached = j.rec.RunID, true
+		j.follow()
+		return
+	}
+	j.async(kRunStarted, Effect{Kind: EffRun, Run: &RunRequest{Op: RunStart}})
+}
+
+func (j *Job) onRunStarted(ev Event) {
+	f := j.runS()
+	if ev.Status == OK && ev.Run != nil {
+		f.runID = ev.Run.RunID
+		j.hook(PointRunStarted)
+		j.tries = 0
+		j.bind()
+		return
+	}
+	c := &CallAnswer{Result: j.failed(&events.ErrorInfo{Code: "internal", Category: "connector",
+		UncertainOutcome: true, Message: "the run could not be posted"})}
+	if ev.Run != nil && ev.Run.Call != nil {
+		c = ev.Run.Call
+	}
+	j.tries++
+	if !c.NotStarted && !(c.Aborted && !c.Responded) && j.tries < runStartAttempts && j.remaining() > 0 {
+		// The post may have started a run: where the endpoint names it again for the
+		// same key, ask again rather than leave the outcome unknown.
+		j.lastStart = c
+		j.async(kRunCapsRepost, Effect{Kind: EffRun, Run: &RunRequest{Op: RunCapabilities}})
+		return
+	}
+	j.onCallAnswer(c)
+}
+
+func (j *Job) onRunCapsRepost(ev Event) {
+	if ev.Status == OK && ev.Run != nil && ev.Run.Durable && j.remaining() > 0 {
+		j.sleep(kRunRepost, Backoff(j.cfg.RetryBase, j.cfg.RetryMax, j.tries, j.lastStart.RetryAfter, j.rand()))
+		return
+	}
+	j.onCallAnswer(j.lastStart)
+}
+
+func (j *Job) onRunRepost(ev Event) {
+	if ev.Status == Aborted {
+		j.onCallAnswer(j.lastStart)
+		return
+	}
+	j.async(kRunStarted, Effect{Kind: EffRun, Run: &RunRequest{Op: RunStart}})
+}
+
+// bind stores the run id: the run exists, so its id must be kept even when the action
+// was cancelled a moment later (the change adopts a cancel flag).
+func (j *Job) bind() {
+	j.claim(kRunBound, change{kind: chBind, runID: j.run.runID})
+}
+
+func (j *Job) onRunBound(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.unboundRun = false // the run's own end decides from here
+		j.hook(PointRunBound)
+		j.follow()
+	case Lost:
+		j.lostClaim() // the taker follows the run
+	default:
+		j.tries++
+		if j.tries < runBindAttempts {
+			j.sleep(kRunBindRetry, j.backoffN(j.tries))
+			return
+		}
+		// The run goes on and this delivery follows it; only a takeover would not know it.
+		j.note(NoteRunNotFollowed, "")
+		j.unboundRun = false
+		j.follow()
+	}
+}
+
+func (j *Job) onRunBindRetry(Event) { j.bind() }
+
+func (j *Job) backoffN(n int) time.Duration {
+	return Backoff(j.cfg.RetryBase, j.cfg.RetryMax, n, 0, j.rand())
+}
+
+// follow reads the run's events until its end, then polls its status if the events did
+// not show the end, stopping the run on cancellation or at the deadline.
+func (j *Job) follow() {
+	f := j.run
+	if f.reattached {
+		j.async(kRunStored, Effect{Kind: EffRun, Run: &RunRequest{Op: RunStoredEvents}})
+		return
+	}
+	j.readEvents()
+}
+
+func (j *Job) onRunStored(ev Event) {
+	f := j.run
+	if ev.Status == OK && ev.Run != nil {
+		f.next = ev.Run.Next
+	}
+	// A tool approval the run still waits for gets its expiry again.
+	if r := j.rec; r.ApprovalSeq > r.ApprovalAnswered {
+		f.asked = r.ApprovalSeq
+		j.armApproval(r.ApprovalSeq, r.ExpiresAt)
+	} else {
+		f.asked = j.rec.ApprovalSeq
+	}
+	if j.rec.Cancel || j.cancelReq {
+		j.cancelReq = true
+		j.stopRun()
+		return
+	}
+	j.readEvents()
+}
+
+func (j *Job) readEvents() {
+	f := j.run
+	if j.rec.Cancel || j.cancelReq {
+		j.cancelReq = true
+		j.stopRun()
+		return
+	}
+	j.async(kRunEvents, Effect{Kind: EffRun, Run: &RunRequest{Op: RunEvents, RunID: f.runID, From: f.next},
+		Until: j.act.Deadline})
+}
+
+// observe records what the run showed.
+func (f *runState) observe(a *RunAnswer) {
+	if a == nil {
+		return
+	}
+	f.next = max(f.next, a.Next)
+	f.toolsRan = f.toolsRan || a.ToolsRan
+	f.streamed = f.streamed || a.Streamed
+	if a.LastEvent != "" {
+		f.lastEvent = a.LastEvent
+	}
+	if a.Status != "" {
+		f.status, f.output, f.errText = a.Status, a.Output, a.ErrText
+		if len(a.Usage) > 0 {
+			f.usage = a.Usage
+		}
+	}
+}
+
+func (j *Job) onRunEvents(ev Event) {
+	f := j.run
+	f.observe(ev.Run)
+	if ev.Run != nil && ev.Run.PublishFailed {
+		info := &events.ErrorInfo{Code: "internal", Category: "connector", UncertainOutcome: true,
+			Message: "the run's events could not be stored", Details: map[string]any{"run_id": f.runID}}
+		j.settle(j.failed(info))
+		return
+	}
+	if f.status != "" {
+		j.settle(j.runResult())
+		return
+	}
+	j.afterRunWait()
+}
+
+// afterRunWait decides what follows a wait on the run that did not show its end.
+func (j *Job) afterRunWait() {
+	f := j.run
+	switch {
+	case j.lost || j.abortWhy == abortLost:
+		j.lostClaim()
+	case j.shutdown && !j.cancelReq:
+		// The run goes on: another replica takes the record over after the lease and
+		// follows it.
+		j.setStatus("handed_back", "")
+		j.nak(j.cfg.Lease)
+	case f.stopping:
+		if !j.now.Before(f.stopUntil) {
+			j.settle(j.runResult())
+			return
+		}
+		j.pollLater()
+	case j.cancelReq || !j.now.Before(j.act.Deadline):
+		j.stopRun()
+	default:
+		j.pollNow()
+	}
+}
+
+func (j *Job) pollNow() {
+	j.async(kRunPolled, Effect{Kind: EffRun, Run: &RunRequest{Op: RunStatus, RunID: j.run.runID}})
+}
+
+func (j *Job) pollLater() {
+	f := j.run
+	f.poll = min(max(2*f.poll, runPollMin), runPollMax)
+	d := f.poll
+	if end := j.pollEnd(); end.Sub(j.now) < d {
+		d = max(end.Sub(j.now), 0)
+	}
+	j.sleep(kRunPollWait, d)
+}
+
+// pollEnd is when polling stops: the deadline, or the stop's grace.
+func (j *Job) pollEnd() time.Time {
+	if j.run.stopping {
+		return j.run.stopUntil
+	}
+	return j.act.Deadline
+}
+
+func (j *Job) onRunPollWait(ev Event) {
+	if ev.Status == Aborted {
+		j.afterRunWait()
+		return
+	}
+	if j.run.stopping && !j.now.Before(j.run.stopUntil) {
+		j.settle(j.runResult())
+		return
+	}
+	if !j.run.stopping && (j.cancelReq || !j.now.Before(j.act.Deadline)) {
+		j.stopRun()
+		return
+	}
+	j.pollNow()
+}
+
+func (j *Job) onRunPolled(ev Event) {
+	f := j.run
+	switch {
+	case ev.Status == NotFound:
+		f.status = runLost
+		j.note(NoteRunLost, "")
+		j.settle(j.runResult())
+	case ev.Status == OK && ev.Run != nil && ev.Run.Status != "":
+		f.observe(ev.Run)
+		j.settle(j.runResult())
+	case ev.Status == Aborted:
+		j.afterRunWait()
+	default:
+		if (j.lost || j.shutdown) && !f.stopping {
+			j.afterRunWait()
+			return
+		}
+		j.pollLater()
+	}
+}
+
+// stopRun asks the run to stop and waits up to RunStopGrace for it to end.
+func (j *Job) stopRun() {
+	f := j.run
+	f.stopping = true
+	f.stopUntil = j.now.Add(RunStopGrace)
+	j.abortWhy = abortNone
+	j.async(kRunStopped, Effect{Kind: EffRun, Run: &RunRequest{Op: RunStop, RunID: f.runID}})
+}
+
+func (j *Job) onRunStopped(Event) { j.pollNow() }
+
+// ---- tool approvals ----
+
+// onRunApproval asks tool approval k of the run (one more than the last): a
+// pending_approval result <id>:pending:<k> after the action's last result message, then
+// the approval's index, hash and expiry in the record, where any replica's decision finds
+// it; then its expiry is armed. A failure is logged: the run then waits until its
+// deadline.
+func (j *Job) onRunApproval(ev Event) {
+	f := j.run
+	if f == nil || ev.Run == nil || ev.Run.Approval == nil || j.lost || j.done {
+		return
+	}
+	ask := ev.Run.Approval
+	if ask.SHA256 == "" {
+		j.note(NoteRunApprovalAsked, "an approval request of the run is not a JSON object; it waits for the deadline")
+		return
+	}
+	f.asked++
+	k := f.asked
+	expires := j.now.Add(j.cfg.ApprovalTTL)
+	out, _ := json.Marshal(map[string]any{
+		"capability_id": j.act.CapabilityID, "run_id": f.runID, "input": ask.Data, "input_sha256": ask.SHA256,
+		"expires_at": expires.UTC(),
+		"approval": map[string]any{"index": k, "command": ask.Command, "description": ask.Description,
+			"pattern_key": ask.PatternKey, "choices": ask.Choices},
+	})
+	pending := &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+		Status: events.StatusPendingApproval, Output: out}
+	j.asks = append(j.asks, runAsk{n: k, sha: ask.SHA256, expires: expires, pending: pending})
+	if len(j.asks) == 1 {
+		j.sendAsk()
+	}
+}
+
+// runAsk is a tool approval being asked (asks are written one after another).
+type runAsk struct {
+	n       int
+	sha     string
+	expires time.Time
+	pending *events.Result
+	seq     uint64
+}
+
+func (j *Job) sendAsk() {
+	a := j.asks[0]
+	j.store(kRunAskAppended, Effect{Kind: EffAppend, ActionID: j.act.ID, Result: a.pending,
+		MsgID: j.act.ID + ":pending:" + strconv.Itoa(a.n), Expect: j.rec.PendingSeq})
+}
+
+func (j *Job) onRunAskAppended(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.asks[0].seq = ev.Log.Seq
+		a := j.asks[0]
+		j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, expires: a.expires, pendingSeq: a.seq})
+	default:
+		// A terminal result is stored (the run was settled), or the store failed.
+		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits until its deadline")
+		j.nextAsk()
+	}
+}
+
+func (j *Job) onRunAsked(ev Event) {
+	a := j.asks[0]
+	if ev.Status == OK {
+		j.note(NoteRunApprovalAsked, strconv.Itoa(a.n))
+		j.armApproval(a.n, a.expires)
+	} else {
+		j.note(NoteStoreFailed, "recording the run's approval request; the run waits until its deadline")
+	}
+	j.nextAsk()
+}
+
+func (j *Job) nextAsk() {
+	j.asks = j.asks[1:]
+	if len(j.asks) > 0 && !j.done {
+		j.sendAsk()
+	}
+}
+
+// armApproval denies approval n at expires unless a decision answers it first.
+func (j *Job) armApproval(n int, expires time.Time) {
+	j.emit(Effect{Kind: EffTimer, Op: j.op(), Timer: Timer{Kind: TimerApproval, N: n}, Until: expires})
+}
+
+// onApprovalExpiry answers approval n as expired, unless a decision answered it first
+// (the condition is checked in the compare-and-set); the winner denies it on Hermes.
+func (j *Job) onApprovalExpiry(n int) {
+	if j.run == nil || j.lost || !j.claimed {
+		return
+	}
+	j.claim(kRunExpired, change{kind: chExpire, n: n})
+}
+
+func (j *Job) onRunExpired(ev Event) {
+	ch := j.cur.ch
+	if ev.Status != OK || ch == nil || !ch.won {
+		return
+	}
+	j.note(NoteRunApprovalExpired, strconv.Itoa(ch.n))
+	j.approvalsExpired++
+	j.emit(Effect{Kind: EffRun, Op: j.op(), Run: &RunRequest{Op: RunApprove, RunID: j.run.runID, Choice: events.ChoiceDeny}})
+}
+
+// runResult is the action's result for how the run ended.
+func (j *Job) runResult() *events.Result {
+	f := j.run
+	out := map[string]any{"run_id": f.runID, "status": f.status, "last_event": f.lastEvent,
+		"event_count": f.next, "events_complete": f.streamed && !f.reattached, "reattached": f.reattached,
+		"tools_ran": f.toolsRan}
+	if len(f.usage) > 0 {
+		out["usage"] = f.usage
+	}
+	details := map[string]any{"run_id": f.runID, "run_status": f.status, "reattached": f.reattached}
+	r := &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID}
+	var info *events.ErrorInfo
+	switch f.status {
+	case runCompleted:
+		out["output"] = f.output
+		r.Status = events.StatusCompleted
+	case runCancelled:
+		info = cancelledInfo(f.toolsRan, "the run was cancelled")
+		if !j.cancelReq {
+			info = deadlineExceeded(f.toolsRan)
+			info.Message = "the action's deadline passed; the run was stopped"
+		}
+		details["tools_ran"] = f.toolsRan
+	case runFailed, runInterrupted:
+		info = &events.ErrorInfo{Code: "run_failed", Category: "permanent", UncertainOutcome: f.status == runInterrupted,
+			Message: "the run ended " + f.status}
+		if f.errText != "" {
+			details["hermes_error"] = f.errText
+		}
+	case runLost:
+		info = outcomeUnknown()
+		info.Message = "the endpoint no longer knows the run (it restarted, or the run ended more than an hour ago); " +
+			"whether it finished is unknown. Reconcile before acting again"
+		details["reason"] = "run_lost"
+	default:
+		// Stopped, and it did not end within the grace.
+		info = outcomeUnknown()
+		info.Message = "the run was asked to stop and had not ended within " + RunStopGrace.String() + "; how it ends is unknown"
+		details["reason"] = "run_stop_timeout"
+		if !j.cancelReq {
+			info.Code = "deadline_exceeded"
+			info.Message = "the action's deadline passed; the run was asked to stop and had not ended within " + RunStopGrace.String()
+		}
+	}
+	r.Output, _ = json.Marshal(out)
+	if info != nil {
+		info.Details = details
+		r.Error = info
+		r.Status = events.StatusFailed
+		if info.Code == "cancelled" {
+			r.Status = events.StatusCancelled
+		}
+	}
+	return r
+}

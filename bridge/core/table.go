@@ -1,0 +1,213 @@
+package core
+
+// K names what the job awaits: the answer of one effect, and the step that takes it.
+// Each K is one row of the transition table below, which is the whole of a job's life
+// once it has started (deliver) besides the events every job takes the same way (beats,
+// cancels, shutdown, panics: see Step).
+type K uint8
+
+// The rows, in flow order.
+const (
+	kNone K = iota
+
+	// The one-write start of an unsafe action with nothing to decide first.
+	kValidateStart  // Validate → invalid: begin (claimed, then settled invalid); valid: Admit without waiting
+	kAdmitStart     // Admit → slot: the key (startKey); busy or paused: begin
+	kStartKeyCreate // Create idem → the record; held: read it
+	kStartKeyGet    // Get idem → this action's: the record; another's: begin with it seen; gone: create again
+	kStartLog       // ReadLog → a terminal result: done; none: Create act dispatched
+	kStartRecord    // Create act dispatched → the call; exists: begin
+
+	// The ordinary path: claim the id, or decide about the record that holds it.
+	kBeginCreate   // Create act claimed → ReadLog (kFreshLog); exists: examine
+	kFreshLog      // ReadLog → a terminal result (the record had expired): done; none: claimed
+	kExamineGet    // Get act → settled (a cancel came first): settle it; else ReadLog; gone: begin
+	kExamineLog    // ReadLog → terminal: done; parked: ack; released: take it; owned: AwaitMove a lease
+	kTakeReleased  // Update act claimed → claimed; conflict: examine
+	kOwnerWait     // AwaitMove → moved: examine; terminal: done; a lease stood still: ReadLog (kLeaseLog)
+	kLeaseLog      // ReadLog → terminal: done; none: take over; failed: retry (the wait is kept)
+	kLeaseLogRetry // timer → ReadLog again
+	kTakeOver      // Update act owner → claimed (dispatched: uncertain; settling: fenced); conflict: examine
+
+	// Claimed.
+	kValidateClaimed // Validate → invalid: settle failed; valid: proceed (decision, approval, execute)
+	kKeyCreate       // Create idem → held: admit; held by another: read it
+	kKeyGet          // Get idem → examine the holder; gone: create again
+	kKeyHolderLog    // ReadLog holder → terminal: decide (free, conflict, replay); running: wait for it
+	kKeyHolderWait   // WaitTerminal holder → terminal: decide; deadline: settle deadline_exceeded
+	kKeyFree         // Delete idem (the holder's result freed it) → create again
+	kAdmit           // Admit, waiting → slot: dispatch (unsafe) or call (safe); paused: release or settle
+	kDispatched      // Update act dispatched (the mark) → call; cancel flag: settle cancelled; lost: stop
+	kCall            // Call → settle the answer, or release for a retry, or stop (lost claim)
+	kReleased        // Update act released → nak
+	kLostWait        // WaitTerminal → the taker's result: ack; else nak
+
+	// Settling.
+	kFenced         // Update act settling (the fence) → Append; lost: stop
+	kFenceRetry     // timer → the fence again
+	kAppended       // Append the result → free the key, unpark, ack; conflict: read the log
+	kAppendConflict // ReadLog → a terminal result (ours, or another's: superseded); a pending one: append after it
+	kAppendRetry    // timer → Append again
+	kKeyFreed       // Delete idem → unpark
+	kUnparkGet      // Get park → Delete it
+	kUnparkDel      // Delete park → ack
+
+	// Parking.
+	kParkProved     // Update act (the proof) → Create park; cancel flag: settle cancelled
+	kParkIndex      // Create park → Append the pending message
+	kParkPending    // Append pending → park the record; conflict: read the log
+	kParkPendingLog // ReadLog → terminal: ack; the pending message: park the record
+	kParked         // Update act parked → ack
+
+	// Heartbeats (beside the main flow).
+	kRenewed    // Update act (renewal) → the key's renewal
+	kKeyRenewed // Update idem → adopt; refused or unknown: read it back
+	kKeyReread  // Get idem → still ours: adopt; else the key is not ours to renew
+
+	// Decisions and expiries.
+	kDecGet       // Get act → a bound run: answer its approval; else ReadLog
+	kDecLog       // ReadLog → terminal: moot; parked: decide; decided: as a delivery; parking: wait briefly
+	kDecParkWait  // AwaitMove → moved: read again; else: early (retry, then dead-letter)
+	kDecided      // Update act (the decision) → Resume
+	kResumed      // Resume → claimed (proceed with the decision); unresumable: settle failed
+	kRunAnswered  // Update act (approval answered) → forward the choice to the run
+	kRunForwarded // RunApprove → ack
+	kDeadLettered // DeadLetter → term
+
+	// Cancels answered from the records.
+	kCanGet  // Get act → none: store the cancelled result (or answer unknown); settled: already_settled; else ReadLog
+	kCanTomb // Create act settled → unknown
+	kCanLog  // ReadLog → terminal: already_settled; parked: claim it; flagged: cancelled; else flag it
+	kCanPark // Update act (decision cancel) → settle cancelled
+	kCanFlag // Update act (cancel flag) → cancelled
+
+	// A panic.
+	kPanicDLQ // DeadLetter → settle failed internal (reason panic)
+
+	// The governed run.
+	kRunCapsResume  // RunCapabilities → durable: post again under the key; else settle run_start_unknown
+	kRunStarted     // RunStart → bind; failed: maybe post again (durable), else as a call's failure
+	kRunCapsRepost  // RunCapabilities → durable: post again after a backoff; else as a call's failure
+	kRunRepost      // timer → RunStart
+	kRunBound       // Update act run_id → follow; failed: retry, then follow unbound
+	kRunBindRetry   // timer → bind again
+	kRunStored      // RunStoredEvents → read the events from there (a taken-over run)
+	kRunEvents      // RunEvents → the run's end: settle; else poll, stop, hand back or stop following
+	kRunPollWait    // timer → RunStatus
+	kRunPolled      // RunStatus → terminal or lost: settle; else poll again
+	kRunStopped     // RunStop → poll until the stop's grace
+	kRunAskAppended // Append <id>:pending:<k> → record the approval
+	kRunAsked       // Update act (approval k asked) → arm its expiry
+	kRunExpired     // Update act (approval k expired) → deny it on Hermes if the expiry won
+
+	numK
+)
+
+// row is a row of the transition table.
+type row struct {
+	name string
+	step func(*Job, Event)
+}
+
+// table maps each K to its step (filled by init: the steps refer to the table).
+var table [numK]row
+
+func init() { table = rows() }
+
+func rows() [numK]row {
+	return [numK]row{
+		kValidateStart:   {"validate_start", (*Job).onValidateStart},
+		kAdmitStart:      {"admit_start", (*Job).onAdmitStart},
+		kStartKeyCreate:  {"start_key_create", (*Job).onStartKeyCreate},
+		kStartKeyGet:     {"start_key_get", (*Job).onStartKeyGet},
+		kStartLog:        {"start_log", (*Job).onStartLog},
+		kStartRecord:     {"start_record", (*Job).onStartRecord},
+		kBeginCreate:     {"begin_create", (*Job).onBeginCreate},
+		kFreshLog:        {"fresh_log", (*Job).onFreshLog},
+		kExamineGet:      {"examine_get", (*Job).onExamineGet},
+		kExamineLog:      {"examine_log", (*Job).onExamineLog},
+		kTakeReleased:    {"take_released", (*Job).onTakeReleased},
+		kOwnerWait:       {"owner_wait", (*Job).onOwnerWait},
+		kLeaseLog:        {"lease_log", (*Job).onLeaseLog},
+		kLeaseLogRetry:   {"lease_log_retry", (*Job).onLeaseLogRetry},
+		kTakeOver:        {"take_over", (*Job).onTakeOver},
+		kValidateClaimed: {"validate_claimed", (*Job).onValidateClaimed},
+		kKeyCreate:       {"key_create", (*Job).onKeyCreate},
+		kKeyGet:          {"key_get", (*Job).onKeyGet},
+		kKeyHolderLog:    {"key_holder_log", (*Job).onKeyHolderLog},
+		kKeyHolderWait:   {"key_holder_wait", (*Job).onKeyHolderWait},
+		kKeyFree:         {"key_free", (*Job).onKeyFree},
+		kAdmit:           {"admit", (*Job).onAdmit},
+		kDispatched:      {"dispatched", (*Job).onDispatched},
+		kCall:            {"call", (*Job).onCall},
+		kReleased:        {"released", (*Job).onReleased},
+		kLostWait:        {"lost_wait", (*Job).onLostWait},
+		kFenced:          {"fenced", (*Job).onFenced},
+		kFenceRetry:      {"fence_retry", (*Job).onFenceRetry},
+		kAppended:        {"appended", (*Job).onAppended},
+		kAppendConflict:  {"append_conflict", (*Job).onAppendConflict},
+		kAppendRetry:     {"append_retry", (*Job).onAppendRetry},
+		kKeyFreed:        {"key_freed", (*Job).onKeyFreed},
+		kUnparkGet:       {"unpark_get", (*Job).onUnparkGet},
+		kUnparkDel:       {"unpark_del", (*Job).onUnparkDel},
+		kParkProved:      {"park_proved", (*Job).onParkProved},
+		kParkIndex:       {"park_index", (*Job).onParkIndex},
+		kParkPending:     {"park_pending", (*Job).onParkPending},
+		kParkPendingLog:  {"park_pending_log", (*Job).onParkPendingLog},
+		kParked:          {"parked", (*Job).onParked},
+		kRenewed:         {"renewed", (*Job).onRenewed},
+		kKeyRenewed:      {"key_renewed", (*Job).onKeyRenewed},
+		kKeyReread:       {"key_reread", (*Job).onKeyReread},
+		kDecGet:          {"decision_get", (*Job).onDecGet},
+		kDecLog:          {"decision_log", (*Job).onDecLog},
+		kDecParkWait:     {"decision_park_wait", (*Job).onDecParkWait},
+		kDecided:         {"decided", (*Job).onDecided},
+		kResumed:         {"resumed", (*Job).onResumed},
+		kRunAnswered:     {"run_answered", (*Job).onRunAnswered},
+		kRunForwarded:    {"run_forwarded", (*Job).onRunForwarded},
+		kDeadLettered:    {"dead_lettered", (*Job).onDeadLettered},
+		kCanGet:          {"cancel_get", (*Job).onCanGet},
+		kCanTomb:         {"cancel_tombstone", (*Job).onCanTomb},
+		kCanLog:          {"cancel_log", (*Job).onCanLog},
+		kCanPark:         {"cancel_park", (*Job).onCanPark},
+		kCanFlag:         {"cancel_flag", (*Job).onCanFlag},
+		kPanicDLQ:        {"panic_dlq", (*Job).onPanicDLQ},
+		kRunCapsResume:   {"run_caps_resume", (*Job).onRunCapsResume},
+		kRunStarted:      {"run_started", (*Job).onRunStarted},
+		kRunCapsRepost:   {"run_caps_repost", (*Job).onRunCapsRepost},
+		kRunRepost:       {"run_repost", (*Job).onRunRepost},
+		kRunBound:        {"run_bound", (*Job).onRunBound},
+		kRunBindRetry:    {"run_bind_retry", (*Job).onRunBindRetry},
+		kRunStored:       {"run_stored", (*Job).onRunStored},
+		kRunEvents:       {"run_events", (*Job).onRunEvents},
+		kRunPollWait:     {"run_poll_wait", (*Job).onRunPollWait},
+		kRunPolled:       {"run_polled", (*Job).onRunPolled},
+		kRunStopped:      {"run_stopped", (*Job).onRunStopped},
+		kRunAskAppended:  {"run_ask_appended", (*Job).onRunAskAppended},
+		kRunAsked:        {"run_asked", (*Job).onRunAsked},
+		kRunExpired:      {"run_expired", (*Job).onRunExpired},
+	}
+}
+
+func (k K) String() string {
+	if k < numK && table[k].name != "" {
+		return table[k].name
+	}
+	return "none"
+}
+
+// cont takes ev with the step of row k.
+func (j *Job) cont(k K, ev Event) {
+	if k == kNone || k >= numK || table[k].step == nil {
+		return
+	}
+	table[k].step(j, ev)
+}
+
+// Awaiting names the row the main flow awaits ("none" when it awaits nothing).
+func (j *Job) Awaiting() string {
+	if j.busy && j.cur.k != kNone {
+		return j.cur.k.String()
+	}
+	return j.await.String()
+}
