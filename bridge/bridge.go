@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
@@ -26,15 +27,20 @@ type Bridge struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	subjects events.Subjects
-	store    recordStore
-	ledger   *kvstore.Ledger
+	store    recordStore           // the bucket, for the sweeper and the status endpoint
+	recs     kvstore.Records       // the bucket as the jobs use it (timed when metrics are on)
+	results  *kvstore.JetStreamLog // the result log (the terminal register)
+	coreCfg  core.Config
 	output   jetstream.Stream
 	objects  jetstream.ObjectStore
 	// maxOut is the largest event or result body published as one message; larger
 	// ones go to the object store (see offload).
 	maxOut int
-	eps    map[string]*endpoint
-	now    func() time.Time
+	// recordLimit is the bucket's largest record (0: unknown); a parked action larger
+	// than it is kept in the object store (parkable).
+	recordLimit int
+	eps         map[string]*endpoint
+	now         func() time.Time
 
 	// shutdown: handlers use work (cancelled after the grace period), not Run's ctx.
 	workCtx    context.Context
@@ -64,8 +70,8 @@ type caller interface {
 	Send(ctx context.Context, p *hermes.Prepared, onEvent func(hermes.Event) error) (*hermes.Result, error)
 }
 
-// recordStore is what the bridge reads from the KV records besides the ledger: the
-// park index, for the sweeper (kvstore.Store satisfies it).
+// recordStore is what the bridge reads from the KV records besides the jobs: the park
+// index, for the sweeper (kvstore.Store satisfies it).
 type recordStore interface {
 	kvstore.Records
 	Keys(ctx context.Context, filter string) ([]string, error)
@@ -99,6 +105,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		eps:      make(map[string]*endpoint, len(cfg.Endpoints)),
 		now:      time.Now,
 		beats:    newHeartbeats(cfg.Heartbeat),
+		coreCfg:  cfg.core(),
 		ready:    make(chan struct{}),
 	}
 	for _, ep := range cfg.Endpoints {
@@ -315,6 +322,9 @@ func (b *Bridge) drain() {
 	case <-t.C:
 		b.log.Warn().Str("grace", b.cfg.ShutdownGrace.String()).Msg("shutdown grace over; cancelling in-flight actions")
 		b.cancelWork()
+		for _, d := range b.drivers("") {
+			d.signal(core.EvShutdown)
+		}
 		<-done
 	}
 	b.log.Info().Msg("bridge stopped")
@@ -371,8 +381,9 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		}
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	b.store = store
-	b.ledger = kvstore.NewLedger(b.records(store), kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results), c.Lease)
+	b.store, b.recs = store, b.records(store)
+	b.recordLimit = store.MaxValueSize()
+	b.results = kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results)
 	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,
 		Replicas: c.Replicas, Description: "hermes-bridge outputs and events too large for one message"}
 	if c.Provision {

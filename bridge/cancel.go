@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
-	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // Cancellation (CONTRACT §8). A request on <prefix>.cancel.<id> reaches every replica
@@ -21,7 +20,7 @@ import (
 // also hears it on a queue subscription and answers from its own jobs as the plain
 // subscription does (the two run in different goroutines, and the job may end between
 // them; a replica sends one answer per request), else from the records
-// (kvstore.Ledger.CancelStored): "already_settled"; "cancelled" for a parked action
+// (a KindCancel job, bridge/core): "already_settled"; "cancelled" for a parked action
 // (settled here) or one that a replica it cannot reach owns (the record's cancel flag,
 // which the owner, or whoever takes it over, honours); "unknown" when there is no
 // record at all (it then stores a cancelled result, so that an action still queued
@@ -34,9 +33,6 @@ import (
 // tombstoneRate after that; past the limit the answer is still "unknown", but nothing
 // is stored, so such an action, if it is still queued, runs.
 
-// errCancelRequested is the cause of a job context cancelled by a cancel request.
-var errCancelRequested = errors.New("bridge: cancel requested")
-
 const (
 	cancelWorkers  = 8
 	cancelQueue    = 1024
@@ -48,10 +44,7 @@ var tombstoneRate = rate.Every(60 * time.Millisecond)
 
 // running is a job being served by this replica.
 type running struct {
-	j        *job
-	cancel   context.CancelCauseFunc
-	settling atomic.Bool // the result is decided; a cancel comes too late
-	parked   atomic.Bool // the action is parked: the stored state answers cancels
+	d *driver
 }
 
 type registry struct {
@@ -91,52 +84,79 @@ func (g *registry) firstAnswer(reply string) bool {
 	return true
 }
 
-// register records j as running until the returned function is called.
-func (b *Bridge) register(j *job, cancel context.CancelCauseFunc) func() {
-	r := &running{j: j, cancel: cancel}
-	j.running = r
+// register records d as running until unregister.
+func (b *Bridge) register(d *driver) *running {
+	r := &running{d: d}
 	b.inflight.mu.Lock()
 	if b.inflight.jobs == nil {
 		b.inflight.jobs = map[string][]*running{}
 	}
-	b.inflight.jobs[j.actionID] = append(b.inflight.jobs[j.actionID], r)
+	b.inflight.jobs[d.id] = append(b.inflight.jobs[d.id], r)
 	b.inflight.mu.Unlock()
-	return func() {
-		b.inflight.mu.Lock()
-		defer b.inflight.mu.Unlock()
-		list := b.inflight.jobs[j.actionID]
-		for i, x := range list {
-			if x == r {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
+	return r
+}
+
+// unregister takes d off the registry.
+func (b *Bridge) unregister(d *driver) {
+	b.inflight.mu.Lock()
+	defer b.inflight.mu.Unlock()
+	list := b.inflight.jobs[d.id]
+	for i, x := range list {
+		if x == d.running {
+			list = append(list[:i], list[i+1:]...)
+			break
 		}
-		if len(list) == 0 {
-			delete(b.inflight.jobs, j.actionID)
-		} else {
-			b.inflight.jobs[j.actionID] = list
-		}
+	}
+	if len(list) == 0 {
+		delete(b.inflight.jobs, d.id)
+	} else {
+		b.inflight.jobs[d.id] = list
 	}
 }
 
-// cancelLocal cancels this replica's jobs of id. It returns the state to answer, or ""
-// when this replica is not running the action.
-func (b *Bridge) cancelLocal(id string) string {
+// drivers returns the jobs of id running here (all of them when id is "").
+func (b *Bridge) drivers(id string) []*driver {
 	b.inflight.mu.Lock()
 	defer b.inflight.mu.Unlock()
-	state := ""
-	for _, r := range b.inflight.jobs[id] {
-		switch {
-		case r.parked.Load():
-		case r.settling.Load():
-			if state == "" {
-				state = events.CancelAlreadySettled
-			}
-		default:
-			r.cancel(errCancelRequested)
-			state = events.CancelCancelled
+	var out []*driver
+	for k, list := range b.inflight.jobs {
+		if id != "" && k != id {
+			continue
+		}
+		for _, r := range list {
+			out = append(out, r.d)
 		}
 	}
+	return out
+}
+
+// cancelLocal passes a cancel request to this replica's jobs of id. It returns the
+// state to answer, or "" when none of them answers (none runs here, or the records
+// answer: a parking, or a delivery waiting for another one).
+func (b *Bridge) cancelLocal(id string) string {
+	state := ""
+	for _, d := range b.drivers(id) {
+		if d.kind == core.KindCancel || d.kind == core.KindExpire {
+			continue
+		}
+		switch s := d.cancelRequest(); {
+		case s == events.CancelCancelled:
+			state = s
+		case s != "" && state == "":
+			state = s
+		}
+	}
+	return state
+}
+
+// cancelRequest steps a cancel request and returns the job's answer ("" for none).
+func (d *driver) cancelRequest() string {
+	d.replyMu.Lock()
+	defer d.replyMu.Unlock()
+	state := ""
+	d.onReply = func(s string) { state = s }
+	d.deliver(core.Event{Kind: core.EvCancel}, false)
+	d.onReply = nil
 	return state
 }
 
@@ -227,32 +247,12 @@ func (b *Bridge) cancelFromStore(ctx context.Context, m *nats.Msg, limiter *rate
 		b.replyCancel(m, id, state)
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	tomb, _ := json.Marshal(&events.Result{ActionID: id, Status: events.StatusCancelled, Output: json.RawMessage("null"),
-		Error: cancelledInfo(false, "cancelled before the bridge received the action")})
-	j := b.newJob(nil, nil, id)
-	state, claim, err := b.ledger.CancelStored(ctx, id, j.owner, tomb, limiter.Allow)
-	if err != nil {
-		b.log.Warn().Err(err).Str("action_id", id).Msg("a cancel request could not be answered from the records")
-		return // no authoritative answer; the requester times out
-	}
-	if claim != nil { // a parked action: settle it cancelled, through the one way in
-		b.serve(ctx, j, func(ctx context.Context) decision {
-			return j.runDecided(ctx, kvstore.Outcome{Verdict: kvstore.Run, Claim: claim})
-		})
-		if j.status != events.StatusCancelled {
-			return
+	d := b.newDriver(core.KindCancel, id, nil, nil)
+	d.onReply = func(state string) {
+		if state == events.CancelUnknown {
+			limiter.Allow() // a cancelled result was stored for an unknown id (or none was allowed)
 		}
+		b.replyCancel(m, id, state)
 	}
-	b.replyCancel(m, id, state)
-}
-
-func cancelledInfo(uncertain bool, msg string) *events.ErrorInfo {
-	return &events.ErrorInfo{Code: "cancelled", Category: "policy", UncertainOutcome: uncertain, Message: msg}
-}
-
-// cancelRequested reports whether ctx was cancelled by a cancel request.
-func cancelRequested(ctx context.Context) bool {
-	return errors.Is(context.Cause(ctx), errCancelRequested)
+	d.run(ctx, &core.Start{Kind: core.KindCancel, Action: &core.Action{ID: id}, AllowTombstone: limiter.Tokens() >= 1})
 }

@@ -31,12 +31,13 @@ func TestCancelAnsweredOnceWhateverTheHandlersOrder(t *testing.T) {
 		{"both handlers find the job", false, events.CancelAlreadySettled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &Bridge{nc: nc, subjects: events.Subjects{}}
+			b := &Bridge{nc: nc, subjects: events.Subjects{}, beats: newHeartbeats(time.Hour)}
 			id := "job-" + nats.NewInbox()[len("_INBOX."):]
-			j := &job{b: b, actionID: id}
-			unregister := b.register(j, func(error) {})
+			d := newSteppedDriver(t, b, id)
+			d.running = b.register(d.driver)
+			unregister := func() { b.unregister(d.driver) }
 			defer unregister()
-			j.running.settling.Store(true)
+			d.toSettling(t)
 			sub, err := nc.Subscribe(b.subjects.Cancel(id), func(m *nats.Msg) {
 				b.cancelFromStore(context.Background(), m, limiter) // the queue subscription's worker
 				if tc.endsFirst {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -159,6 +160,23 @@ type Config struct {
 }
 
 // WithDefaults returns c with every zero field set to its default.
+// core is the configuration of the jobs (bridge/core).
+func (c Config) core() core.Config {
+	return core.Config{Lease: c.Lease, Heartbeat: c.Heartbeat, ApprovalTTL: c.ApprovalTTL,
+		MaxAttempts: c.MaxAttempts, RetryBase: c.RetryBase, RetryMax: c.RetryMax, SettleFor: settleFor,
+		NoPreApprovals: c.NoPreApprovals, DecisionTries: decisionTries, ParkingWait: parkingWait(c.Lease)}
+}
+
+// settleFor is the least time a job retries storing a result.
+const settleFor = 30 * time.Second
+
+// decisionTries is how many deliveries a decision that finds nothing to decide is
+// retried (it may have overtaken its action) before it is dead-lettered.
+const decisionTries = 30
+
+// parkingWait is how long a decision waits once for a parking that may be under way.
+func parkingWait(lease time.Duration) time.Duration { return min(lease, 5*time.Second) }
+
 func (c Config) WithDefaults() Config {
 	def := func(s *string, v string) {
 		if *s == "" {

@@ -5,23 +5,18 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// progressMsg counts InProgress calls; every other method is the embedded nil
-// interface's (the heartbeats call nothing else).
+// progressMsg counts beats.
 type progressMsg struct {
-	jetstream.Msg
 	mu    sync.Mutex
 	times []time.Time
 }
 
-func (m *progressMsg) InProgress() error {
+func (m *progressMsg) beat() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.times = append(m.times, time.Now())
-	return nil
 }
 
 func (m *progressMsg) beats() []time.Time {
@@ -42,8 +37,9 @@ func TestHeartbeats(t *testing.T) {
 
 	long, short := &progressMsg{}, &progressMsg{}
 	start := time.Now()
-	removeLong := h.add(&job{msg: long})
-	h.add(&job{msg: short})() // removed at once: never beaten
+	h.add(long)
+	h.add(short)
+	h.remove(short) // removed at once: never beaten
 
 	deadline := time.Now().Add(10 * time.Second)
 	for len(long.beats()) < 4 {
@@ -52,7 +48,7 @@ func TestHeartbeats(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	removeLong()
+	h.remove(long)
 	got := long.beats()
 	if first := got[0].Sub(start); first < every {
 		t.Errorf("first beat after %s, want at least %s", first, every)

@@ -167,31 +167,31 @@ func statusClass(res *hermes.Result, err error) string {
 	return "transport"
 }
 
-// observeCall records one Hermes call of j that began at start.
-func (m *metrics) observeCall(j *job, start time.Time, res *hermes.Result, err error) {
+// observeCall records one Hermes call of d that began at start.
+func (m *metrics) observeCall(d *driver, start time.Time, res *hermes.Result, err error) {
 	if m == nil {
 		return
 	}
-	m.hermesSeconds.WithLabelValues(j.endpointID, j.op, statusClass(res, err)).Observe(time.Since(start).Seconds())
+	m.hermesSeconds.WithLabelValues(d.act.endpointID, d.act.op, statusClass(res, err)).Observe(time.Since(start).Seconds())
 }
 
-// observeFirstEvent records the time from j's call to its first event.
-func (m *metrics) observeFirstEvent(j *job, d time.Duration) {
+// observeFirstEvent records the time from d's call to its first event.
+func (m *metrics) observeFirstEvent(d *driver, dur time.Duration) {
 	if m == nil {
 		return
 	}
-	m.firstEvent.WithLabelValues(j.endpointID, j.op).Observe(d.Seconds())
+	m.firstEvent.WithLabelValues(d.act.endpointID, d.act.op).Observe(dur.Seconds())
 }
 
-// settledAction counts one stored terminal result of j. An endpoint or operation that
+// settledAction counts one stored terminal result of d. An endpoint or operation that
 // is not configured (an invalid action's subject may name anything) counts as
 // "unknown", so that the labels stay bounded.
-func (m *metrics) settledAction(j *job, status, code string) {
+func (m *metrics) settledAction(d *driver, status, code string) {
 	if m == nil {
 		return
 	}
-	ep, op := j.endpointID, j.op
-	if _, known := j.b.eps[ep]; !known {
+	ep, op := d.act.endpointID, d.act.op
+	if _, known := d.b.eps[ep]; !known {
 		ep = "unknown"
 	}
 	if _, known := lookupOp(op); !known {
@@ -227,7 +227,7 @@ func (m *metrics) sampleConsumer(ctx context.Context, cons jetstream.Consumer, e
 	}
 }
 
-// timedRecords is the ledger's record store with each operation timed.
+// timedRecords is the record store with each operation timed.
 type timedRecords struct {
 	kvstore.Records
 	m *metrics
@@ -268,7 +268,7 @@ func (r timedRecords) Wait(ctx context.Context, key string, afterRev uint64) (kv
 	return e, err
 }
 
-// records is the record store the ledger uses: timed when metrics are on.
+// records is the record store the jobs use: timed when metrics are on.
 func (b *Bridge) records(s kvstore.Records) kvstore.Records {
 	if b.metrics == nil {
 		return s

@@ -82,7 +82,8 @@ func BenchmarkMetricsPerAction(b *testing.B) {
 	}
 	br.metrics = m
 	recs := br.records(nopRecords{})
-	j := &job{b: br, endpointID: "primary", op: "chat", capID: "cap:hermes_agent:primary:chat", md: &jetstream.MsgMetadata{NumDelivered: 1}}
+	j := &driver{b: br, md: &jetstream.MsgMetadata{NumDelivered: 1},
+		act: actionInfo{endpointID: "primary", op: "chat", capID: "cap:hermes_agent:primary:chat"}}
 	res := &hermes.Result{HTTPStatus: 200}
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -28,18 +28,18 @@ func outputLimit(maxPayload, maxValue int) int {
 // encodeResult encodes the result message of r. When it exceeds the limit, the output
 // moves into the object store and a reference takes its place (CONTRACT §4: nothing is
 // dropped). The body is also what the KV record stores.
-func (j *job) encodeResult(ctx context.Context, r *events.Result) (nats.Header, []byte, error) {
-	h, body, err := events.EncodeResult(j.b.cfg.Source, r, j.trace)
-	if err != nil || len(body) <= j.b.maxOut {
+func (d *driver) encodeResult(ctx context.Context, r *events.Result) (nats.Header, []byte, error) {
+	h, body, err := events.EncodeResult(d.b.cfg.Source, r, d.trace)
+	if err != nil || len(body) <= d.b.maxOut {
 		return h, body, err
 	}
-	ref, err := j.b.putObject(ctx, j.actionID+"/result", r.Output)
+	ref, err := d.b.putObject(ctx, d.id+"/result", r.Output)
 	if err != nil {
 		return nil, nil, err
 	}
 	small := *r
 	small.Output = ref.JSON()
-	return events.EncodeResult(j.b.cfg.Source, &small, j.trace)
+	return events.EncodeResult(d.b.cfg.Source, &small, d.trace)
 }
 
 // offloadEvent stores an event too large for one message and returns the stand-in
@@ -50,8 +50,8 @@ func (p *eventPublisher) offloadEvent(ctx context.Context, d *events.EventData) 
 	if err != nil {
 		return nil, err
 	}
-	name := p.j.actionID + "/events/" + strconv.FormatInt(d.Sequence, 10)
-	ref, err := p.j.b.putObject(ctx, name, full)
+	name := p.d.id + "/events/" + strconv.FormatInt(d.Sequence, 10)
+	ref, err := p.d.b.putObject(ctx, name, full)
 	if err != nil {
 		return nil, err
 	}

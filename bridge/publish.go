@@ -38,7 +38,7 @@ const eventWindow = 2048
 // them).
 type eventPublisher struct {
 	js      jetstream.JetStream
-	j       *job
+	d       *driver
 	subject string
 	seq     int64
 	batch   *batchPublisher // nil: asynchronous publishes
@@ -55,29 +55,29 @@ type eventPublisher struct {
 	ordered bool // after a failure: one confirmed publish at a time
 }
 
-// newEventPublisher returns the publisher of j's events. It uses fast batches if the
+// newEventPublisher returns the publisher of d's events. It uses fast batches if the
 // output stream allows them and captures the batch subject, and the connection has not
 // been denied publishing there; otherwise it logs why (at most once a minute, see
 // logFallback) and publishes asynchronously.
-func newEventPublisher(js jetstream.JetStream, j *job) *eventPublisher {
-	p := &eventPublisher{js: js, j: j, subject: j.b.subjects.Events(j.actionID)}
-	end := j.deadline
+func newEventPublisher(js jetstream.JetStream, d *driver) *eventPublisher {
+	p := &eventPublisher{js: js, d: d, subject: d.b.subjects.Events(d.id)}
+	end := d.act.deadline
 	if now := time.Now(); end.Before(now) {
 		end = now
 	}
-	p.ctx, p.stop = context.WithDeadline(j.b.workCtx, end.Add(settleFor))
-	prefix := j.b.subjects.Prefix
+	p.ctx, p.stop = context.WithDeadline(d.b.workCtx, end.Add(settleFor))
+	prefix := d.b.subjects.Prefix
 	if prefix == "" {
 		prefix = events.DefaultPrefix
 	}
-	err := batchAllowed(j.b.output, batchSubject(prefix, j.actionID))
-	if err == nil && batchPublishDenied(j.b.nc, prefix) {
+	err := batchAllowed(d.b.output, batchSubject(prefix, d.id))
+	if err == nil && batchPublishDenied(d.b.nc, prefix) {
 		err = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(prefix) + " (permissions)"}
 	}
 	if err != nil {
-		logFallback(j.b, j.actionID, err)
+		logFallback(d.b, d.id, err)
 	} else {
-		p.batch = newBatchPublisher(j.b.nc, js, j.b.log.With().Str("action_id", j.actionID).Logger(), p.subject, prefix, j.actionID)
+		p.batch = newBatchPublisher(d.b.nc, js, d.b.log.With().Str("action_id", d.id).Logger(), p.subject, prefix, d.id)
 	}
 	return p
 }
@@ -125,7 +125,7 @@ func logFallback(b *Bridge, actionID string, err error) {
 // fallBack switches the publisher from batches to asynchronous publishes after the
 // server refused the batch (err), and publishes the events not confirmed stored.
 func (p *eventPublisher) fallBack(ctx context.Context, err error) error {
-	logFallback(p.j.b, p.j.actionID, err)
+	logFallback(p.d.b, p.d.id, err)
 	msgs := p.batch.unconfirmed()
 	p.batch.close()
 	p.batch = nil
@@ -151,30 +151,30 @@ func (p *eventPublisher) grow() {
 // after a failure (see eventPublisher and batchPublisher.add).
 func (p *eventPublisher) publish(ev hermes.Event) error {
 	ctx := p.ctx
-	d := events.EventData{ActionID: p.j.actionID, Sequence: p.seq, Kind: ev.Kind,
+	d := events.EventData{ActionID: p.d.id, Sequence: p.seq, Kind: ev.Kind,
 		Event: events.SSE{Event: ev.Event, ID: ev.ID, Data: ev.Data}, Text: ev.Text}
-	h, body, err := events.EncodeEvent(p.j.b.cfg.Source, &d, p.j.trace)
+	h, body, err := events.EncodeEvent(p.d.b.cfg.Source, &d, p.d.trace)
 	if err != nil {
 		return fmt.Errorf("encode event %d: %w", p.seq, err)
 	}
-	if len(body) > p.j.b.maxOut {
+	if len(body) > p.d.b.maxOut {
 		small, err := p.offloadEvent(ctx, &d)
 		if err != nil {
 			return fmt.Errorf("event %d: %w", p.seq, err)
 		}
-		if h, body, err = events.EncodeEvent(p.j.b.cfg.Source, small, p.j.trace); err != nil {
+		if h, body, err = events.EncodeEvent(p.d.b.cfg.Source, small, p.d.trace); err != nil {
 			return fmt.Errorf("encode event %d: %w", p.seq, err)
 		}
 	}
-	if mt := p.j.b.metrics; mt != nil {
+	if mt := p.d.b.metrics; mt != nil {
 		if p.seq == 0 {
-			mt.observeFirstEvent(p.j, time.Since(p.j.sent))
+			mt.observeFirstEvent(p.d, time.Since(p.d.sent))
 		}
 		mt.eventsOut.Inc()
 	}
 	p.seq++
 	m := &nats.Msg{Subject: p.subject, Header: h, Data: body}
-	defer p.j.b.hook(PointEvent, p.j.actionID)
+	defer p.d.b.hook(PointEvent, p.d.id)
 	if p.batch != nil {
 		err := p.batch.add(ctx, m)
 		if errors.Is(err, errBatchRefused) {
@@ -188,7 +188,7 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 // publishAsync publishes m asynchronously (or, after a failure, synchronously once the
 // outstanding publishes are settled).
 func (p *eventPublisher) publishAsync(ctx context.Context, m *nats.Msg) error {
-	if !p.ordered && p.j.b.nc.Status() != nats.CONNECTED {
+	if !p.ordered && p.d.b.nc.Status() != nats.CONNECTED {
 		p.ordered = true
 	}
 	if p.ordered {

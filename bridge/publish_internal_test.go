@@ -216,7 +216,7 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 		}
 	}()
 
-	j := &job{b: b, actionID: events.NewActionID()}
+	j := &driver{b: b, id: events.NewActionID()}
 	p := newEventPublisher(js, j)
 	t0 := time.Now()
 	tick := time.NewTicker(time.Millisecond)
@@ -238,7 +238,7 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 	if len(changes) != len(stepAt) {
 		t.Fatalf("%d leader step-downs, want %d", len(changes), len(stepAt))
 	}
-	checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID), n), n)
+	checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.id), n), n)
 }
 
 // cutProxy forwards TCP connections to a server until cut closes them all.
@@ -328,7 +328,7 @@ func TestEventOrderAcrossDisconnects(t *testing.T) {
 			}
 		}
 	})
-	j := &job{b: b, actionID: events.NewActionID()}
+	j := &driver{b: b, id: events.NewActionID()}
 	p := newEventPublisher(js, j)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -346,7 +346,7 @@ func TestEventOrderAcrossDisconnects(t *testing.T) {
 	if cuts != len(cutAt) {
 		t.Fatalf("%d cuts, want %d", cuts, len(cutAt))
 	}
-	checkContiguous(t, storedSequences(t, ctx, direct, b.subjects.Events(j.actionID), n), n)
+	checkContiguous(t, storedSequences(t, ctx, direct, b.subjects.Events(j.id), n), n)
 }
 
 // TestEventPublisherFallbacks: without fast batches (a stream that does not allow them,
@@ -367,7 +367,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 		nc, js := connectPublisher(t, s.ClientURL())
 		st := createOutputStream(t, ctx, js, 1, false)
 		b := testBridge(t, ctx, nc, js, st, nil)
-		j := &job{b: b, actionID: events.NewActionID()}
+		j := &driver{b: b, id: events.NewActionID()}
 		p := newEventPublisher(js, j)
 		if p.batch != nil {
 			t.Fatal("the publisher uses fast batches on a stream that does not allow them")
@@ -376,7 +376,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 		if err := p.flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID), 500), 500)
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.id), 500), 500)
 	})
 	t.Run("no permission for the batch subject", func(t *testing.T) {
 		dir := t.TempDir()
@@ -393,7 +393,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 		st := createOutputStream(t, ctx, js, 1, true)
 		b := testBridge(t, ctx, nc, js, st, nil)
 		for i, want := range []string{"after the first denied commit", "from the start"} {
-			j := &job{b: b, actionID: events.NewActionID()}
+			j := &driver{b: b, id: events.NewActionID()}
 			p := newEventPublisher(js, j)
 			if (p.batch == nil) != (i == 1) {
 				t.Fatalf("action %d: fast batch publisher %v; want it only for the first action", i, p.batch != nil)
@@ -405,7 +405,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 			if p.batch != nil {
 				t.Errorf("action %d: still publishing in fast batches, want a fallback %s", i, want)
 			}
-			checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.actionID), 100), 100)
+			checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.id), 100), 100)
 		}
 	})
 	t.Run("too many batches", func(t *testing.T) {
@@ -420,8 +420,8 @@ func TestEventPublisherFallbacks(t *testing.T) {
 		nc, js := connectPublisher(t, s.ClientURL())
 		st := createOutputStream(t, ctx, js, 1, true)
 		b := testBridge(t, ctx, nc, js, st, nil)
-		first := &job{b: b, actionID: events.NewActionID()}
-		second := &job{b: b, actionID: events.NewActionID()}
+		first := &driver{b: b, id: events.NewActionID()}
+		second := &driver{b: b, id: events.NewActionID()}
 		p1, p2 := newEventPublisher(js, first), newEventPublisher(js, second)
 		publishN(t, p1, 0, 5) // its batch is the one in flight
 		publishN(t, p2, 0, 500)
@@ -438,7 +438,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 		if err := p1.flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(first.actionID), 500), 500)
-		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(second.actionID), 500), 500)
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(first.id), 500), 500)
+		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(second.id), 500), 500)
 	})
 }

@@ -3,17 +3,15 @@ package bridge
 import (
 	"encoding/json"
 	"errors"
-	"math/rand/v2"
-	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 	"github.com/hermes-bridge/hermes-bridge/schemas"
 )
 
-// failedResult is a terminal failed result of j carrying info.
-func failedResult(j *job, info *events.ErrorInfo) *events.Result {
-	return &events.Result{ActionID: j.actionID, CapabilityID: j.capID, Status: "failed", Error: info}
+// failedOf is a terminal failed result of d's action carrying info.
+func failedOf(d *driver, info *events.ErrorInfo) *events.Result {
+	return &events.Result{ActionID: d.id, CapabilityID: d.act.capID, Status: "failed", Error: info}
 }
 
 func invalidAction(field, reason string) *events.ErrorInfo {
@@ -32,44 +30,6 @@ func actionErrorInfo(err error) *events.ErrorInfo {
 		return invalidAction(ve.Field, ve.Reason)
 	}
 	return invalidAction("", err.Error())
-}
-
-// outcomeUnknown ends an unsafe action taken over from a delivery that had marked it
-// dispatched and then stopped renewing its claim before its result was stored: its
-// replica stopped or was paused past the lease, or could not reach NATS to store what
-// Hermes answered. The taker cannot tell which, and never resends.
-func outcomeUnknown() *events.ErrorInfo {
-	return &events.ErrorInfo{Code: "outcome_unknown", Category: "temporary", UncertainOutcome: true,
-		Message: "the replica that sent the request stopped renewing its claim before its result was stored " +
-			"(it stopped, was paused, or could not reach NATS); the request may have reached Hermes and is not resent. " +
-			"Reconcile before acting again",
-		Details: map[string]any{"reason": "owner_lost"}}
-}
-
-// interruptedSettle ends an action taken over from a replica that stopped while it
-// settled a result reached without calling Hermes (an invalid action is validated
-// again and gets its own result; this is for the rest, such as a retry budget spent
-// on certain failures). Nothing was sent, so it is retryable and certain.
-func interruptedSettle() *events.ErrorInfo {
-	return &events.ErrorInfo{Code: "internal", Category: "connector", Retryable: true,
-		Message: "the replica that settled this action without calling Hermes stopped renewing its claim before it stored the result; nothing was sent",
-		Details: map[string]any{"reason": "interrupted_settle"}}
-}
-
-// endpointPaused ends an action whose endpoint stays paused by its circuit breaker past
-// the action's deadline. Nothing was sent, so a retry later is safe.
-func endpointPaused(lastCode string) *events.ErrorInfo {
-	if lastCode == "" {
-		lastCode = "remote_unavailable"
-	}
-	return &events.ErrorInfo{Code: lastCode, Category: "temporary", Retryable: true,
-		Message: "the endpoint is paused after repeated failures and stays paused past the action's deadline",
-		Details: map[string]any{"reason": "endpoint_paused"}}
-}
-
-func deadlineExceeded(uncertain bool) *events.ErrorInfo {
-	return &events.ErrorInfo{Code: "deadline_exceeded", Category: "temporary", UncertainOutcome: uncertain,
-		Message: "the action's deadline passed"}
 }
 
 // clientErrorInfo maps any error of the Hermes client to the contract's error object.
@@ -106,8 +66,8 @@ func clientErrorInfo(err error, safe bool) *events.ErrorInfo {
 }
 
 // resultOf builds the terminal result of a Hermes call.
-func resultOf(j *job, res *hermes.Result, err error) *events.Result {
-	r := &events.Result{ActionID: j.actionID, CapabilityID: j.capID, Status: "completed"}
+func resultOf(d *driver, res *hermes.Result, err error) *events.Result {
+	r := &events.Result{ActionID: d.id, CapabilityID: d.act.capID, Status: "completed"}
 	if res != nil {
 		r.Output = res.Output
 		if res.Status != "" {
@@ -115,9 +75,9 @@ func resultOf(j *job, res *hermes.Result, err error) *events.Result {
 		}
 	}
 	if err != nil {
-		r.Error = clientErrorInfo(err, j.safe())
-		if r.Error.Code == hermes.CodeAuthentication && j.ep != nil && j.ep.cfg.KeyHint != "" {
-			r.Error.Message += "; " + j.ep.cfg.KeyHint
+		r.Error = clientErrorInfo(err, d.act.spec.Safe)
+		if r.Error.Code == hermes.CodeAuthentication && d.act.ep != nil && d.act.ep.cfg.KeyHint != "" {
+			r.Error.Message += "; " + d.act.ep.cfg.KeyHint
 		}
 		if r.Status == "completed" {
 			r.Status = "failed"
@@ -130,21 +90,4 @@ func resultOf(j *job, res *hermes.Result, err error) *events.Result {
 		r.Output = json.RawMessage("null")
 	}
 	return r
-}
-
-// backoff is bounded exponential backoff with full jitter on attempt (1-based),
-// never shorter than retryAfter.
-func backoff(base, maxDelay time.Duration, attempt int, retryAfter time.Duration) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	d := base << min(attempt-1, 20)
-	if d > maxDelay || d <= 0 {
-		d = maxDelay
-	}
-	d = d/2 + rand.N(d/2+1)
-	if d < retryAfter {
-		d = retryAfter
-	}
-	return d
 }

@@ -138,7 +138,7 @@ func (b *Bridge) actionStatus(ctx context.Context, id string) (*events.StatusRep
 	if err != nil && !errors.Is(err, kvstore.ErrNotFound) {
 		return nil, err
 	}
-	le, lerr := b.ledger.Log().Last(ctx, id)
+	le, lerr := b.results.Last(ctx, id)
 	if lerr != nil && !errors.Is(lerr, kvstore.ErrNotFound) {
 		return nil, lerr
 	}

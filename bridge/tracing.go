@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
-	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // Span names of an action's trace (README "Traces"). One delivery of an action is one
@@ -121,48 +121,52 @@ func (c traceCarrier) Keys() []string     { return []string{"traceparent", "trac
 // startAction starts the root span of one delivery of an action received on subject:
 // a child of the action's traceparent, or a new trace without one. The returned
 // context carries the span; endAction ends it.
-func (t *tracing) startAction(ctx context.Context, j *job, subject string) (context.Context, trace.Span) {
+func (t *tracing) startAction(ctx context.Context, d *driver, subject string) (context.Context, trace.Span) {
 	if t == nil {
 		return ctx, nil
 	}
-	if j.trace.Traceparent != "" {
-		ctx = t.prop.Extract(ctx, traceCarrier{&j.trace})
+	if d.trace.Traceparent != "" {
+		ctx = t.prop.Extract(ctx, traceCarrier{&d.trace})
 	}
 	ctx, span := t.tr.Start(ctx, SpanAction, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
+		delivery := 0
+		if d.md != nil {
+			delivery = int(d.md.NumDelivered)
+		}
 		span.SetAttributes(
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.destination.name", subject),
 			attribute.String("messaging.operation", "process"),
-			attribute.String(AttrActionID, j.actionID),
-			attribute.Int(AttrDelivery, j.delivery()),
+			attribute.String(AttrActionID, d.id),
+			attribute.Int(AttrDelivery, delivery),
 		)
 	}
 	return ctx, span
 }
 
-// endAction ends the root span of j with what its delivery came to: capability,
+// endAction ends the root span of d with what its delivery came to: capability,
 // endpoint, operation, status, error code, attempt and decision. Its status is Error
 // with the error code when the delivery failed or will retry with a code; the
 // description is the code, never an error text (Hermes error bodies may echo input).
-func (t *tracing) endAction(span trace.Span, j *job, d decision) {
+func (t *tracing) endAction(span trace.Span, d *driver, o core.Outcome, e core.Effect) {
 	if span == nil {
 		return
 	}
 	if span.IsRecording() {
 		span.SetAttributes(
-			attribute.String(AttrCapability, j.capID),
-			attribute.String(AttrEndpoint, j.endpointID),
-			attribute.String(AttrOperation, j.op),
-			attribute.String(AttrStatus, j.status),
-			attribute.String(AttrErrorCode, j.code),
-			attribute.Int(AttrAttempt, j.attempt()),
-			attribute.String(AttrDecision, d.String()),
-			attribute.Bool(AttrReplay, j.replayOf != ""),
-			attribute.Bool(AttrDuplicate, strings.HasPrefix(j.status, "duplicate:")),
+			attribute.String(AttrCapability, o.CapabilityID),
+			attribute.String(AttrEndpoint, d.act.endpointID),
+			attribute.String(AttrOperation, d.act.op),
+			attribute.String(AttrStatus, o.Status),
+			attribute.String(AttrErrorCode, o.Code),
+			attribute.Int(AttrAttempt, o.Attempt),
+			attribute.String(AttrDecision, e.Ack.String()),
+			attribute.Bool(AttrReplay, o.ReplayOf != ""),
+			attribute.Bool(AttrDuplicate, strings.HasPrefix(o.Status, "duplicate:")),
 		)
-		if j.code != "" && (j.status == events.StatusFailed || j.status == "retrying") {
-			span.SetStatus(codes.Error, j.code)
+		if o.Code != "" && (o.Status == events.StatusFailed || o.Status == "retrying") {
+			span.SetStatus(codes.Error, o.Code)
 		}
 	}
 	span.End()
@@ -179,56 +183,96 @@ func (t *tracing) child(ctx context.Context, name string, kind trace.SpanKind) (
 	return t.tr.Start(ctx, name, trace.WithSpanKind(kind))
 }
 
-// startClaim starts the span of the action's claim in the ledger.
-func (t *tracing) startClaim(ctx context.Context) (context.Context, trace.Span) {
-	return t.child(ctx, SpanClaim, trace.SpanKindInternal)
+// Child spans of the ledger's steps: the claim of the action (a one-write start, or the
+// ordinary claim), the claim of its idempotency key, and the settle. Each spans the rows
+// of the job's transition table that make it (spanOf); the driver starts and ends them
+// as the job moves between rows (traceStep).
+
+// spanOf names the child span that row belongs to, "" for none.
+func spanOf(row string) string {
+	switch row {
+	case "start_key_create", "start_key_get", "start_log", "start_record":
+		return spanStart
+	case "begin_create", "fresh_log", "examine_get", "examine_log", "take_released", "owner_wait",
+		"lease_log", "lease_log_retry", "take_over":
+		return SpanClaim
+	case "key_create", "key_get", "key_holder_log", "key_holder_wait", "key_free":
+		return SpanClaimKey
+	case "fenced", "fence_retry", "appended", "append_conflict", "append_retry", "key_freed", "unpark_get", "unpark_del":
+		return SpanSettle
+	}
+	return ""
 }
 
-// endClaim ends a claim span with the ledger's verdict, or Error when the claim failed.
-func endClaim(span trace.Span, out kvstore.Outcome, err error) {
-	if span == nil {
+// spanStart is the claim span of a one-write start (named SpanClaim).
+const spanStart = "start"
+
+// traceStep starts or ends the child span of the row the job awaits now (under d.mu).
+func (t *tracing) traceStep(d *driver) {
+	if t == nil || d.span == nil || !d.span.IsRecording() {
 		return
 	}
-	if err != nil {
-		span.SetStatus(codes.Error, "kv_error")
-	} else {
-		span.SetAttributes(attribute.String(AttrVerdict, out.Verdict.String()),
-			attribute.Bool(AttrTakeover, out.Claim != nil && out.Claim.TookOver()))
-	}
-	span.End()
-}
-
-// endStart ends the claim span of a one-write start (kvstore.Ledger.Start): verdict
-// start, or not_fresh when the ordinary path claims the action after it.
-func endStart(span trace.Span, err error) {
-	if span == nil {
+	g := spanOf(d.job.Awaiting())
+	if g == d.spanGroup {
 		return
 	}
-	switch {
-	case err == nil:
-		span.SetAttributes(attribute.String(AttrVerdict, "start"))
-	case errors.Is(err, kvstore.ErrNotFresh):
-		span.SetAttributes(attribute.String(AttrVerdict, "not_fresh"))
-	default:
-		span.SetStatus(codes.Error, "kv_error")
+	if d.child != nil {
+		endChild(d.child, d.spanGroup, d.job.Outcome(), g)
 	}
-	span.End()
-}
-
-// startClaimKey starts the span of the idempotency key's claim.
-func (t *tracing) startClaimKey(ctx context.Context) (context.Context, trace.Span) {
-	return t.child(ctx, SpanClaimKey, trace.SpanKindInternal)
-}
-
-// endClaimKey ends a key claim span with its verdict (never the key).
-func endClaimKey(span trace.Span, ko kvstore.KeyOutcome, err error) {
-	if span == nil {
+	d.child, d.spanGroup = nil, g
+	if g == "" {
 		return
 	}
-	if err != nil {
-		span.SetStatus(codes.Error, "kv_error")
-	} else {
-		span.SetAttributes(attribute.String(AttrVerdict, [...]string{"held", "replay", "conflict"}[ko.Verdict]))
+	name := g
+	if g == spanStart {
+		name = SpanClaim
+	}
+	_, d.child = t.child(d.spanCtx, name, trace.SpanKindInternal)
+}
+
+// endChild ends the span of group g with what the job came to; next is the group the
+// job went on to.
+func endChild(span trace.Span, g string, o core.Outcome, next string) {
+	switch g {
+	case spanStart:
+		v := "start"
+		if next != "" || !o.Dispatched {
+			v = "not_fresh"
+		}
+		span.SetAttributes(attribute.String(AttrVerdict, v))
+	case SpanClaim:
+		v := "run"
+		switch {
+		case strings.HasPrefix(o.Status, "duplicate:"+events.StatusPendingApproval):
+			v = "parked"
+		case strings.HasPrefix(o.Status, "duplicate:"):
+			v = "done"
+		case o.Uncertain:
+			v = "uncertain"
+		case !o.Claimed:
+			v = "none"
+		}
+		span.SetAttributes(attribute.String(AttrVerdict, v), attribute.Bool(AttrTakeover, o.Verdict == core.VerdictTakeover))
+	case SpanClaimKey:
+		v := "held"
+		switch {
+		case o.ReplayOf != "":
+			v = "replay"
+		case o.Code == "idempotency_conflict":
+			v = "conflict"
+		}
+		span.SetAttributes(attribute.String(AttrVerdict, v))
+	case SpanSettle:
+		span.SetAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.operation", "publish"),
+			attribute.String(AttrStatus, strings.TrimPrefix(o.Status, "superseded:")),
+			attribute.String(AttrErrorCode, o.Code),
+			attribute.Bool(AttrReplay, o.ReplayOf != ""),
+		)
+		if !o.Settled && !strings.HasPrefix(o.Status, "superseded:") {
+			span.SetStatus(codes.Error, "settle_failed")
+		}
 	}
 	span.End()
 }
@@ -238,27 +282,28 @@ func endClaimKey(span trace.Span, ko kvstore.KeyOutcome, err error) {
 // Hermes continues the trace under it. Otherwise the headers stay the action's own.
 // The span carries the route template (url.template), never the path: session and
 // response ids are in paths.
-func (t *tracing) startCall(ctx context.Context, j *job) (context.Context, trace.Span) {
-	if j.prepared == nil {
+func (t *tracing) startCall(ctx context.Context, d *driver) (context.Context, trace.Span) {
+	if d.prepared == nil {
 		return ctx, nil
 	}
+	ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(d.spanCtx))
 	ctx, span := t.child(ctx, "", trace.SpanKindClient)
 	if span == nil {
 		return ctx, nil
 	}
-	spec, pr := j.prepared.Spec, t.peers[j.endpointID]
+	spec, pr := d.prepared.Spec, t.peers[d.act.endpointID]
 	span.SetName(spec.Method + " " + spec.Path)
 	span.SetAttributes(
 		attribute.String("http.request.method", spec.Method),
 		attribute.String("url.template", spec.Path),
 		attribute.String("server.address", pr.host),
 		attribute.Int("server.port", pr.port),
-		attribute.String(AttrEndpoint, j.endpointID),
-		attribute.String(AttrOperation, j.op),
-		attribute.String(AttrCapability, j.capID),
-		attribute.Int(AttrAttempt, j.attempt()),
+		attribute.String(AttrEndpoint, d.act.endpointID),
+		attribute.String(AttrOperation, d.act.op),
+		attribute.String(AttrCapability, d.act.capID),
+		attribute.Int(AttrAttempt, d.job.Outcome().Attempt),
 	)
-	t.prop.Inject(ctx, propagation.HeaderCarrier(j.prepared.Header))
+	t.prop.Inject(ctx, propagation.HeaderCarrier(d.prepared.Header))
 	return ctx, span
 }
 
@@ -294,14 +339,17 @@ func endCall(span trace.Span, res *hermes.Result, err error) {
 	span.End()
 }
 
-// startEvents starts the span of publishing j's stream events (one span for all of
+// startEvents starts the span of publishing d's stream events (one span for all of
 // them) under the action's span.
-func (t *tracing) startEvents(ctx context.Context, j *job) trace.Span {
-	_, span := t.child(ctx, SpanEvents, trace.SpanKindProducer)
+func (t *tracing) startEvents(_ context.Context, d *driver) trace.Span {
+	if !d.act.spec.Stream {
+		return nil
+	}
+	_, span := t.child(d.spanCtx, SpanEvents, trace.SpanKindProducer)
 	if span != nil {
 		span.SetAttributes(
 			attribute.String("messaging.system", "nats"),
-			attribute.String("messaging.destination.name", j.b.subjects.Events(j.actionID)),
+			attribute.String("messaging.destination.name", d.b.subjects.Events(d.id)),
 			attribute.String("messaging.operation", "publish"),
 		)
 	}
@@ -317,41 +365,6 @@ func endEvents(span trace.Span, n int64, err error) {
 	span.SetAttributes(attribute.Int64(AttrEventCount, n), attribute.Int64("messaging.batch.message_count", n))
 	if err != nil {
 		span.SetStatus(codes.Error, "publish_failed")
-	}
-	span.End()
-}
-
-// startSettle starts the span of settling j with res: the result's write to the
-// ledger and its publish.
-func (t *tracing) startSettle(ctx context.Context, j *job, res *events.Result) (context.Context, trace.Span) {
-	ctx, span := t.child(ctx, SpanSettle, trace.SpanKindProducer)
-	if span == nil {
-		return ctx, nil
-	}
-	code := ""
-	if res.Error != nil {
-		code = res.Error.Code
-	}
-	span.SetAttributes(
-		attribute.String("messaging.system", "nats"),
-		attribute.String("messaging.destination.name", j.resultSubject()),
-		attribute.String("messaging.operation", "publish"),
-		attribute.String(AttrStatus, res.Status),
-		attribute.String(AttrErrorCode, code),
-		attribute.Bool(AttrReplay, res.ReplayOf != nil),
-	)
-	return ctx, span
-}
-
-// endSettle ends a settle span with the delivery's decision: Error when the result
-// could not be stored (the delivery is retried).
-func endSettle(span trace.Span, d decision) {
-	if span == nil {
-		return
-	}
-	span.SetAttributes(attribute.String(AttrDecision, d.String()))
-	if d.kind == nak {
-		span.SetStatus(codes.Error, "settle_failed")
 	}
 	span.End()
 }

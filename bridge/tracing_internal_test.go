@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/codes"
@@ -15,7 +16,7 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
-	"github.com/hermes-bridge/hermes-bridge/kvstore"
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 )
 
 const (
@@ -24,48 +25,51 @@ const (
 	testTP         = "00-" + testTraceID + "-" + testParentSpan + "-01"
 )
 
-// tracedJob is a session_chat job of endpoint primary whose request carries the
-// action's traceparent, as validate leaves it.
-func tracedJob(t testing.TB, tp trace.TracerProvider) *job {
+// tracedJob is a driver of a session_chat action of endpoint primary whose request
+// carries the action's traceparent, as validate leaves it.
+func tracedJob(t testing.TB, tp trace.TracerProvider) *steppedDriver {
 	t.Helper()
-	br := &Bridge{subjects: events.Subjects{Prefix: "hermes"},
+	br := &Bridge{subjects: events.Subjects{Prefix: "hermes"}, beats: newHeartbeats(time.Hour),
 		eps: map[string]*endpoint{"primary": {cfg: Endpoint{ID: "primary", BaseURL: "http://hermes.internal:8642"}}}}
 	br.tracing = newTracing(tp, br.eps)
-	j := &job{b: br, actionID: "act-1", endpointID: "primary", op: "session_chat",
-		capID: "cap:hermes_agent:primary:session_chat", md: &jetstream.MsgMetadata{NumDelivered: 1},
-		trace: events.TraceContext{Traceparent: testTP, Tracestate: "vendor=x"}}
-	j.action = &events.Action{Input: []byte(`{"session_id":"SESSION-SECRET","message":"hi"}`)}
-	j.spec, _ = hermes.Lookup(j.op)
-	p, err := hermes.Prepare(j.request())
+	return &steppedDriver{driver: &driver{b: br}}
+}
+
+// oneAction runs the spans of one action claimed on the ordinary path, called and
+// settled: the job is stepped as the driver steps it, and the call's spans are made as
+// call makes them.
+func oneAction(t testing.TB, sd *steppedDriver, res *hermes.Result, callErr error) {
+	b := sd.b
+	d := newSteppedDriver(t, b, "act-1")
+	d.md = &jetstream.MsgMetadata{NumDelivered: 1}
+	d.trace = events.TraceContext{Traceparent: testTP, Tracestate: "vendor=x"}
+	p, err := hermes.Prepare(d.request())
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.prepared = p
-	return j
-}
-
-// oneAction runs the tracing calls of one claimed, called and settled action, as
-// handle, run, execute and settle make them.
-func oneAction(j *job, res *hermes.Result, callErr error) {
-	b := j.b
-	ctx, root := b.tracing.startAction(context.Background(), j, "hermes.actions.primary.session_chat")
-	cctx, span := b.tracing.startClaim(ctx)
-	_ = cctx
-	endClaim(span, kvstore.Outcome{Verdict: kvstore.Run}, nil)
-	hctx, hspan := b.tracing.startCall(ctx, j)
-	_ = hctx
+	d.prepared = p
+	sd.driver = d.driver
+	var ctx context.Context
+	ctx, d.span = b.tracing.startAction(context.Background(), d.driver, "hermes.actions.primary.session_chat")
+	d.spanCtx = ctx
+	d.feed(core.Event{Kind: core.EvValidated})
+	d.feed(core.Event{Kind: core.EvAdmit, Status: core.Busy}) // the ordinary path: claim first
+	d.feed(core.Event{Kind: core.EvStore, Status: core.OK, Rev: 1})
+	d.feed(core.Event{Kind: core.EvLog, Status: core.NotFound})
+	d.feed(core.Event{Kind: core.EvAdmit, Status: core.OK})
+	d.feed(core.Event{Kind: core.EvStore, Status: core.OK, Rev: 2})
+	_, hspan := b.tracing.startCall(ctx, d.driver)
 	endCall(hspan, res, callErr)
-	r := &events.Result{ActionID: j.actionID, Status: events.StatusCompleted}
-	if callErr != nil {
-		r = failedResult(j, clientErrorInfo(callErr, false))
+	ans := &core.CallAnswer{Responded: res != nil, Result: resultOf(d.driver, res, callErr)}
+	d.feed(core.Event{Kind: core.EvCall, Call: ans})
+	effs := d.feed(core.Event{Kind: core.EvLog, Status: core.OK, Log: core.LogEntry{Seq: 9}})
+	for _, e := range effs {
+		if e.Kind == core.EffFinish {
+			b.tracing.endAction(d.span, d.driver, d.job.Outcome(), e)
+			return
+		}
 	}
-	_, sspan := b.tracing.startSettle(ctx, j, r)
-	endSettle(sspan, ackIt())
-	j.setStatus(r.Status, "")
-	if r.Error != nil {
-		j.setStatus(r.Status, r.Error.Code)
-	}
-	b.tracing.endAction(root, j, ackIt())
+	t.Fatalf("the job did not finish; it awaits %s", d.job.Awaiting())
 }
 
 // The spans of one action continue its traceparent: the root's parent is the
@@ -76,7 +80,7 @@ func TestTracingSpanTree(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	j := tracedJob(t, tp)
-	oneAction(j, &hermes.Result{HTTPStatus: 200}, nil)
+	oneAction(t, j, &hermes.Result{HTTPStatus: 200}, nil)
 	spans := rec.Ended()
 	byName := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range spans {
@@ -140,7 +144,7 @@ func TestTracingFailedCall(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	j := tracedJob(t, tp)
 	he := &hermes.Error{Code: hermes.CodeRemoteRejected, HTTPStatus: 400, Message: "echo: SESSION-SECRET"}
-	oneAction(j, nil, he)
+	oneAction(t, j, nil, he)
 	for _, s := range rec.Ended() {
 		if s.Name() == SpanClaim || s.Name() == SpanSettle {
 			continue
@@ -161,7 +165,7 @@ func TestTracingFailedCall(t *testing.T) {
 func TestTracingDisabledKeepsTraceparent(t *testing.T) {
 	for name, tp := range map[string]trace.TracerProvider{"nil": nil, "noop": noop.NewTracerProvider()} {
 		j := tracedJob(t, tp)
-		oneAction(j, &hermes.Result{HTTPStatus: 200}, nil)
+		oneAction(t, j, &hermes.Result{HTTPStatus: 200}, nil)
 		if got := http.Header(j.prepared.Header).Get("Traceparent"); got != testTP {
 			t.Errorf("%s: traceparent %q, want the action's %q", name, got, testTP)
 		}
@@ -193,7 +197,7 @@ func BenchmarkTracingPerAction(b *testing.B) {
 		j := tracedJob(b, tp)
 		b.ReportAllocs()
 		for b.Loop() {
-			oneAction(j, res, nil)
+			oneAction(b, j, res, nil)
 		}
 	}
 	b.Run("nil", func(b *testing.B) { run(b, nil) })

@@ -2,9 +2,9 @@ package kvstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,10 +15,33 @@ import (
 type LogEntry struct {
 	// Seq is the message's stream sequence (0 when not known).
 	Seq uint64
-	// Terminal is false for a pending_approval message, true for the terminal result.
+	// Terminal is false for a pending_approval message, true for the terminal result
+	// (read from the result's status: see Terminal).
 	Terminal bool
-	Header   nats.Header
-	Data     []byte
+	// By is the owner that appended it (HeaderOwner), "" when unknown.
+	By     string
+	Header nats.Header
+	Data   []byte
+}
+
+// HeaderOwner names, on a result message, the delivery that appended it: how an append
+// whose reply was lost recognises its own message.
+const HeaderOwner = "Hermes-Bridge-Owner"
+
+// Terminal reports whether the result message data is a terminal result: its status is
+// not pending_approval. Whether a result is terminal is read from its status, never from
+// its message id (CONTRACT §4: a governed run's pending messages are
+// <action_id>:pending:<k>). An unreadable message counts as terminal: whatever is stored
+// stands.
+func Terminal(data []byte) bool {
+	var r struct {
+		Status string `json:"status"`
+	}
+	return json.Unmarshal(data, &r) != nil || r.Status != "pending_approval"
+}
+
+func entryOf(seq uint64, h nats.Header, data []byte) LogEntry {
+	return LogEntry{Seq: seq, Terminal: Terminal(data), By: h.Get(HeaderOwner), Header: h, Data: data}
 }
 
 // ResultLog is the terminal register of every action: the result messages on
@@ -37,17 +60,6 @@ type ResultLog interface {
 	// it, or ctx ends.
 	WaitTerminal(ctx context.Context, actionID string) (LogEntry, error)
 }
-
-// Message ids of result messages (CONTRACT §4): "<action_id>:result" and
-// "<action_id>:pending".
-const (
-	resultSuffix  = ":result"
-	pendingSuffix = ":pending"
-)
-
-// IsTerminalMsgID reports whether a result message's Nats-Msg-Id names a terminal
-// result (not a pending_approval one).
-func IsTerminalMsgID(id string) bool { return !strings.HasSuffix(id, pendingSuffix) }
 
 // JetStreamLog is the ResultLog on the output stream. Its writes are JetStream
 // publishes with Nats-Expected-Last-Subject-Sequence, decided by the stream leader
@@ -83,8 +95,7 @@ func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, err
 	if err != nil {
 		return LogEntry{}, fmt.Errorf("kvstore: read results of %s: %w", actionID, err)
 	}
-	return LogEntry{Seq: m.Sequence, Terminal: IsTerminalMsgID(m.Header.Get(jetstream.MsgIDHeader)),
-		Header: m.Header, Data: m.Data}, nil
+	return entryOf(m.Sequence, m.Header, m.Data), nil
 }
 
 // Append implements ResultLog. Transient failures (no responders during a leader
@@ -116,8 +127,7 @@ func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg,
 		if isCASFailure(err) {
 			if attempt > 0 {
 				// An earlier attempt may have landed without its ack reaching us.
-				if last, lerr := l.Last(ctx, actionID); lerr == nil &&
-					last.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(jetstream.MsgIDHeader) && string(last.Data) == string(m.Data) {
+				if last, lerr := l.Last(ctx, actionID); lerr == nil && same(last.Header, last.Data, m) {
 					return last.Seq, nil
 				}
 			}
@@ -156,11 +166,23 @@ func (l *JetStreamLog) duplicate(ctx context.Context, actionID string, m *nats.M
 	if err != nil {
 		return 0, fmt.Errorf("kvstore: read the result of %s that a publish duplicates: %w", actionID, err)
 	}
-	if sm.Header.Get(jetstream.MsgIDHeader) == m.Header.Get(jetstream.MsgIDHeader) && string(sm.Data) == string(m.Data) {
+	if same(sm.Header, sm.Data, m) {
 		return seq, nil
 	}
 	return 0, fmt.Errorf("%w: results of %s: message %d has the id %s already", ErrConflict, actionID, seq,
 		m.Header.Get(jetstream.MsgIDHeader))
+}
+
+// same reports whether a stored message (its header and data) is m: the same message id
+// and, when m names its owner (HeaderOwner), the same owner, else the same data.
+func same(h nats.Header, data []byte, m *nats.Msg) bool {
+	if h.Get(jetstream.MsgIDHeader) != m.Header.Get(jetstream.MsgIDHeader) {
+		return false
+	}
+	if owner := m.Header.Get(HeaderOwner); owner != "" {
+		return h.Get(HeaderOwner) == owner
+	}
+	return string(data) == string(m.Data)
 }
 
 // WaitTerminal implements ResultLog: it subscribes to the result subject, then reads

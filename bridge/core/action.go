@@ -137,6 +137,11 @@ func (j *Job) onStartKeyGet(ev Event) {
 // startLog looks for a terminal result of the action before its record is created: a
 // record expires (the bucket TTL) while its result may still be in the output stream.
 func (j *Job) startLog() {
+	if j.cancelReq {
+		j.giveWay() // cancelled meanwhile: claimed first, then settled cancelled
+		j.begin()
+		return
+	}
 	j.store(kStartLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
 }
 
@@ -145,6 +150,9 @@ func (j *Job) onStartLog(ev Event) {
 	case ev.Status == OK && ev.Log.Terminal():
 		j.giveWay()
 		j.doneWith(ev.Log)
+	case j.cancelReq:
+		j.giveWay()
+		j.begin()
 	case ev.Status == OK, ev.Status == NotFound:
 		r := j.intentRecord()
 		r.State = kvstore.StateDispatched

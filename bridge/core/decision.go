@@ -77,8 +77,11 @@ func (j *Job) onDecLog(ev Event) {
 		j.emit(Effect{Kind: EffYield})
 		j.async(kDecParkWait, Effect{Kind: EffAwaitMove, Key: e.Key, Rev: e.Revision, ActionID: j.act.ID,
 			Until: j.now.Add(j.cfg.ParkingWait)})
+	case r.State == kvstore.StateClaimed:
+		j.decisionEarly() // the parking may still come: look again shortly
 	default:
-		j.decisionEarly()
+		// Dispatched, released or settling, never parked: no decision can apply.
+		j.decisionOrphan()
 	}
 }
 
@@ -178,6 +181,11 @@ func (j *Job) decisionEarly() {
 		j.nak(time.Second)
 		return
 	}
+	j.decisionOrphan()
+}
+
+// decisionOrphan dead-letters a decision that nothing waits for.
+func (j *Job) decisionOrphan() {
 	j.setStatus("decision_orphan", "")
 	j.approval = "orphan"
 	j.deadLetter("no parked action or waiting run approval with this id")

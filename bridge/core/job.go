@@ -127,15 +127,19 @@ type Outcome struct {
 	Status, Code, ReplayOf string
 	Attempt                int
 	Verdict                Verdict
-	Dispatched             bool // an unsafe call may have been sent under this job's claim
-	Settled                bool // this job stored the action's terminal result
+	Dispatched             bool   // an unsafe call may have been sent under this job's claim
+	Settled                bool   // this job stored the action's terminal result
+	Claimed                bool   // the job holds (or held, until it ended) the action's claim
+	Uncertain              bool   // the claim was taken over from an owner that had dispatched
+	Approval               string // a decision's outcome (approve, deny, mismatch, expired, early, orphan)
 }
 
 // Outcome returns what the job did so far.
 func (j *Job) Outcome() Outcome {
 	return Outcome{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID, Status: j.status, Code: j.code,
 		ReplayOf: j.replayOf, Attempt: max(j.attempt, 1), Verdict: j.verdict,
-		Dispatched: j.claimed && j.rec.State == kvstore.StateDispatched, Settled: j.status != "" && j.settledByMe}
+		Dispatched: j.claimed && j.rec.State == kvstore.StateDispatched, Settled: j.settledByMe,
+		Claimed: j.claimed, Uncertain: j.uncertain, Approval: j.approval}
 }
 
 // Step applies ev and returns the effects to carry out, in order. The slice is valid
@@ -290,21 +294,21 @@ func (j *Job) onBeat() {
 }
 
 // onCancel answers a cancel request of this replica's registry: too late once the
-// result is decided; from the records while the action parks (the job says nothing);
-// otherwise the action settles cancelled once what is in flight stops.
+// result is decided; from the records while the action parks, or while this job holds
+// no claim (it waits for another delivery: the records flag the action for whoever owns
+// it; the job remembers the cancel in case it takes the action over); otherwise the
+// action settles cancelled once what is in flight stops.
 func (j *Job) onCancel() {
 	switch {
-	case j.kind == KindCancel:
-		return
+	case j.kind == KindCancel || j.kind == KindExpire:
 	case j.settling || j.stored:
 		j.emit(Effect{Kind: EffReplyCancel, State: events.CancelAlreadySettled})
 	case j.parking:
+	case !j.claimed && !j.slot:
+		j.cancelReq = true
 	default:
 		j.emit(Effect{Kind: EffReplyCancel, State: events.CancelCancelled})
-		if !j.cancelReq {
-			j.cancelReq = true
-			j.abortMain(abortCancel)
-		}
+		j.cancelled()
 	}
 }
 

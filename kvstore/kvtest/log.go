@@ -140,7 +140,7 @@ func (l *Log) Append(ctx context.Context, actionID string, m *nats.Msg, expect u
 	}
 	l.seq++
 	e := kvstore.LogEntry{Seq: l.seq, Header: cloneHeader(m.Header), Data: slices.Clone(m.Data)}
-	e.Terminal = kvstore.IsTerminalMsgID(e.Header.Get(jetstream.MsgIDHeader))
+	e.Terminal, e.By = kvstore.Terminal(e.Data), e.Header.Get(kvstore.HeaderOwner)
 	s.entries = append(s.entries, e)
 	l.appends = append(l.appends, Appended{ActionID: actionID, Seq: e.Seq, Terminal: e.Terminal})
 	close(s.changed)

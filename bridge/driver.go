@@ -1,0 +1,414 @@
+package bridge
+
+import (
+	"context"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+)
+
+// driver runs one core.Job: it steps the job with events and carries out the effects
+// the job asks for. It decides nothing itself: every decision about the action is the
+// job's (bridge/core). Every job, whatever started it (a delivery of an action or of a
+// decision, the sweeper, a cancel answered from the records), runs through a driver,
+// the one way in: the same registration for cancel requests, heartbeats, panic
+// recovery, worker slot, metrics, spans and log line.
+//
+// Events are stepped one at a time under mu, by whichever goroutine has one: the
+// goroutine that started the job (its home), a heartbeat, a timer, a cancel request, or
+// the goroutine of a wait or a call. The effects of a step are carried out by the
+// goroutine that stepped it, after mu is released: store and log operations inline
+// (their answer is stepped next), the call inline on the home goroutine (elsewhere in a
+// goroutine of its own, so that a heartbeat is never held by a call), waits and timers
+// in goroutines of their own, which step their answer when it comes.
+type driver struct {
+	b     *Bridge
+	kind  core.JobKind
+	id    string
+	owner string
+	msg   jetstream.Msg // nil for the sweeper and cancels
+	md    *jetstream.MsgMetadata
+	start time.Time
+
+	// What the driver knows of the action, from its message or its record.
+	act      actionInfo
+	prepared *hermes.Prepared // the mapped request, from validation
+	trace    events.TraceContext
+
+	mu       sync.Mutex
+	job      *core.Job
+	ops      map[uint64]opHandle // async operations in flight, for Abort
+	finished bool
+	fin      core.Effect // the job's EffFinish
+	done     chan struct{}
+	panics   int
+
+	yieldMu sync.Mutex
+	yield   func() // gives the dispatcher's worker slot back (once); nil when none is held
+	ending  bool   // the job ended: a yield now is not a wait
+	waited  bool   // the job gave its slot back to wait: counted in the waiting gauge
+
+	running   *running           // this driver in the cancel registry
+	replyMu   sync.Mutex         // one cancel request at a time
+	onReply   func(state string) // answers the cancel request being stepped (EvCancel, KindCancel)
+	beating   bool
+	sent      time.Time       // when the call was sent, for the first-event metric
+	span      trace.Span      // the root span of the delivery
+	spanCtx   context.Context // carries span
+	child     trace.Span      // the span of the ledger step under way (tracing.traceStep)
+	spanGroup string
+	pubEvents int64 // events the call published
+}
+
+// opHandle stops an async operation: its context, or its timer.
+type opHandle struct {
+	cancel context.CancelFunc
+	timer  *time.Timer
+}
+
+// newDriver returns the driver of a job of kind about action id.
+func (b *Bridge) newDriver(kind core.JobKind, id string, msg jetstream.Msg, md *jetstream.MsgMetadata) *driver {
+	return &driver{b: b, kind: kind, id: id, owner: b.cfg.ReplicaID + ":" + nuid.Next(), msg: msg, md: md,
+		start: b.now(), job: core.NewJob(b.coreCfg), done: make(chan struct{})}
+}
+
+// run starts the job with s on the calling goroutine (its home) and returns once the
+// job has finished. The calling goroutine carries out the effects of the steps it takes;
+// when they are done and the job is not, it waits for the job's other goroutines.
+func (d *driver) run(ctx context.Context, s *core.Start) {
+	d.spanCtx = ctx
+	s.Owner, s.Seed = d.owner, seed()
+	d.running = d.b.register(d)
+	if m := d.b.metrics; m != nil {
+		m.inFlight.Inc()
+		if d.md != nil && d.md.NumDelivered > 1 {
+			m.redeliveries.Inc()
+		}
+	}
+	d.deliver(core.Event{Kind: core.EvDeliver, Start: s}, true)
+	<-d.done
+}
+
+// deliver steps ev and then the answers of the effects carried out inline, until there
+// is nothing left to step on this goroutine. A panic in a step or an effect is stepped
+// as EvPanic (the job settles failed, reason panic).
+func (d *driver) deliver(ev core.Event, home bool) {
+	var buf [8]core.Event
+	q := append(buf[:0], ev)
+	for len(q) > 0 {
+		ev := q[0]
+		q = q[1:]
+		q = d.stepSafely(ev, home, q)
+	}
+}
+
+// stepSafely steps ev, carries its effects out and appends the answers to q.
+func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []core.Event) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = d.panicked(home, q)
+		}
+	}()
+	var buf [8]core.Effect
+	effs := d.step(ev, buf[:0])
+	for i := range effs {
+		if ans, ok := d.exec(&effs[i], home); ok {
+			q = append(q, ans)
+		}
+	}
+	return q
+}
+
+// panicked handles a recovered panic: the stack is logged (never the panic value, which
+// may hold content) and the job is stepped with EvPanic, once; a job that panics again
+// is finished with its message terminated.
+func (d *driver) panicked(home bool, q []core.Event) []core.Event {
+	d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
+		Msg("handling the action panicked; it settles failed")
+	d.mu.Lock()
+	d.panics++
+	n := d.panics
+	d.mu.Unlock()
+	if n > 2 {
+		d.b.log.Error().Str("action_id", d.id).Msg("settling a panicked action panicked too")
+		d.exec(&core.Effect{Kind: core.EffFinish, Ack: core.TermIt, Reason: "panic"}, home)
+		return nil
+	}
+	return append(q[:0], core.Event{Kind: core.EvPanic})
+}
+
+// step steps the job with ev (at the driver's time) and appends its effects to out. It
+// registers the async operations the effects start (so that an Abort, which another
+// goroutine may step before the operation starts, finds them) and carries out aborts.
+func (d *driver) step(ev core.Event, out []core.Effect) []core.Effect {
+	ev.Now = time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	effs := d.job.Step(ev)
+	d.b.tracing.traceStep(d)
+	for _, e := range effs {
+		switch e.Kind {
+		case core.EffAbort:
+			if h, ok := d.ops[e.Op]; ok {
+				delete(d.ops, e.Op)
+				d.stop(e.Op, h)
+			}
+			continue
+		case core.EffFinish:
+			d.finished = true
+			for op, h := range d.ops {
+				delete(d.ops, op)
+				if h.cancel != nil {
+					h.cancel()
+				} else if h.timer != nil {
+					h.timer.Stop()
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// stop aborts the operation op (under mu). A timer that had not fired answers
+// Aborted itself; the other operations answer when they see their context cancelled.
+func (d *driver) stop(op uint64, h opHandle) {
+	if h.cancel != nil {
+		h.cancel()
+		return
+	}
+	if h.timer != nil && h.timer.Stop() {
+		go d.deliver(core.Event{Kind: core.EvTimer, Op: op, Status: core.Aborted}, false)
+	}
+}
+
+// async registers op and returns its context (ended by Abort or the job's end), or
+// false when the job has finished.
+func (d *driver) async(op uint64, deadline time.Time) (context.Context, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.finished {
+		return nil, false
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if deadline.IsZero() {
+		ctx, cancel = context.WithCancel(context.Background())
+	} else {
+		ctx, cancel = context.WithDeadline(context.Background(), deadline)
+	}
+	if d.ops == nil {
+		d.ops = map[uint64]opHandle{}
+	}
+	d.ops[op] = opHandle{cancel: cancel}
+	return ctx, true
+}
+
+// opDone forgets op once it answered.
+func (d *driver) opDone(op uint64) {
+	d.mu.Lock()
+	if h, ok := d.ops[op]; ok {
+		delete(d.ops, op)
+		if h.cancel != nil {
+			h.cancel()
+		}
+	}
+	d.mu.Unlock()
+}
+
+// spawn runs f for op in a goroutine of its own and steps its answer.
+func (d *driver) spawn(op uint64, deadline time.Time, f func(context.Context) core.Event) {
+	ctx, ok := d.async(op, deadline)
+	if !ok {
+		return
+	}
+	go func() {
+		ev := f(ctx)
+		ev.Op = op
+		d.opDone(op)
+		d.deliver(ev, false)
+	}()
+}
+
+// inline runs f for op on this goroutine and returns its answer.
+func (d *driver) inline(op uint64, deadline time.Time, f func(context.Context) core.Event) (core.Event, bool) {
+	ctx, ok := d.async(op, deadline)
+	if !ok {
+		return core.Event{}, false
+	}
+	ev := f(ctx)
+	ev.Op = op
+	d.opDone(op)
+	return ev, true
+}
+
+// timer sets the job's timer op for until.
+func (d *driver) timer(e *core.Effect) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.finished {
+		return
+	}
+	op, t := e.Op, e.Timer
+	if d.ops == nil {
+		d.ops = map[uint64]opHandle{}
+	}
+	d.ops[op] = opHandle{timer: time.AfterFunc(max(time.Until(e.Until), 0), func() {
+		d.opDone(op)
+		d.deliver(core.Event{Kind: core.EvTimer, Op: op, Timer: t, Status: core.OK}, false)
+	})}
+}
+
+// exec carries out e; an effect answered at once returns its answer.
+func (d *driver) exec(e *core.Effect, home bool) (core.Event, bool) {
+	switch e.Kind {
+	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete:
+		return d.storeOp(e), true
+	case core.EffReadLog:
+		return d.readLog(e), true
+	case core.EffAppend:
+		return d.appendResult(e), true
+	case core.EffAwaitMove:
+		key, rev := e.Key, e.Rev
+		d.spawn(e.Op, e.Until, func(ctx context.Context) core.Event { return d.awaitMove(ctx, key, rev) })
+	case core.EffWaitTerminal:
+		id := e.ActionID
+		d.spawn(e.Op, e.Until, func(ctx context.Context) core.Event { return d.waitTerminal(ctx, id) })
+	case core.EffAdmit:
+		if ev, ok := d.tryAdmit(e); ok {
+			return ev, true
+		}
+		d.spawn(e.Op, e.Until, func(ctx context.Context) core.Event { return d.admitWait(ctx) })
+	case core.EffUnadmit:
+		d.unadmit()
+	case core.EffValidate:
+		return core.Event{Kind: core.EvValidated, Op: e.Op, Invalid: d.validate()}, true
+	case core.EffResume:
+		return d.resume(e), true
+	case core.EffCall:
+		if home {
+			return d.inline(e.Op, e.Until, func(ctx context.Context) core.Event { return d.call(ctx) })
+		}
+		d.spawn(e.Op, e.Until, func(ctx context.Context) core.Event { return d.call(ctx) })
+	case core.EffRun:
+		r := e.Run
+		f := func(ctx context.Context) core.Event { return d.runOp(ctx, r) }
+		if home && e.Run.Op != core.RunEvents {
+			return d.inline(e.Op, time.Time{}, f)
+		}
+		d.spawn(e.Op, e.Until, f)
+	case core.EffTimer:
+		d.timer(e)
+	case core.EffBeat:
+		d.setBeats(e.On)
+	case core.EffInProgress:
+		if d.msg != nil {
+			_ = d.msg.InProgress()
+		}
+	case core.EffYield:
+		d.yieldWorker()
+	case core.EffHook:
+		d.b.hook(e.Point, d.id)
+	case core.EffNote:
+		d.note(e)
+	case core.EffDeadLetter:
+		return core.Event{Kind: core.EvDeadLettered, Op: e.Op, Status: d.deadLetter(e.Reason)}, true
+	case core.EffReplyCancel:
+		if d.onReply != nil {
+			d.onReply(e.State)
+		}
+	case core.EffFinish:
+		d.finish(*e)
+	}
+	return core.Event{}, false
+}
+
+// beat steps a heartbeat.
+func (d *driver) beat() { d.signal(core.EvBeat) }
+
+// setBeats starts or stops the job's heartbeats.
+func (d *driver) setBeats(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if on == d.beating || (on && d.finished) {
+		return
+	}
+	d.beating = on
+	if on {
+		d.b.beats.add(d)
+	} else {
+		d.b.beats.remove(d)
+	}
+}
+
+// finish ends the job: its message is acknowledged as the job said, its heartbeats,
+// registration and worker slot end, and its log line, metrics and span are written.
+func (d *driver) finish(e core.Effect) {
+	d.mu.Lock()
+	d.fin = e
+	beating := d.beating
+	d.beating = false
+	d.mu.Unlock()
+	if beating {
+		d.b.beats.remove(d)
+	}
+	if d.msg != nil {
+		d.b.apply(d.msg, e)
+	}
+	d.b.unregister(d)
+	d.end()
+	o := d.job.Outcome()
+	d.b.observeOutcome(d, o, e)
+	d.b.logOutcome(d, o, e)
+	d.b.tracing.endAction(d.span, d, o, e)
+	close(d.done)
+}
+
+// yieldWorker gives the dispatcher's worker slot back before a wait that may be long
+// (a duplicate waiting for its original, a takeover waiting out a lease), so that the
+// waits never stall other actions. The message stays in progress (heartbeats).
+func (d *driver) yieldWorker() {
+	d.yieldMu.Lock()
+	y := d.yield
+	d.yield = nil
+	wait := y != nil && !d.ending
+	d.waited = d.waited || wait
+	d.yieldMu.Unlock()
+	if y != nil {
+		y()
+	}
+	if m := d.b.metrics; m != nil && wait {
+		m.waiting.Inc()
+	}
+}
+
+// end gives the worker slot back at the job's end, and takes the job off the waiting
+// gauge if it was counted there.
+func (d *driver) end() {
+	d.yieldMu.Lock()
+	d.ending = true
+	waited := d.waited
+	d.yieldMu.Unlock()
+	d.yieldWorker()
+	if m := d.b.metrics; m != nil {
+		m.inFlight.Dec()
+		if waited {
+			m.waiting.Dec()
+		}
+	}
+}
+
+// step with an event from outside the job's own operations: a heartbeat, a cancel
+// request, shutdown.
+func (d *driver) signal(kind core.EventKind) { d.deliver(core.Event{Kind: kind}, false) }
+
+// seed is a job's seed for its jitter.
+func seed() uint64 { return uint64(time.Now().UnixNano()) }

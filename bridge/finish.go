@@ -1,0 +1,149 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+)
+
+// apply is the single place where a delivery is acknowledged: as the job's EffFinish
+// says.
+func (b *Bridge) apply(msg jetstream.Msg, e core.Effect) {
+	var err error
+	switch e.Ack {
+	case core.AckIt:
+		// A plain ack is enough: the result is already durable, and a lost ack only
+		// means a redelivery that finds the action settled and acks again.
+		err = msg.Ack()
+	case core.NakIt:
+		err = msg.NakWithDelay(e.Delay)
+	case core.TermIt:
+		err = msg.TermWithReason(e.Reason)
+	}
+	if err != nil {
+		b.log.Warn().Err(err).Str("decision", e.Ack.String()).Msg("acknowledgement failed; the message will be redelivered")
+	}
+}
+
+// logOutcome writes the one log line of a job: ids, status, timing and the decision;
+// never content, keys or session identifiers.
+func (b *Bridge) logOutcome(d *driver, o core.Outcome, e core.Effect) {
+	ev := b.log.Info()
+	if e.Ack != core.AckIt {
+		ev = b.log.Warn()
+	}
+	var ms [24]byte
+	delivery := 0
+	if d.md != nil {
+		delivery = int(d.md.NumDelivered)
+	}
+	ev = ev.Str("action_id", d.id).Str("capability", o.CapabilityID).Str("status", o.Status).
+		RawJSON("duration_ms", appendMillis(ms[:0], b.now().Sub(d.start))).Int("attempt", o.Attempt).
+		Int("delivery", delivery).Str("decision", e.Ack.String())
+	if d.kind != core.KindAction {
+		ev = ev.Str("job", d.kind.String())
+	}
+	if o.Code != "" {
+		ev = ev.Str("code", o.Code)
+	}
+	if o.ReplayOf != "" {
+		ev = ev.Str("replay_of", o.ReplayOf)
+	}
+	if e.Ack == core.NakIt {
+		ev = ev.Str("retry_in", e.Delay.String())
+	}
+	if e.Reason != "" {
+		ev = ev.Str("reason", e.Reason)
+	}
+	ev.Msg("action")
+}
+
+// observeOutcome counts what a finished job did.
+func (b *Bridge) observeOutcome(d *driver, o core.Outcome, e core.Effect) {
+	m := b.metrics
+	if m == nil {
+		return
+	}
+	if o.Verdict == core.VerdictTakeover {
+		m.takeovers.Inc()
+	}
+	if o.Approval != "" {
+		m.approvals.WithLabelValues(o.Approval).Inc()
+	}
+	if !o.Settled {
+		return
+	}
+	m.settledAction(d, o.Status, o.Code)
+	if o.ReplayOf != "" {
+		m.replays.Inc()
+	}
+	if o.Code == "idempotency_conflict" {
+		m.conflicts.Inc()
+	}
+}
+
+// DLQ headers. The original headers are kept; these are added.
+const (
+	HeaderDLQReason  = "Hermes-Dlq-Reason"
+	HeaderDLQSubject = "Hermes-Dlq-Subject"
+	HeaderDLQStream  = "Hermes-Dlq-Stream"
+	HeaderDLQSeq     = "Hermes-Dlq-Stream-Seq"
+)
+
+// publishDLQ copies a message that cannot be handled to the DLQ with the reason (its
+// Nats-Msg-Id names the message's stream position, so a retried copy is stored once).
+func (b *Bridge) publishDLQ(msg jetstream.Msg, md *jetstream.MsgMetadata, reason string) error {
+	h := nats.Header{}
+	for k, v := range msg.Headers() {
+		if k == jetstream.MsgIDHeader {
+			continue
+		}
+		h[k] = v
+	}
+	seq := fmt.Sprint(md.Sequence.Stream)
+	h.Set(HeaderDLQReason, reason)
+	h.Set(HeaderDLQSubject, msg.Subject())
+	h.Set(HeaderDLQStream, md.Stream)
+	h.Set(HeaderDLQSeq, seq)
+	h.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+seq)
+	ctx, cancel := detached(b.workCtx)
+	defer cancel()
+	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: b.subjects.DLQ(), Header: h, Data: msg.Data()}); err != nil {
+		return err
+	}
+	if m := b.metrics; m != nil {
+		m.dlq.Inc()
+	}
+	b.log.Warn().Uint64("stream_seq", md.Sequence.Stream).Str("subject", msg.Subject()).
+		Str("reason", reason).Msg("dead-lettered a message that cannot be handled")
+	return nil
+}
+
+// detached returns a context that survives the cancellation of ctx (shutdown) but is
+// bounded, for the writes that end an action.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+}
+
+// appendMillis appends d in milliseconds, to the microsecond, as a JSON number with
+// three decimals ("12.345", "0.007"): the log's duration_ms, the same value as the
+// float64 of the milliseconds, without float formatting on every action.
+func appendMillis(b []byte, d time.Duration) []byte {
+	us := d.Microseconds()
+	if us < 0 {
+		b = append(b, '-')
+		us = -us
+	}
+	b = strconv.AppendInt(b, us/1000, 10)
+	frac := us % 1000
+	return append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+}

@@ -1,0 +1,287 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
+)
+
+// The run effects of the governed run (operation "run"; its states are bridge/core's
+// run.go): each is one exchange with the endpoint's /v1/runs API, except RunEvents,
+// which reads the run's events and republishes them until the run's end.
+
+// runner is what the governed run needs of an endpoint's client (hermes.Client).
+type runner interface {
+	RunStart(ctx context.Context, req hermes.Request) (*hermes.RunStarted, error)
+	RunStatus(ctx context.Context, runID string) (*hermes.RunStatus, error)
+	RunEvents(ctx context.Context, runID string) (*hermes.RunEventStream, error)
+	RunStop(ctx context.Context, runID string) (*hermes.RunStopResult, error)
+	RunApproval(ctx context.Context, runID, choice string, all bool) (*hermes.RunApprovalResult, error)
+	Capabilities(ctx context.Context) (*hermes.Capabilities, error)
+}
+
+// runnerOf returns the runs client of endpoint id; ok is false when this replica does not
+// serve the endpoint (or its client cannot run runs).
+func (b *Bridge) runnerOf(id string) (r runner, ok bool) {
+	if ep, known := b.eps[id]; known {
+		r, ok = ep.client.(runner)
+	}
+	return r, ok
+}
+
+// runCallTimeout bounds one status poll, stop, approval or capabilities request.
+const runCallTimeout = 10 * time.Second
+
+// runOp carries out a run effect.
+func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
+	ev := core.Event{Kind: core.EvRun, Run: &core.RunAnswer{}, Status: core.OK}
+	rn, ok := d.b.runnerOf(d.act.endpointID)
+	if !ok {
+		ev.Status = core.Failed
+		if r.Op == core.RunStart {
+			ev.Run.Call = &core.CallAnswer{Result: failedOf(d, &events.ErrorInfo{Code: "internal", Category: "connector",
+				Message: "the endpoint's client cannot run Hermes runs"})}
+		}
+		return ev
+	}
+	switch r.Op {
+	case core.RunStart:
+		return d.runStart(ctx, rn)
+	case core.RunCapabilities:
+		cctx, cancel := context.WithTimeout(ctx, runCallTimeout)
+		caps, err := rn.Capabilities(cctx)
+		cancel()
+		if err != nil {
+			d.b.log.Warn().Str("action_id", d.id).Str("endpoint", d.act.endpointID).Str("error_code", errorCode(err)).
+				Msg("could not read the endpoint's capabilities; its runs count as not idempotent")
+			ev.Status = core.Failed
+			return ev
+		}
+		ev.Run.Durable = caps.DurableRunIdempotency()
+	case core.RunEvents:
+		d.runEvents(ctx, rn, r, ev.Run)
+	case core.RunStatus:
+		cctx, cancel := context.WithTimeout(ctx, runCallTimeout)
+		st, err := rn.RunStatus(cctx, r.RunID)
+		cancel()
+		switch {
+		case errors.Is(err, hermes.ErrRunNotFound):
+			ev.Status = core.NotFound
+		case err != nil:
+			ev.Status = waitEnd(ctx, err).Status
+			if ev.Status == core.Expired {
+				ev.Status = core.Failed
+			}
+		case st.Terminal():
+			a := ev.Run
+			a.Status, a.LastEvent = st.Status, st.LastEvent
+			if st.Output != nil {
+				a.Output = *st.Output
+			}
+			if st.Error != nil {
+				a.ErrText = *st.Error
+			}
+			a.Usage = usageJSON(st.Usage)
+		}
+	case core.RunStop:
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runCallTimeout)
+		_, err := rn.RunStop(cctx, r.RunID)
+		cancel()
+		switch {
+		case errors.Is(err, hermes.ErrRunNotFound):
+			ev.Status = core.NotFound
+		case err != nil:
+			d.b.log.Warn().Str("action_id", d.id).Str("error_code", errorCode(err)).Msg("stopping the run failed")
+			ev.Status = core.Failed
+		}
+	case core.RunApprove:
+		if err := forwardChoice(context.WithoutCancel(ctx), d.b, rn, d.id, r.RunID, r.Choice); err != nil {
+			ev.Status = core.Failed
+		}
+	case core.RunStoredEvents:
+		ev.Run.Next = d.storedEvents(ctx)
+	}
+	return ev
+}
+
+// runStart posts the run (with the action's Idempotency-Key) and tells the breaker.
+func (d *driver) runStart(ctx context.Context, rn runner) core.Event {
+	ev := core.Event{Kind: core.EvRun, Run: &core.RunAnswer{}, Status: core.OK}
+	sctx, cancel := context.WithDeadline(ctx, d.act.deadline)
+	defer cancel()
+	d.sent = time.Now()
+	st, err := rn.RunStart(sctx, d.request())
+	d.act.ep.brk.done(d.b.now(), err)
+	if err != nil {
+		d.b.metrics.observeCall(d, d.sent, nil, err)
+		ev.Status, ev.Run.Call = core.Failed, d.callAnswer(sctx, nil, err)
+		return ev
+	}
+	d.b.metrics.observeCall(d, d.sent, &hermes.Result{HTTPStatus: 200}, nil)
+	ev.Run.RunID = st.RunID
+	return ev
+}
+
+// runEvents republishes the run's events from event number r.From on, until its terminal
+// event, the end of the events stream (gone, broken) or ctx; each approval.request is
+// stepped as EvRunApproval meanwhile. a says what the events showed.
+func (d *driver) runEvents(ctx context.Context, rn runner, r *core.RunRequest, a *core.RunAnswer) {
+	pub := newEventPublisher(d.b.js, d)
+	pub.seq = r.From
+	defer func() {
+		if err := pub.flush(context.Background()); err != nil {
+			a.PublishFailed = true
+		}
+		a.Next = pub.seq
+	}()
+	s, err := rn.RunEvents(ctx, r.RunID)
+	if err != nil {
+		if !errors.Is(err, hermes.ErrRunNotFound) && ctx.Err() == nil {
+			d.b.log.Info().Str("action_id", d.id).Str("error_code", errorCode(err)).
+				Msg("the run's events cannot be read; following its status instead")
+		}
+		return
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				d.b.log.Info().Str("action_id", d.id).Str("error_code", errorCode(err)).
+					Msg("the run's events stream ended early; following its status instead")
+			}
+			return
+		}
+		observeRun(a, ev)
+		if err := pub.publish(runEventOut(ev)); err != nil {
+			a.PublishFailed = true
+			return
+		}
+		if ev.Name == "approval.request" {
+			d.deliver(core.Event{Kind: core.EvRunApproval, Run: &core.RunAnswer{Approval: approvalAsk(ev)}}, false)
+		}
+		if ev.Terminal {
+			a.Streamed = true
+			return
+		}
+	}
+}
+
+// observeRun records what a run event says about the run.
+func observeRun(a *core.RunAnswer, ev hermes.RunEvent) {
+	a.LastEvent = ev.Name
+	switch ev.Name {
+	case "tool.started":
+		a.ToolsRan = true
+	case "run.completed":
+		a.Status, a.Output, a.Usage = hermes.RunCompleted, ev.Output, usageJSON(ev.Usage)
+	case "run.failed":
+		a.Status, a.ErrText = hermes.RunFailed, ev.Error
+	case "run.cancelled":
+		a.Status = hermes.RunCancelled
+	case "run.interrupted":
+		a.Status = hermes.RunInterrupted
+	}
+}
+
+// approvalAsk is what the job needs of an approval.request event.
+func approvalAsk(ev hermes.RunEvent) *core.RunApprovalAsk {
+	ask := &core.RunApprovalAsk{Data: ev.Data}
+	if sha, err := events.InputSHA256(ev.Data); err == nil {
+		ask.SHA256 = sha
+	}
+	if ap := ev.Approval; ap != nil {
+		ask.Command, ask.Description, ask.PatternKey, ask.Choices = ap.Command, ap.Description, ap.PatternKey, ap.Choices
+	}
+	return ask
+}
+
+func usageJSON(u *hermes.RunUsage) json.RawMessage {
+	if u == nil {
+		return nil
+	}
+	b, err := json.Marshal(u)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// runEventOut is the event the bridge republishes for a run event: the data verbatim,
+// its kind, and as text only the answer's deltas (reasoning.available repeats the
+// assistant's text, it is not more of it).
+func runEventOut(ev hermes.RunEvent) hermes.Event {
+	out := hermes.Event{Data: ev.Data, Name: ev.Name, Kind: ev.Kind, Terminal: ev.Terminal}
+	if ev.Name == "message.delta" {
+		out.Text = ev.Delta
+	}
+	return out
+}
+
+// storedEvents returns the number of events already stored for the action (the next
+// sequence), read from the output stream's last event. A read that is behind only makes
+// this delivery reuse sequences that deduplication then drops.
+func (d *driver) storedEvents(ctx context.Context) int64 {
+	if d.b.output == nil {
+		return 0
+	}
+	gctx, cancel := context.WithTimeout(ctx, runCallTimeout)
+	defer cancel()
+	m, err := d.b.output.GetLastMsgForSubject(gctx, d.b.subjects.Events(d.id))
+	if err != nil {
+		return 0
+	}
+	var e struct {
+		Sequence int64 `json:"sequence"`
+	}
+	if json.Unmarshal(m.Data, &e) != nil {
+		return 0
+	}
+	return e.Sequence + 1
+}
+
+// forwardChoice sends a decided choice to the run, retrying a few times when the answer
+// is lost; an answer that says the run does not wait (409, 404) is logged.
+func forwardChoice(ctx context.Context, b *Bridge, r runner, actionID, runID, choice string) error {
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, runCallTimeout)
+		_, err = r.RunApproval(cctx, runID, choice, false)
+		cancel()
+		var he *hermes.Error
+		if err == nil || (errors.As(err, &he) && he.HTTPStatus >= 400 && he.HTTPStatus < 500) {
+			break
+		}
+		t := time.NewTimer(core.Backoff(b.cfg.RetryBase, b.cfg.RetryMax, attempt, 0, 0.5))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			attempt = 3
+		}
+	}
+	if err != nil {
+		b.log.Warn().Str("action_id", actionID).Str("choice", choice).Str("error_code", errorCode(err)).
+			Msg("the run did not take the approval decision")
+	}
+	return err
+}
+
+// errorCode is the Hermes error code of err ("" when it is not a Hermes error): logs name
+// the code, never the error text, which may carry content.
+func errorCode(err error) string {
+	var he *hermes.Error
+	if errors.As(err, &he) {
+		return he.Code
+	}
+	return ""
+}
