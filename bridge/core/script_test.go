@@ -448,32 +448,11 @@ func (h *harness) runAnswer(t *testing.T, td *datadriven.TestData, sj *scriptJob
 	return a
 }
 
-// step steps the job with ev (at the harness's time) and prints its effects.
+// step steps the job with ev (at the harness's time) and prints its effects, then
+// whether the job is done or what it awaits.
 func (h *harness) step(sj *scriptJob, ev Event) string {
-	ev.Now = h.now
-	effs := sj.j.Step(ev)
 	var b strings.Builder
-	for _, e := range effs {
-		switch e.Kind {
-		case EffAbort:
-			for i, o := range sj.out {
-				if o.Op == e.Op {
-					sj.out = append(sj.out[:i:i], sj.out[i+1:]...)
-					b.WriteString(h.effect(e) + " (" + o.Kind.String() + ")\n")
-					// The driver answers an aborted operation: Aborted.
-					defer func(o Effect) { h.aborted(sj, o, &b) }(o)
-					break
-				}
-			}
-			continue
-		case EffFinish:
-			sj.out = nil
-		}
-		if e.Op != 0 {
-			sj.out = append(sj.out, e)
-		}
-		b.WriteString(h.effect(e) + "\n")
-	}
+	h.stepInto(sj, ev, &b, "")
 	if sj.j.Done() {
 		o := sj.j.Outcome()
 		fmt.Fprintf(&b, "= done: %s", o.Status)
@@ -487,8 +466,41 @@ func (h *harness) step(sj *scriptJob, ev Event) string {
 	return b.String()
 }
 
+// stepInto steps the job with ev and prints its effects into b, each line after
+// indent. An operation the job aborts is answered Aborted at once, as the driver does,
+// once the job's effects are printed (the answer is a Step, which reuses the effects'
+// slice); the effects of that answer follow, indented under the abort.
+func (h *harness) stepInto(sj *scriptJob, ev Event, b *strings.Builder, indent string) {
+	ev.Now = h.now
+	effs := sj.j.Step(ev)
+	var aborted []Effect
+	for _, e := range effs {
+		switch e.Kind {
+		case EffAbort:
+			for i, o := range sj.out {
+				if o.Op == e.Op {
+					sj.out = append(sj.out[:i:i], sj.out[i+1:]...)
+					b.WriteString(indent + h.effect(e) + " (" + o.Kind.String() + ")\n")
+					aborted = append(aborted, o)
+					break
+				}
+			}
+			continue
+		case EffFinish:
+			sj.out = nil
+		}
+		if e.Op != 0 {
+			sj.out = append(sj.out, e)
+		}
+		b.WriteString(indent + h.effect(e) + "\n")
+	}
+	for _, o := range aborted {
+		h.aborted(sj, o, b, indent+"  ")
+	}
+}
+
 // aborted answers an aborted operation the way the driver does.
-func (h *harness) aborted(sj *scriptJob, o Effect, b *strings.Builder) {
+func (h *harness) aborted(sj *scriptJob, o Effect, b *strings.Builder, indent string) {
 	ev := Event{Op: o.Op, Status: Aborted}
 	switch o.Kind {
 	case EffAwaitMove, EffWaitTerminal:
@@ -508,7 +520,7 @@ func (h *harness) aborted(sj *scriptJob, o Effect, b *strings.Builder) {
 	default:
 		return
 	}
-	b.WriteString("  aborted → " + strings.ReplaceAll(strings.TrimSpace(h.step(sj, ev)), "\n", "\n  ") + "\n")
+	h.stepInto(sj, ev, b, indent)
 }
 
 func (h *harness) rel(at time.Time) string {
