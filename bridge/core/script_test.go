@@ -517,6 +517,12 @@ func (h *harness) aborted(sj *scriptJob, o Effect, b *strings.Builder, indent st
 		}
 	case EffTimer:
 		ev.Kind, ev.Timer = EvTimer, o.Timer
+	case EffValidate:
+		ev.Kind = EvValidated
+	case EffResume:
+		ev.Kind = EvResumed
+	case EffDeadLetter:
+		ev.Kind = EvDeadLettered
 	default:
 		return
 	}
