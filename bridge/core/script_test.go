@@ -359,6 +359,7 @@ func (h *harness) entry(t *testing.T, td *datadriven.TestData, key string) kvsto
 	td.MaybeScanArgs(t, "approval-seq", &r.ApprovalSeq)
 	td.MaybeScanArgs(t, "answered", &r.ApprovalAnswered)
 	td.MaybeScanArgs(t, "approval-sha", &r.ApprovalSHA256)
+	td.MaybeScanArgs(t, "answered-by", &r.ApprovalDecision)
 	var idem string
 	if td.MaybeScanArgs(t, "idem", &idem) {
 		r.IdemKey = "idem." + idem
@@ -442,7 +443,7 @@ func (h *harness) runAnswer(t *testing.T, td *datadriven.TestData, sj *scriptJob
 		PublishFailed: td.HasArg("publish-failed")}
 	td.MaybeScanArgs(t, "runid", &a.RunID)
 	td.MaybeScanArgs(t, "next", &a.Next)
-	td.MaybeScanArgs(t, "run-status", &a.Status)
+	td.MaybeScanArgs(t, "run-state", &a.Status)
 	td.MaybeScanArgs(t, "output", &a.Output)
 	td.MaybeScanArgs(t, "last-event", &a.LastEvent)
 	return a
@@ -628,7 +629,9 @@ func rec(r kvstore.Record) string {
 	add("run", r.RunID)
 	add("pending", strconv.FormatUint(r.PendingSeq, 10))
 	add("approval-seq", strconv.Itoa(r.ApprovalSeq))
+	add("approval-sha", r.ApprovalSHA256)
 	add("answered", strconv.Itoa(r.ApprovalAnswered))
+	add("answered-by", r.ApprovalDecision)
 	if len(r.Action) > 0 {
 		f = append(f, "action")
 	}
