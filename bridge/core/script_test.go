@@ -18,10 +18,26 @@ package core
 //	run-approval job=j1 sha=s1 [command=c]
 //	tick 10s | beat | cancel | shutdown | panic | timer job=j1 retry|approval/1|poll
 //	state job=j1
+//
+// An answer's <effect> is the effect's name (create, get, read_log, ...; run-<op> for
+// a run operation: run-start, run-events, run-status, ...). A Get's record fields:
+// state= owner= action= attempt= input= decision= run= pending= approval-seq=
+// answered= answered-by= approval-sha= idem= expires= (relative to now) cancel
+// parked-action tombstone=<message>. A log entry: result=<status>[/<code>] [retryable]
+// [uncertain] [replay-of=] by= seq= (no result: an unreadable message). A run's answer:
+// runid= next= run-state= output= last-event= [durable] [tools-ran] [streamed]
+// [publish-failed]. An operation the job aborts is answered Aborted at once, as the
+// driver does; what the job does then is printed indented under the abort.
+//
+// A file named bug_*.txt holds cases whose expected output was written by hand: the
+// behaviour the core should have (each case says why it does not). -rewrite leaves
+// those files alone.
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +52,10 @@ import (
 
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if f := flag.Lookup("rewrite"); f != nil && f.Value.String() == "true" &&
+			strings.HasPrefix(filepath.Base(path), "bug_") {
+			t.Skip("expected output written by hand: not rewritten")
+		}
 		h := newHarness()
 		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
 			return h.do(t, td)
@@ -344,6 +364,9 @@ func parseStatus(t *testing.T, td *datadriven.TestData, s string) Status {
 // entry is the entry a Get answers, from the command's record fields.
 func (h *harness) entry(t *testing.T, td *datadriven.TestData, key string) kvstore.Entry {
 	r := kvstore.Record{State: kvstore.StateClaimed, Attempt: 1, InputSHA256: "h1"}
+	if !strings.HasPrefix(key, "act.") {
+		r.Attempt = 0 // key records and park index entries count no attempts
+	}
 	var state string
 	if td.MaybeScanArgs(t, "state", &state) {
 		r.State = kvstore.State(state)
