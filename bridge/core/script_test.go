@@ -22,7 +22,7 @@ package core
 // An answer's <effect> is the effect's name (create, get, read_log, ...; run-<op> for
 // a run operation: run-start, run-events, run-status, ...). A Get's record fields:
 // state= owner= action= attempt= input= decision= run= pending= approval-seq=
-// answered= answered-by= approval-sha= idem= expires= (relative to now) cancel
+// answered= answered-by= approval-sha= idem= cap= expires= (relative to now) cancel
 // parked-action tombstone=<message>. A log entry: result=<status>[/<code>] [retryable]
 // [uncertain] [replay-of=] by= seq= (no result: an unreadable message). A run's answer:
 // runid= next= run-state= output= last-event= [durable] [tools-ran] [streamed]
@@ -383,6 +383,7 @@ func (h *harness) entry(t *testing.T, td *datadriven.TestData, key string) kvsto
 	td.MaybeScanArgs(t, "answered", &r.ApprovalAnswered)
 	td.MaybeScanArgs(t, "approval-sha", &r.ApprovalSHA256)
 	td.MaybeScanArgs(t, "answered-by", &r.ApprovalDecision)
+	td.MaybeScanArgs(t, "cap", &r.CapabilityID)
 	var idem string
 	if td.MaybeScanArgs(t, "idem", &idem) {
 		r.IdemKey = "idem." + idem
