@@ -39,6 +39,11 @@ func storeStatus(err error) core.Status {
 // storeOp carries out a Create, Get, Update or Delete.
 func (d *driver) storeOp(e *core.Effect) core.Event {
 	ctx := context.Background()
+	if !e.Until.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, e.Until)
+		defer cancel()
+	}
 	ev := core.Event{Kind: core.EvStore, Op: e.Op}
 	var err error
 	switch e.Kind {
@@ -61,7 +66,7 @@ func logEntry(le kvstore.LogEntry) core.LogEntry {
 	if err != nil {
 		r = nil // unreadable: it counts as terminal (whatever is stored stands)
 	}
-	return core.LogEntry{Seq: le.Seq, Result: r, By: le.By}
+	return core.LogEntry{Seq: le.Seq, Result: r, By: le.By, MsgID: le.Header.Get(jetstream.MsgIDHeader)}
 }
 
 // readLog reads the action's last result message.

@@ -36,6 +36,7 @@ func (j *Job) deliver(s *Start) {
 // that a duplicate that finds its result does no validation.
 func (j *Job) startAction(pausedFor time.Duration) {
 	a := &j.act
+	j.invalid = a.Invalid
 	if a.Invalid == nil && pausedFor > 0 && pausedFor < j.remaining() && !j.final {
 		j.setStatus("paused", "")
 		j.nak(j.pauseDelay(pausedFor))
@@ -70,6 +71,10 @@ func (j *Job) pauseDelay(wait time.Duration) time.Duration {
 // ---- the one-write start ----
 
 func (j *Job) onValidateStart(ev Event) {
+	if ev.Status == Aborted || j.shutdown || j.cancelReq {
+		j.stopStart()
+		return
+	}
 	if ev.Invalid != nil {
 		j.invalid = ev.Invalid // claimed first, then settled invalid
 		j.begin()
@@ -82,11 +87,13 @@ func (j *Job) onValidateStart(ev Event) {
 // onAdmitStart starts the action under a free endpoint slot, or takes the ordinary path
 // (claimed first, visible in the records while it waits for a slot or the breaker).
 func (j *Job) onAdmitStart(ev Event) {
-	if ev.Status != OK {
-		j.begin()
+	if ev.Status == OK {
+		j.slot = true
+	}
+	if ev.Status != OK || j.shutdown || j.cancelReq {
+		j.stopStart()
 		return
 	}
-	j.slot = true
 	j.hook(PointClaimed)
 	j.startKey()
 }
@@ -137,11 +144,6 @@ func (j *Job) onStartKeyGet(ev Event) {
 // startLog looks for a terminal result of the action before its record is created: a
 // record expires (the bucket TTL) while its result may still be in the output stream.
 func (j *Job) startLog() {
-	if j.cancelReq {
-		j.giveWay() // cancelled meanwhile: claimed first, then settled cancelled
-		j.begin()
-		return
-	}
 	j.store(kStartLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
 }
 
@@ -150,17 +152,24 @@ func (j *Job) onStartLog(ev Event) {
 	case ev.Status == OK && ev.Log.Terminal():
 		j.giveWay()
 		j.doneWith(ev.Log)
-	case j.cancelReq:
-		j.giveWay()
-		j.begin()
 	case ev.Status == OK, ev.Status == NotFound:
-		r := j.intentRecord()
-		r.State = kvstore.StateDispatched
-		j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: r})
+		j.startRecord()
 	default:
 		j.giveWay()
 		j.infra(ev, "reading the action's result")
 	}
+}
+
+// startRecord creates the record already dispatched, unless a cancel or shutdown came
+// meanwhile (the ordinary path then decides under a claim).
+func (j *Job) startRecord() {
+	if j.cancelReq || j.shutdown {
+		j.stopStart()
+		return
+	}
+	r := j.intentRecord()
+	r.State = kvstore.StateDispatched
+	j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: r})
 }
 
 // onStartRecord: the Create of the record already dispatched is the claim and the
@@ -172,6 +181,10 @@ func (j *Job) onStartRecord(ev Event) {
 		r := j.intentRecord()
 		r.State = kvstore.StateDispatched
 		j.take(ev.Rev, r, VerdictFresh)
+		if j.cancelReq || j.shutdown {
+			j.notSent() // marked, but nothing sent
+			return
+		}
 		j.hook(PointDispatched)
 		j.call()
 	case Exists:
@@ -183,6 +196,18 @@ func (j *Job) onStartRecord(ev Event) {
 		j.giveWay()
 		j.infra(ev, "creating the action record")
 	}
+}
+
+// stopStart ends a start that does not go on: at shutdown the message goes back to
+// another replica (nothing was claimed); otherwise (busy, paused, a cancel) the
+// ordinary path claims the action first and decides.
+func (j *Job) stopStart() {
+	j.giveWay()
+	if j.shutdown {
+		j.nak(j.cfg.RetryBase)
+		return
+	}
+	j.begin()
 }
 
 // giveWay gives back the slot of a start that does not go on.
@@ -506,6 +531,12 @@ func (j *Job) preApproval() (ok bool, info *events.ErrorInfo) {
 // execute resolves the idempotency key, then takes an endpoint slot and calls.
 func (j *Job) execute() {
 	switch {
+	case j.fenced:
+		// The owner this job took over was settling a result it reached without a call
+		// (and may still append it): nothing is sent now, nor waited for.
+		j.settle(j.failed(interruptedSettle()))
+	case j.following():
+		j.admit()
 	case j.remaining() <= 0:
 		j.settle(j.failed(deadlineExceeded(false)))
 	case j.act.IdemKey != "" && j.keyRev == 0:
@@ -631,6 +662,10 @@ func (j *Job) replayHolder(orig string, r *events.Result) {
 // ---- the endpoint, the mark, the call ----
 
 func (j *Job) admit() {
+	if (j.cancelReq || j.shutdown) && !j.following() {
+		j.notSent()
+		return
+	}
 	j.async(kAdmit, Effect{Kind: EffAdmit, Wait: true, Until: j.act.Deadline})
 }
 
@@ -638,11 +673,14 @@ func (j *Job) onAdmit(ev Event) {
 	switch ev.Status {
 	case OK:
 		j.slot = true
-		if j.act.Op.Safe {
+		switch {
+		case (j.cancelReq || j.shutdown) && !j.following():
+			j.notSent()
+		case j.act.Op.Safe:
 			j.call()
-			return
+		default:
+			j.dispatch()
 		}
-		j.dispatch()
 	case Paused:
 		if ev.Wait >= j.remaining() || j.final {
 			j.settle(j.failed(endpointPaused(ev.Code)))
@@ -650,12 +688,23 @@ func (j *Job) onAdmit(ev Event) {
 		}
 		j.setStatus("paused", "")
 		j.release(false, j.pauseDelay(ev.Wait))
-	case Expired:
-		j.settle(j.failed(deadlineExceeded(false)))
+	case Expired, Aborted:
+		if j.following() {
+			j.call() // without a slot: the run is stopped (cancel, deadline) or handed back
+			return
+		}
+		if ev.Status == Expired {
+			j.settle(j.failed(deadlineExceeded(false)))
+			return
+		}
+		j.interrupted()
 	default:
 		j.interrupted()
 	}
 }
+
+// following reports whether the job follows a run that exists (a bound run taken over).
+func (j *Job) following() bool { return j.run != nil && j.run.reattached }
 
 // dispatch writes the write-ahead mark: from its success on the request may reach
 // Hermes and is never sent again. It is fenced by the claim's revision: a delivery that
@@ -663,13 +712,17 @@ func (j *Job) onAdmit(ev Event) {
 func (j *Job) dispatch() {
 	switch {
 	case j.fenced:
-		// The owner this job took over was settling a result it reached without a
-		// call (and may still append it): nothing is sent now.
 		j.unadmit()
 		j.settle(j.failed(interruptedSettle()))
 	case j.rec.Cancel || j.cancelReq:
-		j.unadmit()
-		j.settle(cancelledResult(j, false))
+		j.notSent()
+	case j.rec.State == kvstore.StateDispatched:
+		// A run taken over: marked already; followed (bound) or posted again (durable
+		// run idempotency).
+		if !j.following() {
+			j.hook(PointDispatched)
+		}
+		j.call()
 	default:
 		j.claim(kDispatched, change{kind: chDispatch, stopOnCancel: true})
 	}
@@ -678,11 +731,14 @@ func (j *Job) dispatch() {
 func (j *Job) onDispatched(ev Event) {
 	switch ev.Status {
 	case OK:
+		if j.cancelReq || j.shutdown {
+			j.notSent() // marked, but nothing sent
+			return
+		}
 		j.hook(PointDispatched)
 		j.call()
 	case CancelFlag:
-		j.unadmit()
-		j.settle(cancelledResult(j, false))
+		j.notSent()
 	case Lost:
 		j.unadmit()
 		j.lostClaim()
@@ -752,9 +808,27 @@ func (j *Job) lastAttempt() bool { return j.attempt >= j.cfg.MaxAttempts || j.fi
 
 // ---- ending a delivery without a result ----
 
+// notSent ends an action that a cancel or shutdown stopped before its request was sent:
+// a cancel settles it cancelled (certain); shutdown releases it to another replica.
+func (j *Job) notSent() {
+	if j.slot {
+		j.unadmit()
+	}
+	if j.cancelReq {
+		j.settle(cancelledResult(j, false))
+		return
+	}
+	j.interrupted()
+}
+
 // release gives the claim up with certain non-execution, for a retry by a later
 // delivery, and naks after delay. counted says whether this delivery spent an attempt.
 func (j *Job) release(counted bool, delay time.Duration) {
+	if !j.claimed || j.lost || j.fenced || j.rec.State == kvstore.StateSettling {
+		// A fenced claim keeps its fence (the next delivery takes it over and settles).
+		j.nak(delay)
+		return
+	}
 	j.releaseDelay = delay
 	j.claim(kReleased, change{kind: chRelease, counted: counted})
 }
@@ -798,10 +872,8 @@ func (j *Job) interrupted() {
 		j.lostClaim()
 	case j.abortWhy == abortCancel && j.claimed:
 		j.settle(cancelledResult(j, false))
-	case j.abortWhy == abortShutdown && j.claimed:
-		j.release(false, j.cfg.RetryBase)
-	case j.abortWhy == abortShutdown:
-		j.nak(j.cfg.RetryBase)
+	case j.abortWhy == abortShutdown || j.shutdown:
+		j.release(false, j.cfg.RetryBase) // (a nak when nothing is claimed)
 	default:
 		j.infra(Event{Status: Failed}, "an interrupted wait")
 	}

@@ -77,19 +77,49 @@ func (j *Job) claim(k K, ch change) {
 	j.pump()
 }
 
-// onClaimUpdate reconciles a claim update. A lost compare-and-set reads the record: if
-// it is still this job's (same owner and state: a cancel request flagged it, or a write
-// of this job whose reply was lost), the job adopts it and writes its change again (or
-// stops for the cancel flag); otherwise the claim was taken over.
+// landed reports whether r, the record as read after an update whose answer was a
+// conflict or a failure, shows the change written (a write of this job whose reply was
+// lost): cur is the record the job held when it wrote.
+func (c *change) landed(r, cur kvstore.Record) bool {
+	same := r.Owner == cur.Owner
+	switch c.kind {
+	case chRenew, chProve:
+		return same && r.State == cur.State
+	case chDispatch:
+		return same && r.State == kvstore.StateDispatched
+	case chFence:
+		return same && r.State == kvstore.StateSettling
+	case chRelease:
+		return r.State == kvstore.StateReleased && r.Owner == ""
+	case chPark:
+		return r.State == kvstore.StateParked && r.Owner == "" && r.PendingSeq == c.pendingSeq
+	case chBind:
+		return same && r.State == cur.State && r.RunID == c.runID
+	case chAsk:
+		return same && r.State == cur.State && r.ApprovalSeq >= c.n
+	case chExpire:
+		if same && r.State == cur.State && r.ApprovalAnswered >= c.n {
+			c.won = r.ApprovalAnswered == c.n && r.ApprovalDecision == ""
+			return true
+		}
+	}
+	return false
+}
+
+// onClaimUpdate reconciles a claim update whose compare-and-set was lost or whose reply
+// did not come: it reads the record. If it shows the change written (the job's own write
+// whose reply was lost), the job adopts it. If it is still this job's as it was (a cancel
+// request flagged it), the job adopts it and writes its change again (or stops for the
+// cancel flag). Otherwise the claim was taken over.
 func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 	if !r.reconcile {
 		switch ev.Status {
 		case OK:
 			j.rev, j.rec = ev.Rev, r.eff.Rec
 			j.cont(r.k, Event{Kind: EvStore, Status: OK})
-		case Conflict:
+		case Conflict, Failed:
 			r.reconcile = true
-			r.eff = Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID)}
+			r.eff = Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID), Until: r.eff.Until}
 			j.send(r)
 		default:
 			j.cont(r.k, ev)
@@ -103,7 +133,20 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 		return
 	}
 	e := ev.Entry
-	if e.Record.Owner != j.rec.Owner || e.Record.State != j.rec.State {
+	cur := j.rec
+	switch {
+	case r.ch.landed(e.Record, cur):
+		j.rev, j.rec = e.Revision, e.Record
+		if e.Record.Cancel {
+			j.cancelled()
+			if r.ch.stopOnCancel && !cur.Cancel {
+				j.cont(r.k, Event{Kind: EvStore, Status: CancelFlag})
+				return
+			}
+		}
+		j.cont(r.k, Event{Kind: EvStore, Status: OK})
+		return
+	case e.Record.Owner != cur.Owner || e.Record.State != cur.State:
 		j.setLost()
 		j.cont(r.k, Event{Kind: EvStore, Status: Lost})
 		return
@@ -117,7 +160,7 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 		}
 	}
 	r.reconcile = false
-	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
+	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev, Until: r.eff.Until}
 	j.send(r)
 }
 
@@ -144,7 +187,8 @@ func (j *Job) onRenewed(ev Event) {
 	j.renewQueued = false
 	if ev.Status == OK && j.keyRev != 0 && !j.keyRenewing {
 		j.keyRenewing = true
-		j.store(kKeyRenewed, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: j.keyRec, Rev: j.keyRev})
+		j.store(kKeyRenewed, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: j.keyRec, Rev: j.keyRev,
+			Until: j.now.Add(j.renewBound())})
 	}
 }
 
@@ -156,7 +200,7 @@ func (j *Job) onKeyRenewed(ev Event) {
 		j.keyRev = ev.Rev
 		j.keyRenewing = false
 	default:
-		j.store(kKeyReread, Effect{Kind: EffGet, Key: j.act.IdemKey})
+		j.store(kKeyReread, Effect{Kind: EffGet, Key: j.act.IdemKey, Until: j.now.Add(j.renewBound())})
 	}
 }
 
@@ -173,6 +217,11 @@ func (j *Job) onKeyReread(ev Event) {
 	}
 	// Failed: keep the revision; the next beat tries again and reads back again.
 }
+
+// renewBound bounds each request of a renewal: one that takes longer is worth nothing
+// (the next beat renews again), and the lease must hold heartbeat + dead-server detection
+// + reconnect + this (see bridge.Liveness).
+func (j *Job) renewBound() time.Duration { return min(5*time.Second, j.cfg.Lease/8) }
 
 // hold records that the job holds the key, at revision rev.
 func (j *Job) hold(rev uint64, r kvstore.Record) { j.keyRev, j.keyRec = rev, r }

@@ -159,6 +159,8 @@ type LogEntry struct {
 	Result *events.Result
 	// By is the owner (Job owner name) that appended it, "" when unknown.
 	By string
+	// MsgID is its message id (<id>:result, <id>:pending or <id>:pending:<k>).
+	MsgID string
 }
 
 // Terminal reports whether e is a terminal result: read from its status, never from its
@@ -168,13 +170,10 @@ func (e LogEntry) Terminal() bool {
 }
 
 // FreesKey reports whether a result frees its idempotency key, so that a later action
-// with the key runs: it says for certain that Hermes never started the work, and either
-// that the action may be retried or that it was cancelled (CONTRACT §5).
+// with the key runs: its error is retryable and certain, Hermes never started the work
+// (CONTRACT §5). A cancellation before anything was sent is such a result.
 func FreesKey(r *events.Result) bool {
-	if r == nil || r.Error == nil || r.Error.UncertainOutcome {
-		return false
-	}
-	return r.Error.Retryable || r.Status == events.StatusCancelled
+	return r != nil && r.Error != nil && r.Error.Retryable && !r.Error.UncertainOutcome
 }
 
 // CallAnswer is what a call to Hermes ended with, mapped by the driver.

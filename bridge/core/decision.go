@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -33,16 +34,13 @@ func (j *Job) onDecGet(ev Event) {
 	e := ev.Entry
 	j.seen = e
 	r := e.Record
-	switch {
-	case j.kind == KindDecision && r.State == kvstore.StateDispatched && r.RunID != "":
-		j.answerRunApproval(e)
-	case r.State == kvstore.StateSettled:
+	if r.State == kvstore.StateSettled {
 		j.decisionMoot()
-	default:
-		// The log first: a parked or decided action may have been settled already
-		// (a takeover of a settling owner, a cancel), and is then not carried on.
-		j.store(kDecLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
+		return
 	}
+	// The log first: the action may have been settled already (a takeover of a
+	// settling owner, a cancel, a run that ended), and is then not carried on.
+	j.store(kDecLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
 }
 
 func (j *Job) onDecLog(ev Event) {
@@ -57,6 +55,13 @@ func (j *Job) onDecLog(ev Event) {
 	e := j.seen
 	r := e.Record
 	switch {
+	case j.kind == KindDecision && r.State == kvstore.StateDispatched && r.RunID != "":
+		j.answerRunApproval(e, ev.Log)
+	case j.kind == KindExpire && r.State != kvstore.StateParked &&
+		r.Decision != kvstore.DecisionExpired && r.Decision != kvstore.DecisionCancel:
+		// Decided (approve, deny, mismatch) or never parked: the decision's message, or
+		// the action's, carries it on.
+		j.ack()
 	case r.State == kvstore.StateParked:
 		nr := r
 		d := j.choose(r)
@@ -214,9 +219,14 @@ func (j *Job) onDeadLettered(ev Event) {
 
 // answerRunApproval answers the bound run's pending tool approval with the job's
 // decision: one compare-and-set on the action record, which any replica may do; only
-// the first answer of an approval wins, and is then forwarded to Hermes.
-func (j *Job) answerRunApproval(e kvstore.Entry) {
+// the first answer of an approval wins, and is then forwarded to Hermes. le is the
+// action's last result message: an approval whose pending message is published but not
+// yet recorded (its owner stopped between the two) is recorded here from the message.
+func (j *Job) answerRunApproval(e kvstore.Entry, le LogEntry) {
 	r, d := e.Record, j.dec
+	if n, sha, ok := pendingApproval(le, j.act.ID, r); ok {
+		r.ApprovalSeq, r.ApprovalSHA256, r.PendingSeq = n, sha, le.Seq
+	}
 	if r.ApprovalSeq == 0 || r.ApprovalAnswered >= r.ApprovalSeq {
 		if r.ApprovalDecision == d.MsgID {
 			j.setStatus("decision_applied", "")
@@ -234,6 +244,25 @@ func (j *Job) answerRunApproval(e kvstore.Entry) {
 	nr := r
 	nr.ApprovalAnswered, nr.ApprovalDecision = r.ApprovalSeq, d.MsgID
 	j.store(kRunAnswered, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+}
+
+// pendingApproval reads a run's tool approval from le, its pending message
+// <id>:pending:<n>, when it is the one after the last the record knows (r).
+func pendingApproval(le LogEntry, id string, r kvstore.Record) (n int, sha string, ok bool) {
+	if le.Result == nil || le.Result.Status != events.StatusPendingApproval ||
+		le.MsgID != id+":pending:"+strconv.Itoa(r.ApprovalSeq+1) {
+		return 0, "", false
+	}
+	var out struct {
+		InputSHA256 string `json:"input_sha256"`
+		Approval    struct {
+			Index int `json:"index"`
+		} `json:"approval"`
+	}
+	if json.Unmarshal(le.Result.Output, &out) != nil || out.Approval.Index != r.ApprovalSeq+1 || out.InputSHA256 == "" {
+		return 0, "", false
+	}
+	return out.Approval.Index, out.InputSHA256, true
 }
 
 func (j *Job) onRunAnswered(ev Event) {
@@ -276,7 +305,7 @@ func (j *Job) onCanGet(ev Event) {
 	switch {
 	case ev.Status == NotFound && j.allowTomb:
 		tomb, _ := json.Marshal(&events.Result{ActionID: j.act.ID, Status: events.StatusCancelled,
-			Output: json.RawMessage("null"), Error: cancelledInfo(false, "cancelled before the bridge received the action")})
+			Output: json.RawMessage("null"), Error: notSentCancel(false, "cancelled before the bridge received the action")})
 		j.store(kCanTomb, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID),
 			Rec: kvstore.Record{State: kvstore.StateSettled, ActionID: j.act.ID, Result: tomb}})
 	case ev.Status == NotFound:
@@ -377,13 +406,27 @@ func (j *Job) onPanic() {
 
 func (j *Job) onPanicDLQ(Event) { j.settlePanic() }
 
+// settlePanic settles the action failed internal (reason panic) under its claim: a job
+// that holds none claims it first (the ordinary path, which may find the action settled,
+// or owned by another delivery that settles it); a decision that holds none is only
+// dead-lettered.
 func (j *Job) settlePanic() {
-	if j.act.CapabilityID == "" || j.lost {
-		j.ack()
-		return
+	if j.slot {
+		j.unadmit()
 	}
 	info := &events.ErrorInfo{Code: "internal", Category: "connector",
 		UncertainOutcome: j.claimed && j.rec.State == kvstore.StateDispatched && !j.act.Op.Safe,
 		Message:          "the bridge failed while handling the action", Details: map[string]any{"reason": "panic"}}
-	j.settle(j.failed(info))
+	switch {
+	case j.lost || j.act.CapabilityID == "" || j.settledByMe:
+		j.ack()
+	case j.claimed:
+		j.settling, j.parking = false, false
+		j.settle(j.failed(info))
+	case j.kind == KindAction:
+		j.invalid, j.validated = info, true
+		j.begin()
+	default:
+		j.ack()
+	}
 }

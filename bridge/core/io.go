@@ -201,9 +201,11 @@ type Effect struct {
 	MsgID  string         // EffAppend
 	Expect uint64         // EffAppend
 
-	Until time.Time // waits, Admit with Wait, Call, timers
-	Wait  bool      // EffAdmit: wait for a slot
-	On    bool      // EffBeat
+	// Until is the deadline of a wait, a waiting Admit, a Call or a timer; on a store
+	// operation it bounds the request (zero: the driver's own bound).
+	Until time.Time
+	Wait  bool // EffAdmit: wait for a slot
+	On    bool // EffBeat
 
 	Run   *RunRequest // EffRun
 	Timer Timer       // EffTimer

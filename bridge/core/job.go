@@ -244,6 +244,9 @@ func (j *Job) pump() {
 				continue
 			}
 			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
+			if r.ch.kind == chRenew {
+				r.eff.Until = j.now.Add(j.renewBound())
+			}
 		}
 		j.send(r)
 	}
@@ -295,16 +298,17 @@ func (j *Job) onBeat() {
 
 // onCancel answers a cancel request of this replica's registry: too late once the
 // result is decided; from the records while the action parks, or while this job holds
-// no claim (it waits for another delivery: the records flag the action for whoever owns
-// it; the job remembers the cancel in case it takes the action over); otherwise the
-// action settles cancelled once what is in flight stops.
+// no claim (the records flag the action for whoever owns it, or store a cancelled
+// result for an action not claimed yet; the job remembers the cancel and honours it if
+// it claims the action); otherwise the action settles cancelled once what is in flight
+// stops.
 func (j *Job) onCancel() {
 	switch {
 	case j.kind == KindCancel || j.kind == KindExpire:
 	case j.settling || j.stored:
 		j.emit(Effect{Kind: EffReplyCancel, State: events.CancelAlreadySettled})
 	case j.parking:
-	case !j.claimed && !j.slot:
+	case !j.claimed:
 		j.cancelReq = true
 	default:
 		j.emit(Effect{Kind: EffReplyCancel, State: events.CancelCancelled})

@@ -50,10 +50,17 @@ func cancelledInfo(uncertain bool, msg string) *events.ErrorInfo {
 }
 
 // cancelledResult ends the job's action cancelled; uncertain when an unsafe call may
-// have reached Hermes.
+// have reached Hermes, else retryable (nothing was sent: the key is freed, CONTRACT §5).
 func cancelledResult(j *Job, mayHaveStarted bool) *events.Result {
 	return &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID, Status: events.StatusCancelled,
-		Output: json.RawMessage("null"), Error: cancelledInfo(mayHaveStarted && !j.act.Op.Safe, "cancelled on request")}
+		Output: json.RawMessage("null"), Error: notSentCancel(mayHaveStarted && !j.act.Op.Safe, "cancelled on request")}
+}
+
+// notSentCancel is a cancellation's error: retryable when nothing was sent.
+func notSentCancel(uncertain bool, msg string) *events.ErrorInfo {
+	info := cancelledInfo(uncertain, msg)
+	info.Retryable = !uncertain
+	return info
 }
 
 func approvalDenied(reason string) *events.ErrorInfo {

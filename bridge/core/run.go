@@ -148,9 +148,15 @@ func (j *Job) resumeRun() {
 	case j.rec.Cancel && j.rec.RunID == "":
 		j.settle(cancelledResult(j, true))
 	case j.rec.RunID != "":
+		// The run exists: it is followed to its end, also when a cancel or the deadline
+		// came (following stops it), under the key and a slot like any run.
 		j.runS().reattached = true
-		j.uncertain = false
-		j.claimedGo() // validated and admitted again, then followed (startRun)
+		j.uncertain, j.validated = false, true
+		if j.act.IdemKey != "" && j.keyRev == 0 {
+			j.claimKey()
+			return
+		}
+		j.admit()
 	default:
 		j.async(kRunCapsResume, Effect{Kind: EffRun, Run: &RunRequest{Op: RunCapabilities}})
 	}
@@ -468,25 +474,56 @@ type runAsk struct {
 	expires time.Time
 	pending *events.Result
 	seq     uint64
+	expect  uint64 // the result message its pending message follows
 }
 
+func (j *Job) askID(a runAsk) string { return j.act.ID + ":pending:" + strconv.Itoa(a.n) }
+
 func (j *Job) sendAsk() {
-	a := j.asks[0]
+	a := &j.asks[0]
+	if a.expect == 0 {
+		a.expect = j.rec.PendingSeq
+	}
 	j.store(kRunAskAppended, Effect{Kind: EffAppend, ActionID: j.act.ID, Result: a.pending,
-		MsgID: j.act.ID + ":pending:" + strconv.Itoa(a.n), Expect: j.rec.PendingSeq})
+		MsgID: j.askID(*a), Expect: a.expect})
 }
 
 func (j *Job) onRunAskAppended(ev Event) {
 	switch ev.Status {
 	case OK:
-		j.asks[0].seq = ev.Log.Seq
-		a := j.asks[0]
-		j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, expires: a.expires, pendingSeq: a.seq})
+		j.asked(ev.Log.Seq)
+	case Conflict:
+		j.store(kRunAskLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
 	default:
-		// A terminal result is stored (the run was settled), or the store failed.
 		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits until its deadline")
 		j.nextAsk()
 	}
+}
+
+// onRunAskLog follows an approval request's append that found the log moved on: its own
+// earlier append (a lost reply), a message it did not know of (appended after), or the
+// terminal result (nothing more is asked).
+func (j *Job) onRunAskLog(ev Event) {
+	a := &j.asks[0]
+	switch {
+	case ev.Status == OK && ev.Log.Terminal():
+		j.nextAsk()
+	case ev.Status == OK && ev.Log.MsgID == j.askID(*a):
+		j.asked(ev.Log.Seq)
+	case ev.Status == OK && ev.Log.Seq != a.expect:
+		a.expect = ev.Log.Seq
+		j.sendAsk()
+	default:
+		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits until its deadline")
+		j.nextAsk()
+	}
+}
+
+// asked records approval request asks[0], published at seq, in the record.
+func (j *Job) asked(seq uint64) {
+	j.asks[0].seq = seq
+	a := j.asks[0]
+	j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, expires: a.expires, pendingSeq: a.seq})
 }
 
 func (j *Job) onRunAsked(ev Event) {

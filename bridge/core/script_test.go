@@ -401,7 +401,7 @@ func (h *harness) entry(t *testing.T, td *datadriven.TestData, key string) kvsto
 	if td.MaybeScanArgs(t, "tombstone", &tomb) {
 		r.State = kvstore.StateSettled
 		r.Result, _ = json.Marshal(&events.Result{ActionID: r.ActionID, Status: events.StatusCancelled,
-			Output: json.RawMessage("null"), Error: cancelledInfo(false, tomb)})
+			Output: json.RawMessage("null"), Error: notSentCancel(false, tomb)})
 	}
 	if r.Owner == "" && r.State != kvstore.StateParked && r.State != kvstore.StateReleased && r.State != kvstore.StateSettled {
 		r.Owner = "other"

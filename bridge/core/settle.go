@@ -184,7 +184,7 @@ func (j *Job) onUnparkDel(Event) { j.settled() }
 
 // settled acknowledges a settled action (and answers the cancel that settled it).
 func (j *Job) settled() {
-	if j.kind == KindCancel {
+	if j.kind == KindCancel && j.result != nil && j.result.Status == events.StatusCancelled {
 		j.emit(Effect{Kind: EffReplyCancel, State: events.CancelCancelled})
 	}
 	j.ack()

@@ -65,8 +65,8 @@ const (
 	kKeyReread  // Get idem → still ours: adopt; else the key is not ours to renew
 
 	// Decisions and expiries.
-	kDecGet       // Get act → a bound run: answer its approval; else ReadLog
-	kDecLog       // ReadLog → terminal: moot; parked: decide; decided: as a delivery; parking: wait briefly
+	kDecGet       // Get act → ReadLog (settled: moot)
+	kDecLog       // ReadLog → terminal: moot; a bound run: answer its approval; parked: decide; decided: as a delivery; parking: wait briefly
 	kDecParkWait  // AwaitMove → moved: read again; else: early (retry, then dead-letter)
 	kDecided      // Update act (the decision) → Resume
 	kResumed      // Resume → claimed (proceed with the decision); unresumable: settle failed
@@ -96,7 +96,8 @@ const (
 	kRunPollWait    // timer → RunStatus
 	kRunPolled      // RunStatus → terminal or lost: settle; else poll again
 	kRunStopped     // RunStop → poll until the stop's grace
-	kRunAskAppended // Append <id>:pending:<k> → record the approval
+	kRunAskAppended // Append <id>:pending:<k> → record the approval; conflict: read the log
+	kRunAskLog      // ReadLog → its own (a lost reply): record it; another pending: append after it
 	kRunAsked       // Update act (approval k asked) → arm its expiry
 	kRunExpired     // Update act (approval k expired) → deny it on Hermes if the expiry won
 
@@ -184,6 +185,7 @@ func rows() [numK]row {
 		kRunPolled:       {"run_polled", (*Job).onRunPolled},
 		kRunStopped:      {"run_stopped", (*Job).onRunStopped},
 		kRunAskAppended:  {"run_ask_appended", (*Job).onRunAskAppended},
+		kRunAskLog:       {"run_ask_log", (*Job).onRunAskLog},
 		kRunAsked:        {"run_asked", (*Job).onRunAsked},
 		kRunExpired:      {"run_expired", (*Job).onRunExpired},
 	}
