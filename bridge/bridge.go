@@ -30,6 +30,7 @@ type Bridge struct {
 	store    recordStore           // the bucket, for the sweeper and the status endpoint
 	recs     kvstore.Records       // the bucket as the jobs use it (timed when metrics are on)
 	results  *kvstore.JetStreamLog // the result log (the terminal register)
+	out      outputs               // where outputs are published
 	coreCfg  core.Config
 	output   jetstream.Stream
 	objects  jetstream.ObjectStore
@@ -333,13 +334,18 @@ func (b *Bridge) drain() {
 // setup creates or binds every JetStream resource and returns the consumer.
 func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	c := b.cfg
+	outSubjects, outTransform, outRepublish := outputStream(c.Prefix)
 	streams := []jetstream.StreamConfig{
 		{Name: c.ActionsStream, Subjects: []string{b.subjects.Actions(), b.subjects.AllApprovals()}, Storage: c.Storage, Replicas: c.Replicas,
 			MaxAge: c.ActionsMaxAge, MaxBytes: streamMaxBytes(c.ActionsMaxBytes), Retention: jetstream.LimitsPolicy, Duplicates: 2 * time.Minute,
 			Description: "hermes-bridge actions and approval decisions in"},
-		{Name: c.OutputStream, Subjects: []string{c.Prefix + ".events.>", c.Prefix + ".results.>", batchSubjects(c.Prefix)}, Storage: c.Storage,
-			Replicas: c.Replicas, MaxAge: c.OutputMaxAge, MaxBytes: streamMaxBytes(c.OutputMaxBytes),
-			Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher
+		// The output stream stores and republishes what the bridge publishes on
+		// <prefix>.out.> (see outputs). With a byte limit it refuses new messages when
+		// full rather than discard old ones: a result an idempotency key refers to is
+		// never discarded before its max age (CONTRACT §5).
+		{Name: c.OutputStream, Subjects: outSubjects, SubjectTransform: outTransform, RePublish: outRepublish,
+			Storage: c.Storage, Replicas: c.Replicas, MaxAge: c.OutputMaxAge, MaxBytes: streamMaxBytes(c.OutputMaxBytes),
+			Discard: discardOf(c.OutputMaxBytes), Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher
 			Description: "hermes-bridge events and results out"},
 		{Name: c.DLQStream, Subjects: []string{b.subjects.DLQ()}, Storage: c.Storage, Replicas: c.Replicas,
 			MaxAge: c.DLQMaxAge, MaxBytes: streamMaxBytes(c.DLQMaxBytes), Duplicates: 2 * time.Minute, Description: "hermes-bridge dead letters"},
@@ -369,6 +375,23 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		}
 		if sc.Name == c.OutputStream {
 			b.output = s
+			var cfg *jetstream.StreamConfig
+			if !c.Provision {
+				if info := s.CachedInfo(); info != nil {
+					cfg = &info.Config
+				}
+			}
+			var republishes bool
+			if b.out, republishes = outputsOf(b.subjects.Prefix, cfg); !republishes {
+				b.log.Warn().Str("stream", sc.Name).Msg("the output stream does not republish (it was provisioned by an older bridge): " +
+					"outputs are published on their public subjects, where a live subscriber may see a result the stream refused; " +
+					"provision it (HERMES_BRIDGE_PROVISION=true) to fix")
+			}
+			if info := s.CachedInfo(); info != nil && info.Config.MaxBytes > 0 && info.Config.Discard == jetstream.DiscardOld {
+				return nil, fmt.Errorf("bridge: stream %s has a byte limit (%d) and discards its oldest messages when full: "+
+					"it could discard a result an idempotency key refers to; set its discard policy to new "+
+					"(provisioning does: HERMES_BRIDGE_OUTPUT_MAX_BYTES)", sc.Name, info.Config.MaxBytes)
+			}
 		}
 	}
 	store, err := kvstore.Open(ctx, b.js, kvstore.Config{
@@ -417,6 +440,15 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	b.warnAckPending(cons.CachedInfo())
 	return cons, nil
+}
+
+// discardOf is the output stream's discard policy for a byte limit n: new (refuse new
+// messages when full) when there is one.
+func discardOf(n int64) jetstream.DiscardPolicy {
+	if n > 0 {
+		return jetstream.DiscardNew
+	}
+	return jetstream.DiscardOld
 }
 
 // streamMaxBytes is a stream's MaxBytes for a configured limit: -1 (unlimited) for 0.

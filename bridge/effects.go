@@ -11,6 +11,7 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
@@ -101,7 +102,7 @@ func (d *driver) appendResult(e *core.Effect) core.Event {
 	if dur, ok := d.sincePublish(); ok && e.Result.Status != events.StatusPendingApproval {
 		hdr.Set(events.HeaderDurationMs, strconv.FormatInt(dur.Milliseconds(), 10))
 	}
-	m := &nats.Msg{Subject: d.b.subjects.Results(d.id), Header: hdr, Data: raw}
+	m := &nats.Msg{Subject: d.b.out.results(d.id), Header: hdr, Data: raw}
 	ev.Log.Seq, err = d.b.results.Append(ctx, d.id, m, e.Expect)
 	ev.Status, ev.Err = storeStatus(err), err
 	if ev.Status == core.Conflict || ev.Status == core.TooLarge || err == nil {
@@ -195,11 +196,13 @@ func (d *driver) note(e *core.Effect) {
 	case core.NoteStoreFailed:
 		l.Warn().Str("action_id", d.id).Str("while", e.Reason).Msg("a store operation failed")
 	case core.NoteAuth:
-		ev := l.Warn().Str("endpoint", d.act.endpointID).Str("action_id", d.id)
+		// Every action of the endpoint fails the same way until its key is fixed: say
+		// where the key comes from (never the key).
+		ev := l.Warn().Str("endpoint", d.act.endpointID).Str("action_id", d.id).Str("code", hermes.CodeAuthentication)
 		if d.act.ep != nil && d.act.ep.cfg.KeySource != "" {
 			ev = ev.Str("key", d.act.ep.cfg.KeySource)
 		}
-		ev.Msg("Hermes endpoint " + d.act.endpointID + " refused the request: authentication failed")
+		ev.Msg("Hermes endpoint " + d.act.endpointID + " refused the request: " + e.Reason)
 	case core.NoteRunApprovalAsked:
 		l.Info().Str("action_id", d.id).Str("approval", e.Reason).Msg("the run waits for a tool approval")
 	case core.NoteRunApprovalExpired:

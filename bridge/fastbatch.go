@@ -98,6 +98,7 @@ const (
 
 // batchSubject is the subject of the control messages (commit, ping) of an action's
 // batches; batchSubjects(prefix) is the output stream's subject that captures them.
+// prefix is the base of the bridge's output subjects (outputs.base).
 func batchSubject(prefix, actionID string) string { return prefix + ".batch." + actionID }
 
 func batchSubjects(prefix string) string { return prefix + ".batch.>" }
@@ -181,7 +182,7 @@ type batchPublisher struct {
 	js      jetstream.JetStream // for an event published alone
 	log     zerolog.Logger
 	subject string // of the events
-	prefix  string // the bridge's subject prefix
+	prefix  string // the base of the bridge's output subjects (outputs.base)
 	control string // of the commits and pings (batchSubject)
 	inbox   string
 	sub     *nats.Subscription

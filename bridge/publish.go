@@ -60,16 +60,13 @@ type eventPublisher struct {
 // been denied publishing there; otherwise it logs why (at most once a minute, see
 // logFallback) and publishes asynchronously.
 func newEventPublisher(js jetstream.JetStream, d *driver) *eventPublisher {
-	p := &eventPublisher{js: js, d: d, subject: d.b.subjects.Events(d.id)}
+	p := &eventPublisher{js: js, d: d, subject: d.b.out.events(d.id)}
 	end := d.act.deadline
 	if now := time.Now(); end.Before(now) {
 		end = now
 	}
 	p.ctx, p.stop = context.WithDeadline(d.b.workCtx, end.Add(settleFor))
-	prefix := d.b.subjects.Prefix
-	if prefix == "" {
-		prefix = events.DefaultPrefix
-	}
+	prefix := d.b.out.base
 	err := batchAllowed(d.b.output, batchSubject(prefix, d.id))
 	if err == nil && batchPublishDenied(d.b.nc, prefix) {
 		err = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(prefix) + " (permissions)"}

@@ -69,7 +69,7 @@ type JetStreamLog struct {
 	js      jetstream.JetStream
 	nc      *nats.Conn
 	stream  jetstream.Stream
-	subject func(actionID string) string
+	subject func(actionID string) string // where results are stored and read
 	// publishTimeout bounds one publish attempt; the caller's ctx bounds them all.
 	publishTimeout time.Duration
 	// recheck is how often WaitTerminal reads the stream again in case it missed a
@@ -78,7 +78,8 @@ type JetStreamLog struct {
 }
 
 // NewJetStreamLog returns the result log on stream, whose result subject for an
-// action is subject(actionID).
+// action is subject(actionID). Append publishes a message on its own subject, which
+// the stream may store under subject(actionID) (a subject transform).
 func NewJetStreamLog(js jetstream.JetStream, stream jetstream.Stream, subject func(string) string) *JetStreamLog {
 	return &JetStreamLog{js: js, nc: js.Conn(), stream: stream, subject: subject,
 		publishTimeout: 5 * time.Second, recheck: time.Second}

@@ -797,8 +797,8 @@ func (j *Job) onCallAnswer(c *CallAnswer) {
 			return
 		}
 	}
-	if c.Auth {
-		j.note(NoteAuth, "")
+	if c.Auth && c.Result != nil && c.Result.Error != nil {
+		j.note(NoteAuth, c.Result.Error.Message) // the message says where the key comes from, never the key
 	}
 	j.settle(c.Result)
 }

@@ -57,7 +57,7 @@ type Config struct {
 	// Bridge resources.
 	Prefix        string `env:"HERMES_BRIDGE_PREFIX" envDefault:"hermes" desc:"first subject token (hermes.actions.<endpoint>.<op>, ...)"`
 	ActionsStream string `env:"HERMES_BRIDGE_ACTIONS_STREAM" envDefault:"HERMES_ACTIONS" desc:"stream capturing <prefix>.actions.>"`
-	OutputStream  string `env:"HERMES_BRIDGE_OUTPUT_STREAM" envDefault:"HERMES_OUTPUT" desc:"stream capturing <prefix>.events.>, <prefix>.results.> and <prefix>.batch.> (with allow_batched)"`
+	OutputStream  string `env:"HERMES_BRIDGE_OUTPUT_STREAM" envDefault:"HERMES_OUTPUT" desc:"stream capturing <prefix>.out.> (the bridge publishes events, results and batch commits there; the stream stores them as <prefix>.events.<id> and <prefix>.results.<id> and republishes what it stored), with allow_batched"`
 	DLQStream     string `env:"HERMES_BRIDGE_DLQ_STREAM" envDefault:"HERMES_DLQ" desc:"stream capturing <prefix>.dlq"`
 	Consumer      string `env:"HERMES_BRIDGE_CONSUMER" envDefault:"hermes-bridge" desc:"durable pull consumer shared by every replica"`
 	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action and idempotency records"`

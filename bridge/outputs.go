@@ -1,0 +1,60 @@
+package bridge
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Live subscribers see what the output stream stored (CONTRACT §4). The bridge does not
+// publish an action's events and results on their public subjects
+// (<prefix>.events.<id>, <prefix>.results.<id>): it publishes them on
+// <prefix>.out.events.<id> and <prefix>.out.results.<id>, which only the output stream
+// captures. The stream's subject transform stores them under the public subjects, and
+// its RePublish delivers each stored message, and only those, on its public subject. A
+// result the stream refuses (a delivery that lost its claim woke up and appended after
+// another's) never reaches a live subscriber. The fast batches' commits and pings go on
+// <prefix>.out.batch.<id>, captured (and never stored) by the stream.
+//
+// Republishing is done by the stream's leader as it stores: a message stored just as
+// the leader changes may not be republished. Core NATS subscriptions are at most once
+// anyway (a subscriber that reconnects misses what was sent meanwhile): readers that
+// must see everything replay the stream (an ordered consumer, as events.Client.Follow
+// and hermes-bridge watch do).
+
+// outputs names the subjects the bridge publishes outputs on.
+type outputs struct {
+	// base is "<prefix>.out" when the output stream republishes (outputStream), or
+	// "<prefix>" for a stream provisioned before, which the bridge binds to without
+	// provisioning: it then publishes on the public subjects (live subscribers may
+	// see a refused result).
+	base string
+}
+
+func (o outputs) events(id string) string  { return o.base + ".events." + id }
+func (o outputs) results(id string) string { return o.base + ".results." + id }
+
+// outputStream is the output stream's configuration for prefix: it captures the
+// bridge's publish subjects (<prefix>.out.>), stores them under the public ones, and
+// republishes every stored message there. The republish source and destination do not
+// collide with the captured subjects (<prefix>.<kind>.> against <prefix>.out.<kind>.>).
+func outputStream(prefix string) (subjects []string, transform *jetstream.SubjectTransformConfig, republish *jetstream.RePublish) {
+	out := prefix + ".out"
+	subjects = []string{out + ".events.>", out + ".results.>", batchSubjects(out)}
+	transform = &jetstream.SubjectTransformConfig{Source: out + ".>", Destination: prefix + ".>"}
+	republish = &jetstream.RePublish{Source: prefix + ".*.>", Destination: prefix + ".{{wildcard(1)}}.>"}
+	return subjects, transform, republish
+}
+
+// outputsOf returns where to publish given the output stream's configuration (nil:
+// unknown, as provisioned).
+func outputsOf(prefix string, cfg *jetstream.StreamConfig) (outputs, bool) {
+	if cfg == nil {
+		return outputs{base: prefix + ".out"}, true
+	}
+	if t := cfg.SubjectTransform; t != nil && t.Source == prefix+".out.>" && cfg.RePublish != nil &&
+		strings.HasPrefix(cfg.RePublish.Destination, prefix+".") {
+		return outputs{base: prefix + ".out"}, true
+	}
+	return outputs{base: prefix}, false
+}
