@@ -8,6 +8,7 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/schemas"
 )
 
 // handle processes one delivery end to end and acknowledges it exactly once. yield
@@ -66,6 +67,9 @@ func (b *Bridge) handleDecision(ctx context.Context, msg jetstream.Msg, md *jets
 	var ap *events.Approval
 	if err == nil {
 		ap, err = events.DecodeApproval(env.Data)
+	}
+	if err == nil {
+		err = schemas.ValidateApproval(env.Data) // the rules the decoder leaves to the schema (lengths)
 	}
 	if err != nil {
 		yield()

@@ -94,7 +94,15 @@ const (
 	HeaderDLQSubject = "Hermes-Dlq-Subject"
 	HeaderDLQStream  = "Hermes-Dlq-Stream"
 	HeaderDLQSeq     = "Hermes-Dlq-Stream-Seq"
+	// HeaderDLQTruncated is set (to the message's size in bytes) on a copy whose
+	// message was too large to be copied with the DLQ headers: the copy carries the
+	// headers only; the message stays in its stream at Hermes-Dlq-Stream-Seq while
+	// the stream keeps it.
+	HeaderDLQTruncated = "Hermes-Dlq-Truncated"
 )
+
+// dlqMargin is left free in a DLQ copy for the headers the copy adds.
+const dlqMargin = 4 << 10
 
 // publishDLQ copies a message that cannot be handled to the DLQ with the reason (its
 // Nats-Msg-Id names the message's stream position, so a retried copy is stored once).
@@ -112,9 +120,14 @@ func (b *Bridge) publishDLQ(msg jetstream.Msg, md *jetstream.MsgMetadata, reason
 	h.Set(HeaderDLQStream, md.Stream)
 	h.Set(HeaderDLQSeq, seq)
 	h.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+seq)
+	data := msg.Data()
+	if max := int(b.nc.MaxPayload()) - dlqMargin; max > 0 && len(data)+headerSize(h) > max {
+		h.Set(HeaderDLQTruncated, strconv.Itoa(len(data)))
+		data = nil
+	}
 	ctx, cancel := detached(b.workCtx)
 	defer cancel()
-	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: b.subjects.DLQ(), Header: h, Data: msg.Data()}); err != nil {
+	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: b.subjects.DLQ(), Header: h, Data: data}); err != nil {
 		return err
 	}
 	if m := b.metrics; m != nil {
@@ -123,6 +136,17 @@ func (b *Bridge) publishDLQ(msg jetstream.Msg, md *jetstream.MsgMetadata, reason
 	b.log.Warn().Uint64("stream_seq", md.Sequence.Stream).Str("subject", msg.Subject()).
 		Str("reason", reason).Msg("dead-lettered a message that cannot be handled")
 	return nil
+}
+
+// headerSize is about the encoded size of h.
+func headerSize(h nats.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // detached returns a context that survives the cancellation of ctx (shutdown) but is
