@@ -140,7 +140,9 @@ type Config struct {
 	// DefaultMaxAckPending). Replicas share it: N replicas run at full concurrency only
 	// when it is at least N times HeldPerReplica.
 	MaxAckPending int
-	// Lease is how long a claim stays valid without renewal (default 2*AckWait).
+	// Lease is how long a claim stays valid without renewal (default 2*AckWait). It must
+	// hold RenewalGap(Heartbeat, Lease, one ping interval), and the connection given to
+	// New should use NATSLiveness(Lease).Options() (see NATSLiveness).
 	Lease time.Duration
 
 	// ReplicaID names this process in claims (default: a random id).
@@ -277,6 +279,19 @@ func (c Config) Validate() error {
 	}
 	if c.Lease < c.AckWait {
 		add("claim lease %s must be at least the ack wait %s", c.Lease, c.AckWait)
+	}
+	// The lease must outlast a replica whose NATS server stops answering (see
+	// NATSLiveness), with its renewal answered within a ping interval once it is through.
+	// With the default lease (2 × AckWait) and a heartbeat of at most half the ack wait
+	// this always holds; a shorter Lease may break it.
+	if live := NATSLiveness(c.Lease); c.AckWait >= time.Second && c.Heartbeat > 0 && c.Heartbeat*2 <= c.AckWait &&
+		RenewalGap(c.Heartbeat, c.Lease, live.PingInterval) > c.Lease {
+		ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		add("claim lease %s must hold what a claim may go unrenewed when a NATS server stops answering: "+
+			"5/4 × heartbeat %s + dead-server detection %s (3 × ping interval %s, lease/8 within %s to %s) + reconnect wait %s + "+
+			"the renewal, one ping interval = %s (HERMES_BRIDGE_ACK_WAIT, HERMES_BRIDGE_HEARTBEAT)",
+			ms(c.Lease), ms(c.Heartbeat), ms(live.DeadServerDetection()), ms(live.PingInterval), MinPingInterval, MaxPingInterval,
+			ms(live.ReconnectDelay()), ms(RenewalGap(c.Heartbeat, c.Lease, live.PingInterval)))
 	}
 	if c.MaxDeliver < -1 || c.MaxDeliver == 0 {
 		add("max deliver %d must be -1 (unlimited) or at least 1", c.MaxDeliver)

@@ -298,7 +298,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}).Level(zerolog.WarnLevel).
 		With().Timestamp().Logger()
-	opts, err := cfg.natsOptions("hermes-bridge-cli", log)
+	opts, err := cfg.natsOptions("hermes-bridge-cli", clientLiveness, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage

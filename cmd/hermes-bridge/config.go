@@ -26,6 +26,7 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // Config is the process configuration read from the environment. Its struct tags are
@@ -68,8 +69,8 @@ type Config struct {
 	AllowRetentionShrink bool `env:"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK" envDefault:"false" desc:"let provisioning shorten the max age or TTL of a stream or bucket that holds data (older messages are deleted at once); false refuses to start, naming each one"`
 
 	// Bridge behaviour.
-	AckWait            time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s)"`
-	Heartbeat          time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3)"`
+	AckWait            time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s). The claim lease is twice it and must hold 5/4 × heartbeat + dead-server detection (3 × the ping interval, lease/8 within 250ms to 10s) + reconnect wait (one ping interval, at most 1s, plus a tenth) + one store request; a renewal lost with a NATS server that stops answering waits 5s, which takes an ack wait of about 8s with the default heartbeat: run warns below that"`
+	Heartbeat          time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3); 5/4 of it counts in the lease (see HERMES_BRIDGE_ACK_WAIT)"`
 	MaxDeliver         int           `env:"HERMES_BRIDGE_MAX_DELIVER" envDefault:"-1" desc:"consumer delivery limit; -1 (unlimited) keeps every action until it is settled"`
 	MaxAttempts        int           `env:"HERMES_BRIDGE_MAX_ATTEMPTS" envDefault:"5" desc:"Hermes calls of one action that failed retryably, before it settles failed"`
 	PreApprovals       bool          `env:"HERMES_BRIDGE_PRE_APPROVALS" envDefault:"true" desc:"accept approvals carried inside actions; false parks every response_delete and session_delete until a decision arrives on its approvals subject"`
@@ -436,10 +437,19 @@ func (c *Config) validateBridge(p *problems) {
 			p.add("HERMES_BRIDGE_HTTP_ADDR=%s: must be host:port (for example 127.0.0.1:9464 or :9464), or empty to turn the listener off", c.HTTPAddr)
 		}
 	}
+	heartbeatOK := c.Heartbeat == 0 || c.Heartbeat > 0 && c.Heartbeat*2 <= c.AckWait
 	if c.AckWait < time.Second {
 		p.add("HERMES_BRIDGE_ACK_WAIT=%s: must be at least 1s", c.AckWait)
+	} else if heartbeatOK {
+		// The rule of bridge.Config.Validate, in the variables' words. With the lease at
+		// twice the ack wait and the heartbeat at most half of it, it always holds (see
+		// TestLeaseBudgetHoldsForEveryAcceptedAckWait); it is checked all the same, so
+		// that a change of either is caught here and not by the bridge's message.
+		if b := newLeaseBudget(c.AckWait, c.Heartbeat, false); b.gap > b.lease {
+			p.add("HERMES_BRIDGE_ACK_WAIT=%s, HERMES_BRIDGE_HEARTBEAT=%s: %s", c.AckWait, b.heartbeatText(c.Heartbeat), b)
+		}
 	}
-	if c.Heartbeat < 0 || c.Heartbeat > 0 && c.Heartbeat*2 > c.AckWait {
+	if !heartbeatOK {
 		p.add("HERMES_BRIDGE_HEARTBEAT=%s: must be positive and at most half of HERMES_BRIDGE_ACK_WAIT (%s)", c.Heartbeat, c.AckWait)
 	}
 	if c.MaxDeliver < -1 || c.MaxDeliver == 0 {
@@ -815,30 +825,96 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 	return out
 }
 
+// ---- Lease budget ----
+
+// leaseBudget is bridge.RenewalGap for the claim lease `run` derives from
+// HERMES_BRIDGE_ACK_WAIT and HERMES_BRIDGE_HEARTBEAT: how long a claim may stand still
+// when the NATS server of its replica stops answering, against the lease.
+type leaseBudget struct {
+	lease, heartbeat, gap time.Duration
+	live                  bridge.Liveness
+	lost                  bool          // the renewal sent to the silent server is lost
+	request               time.Duration // what that renewal waits for its reply
+}
+
+// newLeaseBudget returns the budget for ack wait and heartbeat (0: the default, ack wait
+// / 3). Its store request is the renewal answered within one ping interval once it is
+// through, as bridge.Config.Validate counts it, or, when lost is set, a renewal lost
+// with the silent server, which waits kvstore.OpTimeout for its reply.
+func newLeaseBudget(ackWait, heartbeat time.Duration, lost bool) leaseBudget {
+	bc := bridge.Config{AckWait: ackWait, Heartbeat: heartbeat}.WithDefaults()
+	b := leaseBudget{lease: bc.Lease, heartbeat: bc.Heartbeat, live: bridge.NATSLiveness(bc.Lease), lost: lost}
+	b.request = b.live.PingInterval
+	if lost {
+		b.request = kvstore.OpTimeout
+	}
+	b.gap = bridge.RenewalGap(b.heartbeat, b.lease, b.request)
+	return b
+}
+
+// heartbeatText shows HERMES_BRIDGE_HEARTBEAT as set, or its default.
+func (b leaseBudget) heartbeatText(set time.Duration) string {
+	if set == 0 {
+		return fmt.Sprintf("unset (ack wait / 3 = %s)", b.heartbeat)
+	}
+	return set.String()
+}
+
+// String states the formula with its values (to the millisecond).
+func (b leaseBudget) String() string {
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	req := fmt.Sprintf("the renewal, answered within a ping interval (%s)", ms(b.request))
+	if b.lost {
+		req = fmt.Sprintf("a renewal lost with the server (kvstore.OpTimeout, %s)", ms(b.request))
+	}
+	return fmt.Sprintf("the claim lease (2 × HERMES_BRIDGE_ACK_WAIT = %s) must hold 5/4 × HERMES_BRIDGE_HEARTBEAT (5/4 × %s = %s) + "+
+		"dead-server detection (3 × the ping interval, lease/8 within %s to %s: 3 × %s = %s) + reconnect wait (%s) + %s = %s",
+		ms(b.lease), ms(b.heartbeat), ms(b.heartbeat+b.heartbeat/4), bridge.MinPingInterval, bridge.MaxPingInterval,
+		ms(b.live.PingInterval), ms(b.live.DeadServerDetection()), ms(b.live.ReconnectDelay()), req, ms(b.gap))
+}
+
+// leaseWarning says, naming the variables, when the claim lease cannot hold a renewal
+// lost with a NATS server that stops answering (bridge.RenewalGap with
+// kvstore.OpTimeout as its store request), and which ack wait would; "" when it can.
+// Such a lease is not refused: the project's own kill tests and chaos runs use ack waits
+// of 1 to 5s on purpose, for quick takeovers, and kvstore.OpTimeout does not follow
+// the lease.
+func (c *Config) leaseWarning() string {
+	b := newLeaseBudget(c.AckWait, c.Heartbeat, true)
+	if b.gap <= b.lease {
+		return ""
+	}
+	enough := (c.AckWait + time.Second - 1).Truncate(time.Second)
+	for ; enough < time.Hour; enough += time.Second {
+		if e := newLeaseBudget(enough, c.Heartbeat, true); e.gap <= e.lease {
+			break
+		}
+	}
+	return fmt.Sprintf("HERMES_BRIDGE_ACK_WAIT=%s: too short for a NATS server that stops answering: %s, and it does not. "+
+		"When the server this replica is connected to stops answering, other replicas may take its actions over while it "+
+		"holds Hermes answers (an unsafe call then settles outcome_unknown). Fine for tests; in production set "+
+		"HERMES_BRIDGE_ACK_WAIT to at least %s", c.AckWait, b, enough)
+}
+
 // ---- NATS options ----
 
-// Liveness checks of the NATS connection (see natsOptions).
-const (
-	natsPingInterval = 10 * time.Second
-	natsMaxPingsOut  = 2
-)
+// clientLiveness is the liveness of the client commands' connections (call, watch,
+// status, approve and the other commands): they hold no claims, so no lease bounds them,
+// and a server that stops answering is given up after about 30 s, as before `run`'s own
+// connection followed its lease (bridge.NATSLiveness).
+var clientLiveness = bridge.Liveness{PingInterval: 10 * time.Second, MaxPingsOut: 2, ReconnectWait: time.Second}
 
-// natsOptions builds the client options for c: name, reconnects forever with a wait,
+// natsOptions builds the client options for c: name, reconnects forever, how a server
+// that stops answering is given up and how soon a server is tried again (live),
 // credentials and TLS, and handlers that log connection changes. Secret files are read
 // here; errors name the file, never its content.
-func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, error) {
-	opts := []nats.Option{
+func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logger) ([]nats.Option, error) {
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
 		nats.Timeout(5 * time.Second),
-		// A server that stops answering (paused, partitioned) is given up after about
-		// natsPingInterval x (natsMaxPingsOut + 1), 30 s, well within the lease (60 s by
-		// default): the client reconnects to another server of the cluster, and the
-		// heartbeats of its actions go on before any replica may take them over. nats.go's
-		// default (2 minutes, 2 pings) outlasts the lease.
-		nats.PingInterval(natsPingInterval),
-		nats.MaxPingsOutstanding(natsMaxPingsOut),
+	}, live.Options()...)
+	opts = append(opts,
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() || nc.IsDraining() {
 				return // our own shutdown
@@ -859,7 +935,7 @@ func (c *Config) natsOptions(name string, log zerolog.Logger) ([]nats.Option, er
 			}
 			ev.Msg("NATS asynchronous error")
 		}),
-	}
+	)
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
 	}

@@ -433,16 +433,16 @@ func TestSecretFieldsMarked(t *testing.T) {
 func TestNATSOptionsReadSecretFiles(t *testing.T) {
 	dir := t.TempDir()
 	cfg := &Config{NATSURL: "nats://h:4222", NATSUser: "u", NATSPasswordFile: filepath.Join(dir, "missing")}
-	if _, err := cfg.natsOptions("t", zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "NATS_PASSWORD_FILE="+filepath.Join(dir, "missing")) {
+	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "NATS_PASSWORD_FILE="+filepath.Join(dir, "missing")) {
 		t.Fatalf("missing password file: %v", err)
 	}
 	cfg.NATSPasswordFile = writeFile(t, dir, "pw", "pw-0123\n")
-	opts, err := cfg.natsOptions("t", zerolog.Nop())
+	opts, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop())
 	if err != nil || len(opts) < 6 {
 		t.Fatalf("opts %d err %v", len(opts), err)
 	}
 	cfg = &Config{NATSURL: "nats://h:4222", NATSTokenFile: writeFile(t, dir, "tok", "a b\n")}
-	if _, err := cfg.natsOptions("t", zerolog.Nop()); err == nil || strings.Contains(err.Error(), "a b") {
+	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop()); err == nil || strings.Contains(err.Error(), "a b") {
 		t.Fatalf("bad token file: %v", err)
 	}
 }
@@ -481,11 +481,10 @@ func TestDefaultEndpoint(t *testing.T) {
 	}
 }
 
-// TestNATSOptionsDetectDeadServerWithinLease: a server that stops answering is given up
-// (and another one of the cluster tried) well before the default lease lets another
-// replica take the bridge's actions over.
-func TestNATSOptionsDetectDeadServerWithinLease(t *testing.T) {
-	opts, err := (&Config{NATSURL: "nats://h:4222"}).natsOptions("t", zerolog.Nop())
+// connOptions applies the options natsOptions builds for live.
+func connOptions(t *testing.T, live bridge.Liveness) nats.Options {
+	t.Helper()
+	opts, err := (&Config{NATSURL: "nats://h:4222"}).natsOptions("t", live, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,11 +494,140 @@ func TestNATSOptionsDetectDeadServerWithinLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	detect := o.PingInterval * time.Duration(o.MaxPingsOut+1)
+	return o
+}
+
+// TestNATSOptionsDetectDeadServerWithinLease: run's connection gives a server that stops
+// answering up (and tries another one of the cluster) after 3/8 of the lease, so that
+// with the default configuration the heartbeats go on well before another replica may
+// take the bridge's actions over; the client commands keep a ping every 10s.
+func TestNATSOptionsDetectDeadServerWithinLease(t *testing.T) {
 	lease := bridge.Config{}.WithDefaults().Lease
-	if o.PingInterval != natsPingInterval || o.MaxPingsOut != natsMaxPingsOut || detect > lease/2 {
+	o := connOptions(t, bridge.NATSLiveness(lease))
+	detect := o.PingInterval * time.Duration(o.MaxPingsOut+1)
+	if o.PingInterval != 7500*time.Millisecond || o.MaxPingsOut != 2 || detect > lease/2 {
 		t.Errorf("ping every %s, %d outstanding: a dead server is noticed after %s; the lease is %s",
 			o.PingInterval, o.MaxPingsOut, detect, lease)
+	}
+	if o.ReconnectWait != time.Second || o.ReconnectJitter != 100*time.Millisecond || o.ReconnectJitterTLS != 100*time.Millisecond {
+		t.Errorf("reconnect wait %s, jitter %s (TLS %s); want 1s, 100ms, 100ms", o.ReconnectWait, o.ReconnectJitter, o.ReconnectJitterTLS)
+	}
+	c := connOptions(t, clientLiveness)
+	d := nats.GetDefaultOptions()
+	if c.PingInterval != 10*time.Second || c.MaxPingsOut != 2 || c.ReconnectWait != time.Second ||
+		c.ReconnectJitter != d.ReconnectJitter || c.ReconnectJitterTLS != d.ReconnectJitterTLS {
+		t.Errorf("client commands: ping every %s, %d outstanding, reconnect wait %s, jitter %s/%s; want 10s, 2, 1s and nats.go's jitter",
+			c.PingInterval, c.MaxPingsOut, c.ReconnectWait, c.ReconnectJitter, c.ReconnectJitterTLS)
+	}
+}
+
+// TestRunConnectionFollowsLease: `run` connects with the liveness of its own lease,
+// twice HERMES_BRIDGE_ACK_WAIT.
+func TestRunConnectionFollowsLease(t *testing.T) {
+	for _, c := range []struct {
+		ackWait string
+		ping    time.Duration
+	}{{"30s", 7500 * time.Millisecond}, {"6s", 1500 * time.Millisecond}, {"1s", 250 * time.Millisecond}, {"10m", 10 * time.Second}} {
+		p, err := prepareRun(map[string]string{"HERMES_BRIDGE_ACK_WAIT": c.ackWait})
+		if err != nil {
+			t.Fatalf("%s: %v", c.ackWait, err)
+		}
+		if got := bridge.NATSLiveness(p.bridge.WithDefaults().Lease).PingInterval; got != c.ping {
+			t.Errorf("HERMES_BRIDGE_ACK_WAIT=%s: ping every %s, want %s", c.ackWait, got, c.ping)
+		}
+	}
+}
+
+// TestLeaseBudgetHoldsForEveryAcceptedAckWait: with the lease at twice the ack wait and
+// the heartbeat at most half of it, every ack wait from 1s up holds the budget of
+// bridge.Config.Validate (a renewal answered within a ping interval): ValidateRun and
+// the bridge accept the same configurations, and the ack waits of the project's tests
+// and chaos runs (1s to 5s) pass.
+func TestLeaseBudgetHoldsForEveryAcceptedAckWait(t *testing.T) {
+	var acks []time.Duration
+	for d := time.Second; d <= 10*time.Minute; d += d/10 + 100*time.Millisecond {
+		acks = append(acks, d)
+	}
+	for _, ack := range acks {
+		for _, hb := range []time.Duration{0, time.Millisecond, ack / 3, ack / 2} {
+			env := map[string]string{"HERMES_BRIDGE_ACK_WAIT": ack.String()}
+			if hb != 0 {
+				env["HERMES_BRIDGE_HEARTBEAT"] = hb.String()
+			}
+			if b := newLeaseBudget(ack, hb, false); b.gap > b.lease {
+				t.Errorf("ack wait %s, heartbeat %s: %s", ack, hb, b)
+			}
+			if _, err := prepareRun(env); err != nil {
+				t.Errorf("%v: %v", env, err)
+			}
+		}
+	}
+}
+
+// TestLeaseBudgetMessage: the budget's message names the variables and states the
+// formula with its values.
+func TestLeaseBudgetMessage(t *testing.T) {
+	b := newLeaseBudget(3*time.Second, 0, false)
+	want := "the claim lease (2 × HERMES_BRIDGE_ACK_WAIT = 6s) must hold 5/4 × HERMES_BRIDGE_HEARTBEAT (5/4 × 1s = 1.25s) + " +
+		"dead-server detection (3 × the ping interval, lease/8 within 250ms to 10s: 3 × 750ms = 2.25s) + reconnect wait (825ms) + " +
+		"the renewal, answered within a ping interval (750ms) = 5.075s"
+	if b.String() != want || b.gap != 5075*time.Millisecond {
+		t.Errorf("got  %s\nwant %s", b, want)
+	}
+	if got := b.heartbeatText(0); got != "unset (ack wait / 3 = 1s)" {
+		t.Errorf("heartbeat unset: %q", got)
+	}
+	if got := newLeaseBudget(time.Second, 0, true).String(); !strings.Contains(got, "(5/4 × 333ms = 417ms)") || !strings.HasSuffix(got, "= 6.442s") {
+		t.Errorf("ack wait 1s: durations not to the millisecond: %s", got)
+	}
+	lost := newLeaseBudget(3*time.Second, 1500*time.Millisecond, true)
+	if !strings.Contains(lost.String(), "5/4 × HERMES_BRIDGE_HEARTBEAT (5/4 × 1.5s = 1.875s)") ||
+		!strings.Contains(lost.String(), "a renewal lost with the server (kvstore.OpTimeout, 5s) = 9.95s") {
+		t.Errorf("lost renewal: %s", lost)
+	}
+}
+
+// TestLeaseWarning: `run` warns, naming HERMES_BRIDGE_ACK_WAIT and stating the formula,
+// when the lease cannot hold a renewal lost with a server that stops answering
+// (kvstore.OpTimeout), and says which ack wait would; not from 8s up with the default
+// heartbeat, nor at the default.
+func TestLeaseWarning(t *testing.T) {
+	for _, c := range []struct {
+		env    map[string]string
+		enough string // "" for no warning
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "8s"}, ""},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "7s"}, "8s"},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "6s"}, "8s"},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "1s"}, "8s"},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "1500ms"}, "8s"},
+		// A longer heartbeat needs a longer ack wait, a shorter one less.
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "8s", "HERMES_BRIDGE_HEARTBEAT": "4s"}, "9s"},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "9s", "HERMES_BRIDGE_HEARTBEAT": "4s"}, ""},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "4s", "HERMES_BRIDGE_HEARTBEAT": "100ms"}, "5s"},
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "6s", "HERMES_BRIDGE_HEARTBEAT": "100ms"}, ""},
+	} {
+		p, err := prepareRun(c.env)
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		w := p.cfg.leaseWarning()
+		if c.enough == "" {
+			if w != "" {
+				t.Errorf("%v: unexpected warning %s", c.env, w)
+			}
+			continue
+		}
+		for _, want := range []string{
+			"HERMES_BRIDGE_ACK_WAIT=" + p.cfg.AckWait.String() + ": too short for a NATS server that stops answering: the claim lease (2 × HERMES_BRIDGE_ACK_WAIT",
+			"5/4 × HERMES_BRIDGE_HEARTBEAT", "dead-server detection", "reconnect wait", "a renewal lost with the server (kvstore.OpTimeout, 5s)",
+			"outcome_unknown", "set HERMES_BRIDGE_ACK_WAIT to at least " + c.enough,
+		} {
+			if !strings.Contains(w, want) {
+				t.Errorf("%v: missing %q in %q", c.env, want, w)
+			}
+		}
 	}
 }
 
@@ -527,5 +655,34 @@ func TestHTTPAddr(t *testing.T) {
 		if c.bad != (err != nil && strings.Contains(err.Error(), "HERMES_BRIDGE_HTTP_ADDR")) {
 			t.Errorf("%v: ValidateRun: %v", c.environ, err)
 		}
+	}
+}
+
+// TestRunLogsLeaseLiveness: `run` with a short ack wait warns at start, naming the
+// variable, and its connection pings every eighth of the lease.
+func TestRunLogsLeaseLiveness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	_, logs := startRunInProcess(t, map[string]string{
+		"HERMES_URL": "http://127.0.0.1:1", "HERMES_BRIDGE_ACK_WAIT": "2s", "HERMES_BRIDGE_HTTP_ADDR": "",
+	})
+	var warned, connected bool
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var line map[string]any
+		if json.Unmarshal([]byte(l), &line) != nil {
+			continue
+		}
+		msg, _ := line["message"].(string)
+		switch {
+		case line["ack_wait"] == "2s":
+			warned = line["level"] == "warn" && strings.HasPrefix(msg, "HERMES_BRIDGE_ACK_WAIT=2s: too short") &&
+				strings.Contains(msg, "at least 8s")
+		case msg == "connected to NATS":
+			connected = line["ping_interval"] == "500ms" && line["dead_server_after"] == "1.5s"
+		}
+	}
+	if !warned || !connected {
+		t.Errorf("warned %v, connected with pings of lease/8 %v:\n%s", warned, connected, logs.String())
 	}
 }

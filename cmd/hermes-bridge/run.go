@@ -150,6 +150,9 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 	cfg := p.cfg
 	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
 	logUnknownVariables(log, p.unknown)
+	if w := cfg.leaseWarning(); w != "" {
+		log.Warn().Str("ack_wait", cfg.AckWait.String()).Msg(w)
+	}
 	// Say at once that a shutdown began, and how long it may take, before anything
 	// else sees it: the service runs on ctx, which ends only after that line (with the
 	// same cause), so the line always comes first.
@@ -273,8 +276,12 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 		log.Info().Str("url", "http://"+opsAddr+"/ui/").Strs("nats_ws", uc.Servers).Bool("credential", uc.User != "").Msg("dashboard served")
 	}
 
+	// The bridge's one connection, to the embedded server or NATS_URL: it gives a server
+	// that stops answering up, and reconnects, within the claim lease (see
+	// bridge.NATSLiveness).
 	connLog := log.With().Str("component", "nats").Logger()
-	opts, err := cfg.natsOptions("hermes-bridge", connLog)
+	live := bridge.NATSLiveness(p.bridge.WithDefaults().Lease)
+	opts, err := cfg.natsOptions("hermes-bridge", live, connLog)
 	if err != nil {
 		return err
 	}
@@ -296,7 +303,9 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 			nc.Close()
 		}
 	}()
-	log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).Msg("connected to NATS")
+	log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
+		Str("ping_interval", live.PingInterval.String()).Str("dead_server_after", live.DeadServerDetection().String()).
+		Msg("connected to NATS")
 	if ready != nil {
 		ready(url)
 	}
