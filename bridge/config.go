@@ -166,7 +166,8 @@ type Config struct {
 func (c Config) core() core.Config {
 	return core.Config{Lease: c.Lease, Heartbeat: c.Heartbeat, ApprovalTTL: c.ApprovalTTL,
 		MaxAttempts: c.MaxAttempts, RetryBase: c.RetryBase, RetryMax: c.RetryMax, SettleFor: settleFor,
-		NoPreApprovals: c.NoPreApprovals, DecisionTries: decisionTries, ParkingWait: parkingWait(c.Lease)}
+		NoPreApprovals: c.NoPreApprovals, DecisionTries: decisionTries, ParkingWait: parkingWait(c.Lease),
+		StoreBound: StoreRequestBound(c.Lease)}
 }
 
 // settleFor is the least time a job retries storing a result.

@@ -72,7 +72,13 @@ func logEntry(le kvstore.LogEntry) core.LogEntry {
 
 // readLog reads the action's last result message.
 func (d *driver) readLog(e *core.Effect) core.Event {
-	le, err := d.b.results.Last(context.Background(), e.ActionID)
+	ctx := context.Background()
+	if !e.Until.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, e.Until)
+		defer cancel()
+	}
+	le, err := d.b.results.Last(ctx, e.ActionID)
 	ev := core.Event{Kind: core.EvLog, Op: e.Op, Status: storeStatus(err), Err: err}
 	if err == nil {
 		ev.Log = logEntry(le)
@@ -88,7 +94,11 @@ const appendTimeout = 5 * time.Second
 // first attempt landed recognises it). A terminal result of an action delivery carries
 // the time since the action was published (HeaderDurationMs).
 func (d *driver) appendResult(e *core.Effect) core.Event {
-	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	end := time.Now().Add(appendTimeout)
+	if !e.Until.IsZero() && e.Until.Before(end) {
+		end = e.Until
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	ev := core.Event{Kind: core.EvLog, Op: e.Op}
 	hdr, raw, err := d.encodeResult(ctx, e.Result)

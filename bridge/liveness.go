@@ -4,7 +4,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
+
+// StoreRequestBound bounds every store and log request of a job (the core sets it as
+// the request's deadline): lease/8, at most kvstore.OpTimeout. A renewal waits behind
+// at most one such request, and one sent to a server that stopped answering fails
+// after it: so the lease holds RenewalGap with this as its store request, which is
+// at most one ping interval (NATSLiveness).
+func StoreRequestBound(lease time.Duration) time.Duration { return min(kvstore.OpTimeout, lease/8) }
 
 // Bounds of the ping interval NATSLiveness derives from the lease.
 const (
@@ -46,20 +55,18 @@ type Liveness struct {
 //	                 every quarter heartbeat)
 //	+ DeadServerDetection (3 × ping interval: until the client gives the server up)
 //	+ ReconnectDelay (reconnect wait + jitter, when the pool has no other server left)
-//	+ one store request (the renewal that was sent to the silent server waits for its
-//	                     reply up to kvstore.OpTimeout, 5s; one answered takes milliseconds)
+//	+ one store request (the renewal, or the request it waits behind, sent to the
+//	                     silent server waits for its reply up to StoreRequestBound,
+//	                     lease/8 at most 5s; one answered takes milliseconds)
 //
 // (RenewalGap), and that must fit in the lease, or the replica's claims are taken over
 // while it holds Hermes answers it can no longer store (an unsafe call then settles
 // outcome_unknown). Each term is its worst case, and the other replica starts counting
 // only once it has read the revision (usually after a redelivery, an ack wait after the
-// last heartbeat): that is the margin. The first three terms follow the lease; the store
-// request's bound does not, so leases under about 15s (ack wait under about 7.5s with the
-// default heartbeat) cannot absorb a renewal lost with its server: Config.Validate
-// refuses a lease that cannot hold the budget with the renewal answered within a ping
-// interval, and hermes-bridge run warns about one that cannot hold it with
-// kvstore.OpTimeout. nats.go's own default (a ping every 2 minutes) outlasts any usual
-// lease.
+// last heartbeat): that is the margin. Every term follows the lease: Config.Validate
+// refuses a lease that cannot hold the budget (with the store request counted as one
+// ping interval, which StoreRequestBound never exceeds). nats.go's own default (a ping
+// every 2 minutes) outlasts any usual lease.
 func NATSLiveness(lease time.Duration) Liveness {
 	ping := min(max(lease/8, MinPingInterval), MaxPingInterval)
 	wait := min(ping, time.Second)

@@ -119,7 +119,7 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 			j.cont(r.k, Event{Kind: EvStore, Status: OK})
 		case Conflict, Failed:
 			r.reconcile = true
-			r.eff = Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID), Until: r.eff.Until}
+			r.eff = Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID)}
 			j.send(r)
 		default:
 			j.cont(r.k, ev)
@@ -160,7 +160,7 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 		}
 	}
 	r.reconcile = false
-	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev, Until: r.eff.Until}
+	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
 	j.send(r)
 }
 
@@ -187,8 +187,7 @@ func (j *Job) onRenewed(ev Event) {
 	j.renewQueued = false
 	if ev.Status == OK && j.keyRev != 0 && !j.keyRenewing {
 		j.keyRenewing = true
-		j.store(kKeyRenewed, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: j.keyRec, Rev: j.keyRev,
-			Until: j.now.Add(j.renewBound())})
+		j.store(kKeyRenewed, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: j.keyRec, Rev: j.keyRev})
 	}
 }
 
@@ -200,7 +199,7 @@ func (j *Job) onKeyRenewed(ev Event) {
 		j.keyRev = ev.Rev
 		j.keyRenewing = false
 	default:
-		j.store(kKeyReread, Effect{Kind: EffGet, Key: j.act.IdemKey, Until: j.now.Add(j.renewBound())})
+		j.store(kKeyReread, Effect{Kind: EffGet, Key: j.act.IdemKey})
 	}
 }
 
@@ -218,10 +217,15 @@ func (j *Job) onKeyReread(ev Event) {
 	// Failed: keep the revision; the next beat tries again and reads back again.
 }
 
-// renewBound bounds each request of a renewal: one that takes longer is worth nothing
-// (the next beat renews again), and the lease must hold heartbeat + dead-server detection
-// + reconnect + this (see bridge.Liveness).
-func (j *Job) renewBound() time.Duration { return min(5*time.Second, j.cfg.Lease/8) }
+// storeBound bounds each store and log request: a renewal waits behind at most one, and
+// the lease must hold heartbeat + dead-server detection + reconnect + this (see
+// bridge.NATSLiveness).
+func (j *Job) storeBound() time.Duration {
+	if j.cfg.StoreBound > 0 {
+		return j.cfg.StoreBound
+	}
+	return min(5*time.Second, j.cfg.Lease/8)
+}
 
 // hold records that the job holds the key, at revision rev.
 func (j *Job) hold(rev uint64, r kvstore.Record) { j.keyRev, j.keyRec = rev, r }

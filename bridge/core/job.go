@@ -244,9 +244,6 @@ func (j *Job) pump() {
 				continue
 			}
 			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
-			if r.ch.kind == chRenew {
-				r.eff.Until = j.now.Add(j.renewBound())
-			}
 		}
 		j.send(r)
 	}
@@ -254,6 +251,9 @@ func (j *Job) pump() {
 
 func (j *Job) send(r storeReq) {
 	r.eff.Op = j.op()
+	if r.eff.Until.IsZero() {
+		r.eff.Until = j.now.Add(j.storeBound())
+	}
 	j.busy, j.cur = true, r
 	j.emit(r.eff)
 }

@@ -69,7 +69,7 @@ type Config struct {
 	AllowRetentionShrink bool `env:"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK" envDefault:"false" desc:"let provisioning shorten the max age or TTL of a stream or bucket that holds data (older messages are deleted at once); false refuses to start, naming each one"`
 
 	// Bridge behaviour.
-	AckWait            time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s). The claim lease is twice it and must hold 5/4 × heartbeat + dead-server detection (3 × the ping interval, lease/8 within 250ms to 10s) + reconnect wait (one ping interval, at most 1s, plus a tenth) + one store request; a renewal lost with a NATS server that stops answering waits 5s, which takes an ack wait of about 8s with the default heartbeat: run warns below that"`
+	AckWait            time.Duration `env:"HERMES_BRIDGE_ACK_WAIT" envDefault:"30s" desc:"consumer ack wait (at least 1s). The claim lease is twice it and must hold 5/4 × heartbeat + dead-server detection (3 × the ping interval, lease/8 within 250ms to 10s) + reconnect wait (one ping interval, at most 1s, plus a tenth) + one store request (lease/8, at most 5s); every term follows the lease, so every ack wait of at least 1s holds it with the default heartbeat"`
 	Heartbeat          time.Duration `env:"HERMES_BRIDGE_HEARTBEAT" desc:"in-progress heartbeat interval; at most half the ack wait (default ack wait / 3); 5/4 of it counts in the lease (see HERMES_BRIDGE_ACK_WAIT)"`
 	MaxDeliver         int           `env:"HERMES_BRIDGE_MAX_DELIVER" envDefault:"-1" desc:"consumer delivery limit; -1 (unlimited) keeps every action until it is settled"`
 	MaxAttempts        int           `env:"HERMES_BRIDGE_MAX_ATTEMPTS" envDefault:"5" desc:"Hermes calls of one action that failed retryably, before it settles failed"`
@@ -445,7 +445,7 @@ func (c *Config) validateBridge(p *problems) {
 		// twice the ack wait and the heartbeat at most half of it, it always holds (see
 		// TestLeaseBudgetHoldsForEveryAcceptedAckWait); it is checked all the same, so
 		// that a change of either is caught here and not by the bridge's message.
-		if b := newLeaseBudget(c.AckWait, c.Heartbeat, false); b.gap > b.lease {
+		if b := newLeaseBudget(c.AckWait, c.Heartbeat); b.gap > b.lease {
 			p.add("HERMES_BRIDGE_ACK_WAIT=%s, HERMES_BRIDGE_HEARTBEAT=%s: %s", c.AckWait, b.heartbeatText(c.Heartbeat), b)
 		}
 	}
@@ -833,21 +833,15 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 type leaseBudget struct {
 	lease, heartbeat, gap time.Duration
 	live                  bridge.Liveness
-	lost                  bool          // the renewal sent to the silent server is lost
-	request               time.Duration // what that renewal waits for its reply
+	request               time.Duration // the store request a renewal may wait for (bridge.StoreRequestBound)
 }
 
 // newLeaseBudget returns the budget for ack wait and heartbeat (0: the default, ack wait
-// / 3). Its store request is the renewal answered within one ping interval once it is
-// through, as bridge.Config.Validate counts it, or, when lost is set, a renewal lost
-// with the silent server, which waits kvstore.OpTimeout for its reply.
-func newLeaseBudget(ackWait, heartbeat time.Duration, lost bool) leaseBudget {
+// / 3), as bridge.Config.Validate counts it.
+func newLeaseBudget(ackWait, heartbeat time.Duration) leaseBudget {
 	bc := bridge.Config{AckWait: ackWait, Heartbeat: heartbeat}.WithDefaults()
-	b := leaseBudget{lease: bc.Lease, heartbeat: bc.Heartbeat, live: bridge.NATSLiveness(bc.Lease), lost: lost}
-	b.request = b.live.PingInterval
-	if lost {
-		b.request = kvstore.OpTimeout
-	}
+	b := leaseBudget{lease: bc.Lease, heartbeat: bc.Heartbeat, live: bridge.NATSLiveness(bc.Lease)}
+	b.request = bridge.StoreRequestBound(bc.Lease)
 	b.gap = bridge.RenewalGap(b.heartbeat, b.lease, b.request)
 	return b
 }
@@ -863,37 +857,12 @@ func (b leaseBudget) heartbeatText(set time.Duration) string {
 // String states the formula with its values (to the millisecond).
 func (b leaseBudget) String() string {
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-	req := fmt.Sprintf("the renewal, answered within a ping interval (%s)", ms(b.request))
-	if b.lost {
-		req = fmt.Sprintf("a renewal lost with the server (kvstore.OpTimeout, %s)", ms(b.request))
-	}
 	return fmt.Sprintf("the claim lease (2 × HERMES_BRIDGE_ACK_WAIT = %s) must hold 5/4 × HERMES_BRIDGE_HEARTBEAT (5/4 × %s = %s) + "+
-		"dead-server detection (3 × the ping interval, lease/8 within %s to %s: 3 × %s = %s) + reconnect wait (%s) + %s = %s",
+		"dead-server detection (3 × the ping interval, lease/8 within %s to %s: 3 × %s = %s) + reconnect wait (%s) + "+
+		"one store request (lease/8, at most %s: %s) = %s",
 		ms(b.lease), ms(b.heartbeat), ms(b.heartbeat+b.heartbeat/4), bridge.MinPingInterval, bridge.MaxPingInterval,
-		ms(b.live.PingInterval), ms(b.live.DeadServerDetection()), ms(b.live.ReconnectDelay()), req, ms(b.gap))
-}
-
-// leaseWarning says, naming the variables, when the claim lease cannot hold a renewal
-// lost with a NATS server that stops answering (bridge.RenewalGap with
-// kvstore.OpTimeout as its store request), and which ack wait would; "" when it can.
-// Such a lease is not refused: the project's own kill tests and chaos runs use ack waits
-// of 1 to 5s on purpose, for quick takeovers, and kvstore.OpTimeout does not follow
-// the lease.
-func (c *Config) leaseWarning() string {
-	b := newLeaseBudget(c.AckWait, c.Heartbeat, true)
-	if b.gap <= b.lease {
-		return ""
-	}
-	enough := (c.AckWait + time.Second - 1).Truncate(time.Second)
-	for ; enough < time.Hour; enough += time.Second {
-		if e := newLeaseBudget(enough, c.Heartbeat, true); e.gap <= e.lease {
-			break
-		}
-	}
-	return fmt.Sprintf("HERMES_BRIDGE_ACK_WAIT=%s: too short for a NATS server that stops answering: %s, and it does not. "+
-		"When the server this replica is connected to stops answering, other replicas may take its actions over while it "+
-		"holds Hermes answers (an unsafe call then settles outcome_unknown). Fine for tests; in production set "+
-		"HERMES_BRIDGE_ACK_WAIT to at least %s", c.AckWait, b, enough)
+		ms(b.live.PingInterval), ms(b.live.DeadServerDetection()), ms(b.live.ReconnectDelay()), kvstore.OpTimeout,
+		ms(b.request), ms(b.gap))
 }
 
 // ---- NATS options ----

@@ -150,9 +150,6 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 	cfg := p.cfg
 	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
 	logUnknownVariables(log, p.unknown)
-	if w := cfg.leaseWarning(); w != "" {
-		log.Warn().Str("ack_wait", cfg.AckWait.String()).Msg(w)
-	}
 	// Say at once that a shutdown began, and how long it may take, before anything
 	// else sees it: the service runs on ctx, which ends only after that line (with the
 	// same cause), so the line always comes first.
