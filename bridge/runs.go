@@ -41,8 +41,13 @@ const runCallTimeout = 10 * time.Second
 // runOp carries out a run effect.
 func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 	ev := core.Event{Kind: core.EvRun, Run: &core.RunAnswer{}, Status: core.OK}
-	rn, ok := d.b.runnerOf(d.act.endpointID)
+	epID := d.act.endpointID
+	if epID == "" {
+		epID, _, _ = events.ParseCapabilityID(r.CapabilityID) // a decision's job
+	}
+	rn, ok := d.b.runnerOf(epID)
 	if !ok {
+		d.b.log.Warn().Str("action_id", d.id).Str("endpoint", epID).Msg("a run operation names an endpoint this replica does not serve")
 		ev.Status = core.Failed
 		if r.Op == core.RunStart {
 			ev.Run.Call = &core.CallAnswer{Result: failedOf(d, &events.ErrorInfo{Code: "internal", Category: "connector",

@@ -241,6 +241,7 @@ func (j *Job) answerRunApproval(e kvstore.Entry, le LogEntry) {
 		choice, outcome = events.ChoiceDeny, "mismatch"
 	}
 	j.runChoice, j.approval = choice, outcome
+	j.act.CapabilityID = r.CapabilityID
 	nr := r
 	nr.ApprovalAnswered, nr.ApprovalDecision = r.ApprovalSeq, d.MsgID
 	j.store(kRunAnswered, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})

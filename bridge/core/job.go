@@ -187,6 +187,9 @@ func (j *Job) op() uint64 {
 // async emits e, an operation whose answer the main flow awaits with k.
 func (j *Job) async(k K, e Effect) {
 	e.Op = j.op()
+	if e.Run != nil && e.Run.CapabilityID == "" {
+		e.Run.CapabilityID = j.act.CapabilityID
+	}
 	j.await, j.awaitOp = k, e.Op
 	j.emit(e)
 }

@@ -60,8 +60,10 @@ func (o RunOp) String() string { return runOpNames[o] }
 
 // RunRequest is an EffRun.
 type RunRequest struct {
-	Op     RunOp
-	RunID  string
+	Op RunOp
+	// CapabilityID names the endpoint (a decision's job knows it only from the record).
+	CapabilityID string
+	RunID        string
 	Choice string // RunApprove
 	From   int64  // RunEvents: the number of the first event to publish
 }
@@ -565,7 +567,8 @@ func (j *Job) onRunExpired(ev Event) {
 	}
 	j.note(NoteRunApprovalExpired, strconv.Itoa(ch.n))
 	j.approvalsExpired++
-	j.emit(Effect{Kind: EffRun, Op: j.op(), Run: &RunRequest{Op: RunApprove, RunID: j.run.runID, Choice: events.ChoiceDeny}})
+	j.emit(Effect{Kind: EffRun, Op: j.op(), Run: &RunRequest{Op: RunApprove, CapabilityID: j.act.CapabilityID,
+		RunID: j.run.runID, Choice: events.ChoiceDeny}})
 }
 
 // runResult is the action's result for how the run ended.
