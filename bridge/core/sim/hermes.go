@@ -38,11 +38,17 @@ func (h *hermes) netLatency() time.Duration {
 
 // executed counts the work done for a.
 func (h *hermes) executed(a *action) int {
-	h.execs[a.id]++
-	h.execAt[a.id] = append(h.execAt[a.id], rel(h.w.now).Round(time.Millisecond))
-	h.w.stats.Executions++
-	if !a.op.Safe && a.scoped != "" {
-		h.keyExecs[a.scoped]++
+	n := 1
+	if h.w.sabotage == "double_exec" && !a.op.Safe {
+		n = 2
+	}
+	for range n {
+		h.execs[a.id]++
+		h.execAt[a.id] = append(h.execAt[a.id], rel(h.w.now).Round(time.Millisecond))
+		h.w.stats.Executions++
+		if !a.op.Safe && a.scoped != "" {
+			h.keyExecs[a.scoped]++
+		}
 	}
 	return h.execs[a.id]
 }
@@ -100,6 +106,11 @@ func (h *hermes) call(j *job, e core.Effect) {
 		if w.faults() && w.chance(w.p.pRefuse) {
 			w.stats.Refusals++
 			w.tr.printf("hermes", "%s: request of %s refused (429)", a.id, j.owner)
+			if w.sabotage == "lie" {
+				respond(h.netLatency(), &core.CallAnswer{Responded: true, Result: &events.Result{ActionID: a.id,
+					CapabilityID: a.cap, Status: events.StatusCompleted, Output: json.RawMessage(`{"lie":true}`)}}, false, "")
+				return
+			}
 			ra := w.between(0, 3*time.Second)
 			r := a.failed("remote_unavailable", "Hermes is at its concurrency limit", true, false)
 			r.Error.HTTPStatus, r.Error.RetryAfterMS = 429, ra.Milliseconds()

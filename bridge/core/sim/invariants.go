@@ -189,10 +189,11 @@ func (w *World) checkAction(a *action) {
 			w.failf("%s: a replay of %s, but executed %d times%s", a.id, *r.ReplayOf, execs, w.republished(a))
 		}
 	case r.Status == events.StatusCompleted:
-		if execs < 1 {
+		// A run may complete as the run its key started before (durable run
+		// idempotency): the run it reports must have completed.
+		if !w.checkRunTruth(a, r) && execs < 1 {
 			w.failf("%s: completed but never executed", a.id)
 		}
-		w.checkRunTruth(a, r)
 	case !uncertain(r):
 		if unsafe && execs != 0 && !w.checkRunTruth(a, r) {
 			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), execs, w.republished(a))
@@ -306,7 +307,7 @@ func (w *World) checkCancels(a *action, r *events.Result, execs int) {
 			continue
 		}
 		if st := v.rec.State; !a.op.Safe && (st == kvstore.StateClaimed || st == kvstore.StateReleased) && execs != 0 {
-			w.failf("%s: flagged for cancel while %s (revision %d), but executed %d times", a.id, st, v.rev, execs)
+			w.failf("%s: flagged for cancel while %s (revision %d), but executed %d times%s", a.id, st, v.rev, execs, w.republished(a))
 		}
 		break
 	}
@@ -378,7 +379,7 @@ func (w *World) checkLive() {
 		t := w.terminal(id)
 		switch {
 		case t != nil && v.rec.State == kvstore.StateParked:
-			w.failf("%s: record left parked after its result", id)
+			w.failf("%s: record left parked after its result %s", id, fmtResult(t.result))
 		case t == nil && v.rec.State != kvstore.StateSettled && w.explained(a) == "":
 			w.failf("%s: record left %s with no result", id, v.rec.State)
 		}

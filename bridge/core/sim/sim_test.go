@@ -176,6 +176,28 @@ func TestSimDeterminism(t *testing.T) {
 	}
 }
 
+// TestSimCatches breaks the world on purpose and wants the invariants to notice: they
+// are not vacuous.
+func TestSimCatches(t *testing.T) {
+	for _, c := range []struct{ sabotage, want string }{
+		{"double_exec", "executed 2 times"},
+		{"no_cas", "terminal results stored"},
+		{"lie", "completed but never executed"},
+	} {
+		caught := 0
+		for seed := uint64(1); seed <= 100 && caught == 0; seed++ {
+			for _, f := range Run(seed, Options{sabotage: c.sabotage}).Failures {
+				if strings.Contains(f, c.want) {
+					caught++
+				}
+			}
+		}
+		if caught == 0 {
+			t.Errorf("sabotage %s: no seed of 100 failed with %q", c.sabotage, c.want)
+		}
+	}
+}
+
 // coreBug is a bug of bridge/core the simulator found: what it is, and the failures it
 // causes (a seed listed for it may fail with those, and only those).
 type coreBug struct {
@@ -202,6 +224,8 @@ var coreBugs = map[string]coreBug{
 		`an invalid action \(envelope\)`),
 	"B6": bug("B6 (decision.go settlePanic): a panic in a job without the claim settles the action, racing the owner",
 		`reason=panic`),
+	"B8": bug("B8 (run.go runResult): a run taken over reads its events from the stored count on, so it misses the tools that ran before; stopped, it settles certain",
+		`was cancelled after its tools ran, but settled certain`),
 	"B7": bug("B7 (run.go onRunPollWait): a stopped run followed by a job paused past the stop grace settles run_stop_timeout without polling again",
 		`run_stop_timeout`),
 }

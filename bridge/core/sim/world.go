@@ -12,6 +12,10 @@ import (
 type Options struct {
 	// Trace records every event, effect and answer with its simulated time and job.
 	Trace bool
+	// sabotage breaks the world on purpose (tests prove that the invariants catch it):
+	// "double_exec" (Hermes executes an unsafe request twice), "no_cas" (the log ignores
+	// the expected sequence), "lie" (a refused request answers completed).
+	sabotage string
 }
 
 // Report is the outcome of one seed.
@@ -44,10 +48,11 @@ func (r *Report) String() string {
 // scheduler. It is single-threaded and deterministic.
 type World struct {
 	sched
-	seed uint64
-	p    params
-	cfg  core.Config
-	tr   tracer
+	seed     uint64
+	sabotage string
+	p        params
+	cfg      core.Config
+	tr       tracer
 
 	kv      *bucket
 	log     *resultLog
@@ -83,12 +88,13 @@ func Run(seed uint64, opt Options) *Report {
 }
 
 func newWorld(seed uint64, opt Options) *World {
-	w := &World{sched: newSched(seed), seed: seed}
+	w := &World{sched: newSched(seed), seed: seed, sabotage: opt.sabotage}
 	w.tr = tracer{on: opt.Trace, now: &w.now}
 	w.p = drawParams(&w.sched)
 	w.cfg = coreConfig(w.p.maxAttempts)
 	w.kv = newBucket(w.p.ttl)
 	w.log = newResultLog(w.p.logMaxAge, dupWindow, &w.streamq)
+	w.log.noCAS = w.sabotage == "no_cas"
 	w.log.live = w.onStored
 	w.evs = newEventLog(&w.streamq)
 	w.herm = newHermes(w)
