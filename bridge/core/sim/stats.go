@@ -19,6 +19,9 @@ type Stats struct {
 	RunsReattached, RunsUnknown, LostClaims, GaveUp, Superseded, Terms    int
 	// CancelsIgnored: cancel requests answered "cancelled" whose action settled otherwise.
 	CancelsIgnored int
+	// RecordsLeftOpen: settled actions whose record is left claimed, dispatched,
+	// settling or released at quiescence (by design).
+	RecordsLeftOpen int
 	// Decision messages dead-lettered: for a parked action, for a run's tool approval,
 	// and stray ones (for an action that never waits for one).
 	DecisionsDeadLettered, RunDecisionsDeadLettered, StrayDeadLettered int
