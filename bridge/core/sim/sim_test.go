@@ -209,25 +209,63 @@ func bug(what, failure string) coreBug {
 	return coreBug{what: what, failure: regexp.MustCompile(failure)}
 }
 
-// coreBugs are the bugs of bridge/core found by the simulator and not fixed yet. See
-// each one's diagnosis in the report of the commit that added it.
+// coreBugs are the bugs of bridge/core found by the simulator and not fixed yet, each
+// with its diagnosis and the fix proposed (the fixes of B1-B3, B5, B7 and B8 were tried
+// on a copy of the core: with them, 6000 seeds show only B4 and B6).
 var coreBugs = map[string]coreBug{
+	// run.go:150-153 resumeRun hands a bound run taken over back to claimedGo, whose
+	// generic exits treat it as not started: action.go:425 settles the cancel flag
+	// cancelledResult(j, false) without stopping or following the run (which ran, maybe
+	// completed, maybe still runs). Fix: the bound branch follows the run at once
+	// (cancelReq |= rec.Cancel; startRun()); follow stops it for a cancel or the deadline
+	// and settles how it ended.
 	"B1": bug("B1 (run.go resumeRun, action.go claimedGo): a bound run taken over with the cancel flag settles certain cancelled without following the run",
 		`certain \{cancelled cancelled\}, but executed`),
-	"B2": bug("B2 (run.go resumeRun, action.go execute): a bound run taken over after its deadline settles certain deadline_exceeded without following the run",
+	// Same entry: action.go:501 execute settles deadlineExceeded(false) once the deadline
+	// passed, and action.go onAdmit settles Expired or Paused certain; the run goes on
+	// at Hermes. Fix: as B1.
+	"B2": bug("B2 (run.go resumeRun, action.go execute, onAdmit): a bound run taken over after its deadline settles certain deadline_exceeded without following the run",
 		`certain \{failed deadline_exceeded\}, but executed`),
-	"B3": bug("B3 (core.go FreesKey, settle.go settle): a run cancelled before its tools ran frees its key although Hermes started it",
+	// run.go runResult settles a run stopped before its tools ran cancelled (or
+	// deadline_exceeded) and certain; core.go:173 FreesKey reads any certain cancelled
+	// result as "Hermes never started the work", so settle.go:40 (the holder) and
+	// action.go decideKey (the next action of the key) free the key, and a later action
+	// with the key posts a new run (with durable run idempotency it adopts the old one).
+	// Fix: FreesKey is false for a result that names a run (details.run_id).
+	"B3": bug("B3 (core.go FreesKey, run.go runResult): a run cancelled before its tools ran frees its key although Hermes started it",
 		`scoped key \S+ executed 2 times`),
+	// action.go:143-150 onStartLog and action.go:221-226 onFreshLog take NotFound from a
+	// ReadLog that "may be behind" (io.go) as "no result" right after creating the record
+	// afresh, i.e. after the records expired: the action is sent again. Fix: these two
+	// reads must not be behind (an io.go flag on EffReadLog that makes the driver read
+	// from the stream leader), or NotFound is confirmed by such a read before the call.
 	"B4": bug("B4 (action.go onStartLog, onFreshLog): a result-log read that is behind, after the records expired, lets a settled action run again",
 		`re-published after its records expired|scoped key \S+ executed 2 times`),
+	// core.go:88-91 says Action.Invalid is the envelope's error and Validate finds the
+	// rest; action.go:39,44 only skip the start for it, and claimedGo (action.go:428)
+	// settles j.invalid, which only onValidateStart sets. Fix: deliver sets j.invalid =
+	// s.Action.Invalid.
 	"B5": bug("B5 (action.go claimedGo): Action.Invalid (an invalid envelope) is never settled; the action runs",
 		`an invalid action \(envelope\)`),
+	// decision.go:372 settlePanic settles without the claim (expect: the seen pending
+	// sequence), racing the delivery that owns the action: a certain internal result
+	// wins while the owner's call runs, or a parked record is left with a result. The
+	// old bridge did the same (serve.go panicked, SettleUnclaimed). Fix: settle a panic
+	// only under the claim (claim it first, as begin does; a holder found means wait).
 	"B6": bug("B6 (decision.go settlePanic): a panic in a job without the claim settles the action, racing the owner",
 		`reason=panic`),
-	"B8": bug("B8 (run.go runResult): a run taken over reads its events from the stored count on, so it misses the tools that ran before; stopped, it settles certain",
-		`was cancelled after its tools ran, but settled certain`),
+	// run.go:382-390 onRunPollWait (and run.go:347 afterRunWait): a job paused through a
+	// stopped run's grace settles runResult with no status (run_stop_timeout:
+	// outcome_unknown or deadline_exceeded) without asking once more; the run had ended.
+	// Fix: past the grace, poll RunStatus once more, and settle what it says.
 	"B7": bug("B7 (run.go onRunPollWait): a stopped run followed by a job paused past the stop grace settles run_stop_timeout without polling again",
 		`run_stop_timeout`),
+	// run.go runResult decides uncertainty from f.toolsRan, but a run taken over reads
+	// its events from RunStoredEvents' count on (io.go RunEvents From), so the tools
+	// that ran before are not seen. Fix: uncertain when f.reattached (or RunStatus
+	// reports the tools).
+	"B8": bug("B8 (run.go runResult): a run taken over reads its events from the stored count on, so it misses the tools that ran before; stopped, it settles certain",
+		`was cancelled after its tools ran, but settled certain`),
 }
 
 // knownCoreBugs lists the seeds of 1 to 1000 that fail because of a known bug of the
