@@ -1,0 +1,23 @@
+// Package sim is a deterministic simulator of hermes-bridge replicas running the
+// production core (bridge/core.Job), never a copy of its logic.
+//
+// A World holds three replicas that share one JetStream consumer, a KV bucket of
+// records, the output stream's result log, and a Hermes Agent API, all simulated and
+// all driven by one scheduler: simulated time from a fixed origin, a queue of events
+// ordered by (time, insertion sequence), and one PCG source seeded by the seed. Nothing
+// reads a clock, starts a goroutine or iterates a map to decide anything, so a seed
+// replays bit for bit (Run with Options.Trace prints every event, effect and answer).
+//
+// Each job (a delivery of an action or a decision, a sweeper's expiry, a cancel
+// answered from the records) is a core.Job; its driver (driver.go) carries out the
+// effects it returns exactly as bridge/core/io.go says. Faults are drawn per seed:
+// slow, stale, failed and lost-reply store operations; records and results that age
+// out; jobs that crash, pause or panic at hooks and before store operations; replicas
+// that crash, pause or shut down; Hermes refusing (429), refusing connections,
+// resetting them after the work, dropping streams; runs that fail.
+//
+// After quiescence the invariants (invariants.go) are checked: one truthful terminal
+// result per action, at most one execution per unsafe action and per scoped key,
+// replays and conflicts where the keys say, approvals and cancels honoured, runs never
+// outcome_unknown where they could be followed, nothing left behind.
+package sim

@@ -1,0 +1,176 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+)
+
+// endpoint is a replica's view of the Hermes endpoint: its concurrency slots, the
+// admits waiting for one (first come, first served), and its circuit breaker.
+type endpoint struct {
+	max, inUse int
+	waiters    []*admitWait
+	brk        breaker
+}
+
+// admitWait is an Admit waiting for a slot.
+type admitWait struct {
+	j    *job
+	p    *pendingOp
+	done bool
+}
+
+// admit carries out j's Admit (io.go: OK, Busy, Paused with Wait and Code, Expired,
+// Aborted). Without Wait it answers Busy when no slot is free; with Wait it queues
+// until a slot frees or Until passes. A slot granted while the breaker holds the
+// endpoint is given back at once: Paused.
+func (w *World) admit(j *job, e core.Effect) {
+	ep := j.inc.ep
+	p := j.addOp(e)
+	p.ep = ep
+	ep.prune()
+	if ep.inUse < ep.max && len(ep.waiters) == 0 {
+		w.grant(j, p, true)
+		return
+	}
+	if !e.Wait {
+		j.removeOp(p)
+		w.answerNow(j, core.Event{Kind: core.EvAdmit, Op: e.Op, Status: core.Busy})
+		return
+	}
+	if !w.now.Before(e.Until) {
+		j.removeOp(p)
+		w.answerNow(j, core.Event{Kind: core.EvAdmit, Op: e.Op, Status: core.Expired})
+		return
+	}
+	wa := &admitWait{j: j, p: p}
+	ep.waiters = append(ep.waiters, wa)
+	p.stop = func() { wa.done = true }
+	w.at(e.Until, func() {
+		if wa.done {
+			return
+		}
+		wa.done = true
+		w.answer(j, e.Op, core.Event{Kind: core.EvAdmit, Status: core.Expired})
+	})
+}
+
+// grant gives p's job a slot (or Paused, when the breaker holds the endpoint); now
+// says the job is being handled (its answer is immediate), else it is scheduled.
+func (w *World) grant(j *job, p *pendingOp, now bool) {
+	ep := p.ep
+	ev := core.Event{Kind: core.EvAdmit, Op: p.op, Status: core.OK}
+	if ok, wait := ep.brk.allow(w.now); !ok {
+		ev.Status, ev.Wait, ev.Code = core.Paused, wait, ep.brk.lastCode
+	} else {
+		ep.inUse++
+		j.slots++
+	}
+	if now {
+		j.removeOp(p)
+		w.answerNow(j, ev)
+		return
+	}
+	p.grant = ev.Status == core.OK
+	w.after(0, func() { w.answer(j, p.op, ev) })
+}
+
+// prune drops the waiters that stopped waiting (aborted, expired, or whose job ended).
+func (ep *endpoint) prune() {
+	n := 0
+	for _, wa := range ep.waiters {
+		if !wa.done && wa.j.alive() {
+			ep.waiters[n] = wa
+			n++
+		}
+	}
+	clear(ep.waiters[n:])
+	ep.waiters = ep.waiters[:n]
+}
+
+// free gives a slot back and grants it to the first admit waiting.
+func (ep *endpoint) free(w *World) {
+	ep.inUse--
+	for len(ep.waiters) > 0 && ep.inUse < ep.max {
+		wa := ep.waiters[0]
+		ep.waiters = ep.waiters[1:]
+		if wa.done || !wa.j.alive() {
+			continue
+		}
+		wa.done = true
+		w.grant(wa.j, wa.p, false)
+	}
+}
+
+// unadmit carries out j's Unadmit: a slot no call used goes back, and the breaker
+// forgets the admission.
+func (w *World) unadmit(j *job) {
+	if j.slots == 0 {
+		w.failf("%s: EffUnadmit without an endpoint slot", j.owner)
+		return
+	}
+	j.slots--
+	j.inc.ep.brk.abandon()
+	j.inc.ep.free(w)
+}
+
+// breaker is the bridge's circuit breaker (bridge/breaker.go): closed until threshold
+// consecutive endpoint failures, then open for a cooldown, then half-open for one
+// probe, which closes it or reopens it with twice the cooldown.
+type breaker struct {
+	threshold         int
+	base, maxCooldown time.Duration
+	lastCode          string
+	failures          int
+	cooldown          time.Duration
+	openUntil         time.Time
+	probing           bool
+}
+
+func (b *breaker) allow(now time.Time) (bool, time.Duration) {
+	if b.openUntil.IsZero() {
+		return true, 0
+	}
+	if now.Before(b.openUntil) {
+		return false, b.openUntil.Sub(now)
+	}
+	if b.probing {
+		return false, b.base
+	}
+	b.probing = true
+	return true, 0
+}
+
+func (b *breaker) abandon() { b.probing = false }
+
+// done records how a call went: failed says the endpoint itself failed (a transport
+// error or a refused connection).
+func (b *breaker) done(now time.Time, failed bool, code string) {
+	wasProbe := b.probing
+	b.probing = false
+	if b.cooldown == 0 {
+		b.cooldown = b.base
+	}
+	if !failed {
+		b.failures, b.cooldown, b.openUntil = 0, b.base, time.Time{}
+		return
+	}
+	b.lastCode = code
+	b.failures++
+	switch {
+	case wasProbe:
+		b.cooldown = min(2*b.cooldown, b.maxCooldown)
+		b.openUntil = now.Add(b.cooldown)
+	case b.failures >= b.threshold && b.openUntil.IsZero():
+		b.openUntil = now.Add(b.cooldown)
+	}
+}
+
+// pause reports how long the breaker still holds the endpoint (0: not paused).
+func (b *breaker) pause(now time.Time) time.Duration {
+	if b.openUntil.IsZero() || !now.Before(b.openUntil) {
+		return 0
+	}
+	return b.openUntil.Sub(now)
+}

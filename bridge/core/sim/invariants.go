@@ -1,0 +1,431 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// The invariants, checked after quiescence (the records as they are then; the park
+// index after the final sweep). Each failure names the action and what broke.
+
+// terminal returns the first terminal result ever stored for id (aged out or not).
+func (w *World) terminal(id string) *logMsg {
+	for _, m := range w.log.all(id) {
+		if m.terminal() {
+			return m
+		}
+	}
+	return nil
+}
+
+// explained says why action a may have no result: one of its messages was terminated
+// by the core or exhausted MaxDeliver; "" when nothing explains it.
+func (w *World) explained(a *action) string {
+	for _, m := range w.js.msgs {
+		if m.act == a && m.done && (m.end == "exhausted" || strings.HasPrefix(m.end, "term")) {
+			return fmt.Sprintf("%s %s", m, m.end)
+		}
+	}
+	return ""
+}
+
+// firstDecision is the decision of the first version of id's record that carries one.
+func (w *World) firstDecision(id string) string {
+	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
+		if !v.deleted && v.rec.Decision != "" {
+			return v.rec.Decision
+		}
+	}
+	return ""
+}
+
+func (w *World) everRecord(id string, f func(kvstore.Record) bool) bool {
+	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
+		if !v.deleted && f(v.rec) {
+			return true
+		}
+	}
+	return false
+}
+
+// decisionCode is the error code a first decision other than approve settles with.
+func decisionCode(d string) string {
+	switch d {
+	case kvstore.DecisionDeny:
+		return "approval_denied"
+	case kvstore.DecisionExpired:
+		return "approval_expired"
+	case kvstore.DecisionMismatch:
+		return "approval_mismatch"
+	case kvstore.DecisionCancel:
+		return "cancelled"
+	}
+	return ""
+}
+
+func uncertain(r *events.Result) bool { return r.Error != nil && r.Error.UncertainOutcome }
+
+// panicked reports whether r is the result of a job that panicked.
+func panicked(r *events.Result) bool { return r.Error != nil && details(r)["reason"] == "panic" }
+
+// cancelled reports whether a cancel request was sent for a.
+func (w *World) cancelled(a *action) bool {
+	for _, c := range w.scen.cancels {
+		if c.id == a.id {
+			return true
+		}
+	}
+	return false
+}
+
+// republished says, for a failure about a's executions, when they happened relative to
+// its re-publish after its records expired.
+func (w *World) republished(a *action) string {
+	for _, m := range w.js.msgs {
+		if m.act == a && m.dec == nil && m.republish {
+			return fmt.Sprintf(" (executions at %v, re-published after its records expired at %s)",
+				w.herm.execAt[a.id], rel(m.published))
+		}
+	}
+	return ""
+}
+
+func errJSON(e *events.ErrorInfo) string {
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// check asserts every invariant but those of checkLive, and counts the outcomes.
+func (w *World) check() {
+	for _, a := range w.scen.actions {
+		w.checkAction(a)
+	}
+	w.checkKeys()
+	w.checkStored()
+	for _, j := range w.jobs {
+		if j.alive() {
+			w.failf("job %s never finished (awaits %s)", j.owner, j.c.Awaiting())
+		}
+	}
+	for _, k := range w.kv.list("park.", w.now) {
+		if a := w.scen.byID[strings.TrimPrefix(k, "park.")]; a == nil || w.explained(a) == "" {
+			w.failf("park index entry %s left after the final sweep", k)
+		}
+	}
+	for _, c := range w.scen.cancels {
+		t := w.terminal(c.id)
+		for _, rep := range c.replies {
+			if rep.state == "cancelled" && t != nil && t.result.Status != events.StatusCancelled {
+				w.stats.CancelsIgnored++
+				w.tr.printf("check", "a cancel of %s was answered cancelled by %s, but it settled %s", c.id, rep.by, fmtResult(t.result))
+				break
+			}
+		}
+	}
+}
+
+// checkAction: one terminal result, last, after pending results only for an action
+// that parks or a run; at most one execution of an unsafe action; a truthful result;
+// an approval action executed only when its first decision approved it (or its own
+// pre-approval, when it never parked), and otherwise settled by that decision; a cancel
+// that came first or flagged the unsent action kept it from Hermes; a run never
+// outcome_unknown once bound, nor where runs are durably idempotent.
+func (w *World) checkAction(a *action) {
+	msgs := w.log.all(a.id)
+	var terms []*logMsg
+	pendings := map[string]bool{}
+	for _, m := range msgs {
+		if m.terminal() {
+			terms = append(terms, m)
+			continue
+		}
+		if pendings[m.id] {
+			w.failf("%s: pending result %s stored twice", a.id, m.id)
+		}
+		pendings[m.id] = true
+		switch {
+		case a.op.Run && strings.HasPrefix(m.id, a.id+":pending:"):
+		case a.op.Approval && m.id == a.id+":pending":
+		default:
+			w.failf("%s: unexpected pending result %s", a.id, m.id)
+		}
+	}
+	if len(terms) == 0 {
+		if why := w.explained(a); why == "" {
+			w.failf("%s: no terminal result, and nothing explains it", a.id)
+		}
+		return
+	}
+	if len(terms) > 1 {
+		w.failf("%s: %d terminal results stored: %s by %s and %s by %s", a.id, len(terms),
+			fmtResult(terms[0].result), terms[0].by, fmtResult(terms[1].result), terms[1].by)
+	}
+	if !msgs[len(msgs)-1].terminal() {
+		w.failf("%s: a pending result after the terminal one", a.id)
+	}
+	r := terms[0].result
+	if len(pendings) > 0 {
+		w.stats.Parked++
+	}
+	execs := w.herm.execs[a.id]
+	unsafe := !a.op.Safe
+	if unsafe && execs > 1 {
+		w.failf("%s: an unsafe action executed %d times%s", a.id, execs, w.republished(a))
+	}
+	if uncertain(r) {
+		w.stats.Uncertain++
+	}
+	if r.Status == events.StatusCancelled {
+		w.stats.Cancelled++
+	}
+	switch {
+	case r.ReplayOf != nil:
+		if unsafe && execs != 0 {
+			w.failf("%s: a replay of %s, but executed %d times%s", a.id, *r.ReplayOf, execs, w.republished(a))
+		}
+	case r.Status == events.StatusCompleted:
+		// A run may complete as the run its key started before (durable run
+		// idempotency): the run it reports must have completed.
+		if !w.checkRunTruth(a, r) && execs < 1 {
+			w.failf("%s: completed but never executed", a.id)
+		}
+	case !uncertain(r):
+		if unsafe && execs != 0 && !w.checkRunTruth(a, r) {
+			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), execs, w.republished(a))
+		}
+	}
+	if a.invalid != 0 && (execs != 0 || r.Error == nil ||
+		(r.Error.Code != "invalid_action" && r.Status != events.StatusCancelled && details(r)["reason"] != "panic")) {
+		w.failf("%s: an invalid action (%s) executed %d times and settled %s", a.id,
+			[...]string{"", "envelope", "validation"}[a.invalid], execs, fmtResult(r))
+	}
+	w.checkApproval(a, r, execs)
+	w.checkCancels(a, r, execs)
+	if a.op.Run {
+		if d := details(r); d["reattached"] == true {
+			w.stats.RunsReattached++
+		}
+		if r.Error != nil && r.Error.Code == "outcome_unknown" {
+			w.stats.RunsUnknown++
+			if w.p.durableRuns {
+				w.failf("%s: a run settled outcome_unknown (%v) although runs are durably idempotent", a.id, details(r)["reason"])
+			}
+			if w.everRecord(a.id, func(r kvstore.Record) bool { return r.RunID != "" }) {
+				w.failf("%s: a run settled outcome_unknown (%v) although a delivery had bound its run id", a.id, details(r)["reason"])
+			}
+		}
+		if details(r)["run_id"] != nil {
+			w.stats.RunsFollowed++
+		}
+	}
+}
+
+func details(r *events.Result) map[string]any {
+	if r.Error != nil && r.Error.Details != nil {
+		return r.Error.Details
+	}
+	var out map[string]any
+	_ = json.Unmarshal(r.Output, &out)
+	return out
+}
+
+// checkRunTruth checks the run a run's result reports: it must be a run of the
+// action's key whose real status is the one reported. It reports whether r is such a
+// report (a run's own end, which may be certain although the run executed).
+func (w *World) checkRunTruth(a *action, r *events.Result) bool {
+	if !a.op.Run {
+		return false
+	}
+	d := details(r)
+	id, _ := d["run_id"].(string)
+	if id == "" {
+		return false
+	}
+	status, _ := d["run_status"].(string)
+	if status == "" {
+		status, _ = d["status"].(string)
+	}
+	run := w.herm.runs[id]
+	switch {
+	case run == nil:
+		w.failf("%s: reports run %s, which Hermes never started", a.id, id)
+	case run.act.scoped != a.scoped:
+		w.failf("%s: reports run %s of another key", a.id, id)
+	case run.status != status:
+		w.failf("%s: reports run %s %q, but it ended %q", a.id, id, status, run.status)
+	case status == "cancelled" && run.toolsRan && !uncertain(r):
+		// The core's rule: a cancelled run is uncertain when its tools ran.
+		w.failf("%s: run %s was cancelled after its tools ran, but settled certain %s", a.id, id, fmtResult(r))
+	}
+	return true
+}
+
+// checkApproval: an approval action runs only on its first decision's approval (or its
+// own pre-approval when it never parked); a first decision that is not an approval
+// settles the action (or a cancel flag that came after it does).
+func (w *World) checkApproval(a *action, r *events.Result, execs int) {
+	first := w.firstDecision(a.id)
+	parked := w.everRecord(a.id, func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
+	if a.op.Approval && execs > 0 {
+		switch {
+		case parked && first != kvstore.DecisionApprove:
+			w.failf("%s: executed without approval (first decision %q)", a.id, first)
+		case !parked && !a.pre:
+			w.failf("%s: executed without parking and without a pre-approval", a.id)
+		}
+	}
+	if first != "" && first != kvstore.DecisionApprove {
+		// Settled by that decision, or by a cancel request that came after it (through
+		// the record's flag or a replica's job), or by a panic.
+		want := decisionCode(first)
+		if r.Error == nil || (r.Error.Code != want && !(r.Error.Code == "cancelled" && w.cancelled(a)) && !panicked(r)) {
+			w.failf("%s: first decision %s, but settled %s", a.id, first, fmtResult(r))
+		}
+	}
+}
+
+// checkCancels: a cancel that came before the action (its record's first version is
+// the cancelled result) or flagged it before its dispatch kept it from Hermes.
+func (w *World) checkCancels(a *action, r *events.Result, execs int) {
+	h := w.kv.history(kvstore.ActionKey(a.id))
+	if len(h) == 0 {
+		return
+	}
+	if h[0].rec.State == kvstore.StateSettled {
+		if execs != 0 || (r.Status != events.StatusCancelled && !panicked(r)) {
+			w.failf("%s: cancelled before it came, but executed %d times and settled %s%s", a.id, execs, fmtResult(r), w.republished(a))
+		}
+		return
+	}
+	for _, v := range h {
+		if v.deleted || !v.rec.Cancel {
+			continue
+		}
+		if st := v.rec.State; !a.op.Safe && (st == kvstore.StateClaimed || st == kvstore.StateReleased) && execs != 0 {
+			w.failf("%s: flagged for cancel while %s (revision %d), but executed %d times%s", a.id, st, v.rev, execs, w.republished(a))
+		}
+		break
+	}
+}
+
+// checkKeys: at most one execution per scoped key of an unsafe operation; replays copy
+// the result of a same-key same-input action; conflicts have a different input under
+// the key.
+func (w *World) checkKeys() {
+	keys := make([]string, 0, len(w.herm.keyExecs))
+	for k := range w.herm.keyExecs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if n := w.herm.keyExecs[k]; n > 1 {
+			w.failf("scoped key %s executed %d times", short(k), n)
+		}
+	}
+	for _, a := range w.scen.actions {
+		t := w.terminal(a.id)
+		if t == nil {
+			continue
+		}
+		r := t.result
+		switch {
+		case r.ReplayOf != nil:
+			w.stats.Replays++
+			o := w.scen.byID[*r.ReplayOf]
+			if o == nil || o.id == a.id || o.scoped != a.scoped || o.input != a.input {
+				w.failf("%s replays %s, which is not a same-key same-input action", a.id, *r.ReplayOf)
+				continue
+			}
+			ot := w.terminal(o.id)
+			if ot == nil {
+				w.failf("%s replays %s, which has no result", a.id, o.id)
+				continue
+			}
+			or := ot.result
+			if or.Status != r.Status || string(or.Output) != string(r.Output) || errJSON(or.Error) != errJSON(r.Error) {
+				w.failf("%s replays %s as %s, but %s settled %s", a.id, o.id, fmtResult(r), o.id, fmtResult(or))
+			}
+		case r.Error != nil && r.Error.Code == "idempotency_conflict":
+			w.stats.Conflicts++
+			other := false
+			for _, o := range w.scen.actions {
+				other = other || (o.id != a.id && o.scoped == a.scoped && o.input != a.input)
+			}
+			if !other {
+				w.failf("%s settled idempotency_conflict with no other input under its key", a.id)
+			}
+		}
+	}
+}
+
+// checkLive looks at the records as they are: no record of a settled action left
+// parked; no record in a state that is not terminal for an action with no result (an
+// orphan) unless something explains it; no key record naming an action with no result;
+// no record of an action never published. A settled action's record may be left
+// claimed, dispatched, settling or released: its result message is its terminal state
+// (settle.go appends the result and writes no record), so those are only counted.
+func (w *World) checkLive() {
+	for _, k := range w.kv.list("act.", w.now) {
+		v, _ := w.kv.live(k, w.now)
+		id := strings.TrimPrefix(k, "act.")
+		a := w.scen.byID[id]
+		if a == nil {
+			w.failf("record %s of an action never published", k)
+			continue
+		}
+		t := w.terminal(id)
+		switch v.rec.State {
+		case kvstore.StateClaimed, kvstore.StateDispatched, kvstore.StateSettling, kvstore.StateReleased:
+			if t != nil {
+				w.stats.RecordsLeftOpen++ // by design: the result log, not the record, is terminal
+			}
+		}
+		switch {
+		case t != nil && v.rec.State == kvstore.StateParked:
+			w.failf("%s: record left parked after its result %s", id, fmtResult(t.result))
+		case t == nil && v.rec.State != kvstore.StateSettled && w.explained(a) == "":
+			w.failf("%s: record left %s with no result", id, v.rec.State)
+		}
+	}
+	for _, k := range w.kv.list("idem.", w.now) {
+		v, _ := w.kv.live(k, w.now)
+		a := w.scen.byID[v.rec.ActionID]
+		if w.terminal(v.rec.ActionID) == nil && (a == nil || w.explained(a) == "") {
+			w.failf("key record %s names %s, which has no result", short(k), v.rec.ActionID)
+		}
+	}
+}
+
+// checkStored: a live subscriber saw exactly what the stream stores, in order; every
+// action's stored events are numbered 0 to n-1, each once.
+func (w *World) checkStored() {
+	var stored []*logMsg
+	for _, a := range w.scen.actions {
+		stored = append(stored, w.log.all(a.id)...)
+	}
+	sort.Slice(stored, func(i, j int) bool { return stored[i].seq < stored[j].seq })
+	if len(stored) != len(w.scen.seen) {
+		w.failf("a live subscriber saw %d result messages, the stream stores %d", len(w.scen.seen), len(stored))
+	} else {
+		for i, m := range stored {
+			if w.scen.seen[i] != m {
+				w.failf("a live subscriber saw message %d, the stream stores %d there", w.scen.seen[i].seq, m.seq)
+				break
+			}
+		}
+	}
+	for _, a := range w.scen.actions {
+		ns := w.evs.order[a.id]
+		for _, n := range ns {
+			if n < 0 || n >= int64(len(ns)) {
+				w.failf("%s: events stored are not numbered 0 to %d (event %d)", a.id, len(ns)-1, n)
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+)
+
+// Timing of the simulated bridge, as in production (README: ack wait 30 s, lease twice
+// that, heartbeat 10 s) except for a shorter approval window, so that parked actions
+// expire within a run.
+const (
+	lease       = 60 * time.Second
+	heartbeat   = 10 * time.Second
+	ackWait     = 30 * time.Second
+	approvalTTL = 5 * time.Minute
+	// sweepEvery is the sweeper's period: a tenth of the approval window, at most 10 s.
+	sweepEvery = 10 * time.Second
+	dupWindow  = 2 * time.Minute
+	// runStopEnds bounds how long a run takes to end once asked to stop (always within
+	// core.RunStopGrace, so that a stopped run never settles run_stop_timeout).
+	runStopEnds = 5 * time.Second
+	// horizon bounds a run in simulated time after its last scheduled event.
+	horizon = 6 * time.Hour
+	// maxEvents bounds a run in scheduled closures.
+	maxEvents = 3_000_000
+)
+
+// coreConfig is the configuration of every job.
+func coreConfig(maxAttempts int) core.Config {
+	return core.Config{Lease: lease, Heartbeat: heartbeat, ApprovalTTL: approvalTTL, MaxAttempts: maxAttempts,
+		RetryBase: time.Second, RetryMax: 30 * time.Second, SettleFor: 30 * time.Second,
+		DecisionTries: 30, ParkingWait: 5 * time.Second}
+}
+
+// params are the per-seed settings of a world: its topology, its retention and the
+// probability of each fault. Every one is drawn from the seed.
+type params struct {
+	replicas, workers, endpointMax int
+	maxDeliver                     int // 0: unlimited
+	maxAttempts                    int
+	ttl, logMaxAge                 time.Duration
+	durableRuns                    bool
+
+	// Store and log faults, per operation.
+	pSlow, pStale, pLostReply, pFailWrite float64
+	// staleLag bounds how far behind a stale read is (0: any older version, or none).
+	staleLag time.Duration
+	// Job faults, per hook and per store operation.
+	pHookCrash, pHookPause, pOpCrash, pOpPause, pPanic float64
+	// Replica faults: one every replicaEvery on average (0: none), a crash with
+	// pReplicaCrash, a graceful shutdown with pShutdown, else a pause.
+	replicaEvery             time.Duration
+	pReplicaCrash, pShutdown float64
+	// Hermes faults, per request.
+	pRefuse, pConnRefused, pUncertain, pStreamDrop, pPublishFail, pRunFail float64
+	// Scenario.
+	pDuplicate, pRepublish, pCancel, pTwoDecides, pNoAnswer, pStray, pInvalid float64
+}
+
+// drawParams draws a world's parameters.
+func drawParams(s *sched) params {
+	p := params{replicas: 3, workers: 2 + s.intN(5), endpointMax: 1 + s.intN(3), maxAttempts: 2 + s.intN(4)}
+	if s.chance(0.2) {
+		p.maxDeliver = 3 + s.intN(6)
+	}
+	p.ttl = time.Duration(10+s.intN(21)) * time.Minute
+	p.logMaxAge = 2 * p.ttl
+	p.durableRuns = s.chance(0.5)
+	scale := func(on float64, lo, hi float64) float64 {
+		if !s.chance(on) {
+			return 0
+		}
+		return lo + s.rnd.Float64()*(hi-lo)
+	}
+	p.pSlow = scale(0.7, 0.01, 0.06)
+	p.pStale = scale(0.7, 0.01, 0.06)
+	if s.chance(0.5) {
+		p.staleLag = s.between(time.Second, 30*time.Second)
+	}
+	p.pLostReply = scale(0.7, 0.005, 0.03)
+	p.pFailWrite = scale(0.7, 0.005, 0.03)
+	p.pHookCrash = scale(0.7, 0.005, 0.04)
+	p.pHookPause = scale(0.6, 0.005, 0.03)
+	p.pOpCrash = scale(0.5, 0.002, 0.01)
+	p.pOpPause = scale(0.5, 0.001, 0.006)
+	p.pPanic = scale(0.15, 0.001, 0.004)
+	if s.chance(0.7) {
+		p.replicaEvery = s.between(2*time.Minute, 10*time.Minute)
+		p.pReplicaCrash = 0.4
+		p.pShutdown = scale(0.3, 0.1, 0.3)
+	}
+	p.pRefuse = scale(0.7, 0.03, 0.15)
+	p.pConnRefused = scale(0.5, 0.01, 0.05)
+	p.pUncertain = scale(0.6, 0.01, 0.06)
+	p.pStreamDrop = scale(0.5, 0.02, 0.1)
+	p.pPublishFail = scale(0.3, 0.002, 0.01)
+	p.pRunFail = scale(0.5, 0.05, 0.2)
+	p.pDuplicate = 0.3
+	p.pRepublish = scale(0.5, 0.1, 0.3)
+	p.pCancel = 0.15
+	p.pTwoDecides = 0.2
+	p.pNoAnswer = 0.15
+	p.pStray = scale(0.3, 0.05, 0.15)
+	p.pInvalid = 0.04
+	return p
+}
+
+func (p params) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "replicas=%d workers=%d endpoint_max=%d max_deliver=%d max_attempts=%d ttl=%s log_max_age=%s durable_runs=%v\n",
+		p.replicas, p.workers, p.endpointMax, p.maxDeliver, p.maxAttempts, p.ttl, p.logMaxAge, p.durableRuns)
+	fmt.Fprintf(&b, "store: slow=%.3f stale=%.3f (lag %s) lost_reply=%.3f fail_write=%.3f\n",
+		p.pSlow, p.pStale, p.staleLag, p.pLostReply, p.pFailWrite)
+	fmt.Fprintf(&b, "jobs: hook_crash=%.3f hook_pause=%.3f op_crash=%.3f op_pause=%.3f panic=%.3f\n",
+		p.pHookCrash, p.pHookPause, p.pOpCrash, p.pOpPause, p.pPanic)
+	fmt.Fprintf(&b, "replicas: every=%s crash=%.2f shutdown=%.2f\n", p.replicaEvery, p.pReplicaCrash, p.pShutdown)
+	fmt.Fprintf(&b, "hermes: refuse=%.3f conn_refused=%.3f uncertain=%.3f stream_drop=%.3f publish_fail=%.3f run_fail=%.3f\n",
+		p.pRefuse, p.pConnRefused, p.pUncertain, p.pStreamDrop, p.pPublishFail, p.pRunFail)
+	fmt.Fprintf(&b, "scenario: duplicate=%.2f republish=%.2f cancel=%.2f two_decides=%.2f no_answer=%.2f stray=%.2f invalid=%.2f",
+		p.pDuplicate, p.pRepublish, p.pCancel, p.pTwoDecides, p.pNoAnswer, p.pStray, p.pInvalid)
+	return b.String()
+}

@@ -1,0 +1,156 @@
+package sim
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+	"github.com/hermes-bridge/hermes-bridge/events"
+)
+
+// resultLog is the simulated output stream's result subjects: per action id, the
+// result messages with their stream sequences. An append is a compare-and-set on the
+// subject's last sequence (Nats-Expected-Last-Subject-Sequence), after the stream's
+// duplicate window on the message id; messages age out after maxAge. Every message
+// ever stored is kept (aged out or not) for the invariants, and every stored message,
+// and only those, is handed to the live subscribers as it is stored.
+type resultLog struct {
+	maxAge    time.Duration
+	dupWindow time.Duration
+	seq       *uint64 // the output stream's sequence, shared with the events
+	subjects  map[string][]*logMsg
+	// live receives each message as it is stored (the approver, the watchers).
+	live func(m *logMsg)
+	// noCAS ignores the expected sequence (a sabotage for the tests).
+	noCAS bool
+}
+
+// logMsg is one stored result message.
+type logMsg struct {
+	seq    uint64
+	id     string // Nats-Msg-Id
+	action string
+	result *events.Result
+	data   []byte // the result as stored, JSON
+	by     string // the owner that appended it
+	at     time.Time
+}
+
+func (m *logMsg) terminal() bool { return m.result.Status != events.StatusPendingApproval }
+
+func newResultLog(maxAge, dupWindow time.Duration, seq *uint64) *resultLog {
+	return &resultLog{maxAge: maxAge, dupWindow: dupWindow, seq: seq, subjects: map[string][]*logMsg{}}
+}
+
+// kept reports whether m is still in the stream at now.
+func (l *resultLog) kept(m *logMsg, now time.Time) bool { return now.Before(m.at.Add(l.maxAge)) }
+
+// last returns the subject's last message still kept at now.
+func (l *resultLog) last(id string, now time.Time) *logMsg {
+	ms := l.subjects[id]
+	if len(ms) == 0 || !l.kept(ms[len(ms)-1], now) {
+		return nil
+	}
+	return ms[len(ms)-1]
+}
+
+// asOf returns the subject's last message as a read behind by to t sees it.
+func (l *resultLog) asOf(id string, t time.Time) *logMsg {
+	ms := l.subjects[id]
+	for i := len(ms) - 1; i >= 0; i-- {
+		if !ms[i].at.After(t) {
+			if l.kept(ms[i], t) {
+				return ms[i]
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// append stores r as id's next result message, by owner, with message id msgID, if the
+// subject's last kept message has sequence expect. A message id stored within the
+// duplicate window answers that message's sequence when the same owner stored it (an
+// earlier attempt of this append landed), Conflict otherwise (the production driver
+// compares the stored message's owner header).
+func (l *resultLog) append(id string, r *events.Result, msgID string, expect uint64, owner string, now time.Time) (core.Status, uint64) {
+	for _, m := range l.subjects[id] {
+		if m.id == msgID && now.Sub(m.at) < l.dupWindow {
+			if m.by == owner {
+				return core.OK, m.seq
+			}
+			return core.Conflict, 0
+		}
+	}
+	var lastSeq uint64
+	if m := l.last(id, now); m != nil {
+		lastSeq = m.seq
+	}
+	if lastSeq != expect && !l.noCAS {
+		return core.Conflict, 0
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return core.Failed, 0
+	}
+	var stored events.Result
+	_ = json.Unmarshal(data, &stored)
+	*l.seq++
+	m := &logMsg{seq: *l.seq, id: msgID, action: id, result: &stored, data: data, by: owner, at: now}
+	l.subjects[id] = append(l.subjects[id], m)
+	if l.live != nil {
+		l.live(m)
+	}
+	return core.OK, m.seq
+}
+
+// entryOf is m as the core reads it (a copy of its result).
+func entryOf(m *logMsg) core.LogEntry {
+	var r events.Result
+	if json.Unmarshal(m.data, &r) != nil {
+		return core.LogEntry{Seq: m.seq, By: m.by}
+	}
+	return core.LogEntry{Seq: m.seq, Result: &r, By: m.by}
+}
+
+// all returns every message ever stored for id, aged out or not.
+func (l *resultLog) all(id string) []*logMsg { return l.subjects[id] }
+
+// eventLog is the simulated events subjects: per action id, the numbers of the events
+// stored (Nats-Msg-Id <id>:<n> deduplicates a republish), in the order stored.
+type eventLog struct {
+	seq     *uint64
+	stored  map[string]map[int64]bool
+	order   map[string][]int64
+	publish int // publishes, duplicates included
+}
+
+func newEventLog(seq *uint64) *eventLog {
+	return &eventLog{seq: seq, stored: map[string]map[int64]bool{}, order: map[string][]int64{}}
+}
+
+// put stores event n of id unless it is stored.
+func (e *eventLog) put(id string, n int64) {
+	e.publish++
+	s := e.stored[id]
+	if s == nil {
+		s = map[int64]bool{}
+		e.stored[id] = s
+	}
+	if s[n] {
+		return
+	}
+	s[n] = true
+	*e.seq++
+	e.order[id] = append(e.order[id], n)
+}
+
+// next is the number of the first event of id not stored after the contiguous prefix
+// from 0 (what RunStoredEvents answers).
+func (e *eventLog) next(id string) int64 {
+	var n int64
+	for e.stored[id][n] {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,151 @@
+package sim
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// bucket is the simulated KV bucket of the records: keys with revisions drawn from one
+// counter for the whole bucket (as a JetStream KV's stream sequence), compare-and-set
+// writes, and a TTL counted from each revision's write. It keeps every version ever
+// written, deleted or expired, for stale reads and for the invariants.
+type bucket struct {
+	ttl  time.Duration
+	rev  uint64
+	keys map[string]*kvKey
+}
+
+// kvKey is the history of one key.
+type kvKey struct {
+	versions []kvVersion
+}
+
+// kvVersion is one write of a key: a value, or a deletion.
+type kvVersion struct {
+	rev     uint64
+	rec     kvstore.Record
+	deleted bool
+	written time.Time
+}
+
+func newBucket(ttl time.Duration) *bucket {
+	return &bucket{ttl: ttl, keys: map[string]*kvKey{}}
+}
+
+// live returns the key's current value at now: none when it was never written, was
+// deleted, or its last write is older than the TTL.
+func (b *bucket) live(key string, now time.Time) (kvVersion, bool) {
+	k := b.keys[key]
+	if k == nil || len(k.versions) == 0 {
+		return kvVersion{}, false
+	}
+	v := k.versions[len(k.versions)-1]
+	if v.deleted || !now.Before(v.written.Add(b.ttl)) {
+		return kvVersion{}, false
+	}
+	return v, true
+}
+
+// asOf returns the key's value as it was at time t (for a read that is behind), none
+// when it had none then.
+func (b *bucket) asOf(key string, t time.Time) (kvVersion, bool) {
+	k := b.keys[key]
+	if k == nil {
+		return kvVersion{}, false
+	}
+	for i := len(k.versions) - 1; i >= 0; i-- {
+		v := k.versions[i]
+		if v.written.After(t) {
+			continue
+		}
+		if v.deleted || !t.Before(v.written.Add(b.ttl)) {
+			return kvVersion{}, false
+		}
+		return v, true
+	}
+	return kvVersion{}, false
+}
+
+// older returns the values of key written before its current one, oldest first.
+func (b *bucket) older(key string, now time.Time) []kvVersion {
+	k := b.keys[key]
+	if k == nil {
+		return nil
+	}
+	cur, ok := b.live(key, now)
+	var out []kvVersion
+	for _, v := range k.versions {
+		if !v.deleted && (!ok || v.rev < cur.rev) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (b *bucket) write(key string, rec kvstore.Record, deleted bool, now time.Time) uint64 {
+	k := b.keys[key]
+	if k == nil {
+		k = &kvKey{}
+		b.keys[key] = k
+	}
+	b.rev++
+	k.versions = append(k.versions, kvVersion{rev: b.rev, rec: rec, deleted: deleted, written: now})
+	return b.rev
+}
+
+// create writes rec at key unless the key holds a value (Exists).
+func (b *bucket) create(key string, rec kvstore.Record, now time.Time) (core.Status, uint64) {
+	if _, ok := b.live(key, now); ok {
+		return core.Exists, 0
+	}
+	return core.OK, b.write(key, rec, false, now)
+}
+
+// update writes rec at key if its current revision is rev (Conflict otherwise,
+// including a key that is gone: its last revision is a deletion or nothing).
+func (b *bucket) update(key string, rec kvstore.Record, rev uint64, now time.Time) (core.Status, uint64) {
+	if v, ok := b.live(key, now); !ok || v.rev != rev {
+		return core.Conflict, 0
+	}
+	return core.OK, b.write(key, rec, false, now)
+}
+
+// del deletes key if its current revision is rev.
+func (b *bucket) del(key string, rev uint64, now time.Time) core.Status {
+	if v, ok := b.live(key, now); !ok || v.rev != rev {
+		return core.Conflict
+	}
+	b.write(key, kvstore.Record{}, true, now)
+	return core.OK
+}
+
+// entry is v as a Get answers it.
+func entry(key string, v kvVersion) kvstore.Entry {
+	return kvstore.Entry{Key: key, Record: v.rec, Revision: v.rev, Written: v.written}
+}
+
+// list returns the live keys with prefix, sorted.
+func (b *bucket) list(prefix string, now time.Time) []string {
+	var out []string
+	for k := range b.keys {
+		if strings.HasPrefix(k, prefix) {
+			if _, ok := b.live(k, now); ok {
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// history returns every version of key, oldest first.
+func (b *bucket) history(key string) []kvVersion {
+	if k := b.keys[key]; k != nil {
+		return k.versions
+	}
+	return nil
+}

@@ -1,0 +1,265 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+)
+
+// The driver's side of the store and the log: each operation reaches the server after
+// a latency (sometimes slow), is applied there whatever becomes of the job that sent it,
+// and its answer comes back after another latency. Faults: a write that fails (not
+// applied, Failed), a write whose reply is lost (applied, Failed), a read that is
+// behind (an older version, or nothing).
+
+// storeLatency is one way of a store round trip: a millisecond or two, or, for a slow
+// operation, up to several seconds.
+func (w *World) storeLatency() time.Duration {
+	if w.faults() && w.chance(w.p.pSlow) {
+		w.stats.SlowOps++
+		if w.chance(0.1) {
+			return w.between(5*time.Second, 20*time.Second)
+		}
+		return w.between(100*time.Millisecond, 3*time.Second)
+	}
+	return w.between(time.Millisecond, 3*time.Millisecond)
+}
+
+// writeFault draws the fault of a write: 0 none, 1 failed (not applied), 2 reply lost.
+func (w *World) writeFault() int {
+	if !w.faults() {
+		return 0
+	}
+	switch {
+	case w.chance(w.p.pFailWrite):
+		w.stats.FailedWrites++
+		return 1
+	case w.chance(w.p.pLostReply):
+		w.stats.LostReplies++
+		return 2
+	}
+	return 0
+}
+
+// staleAt draws whether a read is behind, and to when: the time the read sees, or
+// the zero time for a read that is not behind. Without a lag bound the read may see
+// any older version.
+func (w *World) staleAt() (time.Time, bool) {
+	if !w.faults() || !w.chance(w.p.pStale) {
+		return time.Time{}, false
+	}
+	w.stats.StaleReads++
+	if w.p.staleLag > 0 {
+		return w.now.Add(-w.between(time.Millisecond, w.p.staleLag)), true
+	}
+	return time.Time{}, true
+}
+
+// kvOp carries out a Create, Get, Update or Delete of j.
+func (w *World) kvOp(j *job, e core.Effect) {
+	j.addOp(e)
+	w.after(w.storeLatency(), func() {
+		ev := w.applyKV(j, e)
+		w.after(w.storeLatency(), func() { w.answer(j, e.Op, ev) })
+	})
+}
+
+func (w *World) applyKV(j *job, e core.Effect) core.Event {
+	ev := core.Event{Kind: core.EvStore}
+	if e.Kind == core.EffGet {
+		at, stale := w.staleAt()
+		var v kvVersion
+		var ok bool
+		switch {
+		case !stale:
+			v, ok = w.kv.live(e.Key, w.now)
+		case !at.IsZero():
+			v, ok = w.kv.asOf(e.Key, at)
+		default:
+			if old := w.kv.older(e.Key, w.now); len(old) > 0 && w.chance(0.6) {
+				v, ok = old[w.intN(len(old))], true
+			}
+		}
+		if stale {
+			w.tr.printf("kv", "get %s for %s is behind: %v rev %d", short(e.Key), j.owner, ok, v.rev)
+		}
+		if !ok {
+			ev.Status = core.NotFound
+			return ev
+		}
+		ev.Status, ev.Entry = core.OK, entry(e.Key, v)
+		return ev
+	}
+	fault := w.writeFault()
+	if fault == 1 {
+		w.tr.printf("kv", "%s %s for %s fails", e.Kind, short(e.Key), j.owner)
+		ev.Status = core.Failed
+		return ev
+	}
+	switch e.Kind {
+	case core.EffCreate:
+		ev.Status, ev.Rev = w.kv.create(e.Key, e.Rec, w.now)
+	case core.EffUpdate:
+		ev.Status, ev.Rev = w.kv.update(e.Key, e.Rec, e.Rev, w.now)
+	case core.EffDelete:
+		ev.Status = w.kv.del(e.Key, e.Rev, w.now)
+	}
+	w.tr.printf("kv", "%s %s for %s: %s rev %d", e.Kind, short(e.Key), j.owner, ev.Status, ev.Rev)
+	if ev.Status == core.OK {
+		w.onKVWrite(e.Key)
+		if e.Kind == core.EffCreate && e.Rec.State == "dispatched" {
+			w.stats.Starts++
+		}
+	}
+	if fault == 2 {
+		w.tr.printf("kv", "%s %s for %s: reply lost", e.Kind, short(e.Key), j.owner)
+		return core.Event{Kind: core.EvStore, Status: core.Failed}
+	}
+	return ev
+}
+
+// logOp carries out a ReadLog or Append of j.
+func (w *World) logOp(j *job, e core.Effect) {
+	j.addOp(e)
+	w.after(w.storeLatency(), func() {
+		ev := w.applyLog(j, e)
+		w.after(w.storeLatency(), func() { w.answer(j, e.Op, ev) })
+	})
+}
+
+func (w *World) applyLog(j *job, e core.Effect) core.Event {
+	ev := core.Event{Kind: core.EvLog}
+	if e.Kind == core.EffReadLog {
+		at, stale := w.staleAt()
+		var m *logMsg
+		switch {
+		case !stale:
+			m = w.log.last(e.ActionID, w.now)
+		case !at.IsZero():
+			m = w.log.asOf(e.ActionID, at)
+		default:
+			if ms := w.log.all(e.ActionID); len(ms) > 1 && w.chance(0.6) {
+				m = ms[w.intN(len(ms)-1)]
+				if !w.log.kept(m, w.now) {
+					m = nil
+				}
+			}
+		}
+		if stale {
+			w.tr.printf("log", "read %s for %s is behind: %v", e.ActionID, j.owner, m != nil)
+		}
+		if m == nil {
+			ev.Status = core.NotFound
+			return ev
+		}
+		ev.Status, ev.Log = core.OK, entryOf(m)
+		return ev
+	}
+	fault := w.writeFault()
+	if fault == 1 {
+		w.tr.printf("log", "append %s for %s fails", e.MsgID, j.owner)
+		ev.Status = core.Failed
+		return ev
+	}
+	ev.Status, ev.Log.Seq = w.log.append(e.ActionID, e.Result, e.MsgID, e.Expect, j.owner, w.now)
+	w.tr.printf("log", "append %s after %d for %s: %s seq %d", e.MsgID, e.Expect, j.owner, ev.Status, ev.Log.Seq)
+	if fault == 2 {
+		w.tr.printf("log", "append %s for %s: reply lost", e.MsgID, j.owner)
+		return core.Event{Kind: core.EvLog, Status: core.Failed}
+	}
+	return ev
+}
+
+// watch is a job's AwaitMove or WaitTerminal.
+type watch struct {
+	j      *job
+	op     uint64
+	key    string // "" for WaitTerminal
+	rev    uint64
+	action string
+	done   bool
+}
+
+// await opens j's AwaitMove or WaitTerminal: after a round trip it looks at the key and
+// the log as they are (a watch is never behind), then waits for a write of the key, a
+// terminal result of the action, or Until.
+func (w *World) await(j *job, e core.Effect) {
+	p := j.addOp(e)
+	wa := &watch{j: j, op: e.Op, rev: e.Rev, action: e.ActionID}
+	if e.Kind == core.EffAwaitMove {
+		wa.key = e.Key
+	}
+	p.stop = func() { wa.done = true }
+	w.after(w.storeLatency(), func() {
+		if wa.done {
+			return
+		}
+		if w.faults() && w.chance(w.p.pFailWrite/2) {
+			w.fire(wa, core.Event{Kind: core.EvWait, Status: core.Failed})
+			return
+		}
+		if m := w.log.last(wa.action, w.now); m != nil && m.terminal() {
+			w.fire(wa, core.Event{Kind: core.EvWait, Status: core.Terminal, Log: entryOf(m)})
+			return
+		}
+		if wa.key != "" {
+			if v, ok := w.kv.live(wa.key, w.now); !ok || v.rev > wa.rev {
+				w.fire(wa, core.Event{Kind: core.EvWait, Status: core.Moved})
+				return
+			}
+		}
+		if !w.now.Before(e.Until) {
+			w.fire(wa, core.Event{Kind: core.EvWait, Status: core.Expired})
+			return
+		}
+		w.watches = append(w.watches, wa)
+		w.at(e.Until, func() { w.fire(wa, core.Event{Kind: core.EvWait, Status: core.Expired}) })
+	})
+}
+
+// fire ends wa with ev (once), delivered after a notification latency.
+func (w *World) fire(wa *watch, ev core.Event) {
+	if wa.done {
+		return
+	}
+	wa.done = true
+	w.after(w.between(0, 2*time.Millisecond), func() { w.answer(wa.j, wa.op, ev) })
+	w.compactWatches()
+}
+
+func (w *World) compactWatches() {
+	n := 0
+	for _, wa := range w.watches {
+		if !wa.done {
+			w.watches[n] = wa
+			n++
+		}
+	}
+	clear(w.watches[n:])
+	w.watches = w.watches[:n]
+}
+
+// onKVWrite wakes the watches of key.
+func (w *World) onKVWrite(key string) {
+	for _, wa := range append([]*watch(nil), w.watches...) {
+		if !wa.done && wa.key == key {
+			w.fire(wa, core.Event{Kind: core.EvWait, Status: core.Moved})
+		}
+	}
+}
+
+// onStored is the live subscription of the output stream: it records what a live
+// subscriber sees, wakes the watches of a terminal result, and shows the approver a
+// pending one.
+func (w *World) onStored(m *logMsg) {
+	w.scen.seen = append(w.scen.seen, m)
+	if m.terminal() {
+		for _, wa := range append([]*watch(nil), w.watches...) {
+			if !wa.done && wa.action == m.action {
+				w.fire(wa, core.Event{Kind: core.EvWait, Status: core.Terminal, Log: entryOf(m)})
+			}
+		}
+		return
+	}
+	w.scen.onPending(m)
+}
