@@ -711,17 +711,16 @@ func (j *Job) following() bool { return j.run != nil && j.run.reattached }
 // lost its claim cannot write it.
 func (j *Job) dispatch() {
 	switch {
+	case j.following():
+		j.call() // a bound run taken over: it exists, and is followed (and stopped on a cancel)
 	case j.fenced:
 		j.unadmit()
 		j.settle(j.failed(interruptedSettle()))
 	case j.rec.Cancel || j.cancelReq:
 		j.notSent()
 	case j.rec.State == kvstore.StateDispatched:
-		// A run taken over: marked already; followed (bound) or posted again (durable
-		// run idempotency).
-		if !j.following() {
-			j.hook(PointDispatched)
-		}
+		// A run taken over unbound, posted again (durable run idempotency): marked already.
+		j.hook(PointDispatched)
 		j.call()
 	default:
 		j.claim(kDispatched, change{kind: chDispatch, stopOnCancel: true})
@@ -785,7 +784,7 @@ func (j *Job) onCallAnswer(c *CallAnswer) {
 			return
 		}
 	}
-	if !c.Responded && c.Retryable {
+	if !c.Responded && c.Retryable && !j.unboundRun {
 		delay := j.backoff(c.RetryAfter)
 		if !j.lastAttempt() && delay < j.remaining() {
 			code := ""

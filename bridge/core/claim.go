@@ -135,6 +135,11 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 	e := ev.Entry
 	cur := j.rec
 	switch {
+	case e.Revision < j.rev:
+		// A read that is behind the revision this job holds: it says nothing. Unknown,
+		// not lost: the caller retries.
+		j.cont(r.k, Event{Kind: EvStore, Status: Failed})
+		return
 	case r.ch.landed(e.Record, cur):
 		j.rev, j.rec = e.Revision, e.Record
 		if e.Record.Cancel {

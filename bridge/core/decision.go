@@ -2,7 +2,6 @@ package core
 
 import (
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -56,7 +55,7 @@ func (j *Job) onDecLog(ev Event) {
 	r := e.Record
 	switch {
 	case j.kind == KindDecision && r.State == kvstore.StateDispatched && r.RunID != "":
-		j.answerRunApproval(e, ev.Log)
+		j.answerRunApproval(e)
 	case j.kind == KindExpire && r.State != kvstore.StateParked &&
 		r.Decision != kvstore.DecisionExpired && r.Decision != kvstore.DecisionCancel:
 		// Decided (approve, deny, mismatch) or never parked: the decision's message, or
@@ -219,14 +218,11 @@ func (j *Job) onDeadLettered(ev Event) {
 
 // answerRunApproval answers the bound run's pending tool approval with the job's
 // decision: one compare-and-set on the action record, which any replica may do; only
-// the first answer of an approval wins, and is then forwarded to Hermes. le is the
-// action's last result message: an approval whose pending message is published but not
-// yet recorded (its owner stopped between the two) is recorded here from the message.
-func (j *Job) answerRunApproval(e kvstore.Entry, le LogEntry) {
+// the first answer of an approval wins, and is then forwarded to Hermes. (The owner
+// records an approval before it publishes its pending message, so a decision always
+// finds the approval it answers.)
+func (j *Job) answerRunApproval(e kvstore.Entry) {
 	r, d := e.Record, j.dec
-	if n, sha, ok := pendingApproval(le, j.act.ID, r); ok {
-		r.ApprovalSeq, r.ApprovalSHA256, r.PendingSeq = n, sha, le.Seq
-	}
 	if r.ApprovalSeq == 0 || r.ApprovalAnswered >= r.ApprovalSeq {
 		if r.ApprovalDecision == d.MsgID {
 			j.setStatus("decision_applied", "")
@@ -245,25 +241,6 @@ func (j *Job) answerRunApproval(e kvstore.Entry, le LogEntry) {
 	nr := r
 	nr.ApprovalAnswered, nr.ApprovalDecision = r.ApprovalSeq, d.MsgID
 	j.store(kRunAnswered, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
-}
-
-// pendingApproval reads a run's tool approval from le, its pending message
-// <id>:pending:<n>, when it is the one after the last the record knows (r).
-func pendingApproval(le LogEntry, id string, r kvstore.Record) (n int, sha string, ok bool) {
-	if le.Result == nil || le.Result.Status != events.StatusPendingApproval ||
-		le.MsgID != id+":pending:"+strconv.Itoa(r.ApprovalSeq+1) {
-		return 0, "", false
-	}
-	var out struct {
-		InputSHA256 string `json:"input_sha256"`
-		Approval    struct {
-			Index int `json:"index"`
-		} `json:"approval"`
-	}
-	if json.Unmarshal(le.Result.Output, &out) != nil || out.Approval.Index != r.ApprovalSeq+1 || out.InputSHA256 == "" {
-		return 0, "", false
-	}
-	return out.Approval.Index, out.InputSHA256, true
 }
 
 func (j *Job) onRunAnswered(ev Event) {

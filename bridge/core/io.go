@@ -125,7 +125,9 @@ const (
 	// EffDelete deletes Key if its revision is Rev (EvStore: OK, Conflict, Failed).
 	EffDelete
 	// EffReadLog reads the last result message of ActionID (EvLog: OK Log, NotFound,
-	// Failed). The read may be behind.
+	// Failed), from the stream's leader: it is never behind what the stream
+	// acknowledged (the output stream has no direct gets), so a NotFound means that no
+	// result is stored.
 	EffReadLog
 	// EffAppend appends Result as ActionID's result message with id MsgID after the
 	// message with sequence Expect (0: none), marked as written by the job's owner

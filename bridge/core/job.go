@@ -80,6 +80,7 @@ type Job struct {
 	releaseDelay     time.Duration  // the nak after a release
 	settledByMe      bool           // this job stored the action's terminal result
 	appendAfter      uint64         // the sequence the result's append expects
+	pendingSeq       uint64         // the last pending message this job appended (a run's approval)
 	wasParked        bool           // this job parked, or claimed a parked, action
 	parkUntil        time.Time      // the parking's expiry
 	claimedHooked    bool           // PointClaimed was emitted on the ordinary path

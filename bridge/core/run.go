@@ -64,8 +64,8 @@ type RunRequest struct {
 	// CapabilityID names the endpoint (a decision's job knows it only from the record).
 	CapabilityID string
 	RunID        string
-	Choice string // RunApprove
-	From   int64  // RunEvents: the number of the first event to publish
+	Choice       string // RunApprove
+	From         int64  // RunEvents: the number of the first event to publish
 }
 
 // RunAnswer answers an EffRun (EvRun) or asks a tool approval (EvRunApproval).
@@ -205,6 +205,22 @@ func (j *Job) onRunStarted(ev Event) {
 		c = ev.Run.Call
 	}
 	j.tries++
+	if !c.NotStarted {
+		// This post may have started a run: from here no failure is certain, and the
+		// record is never released (a later post that certainly did not start says
+		// nothing about this one).
+		j.unboundRun = true
+	}
+	if j.unboundRun && c.NotStarted && c.Retryable && j.tries < runStartAttempts {
+		// Posted again after a takeover, and this post certainly did not start: an
+		// earlier one may have, so the record is not released (that would say nothing
+		// was sent); post again here, with the same key.
+		if d := Backoff(j.cfg.RetryBase, j.cfg.RetryMax, j.tries, c.RetryAfter, j.rand()); d < j.remaining() {
+			j.lastStart = c
+			j.sleep(kRunRepost, d)
+			return
+		}
+	}
 	if !c.NotStarted && !(c.Aborted && !c.Responded) && j.tries < runStartAttempts && j.remaining() > 0 {
 		// The post may have started a run: where the endpoint names it again for the
 		// same key, ask again rather than leave the outcome unknown.
@@ -354,7 +370,7 @@ func (j *Job) afterRunWait() {
 		j.nak(j.cfg.Lease)
 	case f.stopping:
 		if !j.now.Before(f.stopUntil) {
-			j.settle(j.runResult())
+			j.pollNow() // one last look: the poll settles (graceOver)
 			return
 		}
 		j.pollLater()
@@ -392,10 +408,6 @@ func (j *Job) onRunPollWait(ev Event) {
 		j.afterRunWait()
 		return
 	}
-	if j.run.stopping && !j.now.Before(j.run.stopUntil) {
-		j.settle(j.runResult())
-		return
-	}
 	if !j.run.stopping && (j.cancelReq || !j.now.Before(j.act.Deadline)) {
 		j.stopRun()
 		return
@@ -415,6 +427,9 @@ func (j *Job) onRunPolled(ev Event) {
 		j.settle(j.runResult())
 	case ev.Status == Aborted:
 		j.afterRunWait()
+	case f.stopping && !j.now.Before(f.stopUntil):
+		// The stop's grace is over, and this poll (made after it) saw no end.
+		j.settle(j.runResult())
 	default:
 		if (j.lost || j.shutdown) && !f.stopping {
 			j.afterRunWait()
@@ -437,11 +452,14 @@ func (j *Job) onRunStopped(Event) { j.pollNow() }
 
 // ---- tool approvals ----
 
-// onRunApproval asks tool approval k of the run (one more than the last): a
-// pending_approval result <id>:pending:<k> after the action's last result message, then
-// the approval's index, hash and expiry in the record, where any replica's decision finds
-// it; then its expiry is armed. A failure is logged: the run then waits until its
-// deadline.
+// onRunApproval asks tool approval k of the run (one more than the last): first the
+// approval's index, hash and expiry in the record (a compare-and-set, so that a
+// delivery that lost its claim asks nothing), where any replica's decision finds it;
+// then its pending_approval result <id>:pending:<k> after the action's last result
+// message; then its expiry is armed. A failure is logged: the run then waits for the
+// approval's expiry (or its deadline). A crash between the record and the message
+// leaves an approval nobody sees: the delivery that takes the run over arms its expiry,
+// which denies it.
 func (j *Job) onRunApproval(ev Event) {
 	f := j.run
 	if f == nil || ev.Run == nil || ev.Run.Approval == nil || j.lost || j.done {
@@ -475,34 +493,51 @@ type runAsk struct {
 	sha     string
 	expires time.Time
 	pending *events.Result
-	seq     uint64
 	expect  uint64 // the result message its pending message follows
 }
 
 func (j *Job) askID(a runAsk) string { return j.act.ID + ":pending:" + strconv.Itoa(a.n) }
 
+// sendAsk records asks[0] in the action record.
 func (j *Job) sendAsk() {
-	a := &j.asks[0]
-	if a.expect == 0 {
-		a.expect = j.rec.PendingSeq
+	a := j.asks[0]
+	j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, expires: a.expires, pendingSeq: j.expect()})
+}
+
+func (j *Job) onRunAsked(ev Event) {
+	if ev.Status != OK {
+		j.note(NoteStoreFailed, "recording the run's approval request; the run waits for its expiry")
+		j.nextAsk()
+		return
 	}
+	a := &j.asks[0]
+	a.expect = j.expect()
+	j.armApproval(a.n, a.expires)
+	j.appendAsk()
+}
+
+// appendAsk publishes asks[0]'s pending message.
+func (j *Job) appendAsk() {
+	a := j.asks[0]
 	j.store(kRunAskAppended, Effect{Kind: EffAppend, ActionID: j.act.ID, Result: a.pending,
-		MsgID: j.askID(*a), Expect: a.expect})
+		MsgID: j.askID(a), Expect: a.expect})
 }
 
 func (j *Job) onRunAskAppended(ev Event) {
 	switch ev.Status {
 	case OK:
-		j.asked(ev.Log.Seq)
+		j.pendingSeq = ev.Log.Seq
+		j.note(NoteRunApprovalAsked, strconv.Itoa(j.asks[0].n))
+		j.nextAsk()
 	case Conflict:
 		j.store(kRunAskLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
 	default:
-		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits until its deadline")
+		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits for its expiry")
 		j.nextAsk()
 	}
 }
 
-// onRunAskLog follows an approval request's append that found the log moved on: its own
+// onRunAskLog follows a pending message's append that found the log moved on: its own
 // earlier append (a lost reply), a message it did not know of (appended after), or the
 // terminal result (nothing more is asked).
 func (j *Job) onRunAskLog(ev Event) {
@@ -510,33 +545,17 @@ func (j *Job) onRunAskLog(ev Event) {
 	switch {
 	case ev.Status == OK && ev.Log.Terminal():
 		j.nextAsk()
-	case ev.Status == OK && ev.Log.MsgID == j.askID(*a):
-		j.asked(ev.Log.Seq)
-	case ev.Status == OK && ev.Log.Seq != a.expect:
+	case ev.Status == OK && ev.Log.MsgID == j.askID(*a) && ev.Log.By == j.owner:
+		j.pendingSeq = ev.Log.Seq
+		j.note(NoteRunApprovalAsked, strconv.Itoa(a.n))
+		j.nextAsk()
+	case ev.Status == OK && ev.Log.Seq != a.expect && ev.Log.MsgID != j.askID(*a):
 		a.expect = ev.Log.Seq
-		j.sendAsk()
+		j.appendAsk()
 	default:
-		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits until its deadline")
+		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits for its expiry")
 		j.nextAsk()
 	}
-}
-
-// asked records approval request asks[0], published at seq, in the record.
-func (j *Job) asked(seq uint64) {
-	j.asks[0].seq = seq
-	a := j.asks[0]
-	j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, expires: a.expires, pendingSeq: a.seq})
-}
-
-func (j *Job) onRunAsked(ev Event) {
-	a := j.asks[0]
-	if ev.Status == OK {
-		j.note(NoteRunApprovalAsked, strconv.Itoa(a.n))
-		j.armApproval(a.n, a.expires)
-	} else {
-		j.note(NoteStoreFailed, "recording the run's approval request; the run waits until its deadline")
-	}
-	j.nextAsk()
 }
 
 func (j *Job) nextAsk() {
@@ -588,9 +607,12 @@ func (j *Job) runResult() *events.Result {
 		out["output"] = f.output
 		r.Status = events.StatusCompleted
 	case runCancelled:
-		info = cancelledInfo(f.toolsRan, "the run was cancelled")
+		// A run taken over saw only the events from where it took over: tools may have
+		// run before.
+		mayHaveRun := f.toolsRan || f.reattached
+		info = cancelledInfo(mayHaveRun, "the run was cancelled")
 		if !j.cancelReq {
-			info = deadlineExceeded(f.toolsRan)
+			info = deadlineExceeded(mayHaveRun)
 			info.Message = "the action's deadline passed; the run was stopped"
 		}
 		details["tools_ran"] = f.toolsRan

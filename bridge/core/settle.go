@@ -55,7 +55,7 @@ func (j *Job) settle(r *events.Result) {
 // action's pending message, if the job knows of one.
 func (j *Job) expect() uint64 {
 	if j.claimed {
-		return j.rec.PendingSeq
+		return max(j.rec.PendingSeq, j.pendingSeq)
 	}
 	return j.seen.Record.PendingSeq
 }

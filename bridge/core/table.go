@@ -96,9 +96,9 @@ const (
 	kRunPollWait    // timer → RunStatus
 	kRunPolled      // RunStatus → terminal or lost: settle; else poll again
 	kRunStopped     // RunStop → poll until the stop's grace
-	kRunAskAppended // Append <id>:pending:<k> → record the approval; conflict: read the log
-	kRunAskLog      // ReadLog → its own (a lost reply): record it; another pending: append after it
-	kRunAsked       // Update act (approval k asked) → arm its expiry
+	kRunAsked       // Update act (approval k asked: the fence) → arm its expiry, Append <id>:pending:<k>
+	kRunAskAppended // Append <id>:pending:<k> → the next ask; conflict: read the log
+	kRunAskLog      // ReadLog → its own (a lost reply): done; another pending: append after it
 	kRunExpired     // Update act (approval k expired) → deny it on Hermes if the expiry won
 
 	numK

@@ -20,6 +20,8 @@ type hermes struct {
 	sends    map[string]int
 	execs    map[string]int
 	keyExecs map[string]int
+	// keyExecAt is when each execution under a scoped key happened.
+	keyExecAt map[string][]time.Time
 	execAt   map[string][]time.Duration
 	runs     map[string]*hrun
 	runByKey map[string]*hrun
@@ -27,7 +29,7 @@ type hermes struct {
 }
 
 func newHermes(w *World) *hermes {
-	return &hermes{w: w, sends: map[string]int{}, execs: map[string]int{}, keyExecs: map[string]int{},
+	return &hermes{w: w, sends: map[string]int{}, execs: map[string]int{}, keyExecs: map[string]int{}, keyExecAt: map[string][]time.Time{},
 		execAt: map[string][]time.Duration{}, runs: map[string]*hrun{}, runByKey: map[string]*hrun{}}
 }
 
@@ -48,6 +50,7 @@ func (h *hermes) executed(a *action) int {
 		h.w.stats.Executions++
 		if !a.op.Safe && a.scoped != "" {
 			h.keyExecs[a.scoped]++
+			h.keyExecAt[a.scoped] = append(h.keyExecAt[a.scoped], h.w.now)
 		}
 	}
 	return h.execs[a.id]

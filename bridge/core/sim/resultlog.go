@@ -108,9 +108,9 @@ func (l *resultLog) append(id string, r *events.Result, msgID string, expect uin
 func entryOf(m *logMsg) core.LogEntry {
 	var r events.Result
 	if json.Unmarshal(m.data, &r) != nil {
-		return core.LogEntry{Seq: m.seq, By: m.by}
+		return core.LogEntry{Seq: m.seq, By: m.by, MsgID: m.id}
 	}
-	return core.LogEntry{Seq: m.seq, Result: &r, By: m.by}
+	return core.LogEntry{Seq: m.seq, Result: &r, By: m.by, MsgID: m.id}
 }
 
 // all returns every message ever stored for id, aged out or not.

@@ -70,6 +70,28 @@ func (b *bucket) asOf(key string, t time.Time) (kvVersion, bool) {
 	return kvVersion{}, false
 }
 
+// expiredBetween reports whether key's record expired (its TTL passed without a write,
+// not a deletion) at some time in (from, to).
+func (b *bucket) expiredBetween(key string, from, to time.Time) bool {
+	k := b.keys[key]
+	if k == nil {
+		return false
+	}
+	for i, v := range k.versions {
+		if v.deleted {
+			continue
+		}
+		end := v.written.Add(b.ttl)
+		if i+1 < len(k.versions) && !k.versions[i+1].written.After(end) {
+			continue // rewritten before it expired
+		}
+		if end.After(from) && end.Before(to) {
+			return true
+		}
+	}
+	return false
+}
+
 // older returns the values of key written before its current one, oldest first.
 func (b *bucket) older(key string, now time.Time) []kvVersion {
 	k := b.keys[key]

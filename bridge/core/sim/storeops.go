@@ -130,24 +130,9 @@ func (w *World) logOp(j *job, e core.Effect) {
 func (w *World) applyLog(j *job, e core.Effect) core.Event {
 	ev := core.Event{Kind: core.EvLog}
 	if e.Kind == core.EffReadLog {
-		at, stale := w.staleAt()
-		var m *logMsg
-		switch {
-		case !stale:
-			m = w.log.last(e.ActionID, w.now)
-		case !at.IsZero():
-			m = w.log.asOf(e.ActionID, at)
-		default:
-			if ms := w.log.all(e.ActionID); len(ms) > 1 && w.chance(0.6) {
-				m = ms[w.intN(len(ms)-1)]
-				if !w.log.kept(m, w.now) {
-					m = nil
-				}
-			}
-		}
-		if stale {
-			w.tr.printf("log", "read %s for %s is behind: %v", e.ActionID, j.owner, m != nil)
-		}
+		// A log read is answered by the stream's leader (the output stream has no direct
+		// gets): it is never behind what the stream acknowledged.
+		m := w.log.last(e.ActionID, w.now)
 		if m == nil {
 			ev.Status = core.NotFound
 			return ev
