@@ -22,10 +22,10 @@ type hermes struct {
 	keyExecs map[string]int
 	// keyExecAt is when each execution under a scoped key happened.
 	keyExecAt map[string][]time.Time
-	execAt   map[string][]time.Duration
-	runs     map[string]*hrun
-	runByKey map[string]*hrun
-	runList  []*hrun
+	execAt    map[string][]time.Duration
+	runs      map[string]*hrun
+	runByKey  map[string]*hrun
+	runList   []*hrun
 }
 
 func newHermes(w *World) *hermes {
