@@ -57,8 +57,7 @@ type Job struct {
 	result      *events.Result
 	frees       bool
 	settleUntil time.Time
-	tries       int // attempts of the main flow's current operation
-	parkAt      time.Time
+	tries       int  // attempts of the main flow's current operation
 	stored      bool // the result settled was held in a settled record (no claim)
 
 	slot      bool // an endpoint slot is held, not yet used by a call

@@ -54,20 +54,6 @@ func (l *resultLog) last(id string, now time.Time) *logMsg {
 	return ms[len(ms)-1]
 }
 
-// asOf returns the subject's last message as a read behind by to t sees it.
-func (l *resultLog) asOf(id string, t time.Time) *logMsg {
-	ms := l.subjects[id]
-	for i := len(ms) - 1; i >= 0; i-- {
-		if !ms[i].at.After(t) {
-			if l.kept(ms[i], t) {
-				return ms[i]
-			}
-			return nil
-		}
-	}
-	return nil
-}
-
 // append stores r as id's next result message, by owner, with message id msgID, if the
 // subject's last kept message has sequence expect. A message id stored within the
 // duplicate window answers that message's sequence when the same owner stored it (an
