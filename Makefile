@@ -2,15 +2,14 @@
 GO        ?= go
 PKGS      ?= ./...
 FUZZTIME  ?= 30s
-MODEL_SEEDS ?= 3000
-SIM_SEEDS ?= 5000
+SEEDS     ?= 5000
 TEST_TIMEOUT ?= 15m
 # The version `hermes-bridge version` prints: git describe of this clone, else the
 # module's build info (see versionFrom in cmd/hermes-bridge/help.go).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: ui-vendor ui-test chaos model sim image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
+.PHONY: ui-vendor ui-test chaos sim image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
 all: build
 
@@ -59,11 +58,8 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAction$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateAction$$' -fuzztime $(FUZZTIME) ./schemas
 
-model: ## the ledger's randomized model test with many seeds (MODEL_SEEDS=3000, about a minute; make test runs 200)
-	$(GO) test -race -count=1 -run '^TestLedgerModel$$' -timeout 0 ./kvstore -ledger.seeds=$(MODEL_SEEDS)
-
-sim: ## the core's deterministic simulator with many seeds (SIM_SEEDS=5000, about a minute with -race; make test runs 300)
-	$(GO) test -race -count=1 -run '^TestSim$$' -timeout 0 ./bridge/core/sim -sim.seeds=$(SIM_SEEDS)
+sim: ## the action core's deterministic simulator over many seeds (SEEDS=5000, about 40 s with -race; make test runs 300); a failing seed prints the command that replays it
+	$(GO) test -race -count=1 -run '^TestSim$$' -timeout 0 ./bridge/core/sim -sim.seeds=$(SEEDS)
 
 soak: ## load soak (not in make test): SOAK_DURATION=2m SOAK_RATE=200 SOAK_REPLICAS=3 SOAK_KILL_EVERY=30s
 	$(GO) test -race -count=1 -tags soak -run '^TestSoak$$' -timeout 0 -v ./e2e

@@ -28,7 +28,7 @@ type Bridge struct {
 	js       jetstream.JetStream
 	subjects events.Subjects
 	store    recordStore           // the bucket, for the sweeper and the status endpoint
-	recs     kvstore.Records       // the bucket as the jobs use it (timed when metrics are on)
+	recs     records               // the bucket as the jobs use it (timed when metrics are on)
 	results  *kvstore.JetStreamLog // the result log (the terminal register)
 	out      outputs               // where outputs are published
 	coreCfg  core.Config
@@ -71,10 +71,20 @@ type caller interface {
 	Send(ctx context.Context, p *hermes.Prepared, onEvent func(hermes.Event) error) (*hermes.Result, error)
 }
 
+// records is the compare-and-set record store the jobs' effects use
+// (kvstore.Store, timed when metrics are on).
+type records interface {
+	Create(ctx context.Context, key string, r kvstore.Record) (uint64, error)
+	Get(ctx context.Context, key string) (kvstore.Entry, error)
+	Update(ctx context.Context, key string, r kvstore.Record, rev uint64) (uint64, error)
+	Delete(ctx context.Context, key string, rev uint64) error
+	Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error)
+}
+
 // recordStore is what the bridge reads from the KV records besides the jobs: the park
 // index, for the sweeper (kvstore.Store satisfies it).
 type recordStore interface {
-	kvstore.Records
+	records
 	Keys(ctx context.Context, filter string) ([]string, error)
 }
 

@@ -229,51 +229,51 @@ func (m *metrics) sampleConsumer(ctx context.Context, cons jetstream.Consumer, e
 
 // timedRecords is the record store with each operation timed.
 type timedRecords struct {
-	kvstore.Records
+	records
 	m *metrics
 }
 
 func (r timedRecords) Create(ctx context.Context, key string, rec kvstore.Record) (uint64, error) {
 	t := time.Now()
-	rev, err := r.Records.Create(ctx, key, rec)
+	rev, err := r.records.Create(ctx, key, rec)
 	r.m.kvCreate.Observe(time.Since(t).Seconds())
 	return rev, err
 }
 
 func (r timedRecords) Get(ctx context.Context, key string) (kvstore.Entry, error) {
 	t := time.Now()
-	e, err := r.Records.Get(ctx, key)
+	e, err := r.records.Get(ctx, key)
 	r.m.kvGet.Observe(time.Since(t).Seconds())
 	return e, err
 }
 
 func (r timedRecords) Update(ctx context.Context, key string, rec kvstore.Record, rev uint64) (uint64, error) {
 	t := time.Now()
-	n, err := r.Records.Update(ctx, key, rec, rev)
+	n, err := r.records.Update(ctx, key, rec, rev)
 	r.m.kvUpdate.Observe(time.Since(t).Seconds())
 	return n, err
 }
 
 func (r timedRecords) Delete(ctx context.Context, key string, rev uint64) error {
 	t := time.Now()
-	err := r.Records.Delete(ctx, key, rev)
+	err := r.records.Delete(ctx, key, rev)
 	r.m.kvDelete.Observe(time.Since(t).Seconds())
 	return err
 }
 
 func (r timedRecords) Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error) {
 	t := time.Now()
-	e, err := r.Records.Wait(ctx, key, afterRev)
+	e, err := r.records.Wait(ctx, key, afterRev)
 	r.m.kvWait.Observe(time.Since(t).Seconds())
 	return e, err
 }
 
 // records is the record store the jobs use: timed when metrics are on.
-func (b *Bridge) records(s kvstore.Records) kvstore.Records {
+func (b *Bridge) records(s records) records {
 	if b.metrics == nil {
 		return s
 	}
-	return timedRecords{Records: s, m: b.metrics}
+	return timedRecords{records: s, m: b.metrics}
 }
 
 // approvalOutcome counts one approval decision outcome (see MetricApprovals); nil-safe.

@@ -54,20 +54,18 @@ func (j *nullJS) PublishMsg(ctx context.Context, _ *nats.Msg, _ ...jetstream.Pub
 	return &jetstream.PubAck{Stream: "OUT", Sequence: j.seq.Add(1)}, nil
 }
 
-// BenchmarkClaimPathOverhead is BenchmarkClaimPath with a server that answers at
-// once (nullKV, nullJS): what remains is the cost of the package's own code around
-// the writes of a keyed unsafe action: the four of the ordinary path (Begin, ClaimKey,
-// Dispatch, Settle), and the three of a start (Start, Settle).
-// The deadline=10m case is an action's context, minutes from its deadline (each
-// request gets a timer of OpTimeout); deadline=2s one in its last seconds.
+// BenchmarkClaimPathOverhead is BenchmarkClaimPath's writes with a server that
+// answers at once (nullKV, nullJS): what remains is the cost of the package's own
+// code around the three writes of a keyed unsafe action's start (the key's Create,
+// the record's Create, the result's Append). The deadline=10m case is an action's
+// context, minutes from its deadline (each request gets a timer of OpTimeout);
+// deadline=2s one in its last seconds.
 func BenchmarkClaimPathOverhead(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	near := nearDeadline{context.Background(), 2 * time.Second}
-	b.Run("deadline=10m", func(b *testing.B) { benchClaimPathOverhead(b, ctx, false) })
-	b.Run("deadline=2s", func(b *testing.B) { benchClaimPathOverhead(b, near, false) })
-	b.Run("start/deadline=10m", func(b *testing.B) { benchClaimPathOverhead(b, ctx, true) })
-	b.Run("start/deadline=2s", func(b *testing.B) { benchClaimPathOverhead(b, near, true) })
+	b.Run("deadline=10m", func(b *testing.B) { benchClaimPathOverhead(b, ctx) })
+	b.Run("deadline=2s", func(b *testing.B) { benchClaimPathOverhead(b, near) })
 }
 
 // nearDeadline is a context whose deadline is always d from now (and never ends).
@@ -78,42 +76,29 @@ type nearDeadline struct {
 
 func (c nearDeadline) Deadline() (time.Time, bool) { return time.Now().Add(c.d), true }
 
-func benchClaimPathOverhead(b *testing.B, ctx context.Context, oneWrite bool) {
+func benchClaimPathOverhead(b *testing.B, ctx context.Context) {
 	s := &Store{kv: &nullKV{}, bucket: DefaultBucket, ttl: DefaultTTL, limit: 1 << 20, now: time.Now}
-	subject := func(id string) string { return "bench.results." + id }
-	l := NewLedger(s, NewJetStreamLog(&nullJS{}, nil, subject), 30*time.Second)
-	input := strings.Repeat("ab", 32)
-	idem := IdempotencyKey("cap:hermes_agent:ep1:chat", "k")
-	data := []byte(`{"action_id":"x","status":"completed","output":{"text":"hello"},"error":null}`)
+	log := NewJetStreamLog(&nullJS{}, nil, func(id string) string { return "bench.results." + id })
+	capID := "cap:hermes_agent:ep1:chat"
+	idem := IdempotencyKey(capID, "k")
+	key := Record{State: StateClaimed, ActionID: "01JDQ3ZC7V4M8XG2K9T6RB5NWE", CapabilityID: capID,
+		InputSHA256: strings.Repeat("ab", 32), Owner: "replica-1.gcX8Gp6L9TlUpf1N4O7dmR"}
+	r := key
+	r.State, r.Attempt, r.IdemKey = StateDispatched, 1, idem
 	m := nats.NewMsg("bench.results.x")
 	m.Header.Set(jetstream.MsgIDHeader, "x:result")
-	m.Data = data
+	m.Data = []byte(`{"action_id":"x","status":"completed","output":{"text":"hello"},"error":null}`)
 	b.ReportAllocs()
 	start := cpuTime(b)
-	for i := 0; b.Loop(); i++ {
-		in := Intent{ActionID: "01JDQ3ZC7V4M8XG2K9T6RB5NWE", CapabilityID: "cap:hermes_agent:ep1:chat", InputSHA256: input,
-			IdemKey: idem, Owner: "replica-1.gcX8Gp6L9TlUpf1N4O7dmR"}
-		var c *Claim
-		if oneWrite {
-			var err error
-			if c, err = l.Start(ctx, in); err != nil {
-				b.Fatalf("Start: %v", err)
-			}
-		} else {
-			out, err := l.Begin(ctx, in, nil)
-			if err != nil || out.Verdict != Run {
-				b.Fatalf("Begin: %v %v", out.Verdict, err)
-			}
-			c = out.Claim
-			if ko, err := c.ClaimKey(ctx, nil); err != nil || ko.Verdict != KeyHeld {
-				b.Fatalf("ClaimKey: %v %v", ko.Verdict, err)
-			}
-			if err := c.Dispatch(ctx); err != nil {
-				b.Fatalf("Dispatch: %v", err)
-			}
+	for b.Loop() {
+		if _, err := s.Create(ctx, idem, key); err != nil {
+			b.Fatalf("key: %v", err)
 		}
-		if _, err := c.Settle(ctx, m, false); err != nil {
-			b.Fatalf("Settle: %v", err)
+		if _, err := s.Create(ctx, ActionKey(key.ActionID), r); err != nil {
+			b.Fatalf("record: %v", err)
+		}
+		if _, err := log.Append(ctx, key.ActionID, m, 0); err != nil {
+			b.Fatalf("append: %v", err)
 		}
 	}
 	reportCPU(b, start)

@@ -2,6 +2,7 @@ package kvstore_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,10 +22,11 @@ func deadlineCtx(b *testing.B) context.Context {
 	return ctx
 }
 
-// BenchmarkClaimPath runs one keyed, unsafe action's ledger writes per iteration on an
-// embedded server with file storage, as the bridge does for a non-streaming call:
-// Begin (Create act.<id>), ClaimKey (Create idem.<sha>), Dispatch (Update act.<id>)
-// and Settle (Append of the result message).
+// BenchmarkClaimPath runs, per iteration, the store and log requests that the
+// action core (bridge/core) makes for one keyed, unsafe action on its one-write start,
+// on an embedded server with file storage: the key's Create, a read of the result
+// log (a result of an earlier, expired record), the record's Create (already
+// dispatched) and the result's Append.
 func BenchmarkClaimPath(b *testing.B) {
 	s, js, _ := newStore(b, kvstore.Config{})
 	ctx := deadlineCtx(b)
@@ -34,30 +36,32 @@ func BenchmarkClaimPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	subject := func(id string) string { return "bench.results." + id }
-	l := kvstore.NewLedger(s, kvstore.NewJetStreamLog(js, st, subject), 30*time.Second)
+	log := kvstore.NewJetStreamLog(js, st, subject)
 	input := strings.Repeat("ab", 32)
 	data := []byte(`{"action_id":"x","status":"completed","output":{"text":"hello"},"error":null}`)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		id := "bench-" + strconv.Itoa(i)
-		in := kvstore.Intent{ActionID: id, CapabilityID: "cap:hermes_agent:ep1:chat", InputSHA256: input,
-			IdemKey: kvstore.IdempotencyKey("cap:hermes_agent:ep1:chat", id), Owner: "replica-1.nonce-" + strconv.Itoa(i)}
-		out, err := l.Begin(ctx, in, nil)
-		if err != nil || out.Verdict != kvstore.Run {
-			b.Fatalf("Begin: %v %v", out.Verdict, err)
+		capID := "cap:hermes_agent:ep1:chat"
+		idem := kvstore.IdempotencyKey(capID, id)
+		owner := "replica-1.nonce-" + strconv.Itoa(i)
+		key := kvstore.Record{State: kvstore.StateClaimed, ActionID: id, CapabilityID: capID, InputSHA256: input, Owner: owner}
+		if _, err := s.Create(ctx, idem, key); err != nil {
+			b.Fatalf("key: %v", err)
 		}
-		c := out.Claim
-		if ko, err := c.ClaimKey(ctx, nil); err != nil || ko.Verdict != kvstore.KeyHeld {
-			b.Fatalf("ClaimKey: %v %v", ko.Verdict, err)
+		if _, err := log.Last(ctx, id); !errors.Is(err, kvstore.ErrNotFound) {
+			b.Fatalf("log read: %v", err)
 		}
-		if err := c.Dispatch(ctx); err != nil {
-			b.Fatalf("Dispatch: %v", err)
+		r := key
+		r.State, r.Attempt, r.IdemKey = kvstore.StateDispatched, 1, idem
+		if _, err := s.Create(ctx, kvstore.ActionKey(id), r); err != nil {
+			b.Fatalf("record: %v", err)
 		}
 		m := nats.NewMsg(subject(id))
 		m.Header.Set(jetstream.MsgIDHeader, id+":result")
 		m.Data = data
-		if _, err := c.Settle(ctx, m, false); err != nil {
-			b.Fatalf("Settle: %v", err)
+		if _, err := log.Append(ctx, id, m, 0); err != nil {
+			b.Fatalf("append: %v", err)
 		}
 	}
 }

@@ -3,7 +3,8 @@
 //
 // # Keys
 //
-// Three kinds of keys share the bucket; [Ledger] owns their transitions:
+// Three kinds of keys share the bucket; the action core (bridge/core) owns their
+// transitions, each one compare-and-set:
 //
 //   - [ActionKey] "act.<action_id>": one record per action id, the dedup unit
 //     for redeliveries and re-publishes of the same action, and the claim of
@@ -12,7 +13,7 @@
 //     per caller idempotency key, scoped to the capability. The raw key is
 //     never stored or used as a key. It names the action that holds the key;
 //     that action's terminal result is its result message in the output stream
-//     ([ResultLog]), to which the key refers (CONTRACT §5).
+//     ([JetStreamLog]), to which the key refers (CONTRACT §5).
 //   - [ParkKey] "park.<action_id>": the index of parked actions.
 //
 // # Records
@@ -28,8 +29,9 @@
 // one "decision", "approver" and "reason"; a cancel request that found no reachable
 // owner "cancel"; a cancel that came before its action is a "settled" record with
 // its "result". "v" is the record format version (1; the fields above were added
-// within it, and "lease_until", which older bridges wrote, is ignored). States and
-// transitions are [Ledger]'s; owners prove they are alive by moving the revision.
+// within it, and "lease_until", which older bridges wrote, is ignored). The states
+// and their transitions are bridge/core's table; owners prove they are alive by
+// moving the revision.
 //
 // # Expiry
 //

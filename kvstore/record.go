@@ -25,14 +25,14 @@ const (
 	// it over with one compare-and-set.
 	StateReleased State = "released"
 	// StateSettling: the owner is settling a result it reached without calling
-	// Hermes (the fence of Ledger's Settle); a delivery that takes it over knows that
+	// Hermes (the core's fence before it appends such a result); a delivery that takes it over knows that
 	// nothing was sent and must not send.
 	StateSettling State = "settling"
 	// StateParked: the action waits for an approval decision.
 	StateParked State = "parked"
 	// StateSettled: the terminal result is held in Record.Result (only a cancel that
 	// arrived before its action does this; every other terminal result is the
-	// action's result message in the output stream, see Ledger).
+	// action's result message in the output stream, see JetStreamLog).
 	StateSettled State = "settled"
 )
 
@@ -57,8 +57,8 @@ type Record struct {
 	InputSHA256 string `json:"input_sha256,omitempty"`
 	// Owner names the delivery that holds the claim (replica id and a per-delivery
 	// nonce). The owner proves it is alive by moving the record's revision (a
-	// heartbeat rewrites the record); see Ledger for how a reader decides that an
-	// owner is gone without comparing clocks.
+	// heartbeat rewrites the record); a reader decides that an owner is gone when the
+	// revision stood still for a lease (bridge/core), without comparing clocks.
 	Owner   string `json:"owner,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
 	// IdemKey is, in an action record, the key of the action's idempotency record
@@ -84,21 +84,21 @@ type Record struct {
 	// it could reach: whoever owns or takes over the action settles it cancelled.
 	Cancel bool `json:"cancel,omitempty"`
 	// RunID is the id of the durable Hermes work a dispatched action started (a run's
-	// run_id), stored by Claim.Bind as soon as Hermes returns it: a delivery that
+	// run_id), stored as soon as Hermes returns it: a delivery that
 	// takes the record over follows that work instead of settling an unknown outcome.
 	RunID string `json:"run_id,omitempty"`
 	// ApprovalSeq is the number of tool approvals a bound run asked for (the latest
 	// one's index, from 1), ApprovalSHA256 that one's hash (of its approval.request
 	// data), and ExpiresAt its window's end. ApprovalAnswered is the index of the latest
 	// approval answered (by a decision or the window's expiry), ApprovalDecision the id
-	// of the decision message that answered it ("" for an expiry). See
-	// Claim.AskApproval and Ledger.AnswerApproval.
+	// of the decision message that answered it ("" for an expiry). See bridge/core's
+	// run approvals.
 	ApprovalSeq      int    `json:"approval_seq,omitempty"`
 	ApprovalSHA256   string `json:"approval_sha256,omitempty"`
 	ApprovalAnswered int    `json:"approval_answered,omitempty"`
 	ApprovalDecision string `json:"approval_decision,omitempty"`
 	// PendingSeq is the output-stream sequence of the action's pending_approval
-	// result message; its terminal result is appended after it (see ResultLog).
+	// result message; its terminal result is appended after it (see JetStreamLog).
 	PendingSeq uint64    `json:"pending_seq,omitempty"`
 	CreatedAt  time.Time `json:"created_at,omitzero"`
 	UpdatedAt  time.Time `json:"updated_at,omitzero"`

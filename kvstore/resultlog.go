@@ -44,27 +44,12 @@ func entryOf(seq uint64, h nats.Header, data []byte) LogEntry {
 	return LogEntry{Seq: seq, Terminal: Terminal(data), By: h.Get(HeaderOwner), Header: h, Data: data}
 }
 
-// ResultLog is the terminal register of every action: the result messages on
-// <prefix>.results.<action_id> in the output stream. Append is a compare-and-set on
-// the subject's last sequence, so at most one terminal result is ever stored per
-// action, and whoever appends it has settled the action. JetStreamLog implements it
-// on a stream; kvtest has an in-memory one.
-type ResultLog interface {
-	// Last returns the action's last result message. Errors: ErrNotFound.
-	Last(ctx context.Context, actionID string) (LogEntry, error)
-	// Append stores m as the action's next result message if the last stored one has
-	// sequence expect (0: none), and returns its sequence. Errors: ErrConflict when
-	// the subject moved on (read Last).
-	Append(ctx context.Context, actionID string, m *nats.Msg, expect uint64) (uint64, error)
-	// WaitTerminal blocks until the action has a terminal result message and returns
-	// it, or ctx ends.
-	WaitTerminal(ctx context.Context, actionID string) (LogEntry, error)
-}
-
-// JetStreamLog is the ResultLog on the output stream. Its writes are JetStream
-// publishes with Nats-Expected-Last-Subject-Sequence, decided by the stream leader
-// (through the stream's Raft group on a cluster), so they are linearizable even where a
-// read is not.
+// JetStreamLog is the terminal register of every action: the result messages stored
+// on <prefix>.results.<action_id> in the output stream. Append is a compare-and-set on
+// the subject's last sequence (Nats-Expected-Last-Subject-Sequence, decided by the
+// stream leader, through the stream's Raft group on a cluster), so at most one terminal
+// result is ever stored per action, whoever appends it has settled the action, and the
+// writes are linearizable even where a read is not.
 type JetStreamLog struct {
 	js      jetstream.JetStream
 	nc      *nats.Conn
@@ -85,7 +70,8 @@ func NewJetStreamLog(js jetstream.JetStream, stream jetstream.Stream, subject fu
 		publishTimeout: 5 * time.Second, recheck: time.Second}
 }
 
-// Last implements ResultLog.
+// Last returns the action's last result message (a pending_approval or its terminal
+// result). Errors: ErrNotFound.
 func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, error) {
 	ctx, cancel := opCtx(ctx)
 	defer cancel()
@@ -99,7 +85,9 @@ func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, err
 	return entryOf(m.Sequence, m.Header, m.Data), nil
 }
 
-// Append implements ResultLog. Transient failures (no responders during a leader
+// Append stores m as the action's next result message if the last stored one has
+// sequence expect (0: none), and returns its sequence. Errors: ErrConflict when the
+// subject moved on (read Last). Transient failures (no responders during a leader
 // change, a timeout, a reconnect) are retried with backoff until ctx ends; a publish
 // whose acknowledgement was lost is found by its retry, which then conflicts with the
 // publish itself: Append reports that as success when the stored message is m.
@@ -186,7 +174,8 @@ func same(h nats.Header, data []byte, m *nats.Msg) bool {
 	return string(data) == string(m.Data)
 }
 
-// WaitTerminal implements ResultLog: it subscribes to the result subject, then reads
+// WaitTerminal blocks until the action has a terminal result message and returns it,
+// or ctx ends. It subscribes to the result subject, then reads
 // the stream (so that a result published in between is not missed), and reads it
 // again every recheck while it waits.
 func (l *JetStreamLog) WaitTerminal(ctx context.Context, actionID string) (LogEntry, error) {
@@ -216,5 +205,3 @@ func (l *JetStreamLog) WaitTerminal(ctx context.Context, actionID string) (LogEn
 		}
 	}
 }
-
-var _ ResultLog = (*JetStreamLog)(nil)

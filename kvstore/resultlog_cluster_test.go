@@ -11,7 +11,6 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
-	"github.com/hermes-bridge/hermes-bridge/kvstore/kvtest"
 )
 
 // runCluster starts a three-node JetStream cluster and returns a JetStream context on
@@ -26,7 +25,7 @@ func runCluster(t *testing.T) jetstream.JetStream {
 // TestJetStreamLogLoserOnReplicatedStream: on a replicated output stream a second
 // terminal result of an action (same Nats-Msg-Id, stale expected sequence) is answered
 // as a duplicate of the first, not as a wrong last sequence; Append must still report
-// ErrConflict, so that the second settler gets ErrSettled with the winner's entry.
+// ErrConflict, and the log's last entry stays the winner's.
 func TestJetStreamLogLoserOnReplicatedStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
@@ -50,9 +49,11 @@ func TestJetStreamLogLoserOnReplicatedStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := kvstore.NewJetStreamLog(js, st, func(id string) string { return "t.results." + id })
-	msg := func(data string) *nats.Msg {
-		m := kvtest.ResultMsg("a", []byte(data))
-		m.Subject = "t.results.a"
+	msg := func(data string) *nats.Msg { // each result names its appender: the data
+		m := nats.NewMsg("t.results.a")
+		m.Header.Set(jetstream.MsgIDHeader, "a:result")
+		m.Header.Set(kvstore.HeaderOwner, data)
+		m.Data = []byte(data)
 		return m
 	}
 	seq, err := l.Append(ctx, "a", msg(`"winner"`), 0)
@@ -67,9 +68,9 @@ func TestJetStreamLogLoserOnReplicatedStream(t *testing.T) {
 	if got, err := l.Append(ctx, "a", msg(`"winner"`), 0); err != nil || got != seq {
 		t.Fatalf("the same message again: %d, %v; want %d", got, err, seq)
 	}
-	// Through the ledger: the loser gets ErrSettled with the winner's entry.
-	le, err := kvstore.NewLedger(kvtest.NewRecords(), l, time.Second).SettleUnclaimed(ctx, "a", msg(`"loser"`), 0)
-	if !errors.Is(err, kvstore.ErrSettled) || le.Seq != seq || string(le.Data) != `"winner"` {
-		t.Fatalf("SettleUnclaimed of the loser: %d %s, %v; want ErrSettled with %d \"winner\"", le.Seq, le.Data, err, seq)
+	// The log keeps the winner's entry, which the loser's core reads and replays.
+	le, err := l.Last(ctx, "a")
+	if err != nil || le.Seq != seq || string(le.Data) != `"winner"` {
+		t.Fatalf("the log after the loser: %d %s, %v; want %d \"winner\"", le.Seq, le.Data, err, seq)
 	}
 }

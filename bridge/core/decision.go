@@ -62,9 +62,7 @@ func (j *Job) onDecLog(ev Event) {
 		// the action's, carries it on.
 		j.ack()
 	case r.State == kvstore.StateParked:
-		nr := r
-		d := j.choose(r)
-		nr.Decision, nr.Approver, nr.Reason = d.Decision, d.Approver, d.Reason
+		nr := j.choose(r)
 		nr.State, nr.Owner, nr.Attempt = kvstore.StateClaimed, j.owner, 1
 		j.decided = nr
 		j.store(kDecided, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
@@ -102,22 +100,26 @@ func (j *Job) onDecParkWait(ev Event) {
 	}
 }
 
-// choose is the decision the job's decision (or expiry) makes of a parked record.
-func (j *Job) choose(r kvstore.Record) kvstore.Decision {
+// choose returns the parked record r with the decision the job's decision (or
+// expiry) makes of it: Decision, and the Approver and Reason where they apply.
+func (j *Job) choose(r kvstore.Record) kvstore.Record {
 	d := j.dec
+	r.Approver, r.Reason = "", ""
 	switch {
 	case j.kind == KindExpire || j.now.After(r.ExpiresAt):
 		j.approval = "expired"
-		return kvstore.Decision{Decision: kvstore.DecisionExpired}
+		r.Decision = kvstore.DecisionExpired
 	case d.Decision == events.DecisionDeny:
 		j.approval = "deny"
-		return kvstore.Decision{Decision: kvstore.DecisionDeny, Approver: d.Approver, Reason: d.Reason}
+		r.Decision, r.Approver, r.Reason = kvstore.DecisionDeny, d.Approver, d.Reason
 	case d.InputSHA256 != r.InputSHA256:
 		j.approval = "mismatch"
-		return kvstore.Decision{Decision: kvstore.DecisionMismatch, Approver: d.Approver}
+		r.Decision, r.Approver = kvstore.DecisionMismatch, d.Approver
+	default:
+		j.approval = "approve"
+		r.Decision, r.Approver = kvstore.DecisionApprove, d.Approver
 	}
-	j.approval = "approve"
-	return kvstore.Decision{Decision: kvstore.DecisionApprove, Approver: d.Approver}
+	return r
 }
 
 func (j *Job) onDecided(ev Event) {
