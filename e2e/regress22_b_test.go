@@ -170,7 +170,7 @@ func TestRegress22_LastResortWithoutClaim(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			id := "r22-last-resort-" + c.name
-			const lease = time.Second
+			const lease = 2 * time.Second // the shortest the lease budget allows here
 			// Longer than the second copy's wait limit (its remaining time, at most
 			// 500ms, plus two leases), with room to spare.
 			const maxHold = 2*lease + 4*time.Second
@@ -181,7 +181,7 @@ func TestRegress22_LastResortWithoutClaim(t *testing.T) {
 				cfg.MaxDeliver = 1
 				cfg.AckWait = time.Second
 				cfg.Lease = lease
-				cfg.Heartbeat = 200 * time.Millisecond
+				cfg.Heartbeat = 250 * time.Millisecond
 				cfg.Hook = func(p bridge.Point, actionID string) {
 					if p != bridge.PointDispatched || actionID != id || !held.CompareAndSwap(false, true) {
 						return
@@ -247,11 +247,15 @@ func TestRegress22_LastResortWithoutClaim(t *testing.T) {
 // a few dozen results, filled by r22Filler messages.
 const r22OutputMaxBytes = 64 << 10
 
-// r22Filler is the subject of the other traffic that fills the output stream: events of
-// another action, as far as the stream is concerned.
-const r22Filler = "hermes.events.r22-filler"
+// r22Filler is the subject the other traffic that fills the output stream is stored on:
+// events of another action, as far as the stream is concerned. It is published, as the
+// bridge publishes, on r22FillerOut (the stream's subject transform drops ".out").
+const (
+	r22Filler    = "hermes.events.r22-filler"
+	r22FillerOut = "hermes.out.events.r22-filler"
+)
 
-// fillOutput publishes 1 KiB messages on r22Filler until the output stream holds
+// fillOutput publishes 1 KiB messages on r22FillerOut until the output stream holds
 // its byte limit (within one message), or refuses more because it is full (a stream
 // that discards new messages); at most three times the limit in all. It fails the test
 // if the stream ends up far below its limit.
@@ -262,7 +266,7 @@ func (h *harness) fillOutput(limit int64) {
 	payload := []byte(strings.Repeat("f", 1024))
 	refused := 0
 	for sent := int64(0); sent < 3*limit; sent += int64(len(payload)) {
-		if _, err := h.js.Publish(ctx, r22Filler, payload); err != nil {
+		if _, err := h.js.Publish(ctx, r22FillerOut, payload); err != nil {
 			if !strings.Contains(err.Error(), "maximum bytes") {
 				h.t.Fatalf("publish filler: %v", err)
 			}
@@ -308,7 +312,7 @@ func r22KeyedHarness(t *testing.T, id, key, input string) (*harness, *events.Res
 	h := newHarness(t, withConfig(func(c *bridge.Config) {
 		c.OutputMaxBytes = r22OutputMaxBytes
 		c.AckWait = time.Second
-		c.Lease = time.Second
+		c.Lease = 2 * time.Second
 		c.Heartbeat = 250 * time.Millisecond
 	}))
 	h.publish("chat", events.Action{Input: mustJSON(t, input), IdempotencyKey: key}, events.WithActionID(id))
@@ -397,7 +401,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		h := newHarness(t, withConfig(func(c *bridge.Config) {
 			c.OutputMaxBytes = r22OutputMaxBytes
 			c.AckWait = time.Second
-			c.Lease = time.Second
+			c.Lease = 2 * time.Second
 			c.Heartbeat = 250 * time.Millisecond
 		}))
 		lt := h.tap(h.cfg.WithDefaults().Prefix + ".results." + id)
