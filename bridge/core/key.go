@@ -1,0 +1,119 @@
+package core
+
+import (
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// ---- the idempotency key ----
+
+// claimKey claims the action's key, or finds who holds it. A holder's result decides:
+// one that frees the key (certain non-execution) is replaced; otherwise a different
+// input is a conflict and the same input a replay. While the holder runs, the job
+// waits for its result, so that nothing is decided on a key record that may be behind.
+func (j *Job) claimKey() {
+	if j.keySeen != nil {
+		e := *j.keySeen
+		j.keySeen = nil
+		j.examineKey(e)
+		return
+	}
+	j.store(kKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: keyRecord(&j.act, j.owner)})
+}
+
+func (j *Job) onKeyCreate(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.hold(ev.Rev, keyRecord(&j.act, j.owner))
+		j.admit()
+	case Exists:
+		j.store(kKeyGet, Effect{Kind: EffGet, Key: j.act.IdemKey})
+	default:
+		j.infra(ev, "claiming the idempotency key")
+	}
+}
+
+func (j *Job) onKeyGet(ev Event) {
+	switch ev.Status {
+	case NotFound:
+		j.claimKey()
+	case OK:
+		j.examineKey(ev.Entry)
+	default:
+		j.infra(ev, "reading the idempotency key")
+	}
+}
+
+func (j *Job) examineKey(e kvstore.Entry) {
+	j.seen = e
+	if e.Record.ActionID == j.act.ID {
+		j.hold(e.Revision, e.Record) // an earlier delivery of this action claimed it
+		j.admit()
+		return
+	}
+	j.store(kKeyHolderLog, Effect{Kind: EffReadLog, ActionID: e.Record.ActionID})
+}
+
+func (j *Job) onKeyHolderLog(ev Event) {
+	switch {
+	case ev.Status == OK && ev.Log.Terminal():
+		j.decideKey(ev.Log)
+	case ev.Status == OK, ev.Status == NotFound:
+		j.emit(Effect{Kind: EffYield})
+		j.async(kKeyHolderWait, Effect{Kind: EffWaitTerminal, ActionID: j.seen.Record.ActionID, Until: j.act.Deadline})
+	default:
+		j.infra(ev, "reading the key holder's result")
+	}
+}
+
+func (j *Job) onKeyHolderWait(ev Event) {
+	switch ev.Status {
+	case Terminal:
+		j.decideKey(ev.Log)
+	case Expired:
+		j.settle(j.failed(deadlineExceeded(false)))
+	case Aborted:
+		j.interrupted()
+	default:
+		j.infra(ev, "waiting for the original action")
+	}
+}
+
+func (j *Job) decideKey(le LogEntry) {
+	holder := j.seen.Record
+	switch {
+	case FreesKey(le.Result):
+		j.store(kKeyFree, Effect{Kind: EffDelete, Key: j.act.IdemKey, Rev: j.seen.Revision})
+	case holder.InputSHA256 != j.act.InputSHA256:
+		j.settle(j.failed(idempotencyConflict(holder.ActionID)))
+	default:
+		j.replayHolder(holder.ActionID, le.Result)
+	}
+}
+
+func (j *Job) onKeyFree(ev Event) {
+	if ev.Status == OK || ev.Status == Conflict {
+		j.claimKey() // freed (by this job or another): claim it afresh
+		return
+	}
+	j.infra(ev, "freeing the idempotency key")
+}
+
+// replayHolder settles the action with the terminal result r of action orig, marked as its
+// replay (CONTRACT §5). A replay needs no fence: it is chosen only when the holder's
+// result keeps the key, so whoever takes this claim over replays the same result.
+func (j *Job) replayHolder(orig string, r *events.Result) {
+	if r == nil {
+		j.settle(j.failed(&events.ErrorInfo{Code: "internal", Category: "connector",
+			Message: "the original action's result is unreadable", Details: map[string]any{"original_action_id": orig}}))
+		return
+	}
+	c := *r
+	if c.ReplayOf != nil {
+		orig = *c.ReplayOf
+	}
+	c.ActionID = j.act.ID
+	c.ReplayOf = &orig
+	j.replayOf, j.replay = orig, true
+	j.settle(&c)
+}

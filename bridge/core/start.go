@@ -1,0 +1,223 @@
+package core
+
+import (
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// deliver starts a job.
+func (j *Job) deliver(s *Start) {
+	j.kind, j.owner, j.begun = s.Kind, s.Owner, j.now
+	j.rng = newRand(s.Seed)
+	if s.Action != nil {
+		j.act = *s.Action
+	}
+	j.delivery, j.final, j.dec, j.allowTomb = s.Delivery, s.Final, s.Decision, s.AllowTombstone
+	j.emit(Effect{Kind: EffBeat, On: true})
+	switch s.Kind {
+	case KindAction:
+		j.hook(PointDelivered)
+		j.startAction(s.PausedFor)
+	case KindDecision, KindExpire:
+		j.decide()
+	case KindCancel:
+		j.cancelFromRecords()
+	default:
+		j.term("unknown job kind")
+	}
+}
+
+// startAction decides how a delivered action begins. A paused endpoint's action waits
+// without touching any record while the pause ends before its deadline. An unsafe
+// action with nothing to decide first is validated and started at once (one write
+// before the send); any other action is claimed first and validated after its claim, so
+// that a duplicate that finds its result does no validation.
+func (j *Job) startAction(pausedFor time.Duration) {
+	a := &j.act
+	j.invalid = a.Invalid
+	if a.Invalid == nil && pausedFor > 0 && pausedFor < j.remaining() && !j.final {
+		j.setStatus("paused", "")
+		j.nak(j.pauseDelay(pausedFor))
+		return
+	}
+	if a.Invalid == nil && j.startsAtOnce() {
+		j.async(kValidateStart, Effect{Kind: EffValidate})
+		return
+	}
+	j.begin()
+}
+
+// startsAtOnce reports whether the action takes the one-write start: an unsafe call
+// with nothing to decide first (no approval, not a governed run) whose deadline has not
+// passed and that no cancel stopped.
+func (j *Job) startsAtOnce() bool {
+	op := j.act.Op
+	return !op.Safe && !op.Approval && !op.Run && j.remaining() > 0 && !j.cancelReq
+}
+
+// pauseDelay is how long an action waits for a paused endpoint: until the pause ends,
+// with jitter so that the waiting actions do not all come back at once, never past the
+// action's deadline.
+func (j *Job) pauseDelay(wait time.Duration) time.Duration {
+	d := wait + time.Duration(j.rand()*float64(wait/4+time.Millisecond))
+	if r := j.remaining(); r > 0 && d > r {
+		d = r
+	}
+	return max(d, time.Millisecond)
+}
+
+// ---- the one-write start ----
+
+func (j *Job) onValidateStart(ev Event) {
+	if ev.Status == Aborted || j.shutdown || j.cancelReq {
+		j.stopStart()
+		return
+	}
+	if ev.Invalid != nil {
+		j.invalid = ev.Invalid // claimed first, then settled invalid
+		j.begin()
+		return
+	}
+	j.validated = true
+	j.async(kAdmitStart, Effect{Kind: EffAdmit})
+}
+
+// onAdmitStart starts the action under a free endpoint slot, or takes the ordinary path
+// (claimed first, visible in the records while it waits for a slot or the breaker).
+func (j *Job) onAdmitStart(ev Event) {
+	if ev.Status == OK {
+		j.slot = true
+	}
+	if ev.Status != OK || j.shutdown || j.cancelReq {
+		j.stopStart()
+		return
+	}
+	j.hook(PointClaimed)
+	j.startKey()
+}
+
+// startKey claims the key first, so that a crash between the key and the record leaves
+// a key whose holder's own message runs it, never a mark with no key.
+func (j *Job) startKey() {
+	if j.act.IdemKey == "" {
+		j.startLog()
+		return
+	}
+	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: keyRecord(&j.act, j.owner)})
+}
+
+func (j *Job) onStartKeyCreate(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.hold(ev.Rev, keyRecord(&j.act, j.owner))
+		j.startLog()
+	case Exists:
+		j.store(kStartKeyGet, Effect{Kind: EffGet, Key: j.act.IdemKey})
+	default:
+		j.giveWay()
+		j.infra(ev, "claiming the idempotency key")
+	}
+}
+
+func (j *Job) onStartKeyGet(ev Event) {
+	switch ev.Status {
+	case NotFound:
+		j.startKey() // gone since: create it afresh
+	case OK:
+		if e := ev.Entry; e.Record.ActionID == j.act.ID {
+			j.hold(e.Revision, e.Record) // an earlier delivery claimed it and stopped
+			j.startLog()
+			return
+		}
+		seen := ev.Entry
+		j.keySeen = &seen
+		j.giveWay()
+		j.begin()
+	default:
+		j.giveWay()
+		j.infra(ev, "reading the idempotency key")
+	}
+}
+
+// startLog looks for a terminal result of the action before its record is created: a
+// record expires (the bucket TTL) while its result may still be in the output stream.
+func (j *Job) startLog() {
+	j.store(kStartLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
+}
+
+func (j *Job) onStartLog(ev Event) {
+	switch {
+	case ev.Status == OK && ev.Log.Terminal():
+		j.giveWay()
+		j.doneWith(ev.Log)
+	case ev.Status == OK, ev.Status == NotFound:
+		j.startRecord()
+	default:
+		j.giveWay()
+		j.infra(ev, "reading the action's result")
+	}
+}
+
+// startRecord creates the record already dispatched, unless a cancel or shutdown came
+// meanwhile (the ordinary path then decides under a claim).
+func (j *Job) startRecord() {
+	if j.cancelReq || j.shutdown {
+		j.stopStart()
+		return
+	}
+	r := j.intentRecord()
+	r.State = kvstore.StateDispatched
+	j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: r})
+}
+
+// onStartRecord: the Create of the record already dispatched is the claim and the
+// write-ahead mark at once; it fails wherever any delivery claimed the id (or a cancel
+// came first), and the ordinary path then decides.
+func (j *Job) onStartRecord(ev Event) {
+	switch ev.Status {
+	case OK:
+		r := j.intentRecord()
+		r.State = kvstore.StateDispatched
+		j.take(ev.Rev, r, VerdictFresh)
+		if j.cancelReq || j.shutdown {
+			j.notSent() // marked, but nothing sent
+			return
+		}
+		j.hook(PointDispatched)
+		j.call()
+	case Exists:
+		j.giveWay()
+		j.begin()
+	default:
+		// A lost reply may have left the record dispatched: the next delivery then
+		// settles outcome_unknown, as after a lost reply of the mark.
+		j.giveWay()
+		j.infra(ev, "creating the action record")
+	}
+}
+
+// stopStart ends a start that does not go on: at shutdown the message goes back to
+// another replica (nothing was claimed); otherwise (busy, paused, a cancel) the
+// ordinary path claims the action first and decides.
+func (j *Job) stopStart() {
+	j.giveWay()
+	if j.shutdown {
+		j.nak(j.cfg.RetryBase)
+		return
+	}
+	j.begin()
+}
+
+// giveWay gives back the slot of a start that does not go on.
+func (j *Job) giveWay() {
+	if j.slot {
+		j.unadmit()
+	}
+}
+
+// intentRecord is the action record a claim of this job creates.
+func (j *Job) intentRecord() kvstore.Record {
+	return kvstore.Record{State: kvstore.StateClaimed, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+		InputSHA256: j.act.InputSHA256, Owner: j.owner, Attempt: 1, IdemKey: j.act.IdemKey}
+}
