@@ -397,10 +397,8 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 					"outputs are published on their public subjects, where a live subscriber may see a result the stream refused; " +
 					"provision it (HERMES_BRIDGE_PROVISION=true) to fix")
 			}
-			if info := s.CachedInfo(); info != nil && info.Config.MaxBytes > 0 && info.Config.Discard == jetstream.DiscardOld {
-				return nil, fmt.Errorf("bridge: stream %s has a byte limit (%d) and discards its oldest messages when full: "+
-					"it could discard a result an idempotency key refers to; set its discard policy to new "+
-					"(provisioning does: HERMES_BRIDGE_OUTPUT_MAX_BYTES)", sc.Name, info.Config.MaxBytes)
+			if err := checkOutputStream(s.CachedInfo()); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -450,15 +448,6 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	b.warnAckPending(cons.CachedInfo())
 	return cons, nil
-}
-
-// discardOf is the output stream's discard policy for a byte limit n: new (refuse new
-// messages when full) when there is one.
-func discardOf(n int64) jetstream.DiscardPolicy {
-	if n > 0 {
-		return jetstream.DiscardNew
-	}
-	return jetstream.DiscardOld
 }
 
 // streamMaxBytes is a stream's MaxBytes for a configured limit: -1 (unlimited) for 0.

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,4 +58,36 @@ func outputsOf(prefix string, cfg *jetstream.StreamConfig) (outputs, bool) {
 		return outputs{base: prefix + ".out"}, true
 	}
 	return outputs{base: prefix}, false
+}
+
+// discardOf is the output stream's discard policy for a byte limit n: new (refuse new
+// messages when full) when there is one.
+func discardOf(n int64) jetstream.DiscardPolicy {
+	if n > 0 {
+		return jetstream.DiscardNew
+	}
+	return jetstream.DiscardOld
+}
+
+// checkOutputStream refuses an output stream the result log cannot rely on: one that
+// discards its oldest messages when full (it could discard a result an idempotency key
+// refers to), or answers direct gets (a follower could answer a read of the result log
+// from behind, and the core decides "no result" on that read). Provisioning creates
+// neither; an operator-made stream is checked here.
+func checkOutputStream(info *jetstream.StreamInfo) error {
+	if info == nil {
+		return nil
+	}
+	c := info.Config
+	if c.MaxBytes > 0 && c.Discard == jetstream.DiscardOld {
+		return fmt.Errorf("bridge: stream %s has a byte limit (%d) and discards its oldest messages when full: "+
+			"it could discard a result an idempotency key refers to; set its discard policy to new "+
+			"(provisioning does: HERMES_BRIDGE_OUTPUT_MAX_BYTES)", c.Name, c.MaxBytes)
+	}
+	if c.AllowDirect {
+		return fmt.Errorf("bridge: stream %s allows direct gets: a follower could answer a read of an action's "+
+			"results from behind, and the bridge decides that an action has no result on that read; "+
+			"turn allow_direct off (provisioning does)", c.Name)
+	}
+	return nil
 }
