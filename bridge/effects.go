@@ -37,14 +37,18 @@ func storeStatus(err error) core.Status {
 	return core.Failed
 }
 
+// boundCtx is the context of store or log request e: it ends e.Bound after now.
+func boundCtx(e *core.Effect) (context.Context, context.CancelFunc) {
+	if e.Bound <= 0 {
+		return context.WithCancel(context.Background())
+	}
+	return context.WithTimeout(context.Background(), e.Bound)
+}
+
 // storeOp carries out a Create, Get, Update or Delete.
 func (d *driver) storeOp(e *core.Effect) core.Event {
-	ctx := context.Background()
-	if !e.Until.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, e.Until)
-		defer cancel()
-	}
+	ctx, cancel := boundCtx(e)
+	defer cancel()
 	ev := core.Event{Kind: core.EvStore, Op: e.Op}
 	var err error
 	switch e.Kind {
@@ -72,12 +76,8 @@ func logEntry(le kvstore.LogEntry) core.LogEntry {
 
 // readLog reads the action's last result message.
 func (d *driver) readLog(e *core.Effect) core.Event {
-	ctx := context.Background()
-	if !e.Until.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, e.Until)
-		defer cancel()
-	}
+	ctx, cancel := boundCtx(e)
+	defer cancel()
 	le, err := d.b.results.Last(ctx, e.ActionID)
 	ev := core.Event{Kind: core.EvLog, Op: e.Op, Status: storeStatus(err), Err: err}
 	if err == nil {
@@ -94,11 +94,11 @@ const appendTimeout = 5 * time.Second
 // first attempt landed recognises it). A terminal result of an action delivery carries
 // the time since the action was published (HeaderDurationMs).
 func (d *driver) appendResult(e *core.Effect) core.Event {
-	end := time.Now().Add(appendTimeout)
-	if !e.Until.IsZero() && e.Until.Before(end) {
-		end = e.Until
+	timeout := appendTimeout
+	if e.Bound > 0 {
+		timeout = min(timeout, e.Bound)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), end)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	ev := core.Event{Kind: core.EvLog, Op: e.Op}
 	hdr, raw, err := d.encodeResult(ctx, e.Result)

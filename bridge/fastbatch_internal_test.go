@@ -270,7 +270,7 @@ func TestFastBatchServerProtocol(t *testing.T) {
 			t.Fatalf("reply %s (%s), want %s", got, m.Data, want)
 		}
 	}
-	ev := "hermes.events.a"
+	ev := "hermes.out.events.a" // stored as hermes.events.a
 	// A stream without allow_batched refuses a batch.
 	send("plain.a", reply("p", 10, 1, batchOpStart), 0)
 	expect(fmt.Sprintf("error %d", errCodeBatchDisabled))
@@ -285,7 +285,7 @@ func TestFastBatchServerProtocol(t *testing.T) {
 	send(ev, reply("b1", 2, 3, batchOpAppend), 0) // duplicate of event 0
 	send(ev, reply("b1", 2, 4, batchOpAppend), 2)
 	expect("ack 4/2")
-	send("hermes.batch.a", reply("b1", 2, 4, batchOpPing), -1) // a ping on the control subject
+	send("hermes.out.batch.a", reply("b1", 2, 4, batchOpPing), -1) // a ping on the control subject
 	expect("ack 4/2")
 	send(ev, reply("b1", 2, 6, batchOpAppend), 3) // 5 is missing
 	expect("gap 5/6")
@@ -300,7 +300,7 @@ func TestFastBatchServerProtocol(t *testing.T) {
 	// With max_inflight_per_stream 1, a second batch is refused meanwhile.
 	send(ev, reply("b3", 500, 1, batchOpStart), 4)
 	expect(fmt.Sprintf("error %d", errCodeBatchTooMany))
-	send("hermes.batch.a", reply("b2", 1000, 2, batchOpEOB), -1)
+	send("hermes.out.batch.a", reply("b2", 1000, 2, batchOpEOB), -1)
 	expect("pubAck b2/1")
 
 	// A message refused in the batch (here: a wrong expected stream) is reported, and
@@ -316,8 +316,8 @@ func TestFastBatchServerProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 5 || len(info.State.Subjects) != 1 || info.State.Subjects[ev] != 5 {
-		t.Fatalf("stream holds %d messages on %v, want 5 on %s", info.State.Msgs, info.State.Subjects, ev)
+	if stored := "hermes.events.a"; info.State.Msgs != 5 || len(info.State.Subjects) != 1 || info.State.Subjects[stored] != 5 {
+		t.Fatalf("stream holds %d messages on %v, want 5 on %s", info.State.Msgs, info.State.Subjects, stored)
 	}
 	for i := range 5 {
 		m, err := st.GetMsg(ctx, uint64(i+1))

@@ -42,11 +42,13 @@ func connectPublisher(t *testing.T, url string) (*nats.Conn, jetstream.JetStream
 	return nc, js
 }
 
-// createOutputStream creates the test output stream (events and results, as the bridge's)
+// createOutputStream creates the test output stream as the bridge provisions it
+// (outputStream: it captures <prefix>.out.>, stores and republishes under <prefix>.>)
 // with replicas and the batch flag, retrying while a new cluster elects its leaders.
 func createOutputStream(t *testing.T, ctx context.Context, js jetstream.JetStream, replicas int, batched bool) jetstream.Stream {
 	t.Helper()
-	cfg := jetstream.StreamConfig{Name: testOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>", "hermes.batch.>"},
+	subjects, transform, republish := outputStream("hermes")
+	cfg := jetstream.StreamConfig{Name: testOutputStream, Subjects: subjects, SubjectTransform: transform, RePublish: republish,
 		Replicas: replicas, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, AllowBatchPublish: batched}
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -71,8 +73,8 @@ func testBridge(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.J
 	cfg := validConfig()
 	cfg.Hook = hook
 	return &Bridge{cfg: cfg, log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel), nc: nc, js: js,
-		subjects: events.Subjects{Prefix: cfg.Prefix}, output: out, maxOut: outputLimit(int(nc.MaxPayload()), 0),
-		workCtx: ctx}
+		subjects: events.Subjects{Prefix: cfg.Prefix}, out: outputs{base: cfg.Prefix + ".out"}, output: out,
+		maxOut: outputLimit(int(nc.MaxPayload()), 0), workCtx: ctx}
 }
 
 // testEvent is SSE event i of a streamed chat, with some padding.
@@ -381,7 +383,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 	t.Run("no permission for the batch subject", func(t *testing.T) {
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "n.conf")
-		users := "authorization { users: [ { user: b, password: p, permissions: { publish: { deny: [\"hermes.batch.>\"] } } } ] }\n"
+		users := "authorization { users: [ { user: b, password: p, permissions: { publish: { deny: [\"hermes.out.batch.>\"] } } } ] }\n"
 		if err := os.WriteFile(conf, []byte(users), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ type Config struct {
 	DecisionTries int
 	// ParkingWait bounds how long a decision waits for a parking under way.
 	ParkingWait time.Duration
-	// StoreBound bounds every store and log request (its Effect.Until), so that a
+	// StoreBound bounds every store and log request (its Effect.Bound), so that a
 	// renewal never waits long behind one sent to a server that stopped answering
 	// (bridge.StoreRequestBound); 0: lease/8, at most 5 s.
 	StoreBound time.Duration

@@ -203,9 +203,12 @@ type Effect struct {
 	MsgID  string         // EffAppend
 	Expect uint64         // EffAppend
 
-	// Until is the deadline of a wait, a waiting Admit, a Call or a timer; on a store
-	// operation it bounds the request (zero: the driver's own bound).
+	// Until is the deadline of a wait, a waiting Admit, a Call or a timer.
 	Until time.Time
+	// Bound is how long a store or log request may take once the driver sends it
+	// (Config.StoreBound): a duration, not a deadline, so that a request the process
+	// sends late (after a pause, or starved of CPU) still gets its whole bound.
+	Bound time.Duration
 	Wait  bool // EffAdmit: wait for a slot
 	On    bool // EffBeat
 

@@ -254,9 +254,7 @@ func (j *Job) pump() {
 
 func (j *Job) send(r storeReq) {
 	r.eff.Op = j.op()
-	if r.eff.Until.IsZero() {
-		r.eff.Until = j.now.Add(j.storeBound())
-	}
+	r.eff.Bound = j.storeBound()
 	j.busy, j.cur = true, r
 	j.emit(r.eff)
 }
