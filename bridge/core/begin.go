@@ -56,6 +56,11 @@ func (j *Job) onExamineGet(ev Event) {
 	case NotFound:
 		j.begin() // gone since (expired, or a read that is behind): Create decides
 	case OK:
+		if ev.Entry.Key == j.seen.Key && ev.Entry.Revision < j.seen.Revision {
+			// Behind a read this job already made: it says nothing. Read again.
+			j.rereadBehind()
+			return
+		}
 		j.seen = ev.Entry
 		if ev.Entry.Record.State == kvstore.StateSettled {
 			j.settleStored(ev.Entry.Record)
@@ -66,6 +71,24 @@ func (j *Job) onExamineGet(ev Event) {
 	default:
 		j.infra(ev, "reading the action record")
 	}
+}
+
+// rereadBehind reads the action record again after a backoff, within the wait's limit.
+func (j *Job) rereadBehind() {
+	if !j.now.Before(j.waitUntil) {
+		j.gaveUp()
+		return
+	}
+	j.tries++
+	j.sleep(kExamineReread, min(Backoff(j.cfg.RetryBase, j.cfg.RetryMax, j.tries, 0, j.rand()), j.waitUntil.Sub(j.now)))
+}
+
+func (j *Job) onExamineReread(ev Event) {
+	if ev.Status == Aborted {
+		j.interrupted()
+		return
+	}
+	j.examine()
 }
 
 func (j *Job) onExamineLog(ev Event) {

@@ -38,8 +38,11 @@
 //	(none)          claimed             begin: claim the id                       Create act
 //	(none)          dispatched          one-write start (after the key's Create)  Create act
 //	claimed         dispatched          the write-ahead mark, before the request  Update act
-//	claimed         released            a certain failure, to be retried          Update act
-//	claimed         settling            the fence before a result without a call  Update act
+//	claimed,        released            a certain failure (nothing ran), to be    Update act
+//	dispatched                          retried
+//	claimed,        settling            the fence before a result that says       Update act
+//	dispatched                          nothing ran (a claimed record: any
+//	                                    result reached without a call)
 //	claimed         parked              parking for approval (after proof, index  Update act
 //	                                    and the pending message)
 //	parked          claimed + decision  a decision, or the approval's expiry      Update act
@@ -81,7 +84,10 @@
 //     action on (a nak: the message is delivered again; its claim taken over by a
 //     delivery that settles it; parked, for the decision's delivery, or the sweeper's
 //     expiry, to carry on) or after reading a terminal result in the log. A job that
-//     holds no claim stores nothing (a last resort settles only under a claim).
+//     holds no claim stores nothing (a last resort settles only under a claim), and a
+//     result that says nothing ran is stored only under the fence, so that no delivery
+//     paused past the lease stores it after its taker sent the action. A job follows a
+//     pending message it did not append only after proving its claim.
 //   - Nothing waits unbounded: every wait and timer carries Until, and every store and
 //     log request is bounded by Config.StoreBound, so that a renewal is never held
 //     behind a request to a server that stopped answering.

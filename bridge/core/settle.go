@@ -13,13 +13,15 @@ import (
 // then frees what the action held (its key when r frees it, its park index entry) and
 // acknowledges.
 //
-// A claim that never dispatched first proves that it still holds the record, with a
-// compare-and-set that marks it settling (the fence): without it, a delivery paused past
-// the lease could append a result that says the action never ran while the delivery
-// that took the record over runs it. From the fence on, whoever takes the record over
-// never sends (Dispatch refuses a fenced claim). A dispatched claim needs no fence (its
-// takers never send either, and of its result and a taker's outcome_unknown the first
-// appended stands), nor does a safe one (a read may run twice) or a replay.
+// A claim that never dispatched, or whose result says that nothing ran (FreesKey: a
+// certain, retryable failure or cancellation), first proves that it still holds the
+// record, with a compare-and-set that marks it settling (the fence): without it, a delivery paused past the lease could append a result that says
+// the action never ran while the delivery that took the record over runs it (a taker
+// of a dispatched, unbound run posts it again under its durable key). From the fence
+// on, whoever takes the record over never sends (Dispatch refuses a fenced claim). A
+// dispatched claim whose result is the call's answer, or uncertain, needs no fence (of
+// its result and a taker's outcome_unknown or followed run, the first appended stands,
+// and each is true), nor does a safe one (a read may run twice) or a replay.
 func (j *Job) settle(r *events.Result) {
 	if j.lost {
 		j.lostClaim()
@@ -43,8 +45,8 @@ func (j *Job) settle(r *events.Result) {
 		j.settleUntil = j.act.Deadline
 	}
 	j.tries = 0
-	if j.claimed && !j.replay && !j.act.Op.Safe &&
-		j.rec.State != kvstore.StateDispatched && j.rec.State != kvstore.StateSettling {
+	if j.claimed && !j.replay && !j.act.Op.Safe && j.rec.State != kvstore.StateSettling &&
+		(j.rec.State != kvstore.StateDispatched || FreesKey(r)) {
 		j.claim(kFenced, change{kind: chFence})
 		return
 	}
@@ -99,7 +101,11 @@ func (j *Job) onAppended(ev Event) {
 
 // onAppendConflict: the subject moved past the expected sequence. A terminal result
 // there is this job's own (an earlier attempt whose reply was lost) or another's that
-// came first; a pending message this job did not know of is followed.
+// came first. A pending message this job did not know of was appended by a delivery
+// that took the claim over (it parked the action, or asked a run's approval): a job
+// that holds a claim proves it (a compare-and-set on its revision) before it follows
+// the message, so that a delivery paused before its append, with no fence (a replay, a
+// dispatched claim), stores nothing once the claim is gone.
 func (j *Job) onAppendConflict(ev Event) {
 	switch {
 	case ev.Status == OK && ev.Log.Terminal():
@@ -111,15 +117,33 @@ func (j *Job) onAppendConflict(ev Event) {
 		j.settling = false
 		j.settledByMe = false
 		j.ack()
+	case ev.Status == OK && j.claimed:
+		j.appendAfter = ev.Log.Seq
+		j.claim(kAppendProve, change{kind: chRenew})
 	case ev.Status == OK:
 		j.appendResult(ev.Log.Seq)
 	default:
 		// NotFound: a read that is behind (the append found something there).
-		j.retrySettle(ev, kAppendRetry)
+		j.retrySettle(ev, kAppendReread)
+	}
+}
+
+func (j *Job) onAppendProve(ev Event) {
+	switch ev.Status {
+	case OK, CancelFlag:
+		j.appendResult(j.appendAfter)
+	case Lost:
+		j.lostClaim()
+	default:
+		j.retrySettle(ev, kAppendReread)
 	}
 }
 
 func (j *Job) onAppendRetry(Event) { j.appendResult(j.appendAfter) }
+
+func (j *Job) onAppendReread(Event) {
+	j.store(kAppendConflict, Effect{Kind: EffReadLog, ActionID: j.act.ID})
+}
 
 // retrySettle tries a failed step of the settle again after a backoff, for SettleFor
 // (or until the deadline, when later); then the message is retried (the next delivery

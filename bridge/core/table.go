@@ -23,6 +23,7 @@ const (
 	kFreshLog      // ReadLog → a terminal result (the record had expired): done; none: claimed
 	kExamineGet    // Get act → settled (a cancel came first): settle it; else ReadLog; gone: begin
 	kExamineLog    // ReadLog → terminal: done; parked: ack; released: take it; owned: AwaitMove a lease
+	kExamineReread // timer → Get act again (a read behind one the job made says nothing)
 	kTakeReleased  // Update act claimed → claimed; conflict: examine
 	kOwnerWait     // AwaitMove → moved: examine; terminal: done; a lease stood still: ReadLog (kLeaseLog)
 	kLeaseLog      // ReadLog → terminal: done; none: take over; failed: retry (the wait is kept)
@@ -46,8 +47,10 @@ const (
 	kFenced         // Update act settling (the fence) → Append; lost: stop
 	kFenceRetry     // timer → the fence again
 	kAppended       // Append the result → free the key, unpark, ack; conflict: read the log
-	kAppendConflict // ReadLog → a terminal result (ours, or another's: superseded); a pending one: append after it
+	kAppendConflict // ReadLog → a terminal result (ours, or another's: superseded); a pending one: prove the claim, or append after it
+	kAppendProve    // Update act (the claim proved) → Append after the pending message; lost: stop
 	kAppendRetry    // timer → Append again
+	kAppendReread   // timer → ReadLog (kAppendConflict) again
 	kKeyFreed       // Delete idem → unpark
 	kUnparkGet      // Get park → Delete it
 	kUnparkDel      // Delete park → ack
@@ -127,6 +130,7 @@ func rows() [numK]row {
 		kFreshLog:        {"fresh_log", (*Job).onFreshLog},
 		kExamineGet:      {"examine_get", (*Job).onExamineGet},
 		kExamineLog:      {"examine_log", (*Job).onExamineLog},
+		kExamineReread:   {"examine_reread", (*Job).onExamineReread},
 		kTakeReleased:    {"take_released", (*Job).onTakeReleased},
 		kOwnerWait:       {"owner_wait", (*Job).onOwnerWait},
 		kLeaseLog:        {"lease_log", (*Job).onLeaseLog},
@@ -147,7 +151,9 @@ func rows() [numK]row {
 		kFenceRetry:      {"fence_retry", (*Job).onFenceRetry},
 		kAppended:        {"appended", (*Job).onAppended},
 		kAppendConflict:  {"append_conflict", (*Job).onAppendConflict},
+		kAppendProve:     {"append_prove", (*Job).onAppendProve},
 		kAppendRetry:     {"append_retry", (*Job).onAppendRetry},
+		kAppendReread:    {"append_reread", (*Job).onAppendReread},
 		kKeyFreed:        {"key_freed", (*Job).onKeyFreed},
 		kUnparkGet:       {"unpark_get", (*Job).onUnparkGet},
 		kUnparkDel:       {"unpark_del", (*Job).onUnparkDel},
