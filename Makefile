@@ -3,13 +3,14 @@ GO        ?= go
 PKGS      ?= ./...
 FUZZTIME  ?= 30s
 SEEDS     ?= 5000
+MUTANT_SEEDS ?= 3000
 TEST_TIMEOUT ?= 15m
 # The version `hermes-bridge version` prints: git describe of this clone, else the
 # module's build info (see versionFrom in cmd/hermes-bridge/help.go).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: ui-vendor ui-test chaos sim image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
+.PHONY: ui-vendor ui-test chaos sim mutants image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
 all: build
 
@@ -60,6 +61,9 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 
 sim: ## the action core's deterministic simulator over many seeds (SEEDS=5000, about 40 s with -race; make test runs 300); a failing seed prints the command that replays it
 	$(GO) test -race -count=1 -run '^TestSim$$' -timeout 0 ./bridge/core/sim -sim.seeds=$(SEEDS)
+
+mutants: ## plant one bug per class of promise in the core (fence, key, terminal, last resort, lease) and want the simulator to catch each (MUTANT_SEEDS=3000)
+	$(GO) test -count=1 -run '^TestMutants$$' -timeout 0 -v ./bridge/core/sim -sim.mutants -sim.mutant-seeds=$(MUTANT_SEEDS)
 
 soak: ## load soak (not in make test): SOAK_DURATION=2m SOAK_RATE=200 SOAK_REPLICAS=3 SOAK_KILL_EVERY=30s
 	$(GO) test -race -count=1 -tags soak -run '^TestSoak$$' -timeout 0 -v ./e2e

@@ -182,7 +182,7 @@ func (w *World) exec(j *job, effs []core.Effect, skip bool) {
 			case w.chance(w.p.pHookCrash):
 				w.crash(j, "at "+string(e.Point))
 				return
-			case w.chance(w.p.pHookPause):
+			case w.chance(w.p.pHookPause), e.Point == core.PointStored && w.chance(w.p.pStoredPause):
 				w.pause(j, effs[i+1:], false, "at "+string(e.Point))
 				return
 			case !j.c.Done() && w.chance(w.p.pPanic):

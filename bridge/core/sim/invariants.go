@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
@@ -39,6 +40,28 @@ func (w *World) forgotten(a *action) bool {
 		}
 	}
 	return false
+}
+
+// execsInLife counts a's executions, or, when the bridge may have forgotten it (see
+// forgotten), those since its re-publish.
+func (w *World) execsInLife(a *action) int {
+	if !w.forgotten(a) {
+		return w.herm.execs[a.id]
+	}
+	var since time.Duration
+	for _, m := range w.js.msgs {
+		if m.act == a && m.dec == nil && m.republish {
+			since = m.published.Sub(origin)
+			break
+		}
+	}
+	n := 0
+	for _, at := range w.herm.execAt[a.id] {
+		if at >= since {
+			n++
+		}
+	}
+	return n
 }
 
 // explained says why action a may have no result: one of its messages was terminated
@@ -125,6 +148,7 @@ func (w *World) check() {
 	}
 	w.checkKeys()
 	w.checkStored()
+	w.checkLeases()
 	for _, j := range w.jobs {
 		if j.alive() {
 			w.failf("job %s never finished (awaits %s)", j.owner, j.c.Awaiting())
@@ -213,8 +237,9 @@ func (w *World) checkAction(a *action) {
 			w.failf("%s: completed but never executed", a.id)
 		}
 	case !uncertain(r):
-		if unsafe && execs != 0 && !w.checkRunTruth(a, r) {
-			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), execs, w.republished(a))
+		// A forgotten action's result speaks of its life since the re-publish.
+		if n := w.execsInLife(a); unsafe && n != 0 && !w.checkRunTruth(a, r) {
+			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), n, w.republished(a))
 		}
 	}
 	if a.invalid != 0 && (execs != 0 || r.Error == nil ||
@@ -315,6 +340,9 @@ func (w *World) checkCancels(a *action, r *events.Result, execs int) {
 		return
 	}
 	if h[0].rec.State == kvstore.StateSettled {
+		if w.forgotten(a) {
+			return // re-published after the cancelled record expired: a new life
+		}
 		if execs != 0 || (r.Status != events.StatusCancelled && !panicked(r)) {
 			w.failf("%s: cancelled before it came, but executed %d times and settled %s%s", a.id, execs, fmtResult(r), w.republished(a))
 		}
@@ -324,10 +352,42 @@ func (w *World) checkCancels(a *action, r *events.Result, execs int) {
 		if v.deleted || !v.rec.Cancel {
 			continue
 		}
-		if st := v.rec.State; !a.op.Safe && (st == kvstore.StateClaimed || st == kvstore.StateReleased) && execs != 0 {
-			w.failf("%s: flagged for cancel while %s (revision %d), but executed %d times%s", a.id, st, v.rev, execs, w.republished(a))
+		// Executions after the flagged record expired (a re-publish after its records
+		// were forgotten) are not the flagged action's.
+		n := 0
+		for _, at := range w.herm.execAt[a.id] {
+			if t := origin.Add(at); t.After(v.written) && !w.kv.expiredBetween(kvstore.ActionKey(a.id), v.written, t) {
+				n++
+			}
+		}
+		if st := v.rec.State; !a.op.Safe && (st == kvstore.StateClaimed || st == kvstore.StateReleased) && n != 0 {
+			w.failf("%s: flagged for cancel while %s (revision %d), but executed %d times after%s", a.id, st, v.rev, n, w.republished(a))
 		}
 		break
+	}
+}
+
+// checkLeases: a claim passes from an owner to another delivery only after its record's
+// revision stood still for a lease (the takeover's compare-and-set replaces a version at
+// least a lease old). Only the records of claims count (claimed, dispatched, settling,
+// with an owner): a released or parked record has no owner to outwait.
+func (w *World) checkLeases() {
+	for _, k := range w.kv.everKeys("act.") {
+		vs := w.kv.history(k)
+		for i := 1; i < len(vs); i++ {
+			prev, cur := vs[i-1], vs[i]
+			switch {
+			case prev.deleted, cur.deleted, prev.rec.Owner == "", cur.rec.Owner == "", cur.rec.Owner == prev.rec.Owner,
+				prev.rec.State != kvstore.StateClaimed && prev.rec.State != kvstore.StateDispatched &&
+					prev.rec.State != kvstore.StateSettling,
+				!prev.written.Add(w.kv.ttl).After(cur.written): // expired, then created anew
+				continue
+			}
+			if age := cur.written.Sub(prev.written); age < lease {
+				w.failf("%s taken over from %s after its revision stood still %s, less than the lease %s",
+					k, prev.rec.Owner, age, lease)
+			}
+		}
 	}
 }
 

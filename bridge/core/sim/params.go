@@ -50,6 +50,9 @@ type params struct {
 	staleLag time.Duration
 	// Job faults, per hook and per store operation.
 	pHookCrash, pHookPause, pOpCrash, pOpPause, pPanic float64
+	// pStoredPause is a pause at PointStored, right before a terminal result's append:
+	// the window where a paused owner's result races the delivery that took it over.
+	pStoredPause float64
 	// Replica faults: one every replicaEvery on average (0: none), a crash with
 	// pReplicaCrash, a graceful shutdown with pShutdown, else a pause.
 	replicaEvery             time.Duration
@@ -63,8 +66,8 @@ type params struct {
 // drawParams draws a world's parameters.
 func drawParams(s *sched) params {
 	p := params{replicas: 3, workers: 2 + s.intN(5), endpointMax: 1 + s.intN(3), maxAttempts: 2 + s.intN(4)}
-	if s.chance(0.2) {
-		p.maxDeliver = 3 + s.intN(6)
+	if s.chance(0.5) {
+		p.maxDeliver = 2 + s.intN(7)
 	}
 	p.ttl = time.Duration(10+s.intN(21)) * time.Minute
 	p.logMaxAge = 2 * p.ttl
@@ -105,6 +108,7 @@ func drawParams(s *sched) params {
 	p.pNoAnswer = 0.15
 	p.pStray = scale(0.3, 0.05, 0.15)
 	p.pInvalid = 0.04
+	p.pStoredPause = scale(0.3, 0.05, 0.3)
 	return p
 }
 
@@ -114,8 +118,8 @@ func (p params) String() string {
 		p.replicas, p.workers, p.endpointMax, p.maxDeliver, p.maxAttempts, p.ttl, p.logMaxAge, p.durableRuns)
 	fmt.Fprintf(&b, "store: slow=%.3f stale=%.3f (lag %s) lost_reply=%.3f fail_write=%.3f\n",
 		p.pSlow, p.pStale, p.staleLag, p.pLostReply, p.pFailWrite)
-	fmt.Fprintf(&b, "jobs: hook_crash=%.3f hook_pause=%.3f op_crash=%.3f op_pause=%.3f panic=%.3f\n",
-		p.pHookCrash, p.pHookPause, p.pOpCrash, p.pOpPause, p.pPanic)
+	fmt.Fprintf(&b, "jobs: hook_crash=%.3f hook_pause=%.3f op_crash=%.3f op_pause=%.3f panic=%.3f stored_pause=%.3f\n",
+		p.pHookCrash, p.pHookPause, p.pOpCrash, p.pOpPause, p.pPanic, p.pStoredPause)
 	fmt.Fprintf(&b, "replicas: every=%s crash=%.2f shutdown=%.2f\n", p.replicaEvery, p.pReplicaCrash, p.pShutdown)
 	fmt.Fprintf(&b, "hermes: refuse=%.3f conn_refused=%.3f uncertain=%.3f stream_drop=%.3f publish_fail=%.3f run_fail=%.3f\n",
 		p.pRefuse, p.pConnRefused, p.pUncertain, p.pStreamDrop, p.pPublishFail, p.pRunFail)

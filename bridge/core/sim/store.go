@@ -164,6 +164,18 @@ func (b *bucket) list(prefix string, now time.Time) []string {
 	return out
 }
 
+// everKeys returns every key with prefix ever written, live or not, sorted.
+func (b *bucket) everKeys(prefix string) []string {
+	var out []string
+	for k := range b.keys {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // history returns every version of key, oldest first.
 func (b *bucket) history(key string) []kvVersion {
 	if k := b.keys[key]; k != nil {

@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var (
+	simMutants     = flag.Bool("sim.mutants", false, "TestMutants: plant each mutant in the core and want the simulator to catch it (make mutants)")
+	simMutantSeeds = flag.Int("sim.mutant-seeds", 3000, "TestMutants: the seeds each mutant runs")
+	simMutant      = flag.String("sim.mutant", "", "TestMutants: plant only the mutant of this name")
+	simMutantSeed  = flag.Uint64("sim.mutant-seed", 0, "TestMutants: run only this seed, traced, on each mutant planted")
+)
+
+// A mutant is one bug planted in the core (bridge/core): the text old of file, which
+// must occur exactly once, replaced by new. Each class of promise has one.
+type mutant struct {
+	class, name string
+	file        string // in bridge/core
+	old, new    string
+	why         string
+}
+
+var mutants = []mutant{
+	{
+		class: "fence", name: "takeover_of_settling_not_fenced", file: "begin.go",
+		old: "j.fenced = e.Record.State == kvstore.StateSettling",
+		new: "j.fenced = false",
+		why: "a delivery that takes over a record left settling (its owner reached a result without a call) may send",
+	},
+	{
+		class: "key", name: "running_holder_key_stolen", file: "key.go",
+		old: "\t\tj.emit(Effect{Kind: EffYield})\n\t\tj.async(kKeyHolderWait, Effect{Kind: EffWaitTerminal, ActionID: j.seen.Record.ActionID, Until: j.act.Deadline})",
+		new: "\t\tj.store(kKeyFree, Effect{Kind: EffDelete, Key: j.act.IdemKey, Rev: j.seen.Revision})",
+		why: "a key whose holder has no terminal result yet is freed and claimed instead of waited for",
+	},
+	{
+		class: "terminal", name: "pending_is_terminal", file: "core.go",
+		old: "return e.Result == nil || e.Result.Status != events.StatusPendingApproval",
+		new: "return true",
+		why: "a pending_approval message counts as the action's terminal result (finding 1)",
+	},
+	{
+		class: "last resort", name: "settle_without_claim", file: "action.go",
+		old: "if !j.claimed || j.lost || j.settling || j.act.CapabilityID == \"\" {",
+		new: "if j.lost || j.settling || j.act.CapabilityID == \"\" {",
+		why: "a final delivery that holds no claim settles the action failed (finding 2)",
+	},
+	{
+		class: "lease", name: "takeover_without_lease", file: "begin.go",
+		old: "until := j.now.Add(j.cfg.Lease)",
+		new: "until := j.now",
+		why: "a delivery takes over an owned record without waiting for its revision to stand still a lease",
+	},
+}
+
+// seedFails matches the simulator's report of a failing seed.
+var seedFails = regexp.MustCompile(`seed (\d+) fails: ([^\n]*)`)
+
+// TestMutants plants each mutant in a copy of its file (go test -overlay: the tree is
+// not touched) and runs the simulator over it: each must be caught. It reports the
+// first seed that catches each, and the command that replays it. It is not part of
+// make test (each mutant compiles the simulator anew): run it with make mutants.
+func TestMutants(t *testing.T) {
+	if !*simMutants {
+		t.Skip("plants bugs in the core and runs the simulator on each: run with -sim.mutants (make mutants)")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	for _, m := range mutants {
+		if *simMutant != "" && m.name != *simMutant {
+			continue
+		}
+		t.Run(strings.ReplaceAll(m.class, " ", "_")+"/"+m.name, func(t *testing.T) {
+			t.Parallel()
+			src, err := filepath.Abs(filepath.Join("..", m.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(b), m.old); n != 1 {
+				t.Fatalf("the mutant's text occurs %d times in %s, want once: update the mutant to the code", n, m.file)
+			}
+			dir := t.TempDir()
+			mutated := filepath.Join(dir, m.file)
+			if err := os.WriteFile(mutated, []byte(strings.Replace(string(b), m.old, m.new, 1)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ov, err := json.Marshal(map[string]map[string]string{"Replace": {src: mutated}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			overlay := filepath.Join(dir, "overlay.json")
+			if err := os.WriteFile(overlay, ov, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"test", "-overlay", overlay, "-count=1", "-run", "^TestSim$", ".", "-sim.seeds", strconv.Itoa(*simMutantSeeds)}
+			if *simMutantSeed != 0 {
+				args = append(args[:len(args)-2], "-sim.seed", strconv.FormatUint(*simMutantSeed, 10), "-sim.trace")
+			}
+			out, err := exec.Command(goBin, args...).CombinedOutput()
+			if *simMutantSeed != 0 {
+				t.Logf("seed %d on the mutant (%s):\n%s", *simMutantSeed, m.why, out)
+			}
+			found := seedFails.FindAllStringSubmatch(string(out), -1)
+			if err == nil || len(found) == 0 {
+				t.Fatalf("mutant survived %d seeds (%s): %s\n%s", *simMutantSeeds, m.why, err, lastLines(out, 20))
+			}
+			first := found[0]
+			t.Logf("caught: %d of %d seeds fail; the first, seed %s: %s\n\treplay: go test ./bridge/core/sim -run TestMutants -v -sim.mutants -sim.mutant=%s -sim.mutant-seed=%s",
+				len(found), *simMutantSeeds, first[1], clip(first[2], 300), m.name, first[1])
+		})
+	}
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
