@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
@@ -41,20 +42,20 @@ func TestBreakerStateAndOpens(t *testing.T) {
 	brk.onOpen = func() { opens++ }
 	now := time.Now()
 	fail := &hermes.Error{Code: hermes.CodeTransport}
-	if s := brk.state(now); s != breakerClosed {
+	if s := brk.state(now); s != core.BreakerClosed {
 		t.Fatalf("state %d", s)
 	}
 	brk.done(now, fail)
 	brk.done(now, fail)
-	if s := brk.state(now); s != breakerOpen || opens != 1 {
+	if s := brk.state(now); s != core.BreakerOpen || opens != 1 {
 		t.Fatalf("after 2 failures: state %d, opens %d", s, opens)
 	}
 	brk.done(now, fail) // a late failure while open does not reopen it
-	if s := brk.state(now.Add(2 * time.Second)); s != breakerHalfOpen || opens != 1 {
+	if s := brk.state(now.Add(2 * time.Second)); s != core.BreakerHalfOpen || opens != 1 {
 		t.Fatalf("after the cooldown: state %d, opens %d", s, opens)
 	}
 	brk.done(now.Add(2*time.Second), nil)
-	if s := brk.state(now.Add(2 * time.Second)); s != breakerClosed {
+	if s := brk.state(now.Add(2 * time.Second)); s != core.BreakerClosed {
 		t.Fatalf("after a success: state %d", s)
 	}
 }

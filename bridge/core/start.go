@@ -162,7 +162,9 @@ func (j *Job) onStartLog(ev Event) {
 // startRecord creates the record already dispatched, unless a cancel or shutdown came
 // meanwhile (the ordinary path then decides under a claim).
 func (j *Job) startRecord() {
-	if j.cancelReq || j.shutdown {
+	if j.cancelReq || j.shutdown || j.remaining() <= 0 {
+		// Cancelled, cut off, or past the deadline (the start waited on the store, or
+		// its process was paused): nothing is sent; the ordinary path settles it.
 		j.stopStart()
 		return
 	}

@@ -248,7 +248,7 @@ func (w *World) panicJob(j *job, point string, rest []core.Effect) {
 	for _, e := range rest {
 		if e.Kind == core.EffCall && j.slots > 0 {
 			j.slots--
-			j.inc.ep.brk.abandon()
+			j.inc.ep.brk.Abandon()
 			j.inc.ep.free(w)
 		}
 	}
@@ -276,7 +276,7 @@ func (w *World) withdraw(j *job, p *pendingOp) {
 	if p.grant {
 		p.grant = false
 		j.slots--
-		p.ep.brk.abandon()
+		p.ep.brk.Abandon()
 		p.ep.free(w)
 	}
 }
@@ -286,7 +286,7 @@ func (w *World) release(j *job) {
 	w.dropOps(j)
 	j.beatOn = false
 	for ; j.slots > 0; j.slots-- {
-		j.inc.ep.brk.abandon()
+		j.inc.ep.brk.Abandon()
 		j.inc.ep.free(w)
 	}
 	if j.worker {

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"time"
-
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 )
 
@@ -11,7 +9,7 @@ import (
 type endpoint struct {
 	max, inUse int
 	waiters    []*admitWait
-	brk        breaker
+	brk        core.Breaker // the bridge's own
 }
 
 // admitWait is an Admit waiting for a slot.
@@ -61,8 +59,9 @@ func (w *World) admit(j *job, e core.Effect) {
 func (w *World) grant(j *job, p *pendingOp, now bool) {
 	ep := p.ep
 	ev := core.Event{Kind: core.EvAdmit, Op: p.op, Status: core.OK}
-	if ok, wait := ep.brk.allow(w.now); !ok {
-		ev.Status, ev.Wait, ev.Code = core.Paused, wait, ep.brk.lastCode
+	if ok, wait := ep.brk.Allow(w.now); !ok {
+		_, code := ep.brk.Pause(w.now)
+		ev.Status, ev.Wait, ev.Code = core.Paused, wait, code
 	} else {
 		ep.inUse++
 		j.slots++
@@ -111,66 +110,6 @@ func (w *World) unadmit(j *job) {
 		return
 	}
 	j.slots--
-	j.inc.ep.brk.abandon()
+	j.inc.ep.brk.Abandon()
 	j.inc.ep.free(w)
-}
-
-// breaker is the bridge's circuit breaker (bridge/breaker.go): closed until threshold
-// consecutive endpoint failures, then open for a cooldown, then half-open for one
-// probe, which closes it or reopens it with twice the cooldown.
-type breaker struct {
-	threshold         int
-	base, maxCooldown time.Duration
-	lastCode          string
-	failures          int
-	cooldown          time.Duration
-	openUntil         time.Time
-	probing           bool
-}
-
-func (b *breaker) allow(now time.Time) (bool, time.Duration) {
-	if b.openUntil.IsZero() {
-		return true, 0
-	}
-	if now.Before(b.openUntil) {
-		return false, b.openUntil.Sub(now)
-	}
-	if b.probing {
-		return false, b.base
-	}
-	b.probing = true
-	return true, 0
-}
-
-func (b *breaker) abandon() { b.probing = false }
-
-// done records how a call went: failed says the endpoint itself failed (a transport
-// error or a refused connection).
-func (b *breaker) done(now time.Time, failed bool, code string) {
-	wasProbe := b.probing
-	b.probing = false
-	if b.cooldown == 0 {
-		b.cooldown = b.base
-	}
-	if !failed {
-		b.failures, b.cooldown, b.openUntil = 0, b.base, time.Time{}
-		return
-	}
-	b.lastCode = code
-	b.failures++
-	switch {
-	case wasProbe:
-		b.cooldown = min(2*b.cooldown, b.maxCooldown)
-		b.openUntil = now.Add(b.cooldown)
-	case b.failures >= b.threshold && b.openUntil.IsZero():
-		b.openUntil = now.Add(b.cooldown)
-	}
-}
-
-// pause reports how long the breaker still holds the endpoint (0: not paused).
-func (b *breaker) pause(now time.Time) time.Duration {
-	if b.openUntil.IsZero() || !now.Before(b.openUntil) {
-		return 0
-	}
-	return b.openUntil.Sub(now)
 }

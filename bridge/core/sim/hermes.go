@@ -79,7 +79,7 @@ func (h *hermes) call(j *job, e core.Effect) {
 				return
 			}
 			answered = true
-			ep.brk.done(w.now, endpointFailed, code)
+			ep.brk.Done(w.now, endpointFailed, code)
 			w.answer(j, e.Op, core.Event{Kind: core.EvCall, Call: c})
 		})
 	}
@@ -201,7 +201,7 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 	p.stop = func() { aborted = true }
 	fail := func(c *core.CallAnswer, endpointFailed bool) {
 		w.after(h.netLatency(), func() {
-			ep.brk.done(w.now, endpointFailed, "transport")
+			ep.brk.Done(w.now, endpointFailed, "transport")
 			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.Failed, Run: &core.RunAnswer{Call: c}})
 		})
 	}
@@ -230,7 +230,7 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			res := a.failed("remote_rejected", "Idempotency-Key was already used with a different request payload", false, false)
 			res.Error.HTTPStatus = 409
 			w.after(h.netLatency(), func() {
-				ep.brk.done(w.now, false, "")
+				ep.brk.Done(w.now, false, "")
 				w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.Failed,
 					Run: &core.RunAnswer{Call: &core.CallAnswer{Responded: true, NotStarted: true, Result: res}}})
 			})
@@ -248,7 +248,7 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			return
 		}
 		w.after(h.netLatency(), func() {
-			ep.brk.done(w.now, false, "")
+			ep.brk.Done(w.now, false, "")
 			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.OK, Run: &core.RunAnswer{RunID: r.id}})
 		})
 	})

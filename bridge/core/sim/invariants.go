@@ -42,19 +42,17 @@ func (w *World) forgotten(a *action) bool {
 	return false
 }
 
+// agedOut reports whether a's first terminal result had aged out of the result log
+// before the next one was appended, for an action re-published after its records
+// expired.
+func (w *World) agedOut(a *action, terms []*logMsg) bool {
+	return w.republished(a) != "" && !terms[0].at.Add(w.p.logMaxAge).After(terms[1].at)
+}
+
 // execsInLife counts a's executions, or, when the bridge may have forgotten it (see
 // forgotten), those since its re-publish.
 func (w *World) execsInLife(a *action) int {
-	if !w.forgotten(a) {
-		return w.herm.execs[a.id]
-	}
-	var since time.Duration
-	for _, m := range w.js.msgs {
-		if m.act == a && m.dec == nil && m.republish {
-			since = m.published.Sub(origin)
-			break
-		}
-	}
+	since := rel(w.lifeStart(a))
 	n := 0
 	for _, at := range w.herm.execAt[a.id] {
 		if at >= since {
@@ -62,6 +60,19 @@ func (w *World) execsInLife(a *action) int {
 		}
 	}
 	return n
+}
+
+// lifeStart is when a's life as the bridge remembers it began: its re-publish when the
+// bridge may have forgotten it (see forgotten), else the origin.
+func (w *World) lifeStart(a *action) time.Time {
+	if w.forgotten(a) {
+		for _, m := range w.js.msgs {
+			if m.act == a && m.dec == nil && m.republish {
+				return m.published
+			}
+		}
+	}
+	return origin
 }
 
 // explained says why action a may have no result: one of its messages was terminated
@@ -76,9 +87,10 @@ func (w *World) explained(a *action) string {
 }
 
 // firstDecision is the decision of the first version of id's record that carries one.
-func (w *World) firstDecision(id string) string {
-	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
-		if !v.deleted && v.rec.Decision != "" {
+func (w *World) firstDecision(a *action) string {
+	start := w.lifeStart(a)
+	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
+		if !v.deleted && v.rec.Decision != "" && !v.written.Before(start) {
 			return v.rec.Decision
 		}
 	}
@@ -186,7 +198,7 @@ func (w *World) checkAction(a *action) {
 			terms = append(terms, m)
 			continue
 		}
-		if pendings[m.id] {
+		if pendings[m.id] && !w.forgotten(a) { // a forgotten action asks again
 			w.failf("%s: pending result %s stored twice", a.id, m.id)
 		}
 		pendings[m.id] = true
@@ -201,6 +213,13 @@ func (w *World) checkAction(a *action) {
 		if why := w.explained(a); why == "" {
 			w.failf("%s: no terminal result, and nothing explains it", a.id)
 		}
+		return
+	}
+	if len(terms) > 1 && w.agedOut(a, terms) {
+		// Its result aged out of the output stream, and its records expired, before a
+		// re-publish ran it again: nothing remembered it (README: idempotency lasts as
+		// long as the records and the result).
+		w.stats.Forgotten++
 		return
 	}
 	if len(terms) > 1 {
@@ -312,7 +331,7 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 // own pre-approval when it never parked); a first decision that is not an approval
 // settles the action (or a cancel flag that came after it does).
 func (w *World) checkApproval(a *action, r *events.Result, execs int) {
-	first := w.firstDecision(a.id)
+	first := w.firstDecision(a)
 	parked := w.everRecord(a.id, func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
 	if a.op.Approval && execs > 0 {
 		switch {

@@ -115,7 +115,7 @@ func (js *jetStream) deliver(m *message, r *replica) {
 		st.Action, st.Decision = &core.Action{ID: m.act.id}, m.dec
 	} else {
 		st.Action = m.act.coreAction(m.published, w.now)
-		st.PausedFor = inc.ep.brk.pause(w.now)
+		st.PausedFor, _ = inc.ep.brk.Pause(w.now)
 	}
 	w.tr.printf("js", "%s delivery %d to %s", m, m.deliveries, j.owner)
 	w.post(j, core.Event{Kind: core.EvDeliver, Start: st})

@@ -39,7 +39,7 @@ func newReplica(w *World, n int) *replica {
 func (r *replica) newIncarnation(n int) *incarnation {
 	p := r.w.p
 	return &incarnation{r: r, n: n, up: true, workers: p.workers, sweeping: map[string]bool{},
-		ep: &endpoint{max: p.endpointMax, brk: breaker{threshold: 3, base: 5 * time.Second, maxCooldown: time.Minute}}}
+		ep: &endpoint{max: p.endpointMax, brk: core.Breaker{Threshold: 3, Base: 5 * time.Second, MaxCooldown: time.Minute}}}
 }
 
 // ready reports whether the replica fetches messages and answers requests now.

@@ -29,7 +29,7 @@ type Stats struct {
 	// Faults injected.
 	SlowOps, StaleReads, LostReplies, FailedWrites, JobCrashes, JobPauses, Panics    int
 	ReplicaCrashes, ReplicaPauses, Shutdowns, Refusals, ConnRefused, HermesUncertain int
-	StreamDrops, PublishFails, RunFails, Expired, Republishes, Exhausted             int
+	StreamDrops, PublishFails, RunFails, Expired, Republishes, Exhausted, Forgotten  int
 
 	// Hermes.
 	Sends, Executions int
