@@ -10,14 +10,23 @@
 //
 // Each job (a delivery of an action or a decision, a sweeper's expiry, a cancel
 // answered from the records) is a core.Job; its driver (driver.go) carries out the
-// effects it returns exactly as bridge/core/io.go says. Faults are drawn per seed:
-// slow, stale, failed and lost-reply store operations; records and results that age
-// out; jobs that crash, pause or panic at hooks and before store operations; replicas
-// that crash, pause or shut down; Hermes refusing (429), refusing connections,
-// resetting them after the work, dropping streams; runs that fail.
+// effects it returns exactly as bridge/core/io.go says; the endpoint's circuit breaker
+// is the bridge's own (core.Breaker). Faults are drawn per seed: slow, stale, failed
+// and lost-reply store operations; records and results that age out; jobs that crash,
+// pause or panic at hooks and before store operations, and pause right before a
+// result's append (the window where a paused owner races its taker); replicas that
+// crash, pause or shut down; a finite MaxDeliver in half the seeds; Hermes refusing
+// (429), refusing connections, resetting them after the work, dropping streams; runs
+// that fail.
 //
 // After quiescence the invariants (invariants.go) are checked: one truthful terminal
 // result per action, at most one execution per unsafe action and per scoped key,
 // replays and conflicts where the keys say, approvals and cancels honoured, runs never
-// outcome_unknown where they could be followed, nothing left behind.
+// outcome_unknown where they could be followed, no claim taken over before its
+// revision stood still for a lease, nothing left behind. An action the bridge may have
+// forgotten (its records expired, and its result aged out or never came, before a
+// re-publish) is judged by its life since the re-publish.
+//
+// TestMutants (make mutants) plants one bug per class of promise in the core and wants
+// each caught: the simulator's own test.
 package sim

@@ -266,7 +266,7 @@ func (w *World) checkAction(a *action) {
 		w.failf("%s: an invalid action (%s) executed %d times and settled %s", a.id,
 			[...]string{"", "envelope", "validation"}[a.invalid], execs, fmtResult(r))
 	}
-	w.checkApproval(a, r, execs)
+	w.checkApproval(a, r, w.execsInLife(a))
 	w.checkCancels(a, r, execs)
 	if a.op.Run {
 		if d := details(r); d["reattached"] == true {
