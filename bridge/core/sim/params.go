@@ -108,7 +108,7 @@ func drawParams(s *sched) params {
 	p.pNoAnswer = 0.15
 	p.pStray = scale(0.3, 0.05, 0.15)
 	p.pInvalid = 0.04
-	p.pStoredPause = scale(0.3, 0.05, 0.3)
+	p.pStoredPause = scale(0.6, 0.1, 0.5)
 	return p
 }
 
