@@ -402,17 +402,11 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 			}
 		}
 	}
-	store, err := kvstore.Open(ctx, b.js, kvstore.Config{
-		Bucket: c.Bucket, TTL: c.IdempotencyTTL, Replicas: c.Replicas, Storage: c.Storage, Provision: c.Provision,
-		AllowRetentionShrink: c.AllowRetentionShrink,
-	})
+	store, keys, err := b.openBuckets(ctx)
 	if err != nil {
-		if serr := bucketShrinkError(err); serr != nil {
-			return nil, serr
-		}
-		return nil, fmt.Errorf("bridge: %w", err)
+		return nil, err
 	}
-	b.store, b.recs = store, b.records(store)
+	b.store, b.recs = store, b.records(buckets{records: store, keys: keys})
 	b.recordLimit = store.MaxValueSize()
 	b.results = kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results)
 	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,

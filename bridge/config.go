@@ -54,8 +54,12 @@ type Config struct {
 	DLQStream string
 	// Consumer is the durable pull consumer shared by every replica (default hermes-bridge).
 	Consumer string
-	// Bucket is the KV bucket of action and idempotency records (default HERMES_IDEMPOTENCY).
+	// Bucket is the KV bucket of action records and the park index (default
+	// HERMES_IDEMPOTENCY), kept RecordsTTL: longer than the results they stand for.
 	Bucket string
+	// KeysBucket is the KV bucket of idempotency keys (default HERMES_KEYS), kept
+	// IdempotencyTTL: never longer than the results they replay.
+	KeysBucket string
 
 	// OutputMaxAge bounds how long events and results can be replayed (default 24h).
 	OutputMaxAge time.Duration
@@ -68,7 +72,8 @@ type Config struct {
 	// messages: actions whether handled or not, events and results before OutputMaxAge.
 	// Lowering a limit below what a stream holds needs AllowRetentionShrink.
 	ActionsMaxBytes, OutputMaxBytes, DLQMaxBytes int64
-	// IdempotencyTTL is the bucket TTL: how long keys and results are remembered (default 24h).
+	// IdempotencyTTL is the keys bucket's TTL: how long an idempotency key is remembered
+	// after its last write (default 24h). Action records are kept RecordsTTL.
 	IdempotencyTTL time.Duration
 	// Storage is the storage of streams and bucket (default file).
 	Storage jetstream.StorageType
@@ -161,6 +166,17 @@ type Config struct {
 	Endpoints []Endpoint
 }
 
+// RecordMargin is how much longer than a result an action record is kept: more than
+// any delay between a record's last write (its owner renews it while it runs) and the
+// append of its result.
+const RecordMargin = time.Hour
+
+// RecordsTTL is the records bucket's TTL: OutputMaxAge + RecordMargin. Records
+// outlive the results they stand for, so a record created afresh proves that no
+// result of the action is stored, and no delivery needs to read the result log first;
+// keys (IdempotencyTTL, at most OutputMaxAge) never outlive the results they replay.
+func (c Config) RecordsTTL() time.Duration { return c.OutputMaxAge + RecordMargin }
+
 // WithDefaults returns c with every zero field set to its default.
 // core is the configuration of the jobs (bridge/core).
 func (c Config) core() core.Config {
@@ -198,6 +214,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.DLQStream, "HERMES_DLQ")
 	def(&c.Consumer, "hermes-bridge")
 	def(&c.Bucket, "HERMES_IDEMPOTENCY")
+	def(&c.KeysBucket, "HERMES_KEYS")
 	def(&c.ObjectBucket, "HERMES_OUTPUT_OBJECTS")
 	def(&c.Source, "hermes-bridge")
 	defd(&c.OutputMaxAge, 24*time.Hour)
@@ -267,7 +284,7 @@ func (c Config) Validate() error {
 		add("subject prefix %q must be one subject token of letters, digits, - or _", c.Prefix)
 	}
 	for name, v := range map[string]string{"actions stream": c.ActionsStream, "output stream": c.OutputStream,
-		"dlq stream": c.DLQStream, "consumer": c.Consumer, "bucket": c.Bucket, "object bucket": c.ObjectBucket} {
+		"dlq stream": c.DLQStream, "consumer": c.Consumer, "bucket": c.Bucket, "keys bucket": c.KeysBucket, "object bucket": c.ObjectBucket} {
 		if !validToken(v) {
 			add("%s name %q must be letters, digits, - or _", name, v)
 		}
@@ -330,9 +347,9 @@ func (c Config) Validate() error {
 		add("idempotency ttl %s must be at least 1m", c.IdempotencyTTL)
 	}
 	// A parked action's record is not rewritten while it waits, and a running action's
-	// records are rewritten every heartbeat: the bucket TTL must outlast both.
-	if c.IdempotencyTTL <= c.ApprovalTTL+c.Lease {
-		add("idempotency ttl %s (HERMES_BRIDGE_IDEMPOTENCY_TTL) must be longer than the approval window %s (HERMES_BRIDGE_APPROVAL_TTL) plus the claim lease %s, or a parked action's record expires before its decision", c.IdempotencyTTL, c.ApprovalTTL, c.Lease)
+	// records are rewritten every heartbeat: the records' TTL must outlast both.
+	if c.RecordsTTL() <= c.ApprovalTTL+c.Lease {
+		add("output max age %s (HERMES_BRIDGE_OUTPUT_MAX_AGE) plus %s, the action records' TTL, must be longer than the approval window %s (HERMES_BRIDGE_APPROVAL_TTL) plus the claim lease %s, or a parked action's record expires before its decision", c.OutputMaxAge, RecordMargin, c.ApprovalTTL, c.Lease)
 	}
 	if c.Heartbeat*4 > c.IdempotencyTTL {
 		add("heartbeat %s must be at most a quarter of the idempotency ttl %s, so that a running action's records are renewed before they expire", c.Heartbeat, c.IdempotencyTTL)
@@ -341,6 +358,9 @@ func (c Config) Validate() error {
 		// A key's record may point at a result kept in the output stream (CONTRACT §5).
 		add("output max age %s (HERMES_BRIDGE_OUTPUT_MAX_AGE) must be at least the idempotency ttl %s (HERMES_BRIDGE_IDEMPOTENCY_TTL): a key may replay a result kept in the output stream",
 			c.OutputMaxAge, c.IdempotencyTTL)
+	}
+	if c.Bucket == c.KeysBucket {
+		add("the records bucket and the keys bucket must differ (both are %q)", c.Bucket)
 	}
 	if len(c.Endpoints) == 0 {
 		add("no Hermes endpoint is configured")

@@ -24,10 +24,11 @@
 //     DLQ subject with the reason in a header and terminated.
 //  2. An unsafe action with nothing to decide first (no approval, not a run) takes the
 //     one-write start: once it is valid and under the endpoint's limit and breaker, it
-//     claims its idempotency key, reads the result log (a result of an earlier record
-//     that expired), creates the action record already dispatched, and calls. A start
-//     that finds the record, or the key held by another action, writes nothing more and
-//     takes the ordinary path.
+//     claims its idempotency key, creates the action record already dispatched, and
+//     calls. A start that finds the record, or the key held by another action, writes
+//     nothing more and takes the ordinary path. (Action records are kept an hour longer
+//     than the output stream keeps results, and keys no longer than results (see
+//     buckets.go): a record created afresh proves that the action has no result.)
 //  3. The ordinary path claims the action id (a Create of act.<id>). A redelivery or a
 //     second publish of the same id finds the record: a settled action (its terminal
 //     result is in the log) is acknowledged, a parked one too, and one that another
@@ -49,7 +50,7 @@
 //     appended to the result log; then the message is acknowledged.
 //
 // A keyed unsafe action thus costs three durable writes on its first delivery (the key,
-// the record created dispatched, the result message) and one leader read of the log.
+// the record created dispatched, the result message) and no read.
 //
 // # Outputs
 //

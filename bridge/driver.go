@@ -101,14 +101,24 @@ func (d *driver) run(ctx context.Context, s *core.Start) {
 // is nothing left to step on this goroutine. A panic in a step or an effect is stepped
 // as EvPanic (the job settles failed, reason panic).
 func (d *driver) deliver(ev core.Event, home bool) {
-	var buf [8]core.Event
-	q := append(buf[:0], ev)
-	for len(q) > 0 {
-		ev := q[0]
-		q = q[1:]
-		q = d.stepSafely(ev, home, q)
+	qp := eventBufs.Get().(*[]core.Event)
+	q := append((*qp)[:0], ev)
+	for i := 0; i < len(q); i++ {
+		q = d.stepSafely(q[i], home, q)
 	}
+	clear(q)
+	*qp = q[:0]
+	eventBufs.Put(qp)
 }
+
+// eventBufs and effectBufs hold the buffers of deliver's queue and of a step's effects
+// (an Event and an Effect are about 600 bytes each, and every step of every job needs
+// them): reused, not allocated per step. Nothing keeps a pointer into them once
+// deliver or stepSafely returns (exec copies what its goroutines need).
+var (
+	eventBufs  = sync.Pool{New: func() any { b := make([]core.Event, 0, 8); return &b }}
+	effectBufs = sync.Pool{New: func() any { b := make([]core.Effect, 0, 8); return &b }}
+)
 
 // stepSafely steps ev, carries its effects out and appends the answers to q.
 func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []core.Event) {
@@ -117,13 +127,16 @@ func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []cor
 			out = d.panicked(home, q)
 		}
 	}()
-	var buf [8]core.Effect
-	effs := d.step(ev, buf[:0])
+	bp := effectBufs.Get().(*[]core.Effect)
+	effs := d.step(ev, (*bp)[:0])
 	for i := range effs {
 		if ans, ok := d.exec(&effs[i], home); ok {
 			q = append(q, ans)
 		}
 	}
+	clear(effs)
+	*bp = effs[:0]
+	effectBufs.Put(bp) // not reached after a panic: that buffer is dropped
 	return q
 }
 

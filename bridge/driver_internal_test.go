@@ -56,7 +56,6 @@ func (s *steppedDriver) toSettling(t testing.TB) {
 	t.Helper()
 	s.feed(core.Event{Kind: core.EvValidated})
 	s.feed(core.Event{Kind: core.EvAdmit, Status: core.OK})
-	s.feed(core.Event{Kind: core.EvLog, Status: core.NotFound})
 	s.feed(core.Event{Kind: core.EvStore, Status: core.OK, Rev: 1})
 	s.feed(core.Event{Kind: core.EvCall, Call: &core.CallAnswer{Responded: true,
 		Result: &events.Result{ActionID: s.id, Status: events.StatusCompleted}}})

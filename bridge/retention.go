@@ -27,10 +27,14 @@ const allowShrinkVar = "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK"
 // or, when size is set, a stream's max bytes.
 type retention struct {
 	resource string // "stream HERMES_OUTPUT", "KV bucket HERMES_IDEMPOTENCY", ...
+	bucket   string // the KV bucket, for a bucket's TTL
 	setting  string // "max age", "TTL" or "max bytes"
 	// variable sets the value ("HERMES_BRIDGE_OUTPUT_MAX_AGE"); field names the Config
 	// field when no variable does.
 	variable, field string
+	// plus is what the requested value adds to the variable's (the records bucket's
+	// TTL is the output max age plus RecordMargin).
+	plus time.Duration
 
 	exists             bool
 	current, requested time.Duration // an age; 0 means unlimited
@@ -76,6 +80,9 @@ func (r retention) problem() string {
 	want := fmt.Sprintf("the configured %s %s (Config.%s)", r.setting, r.fmtRequested(), r.field)
 	if r.variable != "" {
 		want = r.variable + "=" + r.fmtRequested()
+		if r.plus > 0 {
+			want = fmt.Sprintf("%s=%s (plus %s)", r.variable, fmtAge(r.requested-r.plus), fmtAge(r.plus))
+		}
 	}
 	msgs := fmt.Sprintf("%d messages", r.msgs)
 	if r.msgs == 1 {
@@ -196,21 +203,21 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 		plan = append(plan, age, size)
 	}
 
-	kr := retention{resource: "KV bucket " + c.Bucket, setting: "TTL", variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL",
-		field: "IdempotencyTTL", requested: c.IdempotencyTTL}
-	kv, err := b.js.KeyValue(ctx, c.Bucket)
-	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("bridge: read bucket %s: %w", c.Bucket, err)
-	default:
-		st, err := kv.Status(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("bridge: bucket %s status: %w", c.Bucket, err)
+	for _, kr := range []retention{bucketRetention(c, c.Bucket), bucketRetention(c, c.KeysBucket)} {
+		kv, err := b.js.KeyValue(ctx, kr.bucket)
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("bridge: read bucket %s: %w", kr.bucket, err)
+		default:
+			st, err := kv.Status(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("bridge: bucket %s status: %w", kr.bucket, err)
+			}
+			kr.exists, kr.current, kr.msgs = true, st.TTL(), st.Values()
 		}
-		kr.exists, kr.current, kr.msgs = true, st.TTL(), st.Values()
+		plan = append(plan, kr)
 	}
-	plan = append(plan, kr)
 
 	or := retention{resource: "object store " + c.ObjectBucket, setting: "TTL", variable: "HERMES_BRIDGE_OUTPUT_MAX_AGE",
 		field: "OutputMaxAge", requested: c.OutputMaxAge}
@@ -237,14 +244,25 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 
 // bucketShrinkError turns kvstore's refusal (the bucket filled between the plan and
 // Open) into the bridge's.
-func bucketShrinkError(err error) error {
+func bucketShrinkError(cfg Config, err error) error {
 	var se *kvstore.TTLShrinkError
 	if !errors.As(err, &se) {
 		return nil
 	}
-	return checkRetention([]retention{{resource: "KV bucket " + se.Bucket, setting: "TTL",
-		variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL", field: "IdempotencyTTL", exists: true,
-		current: se.Current, requested: se.Requested, msgs: se.Values}}, false)
+	r := bucketRetention(cfg, se.Bucket)
+	r.exists, r.current, r.requested, r.msgs = true, se.Current, se.Requested, se.Values
+	return checkRetention([]retention{r}, false)
+}
+
+// bucketRetention is the TTL cfg asks of bucket: RecordsTTL for the records bucket (it
+// follows HERMES_BRIDGE_OUTPUT_MAX_AGE), IdempotencyTTL for the keys bucket.
+func bucketRetention(cfg Config, bucket string) retention {
+	r := retention{resource: "KV bucket " + bucket, bucket: bucket, setting: "TTL",
+		variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL", field: "IdempotencyTTL", requested: cfg.IdempotencyTTL}
+	if bucket == cfg.Bucket {
+		r.variable, r.field, r.requested, r.plus = "HERMES_BRIDGE_OUTPUT_MAX_AGE", "OutputMaxAge", cfg.RecordsTTL(), RecordMargin
+	}
+	return r
 }
 
 // logRetention logs every change of plan that provisioning applied: at info when it

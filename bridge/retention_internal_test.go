@@ -111,19 +111,26 @@ func TestCheckRetentionMessage(t *testing.T) {
 }
 
 // kvstore's own refusal (the bucket filled between the plan and Open) reads like the
-// bridge's, naming the variables instead of kvstore's Config field.
+// bridge's, naming the variable that sets that bucket's TTL: the keys bucket's is
+// HERMES_BRIDGE_IDEMPOTENCY_TTL, the records bucket's follows HERMES_BRIDGE_OUTPUT_MAX_AGE.
 func TestBucketShrinkError(t *testing.T) {
-	if bucketShrinkError(errors.New("other")) != nil {
+	cfg := validConfig().WithDefaults()
+	if bucketShrinkError(cfg, errors.New("other")) != nil {
 		t.Fatal("an unrelated error was mapped")
 	}
-	kerr := fmt.Errorf("wrapped: %w", &kvstore.TTLShrinkError{Bucket: "B", Current: 24 * time.Hour, Requested: time.Hour, Values: 4})
-	err := bucketShrinkError(kerr)
-	if !errors.Is(err, ErrRetentionShrink) {
-		t.Fatalf("got %v, want ErrRetentionShrink", err)
-	}
-	for _, want := range []string{"KV bucket B holds 4 messages with TTL 24h; HERMES_BRIDGE_IDEMPOTENCY_TTL=1h", "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error does not contain %q:\n%v", want, err)
+	for bucket, want := range map[string]string{
+		cfg.KeysBucket: "KV bucket " + cfg.KeysBucket + " holds 4 messages with TTL 24h; HERMES_BRIDGE_IDEMPOTENCY_TTL=2h would shorten it",
+		cfg.Bucket:     "KV bucket " + cfg.Bucket + " holds 4 messages with TTL 24h; HERMES_BRIDGE_OUTPUT_MAX_AGE=1h (plus 1h) would shorten it",
+	} {
+		kerr := fmt.Errorf("wrapped: %w", &kvstore.TTLShrinkError{Bucket: bucket, Current: 24 * time.Hour, Requested: 2 * time.Hour, Values: 4})
+		err := bucketShrinkError(cfg, kerr)
+		if !errors.Is(err, ErrRetentionShrink) {
+			t.Fatalf("got %v, want ErrRetentionShrink", err)
+		}
+		for _, want := range []string{want, "HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error does not contain %q:\n%v", want, err)
+			}
 		}
 	}
 }

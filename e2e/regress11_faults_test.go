@@ -46,27 +46,29 @@ func requireReplayOf(t *testing.T, r *events.Result, original string) {
 // a duplicate that arrives after the TTL has passed since the key was claimed, while the
 // original still runs, must wait for it and replay it, not call Hermes again.
 //
-// The bucket TTL is cut to 3 s directly on the server (the bridge refuses a TTL under a
-// minute) and the bridge binds to it without provisioning; the original takes 8 s, the
-// duplicates come at 2 s and 5 s.
+// The TTL of both buckets (records and keys) is cut to 3 s directly on the server (the
+// bridge refuses a TTL under a minute) and the bridge binds to them without
+// provisioning; the original takes 8 s, the duplicates come at 2 s and 5 s.
 func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 	h := newHarness(t, withFake(hermestest.WithAgent(killAgent)))
 	h.stopBridge(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg := h.cfg.WithDefaults()
-	kv, err := h.js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvc := st.(*jetstream.KeyValueBucketStatus).Config()
-	kvc.TTL = 3 * time.Second
-	if _, err := h.js.UpdateKeyValue(ctx, kvc); err != nil {
-		t.Fatalf("shorten the bucket TTL: %v", err)
+	for _, b := range []string{cfg.Bucket, cfg.KeysBucket} {
+		kv, err := h.js.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvc := st.(*jetstream.KeyValueBucketStatus).Config()
+		kvc.TTL = 3 * time.Second
+		if _, err := h.js.UpdateKeyValue(ctx, kvc); err != nil {
+			t.Fatalf("shorten the TTL of bucket %s: %v", b, err)
+		}
 	}
 	h.cfg.Provision = false
 	h.cfg.AckWait = 3 * time.Second

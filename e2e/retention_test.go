@@ -72,15 +72,17 @@ func (h *harness) retentions() map[string]time.Duration {
 		}
 		out["stream "+name] = s.CachedInfo().Config.MaxAge
 	}
-	kv, err := h.js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		h.t.Fatalf("bucket %s: %v", cfg.Bucket, err)
+	for _, b := range []string{cfg.Bucket, cfg.KeysBucket} {
+		kv, err := h.js.KeyValue(ctx, b)
+		if err != nil {
+			h.t.Fatalf("bucket %s: %v", b, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			h.t.Fatalf("bucket %s status: %v", b, err)
+		}
+		out["KV bucket "+b] = st.TTL()
 	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		h.t.Fatalf("bucket %s status: %v", cfg.Bucket, err)
-	}
-	out["KV bucket "+cfg.Bucket] = st.TTL()
 	obs, err := h.js.ObjectStore(ctx, cfg.ObjectBucket)
 	if err != nil {
 		h.t.Fatalf("object store %s: %v", cfg.ObjectBucket, err)
@@ -145,7 +147,8 @@ func TestRetentionShrinkRefused(t *testing.T) {
 		t.Errorf("error does not match bridge.ErrRetentionShrink: %v", err)
 	}
 	for _, want := range []string{
-		"KV bucket HERMES_IDEMPOTENCY", "HERMES_BRIDGE_IDEMPOTENCY_TTL=1h", "TTL 24h",
+		"KV bucket HERMES_KEYS", "HERMES_BRIDGE_IDEMPOTENCY_TTL=1h", "TTL 24h",
+		"KV bucket HERMES_IDEMPOTENCY", "HERMES_BRIDGE_OUTPUT_MAX_AGE=2h (plus 1h)", "TTL 25h",
 		"stream HERMES_OUTPUT", "HERMES_BRIDGE_OUTPUT_MAX_AGE=2h", "max age 24h",
 		"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true",
 	} {
@@ -166,15 +169,17 @@ func TestRetentionShrinkRefused(t *testing.T) {
 	}
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
-		"KV bucket HERMES_IDEMPOTENCY": time.Hour, "stream HERMES_OUTPUT": 2 * time.Hour,
-		"object store HERMES_OUTPUT_OBJECTS": 2 * time.Hour, "stream HERMES_ACTIONS": 24 * time.Hour,
+		"KV bucket HERMES_KEYS": time.Hour, "KV bucket HERMES_IDEMPOTENCY": 3 * time.Hour,
+		"stream HERMES_OUTPUT": 2 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 2 * time.Hour,
+		"stream HERMES_ACTIONS": 24 * time.Hour,
 	} {
 		if got[r] != want {
 			t.Errorf("%s: retention %s after the allowed start, want %s", r, got[r], want)
 		}
 	}
 	logs := h.retentionLogs()
-	checkRetentionLog(t, logs, "KV bucket HERMES_IDEMPOTENCY", "warn", "24h", "1h")
+	checkRetentionLog(t, logs, "KV bucket HERMES_KEYS", "warn", "24h", "1h")
+	checkRetentionLog(t, logs, "KV bucket HERMES_IDEMPOTENCY", "warn", "25h", "3h")
 	checkRetentionLog(t, logs, "stream HERMES_OUTPUT", "warn", "24h", "2h")
 	checkRetentionLog(t, logs, "object store HERMES_OUTPUT_OBJECTS", "warn", "24h", "2h")
 	if _, ok := logs["stream HERMES_ACTIONS"]; ok {
@@ -208,20 +213,22 @@ func TestRetentionGrowLogged(t *testing.T) {
 	}
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
-		"KV bucket HERMES_IDEMPOTENCY": 24 * time.Hour, "stream HERMES_OUTPUT": 24 * time.Hour,
-		"object store HERMES_OUTPUT_OBJECTS": 24 * time.Hour, "stream HERMES_DLQ": time.Hour,
+		"KV bucket HERMES_KEYS": 24 * time.Hour, "KV bucket HERMES_IDEMPOTENCY": 25 * time.Hour,
+		"stream HERMES_OUTPUT": 24 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 24 * time.Hour,
+		"stream HERMES_DLQ": time.Hour,
 	} {
 		if got[r] != want {
 			t.Errorf("%s: retention %s, want %s", r, got[r], want)
 		}
 	}
 	logs := h.retentionLogs()
-	checkRetentionLog(t, logs, "KV bucket HERMES_IDEMPOTENCY", "info", "1h", "24h")
+	checkRetentionLog(t, logs, "KV bucket HERMES_KEYS", "info", "1h", "24h")
+	checkRetentionLog(t, logs, "KV bucket HERMES_IDEMPOTENCY", "info", "3h", "25h")
 	checkRetentionLog(t, logs, "stream HERMES_OUTPUT", "info", "2h", "24h")
 	checkRetentionLog(t, logs, "object store HERMES_OUTPUT_OBJECTS", "info", "2h", "24h")
 	checkRetentionLog(t, logs, "stream HERMES_DLQ", "warn", "168h", "1h")
-	if len(logs) != 4 {
-		t.Errorf("%d resources logged as changed, want 4: %v", len(logs), logs)
+	if len(logs) != 5 {
+		t.Errorf("%d resources logged as changed, want 5: %v", len(logs), logs)
 	}
 }
 

@@ -1,10 +1,13 @@
-// Package kvstore keeps the bridge's action and idempotency records in a
-// JetStream key-value bucket (default HERMES_IDEMPOTENCY).
+// Package kvstore keeps the bridge's action and idempotency records in JetStream
+// key-value buckets: a [Store] is one bucket. The bridge keeps action records and the
+// park index in one (default HERMES_IDEMPOTENCY), kept longer than the output stream
+// keeps results, and idempotency keys in another (default HERMES_KEYS), kept no longer
+// than the results they replay.
 //
 // # Keys
 //
-// Three kinds of keys share the bucket; the action core (bridge/core) owns their
-// transitions, each one compare-and-set:
+// Three kinds of keys; the action core (bridge/core) owns their transitions, each one
+// compare-and-set:
 //
 //   - [ActionKey] "act.<action_id>": one record per action id, the dedup unit
 //     for redeliveries and re-publishes of the same action, and the claim of
@@ -35,8 +38,9 @@
 //
 // # Expiry
 //
-// All expiry is the bucket TTL (the stream's MaxAge, default 24 h), counted
-// from each revision's write. Per-key TTLs are deliberately not used: an
+// All expiry is the bucket TTL (the stream's MaxAge), counted from each
+// revision's write: the bridge gives records its output stream's max age plus an
+// hour, and keys its idempotency TTL (default 24 h). Per-key TTLs are deliberately not used: an
 // Update writes a revision without a TTL, so a per-key TTL would silently be
 // lost on the first state change.
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -315,3 +316,6 @@ func IdempotencyKey(capabilityID, key string) string {
 	var sum [sha256.Size]byte
 	return "idem." + hex.EncodeToString(h.Sum(sum[:0]))
 }
+
+// IsIdempotencyKey reports whether a record key is one IdempotencyKey returns.
+func IsIdempotencyKey(k string) bool { return strings.HasPrefix(k, "idem.") }

@@ -42,6 +42,8 @@ type Config struct {
 	// max payload when provisioning, or the existing bucket's limit when
 	// binding.
 	MaxValueSize int32
+	// Description is the bucket's description when provisioning.
+	Description string
 }
 
 // Store reads and writes records in one bucket. It is safe for concurrent
@@ -118,7 +120,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		}
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:       cfg.Bucket,
-			Description:  "hermes-bridge action and idempotency records",
+			Description:  cfg.Description,
 			History:      1,
 			TTL:          cfg.TTL,
 			MaxValueSize: maxValue,

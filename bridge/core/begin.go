@@ -24,25 +24,14 @@ func (j *Job) waitLimit() time.Duration { return max(j.remaining(), 0) + 2*j.cfg
 func (j *Job) onBeginCreate(ev Event) {
 	switch ev.Status {
 	case OK:
+		// Created afresh: no record of the action exists, so no result of it is stored
+		// either (records outlive results: see the package doc).
 		j.take(ev.Rev, j.intentRecord(), VerdictFresh)
-		j.store(kFreshLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
+		j.claimedGo()
 	case Exists:
 		j.examine()
 	default:
 		j.infra(ev, "claiming the action")
-	}
-}
-
-// onFreshLog: a record created afresh may be that of an action whose earlier record
-// expired while its result is still kept.
-func (j *Job) onFreshLog(ev Event) {
-	switch {
-	case ev.Status == OK && ev.Log.Terminal():
-		j.doneWith(ev.Log)
-	case ev.Status == OK, ev.Status == NotFound:
-		j.claimedGo()
-	default:
-		j.infra(ev, "reading the action's result")
 	}
 }
 

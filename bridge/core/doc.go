@@ -27,7 +27,10 @@
 // KV reads (Get) may be behind on a cluster; log reads (ReadLog) are answered by the
 // stream's leader and are not. So a job never concludes "no result" or "the key is
 // free" from a Get: it reads the log, and a write (Create, Update, Append) settles who
-// won.
+// won. The driver keeps an action record longer than its result, and a key no longer
+// than its holder's result: so a record created afresh proves that the action has no
+// stored result (no read needed before the call), and a key's holder's result is in the
+// log as long as the key lives.
 //
 // # Record transitions
 //

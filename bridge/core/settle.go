@@ -122,8 +122,14 @@ func (j *Job) onAppendConflict(ev Event) {
 		j.claim(kAppendProve, change{kind: chRenew})
 	case ev.Status == OK:
 		j.appendResult(ev.Log.Seq)
+	case ev.Status == NotFound && j.appendAfter != 0:
+		// The message the append expected is gone: it aged out of the stream (a record
+		// outlives its messages). The log is read from the stream's leader, so the
+		// subject is empty: append after nothing.
+		j.appendResult(0)
 	default:
-		// NotFound: a read that is behind (the append found something there).
+		// NotFound after an append that expected nothing: the stream found a message
+		// its leader no longer has (it aged out meanwhile). Read again after a backoff.
 		j.retrySettle(ev, kAppendReread)
 	}
 }

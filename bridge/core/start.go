@@ -101,7 +101,7 @@ func (j *Job) onAdmitStart(ev Event) {
 // a key whose holder's own message runs it, never a mark with no key.
 func (j *Job) startKey() {
 	if j.act.IdemKey == "" {
-		j.startLog()
+		j.startRecord()
 		return
 	}
 	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: keyRecord(&j.act, j.owner)})
@@ -111,7 +111,7 @@ func (j *Job) onStartKeyCreate(ev Event) {
 	switch ev.Status {
 	case OK:
 		j.hold(ev.Rev, keyRecord(&j.act, j.owner))
-		j.startLog()
+		j.startRecord()
 	case Exists:
 		j.store(kStartKeyGet, Effect{Kind: EffGet, Key: j.act.IdemKey})
 	default:
@@ -127,7 +127,7 @@ func (j *Job) onStartKeyGet(ev Event) {
 	case OK:
 		if e := ev.Entry; e.Record.ActionID == j.act.ID {
 			j.hold(e.Revision, e.Record) // an earlier delivery claimed it and stopped
-			j.startLog()
+			j.startRecord()
 			return
 		}
 		seen := ev.Entry
@@ -137,25 +137,6 @@ func (j *Job) onStartKeyGet(ev Event) {
 	default:
 		j.giveWay()
 		j.infra(ev, "reading the idempotency key")
-	}
-}
-
-// startLog looks for a terminal result of the action before its record is created: a
-// record expires (the bucket TTL) while its result may still be in the output stream.
-func (j *Job) startLog() {
-	j.store(kStartLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
-}
-
-func (j *Job) onStartLog(ev Event) {
-	switch {
-	case ev.Status == OK && ev.Log.Terminal():
-		j.giveWay()
-		j.doneWith(ev.Log)
-	case ev.Status == OK, ev.Status == NotFound:
-		j.startRecord()
-	default:
-		j.giveWay()
-		j.infra(ev, "reading the action's result")
 	}
 }
 

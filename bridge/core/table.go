@@ -13,14 +13,12 @@ const (
 	// The one-write start of an unsafe action with nothing to decide first.
 	kValidateStart  // Validate → invalid: begin (claimed, then settled invalid); valid: Admit without waiting
 	kAdmitStart     // Admit → slot: the key (startKey); busy or paused: begin
-	kStartKeyCreate // Create idem → the record; held: read it
-	kStartKeyGet    // Get idem → this action's: the record; another's: begin with it seen; gone: create again
-	kStartLog       // ReadLog → a terminal result: done; none: Create act dispatched
+	kStartKeyCreate // Create idem → Create act dispatched; held: read it
+	kStartKeyGet    // Get idem → this action's: Create act dispatched; another's: begin with it seen; gone: create again
 	kStartRecord    // Create act dispatched → the call; exists: begin
 
 	// The ordinary path: claim the id, or decide about the record that holds it.
-	kBeginCreate   // Create act claimed → ReadLog (kFreshLog); exists: examine
-	kFreshLog      // ReadLog → a terminal result (the record had expired): done; none: claimed
+	kBeginCreate   // Create act claimed → claimed; exists: examine
 	kExamineGet    // Get act → settled (a cancel came first): settle it; else ReadLog; gone: begin
 	kExamineLog    // ReadLog → terminal: done; parked: ack; released: take it; owned: AwaitMove a lease
 	kExamineReread // timer → Get act again (a read behind one the job made says nothing)
@@ -124,10 +122,8 @@ func rows() [numK]row {
 		kAdmitStart:      {"admit_start", (*Job).onAdmitStart},
 		kStartKeyCreate:  {"start_key_create", (*Job).onStartKeyCreate},
 		kStartKeyGet:     {"start_key_get", (*Job).onStartKeyGet},
-		kStartLog:        {"start_log", (*Job).onStartLog},
 		kStartRecord:     {"start_record", (*Job).onStartRecord},
 		kBeginCreate:     {"begin_create", (*Job).onBeginCreate},
-		kFreshLog:        {"fresh_log", (*Job).onFreshLog},
 		kExamineGet:      {"examine_get", (*Job).onExamineGet},
 		kExamineLog:      {"examine_log", (*Job).onExamineLog},
 		kExamineReread:   {"examine_reread", (*Job).onExamineReread},

@@ -61,7 +61,8 @@ type Config struct {
 	OutputStream  string `env:"HERMES_BRIDGE_OUTPUT_STREAM" envDefault:"HERMES_OUTPUT" desc:"stream capturing <prefix>.out.> (the bridge publishes events, results and batch commits there; the stream stores them as <prefix>.events.<id> and <prefix>.results.<id> and republishes what it stored), with allow_batched"`
 	DLQStream     string `env:"HERMES_BRIDGE_DLQ_STREAM" envDefault:"HERMES_DLQ" desc:"stream capturing <prefix>.dlq"`
 	Consumer      string `env:"HERMES_BRIDGE_CONSUMER" envDefault:"hermes-bridge" desc:"durable pull consumer shared by every replica"`
-	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action and idempotency records"`
+	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action records and the park index, kept HERMES_BRIDGE_OUTPUT_MAX_AGE plus 1h (longer than the results)"`
+	KeysBucket    string `env:"HERMES_BRIDGE_KEYS_BUCKET" envDefault:"HERMES_KEYS" desc:"KV bucket of idempotency keys, kept HERMES_BRIDGE_IDEMPOTENCY_TTL"`
 	ObjectBucket  string `env:"HERMES_BRIDGE_OBJECT_BUCKET" envDefault:"HERMES_OUTPUT_OBJECTS" desc:"object store for outputs and events larger than one message"`
 	Provision     bool   `env:"HERMES_BRIDGE_PROVISION" envDefault:"true" desc:"create or update streams, consumer and bucket at start; false binds only to operator-provisioned ones"`
 	// AllowRetentionShrink is the explicit permission provisioning needs to shorten a
@@ -80,7 +81,7 @@ type Config struct {
 	BreakerMaxCooldown time.Duration `env:"HERMES_BRIDGE_BREAKER_MAX_COOLDOWN" envDefault:"1m" desc:"longest pause of a failing endpoint"`
 	Workers            int           `env:"HERMES_BRIDGE_WORKERS" desc:"actions handled at once by this replica (default: sum of the endpoints' max concurrency)"`
 	MaxAckPending      int           `env:"HERMES_BRIDGE_MAX_ACK_PENDING" desc:"consumer limit of unacknowledged actions over all replicas (default: the larger of 1024 and 8 x (workers + min(workers, 64)), room for 8 replicas)"`
-	IdempotencyTTL     time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long idempotency keys and results are remembered (at least 1m)"`
+	IdempotencyTTL     time.Duration `env:"HERMES_BRIDGE_IDEMPOTENCY_TTL" envDefault:"24h" desc:"how long an idempotency key is remembered after its action's last write (at least 1m)"`
 	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed (at least HERMES_BRIDGE_IDEMPOTENCY_TTL)"`
 	DLQMaxAge          time.Duration `env:"HERMES_BRIDGE_DLQ_MAX_AGE" envDefault:"168h" desc:"how long dead letters are kept (at least 1m)"`
 	ActionsMaxBytes    byteSize      `env:"HERMES_BRIDGE_ACTIONS_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the actions stream, e.g. 10GiB; when full its oldest actions are discarded, handled or not"`
@@ -422,6 +423,7 @@ func (c *Config) validateNames(p *problems, all bool) {
 		names = append(names, []struct{ key, v string }{
 			{"HERMES_BRIDGE_ACTIONS_STREAM", c.ActionsStream}, {"HERMES_BRIDGE_DLQ_STREAM", c.DLQStream},
 			{"HERMES_BRIDGE_CONSUMER", c.Consumer}, {"HERMES_BRIDGE_BUCKET", c.Bucket},
+			{"HERMES_BRIDGE_KEYS_BUCKET", c.KeysBucket},
 		}...)
 	}
 	for _, n := range names {
@@ -528,6 +530,7 @@ func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Co
 		DLQStream:            c.DLQStream,
 		Consumer:             c.Consumer,
 		Bucket:               c.Bucket,
+		KeysBucket:           c.KeysBucket,
 		ObjectBucket:         c.ObjectBucket,
 		OutputMaxAge:         c.OutputMaxAge,
 		DLQMaxAge:            c.DLQMaxAge,

@@ -54,7 +54,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	want := Config{
 		DataDir: "./data/nats", NATSHost: "127.0.0.1", NATSPort: 4222, Prefix: "hermes",
 		ActionsStream: "HERMES_ACTIONS", OutputStream: "HERMES_OUTPUT", DLQStream: "HERMES_DLQ",
-		Consumer: "hermes-bridge", Bucket: "HERMES_IDEMPOTENCY", Provision: true, AckWait: 30 * time.Second,
+		Consumer: "hermes-bridge", Bucket: "HERMES_IDEMPOTENCY", KeysBucket: "HERMES_KEYS", Provision: true, AckWait: 30 * time.Second,
 		MaxDeliver: -1, MaxAttempts: 5, ApprovalTTL: 15 * time.Minute, PreApprovals: true, BreakerThreshold: 5, BreakerCooldown: 2 * time.Second, BreakerMaxCooldown: time.Minute, ObjectBucket: "HERMES_OUTPUT_OBJECTS", IdempotencyTTL: 24 * time.Hour, OutputMaxAge: 24 * time.Hour, DLQMaxAge: 7 * 24 * time.Hour, Storage: "file",
 		Replicas: 1, ShutdownGrace: 30 * time.Second, LogLevel: "info", LogFormat: "json",
 		HermesEndpointID: "primary", HermesMaxConcurrency: 10, HTTPAddr: DefaultHTTPAddr,

@@ -16,63 +16,68 @@ import (
 
 // terminal returns the first terminal result ever stored for id (aged out or not).
 func (w *World) terminal(id string) *logMsg {
+	start := origin
+	if a := w.scen.byID[id]; a != nil {
+		start = w.lifeStart(a)
+	}
 	for _, m := range w.log.all(id) {
-		if m.terminal() {
+		if m.terminal() && !m.at.Before(start) {
 			return m
 		}
 	}
 	return nil
 }
 
-// forgotten reports whether the bridge may have forgotten action a before it was
-// re-published: a message of it exhausted MaxDeliver (or was terminated) before any
-// terminal result was stored, and it was re-published after its records expired.
-// Nothing then remembers that it ran (README: with a finite MaxDeliver an action may end
-// without a result; idempotency lasts as long as its records or its result).
-func (w *World) forgotten(a *action) bool {
-	if w.republished(a) == "" || w.explained(a) == "" {
-		return false
-	}
-	t := w.terminal(a.id)
-	for _, m := range w.js.msgs {
-		if m.act == a && m.dec == nil && m.republish && (t == nil || t.at.After(m.published)) {
-			return true
+// lifeStart is when a's life as the bridge remembers it began: the last moment at which
+// nothing of it was kept (its record had expired, and none of its terminal results was
+// still in the result log) and after which its record was created anew; the origin
+// when it was never forgotten (README: idempotency lasts as long as its record or its
+// result, and the record outlives the result). A message of it after that runs anew.
+func (w *World) lifeStart(a *action) time.Time {
+	key := kvstore.ActionKey(a.id)
+	vs := w.kv.history(key)
+	var terms []*logMsg
+	for _, m := range w.log.all(a.id) {
+		if m.terminal() {
+			terms = append(terms, m)
 		}
 	}
-	return false
+	start := origin
+	for i, v := range vs {
+		if v.deleted {
+			continue
+		}
+		end := v.written.Add(w.kv.ttlOf(key))
+		if i+1 < len(vs) && !vs[i+1].written.After(end) {
+			continue // rewritten before it expired
+		}
+		kept := false
+		for _, t := range terms {
+			kept = kept || (!t.at.After(end) && end.Before(t.at.Add(w.p.logMaxAge)))
+		}
+		if !kept && i+1 < len(vs) && end.After(start) {
+			start = end
+		}
+	}
+	return start
 }
 
-// agedOut reports whether a's first terminal result had aged out of the result log
-// before the next one was appended, for an action re-published after its records
-// expired.
-func (w *World) agedOut(a *action, terms []*logMsg) bool {
-	return w.republished(a) != "" && !terms[0].at.Add(w.p.logMaxAge).After(terms[1].at)
-}
+// forgotten reports whether the bridge forgot action a before a later message of it.
+func (w *World) forgotten(a *action) bool { return w.lifeStart(a).After(origin) }
 
-// execsInLife counts a's executions, or, when the bridge may have forgotten it (see
-// forgotten), those since its re-publish.
-func (w *World) execsInLife(a *action) int {
+// execsInLife counts a's executions since its life began (lifeStart).
+func (w *World) execsInLife(a *action) int { return w.execsBefore(a, time.Time{}) }
+
+// execsBefore counts a's executions since its life began and before end (zero: all).
+func (w *World) execsBefore(a *action, end time.Time) int {
 	since := rel(w.lifeStart(a))
 	n := 0
 	for _, at := range w.herm.execAt[a.id] {
-		if at >= since {
+		if at >= since && (end.IsZero() || at < rel(end)) {
 			n++
 		}
 	}
 	return n
-}
-
-// lifeStart is when a's life as the bridge remembers it began: its re-publish when the
-// bridge may have forgotten it (see forgotten), else the origin.
-func (w *World) lifeStart(a *action) time.Time {
-	if w.forgotten(a) {
-		for _, m := range w.js.msgs {
-			if m.act == a && m.dec == nil && m.republish {
-				return m.published
-			}
-		}
-	}
-	return origin
 }
 
 // explained says why action a may have no result: one of its messages was terminated
@@ -86,11 +91,12 @@ func (w *World) explained(a *action) string {
 	return ""
 }
 
-// firstDecision is the decision of the first version of id's record that carries one.
-func (w *World) firstDecision(a *action) string {
+// firstDecision is the decision of the first version of a's record in its life,
+// written before end, that carries one.
+func (w *World) firstDecision(a *action, end time.Time) string {
 	start := w.lifeStart(a)
 	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
-		if !v.deleted && v.rec.Decision != "" && !v.written.Before(start) {
+		if !v.deleted && v.rec.Decision != "" && !v.written.Before(start) && v.written.Before(end) {
 			return v.rec.Decision
 		}
 	}
@@ -98,8 +104,12 @@ func (w *World) firstDecision(a *action) string {
 }
 
 func (w *World) everRecord(id string, f func(kvstore.Record) bool) bool {
+	start := origin
+	if a := w.scen.byID[id]; a != nil {
+		start = w.lifeStart(a) // in its life as the bridge remembers it
+	}
 	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
-		if !v.deleted && f(v.rec) {
+		if !v.deleted && !v.written.Before(start) && f(v.rec) {
 			return true
 		}
 	}
@@ -190,7 +200,17 @@ func (w *World) check() {
 // that came first or flagged the unsent action kept it from Hermes; a run never
 // outcome_unknown once bound, nor where runs are durably idempotent.
 func (w *World) checkAction(a *action) {
-	msgs := w.log.all(a.id)
+	// Only its life since the bridge last forgot it counts (lifeStart).
+	start := w.lifeStart(a)
+	var msgs []*logMsg
+	for _, m := range w.log.all(a.id) {
+		if !m.at.Before(start) {
+			msgs = append(msgs, m)
+		}
+	}
+	if start.After(origin) {
+		w.stats.Forgotten++
+	}
 	var terms []*logMsg
 	pendings := map[string]bool{}
 	for _, m := range msgs {
@@ -198,7 +218,7 @@ func (w *World) checkAction(a *action) {
 			terms = append(terms, m)
 			continue
 		}
-		if pendings[m.id] && !w.forgotten(a) { // a forgotten action asks again
+		if pendings[m.id] {
 			w.failf("%s: pending result %s stored twice", a.id, m.id)
 		}
 		pendings[m.id] = true
@@ -215,14 +235,9 @@ func (w *World) checkAction(a *action) {
 		}
 		return
 	}
-	if len(terms) > 1 && w.agedOut(a, terms) {
-		// Its result aged out of the output stream, and its records expired, before a
-		// re-publish ran it again: nothing remembered it (README: idempotency lasts as
-		// long as the records and the result).
-		w.stats.Forgotten++
-		return
-	}
-	if len(terms) > 1 {
+	if len(terms) > 1 && terms[1].at.Before(terms[0].at.Add(w.p.logMaxAge)) {
+		// A second one after the first aged out (its record still kept: a delivery then
+		// says what the record knows) is not two at once.
 		w.failf("%s: %d terminal results stored: %s by %s and %s by %s", a.id, len(terms),
 			fmtResult(terms[0].result), terms[0].by, fmtResult(terms[1].result), terms[1].by)
 	}
@@ -233,11 +248,13 @@ func (w *World) checkAction(a *action) {
 	if len(pendings) > 0 {
 		w.stats.Parked++
 	}
-	execs := w.herm.execs[a.id]
 	unsafe := !a.op.Safe
-	if unsafe && execs > 1 && !w.forgotten(a) {
-		w.failf("%s: an unsafe action executed %d times%s", a.id, execs, w.republished(a))
+	if n := w.execsInLife(a); unsafe && n > 1 {
+		w.failf("%s: an unsafe action executed %d times%s", a.id, n, w.republished(a))
 	}
+	// What r says is judged by the executions until it aged out (a delivery after that
+	// knows only the record, and may run an action that never ran).
+	execs := w.execsBefore(a, terms[0].at.Add(w.p.logMaxAge))
 	if uncertain(r) {
 		w.stats.Uncertain++
 	}
@@ -256,9 +273,8 @@ func (w *World) checkAction(a *action) {
 			w.failf("%s: completed but never executed", a.id)
 		}
 	case !uncertain(r):
-		// A forgotten action's result speaks of its life since the re-publish.
-		if n := w.execsInLife(a); unsafe && n != 0 && !w.checkRunTruth(a, r) {
-			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), n, w.republished(a))
+		if unsafe && execs != 0 && !w.checkRunTruth(a, r) {
+			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), execs, w.republished(a))
 		}
 	}
 	if a.invalid != 0 && (execs != 0 || r.Error == nil ||
@@ -266,7 +282,7 @@ func (w *World) checkAction(a *action) {
 		w.failf("%s: an invalid action (%s) executed %d times and settled %s", a.id,
 			[...]string{"", "envelope", "validation"}[a.invalid], execs, fmtResult(r))
 	}
-	w.checkApproval(a, r, w.execsInLife(a))
+	w.checkApproval(a, r, execs, terms[0].at.Add(w.p.logMaxAge))
 	w.checkCancels(a, r, execs)
 	if a.op.Run {
 		if d := details(r); d["reattached"] == true {
@@ -330,8 +346,8 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 // checkApproval: an approval action runs only on its first decision's approval (or its
 // own pre-approval when it never parked); a first decision that is not an approval
 // settles the action (or a cancel flag that came after it does).
-func (w *World) checkApproval(a *action, r *events.Result, execs int) {
-	first := w.firstDecision(a)
+func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.Time) {
+	first := w.firstDecision(a, end)
 	parked := w.everRecord(a.id, func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
 	if a.op.Approval && execs > 0 {
 		switch {
@@ -354,14 +370,17 @@ func (w *World) checkApproval(a *action, r *events.Result, execs int) {
 // checkCancels: a cancel that came before the action (its record's first version is
 // the cancelled result) or flagged it before its dispatch kept it from Hermes.
 func (w *World) checkCancels(a *action, r *events.Result, execs int) {
-	h := w.kv.history(kvstore.ActionKey(a.id))
+	start := w.lifeStart(a) // a life before it is forgotten
+	var h []kvVersion
+	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
+		if !v.written.Before(start) {
+			h = append(h, v)
+		}
+	}
 	if len(h) == 0 {
 		return
 	}
 	if h[0].rec.State == kvstore.StateSettled {
-		if w.forgotten(a) {
-			return // re-published after the cancelled record expired: a new life
-		}
 		if execs != 0 || (r.Status != events.StatusCancelled && !panicked(r)) {
 			w.failf("%s: cancelled before it came, but executed %d times and settled %s%s", a.id, execs, fmtResult(r), w.republished(a))
 		}
@@ -399,7 +418,7 @@ func (w *World) checkLeases() {
 			case prev.deleted, cur.deleted, prev.rec.Owner == "", cur.rec.Owner == "", cur.rec.Owner == prev.rec.Owner,
 				prev.rec.State != kvstore.StateClaimed && prev.rec.State != kvstore.StateDispatched &&
 					prev.rec.State != kvstore.StateSettling,
-				!prev.written.Add(w.kv.ttl).After(cur.written): // expired, then created anew
+				!prev.written.Add(w.kv.ttlOf(k)).After(cur.written): // expired, then created anew
 				continue
 			}
 			if age := cur.written.Sub(prev.written); age < lease {
@@ -444,7 +463,14 @@ func (w *World) checkKeys() {
 				w.failf("%s replays %s, which is not a same-key same-input action", a.id, *r.ReplayOf)
 				continue
 			}
-			ot := w.terminal(o.id)
+			// The holder's result the replay read: stored before it, not yet aged out
+			// (a holder forgotten later may have settled again since).
+			var ot *logMsg
+			for _, m := range w.log.all(o.id) {
+				if m.terminal() && !m.at.After(t.at) && t.at.Before(m.at.Add(w.p.logMaxAge)) {
+					ot = m
+				}
+			}
 			if ot == nil {
 				w.failf("%s replays %s, which has no result", a.id, o.id)
 				continue

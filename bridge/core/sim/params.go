@@ -35,14 +35,21 @@ func coreConfig(maxAttempts int) core.Config {
 		DecisionTries: 30, ParkingWait: 5 * time.Second}
 }
 
+// recordMargin is how much longer than their results the records are kept (the
+// bridge's RecordMargin, scaled down with the simulated TTLs): more than any delay
+// between a record's last write and its result's append here.
+const recordMargin = 10 * time.Minute
+
 // params are the per-seed settings of a world: its topology, its retention and the
 // probability of each fault. Every one is drawn from the seed.
 type params struct {
 	replicas, workers, endpointMax int
 	maxDeliver                     int // 0: unlimited
 	maxAttempts                    int
-	ttl, logMaxAge                 time.Duration
-	durableRuns                    bool
+	// ttl is the keys' TTL, logMaxAge the result log's (at least ttl, as the bridge
+	// requires), recordsTTL the action records' (logMaxAge + recordMargin).
+	ttl, logMaxAge, recordsTTL time.Duration
+	durableRuns                bool
 
 	// Store and log faults, per operation.
 	pSlow, pStale, pLostReply, pFailWrite float64
@@ -70,7 +77,8 @@ func drawParams(s *sched) params {
 		p.maxDeliver = 2 + s.intN(7)
 	}
 	p.ttl = time.Duration(10+s.intN(21)) * time.Minute
-	p.logMaxAge = 2 * p.ttl
+	p.logMaxAge = p.ttl + time.Duration(s.intN(int(p.ttl/time.Minute)+1))*time.Minute
+	p.recordsTTL = p.logMaxAge + recordMargin
 	p.durableRuns = s.chance(0.5)
 	scale := func(on float64, lo, hi float64) float64 {
 		if !s.chance(on) {
@@ -116,6 +124,7 @@ func (p params) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "replicas=%d workers=%d endpoint_max=%d max_deliver=%d max_attempts=%d ttl=%s log_max_age=%s durable_runs=%v\n",
 		p.replicas, p.workers, p.endpointMax, p.maxDeliver, p.maxAttempts, p.ttl, p.logMaxAge, p.durableRuns)
+	fmt.Fprintf(&b, "records_ttl=%s\n", p.recordsTTL)
 	fmt.Fprintf(&b, "store: slow=%.3f stale=%.3f (lag %s) lost_reply=%.3f fail_write=%.3f\n",
 		p.pSlow, p.pStale, p.staleLag, p.pLostReply, p.pFailWrite)
 	fmt.Fprintf(&b, "jobs: hook_crash=%.3f hook_pause=%.3f op_crash=%.3f op_pause=%.3f panic=%.3f stored_pause=%.3f\n",

@@ -173,9 +173,13 @@ func (s *scenario) plan() {
 			s.publish(&message{act: a}, d, "re-published after the duplicate window")
 		}
 		if w.chance(w.p.pRepublish) {
-			// After its records expired (the bucket TTL), before its result ages out of
-			// the output stream (twice the TTL).
-			d := at + w.p.ttl + w.between(5*time.Minute, w.p.ttl-5*time.Minute)
+			// After its key expired, while its record is kept (and maybe its result).
+			d := at + w.p.ttl + w.between(time.Minute, w.p.recordsTTL-w.p.ttl-time.Minute)
+			s.publish(&message{act: a}, d, "re-published after its key expired")
+		}
+		if w.chance(w.p.pRepublish) {
+			// After its records expired (the records TTL), its result aged out before.
+			d := at + w.p.recordsTTL + w.between(time.Minute, 10*time.Minute)
 			w.stats.Republishes++
 			s.publish(&message{act: a, republish: true}, d, "re-published after its records expired")
 		}

@@ -11,12 +11,22 @@ import (
 
 // bucket is the simulated KV bucket of the records: keys with revisions drawn from one
 // counter for the whole bucket (as a JetStream KV's stream sequence), compare-and-set
-// writes, and a TTL counted from each revision's write. It keeps every version ever
-// written, deleted or expired, for stale reads and for the invariants.
+// writes, and a TTL counted from each revision's write: the keys bucket's for
+// idempotency keys, the records bucket's for the rest (the bridge keeps them in two
+// buckets; one counter serves both here). It keeps every version ever written,
+// deleted or expired, for stale reads and for the invariants.
 type bucket struct {
-	ttl  time.Duration
-	rev  uint64
-	keys map[string]*kvKey
+	keysTTL, recordsTTL time.Duration
+	rev                 uint64
+	keys                map[string]*kvKey
+}
+
+// ttlOf is the TTL of key's bucket.
+func (b *bucket) ttlOf(key string) time.Duration {
+	if kvstore.IsIdempotencyKey(key) {
+		return b.keysTTL
+	}
+	return b.recordsTTL
 }
 
 // kvKey is the history of one key.
@@ -32,8 +42,8 @@ type kvVersion struct {
 	written time.Time
 }
 
-func newBucket(ttl time.Duration) *bucket {
-	return &bucket{ttl: ttl, keys: map[string]*kvKey{}}
+func newBucket(keysTTL, recordsTTL time.Duration) *bucket {
+	return &bucket{keysTTL: keysTTL, recordsTTL: recordsTTL, keys: map[string]*kvKey{}}
 }
 
 // live returns the key's current value at now: none when it was never written, was
@@ -44,7 +54,7 @@ func (b *bucket) live(key string, now time.Time) (kvVersion, bool) {
 		return kvVersion{}, false
 	}
 	v := k.versions[len(k.versions)-1]
-	if v.deleted || !now.Before(v.written.Add(b.ttl)) {
+	if v.deleted || !now.Before(v.written.Add(b.ttlOf(key))) {
 		return kvVersion{}, false
 	}
 	return v, true
@@ -62,7 +72,7 @@ func (b *bucket) asOf(key string, t time.Time) (kvVersion, bool) {
 		if v.written.After(t) {
 			continue
 		}
-		if v.deleted || !t.Before(v.written.Add(b.ttl)) {
+		if v.deleted || !t.Before(v.written.Add(b.ttlOf(key))) {
 			return kvVersion{}, false
 		}
 		return v, true
@@ -81,7 +91,7 @@ func (b *bucket) expiredBetween(key string, from, to time.Time) bool {
 		if v.deleted {
 			continue
 		}
-		end := v.written.Add(b.ttl)
+		end := v.written.Add(b.ttlOf(key))
 		if i+1 < len(k.versions) && !k.versions[i+1].written.After(end) {
 			continue // rewritten before it expired
 		}

@@ -92,7 +92,7 @@ func newWorld(seed uint64, opt Options) *World {
 	w.tr = tracer{on: opt.Trace, now: &w.now}
 	w.p = drawParams(&w.sched)
 	w.cfg = coreConfig(w.p.maxAttempts)
-	w.kv = newBucket(w.p.ttl)
+	w.kv = newBucket(w.p.ttl, w.p.recordsTTL)
 	w.log = newResultLog(w.p.logMaxAge, dupWindow, &w.streamq)
 	w.log.noCAS = w.sabotage == "no_cas"
 	w.log.live = w.onStored
