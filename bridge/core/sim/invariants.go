@@ -62,9 +62,6 @@ func (w *World) lifeStart(a *action) time.Time {
 	return start
 }
 
-// forgotten reports whether the bridge forgot action a before a later message of it.
-func (w *World) forgotten(a *action) bool { return w.lifeStart(a).After(origin) }
-
 // execsInLife counts a's executions since its life began (lifeStart).
 func (w *World) execsInLife(a *action) int { return w.execsBefore(a, time.Time{}) }
 

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,7 +98,10 @@ func TestMutants(t *testing.T) {
 	if !*simMutants {
 		t.Skip("plants bugs in the core and runs the simulator on each: run with -sim.mutants (make mutants)")
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range mutants {
 		if *simMutant != "" && m.name != *simMutant {
 			continue
