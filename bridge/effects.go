@@ -37,10 +37,12 @@ func storeStatus(err error) core.Status {
 	return core.Failed
 }
 
-// boundCtx is the context of store or log request e: it ends e.Bound after now.
+// boundCtx is the context of store or log request e: it ends e.Bound after now. A bound
+// of kvstore.OpTimeout or more needs no context of its own: the request is bounded by
+// nats.go's timeout, which is that (a timer less on every request).
 func boundCtx(e *core.Effect) (context.Context, context.CancelFunc) {
-	if e.Bound <= 0 {
-		return context.WithCancel(context.Background())
+	if e.Bound <= 0 || e.Bound >= kvstore.OpTimeout {
+		return context.Background(), func() {}
 	}
 	return context.WithTimeout(context.Background(), e.Bound)
 }
@@ -53,11 +55,11 @@ func (d *driver) storeOp(e *core.Effect) core.Event {
 	var err error
 	switch e.Kind {
 	case core.EffCreate:
-		ev.Rev, err = d.b.recs.Create(ctx, e.Key, d.b.parkable(ctx, d.id, e.Rec))
+		ev.Rev, err = d.b.recs.Create(ctx, e.Key, d.b.parkable(ctx, d.id, *e.Rec))
 	case core.EffGet:
 		ev.Entry, err = d.b.recs.Get(ctx, e.Key)
 	case core.EffUpdate:
-		ev.Rev, err = d.b.recs.Update(ctx, e.Key, d.b.parkable(ctx, d.id, e.Rec), e.Rev)
+		ev.Rev, err = d.b.recs.Update(ctx, e.Key, d.b.parkable(ctx, d.id, *e.Rec), e.Rev)
 	case core.EffDelete:
 		err = d.b.recs.Delete(ctx, e.Key, e.Rev)
 	}

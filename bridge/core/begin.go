@@ -14,7 +14,7 @@ func (j *Job) begin() {
 	if j.waitUntil.IsZero() {
 		j.waitUntil = j.now.Add(j.waitLimit())
 	}
-	j.store(kBeginCreate, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: j.intentRecord()})
+	j.store(kBeginCreate, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(j.intentRecord())})
 }
 
 // waitLimit bounds a wait on another delivery: the action's remaining time plus two
@@ -97,7 +97,7 @@ func (j *Job) onExamineLog(ev Event) {
 	case kvstore.StateReleased:
 		r := e.Record
 		r.State, r.Owner, r.Attempt = kvstore.StateClaimed, j.owner, e.Record.Attempt+1
-		j.store(kTakeReleased, Effect{Kind: EffUpdate, Key: e.Key, Rec: r, Rev: e.Revision})
+		j.store(kTakeReleased, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(r), Rev: e.Revision})
 	default:
 		// Claimed, dispatched or settling by another delivery: wait for it to end, or
 		// for its revision to stand still for a lease.
@@ -160,7 +160,7 @@ func (j *Job) onLeaseLog(ev Event) {
 		e := j.seen
 		r := e.Record
 		r.Owner, r.Attempt = j.owner, e.Record.Attempt+1
-		j.store(kTakeOver, Effect{Kind: EffUpdate, Key: e.Key, Rec: r, Rev: e.Revision})
+		j.store(kTakeOver, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(r), Rev: e.Revision})
 	case j.now.Before(j.waitUntil):
 		j.tries++
 		j.note(NoteStoreFailed, "reading the action's result after the lease")

@@ -115,7 +115,7 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 	if !r.reconcile {
 		switch ev.Status {
 		case OK:
-			j.rev, j.rec = ev.Rev, r.eff.Rec
+			j.rev, j.rec = ev.Rev, *r.eff.Rec
 			j.cont(r.k, Event{Kind: EvStore, Status: OK})
 		case Conflict, Failed:
 			r.reconcile = true
@@ -165,7 +165,7 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 		}
 	}
 	r.reconcile = false
-	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
+	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec, j)), Rev: j.rev}
 	j.send(r)
 }
 
@@ -192,7 +192,7 @@ func (j *Job) onRenewed(ev Event) {
 	j.renewQueued = false
 	if ev.Status == OK && j.keyRev != 0 && !j.keyRenewing {
 		j.keyRenewing = true
-		j.store(kKeyRenewed, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: j.keyRec, Rev: j.keyRev})
+		j.store(kKeyRenewed, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: recordOf(j.keyRec), Rev: j.keyRev})
 	}
 }
 

@@ -251,3 +251,6 @@ func keyRecord(a *Action, owner string) kvstore.Record {
 	return kvstore.Record{State: kvstore.StateClaimed, ActionID: a.ID, CapabilityID: a.CapabilityID,
 		InputSHA256: a.InputSHA256, Owner: owner}
 }
+
+// recordOf returns a pointer to a copy of r, for an Effect.
+func recordOf(r kvstore.Record) *kvstore.Record { return &r }

@@ -65,7 +65,7 @@ func (j *Job) onDecLog(ev Event) {
 		nr := j.choose(r)
 		nr.State, nr.Owner, nr.Attempt = kvstore.StateClaimed, j.owner, 1
 		j.decided = nr
-		j.store(kDecided, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+		j.store(kDecided, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(nr), Rev: e.Revision})
 	case r.Decision != "":
 		// Decided before: carry the first decision on, as a delivery would.
 		j.fromRecord(r)
@@ -144,7 +144,7 @@ func (j *Job) fromRecord(r kvstore.Record) {
 
 // resume reads the action from the record the job claimed (a formerly parked action).
 func (j *Job) resume() {
-	j.async(kResumed, Effect{Kind: EffResume, Rec: j.rec})
+	j.async(kResumed, Effect{Kind: EffResume, Rec: recordOf(j.rec)})
 }
 
 func (j *Job) onResumed(ev Event) {
@@ -242,7 +242,7 @@ func (j *Job) answerRunApproval(e kvstore.Entry) {
 	j.act.CapabilityID = r.CapabilityID
 	nr := r
 	nr.ApprovalAnswered, nr.ApprovalDecision = r.ApprovalSeq, d.MsgID
-	j.store(kRunAnswered, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+	j.store(kRunAnswered, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(nr), Rev: e.Revision})
 }
 
 func (j *Job) onRunAnswered(ev Event) {
@@ -287,7 +287,7 @@ func (j *Job) onCanGet(ev Event) {
 		tomb, _ := json.Marshal(&events.Result{ActionID: j.act.ID, Status: events.StatusCancelled,
 			Output: json.RawMessage("null"), Error: notSentCancel(false, "cancelled before the bridge received the action")})
 		j.store(kCanTomb, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID),
-			Rec: kvstore.Record{State: kvstore.StateSettled, ActionID: j.act.ID, Result: tomb}})
+			Rec: recordOf(kvstore.Record{State: kvstore.StateSettled, ActionID: j.act.ID, Result: tomb})})
 	case ev.Status == NotFound:
 		j.reply(events.CancelUnknown)
 	case ev.Status != OK:
@@ -327,13 +327,13 @@ func (j *Job) onCanLog(ev Event) {
 		nr := r
 		nr.State, nr.Owner, nr.Decision, nr.Attempt = kvstore.StateClaimed, j.owner, kvstore.DecisionCancel, 1
 		j.decided = nr
-		j.store(kCanPark, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+		j.store(kCanPark, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(nr), Rev: e.Revision})
 	case r.Cancel:
 		j.reply(events.CancelCancelled)
 	default:
 		nr := r
 		nr.Cancel = true
-		j.store(kCanFlag, Effect{Kind: EffUpdate, Key: e.Key, Rec: nr, Rev: e.Revision})
+		j.store(kCanFlag, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(nr), Rev: e.Revision})
 	}
 }
 

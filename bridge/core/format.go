@@ -42,11 +42,11 @@ func (f Form) Effect(e Effect) string {
 	}
 	switch e.Kind {
 	case EffCreate:
-		return fmt.Sprintf("create%s %s %s", op, f.short(e.Key), f.Record(e.Rec))
+		return fmt.Sprintf("create%s %s %s", op, f.short(e.Key), f.Record(*e.Rec))
 	case EffGet:
 		return fmt.Sprintf("get%s %s", op, f.short(e.Key))
 	case EffUpdate:
-		return fmt.Sprintf("update%s %s@%d %s", op, f.short(e.Key), e.Rev, f.Record(e.Rec))
+		return fmt.Sprintf("update%s %s@%d %s", op, f.short(e.Key), e.Rev, f.Record(*e.Rec))
 	case EffDelete:
 		return fmt.Sprintf("delete%s %s@%d", op, f.short(e.Key), e.Rev)
 	case EffReadLog:

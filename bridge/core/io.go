@@ -195,7 +195,7 @@ type Effect struct {
 	Op   uint64
 
 	Key      string
-	Rec      kvstore.Record
+	Rec      *kvstore.Record // EffCreate, EffUpdate, EffResume (a pointer: an Effect is copied often)
 	Rev      uint64
 	ActionID string
 

@@ -101,6 +101,11 @@ type Job struct {
 	attempt                int
 
 	out []Effect
+
+	// The first effects of a step and operations of the queue live here: one allocation
+	// of the Job instead of slices that grow, for every job.
+	outBuf   [8]Effect
+	queueBuf [2]storeReq
 }
 
 // abortCause is why the main flow's operation was aborted.
@@ -115,7 +120,9 @@ const (
 
 // NewJob returns a job with cfg; Step it with EvDeliver first.
 func NewJob(cfg Config) *Job {
-	return &Job{cfg: cfg}
+	j := &Job{cfg: cfg}
+	j.out, j.queue = j.outBuf[:0], j.queueBuf[:0]
+	return j
 }
 
 // Done reports whether the job finished (it emitted EffFinish).
@@ -240,13 +247,15 @@ func (j *Job) store(k K, e Effect) {
 func (j *Job) pump() {
 	for !j.busy && len(j.queue) > 0 && !j.done {
 		r := j.queue[0]
-		j.queue = j.queue[1:]
+		n := copy(j.queue, j.queue[1:]) // in place: the queue keeps its buffer
+		j.queue[n] = storeReq{}
+		j.queue = j.queue[:n]
 		if r.ch != nil {
 			if j.lost || !j.claimed {
 				j.cont(r.k, Event{Kind: EvStore, Status: Lost})
 				continue
 			}
-			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: r.ch.apply(j.rec, j), Rev: j.rev}
+			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec, j)), Rev: j.rev}
 		}
 		j.send(r)
 	}

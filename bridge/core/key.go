@@ -18,7 +18,7 @@ func (j *Job) claimKey() {
 		j.examineKey(e)
 		return
 	}
-	j.store(kKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: keyRecord(&j.act, j.owner)})
+	j.store(kKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(keyRecord(&j.act, j.owner))})
 }
 
 func (j *Job) onKeyCreate(ev Event) {

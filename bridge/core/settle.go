@@ -258,7 +258,7 @@ func (j *Job) onParkProved(ev Event) {
 	case OK:
 		idx := kvstore.Record{State: kvstore.StateParked, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
 			InputSHA256: j.act.InputSHA256, ExpiresAt: j.parkUntil.UTC()}
-		j.store(kParkIndex, Effect{Kind: EffCreate, Key: kvstore.ParkKey(j.act.ID), Rec: idx})
+		j.store(kParkIndex, Effect{Kind: EffCreate, Key: kvstore.ParkKey(j.act.ID), Rec: recordOf(idx)})
 	default:
 		j.parkFailed(ev, "proving the claim before parking")
 	}

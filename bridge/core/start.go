@@ -104,7 +104,7 @@ func (j *Job) startKey() {
 		j.startRecord()
 		return
 	}
-	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: keyRecord(&j.act, j.owner)})
+	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(keyRecord(&j.act, j.owner))})
 }
 
 func (j *Job) onStartKeyCreate(ev Event) {
@@ -151,7 +151,7 @@ func (j *Job) startRecord() {
 	}
 	r := j.intentRecord()
 	r.State = kvstore.StateDispatched
-	j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: r})
+	j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r)})
 }
 
 // onStartRecord: the Create of the record already dispatched is the claim and the

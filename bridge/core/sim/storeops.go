@@ -98,9 +98,9 @@ func (w *World) applyKV(j *job, e core.Effect) core.Event {
 	}
 	switch e.Kind {
 	case core.EffCreate:
-		ev.Status, ev.Rev = w.kv.create(e.Key, e.Rec, w.now)
+		ev.Status, ev.Rev = w.kv.create(e.Key, *e.Rec, w.now)
 	case core.EffUpdate:
-		ev.Status, ev.Rev = w.kv.update(e.Key, e.Rec, e.Rev, w.now)
+		ev.Status, ev.Rev = w.kv.update(e.Key, *e.Rec, e.Rev, w.now)
 	case core.EffDelete:
 		ev.Status = w.kv.del(e.Key, e.Rev, w.now)
 	}
