@@ -52,13 +52,28 @@ func (j *Job) onExamineGet(ev Event) {
 		}
 		j.seen = ev.Entry
 		if ev.Entry.Record.State == kvstore.StateSettled {
-			j.settleStored(ev.Entry.Record)
+			// A tombstone: rewrite it before its result is appended, so that the
+			// record outlives the result (records outlive results).
+			j.store(kTombKept, Effect{Kind: EffUpdate, Key: ev.Entry.Key, Rec: recordOf(ev.Entry.Record), Rev: ev.Entry.Revision})
 			return
 		}
 		// The result log is the terminal register: look there before anything else.
 		j.store(kExamineLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
 	default:
 		j.infra(ev, "reading the action record")
+	}
+}
+
+func (j *Job) onTombKept(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.settleStored(j.seen.Record)
+	case Conflict:
+		j.rereadBehind() // rewritten since, or expired and created anew: read it again
+	case NotFound:
+		j.begin() // expired: the action is forgotten, Create decides
+	default:
+		j.infra(ev, "keeping the cancelled action's record")
 	}
 }
 

@@ -19,9 +19,10 @@ const (
 
 	// The ordinary path: claim the id, or decide about the record that holds it.
 	kBeginCreate   // Create act claimed → claimed; exists: examine
-	kExamineGet    // Get act → settled (a cancel came first): settle it; else ReadLog; gone: begin
+	kExamineGet    // Get act → settled (a cancel came first): keep it (kTombKept); else ReadLog; gone: begin
 	kExamineLog    // ReadLog → terminal: done; parked: ack; released: take it; owned: AwaitMove a lease
 	kExamineReread // timer → Get act again (a read behind one the job made says nothing)
+	kTombKept      // Update act settled (its tombstone, rewritten) → settle its result; conflict: reread; gone: begin
 	kTakeReleased  // Update act claimed → claimed; conflict: examine
 	kOwnerWait     // AwaitMove → moved: examine; terminal: done; a lease stood still: ReadLog (kLeaseLog)
 	kLeaseLog      // ReadLog → terminal: done; none: take over; failed: retry (the wait is kept)
@@ -127,6 +128,7 @@ func rows() [numK]row {
 		kExamineGet:      {"examine_get", (*Job).onExamineGet},
 		kExamineLog:      {"examine_log", (*Job).onExamineLog},
 		kExamineReread:   {"examine_reread", (*Job).onExamineReread},
+		kTombKept:        {"tomb_kept", (*Job).onTombKept},
 		kTakeReleased:    {"take_released", (*Job).onTakeReleased},
 		kOwnerWait:       {"owner_wait", (*Job).onOwnerWait},
 		kLeaseLog:        {"lease_log", (*Job).onLeaseLog},

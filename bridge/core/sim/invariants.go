@@ -101,12 +101,17 @@ func (w *World) firstDecision(a *action, end time.Time) string {
 }
 
 func (w *World) everRecord(id string, f func(kvstore.Record) bool) bool {
+	return w.everRecordBefore(id, time.Time{}, f)
+}
+
+// everRecordBefore is everRecord for the versions written before end (zero: all).
+func (w *World) everRecordBefore(id string, end time.Time, f func(kvstore.Record) bool) bool {
 	start := origin
 	if a := w.scen.byID[id]; a != nil {
 		start = w.lifeStart(a) // in its life as the bridge remembers it
 	}
 	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
-		if !v.deleted && !v.written.Before(start) && f(v.rec) {
+		if !v.deleted && !v.written.Before(start) && (end.IsZero() || v.written.Before(end)) && f(v.rec) {
 			return true
 		}
 	}
@@ -290,7 +295,10 @@ func (w *World) checkAction(a *action) {
 			if w.p.durableRuns {
 				w.failf("%s: a run settled outcome_unknown (%v) although runs are durably idempotent", a.id, details(r)["reason"])
 			}
-			if w.everRecord(a.id, func(r kvstore.Record) bool { return r.RunID != "" }) {
+			// Bound before the result was stored, by this action (a replay reports the
+			// run of the action it replays; a later life may bind a run of its own).
+			bound := func(rec kvstore.Record) bool { return rec.RunID != "" }
+			if r.ReplayOf == nil && w.everRecordBefore(a.id, terms[0].at, bound) {
 				w.failf("%s: a run settled outcome_unknown (%v) although a delivery had bound its run id", a.id, details(r)["reason"])
 			}
 		}

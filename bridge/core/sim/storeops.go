@@ -80,6 +80,11 @@ func (w *World) applyKV(j *job, e core.Effect) core.Event {
 				v, ok = old[w.intN(len(old))], true
 			}
 		}
+		if ok && !w.now.Before(v.written.Add(w.kv.ttlOf(e.Key))) {
+			// Each replica ages messages out by its own clock: one that is behind
+			// lacks newer writes, but keeps nothing past its TTL.
+			ok = false
+		}
 		if stale {
 			w.tr.printf("kv", "get %s for %s is behind: %v rev %d", short(e.Key), j.owner, ok, v.rev)
 		}
