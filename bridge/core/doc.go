@@ -27,10 +27,11 @@
 // KV reads (Get) may be behind on a cluster; log reads (ReadLog) are answered by the
 // stream's leader and are not. So a job never concludes "no result" or "the key is
 // free" from a Get: it reads the log, and a write (Create, Update, Append) settles who
-// won. The driver keeps an action record longer than its result, and a key no longer
-// than its holder's result: so a record created afresh proves that the action has no
-// stored result (no read needed before the call), and a key's holder's result is in the
-// log as long as the key lives.
+// won. The driver keeps an action record longer than its result (every result is
+// appended after a write of its record, and the record's TTL is the log's plus a
+// margin), and a key no longer than its holder's result: so a record created afresh
+// proves that the action has no stored result (no read needed before the call), and a
+// key's holder's result is in the log as long as the key lives.
 //
 // # Record transitions
 //
@@ -56,6 +57,8 @@
 //	any not parked  + cancel            a cancel with no reachable owner          Update act
 //	parked          claimed + cancel    a cancel of a parked action               Update act
 //	(none)          settled (cancelled) a cancel before its action arrives        Create act
+//	settled         settled             a delivery about to append the tombstone's Update act
+//	                                    result (so the record outlives it)
 //	(none)          key held            claiming the idempotency key              Create idem
 //	key held        (none)              the holder's result frees it (FreesKey)   Delete idem
 //	any             terminal result     settling                                  Append log
