@@ -84,7 +84,9 @@
 //   - At most once per scoped idempotency key: the key is claimed with a Create; its
 //     holder's terminal result decides for every later action (replay, or conflict);
 //     it is freed only by a result that is retryable and certain (nothing reached
-//     Hermes), with a compare-and-set Delete.
+//     Hermes), with a compare-and-set Delete. A key held by another action decides
+//     nothing for an action already dispatched (its key expired while it had no
+//     result): that one carries on without it.
 //   - Exactly one terminal result per identified action: the result is an Append on the
 //     action's last sequence, so one wins; a job ends without one only by handing the
 //     action on (a nak: the message is delivered again; its claim taken over by a

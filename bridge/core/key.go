@@ -51,6 +51,13 @@ func (j *Job) examineKey(e kvstore.Entry) {
 		j.admit()
 		return
 	}
+	if j.claimed && j.rec.State == kvstore.StateDispatched {
+		// This action was dispatched (its call may have run) and its key expired while
+		// it had no result: another action holds it now, and its result says nothing
+		// of this one (no replay, no conflict). Carry on without the key.
+		j.admit()
+		return
+	}
 	j.store(kKeyHolderLog, Effect{Kind: EffReadLog, ActionID: e.Record.ActionID})
 }
 

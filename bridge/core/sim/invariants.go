@@ -173,6 +173,7 @@ func (w *World) check() {
 	w.checkKeys()
 	w.checkStored()
 	w.checkLeases()
+	w.checkRecordsOutlive()
 	for _, j := range w.jobs {
 		if j.alive() {
 			w.failf("job %s never finished (awaits %s)", j.owner, j.c.Awaiting())
@@ -531,6 +532,32 @@ func (w *World) checkLive() {
 		a := w.scen.byID[v.rec.ActionID]
 		if w.terminal(v.rec.ActionID) == nil && (a == nil || w.explained(a) == "") {
 			w.failf("key record %s names %s, which has no result", short(k), v.rec.ActionID)
+		}
+	}
+}
+
+// checkRecordsOutlive: while a terminal result of an action is kept in the result log,
+// the action's record lives (records outlive results: a record created afresh proves
+// that no result is stored, so the bridge may send the call without reading the log).
+func (w *World) checkRecordsOutlive() {
+	ids := make([]string, 0, len(w.log.subjects))
+	for id := range w.log.subjects {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		for _, m := range w.log.all(id) {
+			if !m.terminal() {
+				continue
+			}
+			end := m.at.Add(w.p.logMaxAge)
+			if w.now.Before(end) {
+				end = w.now
+			}
+			if gap, ok := w.kv.gapIn(kvstore.ActionKey(id), m.at, end); ok {
+				w.failf("%s: its record was gone at %s while its result (appended at %s by %s) was kept",
+					id, rel(gap), rel(m.at), m.by)
+			}
 		}
 	}
 }

@@ -80,6 +80,20 @@ var mutants = []mutant{
 		seeds: 100000,
 	},
 	{
+		class: "retention", name: "tombstone_not_kept", file: "begin.go",
+		old:   "j.store(kTombKept, Effect{Kind: EffUpdate, Key: ev.Entry.Key, Rec: recordOf(ev.Entry.Record), Rev: ev.Entry.Revision})",
+		new:   "j.settleStored(ev.Entry.Record)",
+		why:   "a tombstone's result is appended without rewriting it: the result outlives the record (tombstone_kept)",
+		seeds: 50000,
+	},
+	{
+		class: "key", name: "dispatched_replays_new_holder", file: "key.go",
+		old:   "if j.claimed && j.rec.State == kvstore.StateDispatched {",
+		new:   "if false {",
+		why:   "a dispatched action whose key expired replays the key's new holder (dispatched_key_lost)",
+		seeds: 100000,
+	},
+	{
 		class: "lease", name: "takeover_without_lease", file: "begin.go",
 		old: "until := j.now.Add(j.cfg.Lease)",
 		new: "until := j.now",

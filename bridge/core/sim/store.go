@@ -102,6 +102,31 @@ func (b *bucket) expiredBetween(key string, from, to time.Time) bool {
 	return false
 }
 
+// gapIn returns the first moment in [from, to) at which key had no live value, if any.
+func (b *bucket) gapIn(key string, from, to time.Time) (time.Time, bool) {
+	var vs []kvVersion
+	if k := b.keys[key]; k != nil {
+		vs = k.versions
+	}
+	for t := from; t.Before(to); {
+		cur := -1
+		for i, v := range vs {
+			if !v.written.After(t) {
+				cur = i
+			}
+		}
+		if cur < 0 || vs[cur].deleted || !t.Before(vs[cur].written.Add(b.ttlOf(key))) {
+			return t, true
+		}
+		next := vs[cur].written.Add(b.ttlOf(key))
+		if cur+1 < len(vs) && vs[cur+1].written.Before(next) {
+			next = vs[cur+1].written
+		}
+		t = next
+	}
+	return time.Time{}, false
+}
+
 // older returns the values of key written before its current one, oldest first.
 func (b *bucket) older(key string, now time.Time) []kvVersion {
 	k := b.keys[key]
