@@ -1,0 +1,165 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
+)
+
+// What the invariants read of an action's life: its results, executions, records and
+// decisions, since the bridge last forgot it.
+
+// terminal returns the first terminal result ever stored for id (aged out or not).
+func (w *World) terminal(id string) *logMsg {
+	start := origin
+	if a := w.scen.byID[id]; a != nil {
+		start = w.lifeStart(a)
+	}
+	for _, m := range w.log.all(id) {
+		if m.terminal() && !m.at.Before(start) {
+			return m
+		}
+	}
+	return nil
+}
+
+// lifeStart is when a's life as the bridge remembers it began: the last moment at which
+// nothing of it was kept (its record had expired, and none of its terminal results was
+// still in the result log) and after which its record was created anew; the origin
+// when it was never forgotten (README: idempotency lasts as long as its record or its
+// result, and the record outlives the result). A message of it after that runs anew.
+func (w *World) lifeStart(a *action) time.Time {
+	key := kvstore.ActionKey(a.id)
+	vs := w.kv.history(key)
+	var terms []*logMsg
+	for _, m := range w.log.all(a.id) {
+		if m.terminal() {
+			terms = append(terms, m)
+		}
+	}
+	start := origin
+	for i, v := range vs {
+		if v.deleted {
+			continue
+		}
+		end := v.written.Add(w.kv.ttlOf(key))
+		if i+1 < len(vs) && !vs[i+1].written.After(end) {
+			continue // rewritten before it expired
+		}
+		kept := false
+		for _, t := range terms {
+			kept = kept || (!t.at.After(end) && end.Before(t.at.Add(w.p.logMaxAge)))
+		}
+		if !kept && i+1 < len(vs) && end.After(start) {
+			start = end
+		}
+	}
+	return start
+}
+
+// execsInLife counts a's executions since its life began (lifeStart).
+func (w *World) execsInLife(a *action) int { return w.execsBefore(a, time.Time{}) }
+
+// execsBefore counts a's executions since its life began and before end (zero: all).
+func (w *World) execsBefore(a *action, end time.Time) int {
+	since := rel(w.lifeStart(a))
+	n := 0
+	for _, at := range w.herm.execAt[a.id] {
+		if at >= since && (end.IsZero() || at < rel(end)) {
+			n++
+		}
+	}
+	return n
+}
+
+// explained says why action a may have no result: one of its messages was terminated
+// by the core or exhausted MaxDeliver; "" when nothing explains it.
+func (w *World) explained(a *action) string {
+	for _, m := range w.js.msgs {
+		if m.act == a && m.done && (m.end == "exhausted" || strings.HasPrefix(m.end, "term")) {
+			return fmt.Sprintf("%s %s", m, m.end)
+		}
+	}
+	return ""
+}
+
+// firstDecision is the decision of the first version of a's record in its life,
+// written before end, that carries one.
+func (w *World) firstDecision(a *action, end time.Time) string {
+	start := w.lifeStart(a)
+	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
+		if !v.deleted && v.rec.Decision != "" && !v.written.Before(start) && v.written.Before(end) {
+			return v.rec.Decision
+		}
+	}
+	return ""
+}
+
+func (w *World) everRecord(id string, f func(kvstore.Record) bool) bool {
+	return w.everRecordBefore(id, time.Time{}, f)
+}
+
+// everRecordBefore is everRecord for the versions written before end (zero: all).
+func (w *World) everRecordBefore(id string, end time.Time, f func(kvstore.Record) bool) bool {
+	start := origin
+	if a := w.scen.byID[id]; a != nil {
+		start = w.lifeStart(a) // in its life as the bridge remembers it
+	}
+	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
+		if !v.deleted && !v.written.Before(start) && (end.IsZero() || v.written.Before(end)) && f(v.rec) {
+			return true
+		}
+	}
+	return false
+}
+
+// decisionCode is the error code a first decision other than approve settles with.
+func decisionCode(d string) string {
+	switch d {
+	case kvstore.DecisionDeny:
+		return "approval_denied"
+	case kvstore.DecisionExpired:
+		return "approval_expired"
+	case kvstore.DecisionMismatch:
+		return "approval_mismatch"
+	case kvstore.DecisionCancel:
+		return "cancelled"
+	}
+	return ""
+}
+
+func uncertain(r *events.Result) bool { return r.Error != nil && r.Error.UncertainOutcome }
+
+// panicked reports whether r is the result of a job that panicked.
+func panicked(r *events.Result) bool { return r.Error != nil && details(r)["reason"] == "panic" }
+
+// cancelled reports whether a cancel request was sent for a.
+func (w *World) cancelled(a *action) bool {
+	for _, c := range w.scen.cancels {
+		if c.id == a.id {
+			return true
+		}
+	}
+	return false
+}
+
+// republished says, for a failure about a's executions, when they happened relative to
+// its re-publish after its records expired.
+func (w *World) republished(a *action) string {
+	for _, m := range w.js.msgs {
+		if m.act == a && m.dec == nil && m.republish {
+			return fmt.Sprintf(" (executions at %v, re-published after its records expired at %s)",
+				w.herm.execAt[a.id], rel(m.published))
+		}
+	}
+	return ""
+}
+
+func errJSON(e *events.ErrorInfo) string {
+	b, _ := json.Marshal(e)
+	return string(b)
+}
