@@ -226,10 +226,24 @@ func r22HandBack(t *testing.T) {
 	h.stopBridge(0) // the owner hands the run back
 	r22Approve(t, h, id, sha)
 
+	r22CompletedOnce(t, h, id, key, "hand-back")
+	if n := h.fake.ToolRuns("terminal"); n != 1 {
+		t.Errorf("the approved tool ran %d times, want 1", n)
+	}
+	h.waitIdle(10 * time.Second)
+	if n := h.results(id); n != 2 {
+		t.Errorf("%d result messages, want the pending one and one terminal", n)
+	}
+}
+
+// r22CompletedOnce requires the approved run's action to settle completed with the
+// run's output within 20s, after one run at Hermes (after: what ended its owner).
+func r22CompletedOnce(t *testing.T, h *harness, id, key, after string) {
+	t.Helper()
 	res, err := h.terminalWithin(id, 20*time.Second)
 	if err != nil {
-		t.Fatalf("no terminal result within 20s of the owner's hand-back and the approval (%v): %s; Hermes started %d run(s) for the key, the tool ran %d time(s)",
-			err, r22Diag(h, id), h.fake.RunsStartedFor(key), h.fake.ToolRuns("terminal"))
+		t.Fatalf("no terminal result within 20s of the owner's %s and the approval (%v): %s; Hermes started %d run(s) for the key, the tool ran %d time(s)",
+			after, err, r22Diag(h, id), h.fake.RunsStartedFor(key), h.fake.ToolRuns("terminal"))
 	}
 	requireCompleted(t, res)
 	if out := output(t, res); jstr(out, "status") != "completed" || jstr(out, "output") != "cleaned clean "+key {
@@ -237,13 +251,6 @@ func r22HandBack(t *testing.T) {
 	}
 	if n := h.fake.RunsStartedFor(key); n != 1 {
 		t.Errorf("Hermes started %d runs for the action, want 1", n)
-	}
-	if n := h.fake.ToolRuns("terminal"); n != 1 {
-		t.Errorf("the approved tool ran %d times, want 1", n)
-	}
-	h.waitIdle(10 * time.Second)
-	if n := h.results(id); n != 2 {
-		t.Errorf("%d result messages, want the pending one and one terminal", n)
 	}
 }
 
@@ -262,18 +269,7 @@ func r22Killed(t *testing.T) {
 	h.startProc(fastRecovery())
 	r22Approve(t, h, id, sha)
 
-	res, err := h.terminalWithin(id, 20*time.Second)
-	if err != nil {
-		t.Fatalf("no terminal result within 20s of the owner's kill and the approval (%v): %s; Hermes started %d run(s) for the key, the tool ran %d time(s)",
-			err, r22Diag(h, id), h.fake.RunsStartedFor(key), h.fake.ToolRuns("terminal"))
-	}
-	requireCompleted(t, res)
-	if out := output(t, res); jstr(out, "status") != "completed" || jstr(out, "output") != "cleaned clean "+key {
-		t.Errorf("result output %s, want the run's completed output", res.Output)
-	}
-	if n := h.fake.RunsStartedFor(key); n != 1 {
-		t.Errorf("Hermes started %d runs for the action, want 1", n)
-	}
+	r22CompletedOnce(t, h, id, key, "kill")
 	h.waitIdle(20 * time.Second)
 	if n := h.results(id); n != 2 {
 		t.Errorf("%d result messages, want the pending one and one terminal", n)
