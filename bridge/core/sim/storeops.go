@@ -55,6 +55,24 @@ func (w *World) staleAt() (time.Time, bool) {
 	return time.Time{}, true
 }
 
+// behindPick picks the version a read that is behind returns, among the older ones: in
+// half the reads one whose state differs from the current version's (a replica behind
+// by a transition or more, the read that misleads), else any.
+func (w *World) behindPick(key string, old []kvVersion) kvVersion {
+	if cur, ok := w.kv.live(key, w.now); ok && w.chance(0.5) {
+		var other []kvVersion
+		for _, v := range old {
+			if v.rec.State != cur.rec.State {
+				other = append(other, v)
+			}
+		}
+		if len(other) > 0 {
+			return other[w.intN(len(other))]
+		}
+	}
+	return old[w.intN(len(old))]
+}
+
 // kvOp carries out a Create, Get, Update or Delete of j.
 func (w *World) kvOp(j *job, e core.Effect) {
 	j.addOp(e)
@@ -77,7 +95,7 @@ func (w *World) applyKV(j *job, e core.Effect) core.Event {
 			v, ok = w.kv.asOf(e.Key, at)
 		default:
 			if old := w.kv.older(e.Key, w.now); len(old) > 0 && w.chance(0.6) {
-				v, ok = old[w.intN(len(old))], true
+				v, ok = w.behindPick(e.Key, old), true
 			}
 		}
 		if ok && !w.now.Before(v.written.Add(w.kv.ttlOf(e.Key))) {
