@@ -104,7 +104,14 @@ func (d *driver) deliver(ev core.Event, home bool) {
 	qp := eventBufs.Get().(*[]core.Event)
 	q := append((*qp)[:0], ev)
 	for i := 0; i < len(q); i++ {
-		q = d.stepSafely(q[i], home, q)
+		var panicked bool
+		if q, panicked = d.stepSafely(q[i], home, q); panicked {
+			// What was left to step is dropped: the job is stepped with EvPanic next.
+			q = q[:i+1]
+			if d.panicked(home) {
+				q = append(q, core.Event{Kind: core.EvPanic})
+			}
+		}
 	}
 	clear(q)
 	*qp = q[:0]
@@ -120,11 +127,14 @@ var (
 	effectBufs = sync.Pool{New: func() any { b := make([]core.Effect, 0, 8); return &b }}
 )
 
-// stepSafely steps ev, carries its effects out and appends the answers to q.
-func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []core.Event) {
+// stepSafely steps ev, carries its effects out and appends the answers to q; it
+// reports a panic in the step or an effect instead of propagating it.
+func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []core.Event, panicked bool) {
 	defer func() {
 		if p := recover(); p != nil {
-			out = d.panicked(home, q)
+			d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
+				Msg("handling the action panicked; it settles failed")
+			out, panicked = q, true
 		}
 	}()
 	bp := effectBufs.Get().(*[]core.Effect)
@@ -137,15 +147,13 @@ func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []cor
 	clear(effs)
 	*bp = effs[:0]
 	effectBufs.Put(bp) // not reached after a panic: that buffer is dropped
-	return q
+	return q, false
 }
 
-// panicked handles a recovered panic: the stack is logged (never the panic value, which
-// may hold content) and the job is stepped with EvPanic, once; a job that panics again
-// is finished with its message terminated.
-func (d *driver) panicked(home bool, q []core.Event) []core.Event {
-	d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
-		Msg("handling the action panicked; it settles failed")
+// panicked counts a recovered panic (its stack is logged, never the panic value, which
+// may hold content) and reports whether the job is to be stepped with EvPanic: the
+// first times yes; a job that keeps panicking is finished with its message terminated.
+func (d *driver) panicked(home bool) bool {
 	d.mu.Lock()
 	d.panics++
 	n := d.panics
@@ -153,9 +161,9 @@ func (d *driver) panicked(home bool, q []core.Event) []core.Event {
 	if n > 2 {
 		d.b.log.Error().Str("action_id", d.id).Msg("settling a panicked action panicked too")
 		d.exec(&core.Effect{Kind: core.EffFinish, Ack: core.TermIt, Reason: "panic"}, home)
-		return nil
+		return false
 	}
-	return append(q[:0], core.Event{Kind: core.EvPanic})
+	return true
 }
 
 // step steps the job with ev (at the driver's time) and appends its effects to out. It

@@ -24,15 +24,20 @@ func TestDurableWritesPerAction(t *testing.T) {
 		c.Endpoints[0].MaxConcurrency = 1 // the queued case waits for the endpoint
 		c.Workers = 4                     // (with a worker of its own)
 	}))
-	kvSeq := func() uint64 {
+	// kvSeqs are the last sequences of the two buckets' streams (records, keys).
+	kvSeqs := func() [2]uint64 {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		info, err := bucketStream(t, h).Info(ctx)
-		if err != nil {
-			t.Fatal(err)
+		var seqs [2]uint64
+		for i, s := range bucketStreams(t, h) {
+			info, err := s.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs[i] = info.State.LastSeq
 		}
-		return info.State.LastSeq
+		return seqs
 	}
 	steps := []struct {
 		name   string
@@ -62,7 +67,7 @@ func TestDurableWritesPerAction(t *testing.T) {
 		}},
 	}
 	for _, st := range steps {
-		before := kvSeq()
+		before := kvSeqs()
 		ids := st.run()
 		for _, id := range ids {
 			res, _ := h.follow(id)
@@ -72,41 +77,49 @@ func TestDurableWritesPerAction(t *testing.T) {
 			}
 		}
 		h.waitIdle(20 * time.Second)
-		if got := kvSeq() - before; got != st.writes {
-			t.Errorf("%s: %d record writes, want %d: %v", st.name, got, st.writes, kvSubjects(t, h, before+1, before+got))
+		after := kvSeqs()
+		if got := after[0] - before[0] + after[1] - before[1]; got != st.writes {
+			t.Errorf("%s: %d record writes, want %d: %v", st.name, got, st.writes, kvSubjects(t, h, before, after))
 		} else {
 			t.Logf("%s: %d record writes and %s", st.name, got, fmt.Sprintf("%d result message(s)", len(ids)))
 		}
 	}
 }
 
-// kvSubjects lists the subjects of the bucket stream's messages from sequence first to
-// last, each with the message's operation header (for a failure's message).
-func kvSubjects(t *testing.T, h *harness, first, last uint64) []string {
+// kvSubjects lists the subjects of the buckets' streams' messages after sequences from
+// up to to, each with the message's operation header (for a failure's message).
+func kvSubjects(t *testing.T, h *harness, from, to [2]uint64) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s := bucketStream(t, h)
 	var out []string
-	for seq := first; seq <= last; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			out = append(out, fmt.Sprintf("%d: %v", seq, err))
-			continue
+	for i, s := range bucketStreams(t, h) {
+		for seq := from[i] + 1; seq <= to[i]; seq++ {
+			m, err := s.GetMsg(ctx, seq)
+			if err != nil {
+				out = append(out, fmt.Sprintf("%s %d: %v", s.CachedInfo().Config.Name, seq, err))
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s %d: %s %s", s.CachedInfo().Config.Name, seq, m.Subject, m.Header.Get("KV-Operation")))
 		}
-		out = append(out, fmt.Sprintf("%d: %s %s", seq, m.Subject, m.Header.Get("KV-Operation")))
 	}
 	return out
 }
 
-// bucketStream returns the stream of the bridge's KV bucket.
-func bucketStream(t *testing.T, h *harness) jetstream.Stream {
+// bucketStreams returns the streams of the bridge's KV buckets: the action records',
+// then the idempotency keys'.
+func bucketStreams(t *testing.T, h *harness) [2]jetstream.Stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := h.js.Stream(ctx, "KV_HERMES_IDEMPOTENCY")
-	if err != nil {
-		t.Fatal(err)
+	cfg := h.cfg.WithDefaults()
+	var out [2]jetstream.Stream
+	for i, b := range []string{cfg.Bucket, cfg.KeysBucket} {
+		s, err := h.js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = s
 	}
-	return s
+	return out
 }
