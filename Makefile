@@ -62,7 +62,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 sim: ## the action core's deterministic simulator over many seeds (SEEDS=5000, about 40 s with -race; make test runs 300); a failing seed prints the command that replays it
 	$(GO) test -race -count=1 -run '^TestSim$$' -timeout 0 ./bridge/core/sim -sim.seeds=$(SEEDS)
 
-mutants: ## plant bugs in the core, one per class of promise and one per bug the simulator found, and want the simulator to catch each (MUTANT_SEEDS=3000; about 15 min on 2 cores)
+mutants: ## plant bugs in the core, one per class of promise and one per bug the simulator found, and want the simulator to catch each (MUTANT_SEEDS=3000; about 20 min on 2 cores)
 	$(GO) test -count=1 -run '^TestMutants$$' -timeout 0 -v ./bridge/core/sim -sim.mutants -sim.mutant-seeds=$(MUTANT_SEEDS)
 
 soak: ## load soak (not in make test): SOAK_DURATION=2m SOAK_RATE=200 SOAK_REPLICAS=3 SOAK_KILL_EVERY=30s
