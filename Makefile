@@ -3,6 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 FUZZTIME  ?= 30s
 SEEDS     ?= 5000
+FROM      ?= 1
 MUTANT_SEEDS ?= 3000
 TEST_TIMEOUT ?= 15m
 # The version `hermes-bridge version` prints: git describe of this clone, else the
@@ -59,8 +60,8 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAction$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateAction$$' -fuzztime $(FUZZTIME) ./schemas
 
-sim: ## the action core's deterministic simulator over many seeds (SEEDS=5000, about 40 s with -race; make test runs 300); a failing seed prints the command that replays it
-	$(GO) test -race -count=1 -run '^TestSim$$' -timeout 0 ./bridge/core/sim -sim.seeds=$(SEEDS)
+sim: ## the action core's deterministic simulator over many seeds (SEEDS=5000 from FROM=1, about 40 s with -race; make test runs 300); a failing seed prints the command that replays it
+	$(GO) test -race -count=1 -run '^TestSim$$' -timeout 0 ./bridge/core/sim -sim.seeds=$(SEEDS) -sim.from=$(FROM)
 
 mutants: ## plant bugs in the core, one per class of promise and one per bug the simulator found, and want the simulator to catch each (MUTANT_SEEDS=3000; about 20 min on 2 cores)
 	$(GO) test -count=1 -run '^TestMutants$$' -timeout 0 -v ./bridge/core/sim -sim.mutants -sim.mutant-seeds=$(MUTANT_SEEDS)

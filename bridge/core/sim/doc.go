@@ -23,10 +23,16 @@
 // result per action, at most one execution per unsafe action and per scoped key,
 // replays and conflicts where the keys say, approvals and cancels honoured, runs never
 // outcome_unknown where they could be followed, no claim taken over before its
-// revision stood still for a lease, nothing left behind. An action the bridge may have
-// forgotten (its records expired, and its result aged out or never came, before a
-// re-publish) is judged by its life since the re-publish.
+// revision stood still for a lease, records that outlive their results, nothing left
+// behind. An action the bridge may have forgotten (its records expired, and its result
+// aged out or never came, before a re-publish) is judged by its life since the
+// re-publish; results and pending results are judged against what the log kept when
+// they were stored (a second one after the first aged out is not two at once).
 //
-// TestMutants (make mutants) plants one bug per class of promise in the core and wants
-// each caught: the simulator's own test.
+// A read that is behind returns an older version, never one past its TTL (each replica
+// ages messages out by its own clock), and with an unbounded lag prefers one whose
+// state differs from the current one.
+//
+// TestMutants (make mutants) plants one bug per class of promise in the core, and each
+// bug the simulator found, and wants each caught: the simulator's own test.
 package sim

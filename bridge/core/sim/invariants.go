@@ -63,16 +63,18 @@ func (w *World) checkAction(a *action) {
 		w.stats.Forgotten++
 	}
 	var terms []*logMsg
-	pendings := map[string]bool{}
+	pendings := map[string]time.Time{}
 	for _, m := range msgs {
 		if m.terminal() {
 			terms = append(terms, m)
 			continue
 		}
-		if pendings[m.id] {
+		if at, ok := pendings[m.id]; ok && m.at.Before(at.Add(w.p.logMaxAge)) {
+			// (A second one after the first aged out is a parking anew of an action the
+			// records still hold: its decision is judged on what the log keeps.)
 			w.failf("%s: pending result %s stored twice", a.id, m.id)
 		}
-		pendings[m.id] = true
+		pendings[m.id] = m.at
 		switch {
 		case a.op.Run && strings.HasPrefix(m.id, a.id+":pending:"):
 		case a.op.Approval && m.id == a.id+":pending":
@@ -92,7 +94,15 @@ func (w *World) checkAction(a *action) {
 		w.failf("%s: %d terminal results stored: %s by %s and %s by %s", a.id, len(terms),
 			fmtResult(terms[0].result), terms[0].by, fmtResult(terms[1].result), terms[1].by)
 	}
-	if !msgs[len(msgs)-1].terminal() {
+	// A pending result stored while a terminal one was kept fails (one after that aged
+	// out belongs to a run of an action the records say never ran: a replay's).
+	late := false
+	for _, m := range msgs {
+		for _, t := range terms {
+			late = late || (!m.terminal() && !m.at.Before(t.at) && m.at.Before(t.at.Add(w.p.logMaxAge)))
+		}
+	}
+	if late {
 		w.failf("%s: a pending result after the terminal one", a.id)
 	}
 	r := terms[0].result
@@ -317,11 +327,12 @@ func (w *World) checkKeys() {
 				w.failf("%s replays %s, which is not a same-key same-input action", a.id, *r.ReplayOf)
 				continue
 			}
-			// The holder's result the replay read: stored before it, not yet aged out
-			// (a holder forgotten later may have settled again since).
+			// The holder's result the replay read: stored before it, not aged out when
+			// read (the append may come later, after a pause: recordMargin bounds that;
+			// a holder forgotten later may have settled again since).
 			var ot *logMsg
 			for _, m := range w.log.all(o.id) {
-				if m.terminal() && !m.at.After(t.at) && t.at.Before(m.at.Add(w.p.logMaxAge)) {
+				if m.terminal() && !m.at.After(t.at) && t.at.Before(m.at.Add(w.p.logMaxAge+recordMargin)) {
 					ot = m
 				}
 			}

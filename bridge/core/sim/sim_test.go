@@ -19,6 +19,7 @@ import (
 
 var (
 	simSeeds = flag.Int("sim.seeds", 300, "how many seeds TestSim runs")
+	simFrom  = flag.Uint64("sim.from", 1, "the first seed TestSim runs (then -sim.seeds of them)")
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of TestSim")
 	simTrace = flag.Bool("sim.trace", false, "print the trace of every seed TestSim runs")
 )
@@ -29,7 +30,7 @@ func TestSim(t *testing.T) {
 		seeds = []uint64{*simSeed}
 	} else {
 		for i := range *simSeeds {
-			seeds = append(seeds, uint64(i+1))
+			seeds = append(seeds, *simFrom+uint64(i))
 		}
 	}
 	start := time.Now()
