@@ -47,7 +47,7 @@ func (w *World) lifeStart(a *action) time.Time {
 			continue
 		}
 		end := v.written.Add(w.kv.ttlOf(key))
-		if i+1 < len(vs) && !vs[i+1].written.After(end) {
+		if i+1 < len(vs) && vs[i+1].written.Before(end) {
 			continue // rewritten before it expired
 		}
 		kept := false

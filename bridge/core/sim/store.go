@@ -92,7 +92,7 @@ func (b *bucket) expiredBetween(key string, from, to time.Time) bool {
 			continue
 		}
 		end := v.written.Add(b.ttlOf(key))
-		if i+1 < len(k.versions) && !k.versions[i+1].written.After(end) {
+		if i+1 < len(k.versions) && k.versions[i+1].written.Before(end) {
 			continue // rewritten before it expired
 		}
 		if end.After(from) && end.Before(to) {
