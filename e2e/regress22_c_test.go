@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -36,19 +34,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 		if ttl == 0 {
 			continue
 		}
-		kv, err := h.js.KeyValue(ctx, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := kv.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kvc := st.(*jetstream.KeyValueBucketStatus).Config()
-		kvc.TTL = ttl
-		if _, err := h.js.UpdateKeyValue(ctx, kvc); err != nil {
-			t.Fatalf("shorten the TTL of bucket %s: %v", b, err)
-		}
+		h.setBucketTTL(ctx, b, ttl)
 	}
 	actions, err := h.js.Stream(ctx, cfg.ActionsStream)
 	if err != nil {

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -297,12 +299,7 @@ func (w *World) checkLeases() {
 // the result of a same-key same-input action; conflicts have a different input under
 // the key.
 func (w *World) checkKeys() {
-	keys := make([]string, 0, len(w.herm.keyExecs))
-	for k := range w.herm.keyExecs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(w.herm.keyExecs)) {
 		// Idempotency lasts as long as the key record (CONTRACT §5: the bucket TTL): an
 		// execution after the record of the key expired is another key's.
 		at := w.herm.keyExecAt[k]
@@ -399,12 +396,7 @@ func (w *World) checkLive() {
 // the action's record lives (records outlive results: a record created afresh proves
 // that no result is stored, so the bridge may send the call without reading the log).
 func (w *World) checkRecordsOutlive() {
-	ids := make([]string, 0, len(w.log.subjects))
-	for id := range w.log.subjects {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(w.log.subjects)) {
 		for _, m := range w.log.all(id) {
 			if !m.terminal() {
 				continue
