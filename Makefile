@@ -6,6 +6,9 @@ SEEDS     ?= 5000
 FROM      ?= 1
 MUTANT_SEEDS ?= 3000
 TEST_TIMEOUT ?= 15m
+# BROWSER is the module of the dashboard's headless-Chromium tests (e2e/browser/go.mod), kept
+# apart so that chromedp is no requirement of go.mod. Every check and make test cover it too.
+BROWSER   := e2e/browser
 # The version `hermes-bridge version` prints: git describe of this clone, else the
 # module's build info (see versionFrom in cmd/hermes-bridge/help.go).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
@@ -27,28 +30,33 @@ install: ## go install every binary (hermes-bridge, fake-hermes), version stampe
 	echo "installed hermes-bridge and fake-hermes in $$dir"; \
 	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "$$dir is not on your PATH: export PATH=\"$$dir:\$$PATH\"";; esac
 
-test: tidy-check vet fmt-check staticcheck ## tidy check, vet, gofmt check, staticcheck, and every test with -race (what CI runs)
+test: tidy-check vet fmt-check staticcheck ## tidy check, vet, gofmt check, staticcheck, and every test with -race, e2e/browser's included (what CI runs)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	cd $(BROWSER) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: ## quick tests without the e2e suite
 	$(GO) test -race -count=1 -short $(PKGS)
 
-vet: ## go vet
+vet: ## go vet (e2e/browser too)
 	$(GO) vet $(PKGS)
+	cd $(BROWSER) && $(GO) vet ./...
 
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak and faulthooks tags
+# e2e/browser runs the staticcheck that go.mod pins: go tool -n builds it and prints its path.
+staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak and faulthooks tags, and on e2e/browser
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) tool staticcheck -tags soak,faulthooks $(PKGS)
+	sc=$$($(GO) tool -n staticcheck) && cd $(BROWSER) && "$$sc" ./...
 
-tidy-check: ## fail if go mod tidy would change go.mod or go.sum
+tidy-check: ## fail if go mod tidy would change go.mod or go.sum, or e2e/browser's
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@cd $(BROWSER) && $(GO) mod tidy -diff || { echo "$(BROWSER)/go.mod/go.sum are not tidy: run go mod tidy in $(BROWSER)"; exit 1; }
 
 lint: vet fmt-check staticcheck ## go vet + gofmt + staticcheck (+ golangci-lint when installed)
-	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS); else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
+	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS) && cd $(BROWSER) && golangci-lint run ./...; else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
 
 fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzSSEReader$$' -fuzztime $(FUZZTIME) ./hermes
@@ -88,9 +96,9 @@ chaos: ## NATS cluster + bridge processes under SIGKILL/SIGSTOP, seeded rounds (
 ui-vendor: ## rebuild bridge/ui/assets/nats.js from bridge/ui/package-lock.json (npm ci + esbuild; not in make test)
 	cd bridge/ui && npm ci --no-audit --no-fund && npm run vendor
 
-ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tests (needs chromium: apt-get install -y chromium chromium-driver)
+ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tests of e2e/browser (needs chromium: apt-get install -y chromium chromium-driver)
 	$(GO) test -race -count=1 ./bridge/ui
-	HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./cmd/hermes-bridge
+	cd $(BROWSER) && HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./...
 
 # run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1
 # after the bridge's clean shutdown, and make report "Error 1".
