@@ -10,6 +10,10 @@ TEST_TIMEOUT ?= 15m
 # module's build info (see versionFrom in cmd/hermes-bridge/help.go).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
+# Modules nested in the repository, each with its own go.mod (so its dependencies stay out
+# of the service's): test, test-short, vet, staticcheck and tidy-check run in each as well.
+# deploy/image: the image builder on go-containerregistry.
+SUBMODULES ?= deploy/image
 
 .PHONY: ui-vendor ui-test chaos sim mutants image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
@@ -29,23 +33,28 @@ install: ## go install every binary (hermes-bridge, fake-hermes), version stampe
 
 test: tidy-check vet fmt-check staticcheck ## tidy check, vet, gofmt check, staticcheck, and every test with -race (what CI runs)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	for m in $(SUBMODULES); do $(GO) -C $$m test -race -count=1 -timeout $(TEST_TIMEOUT) ./... || exit 1; done
 
 test-short: ## quick tests without the e2e suite
 	$(GO) test -race -count=1 -short $(PKGS)
+	for m in $(SUBMODULES); do $(GO) -C $$m test -race -count=1 -short ./... || exit 1; done
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
+	for m in $(SUBMODULES); do $(GO) -C $$m vet ./... || exit 1; done
 
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak and faulthooks tags
+staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak and faulthooks tags; the nested modules with the same binary
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) tool staticcheck -tags soak,faulthooks $(PKGS)
+	sc=$$($(GO) tool -n staticcheck) && for m in $(SUBMODULES); do (cd $$m && $$sc ./...) || exit 1; done
 
-tidy-check: ## fail if go mod tidy would change go.mod or go.sum
+tidy-check: ## fail if go mod tidy would change go.mod or go.sum (of the module or a nested one)
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@for m in $(SUBMODULES); do $(GO) -C $$m mod tidy -diff || { echo "$$m/go.mod or go.sum are not tidy: run go mod tidy in $$m"; exit 1; }; done
 
 lint: vet fmt-check staticcheck ## go vet + gofmt + staticcheck (+ golangci-lint when installed)
 	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS); else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
@@ -104,13 +113,14 @@ demo: ## run the bridge against cmd/fake-hermes and send one streaming action
 bench: ## bridge vs its floors (NATS, Hermes) side by side, table + bench.json + bench.md (~2 min; go run ./e2e/bench -help)
 	$(GO) run ./e2e/bench -json bench.json -markdown bench.md
 
-# image: the container image without Docker (go run ./deploy/image): an OCI archive with one
-# image per platform, the binary cross-compiled static, the config of deploy/Dockerfile's
-# final stage. Reproducible: every timestamp is SOURCE_DATE_EPOCH, else HEAD's commit time.
+# image: the container image without Docker (deploy/image, its own module, on
+# go-containerregistry): an OCI archive with one image per platform in one index, the binary
+# cross-compiled static, the config of deploy/Dockerfile's final stage. Reproducible: every
+# timestamp is SOURCE_DATE_EPOCH, else HEAD's commit time.
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_OUT ?= bin/hermes-bridge-oci.tar
 image: ## container image without Docker: OCI archive bin/hermes-bridge-oci.tar, linux/amd64 + arm64 (IMAGE_PLATFORMS=...; not in make test)
-	$(GO) run ./deploy/image -o $(IMAGE_OUT) -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION))
+	$(GO) -C deploy/image run . -o $(abspath $(IMAGE_OUT)) -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION))
 
 # docker-image: the same image from deploy/Dockerfile, with a Docker daemon (BuildKit).
 IMAGE_NAME ?= hermes-bridge
