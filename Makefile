@@ -6,13 +6,15 @@ SEEDS     ?= 5000
 FROM      ?= 1
 MUTANT_SEEDS ?= 3000
 TEST_TIMEOUT ?= 15m
-# BROWSER is the module of the dashboard's headless-Chromium tests (e2e/browser/go.mod), kept
-# apart so that chromedp is no requirement of go.mod. Every check and make test cover it too.
-BROWSER   := e2e/browser
 # The version `hermes-bridge version` prints: git describe of this clone, else the
 # module's build info (see versionFrom in cmd/hermes-bridge/help.go).
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
+# Modules nested in the repository, each with its own go.mod (so its dependencies stay out
+# of the service's): test, test-short, vet, staticcheck and tidy-check run in each as well.
+# deploy/image: the image builder on go-containerregistry; e2e/browser: the dashboard's
+# headless-Chromium tests (chromedp), run against the real binary.
+SUBMODULES ?= deploy/image e2e/browser
 
 .PHONY: ui-vendor ui-test chaos sim mutants image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
@@ -30,33 +32,36 @@ install: ## go install every binary (hermes-bridge, fake-hermes), version stampe
 	echo "installed hermes-bridge and fake-hermes in $$dir"; \
 	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "$$dir is not on your PATH: export PATH=\"$$dir:\$$PATH\"";; esac
 
-test: tidy-check vet fmt-check staticcheck ## tidy check, vet, gofmt check, staticcheck, and every test with -race, e2e/browser's included (what CI runs)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
-	cd $(BROWSER) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+# The nested modules' tests run beside the module's (they mostly wait on builds and processes),
+# and make test fails if any of them fails.
+test: tidy-check vet fmt-check staticcheck ## tidy check, vet, gofmt check, staticcheck, and every test with -race, the nested modules' too (what CI runs)
+	@pids=; for m in $(SUBMODULES); do $(GO) -C $$m test -race -count=1 -timeout $(TEST_TIMEOUT) ./... & pids="$$pids $$!"; done; \
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS); st=$$?; \
+	for p in $$pids; do wait $$p || st=1; done; exit $$st
 
 test-short: ## quick tests without the e2e suite
 	$(GO) test -race -count=1 -short $(PKGS)
+	for m in $(SUBMODULES); do $(GO) -C $$m test -race -count=1 -short ./... || exit 1; done
 
-vet: ## go vet (e2e/browser too)
+vet: ## go vet
 	$(GO) vet $(PKGS)
-	cd $(BROWSER) && $(GO) vet ./...
+	for m in $(SUBMODULES); do $(GO) -C $$m vet ./... || exit 1; done
 
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# e2e/browser runs the staticcheck that go.mod pins: go tool -n builds it and prints its path.
-staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak and faulthooks tags, and on e2e/browser
+staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak and faulthooks tags; the nested modules with the same binary
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) tool staticcheck -tags soak,faulthooks $(PKGS)
-	sc=$$($(GO) tool -n staticcheck) && cd $(BROWSER) && "$$sc" ./...
+	sc=$$($(GO) tool -n staticcheck) && for m in $(SUBMODULES); do (cd $$m && $$sc ./...) || exit 1; done
 
-tidy-check: ## fail if go mod tidy would change go.mod or go.sum, or e2e/browser's
+tidy-check: ## fail if go mod tidy would change go.mod or go.sum (of the module or a nested one)
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
-	@cd $(BROWSER) && $(GO) mod tidy -diff || { echo "$(BROWSER)/go.mod/go.sum are not tidy: run go mod tidy in $(BROWSER)"; exit 1; }
+	@for m in $(SUBMODULES); do $(GO) -C $$m mod tidy -diff || { echo "$$m/go.mod or go.sum are not tidy: run go mod tidy in $$m"; exit 1; }; done
 
 lint: vet fmt-check staticcheck ## go vet + gofmt + staticcheck (+ golangci-lint when installed)
-	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS) && cd $(BROWSER) && golangci-lint run ./...; else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
+	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS) && for m in $(SUBMODULES); do (cd $$m && golangci-lint run ./...) || exit 1; done; else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
 
 fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzSSEReader$$' -fuzztime $(FUZZTIME) ./hermes
@@ -98,7 +103,7 @@ ui-vendor: ## rebuild bridge/ui/assets/nats.js from bridge/ui/package-lock.json 
 
 ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tests of e2e/browser (needs chromium: apt-get install -y chromium chromium-driver)
 	$(GO) test -race -count=1 ./bridge/ui
-	cd $(BROWSER) && HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./...
+	cd e2e/browser && HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./...
 
 # run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1
 # after the bridge's clean shutdown, and make report "Error 1".
@@ -112,13 +117,14 @@ demo: ## run the bridge against cmd/fake-hermes and send one streaming action
 bench: ## bridge vs its floors (NATS, Hermes) side by side, table + bench.json + bench.md (~2 min; go run ./e2e/bench -help)
 	$(GO) run ./e2e/bench -json bench.json -markdown bench.md
 
-# image: the container image without Docker (go run ./deploy/image): an OCI archive with one
-# image per platform, the binary cross-compiled static, the config of deploy/Dockerfile's
-# final stage. Reproducible: every timestamp is SOURCE_DATE_EPOCH, else HEAD's commit time.
+# image: the container image without Docker (deploy/image, its own module, on
+# go-containerregistry): an OCI archive with one image per platform in one index, the binary
+# cross-compiled static, the config of deploy/Dockerfile's final stage. Reproducible: every
+# timestamp is SOURCE_DATE_EPOCH, else HEAD's commit time.
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_OUT ?= bin/hermes-bridge-oci.tar
 image: ## container image without Docker: OCI archive bin/hermes-bridge-oci.tar, linux/amd64 + arm64 (IMAGE_PLATFORMS=...; not in make test)
-	$(GO) run ./deploy/image -o $(IMAGE_OUT) -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION))
+	$(GO) -C deploy/image run . -o $(abspath $(IMAGE_OUT)) -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION))
 
 # docker-image: the same image from deploy/Dockerfile, with a Docker daemon (BuildKit).
 IMAGE_NAME ?= hermes-bridge

@@ -3,13 +3,11 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"debug/elf"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -31,6 +29,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // testVersion is stamped into the test binary and the labels.
@@ -75,7 +79,10 @@ func hostBinary(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		start := time.Now()
-		binErr = buildBinary(ctx, hostPlatform(), testVersion, binPath)
+		root, err := moduleRoot()
+		if binErr = err; err == nil {
+			binErr = buildBinary(ctx, root, hostPlatform(), testVersion, binPath)
+		}
 		if binErr == nil {
 			binBuildTime = time.Since(start)
 		}
@@ -113,7 +120,7 @@ func hostImage(t *testing.T) (layoutDir, archive, out string) {
 	return imgLayout, imgTar, imgOut
 }
 
-func hostPlatform() platform {
+func hostPlatform() v1.Platform {
 	p, err := parsePlatform("linux/" + runtime.GOARCH)
 	if err != nil {
 		panic(err) // hostBinary checked GOARCH first
@@ -133,130 +140,83 @@ func buildCLI(t *testing.T, args ...string) string {
 	return stdout.String()
 }
 
-// layout is an OCI image layout read back from disk, every blob checked against its
-// descriptor's digest and size.
-type layout struct {
-	t   *testing.T
-	dir string
-}
-
-// blob reads the blob of d and fails unless its sha256 and size are d's.
-func (l layout) blob(d descriptor) []byte {
-	l.t.Helper()
-	hexDigest, ok := strings.CutPrefix(d.Digest, "sha256:")
-	if !ok || len(hexDigest) != 64 {
-		l.t.Fatalf("descriptor digest %q is not sha256:<64 hex>", d.Digest)
-	}
-	data, err := os.ReadFile(filepath.Join(l.dir, "blobs", "sha256", hexDigest))
-	if err != nil {
-		l.t.Fatalf("blob of %s: %v", d.MediaType, err)
-	}
-	sum := sha256.Sum256(data)
-	if got := hex.EncodeToString(sum[:]); got != hexDigest {
-		l.t.Fatalf("blob %s has sha256 %s", d.Digest, got)
-	}
-	if int64(len(data)) != d.Size {
-		l.t.Fatalf("blob %s is %d bytes, its descriptor says %d", d.Digest, len(data), d.Size)
-	}
-	return data
-}
-
-// decode unmarshals the blob of d into v and fails unless its mediaType field (when
-// it has one) is d's media type.
-func (l layout) decode(d descriptor, v any) {
-	l.t.Helper()
-	data := l.blob(d)
-	if err := json.Unmarshal(data, v); err != nil {
-		l.t.Fatalf("blob %s (%s): %v", d.Digest, d.MediaType, err)
-	}
-	var mt struct {
-		MediaType string `json:"mediaType"`
-	}
-	_ = json.Unmarshal(data, &mt)
-	if mt.MediaType != "" && mt.MediaType != d.MediaType {
-		l.t.Fatalf("blob %s says mediaType %s, its descriptor %s", d.Digest, mt.MediaType, d.MediaType)
-	}
-}
-
-// platformImage is one platform's manifest, config and layer, read back.
-type platformImage struct {
-	desc     descriptor
-	manifest manifest
-	config   imageConfig
-	layer    []byte // uncompressed tar
-}
-
-// readLayout checks the layout's oci-layout and index.json and walks index.json to
-// every platform's image (through an image index when there is one).
-func readLayout(t *testing.T, dir string) (top descriptor, images []platformImage) {
+// readLayout opens the OCI layout in dir with the library, validates it (every blob's
+// digest and size, each config's diff_ids and platform against its descriptor, the
+// media types), checks its one entry in index.json, and returns that entry and every
+// platform's image (through an image index when there is one).
+func readLayout(t *testing.T, dir string) (top v1.Descriptor, images []v1.Image) {
 	t.Helper()
-	l := layout{t, dir}
-	ol, err := os.ReadFile(filepath.Join(dir, "oci-layout"))
+	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var olv struct {
-		Version string `json:"imageLayoutVersion"`
+	if err := validate.Index(idx); err != nil {
+		t.Fatalf("layout %s: %v", dir, err)
 	}
-	if err := json.Unmarshal(ol, &olv); err != nil || olv.Version != "1.0.0" {
-		t.Fatalf("oci-layout = %s (%v)", ol, err)
+	m, err := idx.IndexManifest()
+	if err != nil || m.SchemaVersion != 2 || m.MediaType != types.OCIImageIndex || len(m.Manifests) != 1 {
+		t.Fatalf("index.json = %+v (%v)", m, err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "index.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var idx index
-	if err := json.Unmarshal(raw, &idx); err != nil {
-		t.Fatal(err)
-	}
-	if idx.SchemaVersion != 2 || idx.MediaType != mediaTypeIndex || len(idx.Manifests) != 1 {
-		t.Fatalf("index.json = %s", raw)
-	}
-	top = idx.Manifests[0]
-	manifests := []descriptor{top}
+	top = m.Manifests[0]
+	descs, from := []v1.Descriptor{top}, idx
 	switch top.MediaType {
-	case mediaTypeIndex:
-		var inner index
-		l.decode(top, &inner)
-		if inner.SchemaVersion != 2 || len(inner.Manifests) == 0 {
-			t.Fatalf("image index: %+v", inner)
+	case types.OCIImageIndex:
+		if from, err = idx.ImageIndex(top.Digest); err != nil {
+			t.Fatal(err)
 		}
-		manifests = inner.Manifests
-	case mediaTypeManifest:
+		inner, err := from.IndexManifest()
+		if err != nil || len(inner.Manifests) == 0 {
+			t.Fatalf("image index: %+v (%v)", inner, err)
+		}
+		descs = inner.Manifests
+	case types.OCIManifestSchema1:
 	default:
 		t.Fatalf("index.json points at a %s", top.MediaType)
 	}
-	for _, md := range manifests {
-		if md.MediaType != mediaTypeManifest || md.Platform == nil {
-			t.Fatalf("manifest descriptor %+v: want an OCI manifest with a platform", md)
+	for _, d := range descs {
+		if d.MediaType != types.OCIManifestSchema1 || d.Platform == nil {
+			t.Fatalf("manifest descriptor %+v: want an OCI manifest with a platform", d)
 		}
-		pi := platformImage{desc: md}
-		l.decode(md, &pi.manifest)
-		if pi.manifest.SchemaVersion != 2 || pi.manifest.Config.MediaType != mediaTypeConfig || len(pi.manifest.Layers) != 1 {
-			t.Fatalf("manifest %s: %+v", md.Digest, pi.manifest)
-		}
-		l.decode(pi.manifest.Config, &pi.config)
-		lay := pi.manifest.Layers[0]
-		if lay.MediaType != mediaTypeLayer {
-			t.Fatalf("layer media type %s", lay.MediaType)
-		}
-		zr, err := gzip.NewReader(bytes.NewReader(l.blob(lay)))
+		img, err := from.Image(d.Digest)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pi.layer, err = io.ReadAll(zr); err != nil {
-			t.Fatal(err)
+		im, err := img.Manifest()
+		if err != nil || im.Config.MediaType != types.OCIConfigJSON || len(im.Layers) != 1 || im.Layers[0].MediaType != types.OCILayer {
+			t.Fatalf("manifest %s: %+v (%v)", d.Digest, im, err)
 		}
-		sum := sha256.Sum256(pi.layer)
-		if want := []string{"sha256:" + hex.EncodeToString(sum[:])}; !slices.Equal(pi.config.RootFS.DiffIDs, want) || pi.config.RootFS.Type != "layers" {
-			t.Fatalf("config rootfs %+v, want diff_ids %v", pi.config.RootFS, want)
-		}
-		if pi.config.OS != md.Platform.OS || pi.config.Architecture != md.Platform.Architecture || pi.config.Variant != md.Platform.Variant {
-			t.Fatalf("config platform %s/%s/%s, descriptor %+v", pi.config.OS, pi.config.Architecture, pi.config.Variant, *md.Platform)
-		}
-		images = append(images, pi)
+		images = append(images, img)
 	}
 	return top, images
+}
+
+// layerFiles reads the one layer of img.
+func layerFiles(t *testing.T, img v1.Image) map[string]tarEntry {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%d layers (%v)", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readTar(t, data)
+}
+
+// configFile is img's config.
+func configFile(t *testing.T, img v1.Image) *v1.ConfigFile {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cf
 }
 
 // tarEntry is one entry of a tar archive with its content.
@@ -330,17 +290,18 @@ func TestImage(t *testing.T) {
 	dir := t.TempDir()
 
 	top, images := readLayout(t, lay)
-	if len(images) != 1 || top.MediaType != mediaTypeManifest {
+	if len(images) != 1 || top.MediaType != types.OCIManifestSchema1 {
 		t.Fatalf("one platform: index.json should name its manifest; got %s with %d images", top.MediaType, len(images))
 	}
 	if top.Annotations[annotationRefName] != testVersion || top.Annotations[annotationContainerName] != "docker.io/library/hermes-bridge:"+testVersion {
 		t.Errorf("index.json annotations %v", top.Annotations)
 	}
-	if !strings.Contains(out, top.Digest) {
+	if !strings.Contains(out, top.Digest.String()) {
 		t.Errorf("output does not name the digest %s", top.Digest)
 	}
 	img := images[0]
-	c := img.config.Config
+	cf := configFile(t, img)
+	c := cf.Config
 
 	// Config.
 	if !slices.Equal(c.Entrypoint, []string{"/hermes-bridge"}) || !slices.Equal(c.Cmd, []string{"run"}) {
@@ -357,18 +318,19 @@ func TestImage(t *testing.T) {
 	if !slices.Contains(c.Env, "HERMES_BRIDGE_HTTP_ADDR=:"+port) || !slices.Contains(c.Env, "HERMES_BRIDGE_LOG_FORMAT=json") {
 		t.Errorf("Env %q", c.Env)
 	}
-	if img.config.OS != "linux" || img.config.Architecture != runtime.GOARCH {
-		t.Errorf("config platform %s/%s", img.config.OS, img.config.Architecture)
+	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
+		t.Errorf("config platform %s/%s", cf.OS, cf.Architecture)
 	}
-	if want := time.Unix(1700000000, 0).UTC().Format(time.RFC3339); img.config.Created != want {
-		t.Errorf("created %s, want %s", img.config.Created, want)
+	epoch := time.Unix(1700000000, 0)
+	if !cf.Created.Equal(epoch) || len(cf.History) != 1 || !cf.History[0].Created.Equal(epoch) {
+		t.Errorf("created %v, history %+v, want %v", cf.Created, cf.History, epoch)
 	}
 	if c.Labels["org.opencontainers.image.version"] != testVersion || c.Labels["org.opencontainers.image.source"] != source {
 		t.Errorf("labels %v", c.Labels)
 	}
 
 	// Layer.
-	files := readTar(t, img.layer)
+	files := layerFiles(t, img)
 	b, ok := files[binaryPath]
 	if !ok || b.hdr.Typeflag != tar.TypeReg || b.hdr.Mode&0o777 != 0o755 {
 		t.Fatalf("%s: want a regular file 0755 in the layer, got %+v", binaryPath, b.hdr)
@@ -383,6 +345,9 @@ func TestImage(t *testing.T) {
 		switch path.Base(name) {
 		case "sh", "bash", "dash", "ash", "zsh", "ksh", "busybox":
 			t.Errorf("%s: a shell in the image", name)
+		}
+		if !e.hdr.ModTime.Equal(epoch) {
+			t.Errorf("%s has time %v, want the epoch", name, e.hdr.ModTime)
 		}
 	}
 	for _, d := range []string{"/bin", "/usr", "/sbin"} {
@@ -429,11 +394,6 @@ func TestImage(t *testing.T) {
 	if n < 50 {
 		t.Errorf("%s holds %d certificates", caFile, n)
 	}
-	for name, e := range files {
-		if !e.hdr.ModTime.Equal(time.Unix(1700000000, 0)) {
-			t.Errorf("%s has time %v, want the epoch", name, e.hdr.ModTime)
-		}
-	}
 
 	// The binary runs and carries the stamped version.
 	exe := filepath.Join(dir, "hermes-bridge")
@@ -445,13 +405,15 @@ func TestImage(t *testing.T) {
 		t.Errorf("hermes-bridge version: %q (%v), want it to start with %q", vout, err, "hermes-bridge "+testVersion+" ")
 	}
 
-	// The archive is the layout, plus nothing else.
+	// The archive is the layout, plus nothing else, every entry root's at the epoch.
 	ab, err := os.ReadFile(archive)
 	if err != nil {
 		t.Fatal(err)
 	}
-	arch := readTar(t, ab)
-	for name, e := range arch {
+	for name, e := range readTar(t, ab) {
+		if !e.hdr.ModTime.Equal(epoch) || e.hdr.Uid != 0 || e.hdr.Gid != 0 {
+			t.Errorf("archive entry %s: time %v, owner %d:%d; want the epoch and 0:0", name, e.hdr.ModTime, e.hdr.Uid, e.hdr.Gid)
+		}
 		if e.hdr.Typeflag == tar.TypeDir {
 			continue
 		}
@@ -460,15 +422,38 @@ func TestImage(t *testing.T) {
 			t.Errorf("archive entry %s differs from the layout (%v)", name, err)
 		}
 	}
-	var dm []dockerManifestEntry
-	if err := json.Unmarshal(arch["/manifest.json"].data, &dm); err != nil || len(dm) != 1 {
-		t.Fatalf("manifest.json: %s (%v)", arch["/manifest.json"].data, err)
+	// What `docker load` reads with the classic image store: manifest.json names this
+	// image and its tag, and the image it names is whole.
+	checkDockerManifest(t, ab, img, "hermes-bridge:"+testVersion)
+	layers, _ := img.Layers()
+	size, _ := layers[0].Size()
+	t.Logf("layer %d bytes compressed, archive %d bytes", size, len(ab))
+}
+
+// checkDockerManifest checks that the manifest.json of the archive ab names img with
+// tag, and that the library reads that image from the archive as `docker load` would
+// (config and layers by the paths manifest.json gives), its digests and diff_ids right.
+func checkDockerManifest(t *testing.T, ab []byte, img v1.Image, tag string) {
+	t.Helper()
+	opener := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(ab)), nil }
+	dm, err := tarball.LoadManifest(opener)
+	if err != nil || len(dm) != 1 {
+		t.Fatalf("manifest.json: %+v (%v)", dm, err)
 	}
-	if dm[0].Config != blobPath(img.manifest.Config.Digest) || !slices.Equal(dm[0].Layers, []string{blobPath(img.manifest.Layers[0].Digest)}) ||
-		!slices.Equal(dm[0].RepoTags, []string{"hermes-bridge:" + testVersion}) {
-		t.Errorf("manifest.json %+v does not name the image", dm[0])
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("layer %d bytes compressed (%d uncompressed), archive %d bytes", img.manifest.Layers[0].Size, len(img.layer), len(ab))
+	if dm[0].Config != blobPath(m.Config.Digest) || !slices.Equal(dm[0].Layers, []string{blobPath(m.Layers[0].Digest)}) || !slices.Equal(dm[0].RepoTags, []string{tag}) {
+		t.Errorf("manifest.json %+v does not name the image %s", dm[0], tag)
+	}
+	loaded, err := tarball.Image(opener, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(loaded); err != nil {
+		t.Errorf("the image manifest.json names: %v", err)
+	}
 }
 
 // TestImageMatchesDockerfile: the Go-built image config is what deploy/Dockerfile's
@@ -577,7 +562,7 @@ func TestImageReproducible(t *testing.T) {
 	if !bytes.Equal(i1, i2) || !bytes.Equal(a1, a2) {
 		t.Errorf("two builds differ: index.json equal %v, archives equal %v\n%s\n%s", bytes.Equal(i1, i2), bytes.Equal(a1, a2), i1, i2)
 	}
-	var idx index
+	var idx v1.IndexManifest
 	if err := json.Unmarshal(i1, &idx); err != nil || len(idx.Manifests) != 1 {
 		t.Fatalf("index.json: %s (%v)", i1, err)
 	}
@@ -589,7 +574,7 @@ func TestImageReproducible(t *testing.T) {
 	if err := os.WriteFile(fake, tinyELF(elfMachine[runtime.GOARCH], false), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	digest := func(epoch string) string {
+	digest := func(epoch string) v1.Hash {
 		d := filepath.Join(dir, "epoch-"+epoch)
 		buildCLI(t, "-binary", fake, "-platforms", hostPlatform().String(), "-layout", d, "-o", "", "-epoch", epoch)
 		top, _ := readLayout(t, d)
@@ -634,11 +619,11 @@ func tinyELF(machine elf.Machine, interp bool) []byte {
 // cross-compiles the real ones.
 func TestImageMultiPlatform(t *testing.T) {
 	dir := t.TempDir()
-	plats := []platform{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64", Variant: "v8"}}
+	plats := []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64", Variant: "v8"}}
 	var bins []string
 	for _, p := range plats {
-		b := filepath.Join(dir, "bin-"+p.Arch)
-		if err := os.WriteFile(b, tinyELF(elfMachine[p.Arch], false), 0o755); err != nil {
+		b := filepath.Join(dir, "bin-"+p.Architecture)
+		if err := os.WriteFile(b, tinyELF(elfMachine[p.Architecture], false), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		bins = append(bins, b)
@@ -657,29 +642,34 @@ func TestImageMultiPlatform(t *testing.T) {
 		t.Fatal(err)
 	}
 	top, images := readLayout(t, lay)
-	if top.MediaType != mediaTypeIndex || len(images) != 2 {
+	if top.MediaType != types.OCIImageIndex || len(images) != 2 {
 		t.Fatalf("index.json names a %s of %d images, want an image index of 2", top.MediaType, len(images))
 	}
-	for i, pi := range images {
-		p := plats[i]
-		if pi.desc.Platform.Architecture != p.Arch || pi.desc.Platform.Variant != p.Variant || pi.config.Architecture != p.Arch || pi.config.Variant != p.Variant {
-			t.Errorf("image %d: platform %+v, config %s/%s; want %s", i, *pi.desc.Platform, pi.config.Architecture, pi.config.Variant, p)
+	inner, err := img.index.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, im := range images {
+		p, cf := plats[i], configFile(t, im)
+		if got := *inner.Manifests[i].Platform; !got.Equals(p) || cf.Architecture != p.Architecture || cf.Variant != p.Variant {
+			t.Errorf("image %d: platform %s, config %s/%s; want %s", i, got, cf.Architecture, cf.Variant, p)
 		}
-		f, err := elf.NewFile(bytes.NewReader(readTar(t, pi.layer)[binaryPath].data))
+		f, err := elf.NewFile(bytes.NewReader(layerFiles(t, im)[binaryPath].data))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.Machine != elfMachine[p.Arch] {
+		if f.Machine != elfMachine[p.Architecture] {
 			t.Errorf("image %s holds a binary for %s", p, f.Machine)
 		}
 	}
 	if _, err := buildImage(imageSpec{Platforms: plats, Binaries: []string{bins[1], bins[0]}, Name: "n", Tag: "t", CACerts: ca}); err == nil || !strings.Contains(err.Error(), "ELF machine") {
 		t.Errorf("binaries swapped: %v, want an ELF machine error", err)
 	}
-	var dm []dockerManifestEntry
-	if err := json.Unmarshal(img.dockerManifest, &dm); err != nil || len(dm) != 1 || dm[0].Config != blobPath(images[0].manifest.Config.Digest) {
-		t.Errorf("manifest.json %s (%v): want the first platform's image", img.dockerManifest, err)
+	var ab bytes.Buffer
+	if err := writeArchive(&ab, lay, time.Unix(1700000000, 0)); err != nil {
+		t.Fatal(err)
 	}
+	checkDockerManifest(t, ab.Bytes(), images[0], "hermes-bridge:t")
 }
 
 // TestBadInput: wrong flags and wrong binaries are errors with a reason, never a panic
@@ -736,6 +726,10 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("validName accepts %q", name)
 		}
 	}
+	root, err := moduleRoot()
+	if want, _ := filepath.Abs("../.."); err != nil || root != want {
+		t.Errorf("moduleRoot() = %q, %v; want %s", root, err, want)
+	}
 	for name, want := range map[string]string{"hermes-bridge": "docker.io/library/hermes-bridge", "acme/hb": "docker.io/acme/hb", "ghcr.io/acme/hb": "ghcr.io/acme/hb", "localhost/hb": "localhost/hb"} {
 		if got := containerdName(name); got != want {
 			t.Errorf("containerdName(%q) = %q, want %q", name, got, want)
@@ -791,7 +785,7 @@ func TestDockerBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got runtimeConfig
+	var got v1.Config
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatal(err)
 	}

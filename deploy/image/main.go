@@ -1,12 +1,17 @@
 // Command image builds the hermes-bridge container image without Docker: it
-// cross-compiles the static binary for each platform (or takes a prebuilt one) and
-// writes an OCI image (an index of one manifest per platform, one layer each) as a tar
-// archive that `docker load`, `podman load` and `skopeo copy oci-archive:` read, and
-// optionally as an OCI layout directory.
+// cross-compiles the static binary for each platform (or takes a prebuilt one) and,
+// with github.com/google/go-containerregistry, writes an OCI image (an index of one
+// manifest per platform, one layer each) as a tar archive that `docker load`, `podman
+// load` and `skopeo copy oci-archive:` read, and optionally as an OCI layout directory.
 //
-//	go run ./deploy/image                      # bin/hermes-bridge-oci.tar, linux/amd64 + linux/arm64
-//	go run ./deploy/image -platforms linux/arm64 -o /tmp/hb.tar
-//	go run ./deploy/image -binary ./hermes-bridge -platforms linux/amd64
+// It is a module of its own (deploy/image/go.mod), so the registry library's module
+// graph (docker/cli, moby, containerd's errdefs, ...) stays out of the service's
+// go.mod. It builds the binary in the hermes-bridge module, found in the current
+// directory or above it. From the repository root:
+//
+//	make image                                    # bin/hermes-bridge-oci.tar, linux/amd64 + linux/arm64
+//	go -C deploy/image run . -platforms linux/arm64 -o /tmp/hb.tar
+//	go -C deploy/image run . -binary "$PWD/hermes-bridge" -platforms linux/amd64
 //
 // The image has what the final stage of deploy/Dockerfile has (entrypoint, command,
 // user, ports, environment, working directory, volume, labels; image_test.go checks
@@ -28,13 +33,19 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// mainPackage is the package of the binary the image runs.
-const mainPackage = "github.com/hermes-bridge/hermes-bridge/cmd/hermes-bridge"
+// mainModule is the module of the binary the image runs, mainPackage its package.
+const (
+	mainModule  = "github.com/hermes-bridge/hermes-bridge"
+	mainPackage = mainModule + "/cmd/hermes-bridge"
+)
 
 // ldflagsPrefix starts the -ldflags of the build (the version follows), as in
 // deploy/Dockerfile: no symbol table or DWARF (stack traces keep their names and lines).
@@ -54,15 +65,19 @@ type options struct {
 	version, revision string
 	epoch             string
 	name, tag         string
+	// src is the directory of the hermes-bridge module, srcErr why it was not found.
+	src    string
+	srcErr error
 }
 
 // run is the command: it returns 0 when the image was written, 2 on a usage error and
 // 1 when the build failed.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o options
+	o.src, o.srcErr = moduleRoot()
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.out, "o", "bin/hermes-bridge-oci.tar", "write the image as an OCI archive (tar) here; empty: none")
+	fs.StringVar(&o.out, "o", filepath.Join(o.src, "bin", "hermes-bridge-oci.tar"), "write the image as an OCI archive (tar) here; empty: none")
 	fs.StringVar(&o.layout, "layout", "", "also write the image as an OCI layout into this directory (new or empty)")
 	fs.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "comma-separated platforms (linux/amd64, linux/arm64)")
 	fs.StringVar(&o.binary, "binary", "", "use this prebuilt static binary instead of building one (one platform only)")
@@ -72,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.name, "name", "hermes-bridge", "image name it loads as")
 	fs.StringVar(&o.tag, "tag", "", "image tag it loads as (default: the version, made a valid tag)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: go run ./deploy/image [flags]\n\nBuilds the hermes-bridge OCI image without Docker.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: go -C deploy/image run . [flags]\n\nBuilds the hermes-bridge OCI image without Docker.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -94,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	fmt.Fprintf(stdout, "image %s:%s (%s), %s\n", o.name, res.tag, strings.Join(res.platforms, ", "), res.top.Digest)
+	fmt.Fprintf(stdout, "image %s:%s (%s), %s\n", o.name, res.tag, strings.Join(res.platforms, ", "), res.digest)
 	if o.layout != "" {
 		fmt.Fprintf(stdout, "OCI layout: %s\n", o.layout)
 	}
@@ -116,7 +131,7 @@ type usageError struct{ error }
 type result struct {
 	tag         string
 	platforms   []string
-	top         descriptor
+	digest      v1.Hash
 	archiveSize int64
 }
 
@@ -126,16 +141,14 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 	if o.out == "" && o.layout == "" {
 		return result{}, usageError{errors.New("nothing to write: set -o or -layout")}
 	}
-	var plats []platform
+	var plats []v1.Platform
 	for s := range strings.SplitSeq(o.platforms, ",") {
 		p, err := parsePlatform(s)
 		if err != nil {
 			return result{}, usageError{err}
 		}
-		for _, q := range plats {
-			if q == p {
-				return result{}, usageError{fmt.Errorf("platform %s listed twice", p)}
-			}
+		if slices.ContainsFunc(plats, p.Equals) {
+			return result{}, usageError{fmt.Errorf("platform %s listed twice", p)}
 		}
 		plats = append(plats, p)
 	}
@@ -143,7 +156,7 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 		return result{}, usageError{errors.New("-binary needs exactly one platform in -platforms")}
 	}
 	if o.version == "" {
-		o.version = gitOutput(ctx, "describe", "--tags", "--always", "--dirty")
+		o.version = gitOutput(ctx, o.src, "describe", "--tags", "--always", "--dirty")
 		if o.version == "" {
 			o.version = "dev"
 		}
@@ -152,9 +165,9 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 		return result{}, usageError{fmt.Errorf("-version %q: must not hold spaces, quotes or backslashes", o.version)}
 	}
 	if o.revision == "" {
-		o.revision = gitOutput(ctx, "rev-parse", "HEAD")
+		o.revision = gitOutput(ctx, o.src, "rev-parse", "HEAD")
 	}
-	created, err := resolveEpoch(ctx, o.epoch)
+	created, err := resolveEpoch(ctx, o.src, o.epoch)
 	if err != nil {
 		return result{}, usageError{err}
 	}
@@ -180,6 +193,9 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 	if o.binary != "" {
 		spec.Binaries = []string{o.binary}
 	} else {
+		if o.srcErr != nil {
+			return result{}, o.srcErr
+		}
 		tmp, err := os.MkdirTemp("", "hermes-bridge-image-")
 		if err != nil {
 			return result{}, fmt.Errorf("temporary directory: %w", err)
@@ -187,8 +203,8 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 		defer os.RemoveAll(tmp)
 		for _, p := range plats {
 			fmt.Fprintf(log, "building %s for %s (version %s)\n", mainPackage, p, o.version)
-			out := filepath.Join(tmp, "hermes-bridge-"+p.Arch)
-			if err := buildBinary(ctx, p, o.version, out); err != nil {
+			out := filepath.Join(tmp, "hermes-bridge-"+p.Architecture)
+			if err := buildBinary(ctx, o.src, p, o.version, out); err != nil {
 				return result{}, err
 			}
 			spec.Binaries = append(spec.Binaries, out)
@@ -198,26 +214,37 @@ func build(ctx context.Context, o options, log io.Writer) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	res := result{tag: o.tag, top: img.top}
+	res := result{tag: o.tag}
+	if res.digest, err = img.digest(); err != nil {
+		return result{}, fmt.Errorf("build image: %w", err)
+	}
 	for _, p := range plats {
 		res.platforms = append(res.platforms, p.String())
 	}
-	if o.layout != "" {
-		if err := img.writeLayout(o.layout); err != nil {
-			return result{}, err
+	dir := o.layout
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "hermes-bridge-layout-")
+		if err != nil {
+			return result{}, fmt.Errorf("temporary directory: %w", err)
 		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	if err := img.writeLayout(dir); err != nil {
+		return result{}, err
 	}
 	if o.out != "" {
-		if res.archiveSize, err = writeArchiveFile(img, o.out, created); err != nil {
+		if res.archiveSize, err = writeArchiveFile(dir, o.out, created); err != nil {
 			return result{}, err
 		}
 	}
 	return res, nil
 }
 
-// writeArchiveFile writes the archive to path through a temporary file in its
-// directory, so a failed build leaves no half-written archive, and returns its size.
-func writeArchiveFile(img *image, path string, mtime time.Time) (int64, error) {
+// writeArchiveFile writes the layout in dir as an archive to path through a temporary
+// file in its directory, so a failed build leaves no half-written archive, and returns
+// its size.
+func writeArchiveFile(dir, path string, mtime time.Time) (int64, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return 0, fmt.Errorf("write OCI archive: %w", err)
 	}
@@ -226,7 +253,7 @@ func writeArchiveFile(img *image, path string, mtime time.Time) (int64, error) {
 		return 0, fmt.Errorf("write OCI archive: %w", err)
 	}
 	defer os.Remove(f.Name()) // after the rename, a no-op
-	if err := img.writeArchive(f, mtime); err != nil {
+	if err := writeArchive(f, dir, mtime); err != nil {
 		f.Close()
 		return 0, err
 	}
@@ -246,17 +273,41 @@ func writeArchiveFile(img *image, path string, mtime time.Time) (int64, error) {
 	return st.Size(), nil
 }
 
+// moduleRoot returns the directory of the hermes-bridge module: the current directory
+// or the nearest one above it whose go.mod is that module's.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if m := moduleLine.FindSubmatch(gomod); err == nil && m != nil && string(m[1]) == mainModule {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of %s in the current directory or above it: run in the repository, or give -binary", mainModule)
+		}
+		dir = parent
+	}
+}
+
+var moduleLine = regexp.MustCompile(`(?m)^module\s+"?([^\s"]+)`)
+
 // buildBinary builds the static hermes-bridge binary for p into out, with the flags
 // of deploy/Dockerfile: CGO_ENABLED=0, -trimpath, -buildvcs=false, -ldflags "-s -w -X
 // main.version=...". Without VCS stamping the binary depends on the source and the
 // toolchain only (the revision is in the image's label), so the same commit built
 // here or by the Dockerfile with the same Go release gives the same binary. GOFLAGS
 // from the environment or go env is replaced, so it cannot change the image. It runs
-// the go command on PATH, in the current directory (inside the module).
-func buildBinary(ctx context.Context, p platform, version, out string) error {
+// the go command on PATH in dir, the hermes-bridge module (with its go.mod's
+// dependencies); out must be absolute or relative to dir.
+func buildBinary(ctx context.Context, dir string, p v1.Platform, version, out string) error {
 	c := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
 		"-ldflags", ldflagsPrefix+version, "-o", out, mainPackage)
-	c.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch, "GOFLAGS=-buildvcs=false")
+	c.Dir = dir
+	c.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=-buildvcs=false")
 	var stderr bytes.Buffer
 	c.Stderr = &stderr
 	c.Stdout = &stderr
@@ -266,10 +317,12 @@ func buildBinary(ctx context.Context, p platform, version, out string) error {
 	return nil
 }
 
-// gitOutput runs git with args and returns its trimmed output, or "" when git is
-// missing or fails (not a clone).
-func gitOutput(ctx context.Context, args ...string) string {
-	out, err := exec.CommandContext(ctx, "git", args...).Output()
+// gitOutput runs git with args in dir and returns its trimmed output, or "" when git
+// is missing or fails (not a clone).
+func gitOutput(ctx context.Context, dir string, args ...string) string {
+	c := exec.CommandContext(ctx, "git", args...)
+	c.Dir = dir
+	out, err := c.Output()
 	if err != nil {
 		return ""
 	}
@@ -277,14 +330,14 @@ func gitOutput(ctx context.Context, args ...string) string {
 }
 
 // resolveEpoch returns the image's timestamp: flag (Unix seconds) if set, else
-// $SOURCE_DATE_EPOCH, else the commit time of HEAD, else the Unix epoch.
-func resolveEpoch(ctx context.Context, flagValue string) (time.Time, error) {
+// $SOURCE_DATE_EPOCH, else the commit time of HEAD in dir, else the Unix epoch.
+func resolveEpoch(ctx context.Context, dir, flagValue string) (time.Time, error) {
 	s, from := flagValue, "-epoch"
 	if s == "" {
 		s, from = os.Getenv("SOURCE_DATE_EPOCH"), "SOURCE_DATE_EPOCH"
 	}
 	if s == "" {
-		s, from = gitOutput(ctx, "log", "-1", "--format=%ct"), "git log"
+		s, from = gitOutput(ctx, dir, "log", "-1", "--format=%ct"), "git log"
 	}
 	if s == "" {
 		return time.Unix(0, 0).UTC(), nil

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/x509roots/fallback/bundle"
@@ -31,36 +32,35 @@ var (
 // and /tmp (1777). Every entry has the time mtime; parents come before their children.
 func rootfsLayer(bin, caCerts []byte, mtime time.Time) ([]byte, error) {
 	type entry struct {
-		name     string
-		dir      bool
+		name     string // a directory's ends in '/'
 		mode     int64
 		uid, gid int
 		data     []byte
 	}
 	entries := []entry{
-		{name: "data/", dir: true, mode: 0o755, uid: uid, gid: gid},
-		{name: "etc/", dir: true, mode: 0o755},
+		{name: "data/", mode: 0o755, uid: uid, gid: gid},
+		{name: "etc/", mode: 0o755},
 		{name: "etc/group", mode: 0o644, data: []byte(group)},
 		{name: "etc/passwd", mode: 0o644, data: []byte(passwd)},
-		{name: "etc/ssl/", dir: true, mode: 0o755},
-		{name: "etc/ssl/certs/", dir: true, mode: 0o755},
+		{name: "etc/ssl/", mode: 0o755},
+		{name: "etc/ssl/certs/", mode: 0o755},
 		{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: caCerts},
 		{name: "hermes-bridge", mode: 0o755, data: bin},
-		{name: "home/", dir: true, mode: 0o755},
-		{name: "home/nonroot/", dir: true, mode: 0o700, uid: uid, gid: gid},
-		{name: "tmp/", dir: true, mode: 0o1777},
+		{name: "home/", mode: 0o755},
+		{name: "home/nonroot/", mode: 0o700, uid: uid, gid: gid},
+		{name: "tmp/", mode: 0o1777},
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
-		if e.dir {
-			h := &tar.Header{Typeflag: tar.TypeDir, Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: mtime, Format: tar.FormatUSTAR}
-			if err := tw.WriteHeader(h); err != nil {
-				return nil, err
-			}
-			continue
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: e.name, Size: int64(len(e.data)), Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: mtime, Format: tar.FormatUSTAR}
+		if strings.HasSuffix(e.name, "/") {
+			h.Typeflag = tar.TypeDir
 		}
-		if err := writeFile(tw, e.name, e.data, e.mode, e.uid, e.gid, mtime); err != nil {
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.data); err != nil {
 			return nil, err
 		}
 	}
