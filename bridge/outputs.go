@@ -35,6 +35,13 @@ type outputs struct {
 func (o outputs) events(id string) string  { return o.base + ".events." + id }
 func (o outputs) results(id string) string { return o.base + ".results." + id }
 
+// batchSubject is the subject of the control messages (commit, ping) of an action's
+// fast batches (package fastbatch); batchSubjects(base) is the output stream's subject
+// that captures them. base is the base of the bridge's output subjects (outputs.base).
+func batchSubject(base, actionID string) string { return base + ".batch." + actionID }
+
+func batchSubjects(base string) string { return base + ".batch.>" }
+
 // outputStream is the output stream's configuration for prefix: it captures the
 // bridge's publish subjects (<prefix>.out.>), stores them under the public ones, and
 // republishes every stored message there. The republish source and destination do not
