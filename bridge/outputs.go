@@ -20,7 +20,7 @@ import (
 // Republishing is done by the stream's leader as it stores: a message stored just as
 // the leader changes may not be republished. Core NATS subscriptions are at most once
 // anyway (a subscriber that reconnects misses what was sent meanwhile): readers that
-// must see everything replay the stream (an ordered consumer, as events.Client.Follow
+// must see everything replay the stream (an ordered consumer, as client.Client.Follow
 // and hermes-bridge watch do).
 
 // outputs names the subjects the bridge publishes outputs on.

@@ -36,7 +36,7 @@ const eventWindow = 2048
 // no-op) and publishes the rest of the stream synchronously, one confirmed event at a
 // time. That keeps a NATS outage from storing later events before earlier ones, except
 // for the events that were already in flight when the connection broke; subscribers
-// order by "sequence", which is always contiguous (events.Client.Follow does it for
+// order by "sequence", which is always contiguous (client.Client.Follow does it for
 // them).
 type eventPublisher struct {
 	js      jetstream.JetStream
