@@ -1,16 +1,10 @@
-// Package fastbatch publishes a sequence of messages to a JetStream stream with fast
-// batches (nats-server 2.14+, stream option allow_batched): pipelined, and stored in
-// the order they were added, once each, even when the connection breaks or the
-// stream's leader changes.
 package fastbatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,45 +13,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Every message of a batch carries its place in the batch in its reply
-// subject,
-//
-//	<inbox>.<batch id>.<flow>.fail.<batch seq>.<op>.$FI
-//
-// and with gap mode "fail" the stream's leader accepts a message only if it is the next
-// of its batch: after a missing or refused message it ends the batch (a PubAck whose
-// count is the number of messages accepted, all of them in order) and refuses the
-// rest. Accepted means stored, or skipped as a duplicate Nats-Msg-Id of an event stored
-// before. The server sends, on the reply subject of the message that caused it:
-//
-//   - {"type":"ack","seq":S,"msgs":M}: the batch's first S messages are stored; the next
-//     ack comes after M more (the flow, at most the one asked for, fewer when batches
-//     share the stream); also sent by a new stream leader to say what it has;
-//   - {"type":"gap","last_seq":E,"seq":C}: message E was expected, C came; with "fail"
-//     the batch ends and its PubAck follows;
-//   - {"type":"err","seq":S,"error":{...}}: message S was refused; the batch ends at S-1
-//     and its PubAck follows;
-//   - a PubAck with "batch" and "count": the batch ended (committed) with its first
-//     count messages stored;
-//   - a PubAck with an error: the message was refused before it reached the batch
-//     (the stream does not allow batches, too many batches in flight, an unknown batch
-//     after the batch was abandoned or lost with a leader, a full ingest queue, ...).
-//
-// A batch that receives nothing for the server's batch timeout (10 s by default) is
-// abandoned. Op 3 (commit at end of batch) ends a batch without storing the message and
-// gets the PubAck; op 4 (ping) asks for the latest ack, or reports a gap and ends the
-// batch if the server has fewer messages than the ping names. Neither is stored, but
-// both are messages on a subject of the stream, which core subscribers of that subject
-// would receive: so they go on Config.Control, a subject of the stream that carries
-// nothing else.
-//
-// The publisher keeps every event not yet confirmed stored. When a batch ends or is
-// lost before all its events were confirmed, it starts a new batch from the first
-// unconfirmed event: Nats-Msg-Id makes the already stored ones no-ops, and gap mode
-// "fail" keeps a later event from landing before an earlier one. Since every batch
-// starts at an event whose predecessors are all confirmed, and accepts an event only
-// after its predecessor in the batch, an event is stored only after all events before
-// it, whatever the interleaving of an old batch's late messages with a new one's.
 const (
 	// batchFlow is the flow asked for: the server acks at most every batchFlow stored
 	// messages (a lone batch gets min(500, batchFlow), batches sharing a stream fewer).
@@ -97,82 +52,6 @@ const (
 	errCodeBatchUnknown  jetstream.ErrorCode = 10208 // no such batch (abandoned, ended, or lost with a leader)
 	errCodeBatchTooMany  jetstream.ErrorCode = 10211 // too many batches in flight on the stream or server
 )
-
-// Config says where a Publisher sends its control messages and what it does with an
-// event the batch refuses.
-type Config struct {
-	// Control is the subject of the batch's commits and pings. The stream must
-	// capture it, and it should carry nothing else: core subscribers of it receive
-	// them.
-	Control string
-	// Controls is a subject pattern covering Control (and the control subjects of
-	// other publishers on the connection): when the server denies the connection
-	// publishing on a subject it matches, Control is taken as denied too.
-	Controls string
-	// Alone publishes, synchronously, an event the batch refused; it returns nil only
-	// once the event is stored. The event keeps its headers (Nats-Msg-Id), so
-	// publishing one already stored is a no-op.
-	Alone func(ctx context.Context, m *nats.Msg) error
-	// Log receives the publisher's lines about batches that end early or stall.
-	Log zerolog.Logger
-}
-
-// Usable returns nil if c's publisher can use fast batches on stream s: the stream,
-// as last described by the server (its cached info; a server before 2.14 leaves the
-// flag out), allows batch publishing and captures c.Control, and the server has not
-// denied nc publishing on c.Controls. Otherwise it returns why not, wrapping
-// ErrRefused.
-func (c Config) Usable(nc *nats.Conn, s jetstream.Stream) error {
-	var info *jetstream.StreamInfo
-	if s != nil {
-		info = s.CachedInfo()
-	}
-	if info == nil || !info.Config.AllowBatchPublish {
-		return &refusedError{reason: "the stream does not allow batch publishing (allow_batched)"}
-	}
-	if !slices.ContainsFunc(info.Config.Subjects, func(subj string) bool { return subjectMatches(subj, c.Control) }) {
-		return &refusedError{reason: "the stream does not capture the batch subject " + c.Control}
-	}
-	if c.denied(nc) {
-		return c.deniedError()
-	}
-	return nil
-}
-
-// denied reports whether the connection's last error is the server refusing a publish
-// on a subject c.Controls matches: the user lacks the permission (a deployment that
-// kept its earlier permissions), so every commit and ping would go unanswered.
-func (c Config) denied(nc *nats.Conn) bool {
-	err := nc.LastError()
-	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
-		return false
-	}
-	_, subject, ok := strings.Cut(err.Error(), `Publish to "`)
-	subject, _, closed := strings.Cut(subject, `"`)
-	return ok && closed && subjectMatches(c.Controls, subject)
-}
-
-func (c Config) deniedError() error {
-	return &refusedError{reason: "the server denies publishing on " + c.Controls + " (permissions)"}
-}
-
-// subjectMatches reports whether the literal subject matches pattern (tokens, '*' for
-// one token, '>' for one or more at the end).
-func subjectMatches(pattern, subject string) bool {
-	for {
-		pt, prest, pmore := strings.Cut(pattern, ".")
-		st, srest, smore := strings.Cut(subject, ".")
-		switch {
-		case pt == ">":
-			return !pmore && st != ""
-		case pt != "*" && pt != st:
-			return false
-		case !pmore || !smore:
-			return !pmore && !smore
-		}
-		pattern, subject = prest, srest
-	}
-}
 
 // statusNoResponders is the status of the reply to a message nothing listened to.
 const statusNoResponders = "503"
