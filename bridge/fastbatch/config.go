@@ -46,17 +46,16 @@ func (c Config) Usable(nc *nats.Conn, s jetstream.Stream) error {
 	if !slices.ContainsFunc(info.Config.Subjects, func(subj string) bool { return subjectMatches(subj, c.Control) }) {
 		return &refusedError{reason: "the stream does not capture the batch subject " + c.Control}
 	}
-	if c.denied(nc) {
+	if c.denied(nc.LastError()) {
 		return c.deniedError()
 	}
 	return nil
 }
 
-// denied reports whether the connection's last error is the server refusing a publish
-// on a subject c.Controls matches: the user lacks the permission (a deployment that
-// kept its earlier permissions), so every commit and ping would go unanswered.
-func (c Config) denied(nc *nats.Conn) bool {
-	err := nc.LastError()
+// denied reports whether err (a connection's last error) is the server refusing a
+// publish on a subject c.Controls matches: the user lacks the permission (a deployment
+// that kept its earlier permissions), so every commit and ping would go unanswered.
+func (c Config) denied(err error) bool {
 	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
 		return false
 	}

@@ -352,7 +352,7 @@ func (b *Publisher) wait(ctx context.Context) error {
 	if b.id == "" {
 		return nil
 	}
-	if b.cfg.denied(b.nc) {
+	if b.cfg.denied(b.nc.LastError()) {
 		b.refused = b.cfg.deniedError()
 		return nil
 	}

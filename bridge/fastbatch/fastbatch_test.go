@@ -39,6 +39,29 @@ func TestSubjectMatches(t *testing.T) {
 	}
 }
 
+// TestDenied: only a permission violation for a publish on a subject Controls matches
+// denies the control subject.
+func TestDenied(t *testing.T) {
+	c := Config{Control: "hermes.out.batch.a1", Controls: "hermes.out.batch.>"}
+	violation := func(s string) error { return fmt.Errorf("%w for %s", nats.ErrPermissionViolation, s) }
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{violation(`Publish to "hermes.out.batch.a1"`), true},
+		{violation(`Publish to "hermes.out.batch.other"`), true},
+		{violation(`Publish to "hermes.out.events.a1"`), false},
+		{violation(`Publish to "hermes.out.batch"`), false},
+		{violation(`Subscription to "hermes.out.batch.a1"`), false},
+		{errors.New(`Publish to "hermes.out.batch.a1"`), false},
+	} {
+		if got := c.denied(tc.err); got != tc.want {
+			t.Errorf("denied(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
 // TestBatchPublisherInOrder: without faults, one batch carries every event, pipelined
 // within the window, and one commit ends it.
 func TestBatchPublisherInOrder(t *testing.T) {
