@@ -82,14 +82,14 @@ CHAOS_FLAGS ?= -rounds 5 -seed 1 -duration 30s
 chaos: ## NATS cluster + bridge processes under SIGKILL/SIGSTOP, seeded rounds (~6 min; CHAOS_FLAGS="-rounds 5 -seed 1 -duration 30s")
 	$(GO) run ./e2e/chaos $(CHAOS_FLAGS)
 
-# ui-vendor: the dashboard's NATS JavaScript client (internal/ui/assets/nats.js, committed) from
-# the versions pinned in internal/ui/package-lock.json: npm ci, then esbuild bundles and minifies
-# it. Needs node and npm (the npm registry); make test never runs it. See internal/ui/README.md.
-ui-vendor: ## rebuild internal/ui/assets/nats.js from internal/ui/package-lock.json (npm ci + esbuild; not in make test)
-	cd internal/ui && npm ci --no-audit --no-fund && npm run vendor
+# ui-vendor: the dashboard's NATS JavaScript client (bridge/ui/assets/nats.js, committed) from
+# the versions pinned in bridge/ui/package-lock.json: npm ci, then esbuild bundles and minifies
+# it. Needs node and npm (the npm registry); make test never runs it. See bridge/ui/README.md.
+ui-vendor: ## rebuild bridge/ui/assets/nats.js from bridge/ui/package-lock.json (npm ci + esbuild; not in make test)
+	cd bridge/ui && npm ci --no-audit --no-fund && npm run vendor
 
 ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tests (needs chromium: apt-get install -y chromium chromium-driver)
-	$(GO) test -race -count=1 ./internal/ui
+	$(GO) test -race -count=1 ./bridge/ui
 	HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./cmd/hermes-bridge
 
 # run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1

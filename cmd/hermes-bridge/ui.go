@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hermes-bridge/hermes-bridge/internal/ui"
+	"github.com/hermes-bridge/hermes-bridge/bridge/ui"
 )
 
 // uiEnabled reports whether run serves the dashboard at /ui: HERMES_BRIDGE_UI=true, or

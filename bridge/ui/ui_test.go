@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hermes-bridge/hermes-bridge/internal/ui"
+	"github.com/hermes-bridge/hermes-bridge/bridge/ui"
 )
 
 func get(t *testing.T, h http.Handler, method, path string, hdr ...string) *http.Response {
