@@ -19,7 +19,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hermes-bridge/hermes-bridge/internal/opshttp"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 )
 
 // metricInfo is what a registered metric is named and labelled.

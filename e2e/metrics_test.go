@@ -20,9 +20,9 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
-	"github.com/hermes-bridge/hermes-bridge/internal/opshttp"
 )
 
 // serveOps serves the operations endpoints of reg and ready on a loopback port until

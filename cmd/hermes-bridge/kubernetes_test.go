@@ -33,7 +33,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hermes-bridge/hermes-bridge/internal/opshttp"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 

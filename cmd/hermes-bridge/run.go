@@ -22,8 +22,8 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 	"github.com/hermes-bridge/hermes-bridge/bridge/ui"
-	"github.com/hermes-bridge/hermes-bridge/internal/opshttp"
 )
 
 // Shutdown bounds after the bridge's Run has returned.

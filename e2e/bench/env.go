@@ -25,9 +25,9 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
-	"github.com/hermes-bridge/hermes-bridge/internal/opshttp"
 )
 
 // Subjects and names used by the floors. They live beside the bridge's "hermes" prefix on

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermes-bridge/hermes-bridge/internal/opshttp"
+	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 )
 
 func get(t *testing.T, url string) (int, string) {
