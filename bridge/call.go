@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
@@ -163,7 +164,7 @@ func (d *driver) resume(e *core.Effect) core.Event {
 	var err error
 	if ref, isRef := events.ParseRef(rec.Action); isRef {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		raw, err = ref.Fetch(ctx, d.b.js)
+		raw, err = client.Fetch(ctx, d.b.js, ref)
 		cancel()
 	}
 	d.act = actionInfo{env: &events.Envelope{ID: d.id, Data: raw}}

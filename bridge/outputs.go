@@ -20,7 +20,7 @@ import (
 // Republishing is done by the stream's leader as it stores: a message stored just as
 // the leader changes may not be republished. Core NATS subscriptions are at most once
 // anyway (a subscriber that reconnects misses what was sent meanwhile): readers that
-// must see everything replay the stream (an ordered consumer, as events.Client.Follow
+// must see everything replay the stream (an ordered consumer, as client.Client.Follow
 // and hermes-bridge watch do).
 
 // outputs names the subjects the bridge publishes outputs on.
@@ -34,6 +34,13 @@ type outputs struct {
 
 func (o outputs) events(id string) string  { return o.base + ".events." + id }
 func (o outputs) results(id string) string { return o.base + ".results." + id }
+
+// batchSubject is the subject of the control messages (commit, ping) of an action's
+// fast batches (package fastbatch); batchSubjects(base) is the output stream's subject
+// that captures them. base is the base of the bridge's output subjects (outputs.base).
+func batchSubject(base, actionID string) string { return base + ".batch." + actionID }
+
+func batchSubjects(base string) string { return base + ".batch.>" }
 
 // outputStream is the output stream's configuration for prefix: it captures the
 // bridge's publish subjects (<prefix>.out.>), stores them under the public ones, and

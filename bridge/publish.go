@@ -11,18 +11,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/fastbatch"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 )
 
-// eventWindow bounds the event publishes of one action awaiting their acks.
+// eventWindow bounds the asynchronous event publishes of one action awaiting their
+// acks.
 const eventWindow = 2048
 
 // eventPublisher republishes one action's SSE events in order. It is used by exactly
 // one goroutine: the one reading the Hermes stream.
 //
 // When the output stream allows batch publishing (allow_batched, nats-server 2.14+),
-// the events go out as fast batches (see batchPublisher): pipelined, and stored in
+// the events go out as fast batches (package fastbatch): pipelined, and stored in
 // sequence order without gaps even when the connection breaks or the stream's leader
 // changes, because the server stores a batch's message only after its predecessor.
 //
@@ -34,14 +36,14 @@ const eventWindow = 2048
 // no-op) and publishes the rest of the stream synchronously, one confirmed event at a
 // time. That keeps a NATS outage from storing later events before earlier ones, except
 // for the events that were already in flight when the connection broke; subscribers
-// order by "sequence", which is always contiguous (events.Client.Follow does it for
+// order by "sequence", which is always contiguous (client.Client.Follow does it for
 // them).
 type eventPublisher struct {
 	js      jetstream.JetStream
 	d       *driver
 	subject string
 	seq     int64
-	batch   *batchPublisher // nil: asynchronous publishes
+	batch   *fastbatch.Publisher // nil: asynchronous publishes
 	// ctx bounds every wait of the publisher: the action's deadline (or its start, when
 	// later) plus settleFor (the events read until the deadline get that long to be
 	// stored), and the cancellation
@@ -66,36 +68,18 @@ func newEventPublisher(js jetstream.JetStream, d *driver) *eventPublisher {
 		end = now
 	}
 	p.ctx, p.stop = context.WithDeadline(d.b.workCtx, end.Add(settleFor))
-	prefix := d.b.out.base
-	err := batchAllowed(d.b.output, batchSubject(prefix, d.id))
-	if err == nil && batchPublishDenied(d.b.nc, prefix) {
-		err = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(prefix) + " (permissions)"}
+	cfg := fastbatch.Config{
+		Control:  batchSubject(d.b.out.base, d.id),
+		Controls: batchSubjects(d.b.out.base),
+		Alone:    func(ctx context.Context, m *nats.Msg) error { return publishRetry(ctx, js, m) },
+		Log:      d.b.log.With().Str("action_id", d.id).Logger(),
 	}
-	if err != nil {
+	if err := cfg.Usable(d.b.nc, d.b.output); err != nil {
 		logFallback(d.b, d.id, err)
 	} else {
-		p.batch = newBatchPublisher(d.b.nc, js, d.b.log.With().Str("action_id", d.id).Logger(), p.subject, prefix, d.id)
+		p.batch = fastbatch.New(d.b.nc, cfg)
 	}
 	return p
-}
-
-// batchAllowed returns nil if the output stream, as the server described it, allows
-// batch publishing (a server before 2.14 leaves the flag out) and captures the batch
-// control subject control; otherwise why not.
-func batchAllowed(s jetstream.Stream, control string) error {
-	var info *jetstream.StreamInfo
-	if s != nil {
-		info = s.CachedInfo()
-	}
-	if info == nil || !info.Config.AllowBatchPublish {
-		return &batchRefusedError{reason: "the output stream does not allow batch publishing (allow_batched)"}
-	}
-	for _, subj := range info.Config.Subjects {
-		if subjectMatches(subj, control) {
-			return nil
-		}
-	}
-	return &batchRefusedError{reason: "the output stream does not capture the batch subject " + control}
 }
 
 // fallbackLog limits the lines about actions published without fast batches: under
@@ -123,8 +107,8 @@ func logFallback(b *Bridge, actionID string, err error) {
 // server refused the batch (err), and publishes the events not confirmed stored.
 func (p *eventPublisher) fallBack(ctx context.Context, err error) error {
 	logFallback(p.d.b, p.d.id, err)
-	msgs := p.batch.unconfirmed()
-	p.batch.close()
+	msgs := p.batch.Unconfirmed()
+	p.batch.Close()
 	p.batch = nil
 	for _, m := range msgs {
 		m.Reply = ""
@@ -145,7 +129,7 @@ func (p *eventPublisher) grow() {
 }
 
 // publish sends ev as event number p.seq. It blocks only when the window is full, or
-// after a failure (see eventPublisher and batchPublisher.add).
+// after a failure (see eventPublisher and fastbatch.Publisher.Add).
 func (p *eventPublisher) publish(ev hermes.Event) error {
 	ctx := p.ctx
 	d := events.EventData{ActionID: p.d.id, Sequence: p.seq, Kind: ev.Kind,
@@ -173,8 +157,8 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 	m := &nats.Msg{Subject: p.subject, Header: h, Data: body}
 	defer p.d.b.hook(PointEvent, p.d.id)
 	if p.batch != nil {
-		err := p.batch.add(ctx, m)
-		if errors.Is(err, errBatchRefused) {
+		err := p.batch.Add(ctx, m)
+		if errors.Is(err, fastbatch.ErrRefused) {
 			return p.fallBack(ctx, err)
 		}
 		return err
@@ -261,11 +245,11 @@ func (p *eventPublisher) flush(ctx context.Context) error {
 		defer cancel()
 	}
 	if p.batch != nil {
-		err := p.batch.flush(ctx)
-		if errors.Is(err, errBatchRefused) {
+		err := p.batch.Flush(ctx)
+		if errors.Is(err, fastbatch.ErrRefused) {
 			err = p.fallBack(ctx, err)
 		} else {
-			p.batch.close()
+			p.batch.Close()
 		}
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -24,7 +25,7 @@ type role struct {
 	name   string
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	client *events.Client
+	client *client.Client
 	errs   chan error // asynchronous errors from the server (permission violations)
 }
 
@@ -47,7 +48,7 @@ func connectAs(t *testing.T, ns *natsembed.Server, user, pwVar, inbox string) *r
 		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	r.nc, r.js = natsembed.Connect(t, ns, opts...)
-	r.client = events.NewClient(r.js, events.WithSource("urn:test:"+user))
+	r.client = client.New(r.js, client.WithSource("urn:test:"+user))
 	return r
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
@@ -104,7 +105,7 @@ func TestCancel(t *testing.T) {
 			t.Fatalf("cancel unknown: %s", s)
 		}
 		before := h.fake.Calls("chat")
-		h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"too late"}`)}, events.WithActionID("never-seen-1"))
+		h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"too late"}`)}, client.WithActionID("never-seen-1"))
 		res, _ := h.follow("never-seen-1")
 		if res.Status != events.StatusCancelled {
 			t.Fatalf("status %s", res.Status)

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -79,7 +80,7 @@ func TestClusterLeaderRestarts(t *testing.T) {
 	}
 	c.js = js
 	c.waitMetaLeader(60 * time.Second)
-	h := &harness{t: t, ns: c.nodes[0].srv, nc: nc, js: js, fake: fake, client: events.NewClient(js), cfg: cfg,
+	h := &harness{t: t, ns: c.nodes[0].srv, nc: nc, js: js, fake: fake, client: client.New(js), cfg: cfg,
 		logs: &syncBuffer{}, state: &harnessState{}}
 	for i := range 2 {
 		// Each replica's first server is a different node; it fails over to the others.
@@ -549,7 +550,7 @@ func (ld *clLoad) publish(ctx context.Context, a clAction) error {
 	act := events.Action{Input: a.input, IdempotencyKey: a.key, TimeoutMS: &timeout}
 	pub := func() error {
 		return ld.retry(ctx, func(ctx context.Context) error {
-			_, err := ld.h.client.Publish(ctx, "primary", a.op, act, events.WithActionID(a.id))
+			_, err := ld.h.client.Publish(ctx, "primary", a.op, act, client.WithActionID(a.id))
 			return err
 		})
 	}

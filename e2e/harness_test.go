@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -32,7 +33,7 @@ type harness struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	fake   *hermestest.Server
-	client *events.Client
+	client *client.Client
 	cfg    bridge.Config
 	logs   *syncBuffer
 	// bridgeNATS are extra connection options of every bridge replica (see withBridgeNATS).
@@ -118,7 +119,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		o.cfg(&cfg)
 	}
 	h := &harness{t: t, ns: ns, nc: nc, js: js, fake: fake, cfg: cfg, logs: &syncBuffer{},
-		client: events.NewClient(js), state: &harnessState{}, bridgeNATS: o.bridgeNATS}
+		client: client.New(js), state: &harnessState{}, bridgeNATS: o.bridgeNATS}
 	if !o.noBridge {
 		h.startBridge()
 	}
@@ -189,7 +190,7 @@ func (h *harness) eventually(timeout time.Duration, f func() error) {
 }
 
 // publish publishes an action and returns its id.
-func (h *harness) publish(op string, a events.Action, opts ...events.PublishOption) string {
+func (h *harness) publish(op string, a events.Action, opts ...client.PublishOption) string {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -28,7 +29,7 @@ func (h *harness) at(t *testing.T) *harness {
 }
 
 // publishTo publishes an action for op on endpoint ep and returns its id.
-func (h *harness) publishTo(ep, op string, a events.Action, opts ...events.PublishOption) string {
+func (h *harness) publishTo(ep, op string, a events.Action, opts ...client.PublishOption) string {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -157,8 +158,8 @@ func TestActionIDPublishedTwice(t *testing.T) {
 	t.Run("client_twice", func(t *testing.T) {
 		h := h.at(t)
 		a := events.Action{Input: mustJSON(t, `{"prompt":"twice"}`)}
-		id := h.publish("chat", a, events.WithActionID("dup-client-1"))
-		h.publish("chat", a, events.WithActionID("dup-client-1"))
+		id := h.publish("chat", a, client.WithActionID("dup-client-1"))
+		h.publish("chat", a, client.WithActionID("dup-client-1"))
 		res, _ := h.follow(id)
 		requireCompleted(t, res)
 		h.waitIdle(10 * time.Second)

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -324,7 +325,7 @@ func (r *ldRun) publishAction(ctx context.Context, a ldAction) error {
 	case ldSameID:
 		for k := 0; k < 2; k++ { // the second is a JetStream duplicate (same Nats-Msg-Id)
 			if err := r.retry(ctx, func(ctx context.Context) error {
-				_, err := c.Publish(ctx, "primary", a.op, act, events.WithActionID(a.id))
+				_, err := c.Publish(ctx, "primary", a.op, act, client.WithActionID(a.id))
 				return err
 			}); err != nil {
 				return err
@@ -341,7 +342,7 @@ func (r *ldRun) publishAction(ctx context.Context, a ldAction) error {
 		})
 	}
 	return r.retry(ctx, func(ctx context.Context) error {
-		_, err := c.Publish(ctx, "primary", a.op, act, events.WithActionID(a.id))
+		_, err := c.Publish(ctx, "primary", a.op, act, client.WithActionID(a.id))
 		return err
 	})
 }

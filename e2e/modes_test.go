@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -21,13 +22,13 @@ func TestContentModes(t *testing.T) {
 
 	for i, mode := range []struct {
 		name string
-		opt  events.PublishOption
-	}{{"structured", events.WithStructuredMode()}, {"binary", events.WithBinaryMode()}} {
+		opt  client.PublishOption
+	}{{"structured", client.WithStructuredMode()}, {"binary", client.WithBinaryMode()}} {
 		t.Run(mode.name, func(t *testing.T) {
 			h := h.at(t)
 			prompt := "mode " + mode.name
 			id := h.publish("chat_stream", events.Action{Input: mustJSON(t, map[string]any{"prompt": prompt})}, mode.opt,
-				events.WithTrace(events.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
+				client.WithTrace(events.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
 			res, evs := h.follow(id)
 			checkStream(t, res, evs, "chat_stream", "stub reply: "+prompt)
 			r := h.lastRequest("chat_stream", i+1)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
@@ -105,7 +106,7 @@ func (h *harness) quiet(lt *liveTap, window, max time.Duration) {
 }
 
 // publishCopy publishes action a for op under action id id as its own stream message,
-// built the way events.Client builds a binary-mode action, with Nats-Msg-Id msgID (so
+// built the way client.Client builds a binary-mode action, with Nats-Msg-Id msgID (so
 // that the stream's duplicate window does not merge copies of one action).
 func (h *harness) publishCopy(op, id, msgID string, a events.Action) {
 	h.t.Helper()
@@ -114,7 +115,7 @@ func (h *harness) publishCopy(op, id, msgID string, a events.Action) {
 		h.t.Fatal(err)
 	}
 	hdr := binaryHeader(id, events.TypeAction, events.CapabilityID("primary", op))
-	hdr.Set("ce-source", events.DefaultClientSource)
+	hdr.Set("ce-source", client.DefaultSource)
 	hdr.Set(nats.MsgIdHdr, msgID)
 	h.publishRaw("hermes.actions.primary."+op, hdr, data)
 }
@@ -147,7 +148,7 @@ func parkedDeleteAs(t *testing.T, h *harness, id, sid, key string) pendingOutput
 	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
 	requireCompleted(t, res)
 	input := mustJSON(t, map[string]any{"session_id": sid})
-	h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key}, events.WithActionID(id))
+	h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key}, client.WithActionID(id))
 	p := h.pendingOf(id)
 	if p.Status != events.StatusPendingApproval || p.Error != nil {
 		t.Fatalf("pending result %+v", p)

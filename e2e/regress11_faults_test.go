@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -201,7 +202,7 @@ func regress11PanicScenario(t *testing.T) {
 			}
 		}
 	}))
-	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"this one panics"}`)}, events.WithActionID(id))
+	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"this one panics"}`)}, client.WithActionID(id))
 	res, err := h.followBy(id, time.Now().Add(30*time.Second))
 	if err != nil {
 		t.Fatalf("follow the panicking action: %v", err)

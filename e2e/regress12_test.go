@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -40,7 +41,7 @@ func TestRegress12ResultStoredAcrossOutage(t *testing.T) {
 		}
 	}))
 	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"answered before the outage"}`), IdempotencyKey: "r12-outage"},
-		events.WithActionID(id))
+		client.WithActionID(id))
 	select {
 	case err := <-restarted:
 		if err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -60,7 +61,7 @@ func r22RunHarness(t *testing.T, more func(*bridge.Config)) *harness {
 // r22PendingRun publishes a governed run with key and waits for its tool approval's
 // pending_approval result; it returns the action id, the approval's input_sha256 and
 // the run's id.
-func r22PendingRun(t *testing.T, h *harness, key string, opts ...events.PublishOption) (id, sha, runID string) {
+func r22PendingRun(t *testing.T, h *harness, key string, opts ...client.PublishOption) (id, sha, runID string) {
 	t.Helper()
 	id = h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "clean " + key}), IdempotencyKey: key}, opts...)
 	p := h.pendingOf(id)
@@ -290,9 +291,9 @@ func r22DuplicateKey(t *testing.T) {
 			}
 		}
 	})
-	_, sha, _ := r22PendingRun(t, h, key, events.WithActionID(first))
+	_, sha, _ := r22PendingRun(t, h, key, client.WithActionID(first))
 	h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "clean " + key}), IdempotencyKey: key},
-		events.WithActionID(second))
+		client.WithActionID(second))
 	select {
 	case <-claimed:
 	case <-time.After(10 * time.Second):
@@ -484,7 +485,7 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 			t.Fatalf("the blocking chat never reached Hermes: %v", err)
 		}
 	}
-	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"first use of the key"}`), IdempotencyKey: key}, events.WithActionID(id))
+	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"first use of the key"}`), IdempotencyKey: key}, client.WithActionID(id))
 	res, err := h.terminalWithin(id, 15*time.Second)
 	if err != nil {
 		t.Fatalf("the action cancelled before it arrived has no terminal result within 15s (%v): %s", err, r22Diag(h, id))

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
@@ -315,7 +316,7 @@ func r22KeyedHarness(t *testing.T, id, key, input string) (*harness, *events.Res
 		c.Lease = 2 * time.Second
 		c.Heartbeat = 250 * time.Millisecond
 	}))
-	h.publish("chat", events.Action{Input: mustJSON(t, input), IdempotencyKey: key}, events.WithActionID(id))
+	h.publish("chat", events.Action{Input: mustJSON(t, input), IdempotencyKey: key}, client.WithActionID(id))
 	res, err := h.terminalWithin(id, 15*time.Second)
 	if err != nil {
 		t.Fatalf("the keyed action did not settle: %v", err)
@@ -522,7 +523,7 @@ func runZombie(t *testing.T, id, op, input, stopAt string, opts ...harnessOption
 	z := &zombieRun{h: h, results: h.tap(prefix + ".results." + id), evnts: h.tap(prefix + ".events." + id)}
 	z.zombie = h.startProc(withEnv("HERMES_BRIDGE_ACK_WAIT", "60s"), withEnv("HERMES_BRIDGE_PROVISION", "false"),
 		withEnv("HERMES_BRIDGE_CRASH_AT", stopAt))
-	h.publish(op, events.Action{Input: mustJSON(t, input)}, events.WithActionID(id))
+	h.publish(op, events.Action{Input: mustJSON(t, input)}, client.WithActionID(id))
 	point, _, _ := strings.Cut(stopAt, ":")
 	z.zombie.waitLog(30*time.Second, "stopping the process at "+point)
 	if n := h.fake.Calls(op); n != 1 {

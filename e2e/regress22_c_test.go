@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -72,7 +73,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 		return nil
 	})
 
-	h.publish("chat", a, events.WithActionID(id))
+	h.publish("chat", a, client.WithActionID(id))
 	info, err := actions.Info(ctx)
 	if err != nil {
 		t.Fatal(err)

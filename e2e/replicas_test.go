@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -22,7 +23,7 @@ func TestTwoReplicasExactlyOnce(t *testing.T) {
 		in := fmt.Sprintf(`{"prompt":"slow: pair %d"}`, i)
 		for j := 0; j < 2; j++ {
 			id := fmt.Sprintf("pair-%d-%d", i, j)
-			h.publish("chat", events.Action{Input: mustJSON(t, in), IdempotencyKey: fmt.Sprintf("pair-key-%d", i)}, events.WithActionID(id))
+			h.publish("chat", events.Action{Input: mustJSON(t, in), IdempotencyKey: fmt.Sprintf("pair-key-%d", i)}, client.WithActionID(id))
 			ids = append(ids, id)
 			if j == 0 && i%2 == 0 { // a copy JetStream does not deduplicate
 				h.publishRaw("hermes.actions.primary.chat", binaryHeader(id, events.TypeAction, ""),

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
@@ -250,7 +251,7 @@ func TestShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		client := events.NewClient(js)
+		client := client.New(js)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		id, err := client.Publish(ctx, "primary", "chat", events.Action{Input: mustJSON(t, `{"prompt":"wait1500: embedded"}`)})

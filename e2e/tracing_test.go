@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -180,7 +181,7 @@ func TestTracingOTLP(t *testing.T) {
 		for _, f := range mod {
 			f(&a)
 		}
-		id := h.publish(op, a, events.WithTrace(tc))
+		id := h.publish(op, a, client.WithTrace(tc))
 		res, _ := h.follow(id)
 		return &traced{name: name, op: op, id: id, tid: tid, sid: sid, res: res}
 	}

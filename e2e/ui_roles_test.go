@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
@@ -54,7 +55,7 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 	if dash.js, err = jetstream.New(dash.nc); err != nil {
 		t.Fatal(err)
 	}
-	dash.client = events.NewClient(dash.js, events.WithSource("urn:test:dashboard"))
+	dash.client = client.New(dash.js, client.WithSource("urn:test:dashboard"))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))

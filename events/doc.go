@@ -1,6 +1,7 @@
 // Package events holds the hermes-bridge wire contract: subject names, the
-// action CloudEvent reader, the event and result CloudEvent writers, RFC 8785
-// canonical JSON and the publisher/follower client used by the CLI and tests.
+// action CloudEvent reader and writer, the event and result CloudEvent writers,
+// RFC 8785 canonical JSON. The client that publishes actions and follows their
+// output over NATS is package bridge/client.
 //
 // # Content modes
 //
@@ -25,5 +26,6 @@
 // Error texts describe constraints and never quote input values: inputs may
 // hold prompts, secrets or session identifiers.
 //
-// The package does no logging and, except for [Client], no I/O.
+// The package does no logging and no I/O: it imports nats.go only for the
+// nats.Header type.
 package events

@@ -2,14 +2,11 @@ package events
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // RefKey is the only member of a reference object: the JSON that stands in for an
@@ -66,52 +63,12 @@ func ParseRef(raw json.RawMessage) (Ref, bool) {
 	return r, true
 }
 
-// Fetch reads the referenced content from js's object store and checks its size and
-// digest. Errors wrap ErrRef.
-func (r Ref) Fetch(ctx context.Context, js jetstream.JetStream) ([]byte, error) {
-	os, err := js.ObjectStore(ctx, r.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("%w: object store %q: %w", ErrRef, r.Bucket, err)
-	}
-	b, err := os.GetBytes(ctx, r.Name)
-	if err != nil {
-		return nil, fmt.Errorf("%w: object %q: %w", ErrRef, r.Name, err)
-	}
+// Check returns nil if b is the referenced content (its size and digest), else an
+// error wrapping ErrRef.
+func (r Ref) Check(b []byte) error {
 	sum := sha256.Sum256(b)
 	if int64(len(b)) != r.Size || hex.EncodeToString(sum[:]) != r.SHA256 {
-		return nil, fmt.Errorf("%w: object %q does not match its reference (size or digest)", ErrRef, r.Name)
+		return fmt.Errorf("%w: object %q does not match its reference (size or digest)", ErrRef, r.Name)
 	}
-	return b, nil
-}
-
-// ResolveResult replaces a referenced output of r with the stored output.
-func ResolveResult(ctx context.Context, js jetstream.JetStream, r *Result) error {
-	ref, ok := ParseRef(r.Output)
-	if !ok {
-		return nil
-	}
-	b, err := ref.Fetch(ctx, js)
-	if err != nil {
-		return err
-	}
-	r.Output = b
 	return nil
-}
-
-// ResolveEvent returns the stored event when ev stands in for one (its event.data is a
-// reference object; its action id, sequence and kind are the stored event's), else ev.
-func ResolveEvent(ctx context.Context, js jetstream.JetStream, ev *EventData) (*EventData, error) {
-	ref, ok := ParseRef(ev.Event.Data)
-	if !ok {
-		return ev, nil
-	}
-	b, err := ref.Fetch(ctx, js)
-	if err != nil {
-		return nil, err
-	}
-	var full EventData
-	if err := json.Unmarshal(b, &full); err != nil {
-		return nil, fmt.Errorf("%w: stored event is not an event object", ErrRef)
-	}
-	return &full, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
@@ -230,7 +231,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 
 // lastResult reads the last result of the action from the output stream. On a
 // problem it prints it and returns nil and the exit status.
-func lastResult(ctx context.Context, cl *client, id string, stderr io.Writer) (*events.Result, int) {
+func lastResult(ctx context.Context, cl *clientConn, id string, stderr io.Writer) (*events.Result, int) {
 	stream, err := cl.js.Stream(ctx, cl.cfg.OutputStream)
 	if err != nil && cl.permissionDenied(stderr) {
 		return nil, exitUsage
@@ -258,7 +259,7 @@ func lastResult(ctx context.Context, cl *client, id string, stderr io.Writer) (*
 	}
 	res, err := events.DecodeResult(m.Header, m.Data)
 	if err == nil {
-		err = events.ResolveResult(ctx, cl.js, res)
+		err = client.ResolveResult(ctx, cl.js, res)
 	}
 	if err != nil && cl.permissionDenied(stderr) {
 		return nil, exitUsage
@@ -347,7 +348,7 @@ func confirm(sio stdio, question string) bool {
 
 // followDecided follows an approved action to its result, as watch does, without
 // the pending_approval note (the decision was just published).
-func followDecided(ctx context.Context, cl *client, id string, o *approveOptions, sio stdio) int {
+func followDecided(ctx context.Context, cl *clientConn, id string, o *approveOptions, sio stdio) int {
 	return followAction(ctx, cl, id, &callOptions{jsonOut: o.jsonOut, wait: o.wait}, sio, false, nil)
 }
 
@@ -415,7 +416,7 @@ func cmdPending(ctx context.Context, args []string, environ map[string]string, s
 }
 
 // listParked reads the park.<id> index of the KV bucket, soonest expiry first.
-func listParked(ctx context.Context, cl *client, stderr io.Writer) ([]parkedAction, error) {
+func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parkedAction, error) {
 	bucket := cl.cfg.Bucket
 	kv, err := cl.js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
@@ -141,7 +142,7 @@ func newApprovalsEnv(t *testing.T) *approvalsEnv {
 	nc, js := natsembed.Connect(t, s)
 	ctx := context.Background()
 	for _, sc := range []jetstream.StreamConfig{
-		{Name: events.DefaultOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>"}},
+		{Name: client.DefaultOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>"}},
 		{Name: "HERMES_APPROVALS", Subjects: []string{"hermes.approvals.>"}},
 	} {
 		if _, err := js.CreateStream(ctx, sc); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -121,12 +122,12 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 		return usageError(sio.err, "call", "--json and --events exclude each other")
 	}
 	var ack jetstream.PubAck
-	popts := []events.PublishOption{events.WithPubAck(&ack)}
+	popts := []client.PublishOption{client.WithPubAck(&ack)}
 	if o.actionID != "" {
-		popts = append(popts, events.WithActionID(o.actionID))
+		popts = append(popts, client.WithActionID(o.actionID))
 	}
 	if o.structured {
-		popts = append(popts, events.WithStructuredMode())
+		popts = append(popts, client.WithStructuredMode())
 	}
 
 	cl, closeConn, code := dialClient(ctx, "call", environ, o.conn, sio.err)
@@ -253,9 +254,9 @@ func readInput(v string, stdin io.Reader) (json.RawMessage, error) {
 	return json.RawMessage(data), nil
 }
 
-// client is a connected events client of one command.
-type client struct {
-	c        *events.Client
+// clientConn is the connected client (package client) of one command.
+type clientConn struct {
+	c        *client.Client
 	subjects events.Subjects
 	js       jetstream.JetStream
 	nc       *nats.Conn
@@ -269,9 +270,9 @@ type client struct {
 }
 
 // dialClient connects for a client command. On failure it prints the reason and returns
-// a nil client and the exit status. The returned function closes the connection (and
+// nil and the exit status. The returned function closes the connection (and
 // warns about a permission violation no error has reported).
-func dialClient(ctx context.Context, cmd string, environ map[string]string, conn connFlags, stderr io.Writer) (*client, func(), int) {
+func dialClient(ctx context.Context, cmd string, environ map[string]string, conn connFlags, stderr io.Writer) (*clientConn, func(), int) {
 	cfg, err := LoadConfig(environ)
 	all := &ConfigError{}
 	if err != nil {
@@ -337,8 +338,8 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		return nil, nil, exitUsage
 	}
 	subjects := events.Subjects{Prefix: cfg.Prefix}
-	c := events.NewClient(js, events.WithSubjects(subjects), events.WithOutputStream(cfg.OutputStream))
-	cl := &client{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard}
+	c := client.New(js, client.WithSubjects(subjects), client.WithOutputStream(cfg.OutputStream))
+	cl := &clientConn{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard}
 	closeConn := func() {
 		if nc.FlushTimeout(time.Second) == nil {
 			if pe := guard.unreported(nc.LastError()); pe != nil {
@@ -354,7 +355,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 // permissionDenied prints the permission violation that failed the command and reports
 // whether there was one. Call it when a NATS operation failed: it first makes sure the
 // server's report of a refused message has arrived (see permGuard.denied).
-func (cl *client) permissionDenied(stderr io.Writer) bool {
+func (cl *clientConn) permissionDenied(stderr io.Writer) bool {
 	_ = cl.nc.FlushTimeout(time.Second)
 	pe := cl.guard.denied(cl.nc.LastError())
 	if pe == nil {
@@ -374,13 +375,13 @@ func explainPublish(err error, subject string) error {
 // follow prints the action's output until it settles and maps the result to the exit
 // status. hint says, when nothing has come after waitHintAfter, what the command waits
 // for and why it may not come.
-func follow(ctx context.Context, cl *client, id string, o *callOptions, sio stdio, hint func(context.Context) string) int {
+func follow(ctx context.Context, cl *clientConn, id string, o *callOptions, sio stdio, hint func(context.Context) string) int {
 	return followAction(ctx, cl, id, o, sio, true, hint)
 }
 
 // followAction is follow; notePending says whether a pending_approval result is printed
 // with how to decide it, and hint may be nil.
-func followAction(ctx context.Context, cl *client, id string, o *callOptions, sio stdio, notePending bool, hint func(context.Context) string) int {
+func followAction(ctx context.Context, cl *clientConn, id string, o *callOptions, sio stdio, notePending bool, hint func(context.Context) string) int {
 	fctx := cl.ctx
 	if o.wait > 0 {
 		var cancel context.CancelFunc
@@ -428,7 +429,7 @@ func followAction(ctx context.Context, cl *client, id string, o *callOptions, si
 		p.endText()
 		fmt.Fprintf(sio.err, "no result for action %s within --wait %s; it may still run: hermes-bridge watch %s\n", id, o.wait, id)
 		return exitUsage
-	case errors.Is(err, events.ErrOutputStreamNotFound):
+	case errors.Is(err, client.ErrOutputStreamNotFound):
 		fmt.Fprintf(sio.err, "hermes-bridge: %v\n", err)
 		return exitUsage
 	default:

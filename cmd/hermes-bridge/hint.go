@@ -14,7 +14,7 @@ import (
 
 // callHint describes an action call published (ack is the stream's acknowledgement,
 // filled in by the publish): where it is stored, and whether a bridge consumes it.
-func (cl *client) callHint(id string, ack *jetstream.PubAck) func(context.Context) string {
+func (cl *clientConn) callHint(id string, ack *jetstream.PubAck) func(context.Context) string {
 	return func(ctx context.Context) string {
 		var b strings.Builder
 		if ack.Duplicate {
@@ -30,7 +30,7 @@ func (cl *client) callHint(id string, ack *jetstream.PubAck) func(context.Contex
 // consumerState says what the bridges' shared consumer shows about the action at
 // stream sequence ack.Sequence. The lookup may be refused to the user: that is reported
 // in the hint, not as the command's failure.
-func (cl *client) consumerState(ctx context.Context, id string, ack *jetstream.PubAck) string {
+func (cl *clientConn) consumerState(ctx context.Context, id string, ack *jetstream.PubAck) string {
 	stream, name := ack.Stream, cl.cfg.Consumer
 	subject := "$JS.API.CONSUMER.INFO." + stream + "." + name
 	lctx, cancel := context.WithTimeout(ctx, hintLookupTimeout)
@@ -82,7 +82,7 @@ func (cl *client) consumerState(ctx context.Context, id string, ack *jetstream.P
 }
 
 // watchHint describes an action watch follows that has no output at all.
-func (cl *client) watchHint(id string) func(context.Context) string {
+func (cl *clientConn) watchHint(id string) func(context.Context) string {
 	return func(context.Context) string {
 		return fmt.Sprintf("  nothing is stored for it on %s or %s in stream %s: the id may be unknown (mistyped, or older than the stream keeps outputs), or the action is not published yet, or it waits for a bridge\n",
 			cl.subjects.Events(id), cl.subjects.Results(id), cl.cfg.OutputStream)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
@@ -33,7 +34,7 @@ func newHintEnv(t *testing.T, after time.Duration, opts ...func(*natsembed.Optio
 	ctx := context.Background()
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: "HERMES_ACTIONS", Subjects: []string{"hermes.actions.>", "hermes.approvals.>"}},
-		{Name: events.DefaultOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>"}},
+		{Name: client.DefaultOutputStream, Subjects: []string{"hermes.events.>", "hermes.results.>"}},
 	} {
 		if _, err := js.CreateStream(ctx, sc); err != nil {
 			t.Fatal(err)
@@ -57,8 +58,8 @@ func (e *hintEnv) bridgeConsumer() jetstream.Consumer {
 // publish stores an action as another publisher would.
 func (e *hintEnv) publish(id string) {
 	e.t.Helper()
-	c := events.NewClient(e.js)
-	if _, err := c.Publish(context.Background(), "primary", "chat", events.Action{Input: json.RawMessage(`{"prompt":"x"}`)}, events.WithActionID(id)); err != nil {
+	c := client.New(e.js)
+	if _, err := c.Publish(context.Background(), "primary", "chat", events.Action{Input: json.RawMessage(`{"prompt":"x"}`)}, client.WithActionID(id)); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/bridge/opshttp"
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -64,9 +65,9 @@ type env struct {
 	ncBridge, ncClient, ncFloor *nats.Conn
 	js                          jetstream.JetStream // client side (bench publishers)
 	jsFloor                     jetstream.JetStream // minimal loop side (its result publishes)
-	client, floorClient         *events.Client
+	client, floorClient         *client.Client
 	hub, floorHub               *hub
-	kvClient                    *events.Client // the contract-writes loop
+	kvClient                    *client.Client // the contract-writes loop
 	kvHub                       *hub
 	floorKV                     jetstream.KeyValue
 	httpc                       *http.Client
@@ -172,11 +173,11 @@ func newEnv(ctx context.Context, o options, st *statusLog) (_ *env, err error) {
 	if e.jsFloor, err = jetstream.New(e.ncFloor); err != nil {
 		return nil, err
 	}
-	e.client = events.NewClient(e.js, events.WithSource("hermes-bench"))
-	e.floorClient = events.NewClient(e.js, events.WithSource("hermes-bench"),
-		events.WithSubjects(events.Subjects{Prefix: floorPrefix}))
-	e.kvClient = events.NewClient(e.js, events.WithSource("hermes-bench"),
-		events.WithSubjects(events.Subjects{Prefix: kvPrefix}))
+	e.client = client.New(e.js, client.WithSource("hermes-bench"))
+	e.floorClient = client.New(e.js, client.WithSource("hermes-bench"),
+		client.WithSubjects(events.Subjects{Prefix: floorPrefix}))
+	e.kvClient = client.New(e.js, client.WithSource("hermes-bench"),
+		client.WithSubjects(events.Subjects{Prefix: kvPrefix}))
 
 	e.fake = hermestest.NewServer(hermestest.WithAgent(e.agent), hermestest.WithMaxConcurrentRuns(0),
 		hermestest.WithKeepalive(time.Minute))

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -57,7 +58,7 @@ func (e *env) opHTTP(ctx context.Context, _ int) (time.Duration, error) {
 
 // publishAndWait publishes one action (prompt "bench <id>" and key "k-<id>" unless given)
 // and waits for its terminal result.
-func (e *env) publishAndWait(ctx context.Context, c *events.Client, h *hub, tag, op, prompt, key string) (time.Duration, error) {
+func (e *env) publishAndWait(ctx context.Context, c *client.Client, h *hub, tag, op, prompt, key string) (time.Duration, error) {
 	o, t0, err := e.publishOutcome(ctx, c, h, tag, op, prompt, key)
 	if err != nil {
 		return 0, err
@@ -68,7 +69,7 @@ func (e *env) publishAndWait(ctx context.Context, c *events.Client, h *hub, tag,
 	return o.at.Sub(t0), nil
 }
 
-func (e *env) publishOutcome(ctx context.Context, c *events.Client, h *hub, tag, op, prompt, key string) (outcome, time.Time, error) {
+func (e *env) publishOutcome(ctx context.Context, c *client.Client, h *hub, tag, op, prompt, key string) (outcome, time.Time, error) {
 	id := e.newID(tag)
 	if prompt == "" {
 		prompt = "bench " + id
@@ -79,7 +80,7 @@ func (e *env) publishOutcome(ctx context.Context, c *events.Client, h *hub, tag,
 	in, _ := json.Marshal(map[string]string{"prompt": prompt})
 	ch := h.expect(id)
 	t0 := time.Now()
-	if _, err := c.Publish(ctx, endpointID, op, events.Action{Input: in, IdempotencyKey: key}, events.WithActionID(id)); err != nil {
+	if _, err := c.Publish(ctx, endpointID, op, events.Action{Input: in, IdempotencyKey: key}, client.WithActionID(id)); err != nil {
 		h.forget(id)
 		return outcome{}, t0, err
 	}
@@ -220,7 +221,7 @@ func (e *env) bridgeStream(ctx context.Context, n int) streamRun {
 	ch := e.hub.expect(id)
 	t0 := time.Now()
 	if _, err := e.client.Publish(ctx, endpointID, "chat_stream", events.Action{Input: in, IdempotencyKey: "k-" + id},
-		events.WithActionID(id)); err != nil {
+		client.WithActionID(id)); err != nil {
 		e.hub.forget(id)
 		return streamRun{err: err}
 	}
@@ -650,7 +651,7 @@ func (e *env) manyBridge(ctx context.Context, n, k int, hold bool, prof *profile
 				})
 				in, _ := json.Marshal(map[string]any{"prompt": prefix + streamPrompt(k, id)})
 				if _, err := e.client.Publish(ctx, endpointID, "chat_stream", events.Action{Input: in, IdempotencyKey: "k-" + id},
-					events.WithActionID(id)); err != nil {
+					client.WithActionID(id)); err != nil {
 					e.hub.forget(id)
 					failed.Add(1)
 					mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -75,13 +76,13 @@ func TestDashboardBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := events.NewClient(js)
+	cl := client.New(js)
 
 	// A finished action before the page opens: it must replay.
 	pubCtx, pubCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer pubCancel()
 	doneID, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"earlier question"}`)},
-		events.WithActionID("ui-earlier"))
+		client.WithActionID("ui-earlier"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestDashboardBrowser(t *testing.T) {
 			prompt = "broken " + prompt
 		}
 		if _, err := cl.Publish(pubCtx, "primary", "chat", events.Action{Input: mustJSONRaw(t, map[string]string{"prompt": prompt})},
-			events.WithActionID(fmt.Sprintf("ui-chat-%02d", i))); err != nil {
+			client.WithActionID(fmt.Sprintf("ui-chat-%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +126,7 @@ func TestDashboardBrowser(t *testing.T) {
 
 	// A streaming action, slow enough to watch: open it while it runs.
 	liveID, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"slow one please"}`)},
-		events.WithActionID("ui-live"))
+		client.WithActionID("ui-live"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	delID, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-del-1"},
-		events.WithActionID("ui-delete"))
+		client.WithActionID("ui-delete"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	// For the README: a stream running and a deletion waiting, side by side.
 	if _, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"slow again"}`)},
-		events.WithActionID("ui-live-2")); err != nil {
+		client.WithActionID("ui-live-2")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.hash = "#ui-live-2"`)); err != nil {
@@ -335,10 +336,10 @@ func TestDashboardBrowserAsDashboardUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := events.NewClient(js)
+	cl := client.New(js)
 	pubCtx, pubCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer pubCancel()
-	id, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"as the dashboard"}`)}, events.WithActionID("ui-role-1"))
+	id, err := cl.Publish(pubCtx, "primary", "chat_stream", events.Action{Input: json.RawMessage(`{"prompt":"as the dashboard"}`)}, client.WithActionID("ui-role-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +349,7 @@ func TestDashboardBrowserAsDashboardUser(t *testing.T) {
 	}
 	input := json.RawMessage(`{"session_id":"sess-role"}`)
 	hash, _ := events.InputSHA256(input)
-	if _, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-role-del"}, events.WithActionID("ui-role-del")); err != nil {
+	if _, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-role-del"}, client.WithActionID("ui-role-del")); err != nil {
 		t.Fatal(err)
 	}
 

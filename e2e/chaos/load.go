@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -132,7 +133,7 @@ func (l *load) publish(a action) error {
 	timeout := int64(10 * time.Minute / time.Millisecond) // a backlog must not expire actions
 	act := events.Action{Input: a.input, IdempotencyKey: a.key, TimeoutMS: &timeout}
 	if err := l.retry(func(ctx context.Context) error {
-		_, err := l.w.client.Publish(ctx, "primary", a.op, act, events.WithActionID(a.id))
+		_, err := l.w.client.Publish(ctx, "primary", a.op, act, client.WithActionID(a.id))
 		return err
 	}); err != nil {
 		return err

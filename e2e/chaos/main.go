@@ -39,7 +39,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
@@ -77,7 +77,7 @@ type world struct {
 
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	client *events.Client
+	client *client.Client
 
 	mu     sync.Mutex
 	faults []fault
@@ -224,7 +224,7 @@ func (w *world) setup(ctx context.Context) error {
 	if w.js, err = jetstream.New(w.nc); err != nil {
 		return err
 	}
-	w.client = events.NewClient(w.js)
+	w.client = client.New(w.js)
 	if err := w.poll(ctx, 60*time.Second, "JetStream meta leader", func(ctx context.Context) error {
 		_, err := w.js.AccountInfo(ctx)
 		return err

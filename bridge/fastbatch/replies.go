@@ -1,4 +1,4 @@
-package bridge
+package fastbatch
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 )
 
 // handle processes one reply.
-func (b *batchPublisher) handle(m *nats.Msg) {
+func (b *Publisher) handle(m *nats.Msg) {
 	id, seq, op, ok := b.parseReply(m.Subject)
 	if !ok || id != b.id || b.id == "" || b.refused != nil {
 		return // a late reply about an earlier batch
@@ -52,12 +52,12 @@ func (b *batchPublisher) handle(m *nats.Msg) {
 }
 
 // handlePubAck processes a PubAck about message seq (operation op) of the batch.
-func (b *batchPublisher) handlePubAck(seq uint64, op int, r *batchReply) {
+func (b *Publisher) handlePubAck(seq uint64, op int, r *batchReply) {
 	if r.Error == nil {
 		if r.Batch == "" {
 			// An ordinary PubAck: the server stored the message as a plain publish, so
 			// it does not know fast batches (before nats-server 2.14).
-			b.refused = &batchRefusedError{reason: "the server does not know fast batches"}
+			b.refused = &refusedError{reason: "the server does not know fast batches"}
 			return
 		}
 		b.confirm(r.Count)
@@ -66,7 +66,7 @@ func (b *batchPublisher) handlePubAck(seq uint64, op int, r *batchReply) {
 	}
 	switch r.Error.ErrorCode {
 	case errCodeBatchDisabled, errCodeBatchTooMany, errCodeBatchPattern, errCodeBatchID:
-		b.refused = &batchRefusedError{reason: "the stream refused the batch", api: r.Error}
+		b.refused = &refusedError{reason: "the stream refused the batch", api: r.Error}
 	case errCodeBatchUnknown:
 		// The batch is gone (abandoned by the server, or lost with a stream leader):
 		// what its acks confirmed is stored; the rest is sent again in a new batch.
@@ -95,7 +95,7 @@ func (b *batchPublisher) handlePubAck(seq uint64, op int, r *batchReply) {
 
 // refuse records that the server refused the batch's message seq: that event is
 // published alone once the events before it are stored.
-func (b *batchPublisher) refuse(seq uint64, apiErr *jetstream.APIError) {
+func (b *Publisher) refuse(seq uint64, apiErr *jetstream.APIError) {
 	if seq == 0 || seq > b.sent {
 		return
 	}
@@ -112,7 +112,7 @@ func (b *batchPublisher) refuse(seq uint64, apiErr *jetstream.APIError) {
 
 // parseReply returns the batch id, batch sequence and operation of a reply subject
 // <inbox>.<id>.<flow>.<gap>.<seq>.<op>.$FI.
-func (b *batchPublisher) parseReply(subject string) (id string, seq uint64, op int, ok bool) {
+func (b *Publisher) parseReply(subject string) (id string, seq uint64, op int, ok bool) {
 	rest, ok := strings.CutPrefix(subject, b.inbox+".")
 	if !ok {
 		return "", 0, 0, false

@@ -1,4 +1,4 @@
-package events_test
+package client_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
@@ -43,21 +44,21 @@ func TestPublishBothModes(t *testing.T) {
 	defer cancel()
 	js := startJetStream(t)
 	createStreams(t, ctx, js)
-	c := events.NewClient(js, events.WithSource("test-publisher"))
+	c := client.New(js, client.WithSource("test-publisher"))
 	ms := int64(30000)
 	a := events.Action{Input: json.RawMessage(`{"prompt":"hi"}`), IdempotencyKey: "k-1", TimeoutMS: &ms}
 	tc := events.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 
-	id1, err := c.Publish(ctx, "primary", "chat", a, events.WithTrace(tc))
+	id1, err := c.Publish(ctx, "primary", "chat", a, client.WithTrace(tc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	id2, err := c.Publish(ctx, "primary", "chat", a, events.WithStructuredMode(), events.WithActionID("given-id"), events.WithTrace(tc))
+	id2, err := c.Publish(ctx, "primary", "chat", a, client.WithStructuredMode(), client.WithActionID("given-id"), client.WithTrace(tc))
 	if err != nil || id2 != "given-id" {
 		t.Fatalf("Publish structured = %q, %v", id2, err)
 	}
 	// Same id again: JetStream dedups on Nats-Msg-Id.
-	if _, err := c.Publish(ctx, "primary", "chat", a, events.WithActionID("given-id")); err != nil {
+	if _, err := c.Publish(ctx, "primary", "chat", a, client.WithActionID("given-id")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -95,7 +96,7 @@ func TestPublishBothModes(t *testing.T) {
 	if _, err := c.Publish(ctx, "Primary", "chat", a); err == nil {
 		t.Fatal("invalid endpoint accepted")
 	}
-	if _, err := c.Publish(ctx, "primary", "chat", a, events.WithActionID("a.b")); err == nil {
+	if _, err := c.Publish(ctx, "primary", "chat", a, client.WithActionID("a.b")); err == nil {
 		t.Fatal("invalid action id accepted")
 	}
 }
@@ -131,7 +132,7 @@ func TestFollowLateReplaysInOrder(t *testing.T) {
 	h, b, _ = events.EncodeResult("bridge", &events.Result{ActionID: id, CapabilityID: "cap:hermes_agent:p:chat_stream", Status: events.StatusPendingApproval, Output: json.RawMessage(`{"expires_at":"x"}`)}, events.TraceContext{})
 	publishOutput(t, ctx, js, "hermes.results."+id, h, b)
 
-	c := events.NewClient(js)
+	c := client.New(js)
 	type out struct {
 		r   *events.Result
 		err error
@@ -213,8 +214,8 @@ func TestFollowErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	js := startJetStream(t)
-	c := events.NewClient(js)
-	if _, err := c.Follow(ctx, "a-1", nil, nil); !errors.Is(err, events.ErrOutputStreamNotFound) {
+	c := client.New(js)
+	if _, err := c.Follow(ctx, "a-1", nil, nil); !errors.Is(err, client.ErrOutputStreamNotFound) {
 		t.Fatalf("err = %v, want ErrOutputStreamNotFound", err)
 	}
 	createStreams(t, ctx, js)
@@ -238,7 +239,7 @@ func TestFollowLeavesNoConsumer(t *testing.T) {
 	defer cancel()
 	js := startJetStream(t)
 	createStreams(t, ctx, js)
-	c := events.NewClient(js)
+	c := client.New(js)
 	h, b, _ := events.EncodeResult("bridge", &events.Result{ActionID: "done-1", CapabilityID: "cap:hermes_agent:p:chat",
 		Status: events.StatusCompleted, Output: json.RawMessage(`{}`)}, events.TraceContext{})
 	publishOutput(t, ctx, js, "hermes.results.done-1", h, b)

@@ -1,4 +1,4 @@
-package bridge
+package fastbatch
 
 import (
 	"context"
@@ -244,19 +244,29 @@ func testMsg(i int) *nats.Msg {
 	return &nats.Msg{Subject: "hermes.events.a1", Header: h, Data: fmt.Appendf(nil, `{"sequence":%d}`, i)}
 }
 
+// newTestPublisher returns a publisher of action a1's events, with its control
+// messages on hermes.batch.a1 and an event the batch refuses published alone on js.
+func newTestPublisher(t *testing.T, nc *nats.Conn, js jetstream.JetStream) *Publisher {
+	return New(nc, Config{Control: "hermes.batch.a1", Controls: "hermes.batch.>", Log: zerolog.New(zerolog.NewTestWriter(t)),
+		Alone: func(ctx context.Context, m *nats.Msg) error {
+			_, err := js.PublishMsg(ctx, m)
+			return err
+		}})
+}
+
 // publishAll adds n events to a new batch publisher and flushes it.
-func publishAll(t *testing.T, nc *nats.Conn, js jetstream.JetStream, n int) (*batchPublisher, error) {
+func publishAll(t *testing.T, nc *nats.Conn, js jetstream.JetStream, n int) (*Publisher, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b := newBatchPublisher(nc, js, zerolog.New(zerolog.NewTestWriter(t)), "hermes.events.a1", "hermes", "a1")
-	defer b.close()
+	b := newTestPublisher(t, nc, js)
+	defer b.Close()
 	for i := range n {
-		if err := b.add(ctx, testMsg(i)); err != nil {
+		if err := b.Add(ctx, testMsg(i)); err != nil {
 			return b, err
 		}
 	}
-	return b, b.flush(ctx)
+	return b, b.Flush(ctx)
 }
 
 // check fails unless the fake stored events 0..n-1 in order, once each.

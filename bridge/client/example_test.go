@@ -1,4 +1,4 @@
-package events_test
+package client_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -60,10 +61,10 @@ func ExampleClient() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c := events.NewClient(js) // WithSubjects, WithOutputStream: the bridge's prefix and stream
+	c := client.New(js) // WithSubjects, WithOutputStream: the bridge's prefix and stream
 	id, err := c.Publish(ctx, "primary", "chat_stream",
 		events.Action{Input: json.RawMessage(`{"prompt":"Summarize the incident notes."}`)},
-		events.WithActionID("incident-42"))
+		client.WithActionID("incident-42"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bridge
+package fastbatch
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 )
@@ -36,6 +35,29 @@ func TestSubjectMatches(t *testing.T) {
 	} {
 		if got := subjectMatches(c.pattern, c.subject); got != c.want {
 			t.Errorf("subjectMatches(%q, %q) = %v, want %v", c.pattern, c.subject, got, c.want)
+		}
+	}
+}
+
+// TestDenied: only a permission violation for a publish on a subject Controls matches
+// denies the control subject.
+func TestDenied(t *testing.T) {
+	c := Config{Control: "hermes.out.batch.a1", Controls: "hermes.out.batch.>"}
+	violation := func(s string) error { return fmt.Errorf("%w for %s", nats.ErrPermissionViolation, s) }
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{violation(`Publish to "hermes.out.batch.a1"`), true},
+		{violation(`Publish to "hermes.out.batch.other"`), true},
+		{violation(`Publish to "hermes.out.events.a1"`), false},
+		{violation(`Publish to "hermes.out.batch"`), false},
+		{violation(`Subscription to "hermes.out.batch.a1"`), false},
+		{errors.New(`Publish to "hermes.out.batch.a1"`), false},
+	} {
+		if got := c.denied(tc.err); got != tc.want {
+			t.Errorf("denied(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
@@ -162,17 +184,17 @@ func TestBatchPublisherIdle(t *testing.T) {
 	f, nc, js := newFakeStream(t, 100, func(*fakeMsg) fault { return faultNone })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b := newBatchPublisher(nc, js, zerolog.New(zerolog.NewTestWriter(t)), "hermes.events.a1", "hermes", "a1")
-	defer b.close()
+	b := newTestPublisher(t, nc, js)
+	defer b.Close()
 	for i := range 20 {
 		if i == 10 {
 			b.lastPub = b.lastPub.Add(-batchIdle) // as if it had been idle since
 		}
-		if err := b.add(ctx, testMsg(i)); err != nil {
+		if err := b.Add(ctx, testMsg(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.flush(ctx); err != nil {
+	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	f.check(20)
@@ -186,17 +208,17 @@ func TestBatchPublisherIdle(t *testing.T) {
 
 // TestBatchPublisherRefused: a stream that refuses the batch (too many in flight) or a
 // server that stores batch messages as plain publishes (no fast batches) makes add
-// return errBatchRefused, with the unconfirmed events for the caller.
+// return ErrRefused, with the unconfirmed events for the caller.
 func TestBatchPublisherRefused(t *testing.T) {
 	for name, what := range map[string]fault{"too many batches": faultTooMany, "no fast batches": faultPlain} {
 		t.Run(name, func(t *testing.T) {
 			_, nc, js := newFakeStream(t, 100, once(what, event(0)))
 			b, err := publishAll(t, nc, js, 1000)
-			var refused *batchRefusedError
-			if !errors.Is(err, errBatchRefused) || !errors.As(err, &refused) {
-				t.Fatalf("publish: %v, want errBatchRefused", err)
+			var refused *refusedError
+			if !errors.Is(err, ErrRefused) || !errors.As(err, &refused) {
+				t.Fatalf("publish: %v, want ErrRefused", err)
 			}
-			left := b.unconfirmed()
+			left := b.Unconfirmed()
 			if len(left) == 0 || left[0].Header.Get(jetstream.MsgIDHeader) != "a1:0" {
 				t.Fatalf("%d unconfirmed events, want them from event 0", len(left))
 			}
@@ -216,7 +238,15 @@ func TestFastBatchServerProtocol(t *testing.T) {
 	nc, js := natsembed.Connect(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st := createOutputStream(t, ctx, js, 1, true)
+	// A stream shaped like the bridge's output stream: it captures the events and the
+	// control subject under hermes.out and stores them under hermes.
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTPUT",
+		Subjects:         []string{"hermes.out.events.>", "hermes.out.results.>", "hermes.out.batch.>"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "hermes.out.>", Destination: "hermes.>"},
+		Storage:          jetstream.FileStorage, Duplicates: 2 * time.Minute, AllowBatchPublish: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,10 @@
-package bridge
+package fastbatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,47 +13,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Fast batch publishing (nats-server 2.14+, stream option allow_batched) is how the
-// event publisher keeps an action's events in sequence order in the stream while still
-// pipelining them. Every message of a batch carries its place in the batch in its reply
-// subject,
-//
-//	<inbox>.<batch id>.<flow>.fail.<batch seq>.<op>.$FI
-//
-// and with gap mode "fail" the stream's leader accepts a message only if it is the next
-// of its batch: after a missing or refused message it ends the batch (a PubAck whose
-// count is the number of messages accepted, all of them in order) and refuses the
-// rest. Accepted means stored, or skipped as a duplicate Nats-Msg-Id of an event stored
-// before. The server sends, on the reply subject of the message that caused it:
-//
-//   - {"type":"ack","seq":S,"msgs":M}: the batch's first S messages are stored; the next
-//     ack comes after M more (the flow, at most the one asked for, fewer when batches
-//     share the stream); also sent by a new stream leader to say what it has;
-//   - {"type":"gap","last_seq":E,"seq":C}: message E was expected, C came; with "fail"
-//     the batch ends and its PubAck follows;
-//   - {"type":"err","seq":S,"error":{...}}: message S was refused; the batch ends at S-1
-//     and its PubAck follows;
-//   - a PubAck with "batch" and "count": the batch ended (committed) with its first
-//     count messages stored;
-//   - a PubAck with an error: the message was refused before it reached the batch
-//     (the stream does not allow batches, too many batches in flight, an unknown batch
-//     after the batch was abandoned or lost with a leader, a full ingest queue, ...).
-//
-// A batch that receives nothing for the server's batch timeout (10 s by default) is
-// abandoned. Op 3 (commit at end of batch) ends a batch without storing the message and
-// gets the PubAck; op 4 (ping) asks for the latest ack, or reports a gap and ends the
-// batch if the server has fewer messages than the ping names. Neither is stored, but
-// both are messages on a subject of the stream, which core subscribers of that subject
-// would receive: so they go on <prefix>.batch.<action_id> (batchSubject), a subject of
-// the output stream that carries no events or results.
-//
-// The publisher keeps every event not yet confirmed stored. When a batch ends or is
-// lost before all its events were confirmed, it starts a new batch from the first
-// unconfirmed event: Nats-Msg-Id makes the already stored ones no-ops, and gap mode
-// "fail" keeps a later event from landing before an earlier one. Since every batch
-// starts at an event whose predecessors are all confirmed, and accepts an event only
-// after its predecessor in the batch, an event is stored only after all events before
-// it, whatever the interleaving of an old batch's late messages with a new one's.
 const (
 	// batchFlow is the flow asked for: the server acks at most every batchFlow stored
 	// messages (a lone batch gets min(500, batchFlow), batches sharing a stream fewer).
@@ -69,7 +27,7 @@ const (
 	// publisher pings the batch (or asks again for its commit).
 	batchPing = time.Second
 	// batchStall is how long the publisher waits without any reply about the current
-	// batch before it gives up with an error (as publishRetry gives up after 30 s).
+	// batch before it gives up with an error.
 	batchStall = 30 * time.Second
 	// batchIdle: an open batch that has sent nothing for this long is committed before
 	// the next event is published, and a new batch starts with that event; this
@@ -95,41 +53,6 @@ const (
 	errCodeBatchTooMany  jetstream.ErrorCode = 10211 // too many batches in flight on the stream or server
 )
 
-// batchSubject is the subject of the control messages (commit, ping) of an action's
-// batches; batchSubjects(prefix) is the output stream's subject that captures them.
-// prefix is the base of the bridge's output subjects (outputs.base).
-func batchSubject(prefix, actionID string) string { return prefix + ".batch." + actionID }
-
-func batchSubjects(prefix string) string { return prefix + ".batch.>" }
-
-// batchPublishDenied reports whether the connection's last error is the server
-// refusing a publish on a batch control subject under prefix: the user lacks the
-// permission (a deployment that kept its earlier permissions), so every commit and
-// ping would go unanswered.
-func batchPublishDenied(nc *nats.Conn, prefix string) bool {
-	err := nc.LastError()
-	return err != nil && errors.Is(err, nats.ErrPermissionViolation) &&
-		strings.Contains(err.Error(), `Publish to "`+prefix+".batch.")
-}
-
-// subjectMatches reports whether the literal subject matches pattern (tokens, '*' for
-// one token, '>' for one or more at the end).
-func subjectMatches(pattern, subject string) bool {
-	for {
-		pt, prest, pmore := strings.Cut(pattern, ".")
-		st, srest, smore := strings.Cut(subject, ".")
-		switch {
-		case pt == ">":
-			return !pmore && st != ""
-		case pt != "*" && pt != st:
-			return false
-		case !pmore || !smore:
-			return !pmore && !smore
-		}
-		pattern, subject = prest, srest
-	}
-}
-
 // statusNoResponders is the status of the reply to a message nothing listened to.
 const statusNoResponders = "503"
 
@@ -139,25 +62,25 @@ const statusNoResponders = "503"
 // dropped (nats.go's slow consumer), which the probes recover from.
 const batchReplyBuffer = batchAcksAhead*batchFlow + 128
 
-// errBatchRefused is wrapped by the errors of a batchPublisher that mean fast batch
-// publishing cannot be used for this action; the caller publishes its events another
-// way (see batchRefusedError for the reason).
-var errBatchRefused = errors.New("fast batch publishing refused")
+// ErrRefused is wrapped by the errors of Usable and of a Publisher that mean fast
+// batch publishing cannot be used; the caller publishes the events another way (the
+// error says why).
+var ErrRefused = errors.New("fast batch publishing refused")
 
-// batchRefusedError says why fast batch publishing was refused.
-type batchRefusedError struct {
+// refusedError says why fast batch publishing was refused.
+type refusedError struct {
 	reason string
 	api    *jetstream.APIError // nil when not refused by a JetStream error
 }
 
-func (e *batchRefusedError) Error() string {
+func (e *refusedError) Error() string {
 	if e.api != nil {
-		return fmt.Sprintf("%s: %s (%s)", errBatchRefused, e.reason, e.api)
+		return fmt.Sprintf("%s: %s (%s)", ErrRefused, e.reason, e.api)
 	}
-	return fmt.Sprintf("%s: %s", errBatchRefused, e.reason)
+	return fmt.Sprintf("%s: %s", ErrRefused, e.reason)
 }
 
-func (e *batchRefusedError) Unwrap() error { return errBatchRefused }
+func (e *refusedError) Unwrap() error { return ErrRefused }
 
 // errBatchStalled: no reply about the current batch for batchStall.
 var errBatchStalled = errors.New("no reply from the stream about the event batch")
@@ -173,16 +96,13 @@ type batchReply struct {
 	Error   *jetstream.APIError `json:"error"`
 }
 
-// batchPublisher publishes one action's events with fast batches. It is used by one
-// goroutine; replies are read from a synchronous subscription by that goroutine while
-// it publishes or waits, so nothing else runs on its behalf.
-type batchPublisher struct {
+// Publisher publishes one sequence of events with fast batches. It is used by one
+// goroutine; replies are read from a subscription by that goroutine while it
+// publishes or waits, so nothing else runs on its behalf.
+type Publisher struct {
 	nc      *nats.Conn
-	js      jetstream.JetStream // for an event published alone
+	cfg     Config
 	log     zerolog.Logger
-	subject string // of the events
-	prefix  string // the base of the bridge's output subjects (outputs.base)
-	control string // of the commits and pings (batchSubject)
 	inbox   string
 	sub     *nats.Subscription
 	replies chan *nats.Msg // the subscription's messages
@@ -194,7 +114,7 @@ type batchPublisher struct {
 	stored int64
 	next   int64
 	// failed is an event the server refused in a batch (-1: none): it is published
-	// alone (publishRetry) once the events before it are stored.
+	// alone (Config.Alone) once the events before it are stored.
 	failed int64
 
 	// The current batch; id "" when none is open.
@@ -210,25 +130,24 @@ type batchPublisher struct {
 	heard       time.Time // the last reply about the batch (or its start)
 	lastPub     time.Time // the last message of the batch sent
 
-	refused error // set when fast batch publishing cannot be used (wraps errBatchRefused)
+	refused error // set when fast batch publishing cannot be used (wraps ErrRefused)
 	stalled error // set when the stream stopped answering (wraps errBatchStalled)
 }
 
-// newBatchPublisher returns a publisher of the events of actionID on subject, with its
-// commits and pings on batchSubject(prefix, actionID). It subscribes to its reply inbox
-// on the first event.
-func newBatchPublisher(nc *nats.Conn, js jetstream.JetStream, log zerolog.Logger, subject, prefix, actionID string) *batchPublisher {
-	return &batchPublisher{nc: nc, js: js, log: log, subject: subject, prefix: prefix,
-		control: batchSubject(prefix, actionID), failed: -1}
+// New returns a publisher of events on nc, with its commits and pings on cfg.Control.
+// It subscribes to its reply inbox on the first event.
+func New(nc *nats.Conn, cfg Config) *Publisher {
+	return &Publisher{nc: nc, cfg: cfg, log: cfg.Log, failed: -1}
 }
 
-// add publishes m as the next event. It returns once m is sent in a batch, waiting
-// while the batch's window is full or the batch is being ended (idle, or after a
-// failure). Waits are bounded by ctx and by batchStall without a reply (then the error
-// wraps errBatchStalled, and every later call returns it). An error wrapping
-// errBatchRefused means fast batch publishing is not possible: the caller publishes the
-// events of unconfirmed (m among them) another way.
-func (b *batchPublisher) add(ctx context.Context, m *nats.Msg) error {
+// Add publishes m (its subject, headers and data; Add sets its reply subject) as the
+// next event. It returns once m is sent in a batch, waiting while the batch's window
+// is full or the batch is being ended (idle, or after a failure). Waits are bounded by
+// ctx and by 30 s without a reply about the batch (then the error says so, and every
+// later call returns it). An error wrapping ErrRefused means fast batch publishing is
+// not possible: the caller publishes the events of Unconfirmed (m among them) another
+// way.
+func (b *Publisher) Add(ctx context.Context, m *nats.Msg) error {
 	if b.refused != nil {
 		return b.refused
 	}
@@ -237,12 +156,12 @@ func (b *batchPublisher) add(ctx context.Context, m *nats.Msg) error {
 	}
 	if b.sub == nil {
 		// A channel subscription of our own size: a synchronous one would allocate
-		// nats.go's 64k-message channel (512 KiB) for each action.
+		// nats.go's 64k-message channel (512 KiB) for each publisher.
 		b.inbox = b.nc.NewInbox()
 		b.replies = make(chan *nats.Msg, batchReplyBuffer)
 		sub, err := b.nc.ChanSubscribe(b.inbox+".>", b.replies)
 		if err != nil {
-			b.refused = &batchRefusedError{reason: "subscribe to the batch replies: " + err.Error()}
+			b.refused = &refusedError{reason: "subscribe to the batch replies: " + err.Error()}
 		}
 		b.sub = sub
 	}
@@ -257,9 +176,9 @@ func (b *batchPublisher) add(ctx context.Context, m *nats.Msg) error {
 	return b.drive(ctx, false)
 }
 
-// flush returns once every event added is stored, after ending the batch; or an error
-// (one wrapping errBatchRefused: see add).
-func (b *batchPublisher) flush(ctx context.Context) error {
+// Flush returns once every event added is stored, in the order added, after ending the
+// batch; or an error (one wrapping ErrRefused: see Add).
+func (b *Publisher) Flush(ctx context.Context) error {
 	if b.refused != nil {
 		return b.refused
 	}
@@ -272,8 +191,8 @@ func (b *batchPublisher) flush(ctx context.Context) error {
 	return b.drive(ctx, true)
 }
 
-// close ends the subscription. The publisher is not usable afterwards.
-func (b *batchPublisher) close() {
+// Close ends the subscription. The publisher is not usable afterwards.
+func (b *Publisher) Close() {
 	if b.sub != nil {
 		_ = b.sub.Unsubscribe()
 	}
@@ -282,17 +201,18 @@ func (b *batchPublisher) close() {
 	}
 }
 
-// unconfirmed returns the events not confirmed stored, oldest first.
-func (b *batchPublisher) unconfirmed() []*nats.Msg { return b.queue.all() }
+// Unconfirmed returns the events added and not confirmed stored, oldest first.
+func (b *Publisher) Unconfirmed() []*nats.Msg { return b.queue.all() }
 
-// window is how many messages of the batch may await their ack.
-func (b *batchPublisher) window() uint64 {
-	return uint64(min(max(batchMinWindow, batchAcksAhead*int(b.flow)), eventWindow))
+// window is how many messages of the batch may await their ack: batchAcksAhead flows
+// (the server's flow is at most the batchFlow asked for), at least batchMinWindow.
+func (b *Publisher) window() uint64 {
+	return uint64(max(batchMinWindow, batchAcksAhead*int(min(b.flow, batchFlow))))
 }
 
 // drive sends every queued event (opening batches as needed) and, with commit, ends the
 // batch and waits until every event is stored.
-func (b *batchPublisher) drive(ctx context.Context, commit bool) error {
+func (b *Publisher) drive(ctx context.Context, commit bool) error {
 	for {
 		b.poll()
 		if b.refused != nil {
@@ -339,7 +259,7 @@ func (b *batchPublisher) drive(ctx context.Context, commit bool) error {
 }
 
 // open starts a new batch at the first unconfirmed event.
-func (b *batchPublisher) open() {
+func (b *Publisher) open() {
 	b.id = nuid.Next()
 	b.replyPrefix = b.inbox + "." + b.id + "." + strconv.Itoa(batchFlow) + ".fail."
 	b.first, b.sent, b.acked, b.flow = b.stored, 0, 0, 0
@@ -348,13 +268,13 @@ func (b *batchPublisher) open() {
 }
 
 // reply is the reply subject of the batch's message seq with op.
-func (b *batchPublisher) reply(seq uint64, op int) string {
+func (b *Publisher) reply(seq uint64, op int) string {
 	return b.replyPrefix + strconv.FormatUint(seq, 10) + "." + strconv.Itoa(op) + ".$FI"
 }
 
 // send publishes m as the batch's next message. A publish the connection refuses
 // (its reconnect buffer is full) is retried after a wait.
-func (b *batchPublisher) send(ctx context.Context, m *nats.Msg) error {
+func (b *Publisher) send(ctx context.Context, m *nats.Msg) error {
 	op := batchOpAppend
 	if b.sent == 0 {
 		op = batchOpStart
@@ -373,7 +293,7 @@ func (b *batchPublisher) send(ctx context.Context, m *nats.Msg) error {
 
 // end asks the server to end the batch (commit at end of batch) and marks it ending;
 // why is logged when the batch ends without all its events stored.
-func (b *batchPublisher) end(why string) {
+func (b *Publisher) end(why string) {
 	if b.why == "" {
 		b.why = why
 	}
@@ -389,18 +309,18 @@ func (b *batchPublisher) end(why string) {
 
 // probe sends what makes the server report on the batch: a ping while it is open, the
 // commit at end of batch while it ends.
-func (b *batchPublisher) probe() error {
+func (b *Publisher) probe() error {
 	if b.sent == 0 {
 		return nil // nothing to report on
 	}
 	if b.ending {
-		return b.nc.PublishRequest(b.control, b.reply(b.sent+1, batchOpEOB), nil)
+		return b.nc.PublishRequest(b.cfg.Control, b.reply(b.sent+1, batchOpEOB), nil)
 	}
-	return b.nc.PublishRequest(b.control, b.reply(b.sent, batchOpPing), nil)
+	return b.nc.PublishRequest(b.cfg.Control, b.reply(b.sent, batchOpPing), nil)
 }
 
 // poll handles the replies already received.
-func (b *batchPublisher) poll() {
+func (b *Publisher) poll() {
 	for b.refused == nil {
 		select {
 		case m := <-b.replies:
@@ -413,7 +333,7 @@ func (b *batchPublisher) poll() {
 
 // wait handles the next reply, waiting up to batchPing for it; after a quiet batchPing
 // it probes the batch, and after a quiet batchStall it fails.
-func (b *batchPublisher) wait(ctx context.Context) error {
+func (b *Publisher) wait(ctx context.Context) error {
 	if b.timer == nil {
 		b.timer = time.NewTimer(batchPing)
 	} else {
@@ -432,8 +352,8 @@ func (b *batchPublisher) wait(ctx context.Context) error {
 	if b.id == "" {
 		return nil
 	}
-	if batchPublishDenied(b.nc, b.prefix) {
-		b.refused = &batchRefusedError{reason: "the server denies publishing on " + batchSubjects(b.prefix) + " (permissions)"}
+	if b.cfg.denied(b.nc.LastError()) {
+		b.refused = b.cfg.deniedError()
 		return nil
 	}
 	if quiet := time.Since(b.heard); quiet >= batchStall {
@@ -450,7 +370,7 @@ func (b *batchPublisher) wait(ctx context.Context) error {
 }
 
 // confirm records that the batch's first n messages are stored.
-func (b *batchPublisher) confirm(n uint64) {
+func (b *Publisher) confirm(n uint64) {
 	n = min(n, b.sent)
 	b.acked = max(b.acked, n)
 	if to := b.first + int64(n); to > b.stored {
@@ -464,7 +384,7 @@ func (b *batchPublisher) confirm(n uint64) {
 
 // closeBatch forgets the current batch after it ended or was lost with acked messages
 // confirmed: the next batch starts at the first unconfirmed event.
-func (b *batchPublisher) closeBatch() {
+func (b *Publisher) closeBatch() {
 	if b.first+int64(b.sent) > b.stored {
 		b.log.Info().Str("batch", b.id).Str("reason", b.why).Int64("from_sequence", b.stored).
 			Int64("resent", b.first+int64(b.sent)-b.stored).Msg("event batch ended early; continuing in a new batch from the first unconfirmed event")
@@ -472,11 +392,11 @@ func (b *batchPublisher) closeBatch() {
 	b.id = ""
 }
 
-// publishFailed publishes the refused event alone, with publishRetry's retries.
-func (b *batchPublisher) publishFailed(ctx context.Context) error {
+// publishFailed publishes the refused event alone (Config.Alone).
+func (b *Publisher) publishFailed(ctx context.Context) error {
 	m := b.queue.at(0)
 	m.Reply = ""
-	if err := publishRetry(ctx, b.js, m); err != nil {
+	if err := b.cfg.Alone(ctx, m); err != nil {
 		return err
 	}
 	b.queue.drop(1)

@@ -1,4 +1,4 @@
-package events_test
+package client_test
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 // a part of ExampleClient, line for line (indentation aside), so the README cannot show
 // code that does not run.
 func TestReadmeShowsTheExample(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +36,6 @@ func TestReadmeShowsTheExample(t *testing.T) {
 		return strings.Join(out, "\n")
 	}
 	if !strings.Contains(trim(string(example)), strings.TrimSpace(trim(m[1]))) {
-		t.Errorf("the README's Go block is not a part of ExampleClient in events/example_test.go:\n%s", m[1])
+		t.Errorf("the README's Go block is not a part of ExampleClient in bridge/client/example_test.go:\n%s", m[1])
 	}
 }
