@@ -482,22 +482,19 @@ var shortcutFields = map[string]string{"ID": "HermesEndpointID", "BaseURL": "Her
 
 // settingNames replaces the names of bridge.Config fields with the variables that set
 // them (the env tags of the Config fields of the same name); the claim lease is twice
-// the ack wait.
+// the ack wait. A longer name is tried first, so that none is taken for the start of
+// another.
 var settingNames = sync.OnceValue(func() *strings.Replacer {
-	names := map[string]string{"Lease": "2 × HERMES_BRIDGE_ACK_WAIT"}
+	names := [][2]string{{"Lease", "2 × HERMES_BRIDGE_ACK_WAIT"}}
 	for _, f := range configFields() {
 		if _, ok := reflect.TypeFor[bridge.Config]().FieldByName(f.Name); ok {
-			names[f.Name] = f.Key
+			names = append(names, [2]string{f.Name, f.Key})
 		}
 	}
-	var fields []string
-	for f := range names {
-		fields = append(fields, f)
-	}
-	slices.SortFunc(fields, func(a, b string) int { return len(b) - len(a) }) // a longer name first
+	slices.SortStableFunc(names, func(a, b [2]string) int { return len(b[0]) - len(a[0]) })
 	var pairs []string
-	for _, f := range fields {
-		pairs = append(pairs, f, names[f])
+	for _, n := range names {
+		pairs = append(pairs, n[0], n[1])
 	}
 	return strings.NewReplacer(pairs...)
 })

@@ -669,3 +669,12 @@ func TestRunLogsLeaseLiveness(t *testing.T) {
 		t.Errorf("warned %v, connected with pings of lease/8 %v:\n%s", warned, connected, logs.String())
 	}
 }
+
+// TestSettingNames: the names of bridge.Config fields in a reason become the variables
+// that set them, each whole.
+func TestSettingNames(t *testing.T) {
+	if got := settingNames().Replace("must be at least IdempotencyTTL (1h) and KeysBucket, Bucket, Lease"); got !=
+		"must be at least HERMES_BRIDGE_IDEMPOTENCY_TTL (1h) and HERMES_BRIDGE_KEYS_BUCKET, HERMES_BRIDGE_BUCKET, 2 × HERMES_BRIDGE_ACK_WAIT" {
+		t.Errorf("renamed: %s", got)
+	}
+}
