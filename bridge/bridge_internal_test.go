@@ -58,31 +58,60 @@ func TestConfigHeartbeatFollowsAckWait(t *testing.T) {
 	}
 }
 
+// TestConfigValidate: each problem is a *ConfigError naming the field's Go path, and the
+// whole error wraps ErrInvalidConfig.
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
-		name string
-		mod  func(*Config)
-		want string
+		name        string
+		mod         func(*Config)
+		field, want string
 	}{
-		{"no endpoint", func(c *Config) { c.Endpoints = nil }, "no Hermes endpoint"},
-		{"bad endpoint id", func(c *Config) { c.Endpoints[0].ID = "Primary.1" }, "must match [a-z0-9_-]"},
-		{"duplicate endpoint", func(c *Config) { c.Endpoints = append(c.Endpoints, c.Endpoints[0]) }, "configured twice"},
-		{"ftp url", func(c *Config) { c.Endpoints[0].BaseURL = "ftp://h" }, "http:// or https://"},
-		{"credentials in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://u:secretpw@h" }, "must not carry credentials"},
-		{"query in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://h/?a=1" }, "query or fragment"},
-		{"heartbeat too slow", func(c *Config) { c.Heartbeat = 20 * time.Second }, "at most half the ack wait"},
+		{"no endpoint", func(c *Config) { c.Endpoints = nil }, "Endpoints", "no Hermes endpoint"},
+		{"bad endpoint id", func(c *Config) { c.Endpoints[0].ID = "Primary.1" }, "Endpoints[0].ID", "must match [a-z0-9_-]"},
+		{"duplicate endpoint", func(c *Config) { c.Endpoints = append(c.Endpoints, c.Endpoints[0]) }, "Endpoints[1].ID", "configured twice"},
+		{"no url", func(c *Config) { c.Endpoints[0].BaseURL = "" }, "Endpoints[0].BaseURL", "is required"},
+		{"ftp url", func(c *Config) { c.Endpoints[0].BaseURL = "ftp://h" }, "Endpoints[0].BaseURL", "http:// or https://"},
+		{"credentials in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://u:secretpw@h" }, "Endpoints[0].BaseURL", "must not carry credentials"},
+		{"query in url", func(c *Config) { c.Endpoints[0].BaseURL = "http://h/?a=1" }, "Endpoints[0].BaseURL", "query or fragment"},
+		{"long tenant", func(c *Config) { c.Endpoints[0].TenantID = strings.Repeat("t", events.MaxTenantIDLen+1) }, "Endpoints[0].TenantID",
+			"must be at most 256 characters without control characters"},
+		{"tenant with a control character", func(c *Config) { c.Endpoints[0].TenantID = "a\nb" }, "Endpoints[0].TenantID", "without control characters"},
+		{"endpoint concurrency", func(c *Config) { c.Endpoints[0].MaxConcurrency = -1 }, "Endpoints[0].MaxConcurrency", "must be at least 1"},
+		{"heartbeat too slow", func(c *Config) { c.Heartbeat = 20 * time.Second }, "Heartbeat", "at most half of AckWait (30s)"},
 		{"heartbeat just over half", func(c *Config) {
 			c.AckWait = time.Second
 			c.Heartbeat = 501 * time.Millisecond
 			c.Lease = 2 * time.Second
-		}, "at most half the ack wait"},
-		{"negative heartbeat", func(c *Config) { c.Heartbeat = -time.Second }, "must be positive"},
-		{"ack wait too short", func(c *Config) { c.AckWait = 10 * time.Millisecond; c.Heartbeat = time.Millisecond }, "at least 1s"},
-		{"lease shorter than ack wait", func(c *Config) { c.Lease = time.Second }, "claim lease"},
-		{"prefix with dot", func(c *Config) { c.Prefix = "a.b" }, "one subject token"},
-		{"max ack pending", func(c *Config) { c.MaxAckPending = 1 }, "max ack pending"},
+		}, "Heartbeat", "at most half of AckWait"},
+		{"negative heartbeat", func(c *Config) { c.Heartbeat = -time.Second }, "Heartbeat", "must be positive"},
+		{"heartbeat over a quarter of the key ttl", func(c *Config) {
+			c.AckWait, c.Heartbeat, c.Lease, c.IdempotencyTTL = time.Hour, 20*time.Minute, 2*time.Hour, time.Hour
+		}, "Heartbeat", "must be at most a quarter of IdempotencyTTL (1h0m0s)"},
+		{"ack wait too short", func(c *Config) { c.AckWait = 10 * time.Millisecond; c.Heartbeat = time.Millisecond }, "AckWait", "at least 1s"},
+		{"lease shorter than ack wait", func(c *Config) { c.Lease = time.Second }, "Lease", "must be at least AckWait (30s)"},
+		{"prefix with dot", func(c *Config) { c.Prefix = "a.b" }, "Prefix", "one subject token"},
+		{"stream name", func(c *Config) { c.DLQStream = "has space" }, "DLQStream", "must be 1 to 128 letters, digits, - or _"},
+		{"same buckets", func(c *Config) { c.KeysBucket = c.Bucket }, "KeysBucket", "must differ from Bucket"},
+		{"replica id", func(c *Config) { c.ReplicaID = "a:b" }, "ReplicaID", "must be 1 to 128 letters"},
+		{"max deliver", func(c *Config) { c.MaxDeliver = 0 }, "MaxDeliver", "must be -1 (unlimited) or at least 1"},
+		{"max attempts", func(c *Config) { c.MaxAttempts = -1 }, "MaxAttempts", "must be at least 1"},
+		{"approval ttl", func(c *Config) { c.ApprovalTTL = time.Millisecond }, "ApprovalTTL", "must be at least 1s"},
+		{"breaker threshold", func(c *Config) { c.BreakerThreshold = -1 }, "BreakerThreshold", "must be at least 1"},
+		{"breaker cooldown", func(c *Config) { c.BreakerCooldown = -time.Second }, "BreakerCooldown", "must be positive"},
+		{"breaker max cooldown", func(c *Config) { c.BreakerMaxCooldown = time.Second }, "BreakerMaxCooldown", "must be at least BreakerCooldown (2s)"},
+		{"workers", func(c *Config) { c.Workers = -1 }, "Workers", "must be at least 1"},
+		{"max ack pending", func(c *Config) { c.MaxAckPending = 1 }, "MaxAckPending", "must be at least Workers (10)"},
+		{"negative max ack pending", func(c *Config) { c.MaxAckPending = -1 }, "MaxAckPending", "must be at least 1"},
+		{"replicas", func(c *Config) { c.Replicas = 6 }, "Replicas", "must be 1 to 5"},
+		{"stream bytes", func(c *Config) { c.OutputMaxBytes = -1 }, "OutputMaxBytes", "must not be negative (0 is unlimited)"},
+		{"dlq max age", func(c *Config) { c.DLQMaxAge = time.Second }, "DLQMaxAge", "must be at least 1m"},
+		{"key ttl", func(c *Config) { c.IdempotencyTTL = time.Second }, "IdempotencyTTL", "must be at least 1m"},
+		{"output max age", func(c *Config) { c.OutputMaxAge = time.Second; c.IdempotencyTTL = time.Minute }, "OutputMaxAge", "must be at least 1m"},
 		{"output max age under the key ttl", func(c *Config) { c.OutputMaxAge = time.Hour; c.IdempotencyTTL = 2 * time.Hour },
-			"output max age 1h0m0s (HERMES_BRIDGE_OUTPUT_MAX_AGE) must be at least the idempotency ttl 2h0m0s (HERMES_BRIDGE_IDEMPOTENCY_TTL)"},
+			"OutputMaxAge", "must be at least IdempotencyTTL (2h0m0s): a key may replay a result kept in the output stream"},
+		{"records outlive a parked action", func(c *Config) { c.ApprovalTTL = 25 * time.Hour }, "OutputMaxAge",
+			"plus 1h0m0s, the action records' TTL, must be longer than ApprovalTTL (25h0m0s) plus Lease (1m0s)"},
+		{"shutdown grace", func(c *Config) { c.ShutdownGrace = -time.Second }, "ShutdownGrace", "must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,10 +124,44 @@ func TestConfigValidate(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not mention %q", err, tt.want)
 			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("no *ConfigError in %v", err)
+			}
+			found := false
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				if ce, ok := e.(*ConfigError); ok && ce.Field == tt.field && strings.Contains(ce.Reason, tt.want) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no *ConfigError with field %s and reason %q in %v", tt.field, tt.want, err)
+			}
 			if strings.Contains(err.Error(), "secretpw") {
 				t.Errorf("error leaks the URL password: %q", err)
 			}
 		})
+	}
+}
+
+// TestConfigValidateListsEveryProblem: every problem is reported at once, one a line,
+// each reachable as a *ConfigError.
+func TestConfigValidateListsEveryProblem(t *testing.T) {
+	c := validConfig()
+	c.MaxAttempts, c.Replicas, c.Endpoints[0].ID = -1, 9, "A"
+	err := c.Validate()
+	want := "bridge: invalid configuration:\n  - MaxAttempts: must be at least 1\n  - Replicas: must be 1 to 5\n  - Endpoints[0].ID: must match [a-z0-9_-]{1,128}"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		if ce, ok := e.(*ConfigError); ok {
+			fields = append(fields, ce.Field)
+		}
+	}
+	if strings.Join(fields, ",") != "MaxAttempts,Replicas,Endpoints[0].ID" {
+		t.Errorf("fields %v", fields)
 	}
 }
 

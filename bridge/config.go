@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,7 +179,6 @@ const RecordMargin = time.Hour
 // keys (IdempotencyTTL, at most OutputMaxAge) never outlive the results they replay.
 func (c Config) RecordsTTL() time.Duration { return c.OutputMaxAge + RecordMargin }
 
-// WithDefaults returns c with every zero field set to its default.
 // core is the configuration of the jobs (bridge/core).
 func (c Config) core() core.Config {
 	return core.Config{Lease: c.Lease, Heartbeat: c.Heartbeat, ApprovalTTL: c.ApprovalTTL,
@@ -196,6 +197,7 @@ const decisionTries = 30
 // parkingWait is how long a decision waits once for a parking that may be under way.
 func parkingWait(lease time.Duration) time.Duration { return min(lease, 5*time.Second) }
 
+// WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -249,7 +251,7 @@ func (c Config) WithDefaults() Config {
 		if eps[i].MaxConcurrency == 0 {
 			eps[i].MaxConcurrency = 10
 		}
-		total += eps[i].MaxConcurrency
+		total += max(eps[i].MaxConcurrency, 0) // a negative one is refused by Validate
 	}
 	c.Endpoints = eps
 	if c.Workers == 0 {
@@ -276,27 +278,56 @@ func HeldPerReplica(workers int) int { return workers + prefetch(workers) }
 // adds concurrency without tuning.
 func DefaultMaxAckPending(workers int) int { return max(1024, 8*HeldPerReplica(workers)) }
 
-// Validate reports every problem of c (after defaults) in one error wrapping ErrInvalidConfig.
+// ConfigError is one problem of a Config: the field and the rule its value breaks.
+// Validate returns one for each problem, wrapped with ErrInvalidConfig.
+type ConfigError struct {
+	// Field is the field's Go path in Config: "AckWait", "Endpoints[2].MaxConcurrency".
+	Field string
+	// Reason states the rule, never the field's own value. It names each other field
+	// it compares the value with by its Go path, followed by that field's value in
+	// parentheses ("must be at least IdempotencyTTL (24h0m0s)"), so that a caller can
+	// put its own names for the fields (cmd/hermes-bridge: the environment variables).
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return e.Field + ": " + e.Reason }
+
+// tokenRule is what validToken accepts.
+const tokenRule = "must be 1 to 128 letters, digits, - or _"
+
+// Validate reports every problem of c (after defaults): nil, or an error wrapping
+// ErrInvalidConfig and one *ConfigError per problem, listed one a line.
 func (c Config) Validate() error {
-	var problems []string
-	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if !validToken(c.Prefix) {
-		add("subject prefix %q must be one subject token of letters, digits, - or _", c.Prefix)
+	var errs []any
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
-	for name, v := range map[string]string{"actions stream": c.ActionsStream, "output stream": c.OutputStream,
-		"dlq stream": c.DLQStream, "consumer": c.Consumer, "bucket": c.Bucket, "keys bucket": c.KeysBucket, "object bucket": c.ObjectBucket} {
-		if !validToken(v) {
-			add("%s name %q must be letters, digits, - or _", name, v)
+	if !validToken(c.Prefix) {
+		add("Prefix", tokenRule+": one subject token")
+	}
+	for _, n := range []struct{ field, v string }{{"ActionsStream", c.ActionsStream}, {"OutputStream", c.OutputStream},
+		{"DLQStream", c.DLQStream}, {"Consumer", c.Consumer}, {"Bucket", c.Bucket}, {"KeysBucket", c.KeysBucket},
+		{"ObjectBucket", c.ObjectBucket}} {
+		if !validToken(n.v) {
+			add(n.field, tokenRule)
 		}
 	}
-	if c.AckWait < time.Second {
-		add("ack wait %s must be at least 1s", c.AckWait)
+	if c.Bucket == c.KeysBucket && validToken(c.Bucket) {
+		add("KeysBucket", "must differ from Bucket (the records bucket)")
 	}
-	if c.Heartbeat <= 0 || c.Heartbeat*2 > c.AckWait {
-		add("heartbeat %s must be positive and at most half the ack wait %s", c.Heartbeat, c.AckWait)
+	if c.ReplicaID != "" && !validToken(c.ReplicaID) {
+		add("ReplicaID", tokenRule)
+	}
+	if c.AckWait < time.Second {
+		add("AckWait", "must be at least 1s")
+	}
+	// A rule that compares with another field does so once that field is valid: its own
+	// problem is reported, and the comparison would only repeat it.
+	if c.Heartbeat <= 0 || c.AckWait >= time.Second && c.Heartbeat*2 > c.AckWait {
+		add("Heartbeat", "must be positive and at most half of AckWait (%s)", c.AckWait)
 	}
 	if c.Lease < c.AckWait {
-		add("claim lease %s must be at least the ack wait %s", c.Lease, c.AckWait)
+		add("Lease", "must be at least AckWait (%s)", c.AckWait)
 	}
 	// The lease must outlast a replica whose NATS server stops answering (see
 	// NATSLiveness), with its renewal answered within a ping interval once it is through.
@@ -305,108 +336,121 @@ func (c Config) Validate() error {
 	if live := NATSLiveness(c.Lease); c.AckWait >= time.Second && c.Heartbeat > 0 && c.Heartbeat*2 <= c.AckWait &&
 		RenewalGap(c.Heartbeat, c.Lease, live.PingInterval) > c.Lease {
 		ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-		add("claim lease %s must hold what a claim may go unrenewed when a NATS server stops answering: "+
-			"5/4 × heartbeat %s + dead-server detection %s (3 × ping interval %s, lease/8 within %s to %s) + reconnect wait %s + "+
-			"the renewal, one ping interval = %s (HERMES_BRIDGE_ACK_WAIT, HERMES_BRIDGE_HEARTBEAT)",
-			ms(c.Lease), ms(c.Heartbeat), ms(live.DeadServerDetection()), ms(live.PingInterval), MinPingInterval, MaxPingInterval,
+		add("Lease", "must hold what a claim may go unrenewed when a NATS server stops answering: "+
+			"5/4 × Heartbeat (%s) + dead-server detection %s (3 × ping interval %s, lease/8 within %s to %s) + reconnect wait %s + "+
+			"the renewal, one ping interval = %s",
+			ms(c.Heartbeat), ms(live.DeadServerDetection()), ms(live.PingInterval), MinPingInterval, MaxPingInterval,
 			ms(live.ReconnectDelay()), ms(RenewalGap(c.Heartbeat, c.Lease, live.PingInterval)))
 	}
 	if c.MaxDeliver < -1 || c.MaxDeliver == 0 {
-		add("max deliver %d must be -1 (unlimited) or at least 1", c.MaxDeliver)
+		add("MaxDeliver", "must be -1 (unlimited) or at least 1")
 	}
 	if c.MaxAttempts < 1 {
-		add("max attempts %d must be at least 1", c.MaxAttempts)
+		add("MaxAttempts", "must be at least 1")
 	}
 	if c.ApprovalTTL < time.Second {
-		add("approval ttl %s must be at least 1s", c.ApprovalTTL)
+		add("ApprovalTTL", "must be at least 1s")
 	}
 	if c.BreakerThreshold < 1 {
-		add("breaker threshold %d must be at least 1", c.BreakerThreshold)
+		add("BreakerThreshold", "must be at least 1")
 	}
-	if c.BreakerCooldown <= 0 || c.BreakerMaxCooldown < c.BreakerCooldown {
-		add("breaker cooldown %s must be positive and at most the maximum cooldown %s", c.BreakerCooldown, c.BreakerMaxCooldown)
+	if c.BreakerCooldown <= 0 {
+		add("BreakerCooldown", "must be positive")
+	}
+	if c.BreakerCooldown > 0 && c.BreakerMaxCooldown < c.BreakerCooldown {
+		add("BreakerMaxCooldown", "must be at least BreakerCooldown (%s)", c.BreakerCooldown)
 	}
 	if c.Workers < 1 {
-		add("workers %d must be at least 1", c.Workers)
+		add("Workers", "must be at least 1 (0, the default: the sum of the endpoints' max concurrency)")
 	}
-	if c.MaxAckPending < c.Workers {
-		add("max ack pending %d must be at least the workers %d", c.MaxAckPending, c.Workers)
+	if c.MaxAckPending < 1 {
+		add("MaxAckPending", "must be at least 1 (0, the default: room for 8 replicas)")
+	} else if c.MaxAckPending < c.Workers {
+		add("MaxAckPending", "must be at least Workers (%d)", c.Workers)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
-		add("replicas %d must be between 1 and 5", c.Replicas)
+		add("Replicas", "must be 1 to 5")
 	}
-	for name, v := range map[string]int64{"actions": c.ActionsMaxBytes, "output": c.OutputMaxBytes, "dlq": c.DLQMaxBytes} {
-		if v < 0 {
-			add("%s stream max bytes %d must not be negative (0 is unlimited)", name, v)
+	for _, n := range []struct {
+		field string
+		v     int64
+	}{{"ActionsMaxBytes", c.ActionsMaxBytes}, {"OutputMaxBytes", c.OutputMaxBytes}, {"DLQMaxBytes", c.DLQMaxBytes}} {
+		if n.v < 0 {
+			add(n.field, "must not be negative (0 is unlimited)")
 		}
 	}
 	if c.DLQMaxAge < time.Minute {
-		add("dlq max age %s must be at least 1m", c.DLQMaxAge)
+		add("DLQMaxAge", "must be at least 1m")
 	}
 	if c.IdempotencyTTL < time.Minute {
-		add("idempotency ttl %s must be at least 1m", c.IdempotencyTTL)
+		add("IdempotencyTTL", "must be at least 1m")
+	}
+	if c.OutputMaxAge < time.Minute {
+		add("OutputMaxAge", "must be at least 1m")
+	} else if c.OutputMaxAge < c.IdempotencyTTL {
+		// A key's record may point at a result kept in the output stream (CONTRACT §5).
+		add("OutputMaxAge", "must be at least IdempotencyTTL (%s): a key may replay a result kept in the output stream", c.IdempotencyTTL)
 	}
 	// A parked action's record is not rewritten while it waits, and a running action's
 	// records are rewritten every heartbeat: the records' TTL must outlast both.
 	if c.RecordsTTL() <= c.ApprovalTTL+c.Lease {
-		add("output max age %s (HERMES_BRIDGE_OUTPUT_MAX_AGE) plus %s, the action records' TTL, must be longer than the approval window %s (HERMES_BRIDGE_APPROVAL_TTL) plus the claim lease %s, or a parked action's record expires before its decision", c.OutputMaxAge, RecordMargin, c.ApprovalTTL, c.Lease)
+		add("OutputMaxAge", "plus %s, the action records' TTL, must be longer than ApprovalTTL (%s) plus Lease (%s), "+
+			"or a parked action's record expires before its decision", RecordMargin, c.ApprovalTTL, c.Lease)
 	}
-	if c.Heartbeat*4 > c.IdempotencyTTL {
-		add("heartbeat %s must be at most a quarter of the idempotency ttl %s, so that a running action's records are renewed before they expire", c.Heartbeat, c.IdempotencyTTL)
+	if c.IdempotencyTTL >= time.Minute && c.Heartbeat*4 > c.IdempotencyTTL {
+		add("Heartbeat", "must be at most a quarter of IdempotencyTTL (%s), so that a running action's records are renewed before they expire", c.IdempotencyTTL)
 	}
-	if c.OutputMaxAge < c.IdempotencyTTL {
-		// A key's record may point at a result kept in the output stream (CONTRACT §5).
-		add("output max age %s (HERMES_BRIDGE_OUTPUT_MAX_AGE) must be at least the idempotency ttl %s (HERMES_BRIDGE_IDEMPOTENCY_TTL): a key may replay a result kept in the output stream",
-			c.OutputMaxAge, c.IdempotencyTTL)
-	}
-	if c.Bucket == c.KeysBucket {
-		add("the records bucket and the keys bucket must differ (both are %q)", c.Bucket)
+	if c.ShutdownGrace < 0 {
+		add("ShutdownGrace", "must not be negative")
 	}
 	if len(c.Endpoints) == 0 {
-		add("no Hermes endpoint is configured")
+		add("Endpoints", "no Hermes endpoint is configured")
 	}
 	seen := map[string]bool{}
 	for i, ep := range c.Endpoints {
+		at := fmt.Sprintf("Endpoints[%d].", i)
 		if !events.ValidEndpointID(ep.ID) {
-			add("endpoint %d: id %q must match [a-z0-9_-]{1,128}", i, ep.ID)
-		}
-		if seen[ep.ID] {
-			add("endpoint %q is configured twice", ep.ID)
+			add(at+"ID", "must match [a-z0-9_-]{1,128}")
+		} else if seen[ep.ID] {
+			add(at+"ID", "is configured twice")
 		}
 		seen[ep.ID] = true
-		if err := ValidateBaseURL(ep.BaseURL); err != nil {
-			add("endpoint %q: %v", ep.ID, err)
+		if reason := baseURLProblem(ep.BaseURL); reason != "" {
+			add(at+"BaseURL", "%s", reason)
+		}
+		if utf8.RuneCountInString(ep.TenantID) > events.MaxTenantIDLen || strings.IndexFunc(ep.TenantID, unicode.IsControl) >= 0 {
+			add(at+"TenantID", "must be at most %d characters without control characters", events.MaxTenantIDLen)
 		}
 		if ep.MaxConcurrency < 1 {
-			add("endpoint %q: max_concurrency %d must be at least 1", ep.ID, ep.MaxConcurrency)
+			add(at+"MaxConcurrency", "must be at least 1")
 		}
 	}
-	if len(problems) == 0 {
+	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w:\n  - %s", ErrInvalidConfig, strings.Join(problems, "\n  - "))
+	return fmt.Errorf("%w:"+strings.Repeat("\n  - %w", len(errs)), append([]any{ErrInvalidConfig}, errs...)...)
 }
 
-// ValidateBaseURL checks that raw is an http(s) origin with an optional path prefix and
-// no credentials, query or fragment. The error never repeats the URL's userinfo.
-func ValidateBaseURL(raw string) error {
+// baseURLProblem says why raw is not an http(s) origin with an optional path prefix and
+// no credentials, query or fragment ("" if it is). It never repeats the URL.
+func baseURLProblem(raw string) string {
+	if raw == "" {
+		return "is required"
+	}
 	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("base_url is not a valid URL")
+	switch {
+	case err != nil:
+		return "is not a valid URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "must start with http:// or https://"
+	case u.Host == "":
+		return "has no host"
+	case u.User != nil:
+		return "must not carry credentials; use a key file or variable"
+	case u.RawQuery != "" || u.Fragment != "":
+		return "must not have a query or fragment"
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return errors.New("base_url must start with http:// or https://")
-	}
-	if u.Host == "" {
-		return errors.New("base_url has no host")
-	}
-	if u.User != nil {
-		return errors.New("base_url must not carry credentials; use a key file or variable")
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return errors.New("base_url must not have a query or fragment")
-	}
-	return nil
+	return ""
 }
 
 func validToken(s string) bool {

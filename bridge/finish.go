@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
 // apply is the single place where a delivery is acknowledged: as the job's EffFinish
@@ -88,24 +89,12 @@ func (b *Bridge) observeOutcome(d *driver, o core.Outcome, e core.Effect) {
 	}
 }
 
-// DLQ headers. The original headers are kept; these are added.
-const (
-	HeaderDLQReason  = "Hermes-Dlq-Reason"
-	HeaderDLQSubject = "Hermes-Dlq-Subject"
-	HeaderDLQStream  = "Hermes-Dlq-Stream"
-	HeaderDLQSeq     = "Hermes-Dlq-Stream-Seq"
-	// HeaderDLQTruncated is set (to the message's size in bytes) on a copy whose
-	// message was too large to be copied with the DLQ headers: the copy carries the
-	// headers only; the message stays in its stream at Hermes-Dlq-Stream-Seq while
-	// the stream keeps it.
-	HeaderDLQTruncated = "Hermes-Dlq-Truncated"
-)
-
 // dlqMargin is left free in a DLQ copy for the headers the copy adds.
 const dlqMargin = 4 << 10
 
-// publishDLQ copies a message that cannot be handled to the DLQ with the reason (its
-// Nats-Msg-Id names the message's stream position, so a retried copy is stored once).
+// publishDLQ copies a message that cannot be handled to the DLQ with the reason and
+// the other events.HeaderDLQ* headers (its Nats-Msg-Id names the message's stream
+// position, so a retried copy is stored once).
 func (b *Bridge) publishDLQ(msg jetstream.Msg, md *jetstream.MsgMetadata, reason string) error {
 	h := nats.Header{}
 	for k, v := range msg.Headers() {
@@ -115,14 +104,15 @@ func (b *Bridge) publishDLQ(msg jetstream.Msg, md *jetstream.MsgMetadata, reason
 		h[k] = v
 	}
 	seq := fmt.Sprint(md.Sequence.Stream)
-	h.Set(HeaderDLQReason, reason)
-	h.Set(HeaderDLQSubject, msg.Subject())
-	h.Set(HeaderDLQStream, md.Stream)
-	h.Set(HeaderDLQSeq, seq)
+	h.Set(events.HeaderDLQReason, reason)
+	h.Set(events.HeaderDLQSubject, msg.Subject())
+	h.Set(events.HeaderDLQStream, md.Stream)
+	h.Set(events.HeaderDLQStreamSeq, seq)
+	h.Set(events.HeaderDLQTime, b.now().UTC().Format(time.RFC3339Nano))
 	h.Set(jetstream.MsgIDHeader, "dlq:"+md.Stream+":"+seq)
 	data := msg.Data()
 	if max := int(b.nc.MaxPayload()) - dlqMargin; max > 0 && len(data)+headerSize(h) > max {
-		h.Set(HeaderDLQTruncated, strconv.Itoa(len(data)))
+		h.Set(events.HeaderDLQTruncated, strconv.Itoa(len(data)))
 		data = nil
 	}
 	ctx, cancel := detached(b.workCtx)

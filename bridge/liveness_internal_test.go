@@ -103,11 +103,11 @@ func TestConfigLeaseBudget(t *testing.T) {
 		ackWait, heartbeat, lease time.Duration
 		want                      string
 	}{
-		{3 * time.Second, time.Second, 3 * time.Second, "claim lease 3s must hold what a claim may go unrenewed when a NATS server stops answering: " +
-			"5/4 × heartbeat 1s + dead-server detection 1.125s (3 × ping interval 375ms, lease/8 within 250ms to 10s) + reconnect wait 413ms + " +
-			"the renewal, one ping interval = 3.163s (HERMES_BRIDGE_ACK_WAIT, HERMES_BRIDGE_HEARTBEAT)"},
-		{30 * time.Second, 15 * time.Second, 30 * time.Second, "claim lease 30s must hold"},
-		{time.Second, 500 * time.Millisecond, time.Second, "claim lease 1s must hold"},
+		{3 * time.Second, time.Second, 3 * time.Second, "Lease: must hold what a claim may go unrenewed when a NATS server stops answering: " +
+			"5/4 × Heartbeat (1s) + dead-server detection 1.125s (3 × ping interval 375ms, lease/8 within 250ms to 10s) + reconnect wait 413ms + " +
+			"the renewal, one ping interval = 3.163s"},
+		{30 * time.Second, 15 * time.Second, 30 * time.Second, "Lease: must hold"},
+		{time.Second, 500 * time.Millisecond, time.Second, "Lease: must hold"},
 	} {
 		cfg := validConfig()
 		cfg.AckWait, cfg.Heartbeat, cfg.Lease = c.ackWait, c.heartbeat, c.lease

@@ -11,7 +11,7 @@ import (
 
 // failedOf is a terminal failed result of d's action carrying info.
 func failedOf(d *driver, info *events.ErrorInfo) *events.Result {
-	return &events.Result{ActionID: d.id, CapabilityID: d.act.capID, Status: "failed", Error: info}
+	return &events.Result{ActionID: d.id, CapabilityID: d.act.capID, Status: events.StatusFailed, Error: info}
 }
 
 func invalidAction(field, reason string) *events.ErrorInfo {
@@ -67,7 +67,7 @@ func clientErrorInfo(err error, safe bool) *events.ErrorInfo {
 
 // resultOf builds the terminal result of a Hermes call.
 func resultOf(d *driver, res *hermes.Result, err error) *events.Result {
-	r := &events.Result{ActionID: d.id, CapabilityID: d.act.capID, Status: "completed"}
+	r := &events.Result{ActionID: d.id, CapabilityID: d.act.capID, Status: events.StatusCompleted}
 	if res != nil {
 		r.Output = res.Output
 		if res.Status != "" {
@@ -79,11 +79,11 @@ func resultOf(d *driver, res *hermes.Result, err error) *events.Result {
 		if r.Error.Code == hermes.CodeAuthentication && d.act.ep != nil && d.act.ep.cfg.KeyHint != "" {
 			r.Error.Message += "; " + d.act.ep.cfg.KeyHint
 		}
-		if r.Status == "completed" {
-			r.Status = "failed"
+		if r.Status == events.StatusCompleted {
+			r.Status = events.StatusFailed
 		}
-		if r.Error.Code == "cancelled" {
-			r.Status = "cancelled"
+		if r.Error.Code == hermes.CodeCancelled {
+			r.Status = events.StatusCancelled
 		}
 	}
 	if len(r.Output) == 0 {

@@ -38,10 +38,12 @@ func TestUnreadableMessagesGoToDLQ(t *testing.T) {
 		{"binary_id_encoded_space", binaryHeader("bad%20id", events.TypeAction, ""), `{"input":{"prompt":"x"}}`},
 		{"binary_id_too_long", binaryHeader(strings.Repeat("a", 129), events.TypeAction, ""), `{"input":{"prompt":"x"}}`},
 	}
+	published := time.Now()
 	for _, c := range cases {
 		h.publishRaw(chatSubject, c.hdr, []byte(c.data))
 	}
 	msgs := h.dlq(len(cases), 20*time.Second)
+	received := time.Now()
 	if len(msgs) != len(cases) {
 		t.Fatalf("dlq holds %d messages, want %d", len(msgs), len(cases))
 	}
@@ -52,6 +54,13 @@ func TestUnreadableMessagesGoToDLQ(t *testing.T) {
 		}
 		if s := m.Header.Get("Hermes-Dlq-Subject"); s != chatSubject {
 			t.Errorf("dlq message %d: Hermes-Dlq-Subject %q", i, s)
+		}
+		// When the bridge dead-lettered it: RFC 3339 in UTC (schemas/dlq.schema.json).
+		if v := m.Header.Get(events.HeaderDLQTime); !strings.HasSuffix(v, "Z") {
+			t.Errorf("dlq message %d: %s %q is not an RFC 3339 time in UTC", i, events.HeaderDLQTime, v)
+		} else if at, err := time.Parse(time.RFC3339Nano, v); err != nil || at.Before(published) || at.After(received) {
+			t.Errorf("dlq message %d: %s %q is not between publication (%s) and receipt (%s): %v", i, events.HeaderDLQTime, v,
+				published.UTC().Format(time.RFC3339Nano), received.UTC().Format(time.RFC3339Nano), err)
 		}
 		if m.Subject != "hermes.dlq" {
 			t.Errorf("dlq message %d on subject %q", i, m.Subject)

@@ -657,7 +657,7 @@ func r22LargeDecision(t *testing.T, decision string) {
 	for !applied && dead == nil && time.Now().Before(deadline) {
 		applied = h.results(id) >= 2 // the pending result and a terminal one
 		for _, m := range h.dlqWithin(0, 0) {
-			if m.Header.Get(bridge.HeaderDLQSubject) == subject {
+			if m.Header.Get(events.HeaderDLQSubject) == subject {
 				dead = m
 			}
 		}
@@ -675,8 +675,8 @@ func r22LargeDecision(t *testing.T, decision string) {
 			requireCompleted(t, res)
 		}
 	case dead != nil:
-		if r := dead.Header.Get(bridge.HeaderDLQReason); r == "" {
-			t.Errorf("the dead-lettered decision has no %s header", bridge.HeaderDLQReason)
+		if r := dead.Header.Get(events.HeaderDLQReason); r == "" {
+			t.Errorf("the dead-lettered decision has no %s header", events.HeaderDLQReason)
 		}
 		h.decide(id, events.DecisionApprove, out.InputSHA256)
 		res, err := h.terminalWithin(id, 15*time.Second)

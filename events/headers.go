@@ -148,5 +148,12 @@ const (
 	HeaderDLQSubject   = "Hermes-Dlq-Subject"
 	HeaderDLQStream    = "Hermes-Dlq-Stream"
 	HeaderDLQStreamSeq = "Hermes-Dlq-Stream-Seq"
-	HeaderDLQTime      = "Hermes-Dlq-Time"
+	// HeaderDLQTime is when the bridge dead-lettered the message: RFC 3339 in UTC, by
+	// the bridge's clock.
+	HeaderDLQTime = "Hermes-Dlq-Time"
+	// HeaderDLQTruncated is set (to the message's size in bytes) on a copy whose
+	// message was too large to be copied with the DLQ headers: the copy carries the
+	// headers only; the message stays in its stream at Hermes-Dlq-Stream-Seq while
+	// the stream keeps it.
+	HeaderDLQTruncated = "Hermes-Dlq-Truncated"
 )

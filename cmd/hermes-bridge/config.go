@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -25,8 +26,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
-	"github.com/hermes-bridge/hermes-bridge/events"
-	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // Config is the process configuration read from the environment. Its struct tags are
@@ -146,7 +145,7 @@ const maxKeyLen = 16 << 10
 // env.ToMap(os.Environ())). Parse errors name the variable and the value (never
 // the value of a secret). On a parse error the returned Config is still usable
 // for further validation: the fields that failed are zero, and the problems
-// Validate* would report about them are suppressed (see ConfigError.merge).
+// Validate* would report that name them are suppressed (see ConfigError.merge).
 func LoadConfig(environ map[string]string) (*Config, error) {
 	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: environ})
 	if _, set := environ["HERMES_BRIDGE_HTTP_ADDR"]; !set {
@@ -195,17 +194,18 @@ type ConfigError struct {
 	failed   map[string]bool // variables that could not be parsed
 }
 
-// merge appends the problems of err, dropping those about a variable that
+// merge appends the problems of err, dropping those that name a variable that
 // already failed to parse (its zero value would only cause a second message).
 func (e *ConfigError) merge(err error) {
 	for _, p := range asProblems(err) {
-		key, _, _ := strings.Cut(p, "=")
-		if e.failed[key] {
-			continue
+		if !slices.ContainsFunc(variableRE.FindAllString(p, -1), func(key string) bool { return e.failed[key] }) {
+			e.Problems = append(e.Problems, p)
 		}
-		e.Problems = append(e.Problems, p)
 	}
 }
+
+// variableRE matches the names of variables in a message.
+var variableRE = regexp.MustCompile(`[A-Z][A-Z0-9_]*[A-Z0-9]`)
 
 // errOrNil returns e as an error, or nil when it lists no problem.
 func (e *ConfigError) errOrNil() error {
@@ -294,23 +294,25 @@ func (p problems) err() error {
 	return &ConfigError{Problems: p}
 }
 
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 // ValidateClient checks what `call` and `watch` use: the NATS connection settings and
 // the subject prefix and output stream names.
 func (c *Config) ValidateClient() error {
 	var p problems
 	c.validateNATS(&p)
-	c.validateNames(&p, false)
+	c.validateBridge(&p, nil, func(field string) bool {
+		return field == "Prefix" || field == "OutputStream" || field == "ObjectBucket"
+	})
 	return p.err()
 }
 
-// ValidateRun checks everything `run` uses, except the endpoints (see Endpoints).
-func (c *Config) ValidateRun() error {
+// ValidateRun checks everything `run` uses. specs are the endpoints it serves
+// (EndpointSpecs), nil when they could not be read and their rules are left out;
+// validateSpecs checks what only the command knows of them (their keys).
+func (c *Config) ValidateRun(specs []EndpointSpec) error {
 	var p problems
 	c.validateNATS(&p)
-	c.validateNames(&p, true)
-	c.validateBridge(&p)
+	c.validateService(&p)
+	c.validateBridge(&p, specs, func(field string) bool { return specs != nil || !strings.HasPrefix(field, "Endpoints") })
 	c.validateTracing(&p)
 	c.validateUI(&p)
 	return p.err()
@@ -414,95 +416,16 @@ func fileProblem(err error) string {
 	return err.Error()
 }
 
-func (c *Config) validateNames(p *problems, all bool) {
-	names := []struct{ key, v string }{
-		{"HERMES_BRIDGE_PREFIX", c.Prefix}, {"HERMES_BRIDGE_OUTPUT_STREAM", c.OutputStream},
-		{"HERMES_BRIDGE_OBJECT_BUCKET", c.ObjectBucket},
-	}
-	if all {
-		names = append(names, []struct{ key, v string }{
-			{"HERMES_BRIDGE_ACTIONS_STREAM", c.ActionsStream}, {"HERMES_BRIDGE_DLQ_STREAM", c.DLQStream},
-			{"HERMES_BRIDGE_CONSUMER", c.Consumer}, {"HERMES_BRIDGE_BUCKET", c.Bucket},
-			{"HERMES_BRIDGE_KEYS_BUCKET", c.KeysBucket},
-		}...)
-	}
-	for _, n := range names {
-		if !tokenRE.MatchString(n.v) {
-			p.add("%s=%s: must be 1 to 128 letters, digits, - or _", n.key, shown(n.key, n.v))
-		}
-	}
-}
-
-func (c *Config) validateBridge(p *problems) {
+// validateService checks the settings of `run` the bridge does not read: the operations
+// listener, the storage's name and the log.
+func (c *Config) validateService(p *problems) {
 	if c.HTTPAddr != "" {
 		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
 			p.add("HERMES_BRIDGE_HTTP_ADDR=%s: must be host:port (for example 127.0.0.1:9464 or :9464), or empty to turn the listener off", c.HTTPAddr)
 		}
 	}
-	heartbeatOK := c.Heartbeat == 0 || c.Heartbeat > 0 && c.Heartbeat*2 <= c.AckWait
-	if c.AckWait < time.Second {
-		p.add("HERMES_BRIDGE_ACK_WAIT=%s: must be at least 1s", c.AckWait)
-	} else if heartbeatOK {
-		// The rule of bridge.Config.Validate, in the variables' words. With the lease at
-		// twice the ack wait and the heartbeat at most half of it, it always holds (see
-		// TestLeaseBudgetHoldsForEveryAcceptedAckWait); it is checked all the same, so
-		// that a change of either is caught here and not by the bridge's message.
-		if b := newLeaseBudget(c.AckWait, c.Heartbeat); b.gap > b.lease {
-			p.add("HERMES_BRIDGE_ACK_WAIT=%s, HERMES_BRIDGE_HEARTBEAT=%s: %s", c.AckWait, b.heartbeatText(c.Heartbeat), b)
-		}
-	}
-	if !heartbeatOK {
-		p.add("HERMES_BRIDGE_HEARTBEAT=%s: must be positive and at most half of HERMES_BRIDGE_ACK_WAIT (%s)", c.Heartbeat, c.AckWait)
-	}
-	if c.MaxDeliver < -1 || c.MaxDeliver == 0 {
-		p.add("HERMES_BRIDGE_MAX_DELIVER=%d: must be -1 (unlimited) or at least 1", c.MaxDeliver)
-	}
-	if c.MaxAttempts < 1 {
-		p.add("HERMES_BRIDGE_MAX_ATTEMPTS=%d: must be at least 1", c.MaxAttempts)
-	}
-	if c.ApprovalTTL < time.Second {
-		p.add("HERMES_BRIDGE_APPROVAL_TTL=%s: must be at least 1s", c.ApprovalTTL)
-	}
-	if c.BreakerThreshold < 1 {
-		p.add("HERMES_BRIDGE_BREAKER_THRESHOLD=%d: must be at least 1", c.BreakerThreshold)
-	}
-	if c.BreakerCooldown <= 0 {
-		p.add("HERMES_BRIDGE_BREAKER_COOLDOWN=%s: must be positive", c.BreakerCooldown)
-	}
-	if c.BreakerMaxCooldown < c.BreakerCooldown {
-		p.add("HERMES_BRIDGE_BREAKER_MAX_COOLDOWN=%s: must be at least HERMES_BRIDGE_BREAKER_COOLDOWN (%s)", c.BreakerMaxCooldown, c.BreakerCooldown)
-	}
-	if c.Workers < 0 {
-		p.add("HERMES_BRIDGE_WORKERS=%d: must be at least 1 (unset: sum of the endpoints' max concurrency)", c.Workers)
-	}
-	if c.MaxAckPending < 0 {
-		p.add("HERMES_BRIDGE_MAX_ACK_PENDING=%d: must be at least 1 (unset: room for 8 replicas)", c.MaxAckPending)
-	}
-	if c.MaxAckPending > 0 && c.Workers > 0 && c.MaxAckPending < c.Workers {
-		p.add("HERMES_BRIDGE_MAX_ACK_PENDING=%d: must be at least HERMES_BRIDGE_WORKERS (%d)", c.MaxAckPending, c.Workers)
-	}
-	if c.IdempotencyTTL < time.Minute {
-		p.add("HERMES_BRIDGE_IDEMPOTENCY_TTL=%s: must be at least 1m", c.IdempotencyTTL)
-	}
-	if c.OutputMaxAge < time.Minute {
-		p.add("HERMES_BRIDGE_OUTPUT_MAX_AGE=%s: must be at least 1m", c.OutputMaxAge)
-	} else if c.OutputMaxAge < c.IdempotencyTTL {
-		p.add("HERMES_BRIDGE_OUTPUT_MAX_AGE=%s: must be at least HERMES_BRIDGE_IDEMPOTENCY_TTL (%s): a key may replay a result kept in the output stream", c.OutputMaxAge, c.IdempotencyTTL)
-	}
 	if c.Storage != "file" && c.Storage != "memory" {
 		p.add("HERMES_BRIDGE_STORAGE=%s: must be file or memory", c.Storage)
-	}
-	if c.Replicas < 1 || c.Replicas > 5 {
-		p.add("HERMES_BRIDGE_REPLICAS=%d: must be 1 to 5", c.Replicas)
-	}
-	if c.DLQMaxAge < time.Minute {
-		p.add("HERMES_BRIDGE_DLQ_MAX_AGE=%s: must be at least 1m", c.DLQMaxAge)
-	}
-	if c.ShutdownGrace < 0 {
-		p.add("HERMES_BRIDGE_SHUTDOWN_GRACE=%s: must not be negative", c.ShutdownGrace)
-	}
-	if c.ReplicaID != "" && !tokenRE.MatchString(c.ReplicaID) {
-		p.add("HERMES_BRIDGE_REPLICA_ID=%s: must be 1 to 128 letters, digits, - or _", c.ReplicaID)
 	}
 	if _, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel)); err != nil || c.LogLevel == "" {
 		p.add("HERMES_BRIDGE_LOG_LEVEL=%s: must be trace, debug, info, warn or error", c.LogLevel)
@@ -510,6 +433,100 @@ func (c *Config) validateBridge(p *problems) {
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		p.add("HERMES_BRIDGE_LOG_FORMAT=%s: must be json or console", c.LogFormat)
 	}
+}
+
+// validateBridge checks c, with the endpoints of specs, by the bridge's rules
+// (bridge.Config.Validate, their one place), and adds each problem of a field keep
+// accepts in the words of the variables: "HERMES_BRIDGE_WORKERS=-1: must be at least
+// 1", the fields a rule compares with named by their variables too.
+func (c *Config) validateBridge(p *problems, specs []EndpointSpec, keep func(field string) bool) {
+	bc := c.judgedConfig(specs)
+	var all interface{ Unwrap() []error }
+	if !errors.As(bc.Validate(), &all) {
+		return
+	}
+	for _, err := range all.Unwrap() {
+		var ce *bridge.ConfigError
+		if errors.As(err, &ce) && keep(ce.Field) {
+			p.add("%s: %s", c.setting(bc, ce.Field), settingNames().Replace(ce.Reason))
+		}
+	}
+}
+
+// judgedConfig is the bridge configuration `run` serves with the bridge's defaults,
+// except that a variable with a default of its own keeps the value read: set to 0 it
+// is judged as 0, where the bridge would take a zero field for its default.
+func (c *Config) judgedConfig(specs []EndpointSpec) bridge.Config {
+	eps := make([]bridge.Endpoint, len(specs))
+	for i, s := range specs {
+		eps[i] = bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency}
+	}
+	read := c.BridgeConfig(eps, c.ReplicaID)
+	bc := read.WithDefaults()
+	from, to := reflect.ValueOf(read), reflect.ValueOf(&bc).Elem()
+	for _, f := range configFields() {
+		if v := to.FieldByName(f.Name); f.Default != "" && v.IsValid() {
+			v.Set(from.FieldByName(f.Name))
+		}
+	}
+	if c.EndpointsFile == "" && len(eps) == 1 {
+		bc.Endpoints[0].MaxConcurrency = eps[0].MaxConcurrency // HERMES_MAX_CONCURRENCY has a default
+	}
+	return bc
+}
+
+// shortcutFields are the Config fields of the single endpoint's variables, by
+// bridge.Endpoint field.
+var shortcutFields = map[string]string{"ID": "HermesEndpointID", "BaseURL": "HermesURL", "TenantID": "HermesTenantID",
+	"MaxConcurrency": "HermesMaxConcurrency"}
+
+// settingNames replaces the names of bridge.Config fields with the variables that set
+// them (the env tags of the Config fields of the same name); the claim lease is twice
+// the ack wait. A longer name is tried first, so that none is taken for the start of
+// another.
+var settingNames = sync.OnceValue(func() *strings.Replacer {
+	names := [][2]string{{"Lease", "2 × HERMES_BRIDGE_ACK_WAIT"}}
+	for _, f := range configFields() {
+		if _, ok := reflect.TypeFor[bridge.Config]().FieldByName(f.Name); ok {
+			names = append(names, [2]string{f.Name, f.Key})
+		}
+	}
+	slices.SortStableFunc(names, func(a, b [2]string) int { return len(b[0]) - len(a[0]) })
+	var pairs []string
+	for _, n := range names {
+		pairs = append(pairs, n[0], n[1])
+	}
+	return strings.NewReplacer(pairs...)
+})
+
+// setting names the variable, or the endpoints file's entry, that sets field (a
+// bridge.ConfigError's), with its value in bc: "HERMES_BRIDGE_WORKERS=-1",
+// "HERMES_ENDPOINTS_FILE endpoints[1].base_url=ftp://h".
+func (c *Config) setting(bc bridge.Config, field string) string {
+	name, v := settingNames().Replace(field), reflect.ValueOf(bc).FieldByName(field)
+	var i int
+	var sub string
+	if n, _ := fmt.Sscanf(field, "Endpoints[%d].%s", &i, &sub); n == 2 && i < len(bc.Endpoints) {
+		v = reflect.ValueOf(bc.Endpoints[i]).FieldByName(sub)
+		if c.EndpointsFile != "" {
+			f, _ := reflect.TypeFor[EndpointSpec]().FieldByName(sub)
+			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			name = fmt.Sprintf("HERMES_ENDPOINTS_FILE endpoints[%d].%s", i, tag)
+		} else {
+			name = envKey(shortcutFields[sub])
+		}
+	}
+	if !v.IsValid() {
+		return name
+	}
+	value := fmt.Sprint(v.Interface())
+	if sub == "BaseURL" {
+		value = redactURL(value)
+	}
+	if value == "" {
+		return name
+	}
+	return name + "=" + shown(name, value)
 }
 
 // storageType maps HERMES_BRIDGE_STORAGE.
@@ -687,9 +704,6 @@ func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err erro
 	if c.HermesAPIKey != "" && c.HermesAPIKeyFile != "" {
 		p.add("HERMES_API_KEY and HERMES_API_KEY_FILE are both set: use one")
 	}
-	if c.HermesMaxConcurrency < 1 {
-		p.add("HERMES_MAX_CONCURRENCY=%d: must be at least 1", c.HermesMaxConcurrency)
-	}
 	if err := p.err(); err != nil {
 		return nil, false, err
 	}
@@ -699,54 +713,30 @@ func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err erro
 	}}, defaulted, nil
 }
 
-// validateSpecs checks every endpoint; where names the source for messages
-// ("HERMES_URL" or "HERMES_ENDPOINTS_FILE endpoint 0").
+// validateSpecs checks what only the command knows of the endpoints: where their keys
+// come from (bridge.Config.Validate checks the rest, see validateBridge).
 func validateSpecs(specs []EndpointSpec, fromFile bool, environ map[string]string) error {
 	var p problems
-	seen := map[string]bool{}
 	for i, s := range specs {
-		where := "HERMES_ENDPOINT_ID"
-		if fromFile {
-			where = fmt.Sprintf("HERMES_ENDPOINTS_FILE endpoints[%d]", i)
-		}
-		if !events.ValidEndpointID(s.ID) {
-			p.add("%s: id %q must match [a-z0-9_-]{1,128}", where, s.ID)
-		} else if seen[s.ID] {
-			p.add("%s: id %q is listed twice", where, s.ID)
-		}
-		seen[s.ID] = true
-		if fromFile {
-			where = fmt.Sprintf("HERMES_ENDPOINTS_FILE endpoint %q", s.ID)
-		} else {
-			where = "HERMES_URL"
-		}
-		if s.BaseURL == "" {
-			p.add("%s: base_url is required", where)
-		} else if err := bridge.ValidateBaseURL(s.BaseURL); err != nil {
-			p.add("%s=%s: %v", where, redactURL(s.BaseURL), err)
-		}
-		if fromFile {
-			if s.MaxConcurrency < 0 {
-				p.add("%s: max_concurrency %d must be at least 1 (omit it for 10)", where, s.MaxConcurrency)
-			}
-			if s.APIKeyFile != "" && s.APIKeyEnv != "" {
-				p.add("%s: set only one of api_key_file and api_key_env", where)
-			}
-			if s.APIKeyEnv != "" {
-				if !envNameRE.MatchString(s.APIKeyEnv) {
-					p.add("%s: api_key_env %q is not an environment variable name", where, s.APIKeyEnv)
-				} else if v, ok := environ[s.APIKeyEnv]; !ok || v == "" {
-					p.add("%s: api_key_env names %s, which is not set", where, s.APIKeyEnv)
-				} else if err := checkKey(v); err != nil {
-					p.add("%s: the key in %s %v", where, s.APIKeyEnv, err)
+		if !fromFile {
+			if s.apiKey != "" {
+				if err := checkKey(s.apiKey); err != nil {
+					p.add("HERMES_API_KEY: the key %v", err)
 				}
 			}
-			if len(s.TenantID) > events.MaxTenantIDLen || strings.IndexFunc(s.TenantID, unicode.IsControl) >= 0 {
-				p.add("%s: tenant_id must be at most %d characters without control characters", where, events.MaxTenantIDLen)
-			}
-		} else if s.apiKey != "" {
-			if err := checkKey(s.apiKey); err != nil {
-				p.add("HERMES_API_KEY: the key %v", err)
+			continue
+		}
+		where := fmt.Sprintf("HERMES_ENDPOINTS_FILE endpoints[%d]", i)
+		if s.APIKeyFile != "" && s.APIKeyEnv != "" {
+			p.add("%s: set only one of api_key_file and api_key_env", where)
+		}
+		if s.APIKeyEnv != "" {
+			if !envNameRE.MatchString(s.APIKeyEnv) {
+				p.add("%s: api_key_env %q is not an environment variable name", where, s.APIKeyEnv)
+			} else if v, ok := environ[s.APIKeyEnv]; !ok || v == "" {
+				p.add("%s: api_key_env names %s, which is not set", where, s.APIKeyEnv)
+			} else if err := checkKey(v); err != nil {
+				p.add("%s: the key in %s %v", where, s.APIKeyEnv, err)
 			}
 		}
 	}
@@ -826,46 +816,6 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 	}
 	out["endpoints"] = eps
 	return out
-}
-
-// ---- Lease budget ----
-
-// leaseBudget is bridge.RenewalGap for the claim lease `run` derives from
-// HERMES_BRIDGE_ACK_WAIT and HERMES_BRIDGE_HEARTBEAT: how long a claim may stand still
-// when the NATS server of its replica stops answering, against the lease.
-type leaseBudget struct {
-	lease, heartbeat, gap time.Duration
-	live                  bridge.Liveness
-	request               time.Duration // the store request a renewal may wait for (bridge.StoreRequestBound)
-}
-
-// newLeaseBudget returns the budget for ack wait and heartbeat (0: the default, ack wait
-// / 3), as bridge.Config.Validate counts it.
-func newLeaseBudget(ackWait, heartbeat time.Duration) leaseBudget {
-	bc := bridge.Config{AckWait: ackWait, Heartbeat: heartbeat}.WithDefaults()
-	b := leaseBudget{lease: bc.Lease, heartbeat: bc.Heartbeat, live: bridge.NATSLiveness(bc.Lease)}
-	b.request = bridge.StoreRequestBound(bc.Lease)
-	b.gap = bridge.RenewalGap(b.heartbeat, b.lease, b.request)
-	return b
-}
-
-// heartbeatText shows HERMES_BRIDGE_HEARTBEAT as set, or its default.
-func (b leaseBudget) heartbeatText(set time.Duration) string {
-	if set == 0 {
-		return fmt.Sprintf("unset (ack wait / 3 = %s)", b.heartbeat)
-	}
-	return set.String()
-}
-
-// String states the formula with its values (to the millisecond).
-func (b leaseBudget) String() string {
-	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-	return fmt.Sprintf("the claim lease (2 × HERMES_BRIDGE_ACK_WAIT = %s) must hold 5/4 × HERMES_BRIDGE_HEARTBEAT (5/4 × %s = %s) + "+
-		"dead-server detection (3 × the ping interval, lease/8 within %s to %s: 3 × %s = %s) + reconnect wait (%s) + "+
-		"one store request (lease/8, at most %s: %s) = %s",
-		ms(b.lease), ms(b.heartbeat), ms(b.heartbeat+b.heartbeat/4), bridge.MinPingInterval, bridge.MaxPingInterval,
-		ms(b.live.PingInterval), ms(b.live.DeadServerDetection()), ms(b.live.ReconnectDelay()), kvstore.OpTimeout,
-		ms(b.request), ms(b.gap))
 }
 
 // ---- NATS options ----

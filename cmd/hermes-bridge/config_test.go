@@ -63,7 +63,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if !reflect.DeepEqual(*cfg, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", *cfg, want)
 	}
-	if err := cfg.ValidateRun(); err != nil {
+	if err := cfg.ValidateRun(nil); err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
 }
@@ -163,18 +163,39 @@ func TestValidationMessages(t *testing.T) {
 		{"nats url", map[string]string{"NATS_URL": "http://h:4222"}, []string{"NATS_URL=http://h:4222: scheme must be nats, tls, ws or wss"}},
 		{"inbox prefix", map[string]string{"NATS_INBOX_PREFIX": "_INBOX_x.>"}, []string{"NATS_INBOX_PREFIX=_INBOX_x.>: must be a subject such as _INBOX_dashboard"}},
 		{"inbox prefix dot", map[string]string{"NATS_INBOX_PREFIX": "_INBOX_x."}, []string{"NATS_INBOX_PREFIX=_INBOX_x.: must be a subject"}},
-		{"hermes url", map[string]string{"HERMES_URL": "ftp://h"}, []string{"HERMES_URL=ftp://h: base_url must start with http:// or https://"}},
-		{"hermes url creds", map[string]string{"HERMES_URL": "http://u:hunter2@h"}, []string{"HERMES_URL=http://redacted@h: base_url must not carry credentials"}},
+		{"hermes url", map[string]string{"HERMES_URL": "ftp://h"}, []string{"HERMES_URL=ftp://h: must start with http:// or https://"}},
+		{"hermes url creds", map[string]string{"HERMES_URL": "http://u:hunter2@h"}, []string{"HERMES_URL=http://redacted@h: must not carry credentials"}},
 		{"both endpoint sources", map[string]string{"HERMES_URL": "http://h", "HERMES_ENDPOINTS_FILE": "/e.json"},
 			[]string{"HERMES_ENDPOINTS_FILE and HERMES_URL are both set"}},
 		{"shortcut with file", map[string]string{"HERMES_API_KEY_FILE": "/k", "HERMES_ENDPOINTS_FILE": "/e.json"},
 			[]string{"HERMES_API_KEY_FILE is set with HERMES_ENDPOINTS_FILE"}},
 		{"both keys", map[string]string{"HERMES_API_KEY": "k", "HERMES_API_KEY_FILE": "/k"}, []string{"HERMES_API_KEY and HERMES_API_KEY_FILE are both set"}},
-		{"endpoint id", map[string]string{"HERMES_ENDPOINT_ID": "Primary"}, []string{`HERMES_ENDPOINT_ID: id "Primary" must match [a-z0-9_-]{1,128}`}},
+		{"endpoint id", map[string]string{"HERMES_ENDPOINT_ID": "Primary"}, []string{`HERMES_ENDPOINT_ID=Primary: must match [a-z0-9_-]{1,128}`}},
 		{"concurrency", map[string]string{"HERMES_MAX_CONCURRENCY": "0"}, []string{"HERMES_MAX_CONCURRENCY=0: must be at least 1"}},
 		{"bad key", map[string]string{"HERMES_API_KEY": "two words"}, []string{"HERMES_API_KEY: the key contains whitespace"}},
 		{"parse error plus others", map[string]string{"HERMES_BRIDGE_ACK_WAIT": "x", "HERMES_BRIDGE_REPLICAS": "9"},
 			[]string{"HERMES_BRIDGE_ACK_WAIT=x: must be a duration", "HERMES_BRIDGE_REPLICAS=9"}},
+		{"zero where the bridge would default", map[string]string{"HERMES_BRIDGE_MAX_ATTEMPTS": "0", "HERMES_BRIDGE_REPLICAS": "0",
+			"HERMES_BRIDGE_BREAKER_COOLDOWN": "0s", "HERMES_BRIDGE_APPROVAL_TTL": "0s", "HERMES_BRIDGE_OUTPUT_STREAM": "0"},
+			[]string{"HERMES_BRIDGE_MAX_ATTEMPTS=0: must be at least 1", "HERMES_BRIDGE_REPLICAS=0: must be 1 to 5",
+				"HERMES_BRIDGE_BREAKER_COOLDOWN=0s: must be positive", "HERMES_BRIDGE_APPROVAL_TTL=0s: must be at least 1s"}},
+		{"bridge rules", map[string]string{"HERMES_BRIDGE_BREAKER_MAX_COOLDOWN": "1s", "HERMES_BRIDGE_WORKERS": "-1",
+			"HERMES_BRIDGE_MAX_ACK_PENDING": "-1", "HERMES_BRIDGE_SHUTDOWN_GRACE": "-1s", "HERMES_BRIDGE_REPLICA_ID": "a.b",
+			"HERMES_BRIDGE_OUTPUT_MAX_AGE": "30s", "HERMES_BRIDGE_KEYS_BUCKET": "HERMES_IDEMPOTENCY"},
+			[]string{"HERMES_BRIDGE_BREAKER_MAX_COOLDOWN=1s: must be at least HERMES_BRIDGE_BREAKER_COOLDOWN (2s)",
+				"HERMES_BRIDGE_WORKERS=-1: must be at least 1 (0, the default: the sum of the endpoints' max concurrency)",
+				"HERMES_BRIDGE_MAX_ACK_PENDING=-1: must be at least 1 (0, the default: room for 8 replicas)",
+				"HERMES_BRIDGE_SHUTDOWN_GRACE=-1s: must not be negative", "HERMES_BRIDGE_REPLICA_ID=a.b: must be 1 to 128 letters, digits, - or _",
+				"HERMES_BRIDGE_OUTPUT_MAX_AGE=30s: must be at least 1m",
+				"HERMES_BRIDGE_KEYS_BUCKET=HERMES_IDEMPOTENCY: must differ from HERMES_BRIDGE_BUCKET (the records bucket)"}},
+		{"records outlive a parked action", map[string]string{"HERMES_BRIDGE_APPROVAL_TTL": "48h"},
+			[]string{"HERMES_BRIDGE_OUTPUT_MAX_AGE=24h0m0s: plus 1h0m0s, the action records' TTL, must be longer than " +
+				"HERMES_BRIDGE_APPROVAL_TTL (48h0m0s) plus 2 × HERMES_BRIDGE_ACK_WAIT (1m0s)"}},
+		{"heartbeat and key ttl", map[string]string{"HERMES_BRIDGE_ACK_WAIT": "1h", "HERMES_BRIDGE_HEARTBEAT": "20m", "HERMES_BRIDGE_IDEMPOTENCY_TTL": "1h"},
+			[]string{"HERMES_BRIDGE_HEARTBEAT=20m0s: must be at most a quarter of HERMES_BRIDGE_IDEMPOTENCY_TTL (1h0m0s)"}},
+		{"tenant", map[string]string{"HERMES_TENANT_ID": "a\x01"}, []string{`HERMES_TENANT_ID="a\x01": must be at most 256 characters without control characters`}},
+		{"max ack pending under the default workers", map[string]string{"HERMES_BRIDGE_MAX_ACK_PENDING": "5"},
+			[]string{"HERMES_BRIDGE_MAX_ACK_PENDING=5: must be at least HERMES_BRIDGE_WORKERS (10)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,6 +220,39 @@ func TestParseErrorNotRepeated(t *testing.T) {
 	_, err := prepareRun(map[string]string{"HERMES_BRIDGE_ACK_WAIT": "x"})
 	if err == nil || strings.Count(err.Error(), "HERMES_BRIDGE_ACK_WAIT") != 1 {
 		t.Fatalf("want one message about HERMES_BRIDGE_ACK_WAIT, got:\n%v", err)
+	}
+}
+
+// A rule that compares with a variable whose own value is refused is not reported
+// again, nor is one that compares with a variable that failed to parse (which holds
+// its default).
+func TestProblemReportedOnce(t *testing.T) {
+	for _, c := range []struct {
+		environ map[string]string
+		want    string
+	}{
+		{map[string]string{"HERMES_BRIDGE_ACK_WAIT": "0s"}, "invalid configuration:\n  - HERMES_BRIDGE_ACK_WAIT=0s: must be at least 1s"},
+		{map[string]string{"HERMES_BRIDGE_IDEMPOTENCY_TTL": "0s"}, "invalid configuration:\n  - HERMES_BRIDGE_IDEMPOTENCY_TTL=0s: must be at least 1m"},
+		{map[string]string{"HERMES_BRIDGE_IDEMPOTENCY_TTL": "x", "HERMES_BRIDGE_OUTPUT_MAX_AGE": "2h"},
+			"invalid configuration:\n  - HERMES_BRIDGE_IDEMPOTENCY_TTL=x: must be a duration such as 500ms, 30s, 5m or 24h"},
+		{map[string]string{"HERMES_MAX_CONCURRENCY": "-3"}, "invalid configuration:\n  - HERMES_MAX_CONCURRENCY=-3: must be at least 1"},
+	} {
+		if _, err := prepareRun(c.environ); err == nil || err.Error() != c.want {
+			t.Errorf("%v:\n got %v\nwant %s", c.environ, err, c.want)
+		}
+	}
+}
+
+// call and watch check the names they use, in the words of their variables.
+func TestValidateClientNames(t *testing.T) {
+	cfg, err := LoadConfig(map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_OBJECT_BUCKET": "x y", "HERMES_BRIDGE_BUCKET": "not checked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "invalid configuration:\n  - HERMES_BRIDGE_PREFIX=a.b: must be 1 to 128 letters, digits, - or _: one subject token" +
+		"\n  - HERMES_BRIDGE_OBJECT_BUCKET=x y: must be 1 to 128 letters, digits, - or _"
+	if err := cfg.ValidateClient(); err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
 	}
 }
 
@@ -264,10 +318,10 @@ func TestEndpointsFileErrors(t *testing.T) {
 		{"trailing.json", `{"endpoints":[{"id":"a","base_url":"http://h"}]} {}`, "trailing data"},
 		{"both keys.json", `{"endpoints":[{"id":"a","base_url":"http://h","api_key_file":"/k","api_key_env":"K"}]}`, "set only one of api_key_file and api_key_env"},
 		{"env unset.json", `{"endpoints":[{"id":"a","base_url":"http://h","api_key_env":"NOT_SET_ANYWHERE"}]}`, "api_key_env names NOT_SET_ANYWHERE, which is not set"},
-		{"dup.json", `[{"id":"a","base_url":"http://h"},{"id":"a","base_url":"http://h"}]`, `id "a" is listed twice`},
-		{"bad id.json", `[{"id":"A!","base_url":"http://h"}]`, `endpoints[0]: id "A!" must match`},
-		{"no url.json", `[{"id":"a"}]`, `endpoint "a": base_url is required`},
-		{"neg conc.json", `[{"id":"a","base_url":"http://h","max_concurrency":-1}]`, "max_concurrency -1 must be at least 1"},
+		{"dup.json", `[{"id":"a","base_url":"http://h"},{"id":"a","base_url":"http://h"}]`, "HERMES_ENDPOINTS_FILE endpoints[1].id=a: is configured twice"},
+		{"bad id.json", `[{"id":"A!","base_url":"http://h"}]`, "HERMES_ENDPOINTS_FILE endpoints[0].id=A!: must match [a-z0-9_-]{1,128}"},
+		{"no url.json", `[{"id":"a"}]`, "HERMES_ENDPOINTS_FILE endpoints[0].base_url: is required"},
+		{"neg conc.json", `[{"id":"a","base_url":"http://h","max_concurrency":-1}]`, "HERMES_ENDPOINTS_FILE endpoints[0].max_concurrency=-1: must be at least 1"},
 		{"missing key file.json", `[{"id":"a","base_url":"http://h","api_key_file":"` + filepath.Join(dir, "nope") + `"}]`,
 			"key file " + filepath.Join(dir, "nope") + ": file does not exist"},
 	}
@@ -540,9 +594,8 @@ func TestRunConnectionFollowsLease(t *testing.T) {
 
 // TestLeaseBudgetHoldsForEveryAcceptedAckWait: with the lease at twice the ack wait and
 // the heartbeat at most half of it, every ack wait from 1s up holds the budget of
-// bridge.Config.Validate (a renewal answered within a ping interval): ValidateRun and
-// the bridge accept the same configurations, and the ack waits of the project's tests
-// and chaos runs (1s to 5s) pass.
+// bridge.Config.Validate (a renewal answered within a ping interval), which `run`
+// checks: the ack waits of the project's tests and chaos runs (1s to 5s) pass.
 func TestLeaseBudgetHoldsForEveryAcceptedAckWait(t *testing.T) {
 	var acks []time.Duration
 	for d := time.Second; d <= 10*time.Minute; d += d/10 + 100*time.Millisecond {
@@ -554,34 +607,10 @@ func TestLeaseBudgetHoldsForEveryAcceptedAckWait(t *testing.T) {
 			if hb != 0 {
 				env["HERMES_BRIDGE_HEARTBEAT"] = hb.String()
 			}
-			if b := newLeaseBudget(ack, hb); b.gap > b.lease {
-				t.Errorf("ack wait %s, heartbeat %s: %s", ack, hb, b)
-			}
 			if _, err := prepareRun(env); err != nil {
 				t.Errorf("%v: %v", env, err)
 			}
 		}
-	}
-}
-
-// TestLeaseBudgetMessage: the budget's message names the variables and states the
-// formula with its values.
-func TestLeaseBudgetMessage(t *testing.T) {
-	b := newLeaseBudget(3*time.Second, 0)
-	want := "the claim lease (2 × HERMES_BRIDGE_ACK_WAIT = 6s) must hold 5/4 × HERMES_BRIDGE_HEARTBEAT (5/4 × 1s = 1.25s) + " +
-		"dead-server detection (3 × the ping interval, lease/8 within 250ms to 10s: 3 × 750ms = 2.25s) + reconnect wait (825ms) + " +
-		"one store request (lease/8, at most 5s: 750ms) = 5.075s"
-	if b.String() != want || b.gap != 5075*time.Millisecond {
-		t.Errorf("got  %s\nwant %s", b, want)
-	}
-	if got := b.heartbeatText(0); got != "unset (ack wait / 3 = 1s)" {
-		t.Errorf("heartbeat unset: %q", got)
-	}
-	if got := newLeaseBudget(time.Second, 0).String(); !strings.Contains(got, "(5/4 × 333ms = 417ms)") || !strings.HasSuffix(got, "= 1.692s") {
-		t.Errorf("ack wait 1s: durations not to the millisecond: %s", got)
-	}
-	if got := newLeaseBudget(time.Minute, 0).String(); !strings.Contains(got, "one store request (lease/8, at most 5s: 5s)") {
-		t.Errorf("ack wait 1m: the store request is not bounded by kvstore.OpTimeout: %s", got)
 	}
 }
 
@@ -605,7 +634,7 @@ func TestHTTPAddr(t *testing.T) {
 		if cfg.HTTPAddr != c.want {
 			t.Errorf("%v: HTTPAddr %q, want %q", c.environ, cfg.HTTPAddr, c.want)
 		}
-		err = cfg.ValidateRun()
+		err = cfg.ValidateRun(nil)
 		if c.bad != (err != nil && strings.Contains(err.Error(), "HERMES_BRIDGE_HTTP_ADDR")) {
 			t.Errorf("%v: ValidateRun: %v", c.environ, err)
 		}
@@ -638,5 +667,14 @@ func TestRunLogsLeaseLiveness(t *testing.T) {
 	}
 	if warned || !connected {
 		t.Errorf("warned %v, connected with pings of lease/8 %v:\n%s", warned, connected, logs.String())
+	}
+}
+
+// TestSettingNames: the names of bridge.Config fields in a reason become the variables
+// that set them, each whole.
+func TestSettingNames(t *testing.T) {
+	if got := settingNames().Replace("must be at least IdempotencyTTL (1h) and KeysBucket, Bucket, Lease"); got !=
+		"must be at least HERMES_BRIDGE_IDEMPOTENCY_TTL (1h) and HERMES_BRIDGE_KEYS_BUCKET, HERMES_BRIDGE_BUCKET, 2 × HERMES_BRIDGE_ACK_WAIT" {
+		t.Errorf("renamed: %s", got)
 	}
 }

@@ -60,7 +60,7 @@ func TestStreamLimitSettings(t *testing.T) {
 		}
 	}
 	cfg, _ = LoadConfig(map[string]string{"HERMES_BRIDGE_DLQ_MAX_AGE": "-1h"})
-	if err := cfg.ValidateRun(); err == nil || !strings.Contains(err.Error(), "HERMES_BRIDGE_DLQ_MAX_AGE=-1h") {
+	if err := cfg.ValidateRun(nil); err == nil || !strings.Contains(err.Error(), "HERMES_BRIDGE_DLQ_MAX_AGE=-1h") {
 		t.Errorf("negative DLQ age: %v", err)
 	}
 }

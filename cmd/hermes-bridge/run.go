@@ -78,10 +78,10 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	if err != nil {
 		errors.As(err, &all)
 	}
-	all.merge(cfg.ValidateRun())
-	specs, defaulted, err := cfg.EndpointSpecs()
-	if err != nil {
-		all.merge(err)
+	specs, defaulted, specsErr := cfg.EndpointSpecs()
+	all.merge(cfg.ValidateRun(specs))
+	if specsErr != nil {
+		all.merge(specsErr)
 	} else {
 		all.merge(validateSpecs(specs, cfg.EndpointsFile != "", environ))
 	}
@@ -112,17 +112,6 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	}
 	bc.Hook = hook
 	bc.Version = versionString()
-	// The bridge's own rules are the final word (they may grow); our messages above
-	// name the variables, these name the settings.
-	if err := bc.WithDefaults().Validate(); err != nil {
-		var ps problems
-		for _, line := range strings.Split(strings.TrimPrefix(err.Error(), bridge.ErrInvalidConfig.Error()+":"), "\n") {
-			if line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- ")); line != "" {
-				ps.add("%s", line)
-			}
-		}
-		return nil, ps.err()
-	}
 	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc,
 		unknown: unknownOf(environ, specs)}, nil
 }

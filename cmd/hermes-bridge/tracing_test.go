@@ -23,7 +23,7 @@ func loadTracingConfig(t *testing.T, environ map[string]string) *Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.ValidateRun(); err != nil {
+	if err := cfg.ValidateRun(nil); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
@@ -137,7 +137,7 @@ func TestTracingHeadersNeverLogged(t *testing.T) {
 	}
 	dump := fmt.Sprint(cfg.Dump(nil))
 	bad := &Config{OTELEndpoint: srv.URL, OTELHeaders: "authorization " + token}
-	verr := bad.ValidateRun()
+	verr := bad.ValidateRun(nil)
 	if verr == nil || !strings.Contains(verr.Error(), "OTEL_EXPORTER_OTLP_HEADERS") {
 		t.Fatalf("malformed headers: %v", verr)
 	}
@@ -155,11 +155,11 @@ func TestTracingHeadersNeverLogged(t *testing.T) {
 // reported as unknown settings.
 func TestTracingConfig(t *testing.T) {
 	c := &Config{OTELEndpoint: "http://collector:4317", OTELProtocol: "grpc"}
-	if err := c.ValidateRun(); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: not supported") {
+	if err := c.ValidateRun(nil); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: not supported") {
 		t.Errorf("grpc: %v", err)
 	}
 	c = &Config{OTELEndpoint: "collector:4318"}
-	if err := c.ValidateRun(); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318: must be an http") {
+	if err := c.ValidateRun(nil); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318: must be an http") {
 		t.Errorf("endpoint without scheme: %v", err)
 	}
 	if got := (&Config{OTELEndpoint: "http://c:4318/"}).traceExportURL(); got != "http://c:4318/v1/traces" {
