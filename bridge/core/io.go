@@ -325,10 +325,6 @@ const (
 	TimerRetry
 	// TimerApproval: a run's tool approval N expires.
 	TimerApproval
-	// TimerPoll: the next status poll of a run.
-	TimerPoll
-	// TimerStopGrace: a stopped run's grace is over.
-	TimerStopGrace
 )
 
 func (t Timer) String() string {

@@ -107,23 +107,11 @@ func WithKeepalive(d time.Duration) Option { return func(c *config) { c.keepaliv
 // WithAgent sets the agent script (default StubAgent).
 func WithAgent(a Agent) Option { return func(c *config) { c.agent = a } }
 
-// WithModel sets the advertised model name (default "hermes-agent").
-func WithModel(name string) Option { return func(c *config) { c.model = name } }
-
-// WithAgentModel sets the model recorded on sessions the agent ran in
-// (default "stub-model", as in the transcripts).
-func WithAgentModel(name string) Option { return func(c *config) { c.agentModel = name } }
-
 // WithClock sets the time source (default time.Now).
 func WithClock(f func() time.Time) Option { return func(c *config) { c.clock = f } }
 
 // WithMaxStoredResponses sets the Responses LRU size (default 100).
 func WithMaxStoredResponses(n int) Option { return func(c *config) { c.maxResponses = n } }
-
-// WithResponsesBatch sets the Responses stream text batching window (default
-// 50ms): deltas produced less than this apart are merged into one
-// response.output_text.delta. 0 disables batching.
-func WithResponsesBatch(d time.Duration) Option { return func(c *config) { c.batch = d } }
 
 // Server is a fake Hermes API server.
 type Server struct {
