@@ -328,7 +328,7 @@ const (
 )
 
 func (t Timer) String() string {
-	s := [...]string{"none", "retry", "approval", "poll", "stop_grace"}[t.Kind]
+	s := [...]string{"none", "retry", "approval"}[t.Kind]
 	if t.Kind == TimerApproval {
 		s += fmt.Sprintf("/%d", t.N)
 	}
