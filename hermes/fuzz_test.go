@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"net/url"
 	"testing"
 	"unicode"
 
