@@ -2,6 +2,7 @@ package hermes
 
 import (
 	v1json "encoding/json"
+	"errors"
 	"maps"
 	"math"
 	"net/http"
@@ -132,7 +133,10 @@ func Prepare(req Request) (*Prepared, error) {
 	var err error
 	switch spec.Name {
 	case "chat", "chat_stream":
-		body = chatBody(spec, in)
+		p.Body, err = chatBody(spec, in)
+		if err != nil {
+			return nil, inputErr("input", "cannot be encoded as JSON")
+		}
 		if err = pa.header(in, "session_id", "X-Hermes-Session-Id", "input."); err == nil {
 			err = pa.header(in, "session_key", "X-Hermes-Session-Key", "input.")
 		}
@@ -184,18 +188,20 @@ func Prepare(req Request) (*Prepared, error) {
 	}
 	if spec.Stream {
 		p.MaxEvents = DefaultMaxEvents
-		if n, ok := intOf(in["max_events"]); ok && n >= 1 && n <= MaxMaxEvents {
+		if n, ok := integer(in["max_events"]); ok && n >= 1 && n <= MaxMaxEvents {
 			p.MaxEvents = int(n)
 		}
 		pa.set("Accept", "text/event-stream")
 	} else {
 		pa.set("Accept", "application/json")
 	}
-	if body == nil {
-		return p, nil
+	if body != nil {
+		if p.Body, err = encodeBody(body); err != nil {
+			return nil, inputErr("input", "cannot be encoded as JSON")
+		}
 	}
-	if p.Body, err = encodeBody(body); err != nil {
-		return nil, inputErr("input", "cannot be encoded as JSON")
+	if p.Body == nil {
+		return p, nil
 	}
 	if len(p.Body) > MaxRequestBody {
 		e := newError(spec.Name, CodePayloadTooLarge, "request body exceeds 10000000 bytes")
@@ -254,27 +260,25 @@ var bodyOptions = json.JoinOptions(json.Deterministic(true),
 
 func encodeBody(body map[string]any) ([]byte, error) { return json.Marshal(body, bodyOptions) }
 
-// intOf returns an integral number (json.Number, float64, or a decimal string) as an int64.
-func intOf(v any) (int64, bool) {
+// integer returns an integral number: a json.Number, a float64 or a decimal string (beyond
+// float64's range, ±Inf).
+func integer(v any) (float64, bool) {
 	var s string
 	switch v := v.(type) {
 	case v1json.Number:
 		s = string(v)
 	case float64:
-		s = strconv.FormatFloat(v, 'g', -1, 64)
+		return v, v == math.Trunc(v)
 	case string:
 		s = strings.TrimSpace(v)
 	default:
 		return 0, false
 	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return n, true
-	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1e15 {
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return 0, false
 	}
-	return int64(f), true
+	return f, f == math.Trunc(f)
 }
 
 // without returns a copy of m without keys.
@@ -417,21 +421,52 @@ func bodyOrInput(in map[string]any, wrapNonObject bool, strip ...string) (body m
 	}
 }
 
-// chatBody is the chat input minus prompt, query, session_id, session_key, idempotency_key and
-// max_events, with messages (from prompt or query), model (when absent) and stream set.
-func chatBody(spec Spec, in map[string]any) map[string]any {
-	body := without(in, "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events")
+// chatBody encodes the chat input minus prompt, query, session_id, session_key,
+// idempotency_key and max_events, with messages (from prompt or query), model (when absent)
+// and stream set.
+func chatBody(spec Spec, in map[string]any) ([]byte, error) {
+	prompt := ""
 	for _, k := range []string{"prompt", "query"} {
 		if s, ok := in[k].(string); ok && s != "" {
-			body["messages"] = []any{map[string]any{"role": "user", "content": s}}
+			prompt = s
 			break
 		}
 	}
-	if m, ok := body["model"].(string); !ok || m == "" {
-		body["model"] = defaultModel
+	model, _ := in["model"].(string)
+	if model == "" {
+		model = defaultModel
 	}
+	onlyPrompt := prompt != ""
+	for k := range in {
+		switch k {
+		case "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events", "model", "stream":
+		default:
+			onlyPrompt = false
+		}
+	}
+	if onlyPrompt {
+		return json.Marshal(&promptBody{Messages: [1]userMessage{{Content: prompt, Role: "user"}}, Model: model, Stream: spec.Stream}, bodyOptions)
+	}
+	body := without(in, "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events")
+	if prompt != "" {
+		body["messages"] = []any{map[string]any{"role": "user", "content": prompt}}
+	}
+	body["model"] = model
 	body["stream"] = spec.Stream
-	return body
+	return encodeBody(body)
+}
+
+// promptBody is the body of a chat input with nothing to pass through: it encodes exactly
+// as the same object as a map (fields in sorted order), at a fraction of the cost.
+type promptBody struct {
+	Messages [1]userMessage `json:"messages"`
+	Model    string         `json:"model"`
+	Stream   bool           `json:"stream"`
+}
+
+type userMessage struct {
+	Content string `json:"content"`
+	Role    string `json:"role"`
 }
 
 // listParams are the sessions_list parameters, in the order of the query string.
@@ -441,15 +476,15 @@ var listParams = []string{"limit", "offset", "source", "include_children"}
 func listValue(k string, v any, field string) (string, error) {
 	switch k {
 	case "limit", "offset":
-		n, ok := intOf(v)
+		n, ok := integer(v)
 		if !ok || n < 0 {
 			return "", inputErr(field, "must be a non-negative integer")
 		}
-		limit := int64(maxListLimit)
+		limit := float64(maxListLimit)
 		if k == "offset" {
 			limit = maxListOffset
 		}
-		return strconv.FormatInt(min(n, limit), 10), nil
+		return strconv.FormatFloat(min(n, limit)+0, 'f', -1, 64), nil // +0: -0 becomes 0
 	case "source":
 		s, _ := v.(string)
 		if len(s) > maxQueryValueBytes {

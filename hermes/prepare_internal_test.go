@@ -33,7 +33,12 @@ func TestChatPromptBody(t *testing.T) {
 			t.Errorf("prompt %q: body %s decodes to %+v (%v)", s, p.Body, back, err)
 		}
 	}
-	_, err := Prepare(Request{Operation: "chat", Input: map[string]any{"prompt": "\xff invalid utf-8"}})
+	// The same with a member to pass through (the body is then encoded from a map).
+	p, err := Prepare(Request{Operation: "chat_stream", Input: map[string]any{"prompt": "<é>", "top_p": v1json.Number("0.50"), "model": "m"}})
+	if err != nil || string(p.Body) != `{"messages":[{"content":"<é>","role":"user"}],"model":"m","stream":true,"top_p":0.50}` {
+		t.Errorf("body %s (%v)", p.Body, err)
+	}
+	_, err = Prepare(Request{Operation: "chat", Input: map[string]any{"prompt": "\xff invalid utf-8"}})
 	var ie *InputError
 	if !errors.As(err, &ie) || ie.Field != "input" {
 		t.Fatalf("invalid UTF-8: %v", err)

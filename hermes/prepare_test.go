@@ -177,6 +177,8 @@ func TestPrepareSessionsList(t *testing.T) {
 		{name: "clamped", op: "sessions_list", in: `{"limit":1000,"offset":5000000}`, path: "/api/sessions?limit=200&offset=1000000"},
 		{name: "zero limit", op: "sessions_list", in: `{"limit":0}`, path: "/api/sessions?limit=0&offset=0"},
 		{name: "integral float", op: "sessions_list", in: `{"limit":20.0}`, path: "/api/sessions?limit=20&offset=0"},
+		{name: "minus zero", op: "sessions_list", in: `{"limit":-0,"query":{"offset":"-0"}}`, path: "/api/sessions?limit=0&offset=0"},
+		{name: "huge", op: "sessions_list", in: `{"query":{"limit":"99999999999999999999","offset":"1` + strings.Repeat("0", 400) + `"}}`, path: "/api/sessions?limit=200&offset=1000000"},
 		{name: "query object", op: "sessions_list", in: `{"query":{"limit":"7","include_children":"false","source":"cli"}}`,
 			path: "/api/sessions?limit=7&offset=0&source=cli&include_children=false"},
 		{name: "same duplicate", op: "sessions_list", in: `{"limit":7,"query":{"limit":7}}`, path: "/api/sessions?limit=7&offset=0"},
