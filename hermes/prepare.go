@@ -55,12 +55,23 @@ type Prepared struct {
 // Prepare maps an input that schemas/action.schema.json ($defs/<operation>) accepts to an HTTP
 // request. It does no I/O and does not re-check what the schema says: an input the schema
 // rejects gives an *InputError or some well-formed request, never a panic. It refuses what it
-// cannot map, as an *InputError (errors.Is(err, ErrInvalidInput)): an unknown operation, a
-// missing or unusable path id (not a non-empty string, longer than 512 bytes, or a dot
-// segment), a header value with control characters (session headers, Request.IdempotencyKey,
-// Request.Header), conflicting sessions_list parameters, a sessions_list source over 4096 bytes,
-// run_start's idempotency key and the content of the last message of run_start's input; a body
-// over MaxRequestBody gives an *Error with Code payload_too_large and NotStarted set.
+// cannot map, and the few rules the schema cannot say, with an *InputError
+// (errors.Is(err, ErrInvalidInput)):
+//
+//   - an unknown operation;
+//   - a path id that is missing, not a non-empty string, longer than 512 bytes (the schema counts
+//     characters) or a dot segment;
+//   - a header value with control characters or over 16 KiB (session_id, session_key,
+//     Request.IdempotencyKey, Request.Header), or an invalid Request.Header name;
+//   - a sessions_list limit or offset that is not a non-negative integer, a source over 4096
+//     bytes, or a parameter given at top level and in query with different values;
+//   - an input.body that is not an object where no other form exists (session_create,
+//     session_patch, session_fork, session_chat);
+//   - run_start without a valid Request.IdempotencyKey, or whose input array's last element has
+//     no content;
+//   - a value that cannot be encoded as JSON (e.g. a string that is not valid UTF-8).
+//
+// A body over MaxRequestBody gives an *Error with Code payload_too_large and NotStarted set.
 //
 // Bodies are the JSON encoding of the mapped object with sorted keys; numbers are written as
 // given. Mapping, per operation:

@@ -36,6 +36,9 @@ func jsonEqual(t *testing.T, got []byte, want string) {
 	}
 }
 
+// runPrep runs Prepare on each case's input decoded as the bridge decodes it. The input rules
+// are the schema's (schemas/input_rules_test.go holds the cases that moved there); these cases
+// cover the mapping and the rules Prepare keeps.
 func runPrep(t *testing.T, cases []prepCase) {
 	t.Helper()
 	for _, tc := range cases {
