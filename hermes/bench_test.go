@@ -2,7 +2,6 @@ package hermes
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -39,7 +38,7 @@ func BenchmarkSSEReader(b *testing.B) {
 // BenchmarkPrepareChat: mapping a one-prompt chat input to its request, once per action.
 func BenchmarkPrepareChat(b *testing.B) {
 	b.ReportAllocs()
-	in := json.RawMessage(`{"prompt":"summarize the incident"}`)
+	in := DecodedInput(`{"prompt":"summarize the incident"}`)
 	for b.Loop() {
 		if _, err := Prepare(Request{Operation: "chat", Input: in, IdempotencyKey: "incident-42"}); err != nil {
 			b.Fatal(err)
@@ -67,15 +66,38 @@ func BenchmarkPrepareSessionChat(b *testing.B) {
 	benchPrepare(b, "session_chat", `{"session_id":"s-1","message":"bench s-1"}`, "k-s-1")
 }
 
+// BenchmarkDecodePrepareChatBench and BenchmarkDecodePrepareSessionChat include decoding
+// the input bytes (done once per action by events.DecodeAction, for every reader): the work
+// Prepare did alone when it took the input's bytes.
+func BenchmarkDecodePrepareChatBench(b *testing.B) {
+	benchDecodePrepare(b, "chat", `{"prompt":"bench c-1"}`, "k-c-1")
+}
+
+func BenchmarkDecodePrepareSessionChat(b *testing.B) {
+	benchDecodePrepare(b, "session_chat", `{"session_id":"s-1","message":"bench s-1"}`, "k-s-1")
+}
+
 func benchPrepare(b *testing.B, op, in, key string) {
 	b.Helper()
-	req := Request{Operation: op, Input: json.RawMessage(in), IdempotencyKey: key}
+	req := Request{Operation: op, Input: DecodedInput(in), IdempotencyKey: key}
 	if _, err := Prepare(req); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Prepare(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchDecodePrepare(b *testing.B, op, in, key string) {
+	b.Helper()
+	raw := []byte(in)
+	b.ReportAllocs()
+	for b.Loop() {
+		m, ok := decodeInput(raw)
+		if _, err := Prepare(Request{Operation: op, Input: m, IdempotencyKey: key}); err != nil || !ok {
 			b.Fatal(err)
 		}
 	}

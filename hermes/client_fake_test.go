@@ -54,7 +54,7 @@ func TestFakeAllOperations(t *testing.T) {
 			do := func(op, in, key string) (*hermes.Result, []hermes.Event) {
 				t.Helper()
 				var evs []hermes.Event
-				res, err := c.Call(ctx, hermes.Request{Operation: op, Input: json.RawMessage(in), IdempotencyKey: key},
+				res, err := c.Call(ctx, hermes.Request{Operation: op, Input: hermes.DecodedInput(in), IdempotencyKey: key},
 					func(ev hermes.Event) error { evs = append(evs, ev); return nil })
 				if err != nil {
 					t.Fatalf("%s: %v", op, err)
@@ -100,7 +100,7 @@ func TestFakeAllOperations(t *testing.T) {
 			if res, _ := do("response_delete", `{"response_id":"`+respID+`"}`, "idem-del"); field(t, res.Output, "deleted") != true {
 				t.Fatalf("response_delete %s", res.Output)
 			}
-			_, err := c.Call(ctx, hermes.Request{Operation: "response_get", Input: json.RawMessage(`{"response_id":"` + respID + `"}`)}, nil)
+			_, err := c.Call(ctx, hermes.Request{Operation: "response_get", Input: hermes.DecodedInput(`{"response_id":"` + respID + `"}`)}, nil)
 			if e := asError(t, err); e.Code != hermes.CodeRemoteRejected || e.HTTPStatus != 404 || !e.NotStarted || strings.Contains(e.Error(), respID) {
 				t.Fatalf("get after delete %+v", e)
 			}
@@ -190,7 +190,7 @@ func TestFakeErrorClasses(t *testing.T) {
 	ctx := context.Background()
 	run := func(op, in string) (*hermes.Result, int, error) {
 		n := 0
-		res, err := c.Call(ctx, hermes.Request{Operation: op, Input: json.RawMessage(in)}, func(hermes.Event) error { n++; return nil })
+		res, err := c.Call(ctx, hermes.Request{Operation: op, Input: hermes.DecodedInput(in)}, func(hermes.Event) error { n++; return nil })
 		return res, n, err
 	}
 	type want struct {
@@ -297,7 +297,7 @@ func TestFakeErrorClasses(t *testing.T) {
 	}
 	s.InjectFault(hermestest.Fault{Route: "chat_stream", AfterEvents: 3, Stall: true})
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = c.Call(sctx, hermes.Request{Operation: "chat_stream", Input: json.RawMessage(`{"prompt":"a b c d"}`)}, nil)
+	_, err = c.Call(sctx, hermes.Request{Operation: "chat_stream", Input: hermes.DecodedInput(`{"prompt":"a b c d"}`)}, nil)
 	cancel()
 	check("stall deadline", err, want{hermes.CodeDeadlineExceeded, "", 200, false})
 
@@ -314,7 +314,7 @@ func TestFakeCancelReleasesRun(t *testing.T) {
 	s.InjectFault(hermestest.Fault{Route: "chat_stream", AfterEvents: 1, Stall: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err := c.Call(ctx, hermes.Request{Operation: "chat_stream", Input: json.RawMessage(`{"prompt":"x y"}`)},
+	_, err := c.Call(ctx, hermes.Request{Operation: "chat_stream", Input: hermes.DecodedInput(`{"prompt":"x y"}`)},
 		func(hermes.Event) error { cancel(); return nil })
 	if e := asError(t, err); e.Code != hermes.CodeCancelled || !errors.Is(err, context.Canceled) {
 		t.Fatalf("%+v", e)
@@ -340,7 +340,7 @@ func TestFakeConcurrencyGate(t *testing.T) {
 	}))
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Call(context.Background(), hermes.Request{Operation: "chat", Input: json.RawMessage(`{"prompt":"block"}`)}, nil)
+		_, err := c.Call(context.Background(), hermes.Request{Operation: "chat", Input: hermes.DecodedInput(`{"prompt":"block"}`)}, nil)
 		done <- err
 	}()
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -348,7 +348,7 @@ func TestFakeConcurrencyGate(t *testing.T) {
 	if err := s.WaitInFlight(wctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.Call(context.Background(), hermes.Request{Operation: "responses", Input: json.RawMessage(`{"input":"x"}`)}, nil)
+	_, err := c.Call(context.Background(), hermes.Request{Operation: "responses", Input: hermes.DecodedInput(`{"input":"x"}`)}, nil)
 	e := asError(t, err)
 	if e.Code != hermes.CodeRemoteUnavailable || e.RemoteCode != "rate_limit_exceeded" || !e.NotStarted || !e.Retryable(false) || e.RetryAfter != time.Second {
 		t.Fatalf("%+v", e)

@@ -2,7 +2,6 @@ package hermes_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,7 +36,7 @@ func newClient(t *testing.T, url string, opts ...hermes.Option) *hermes.Client {
 }
 
 func call(c *hermes.Client, op, in string) (*hermes.Result, error) {
-	return c.Call(context.Background(), hermes.Request{Operation: op, Input: json.RawMessage(in)}, nil)
+	return c.Call(context.Background(), hermes.Request{Operation: op, Input: hermes.DecodedInput(in)}, nil)
 }
 
 func asError(t *testing.T, err error) *hermes.Error {
@@ -106,7 +105,7 @@ func TestRequestShape(t *testing.T) {
 	c := newClient(t, srv.URL+"/prefix/")
 	h := http.Header{"Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
 	res, err := c.Call(context.Background(), hermes.Request{Operation: "chat",
-		Input:          json.RawMessage(`{"prompt":"hello","session_id":"sess-1","session_key":"k1"}`),
+		Input:          hermes.DecodedInput(`{"prompt":"hello","session_id":"sess-1","session_key":"k1"}`),
 		IdempotencyKey: "idem-1", Header: h}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +387,7 @@ func TestResetMidStream(t *testing.T) {
 	})
 	var got []hermes.Event
 	res, err := newClient(t, srv.URL).Call(context.Background(), hermes.Request{Operation: "session_chat_stream",
-		Input: json.RawMessage(`{"session_id":"s","message":"m"}`)}, func(ev hermes.Event) error { got = append(got, ev); return nil })
+		Input: hermes.DecodedInput(`{"session_id":"s","message":"m"}`)}, func(ev hermes.Event) error { got = append(got, ev); return nil })
 	// A stream that breaks after it started closed without a terminal event.
 	e := asError(t, err)
 	if e.Code != hermes.CodeStreamIncomplete || e.NotStarted || e.HTTPStatus != 200 || e.Retryable(false) {
@@ -413,7 +412,7 @@ func sseServer(t *testing.T, body string) *httptest.Server {
 func streamCall(t *testing.T, c *hermes.Client, op, in string) (*hermes.Result, []hermes.Event, error) {
 	t.Helper()
 	var evs []hermes.Event
-	res, err := c.Call(context.Background(), hermes.Request{Operation: op, Input: json.RawMessage(in)},
+	res, err := c.Call(context.Background(), hermes.Request{Operation: op, Input: hermes.DecodedInput(in)},
 		func(ev hermes.Event) error { evs = append(evs, ev); return nil })
 	return res, evs, err
 }
@@ -528,7 +527,7 @@ func TestCallbackError(t *testing.T) {
 	srv := sseServer(t, "data: {\"delta\":\"a\"}\n\ndata: {\"delta\":\"b\"}\n\ndata: [DONE]\n\n")
 	boom := errors.New("publish failed")
 	n := 0
-	res, err := newClient(t, srv.URL).Call(context.Background(), hermes.Request{Operation: "chat_stream", Input: json.RawMessage(`{"prompt":"x"}`)},
+	res, err := newClient(t, srv.URL).Call(context.Background(), hermes.Request{Operation: "chat_stream", Input: hermes.DecodedInput(`{"prompt":"x"}`)},
 		func(hermes.Event) error { n++; return boom })
 	if res != nil || !errors.Is(err, boom) || n != 1 {
 		t.Fatalf("res %v err %v n %d", res, err, n)
@@ -551,7 +550,7 @@ func TestCancelClosesStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var n int
-	_, err := newClient(t, srv.URL).Call(ctx, hermes.Request{Operation: "session_chat_stream", Input: json.RawMessage(`{"session_id":"s","message":"m"}`)},
+	_, err := newClient(t, srv.URL).Call(ctx, hermes.Request{Operation: "session_chat_stream", Input: hermes.DecodedInput(`{"session_id":"s","message":"m"}`)},
 		func(ev hermes.Event) error {
 			n++
 			if ev.Kind != hermes.KindProgress {
@@ -587,7 +586,7 @@ func TestDeadline(t *testing.T) {
 	c := newClient(t, srv.URL)
 	for _, tc := range []struct{ op, in string }{{"models", `{}`}, {"chat_stream", `{"prompt":"x"}`}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_, err := c.Call(ctx, hermes.Request{Operation: tc.op, Input: json.RawMessage(tc.in)}, nil)
+		_, err := c.Call(ctx, hermes.Request{Operation: tc.op, Input: hermes.DecodedInput(tc.in)}, nil)
 		cancel()
 		e := asError(t, err)
 		if e.Code != hermes.CodeDeadlineExceeded || e.Category != "temporary" || !errors.Is(err, context.DeadlineExceeded) || e.Retryable(true) {
@@ -597,7 +596,7 @@ func TestDeadline(t *testing.T) {
 	// An already-expired context sends nothing and is certainly not started.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := c.Call(ctx, hermes.Request{Operation: "chat", Input: json.RawMessage(`{"prompt":"x"}`)}, nil)
+	_, err := c.Call(ctx, hermes.Request{Operation: "chat", Input: hermes.DecodedInput(`{"prompt":"x"}`)}, nil)
 	if e := asError(t, err); e.Code != hermes.CodeCancelled || !e.NotStarted {
 		t.Fatalf("%+v", e)
 	}

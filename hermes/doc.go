@@ -6,11 +6,14 @@
 //
 // # Input mapping
 //
-// [Prepare] applies the rules of the seeds (the AIP hermes-agent capability pages) and of the
-// AIP connector's implementation notes; see its doc comment for the per-operation rules. Invalid
-// input is an [*InputError], matched by errors.Is(err, [ErrInvalidInput]); its Field names the
-// offending member ("input.messages", "input.body.title") and never holds the value. A request
-// body over [MaxRequestBody] is refused before sending ([Error] payload_too_large, NotStarted).
+// [Request].Input is the decoded action input. The input rules (of the seeds, the AIP
+// hermes-agent capability pages, and of the AIP connector's implementation notes) are those of
+// schemas/action.schema.json ($defs/<operation>); [Prepare] maps an input the schema accepts to
+// its request and checks only what the schema cannot say (see its doc comment). What it refuses
+// is an [*InputError], matched by errors.Is(err, [ErrInvalidInput]); its Field names the
+// offending member ("input.session_id", "input.body.input[0].content") and never holds the
+// value. A request body over [MaxRequestBody] is refused before sending ([Error]
+// payload_too_large, NotStarted).
 //
 // Path ids (response_id, session_id) are percent-encoded as one path segment: the unreserved
 // bytes A–Z a–z 0–9 - . _ ~ are kept and every other byte becomes %XX in upper case. This is not

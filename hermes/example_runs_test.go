@@ -2,7 +2,6 @@ package hermes_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +20,7 @@ func ExampleClient_RunStart() {
 
 	caps, _ := c.Capabilities(ctx)
 	fmt.Println("durable idempotency:", caps.DurableRunIdempotency())
-	st, err := c.RunStart(ctx, hermes.Request{Input: json.RawMessage(`{"input":"Hello run"}`), IdempotencyKey: "act-42"})
+	st, err := c.RunStart(ctx, hermes.Request{Input: map[string]any{"input": "Hello run"}, IdempotencyKey: "act-42"})
 	if err != nil {
 		panic(err)
 	}
@@ -44,7 +43,7 @@ func ExampleClient_RunStart() {
 	fmt.Println(rs.Status, *rs.Output)
 	_, err = c.RunEvents(ctx, st.RunID)
 	fmt.Println("re-attach:", errors.Is(err, hermes.ErrRunNotFound))
-	again, _ := c.RunStart(ctx, hermes.Request{Input: json.RawMessage(`{"input":"Hello run"}`), IdempotencyKey: "act-42"})
+	again, _ := c.RunStart(ctx, hermes.Request{Input: map[string]any{"input": "Hello run"}, IdempotencyKey: "act-42"})
 	fmt.Println("replayed:", again.Replayed, again.RunID == st.RunID, fake.RunsStartedFor("act-42"))
 	// Output:
 	// durable idempotency: true

@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 func transcriptSeeds(f *testing.F) [][]byte {
@@ -123,8 +126,12 @@ func FuzzPrepare(f *testing.F) {
 	f.Add(uint8(24), []byte(`{"run_id":"r","choice":"allow","all":true}`))
 	f.Add(uint8(25), []byte(`{"run_id":"r"}`))
 	all := append(append([]Spec(nil), operations...), runOperations...)
-	f.Fuzz(func(t *testing.T, opi uint8, in []byte) {
+	f.Fuzz(func(t *testing.T, opi uint8, raw []byte) {
 		spec := all[int(opi)%len(all)]
+		in, ok := decodeInput(raw)
+		if !ok {
+			return // not an input object: the decoder refuses it before Prepare
+		}
 		p, err := Prepare(Request{Operation: spec.Name, Input: in, IdempotencyKey: "k"})
 		if err != nil {
 			var ie *InputError
@@ -151,6 +158,18 @@ func FuzzPrepare(f *testing.F) {
 				t.Fatalf("non-ASCII path %q", p.Path)
 			}
 		}
+		path, query, _ := strings.Cut(p.Path, "?")
+		for i, seg := range strings.Split(path, "/")[1:] {
+			if seg == "" || seg == "." || seg == ".." {
+				t.Fatalf("path segment %d of %q is empty or a dot segment", i, p.Path)
+			}
+			if u, err := url.PathUnescape(seg); err != nil || escapeSegment(u) != seg && !strings.Contains(spec.Path, seg) {
+				t.Fatalf("path segment %q is not escaped (%v)", seg, err)
+			}
+		}
+		if _, err := url.ParseQuery(query); err != nil || (spec.Name == "sessions_list") != (query != "") {
+			t.Fatalf("query %q: %v", query, err)
+		}
 		for k, vs := range p.Header {
 			for _, v := range vs {
 				if !validHeaderName(k) || !validHeaderValue(v) {
@@ -162,6 +181,9 @@ func FuzzPrepare(f *testing.F) {
 			t.Fatalf("%s body presence %v", spec.Name, p.Body != nil)
 		}
 		if p.Body != nil {
+			if !jsontext.Value(p.Body).IsValid() {
+				t.Fatalf("body is not valid JSON: %q", p.Body)
+			}
 			var m map[string]json.RawMessage
 			if err := json.Unmarshal(p.Body, &m); err != nil || len(p.Body) > MaxRequestBody {
 				t.Fatalf("body is not a JSON object: %v %s", err, p.Body)

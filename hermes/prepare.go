@@ -1,15 +1,17 @@
 package hermes
 
 import (
-	"bytes"
-	"encoding/json"
+	v1json "encoding/json"
+	"errors"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Limits applied by Prepare.
@@ -22,10 +24,6 @@ const (
 	MaxMaxEvents = 100_000
 
 	maxPathIDBytes      = 512
-	maxSessionHeaderLen = 256 // characters, for X-Hermes-Session-Id/-Key
-	maxSessionIDLen     = 256 // characters, for created/forked session ids
-	maxMessageText      = 65_536
-	maxContentParts     = 1_000
 	maxQueryValueBytes  = 4096
 	maxHeaderValueBytes = 16 << 10
 	defaultListLimit    = 50
@@ -36,10 +34,12 @@ const (
 
 // Request is one call.
 type Request struct {
-	Operation      string
-	Input          json.RawMessage // the action input, verbatim; nil/`null` treated as {}
-	IdempotencyKey string          // sent as Idempotency-Key when non-empty
-	Header         http.Header     // extra headers (e.g. traceparent); may be nil
+	Operation string
+	// Input is the decoded action input: objects are map[string]any, arrays []any, numbers
+	// encoding/json.Number (float64 is accepted too), nil means {}. Prepare does not modify it.
+	Input          map[string]any
+	IdempotencyKey string      // sent as Idempotency-Key when non-empty
+	Header         http.Header // extra headers (e.g. traceparent); may be nil
 }
 
 // Prepared is the mapped HTTP request, produced without any I/O.
@@ -52,75 +52,82 @@ type Prepared struct {
 	MaxEvents int         // streams: 1..100000, default 4096; 0 for JSON operations
 }
 
-// obj is a decoded JSON object whose values stay verbatim.
-type obj map[string]json.RawMessage
-
-// Prepare validates the request with the seeds' rules and maps it to an HTTP request. It does no
-// I/O. Invalid input gives an *InputError (errors.Is(err, ErrInvalidInput)); a body over
-// MaxRequestBody gives an *Error with Code payload_too_large and NotStarted set.
+// Prepare maps an input that schemas/action.schema.json ($defs/<operation>) accepts to an HTTP
+// request. It does no I/O and does not re-check what the schema says: an input the schema
+// rejects gives an *InputError or some well-formed request, never a panic. It refuses what it
+// cannot map, and the few rules the schema cannot say, with an *InputError
+// (errors.Is(err, ErrInvalidInput)):
 //
-// Mapping, per operation:
+//   - an unknown operation;
+//   - a path id that is missing, not a non-empty string, longer than 512 bytes (the schema counts
+//     characters) or a dot segment;
+//   - a header value with control characters or over 16 KiB (session_id, session_key,
+//     Request.IdempotencyKey, Request.Header), or an invalid Request.Header name;
+//   - a sessions_list limit or offset that is not a non-negative integer, a source over 4096
+//     bytes, or a parameter given at top level and in query with different values;
+//   - an input.body that is not an object where no other form exists (session_create,
+//     session_patch, session_fork, session_chat);
+//   - run_start without a valid Request.IdempotencyKey, or whose input array's last element has
+//     no content;
+//   - a value that cannot be encoded as JSON (e.g. a string that is not valid UTF-8).
 //
-//   - health, health_detailed, models, capabilities, skills, toolsets: the input must be empty.
+// A body over MaxRequestBody gives an *Error with Code payload_too_large and NotStarted set.
 //
-//   - chat, chat_stream: exactly one of prompt, query (non-empty strings) or messages (non-empty
-//     array of objects); prompt/query become [{"role":"user","content":...}]; model defaults to
-//     "hermes-agent"; stream is forced; session_id and session_key become X-Hermes-Session-Id and
-//     X-Hermes-Session-Key; idempotency_key and max_events are removed; other fields pass through.
+// Bodies are the JSON encoding of the mapped object with sorted keys; numbers are written as
+// given. Mapping, per operation:
 //
-//   - responses, responses_stream: the body is input.body (a non-object is wrapped as {"input":…})
-//     or the whole input minus session_key, idempotency_key and max_events; beside body only those
-//     control fields are allowed; input is required; conversation excludes previous_response_id;
-//     conversation_history entries need role and content; stream is forced.
+//   - health, health_detailed, models, capabilities, skills, toolsets: no body.
+//
+//   - chat, chat_stream: prompt or query (the first non-empty string) becomes
+//     messages [{"role":"user","content":...}]; model defaults to "hermes-agent"; stream is
+//     forced; session_id and session_key become X-Hermes-Session-Id and X-Hermes-Session-Key;
+//     idempotency_key and max_events are removed; other fields pass through.
+//
+//   - responses, responses_stream: the body is input.body (a non-object is wrapped as
+//     {"input":…}) or the whole input minus session_key, idempotency_key and max_events;
+//     session_key becomes X-Hermes-Session-Key; stream is forced.
 //
 //   - response_get, response_delete: response_id from the input or input.body.
 //
 //   - sessions_list: limit (default 50, clamped to 200), offset (default 0, clamped to 1000000),
-//     source, include_children, at top level or in a query object (no unknown keys, no
-//     conflicting duplicates); the query string is always "limit=&offset=" then the others.
+//     source, include_children, at top level or in a query object (numbers may be decimal
+//     strings and booleans "true"/"false" there); the query string is always "limit=&offset="
+//     then the others.
 //
-//   - session_create: input.body or the whole input; the selected id (first non-empty of id and
-//     session_id) must satisfy the create-id rules (see validSessionID).
+//   - session_create: input.body or the whole input minus the control fields.
 //
-//   - session_patch: only title and end_reason may remain in the body.
+//   - session_patch: path id session_id (input or input.body); the body is input.body or the
+//     input, without session_id, session_key, idempotency_key and max_events.
 //
-//   - session_fork: the path id comes from the top-level session_id only; the body (possibly {})
-//     keeps id/session_id as the child id, checked with the create-id rules.
+//   - session_fork: the path id comes from the top-level session_id only; the body (possibly
+//     {}) is input.body or the rest of the input, without session_key and idempotency_key.
 //
-//   - session_chat, session_chat_stream: input.body or the input; message is set from prompt or
-//     query when message and input are absent; session_id, session_key, idempotency_key,
-//     max_events, prompt and query are removed; a visible message or input is required, each text
-//     at most 65536 characters, at most 1000 content parts.
+//   - session_chat, session_chat_stream: path id session_id (input or input.body); the body is
+//     input.body or the input without session_id, session_key, idempotency_key, max_events,
+//     prompt and query; message is set from prompt or query (the first non-blank string) when
+//     message and input are absent; session_key (input, else input.body) becomes
+//     X-Hermes-Session-Key.
 //
-//   - run_start: input.body (a non-object is wrapped as {"input":…}) or the whole input minus
-//     session_key, idempotency_key and max_events (beside body only those are allowed);
-//     session_key becomes X-Hermes-Session-Key; input is required: a non-blank string or a
-//     non-empty array of objects whose last element has a content; instructions, session_id,
-//     previous_response_id and model must be strings when present (session_id at most 256
-//     characters without control characters), conversation_history an array of objects with
-//     role and content. Request.IdempotencyKey is required and must be 1–255 visible ASCII
-//     characters (the rule of Hermes versions with durable run idempotency).
+//   - run_start: as responses (without stream); Request.IdempotencyKey is required and must be
+//     1–255 visible ASCII characters (the rule of Hermes versions with durable run
+//     idempotency); an input array's last element must have a content.
 //
-//   - run_status, run_events, run_stop: run_id from the input or input.body (a path id);
-//     session_key becomes X-Hermes-Session-Key; run_stop sends no body.
+//   - run_status, run_events, run_stop: run_id from the input or input.body; session_key becomes
+//     X-Hermes-Session-Key; run_stop sends no body.
 //
-//   - run_approval: run_id as above; choice (input or input.body) is one of once, session,
-//     always, deny or the aliases approve, approved, allow (sent as given: Hermes maps them to
-//     once); all or resolve_all (booleans) become "all": true. The body is {"choice", "all"?}.
+//   - run_approval: run_id as above; the body is {"choice"} from the input or input.body, with
+//     "all": true when all or resolve_all is true in either.
 //
-// Every path id must be a string that is not blank, has no control character, is at most 512
-// bytes and is not "." or ".."; it is percent-encoded as one path segment (see escapeSegment).
-// Request.Header entries are copied except Authorization, Host, Content-Length, Content-Type,
-// Accept, Transfer-Encoding, Connection, (X-)Idempotency-Key and X-Hermes-*, which the client owns.
+// Streams take max_events (an integer from 1 to 100000, else the default). Path ids are
+// percent-encoded as one path segment (see escapeSegment). Request.Header entries are copied
+// except Authorization, Host, Content-Length, Content-Type, Accept, Transfer-Encoding,
+// Connection, (X-)Idempotency-Key and X-Hermes-*, which the client owns.
 func Prepare(req Request) (*Prepared, error) {
 	spec, ok := lookupAny(req.Operation)
 	if !ok {
 		return nil, inputErr("operation", "unknown operation")
 	}
-	in, ierr := parseInput(req.Input)
-	if ierr != nil {
-		return nil, ierr
-	}
+	in := req.Input
 	pa := &prepared{Prepared: Prepared{Spec: spec, Method: spec.Method, Path: spec.Path, Header: make(http.Header)}}
 	p := &pa.Prepared
 	if err := copyExtraHeaders(p.Header, req.Header); err != nil {
@@ -133,73 +140,87 @@ func Prepare(req Request) (*Prepared, error) {
 		pa.set("Idempotency-Key", req.IdempotencyKey)
 	}
 
-	var body obj
+	var body map[string]any
 	var err error
 	switch spec.Name {
-	case "health", "health_detailed", "models", "capabilities", "skills", "toolsets":
-		err = requireEmpty(in)
 	case "chat", "chat_stream":
-		p.Body, err = prepChat(spec, in, pa)
+		p.Body, err = chatBody(spec, in)
+		if err != nil {
+			return nil, inputErr("input", "cannot be encoded as JSON")
+		}
+		if err = pa.header(in, "session_id", "X-Hermes-Session-Id", "input."); err == nil {
+			err = pa.header(in, "session_key", "X-Hermes-Session-Key", "input.")
+		}
 	case "responses", "responses_stream":
-		body, err = prepResponses(spec, in, pa)
+		if body, _, err = bodyOrInput(in, true, controlFields...); err == nil {
+			body["stream"] = spec.Stream
+			err = pa.header(in, "session_key", "X-Hermes-Session-Key", "input.")
+		}
 	case "response_get", "response_delete":
 		err = fillPath(p, in, "response_id", true)
 	case "sessions_list":
 		var q string
-		q, err = prepSessionsList(in)
+		q, err = listQuery(in)
 		p.Path += q
 	case "session_create":
-		body, err = prepSessionCreate(in)
+		body, _, err = bodyOrInput(in, false, controlFields...)
 	case "session_get", "session_delete", "session_messages":
 		err = fillPath(p, in, "session_id", true)
-	case "session_patch":
-		if err = fillPath(p, in, "session_id", true); err == nil {
-			body, err = prepSessionPatch(in)
+	case "session_patch", "session_fork":
+		if err = fillPath(p, in, "session_id", spec.Name == "session_patch"); err == nil {
+			body, _, err = bodyOrInput(in, false, append([]string{"session_id"}, controlFields...)...)
 		}
-	case "session_fork":
-		if err = fillPath(p, in, "session_id", false); err == nil {
-			body, err = prepSessionFork(in)
+		if body != nil {
+			delete(body, "session_key")
+			delete(body, "idempotency_key")
+			if spec.Name == "session_patch" {
+				delete(body, "session_id") // the path id; in a fork body it is the child's id
+			}
 		}
 	case "session_chat", "session_chat_stream":
 		if err = fillPath(p, in, "session_id", true); err == nil {
-			body, err = prepSessionChat(in, pa)
+			body, err = sessionChatBody(in, pa)
 		}
 	case "run_start":
 		if err = runIdempotencyKey(req.IdempotencyKey); err == nil {
-			body, err = prepRunStart(in, pa)
+			body, err = runStartBody(in, pa)
 		}
 	case "run_status", "run_events", "run_stop":
 		if err = fillPath(p, in, "run_id", true); err == nil {
-			err = sessionHeader(pa, in, "session_key", "X-Hermes-Session-Key", "input.session_key")
+			err = pa.header(in, "session_key", "X-Hermes-Session-Key", "input.")
 		}
 	case "run_approval":
 		if err = fillPath(p, in, "run_id", true); err == nil {
-			body, err = prepRunApproval(in)
+			body = approvalBody(in)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	if spec.Stream {
-		if p.MaxEvents, err = maxEvents(in); err != nil {
-			return nil, err
+		p.MaxEvents = DefaultMaxEvents
+		if n, ok := integer(in["max_events"]); ok && n >= 1 && n <= MaxMaxEvents {
+			p.MaxEvents = int(n)
 		}
 		pa.set("Accept", "text/event-stream")
 	} else {
 		pa.set("Accept", "application/json")
 	}
 	if body != nil {
-		p.Body = encodeObject(body)
-	}
-	if p.Body != nil {
-		if len(p.Body) > MaxRequestBody {
-			e := newError(spec.Name, CodePayloadTooLarge, "request body exceeds 10000000 bytes")
-			e.NotStarted = true
-			e.Details = map[string]any{"limit_bytes": MaxRequestBody, "body_bytes": len(p.Body)}
-			return nil, e
+		if p.Body, err = encodeBody(body); err != nil {
+			return nil, inputErr("input", "cannot be encoded as JSON")
 		}
-		pa.set("Content-Type", "application/json")
 	}
+	if p.Body == nil {
+		return p, nil
+	}
+	if len(p.Body) > MaxRequestBody {
+		e := newError(spec.Name, CodePayloadTooLarge, "request body exceeds 10000000 bytes")
+		e.NotStarted = true
+		e.Details = map[string]any{"limit_bytes": MaxRequestBody, "body_bytes": len(p.Body)}
+		return nil, e
+	}
+	pa.set("Content-Type", "application/json")
 	return p, nil
 }
 
@@ -225,115 +246,55 @@ func (p *prepared) set(name, v string) {
 	p.n++
 }
 
-// --- JSON helpers -------------------------------------------------------------------------
-
-func parseInput(raw json.RawMessage) (obj, *InputError) {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 || string(t) == "null" {
-		return obj{}, nil
+// header sets header from the non-empty string m[key]; a value that is not a valid header
+// value is an error at prefix+key.
+func (p *prepared) header(m map[string]any, key, header, prefix string) error {
+	s, _ := m[key].(string)
+	if s == "" {
+		return nil
 	}
-	if t[0] != '{' {
-		return nil, inputErr("input", "must be a JSON object")
+	if !validHeaderValue(s) {
+		return inputErr(prefix+key, "must not contain control characters")
 	}
-	if !json.Valid(t) {
-		return nil, inputErr("input", "must be a valid JSON object")
-	}
-	return scanObject(t), nil
+	p.set(header, s)
+	return nil
 }
 
-// scanObject decodes a JSON object that json.Valid accepted as json.Unmarshal into an obj
-// would: member names unescaped, a repeated member keeps its last value, values are the
-// exact bytes of each value. The values are sub-slices of t, not copies. The skip helpers
-// are those of scan.go.
-func scanObject(t []byte) obj {
-	m := obj{}
-	i := skipWS(t, 1)
-	if t[i] == '}' {
-		return m
-	}
-	for {
-		i = skipWS(t, i)
-		end := skipString(t, i)
-		k := memberName(t[i:end])
-		i = skipWS(t, end) + 1 // ':'
-		i = skipWS(t, i)
-		end = skipValue(t, i)
-		m[k] = t[i:end:end]
-		i = skipWS(t, end)
-		if t[i] == '}' {
-			return m
-		}
-		i++ // ','
-	}
-}
+// --- JSON ---------------------------------------------------------------------------------
 
-// memberName decodes a member name literal; the names Prepare looks up are returned
-// without allocating.
-func memberName(lit []byte) string {
-	switch string(lit) {
-	case `"prompt"`:
-		return "prompt"
-	case `"query"`:
-		return "query"
-	case `"messages"`:
-		return "messages"
-	case `"model"`:
-		return "model"
-	case `"stream"`:
-		return "stream"
-	case `"input"`:
-		return "input"
-	case `"body"`:
-		return "body"
-	case `"message"`:
-		return "message"
-	case `"session_id"`:
-		return "session_id"
-	case `"session_key"`:
-		return "session_key"
-	case `"idempotency_key"`:
-		return "idempotency_key"
-	case `"max_events"`:
-		return "max_events"
-	case `"instructions"`:
-		return "instructions"
-	case `"temperature"`:
-		return "temperature"
-	}
-	s, _ := asString(lit)
-	return s
-}
+// bodyOptions encode a body: keys sorted, encoding/json.Number written verbatim (a literal
+// that is not a JSON number fails).
+var bodyOptions = json.JoinOptions(json.Deterministic(true),
+	json.WithMarshalers(json.MarshalToFunc(func(enc *jsontext.Encoder, n v1json.Number) error {
+		return enc.WriteValue(jsontext.Value(n))
+	})))
 
-// kindOf returns the JSON kind of a raw value: '{', '[', '"', 'b' (bool), 'n' (null), '0'
-// (number) or 0 for an empty value.
-func kindOf(raw json.RawMessage) byte {
-	t := bytes.TrimLeft(raw, " \t\r\n")
-	if len(t) == 0 {
-		return 0
-	}
-	switch t[0] {
-	case '{', '[', '"':
-		return t[0]
-	case 't', 'f':
-		return 'b'
-	case 'n':
-		return 'n'
+func encodeBody(body map[string]any) ([]byte, error) { return json.Marshal(body, bodyOptions) }
+
+// integer returns an integral number: a json.Number, a float64 or a decimal string (beyond
+// float64's range, ±Inf).
+func integer(v any) (float64, bool) {
+	var s string
+	switch v := v.(type) {
+	case v1json.Number:
+		s = string(v)
+	case float64:
+		return v, v == math.Trunc(v)
+	case string:
+		s = strings.TrimSpace(v)
 	default:
-		return '0'
+		return 0, false
 	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return f, f == math.Trunc(f)
 }
 
-// get returns a member that is present and not null.
-func (m obj) get(k string) (json.RawMessage, bool) {
-	v, ok := m[k]
-	if !ok || kindOf(v) == 'n' || kindOf(v) == 0 {
-		return nil, false
-	}
-	return v, true
-}
-
-func (m obj) without(keys ...string) obj {
-	out := make(obj, len(m))
+// without returns a copy of m without keys.
+func without(m map[string]any, keys ...string) map[string]any {
+	out := make(map[string]any, len(m))
 	for k, v := range m {
 		if !slices.Contains(keys, k) {
 			out[k] = v
@@ -342,154 +303,7 @@ func (m obj) without(keys ...string) obj {
 	return out
 }
 
-func asString(raw json.RawMessage) (string, bool) {
-	if kindOf(raw) != '"' {
-		return "", false
-	}
-	if plainLiteral(raw) {
-		return string(raw[1 : len(raw)-1]), true
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// asObject decodes a JSON object as json.Unmarshal into an obj would; its values are
-// sub-slices of raw.
-func asObject(raw json.RawMessage) (obj, bool) {
-	if kindOf(raw) != '{' || !json.Valid(raw) {
-		return nil, false
-	}
-	return scanObject(bytes.TrimSpace(raw)), true
-}
-
-func asArray(raw json.RawMessage) ([]json.RawMessage, bool) {
-	if kindOf(raw) != '[' {
-		return nil, false
-	}
-	var a []json.RawMessage
-	if json.Unmarshal(raw, &a) != nil {
-		return nil, false
-	}
-	return a, true
-}
-
-// asInt accepts an integral JSON number (and, when allowString, a decimal string).
-func asInt(raw json.RawMessage, allowString bool) (int64, bool) {
-	var s string
-	switch kindOf(raw) {
-	case '0':
-		s = string(bytes.TrimSpace(raw))
-	case '"':
-		if !allowString {
-			return 0, false
-		}
-		s, _ = asString(raw)
-		s = strings.TrimSpace(s)
-	default:
-		return 0, false
-	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return n, true
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1e15 {
-		return 0, false
-	}
-	return int64(f), true
-}
-
-// JSON values prepChat writes into every chat body. Bodies share them: encodeObject
-// only reads its values.
-var (
-	jsonDefaultModel = mustJSON(defaultModel)
-	jsonTrue         = json.RawMessage("true")
-	jsonFalse        = json.RawMessage("false")
-)
-
-// plainLiteral reports whether raw is exactly a JSON string literal without escapes whose
-// content is valid UTF-8: its value is then the bytes between the quotes.
-func plainLiteral(raw []byte) bool {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return false
-	}
-	c := raw[1 : len(raw)-1]
-	ascii := true
-	for _, b := range c {
-		if b < 0x20 || b == '"' || b == '\\' {
-			return false
-		}
-		if b >= utf8.RuneSelf {
-			ascii = false
-		}
-	}
-	return ascii || utf8.Valid(c)
-}
-
-// appendJSONString appends the string s as json.Marshal writes it (HTML characters escaped).
-func appendJSONString[T string | []byte](b []byte, s T) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return append(b, mustJSON(string(s))...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only called with strings and simple values
-	}
-	return b
-}
-
-// encodeObject writes m with sorted keys and the values verbatim.
-func encodeObject(m obj) []byte {
-	var buf [16]string
-	keys := buf[:0]
-	n := 2
-	for k, v := range m {
-		keys = append(keys, k)
-		n += len(k) + len(v) + 4
-	}
-	slices.Sort(keys)
-	b := make([]byte, 0, n)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, k)
-		b = append(b, ':')
-		b = append(b, bytes.TrimSpace(m[k])...)
-	}
-	return append(b, '}')
-}
-
-func sortedKeys(m obj) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// --- validators -----------------------------------------------------------------------------
-
-func hasControl(s string) bool {
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return true
-		}
-	}
-	return false
-}
+// --- headers and paths ----------------------------------------------------------------------
 
 func validHeaderValue(s string) bool {
 	if len(s) > maxHeaderValueBytes {
@@ -538,65 +352,6 @@ func copyExtraHeaders(dst, src http.Header) error {
 	return nil
 }
 
-// sessionHeader maps an optional session_id/session_key member to its header.
-func sessionHeader(h *prepared, m obj, key, header, field string) error {
-	raw, ok := m.get(key)
-	if !ok {
-		return nil
-	}
-	s, ok := asString(raw)
-	if !ok {
-		return inputErr(field, "must be a string")
-	}
-	if s == "" {
-		return nil
-	}
-	if utf8.RuneCountInString(s) > maxSessionHeaderLen {
-		return inputErr(field, "must be at most 256 characters")
-	}
-	if hasControl(s) || !validHeaderValue(s) {
-		return inputErr(field, "must not contain control characters")
-	}
-	h.set(header, s)
-	return nil
-}
-
-// pathIDProblem checks an id that becomes one path segment: it returns the reason it is
-// invalid, or "".
-func pathIDProblem(s string) string {
-	switch {
-	case strings.TrimSpace(s) == "":
-		return "must not be blank"
-	case hasControl(s):
-		return "must not contain control characters"
-	case len(s) > maxPathIDBytes:
-		return "must be at most 512 bytes"
-	case s == "." || s == "..":
-		return "must not be a dot segment"
-	}
-	return ""
-}
-
-// validSessionID applies Hermes's create-id rules (used for create and, stricter than the
-// provider, for fork): non-empty after trimming, at most 256 characters, no control characters,
-// no "..", "/" or "\", and no leading Windows drive prefix such as "C:".
-func validSessionID(field, s string) error {
-	t := strings.TrimSpace(s)
-	switch {
-	case t == "":
-		return inputErr(field, "must not be blank")
-	case utf8.RuneCountInString(s) > maxSessionIDLen:
-		return inputErr(field, "must be at most 256 characters")
-	case hasControl(s):
-		return inputErr(field, "must not contain control characters")
-	case strings.Contains(s, "..") || strings.ContainsAny(s, `/\`):
-		return inputErr(field, `must not contain "..", "/" or "\"`)
-	case len(t) >= 2 && t[1] == ':' && (t[0] >= 'A' && t[0] <= 'Z' || t[0] >= 'a' && t[0] <= 'z'):
-		return inputErr(field, "must not start with a drive prefix")
-	}
-	return nil
-}
-
 // escapeSegment percent-encodes s as one path segment. It keeps the RFC 3986 unreserved bytes
 // A–Z a–z 0–9 - . _ ~ and writes every other byte as %XX with upper-case hex. This differs from
 // the AIP connector's form_urlencoded serializer (which keeps '*' and writes a space as '+'):
@@ -629,506 +384,199 @@ func unreserved(c byte) bool {
 	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
-// fillPath takes the path id from input[key] (or input.body[key] when allowBody) and substitutes it.
-func fillPath(p *Prepared, in obj, key string, allowBody bool) error {
+// fillPath takes the path id from input[key] (or input.body[key] when allowBody) and
+// substitutes it as one escaped path segment. The id must be a non-empty string of at most
+// 512 bytes that is not a dot segment.
+func fillPath(p *Prepared, in map[string]any, key string, allowBody bool) error {
 	prefix := "input." // the field is prefix + key, built only for an error
-	raw, ok := in.get(key)
-	if !ok && allowBody {
-		if b, okb := in.get("body"); okb {
-			if bm, isObj := asObject(b); isObj {
-				raw, ok = bm.get(key)
-				prefix = "input.body."
-			}
-		}
+	v, ok := in[key]
+	if b, isObj := in["body"].(map[string]any); v == nil && allowBody && isObj {
+		v, ok = b[key]
+		prefix = "input.body."
 	}
-	if !ok {
+	s, isStr := v.(string)
+	switch {
+	case !ok || v == nil:
 		return inputErr(prefix+key, "is required")
-	}
-	s, isStr := asString(raw)
-	if !isStr {
-		return inputErr(prefix+key, "must be a string")
-	}
-	if reason := pathIDProblem(s); reason != "" {
-		return inputErr(prefix+key, reason)
+	case !isStr || s == "":
+		return inputErr(prefix+key, "must be a non-empty string")
+	case len(s) > maxPathIDBytes:
+		return inputErr(prefix+key, "must be at most 512 bytes")
+	case s == "." || s == "..":
+		return inputErr(prefix+key, "must not be a dot segment")
 	}
 	p.Path = strings.Replace(p.Path, "{"+key+"}", escapeSegment(s), 1)
 	return nil
 }
 
-func requireEmpty(in obj) error {
-	if len(in) > 0 {
-		return inputErr("input."+sortedKeys(in)[0], "unexpected property: the input must be an empty object")
-	}
-	return nil
-}
-
-func maxEvents(in obj) (int, error) {
-	raw, ok := in.get("max_events")
-	if !ok {
-		return DefaultMaxEvents, nil
-	}
-	n, ok := asInt(raw, false)
-	if !ok || n < 1 || n > MaxMaxEvents {
-		return 0, inputErr("input.max_events", "must be an integer from 1 to 100000")
-	}
-	return int(n), nil
-}
-
 // --- per-operation mapping ---------------------------------------------------------------------
-
-// prepChat checks a chat input, sets its session headers and returns the body: the input
-// minus prompt, query, session_id, session_key, idempotency_key and max_events, with messages,
-// model (when absent) and stream set, written as encodeObject writes the same object.
-func prepChat(spec Spec, in obj, h *prepared) ([]byte, error) {
-	var messages json.RawMessage // the messages member, or nil for a prompt or query
-	var prompt []byte            // the prompt or query text
-	branches := 0
-	for _, k := range []string{"prompt", "query", "messages"} {
-		raw, ok := in.get(k)
-		if !ok {
-			continue
-		}
-		branches++
-		if k == "messages" {
-			n, notObj := objectElements(raw)
-			if n == 0 {
-				return nil, inputErr("input."+k, "must be a non-empty array")
-			}
-			if notObj >= 0 {
-				return nil, inputErr("input."+k+"["+strconv.Itoa(notObj)+"]", "must be an object")
-			}
-			messages = raw
-			continue
-		}
-		if plainLiteral(raw) { // the text is the literal's content: no need to decode a copy
-			prompt = raw[1 : len(raw)-1]
-			if len(bytes.TrimSpace(prompt)) == 0 {
-				return nil, inputErr("input."+k, "must be a non-empty string")
-			}
-		} else {
-			s, isStr := asString(raw)
-			if !isStr || strings.TrimSpace(s) == "" {
-				return nil, inputErr("input."+k, "must be a non-empty string")
-			}
-			prompt = []byte(s)
-		}
-		messages = nil
-	}
-	if branches != 1 {
-		return nil, inputErr("input", "exactly one of prompt, query or messages is required")
-	}
-	if err := sessionHeader(h, in, "session_id", "X-Hermes-Session-Id", "input.session_id"); err != nil {
-		return nil, err
-	}
-	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
-		return nil, err
-	}
-	var buf [8]member
-	ms := buf[:0]
-	n := 2 + len(prompt) + len(`"messages":[{"content":"","role":"user"}],"model":"hermes-agent","stream":false`)
-	for k, v := range in {
-		switch k {
-		case "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events", "messages", "model", "stream":
-			continue
-		}
-		ms = append(ms, member{k, v})
-		n += len(k) + len(v) + 4
-	}
-	if raw, ok := in.get("model"); ok {
-		if s, isStr := asString(raw); !isStr || s == "" {
-			return nil, inputErr("input.model", "must be a non-empty string")
-		}
-		ms = append(ms, member{"model", raw})
-		n += len(raw)
-	} else {
-		ms = append(ms, member{"model", jsonDefaultModel})
-	}
-	stream := jsonFalse
-	if spec.Stream {
-		stream = jsonTrue
-	}
-	ms = append(ms, member{"stream", stream}, member{"messages", messages})
-	n += len(messages)
-	slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.k, b.k) })
-	b := make([]byte, 0, n)
-	b = append(b, '{')
-	for i, m := range ms {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, m.k)
-		b = append(b, ':')
-		if m.k == "messages" && m.v == nil {
-			b = append(b, `[{"content":`...)
-			b = appendJSONString(b, prompt)
-			b = append(b, `,"role":"user"}]`...)
-			continue
-		}
-		b = append(b, bytes.TrimSpace(m.v)...)
-	}
-	return append(b, '}'), nil
-}
-
-// member is one member of an object being written.
-type member struct {
-	k string
-	v json.RawMessage
-}
-
-// objectElements returns the number of elements of raw, a valid JSON value, and the index
-// of the first that is not an object (-1 when all are); 0, -1 when raw is not an array.
-func objectElements(raw json.RawMessage) (n, notObj int) {
-	notObj = -1
-	if kindOf(raw) != '[' {
-		return 0, -1
-	}
-	i := skipWS(raw, 0) + 1 // '['
-	for {
-		i = skipWS(raw, i)
-		if raw[i] == ']' {
-			return n, notObj
-		}
-		if raw[i] != '{' && notObj < 0 {
-			notObj = n
-		}
-		n++
-		i = skipWS(raw, skipValue(raw, i))
-		if raw[i] == ',' {
-			i++
-		}
-	}
-}
 
 var controlFields = []string{"session_key", "idempotency_key", "max_events"}
 
-// bodyOrInput returns input.body (an object) or the input minus the control fields; beside a
-// body only the control fields (and extraSiblings) are allowed.
-func bodyOrInput(in obj, wrapNonObject bool, strip []string, extraSiblings ...string) (obj, string, error) {
-	raw, ok := in.get("body")
-	if !ok {
-		out := in.without(strip...)
-		delete(out, "body")
-		return out, "input", nil
+// bodyOrInput returns a copy of input.body (an object; another value is wrapped as
+// {"input": body} when wrapNonObject, else an error) or of the input minus strip and body.
+// prefix is the field prefix of the body's members.
+func bodyOrInput(in map[string]any, wrapNonObject bool, strip ...string) (body map[string]any, prefix string, err error) {
+	switch b := in["body"].(type) {
+	case nil:
+		body = without(in, strip...)
+		delete(body, "body")
+		return body, "input.", nil
+	case map[string]any:
+		return maps.Clone(b), "input.body.", nil
+	default:
+		if wrapNonObject {
+			return map[string]any{"input": b}, "input.body.", nil
+		}
+		return nil, "", inputErr("input.body", "must be a JSON object")
 	}
-	for _, k := range sortedKeys(in) {
-		if k != "body" && !slices.Contains(controlFields, k) && !slices.Contains(extraSiblings, k) {
-			return nil, "", inputErr("input."+k, "is not allowed beside body")
+}
+
+// chatBody encodes the chat input minus prompt, query, session_id, session_key,
+// idempotency_key and max_events, with messages (from prompt or query), model (when absent)
+// and stream set.
+func chatBody(spec Spec, in map[string]any) ([]byte, error) {
+	prompt := ""
+	for _, k := range []string{"prompt", "query"} {
+		if s, ok := in[k].(string); ok && s != "" {
+			prompt = s
+			break
 		}
 	}
-	if m, isObj := asObject(raw); isObj {
-		return m, "input.body", nil
+	model, _ := in["model"].(string)
+	if model == "" {
+		model = defaultModel
 	}
-	if wrapNonObject {
-		return obj{"input": raw}, "input.body", nil
+	onlyPrompt := prompt != ""
+	for k := range in {
+		switch k {
+		case "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events", "model", "stream":
+		default:
+			onlyPrompt = false
+		}
 	}
-	return nil, "", inputErr("input.body", "must be a JSON object")
+	if onlyPrompt {
+		return json.Marshal(&promptBody{Messages: [1]userMessage{{Content: prompt, Role: "user"}}, Model: model, Stream: spec.Stream}, bodyOptions)
+	}
+	body := without(in, "prompt", "query", "session_id", "session_key", "idempotency_key", "max_events")
+	if prompt != "" {
+		body["messages"] = []any{map[string]any{"role": "user", "content": prompt}}
+	}
+	body["model"] = model
+	body["stream"] = spec.Stream
+	return encodeBody(body)
 }
 
-func prepResponses(spec Spec, in obj, h *prepared) (obj, error) {
-	body, prefix, err := bodyOrInput(in, true, controlFields)
-	if err != nil {
-		return nil, err
-	}
-	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
-		return nil, err
-	}
-	raw, ok := body.get("input")
-	if !ok {
-		return nil, inputErr(prefix+".input", "is required")
-	}
-	if k := kindOf(raw); k != '"' && k != '[' {
-		return nil, inputErr(prefix+".input", "must be a string or an array")
-	}
-	_, hasConv := body.get("conversation")
-	_, hasPrev := body.get("previous_response_id")
-	if hasConv && hasPrev {
-		return nil, inputErr(prefix+".conversation", "cannot be combined with previous_response_id")
-	}
-	if err := checkHistory(body, prefix); err != nil {
-		return nil, err
-	}
-	body["stream"] = jsonFalse
-	if spec.Stream {
-		body["stream"] = jsonTrue
-	}
-	return body, nil
+// promptBody is the body of a chat input with nothing to pass through: it encodes exactly
+// as the same object as a map (fields in sorted order), at a fraction of the cost.
+type promptBody struct {
+	Messages [1]userMessage `json:"messages"`
+	Model    string         `json:"model"`
+	Stream   bool           `json:"stream"`
 }
 
-// listParam validates one sessions_list parameter and returns its normalised query value.
-func listParam(k string, raw json.RawMessage, field string, fromQuery bool) (string, error) {
+type userMessage struct {
+	Content string `json:"content"`
+	Role    string `json:"role"`
+}
+
+// listParams are the sessions_list parameters, in the order of the query string.
+var listParams = []string{"limit", "offset", "source", "include_children"}
+
+// listValue maps one sessions_list parameter to its query value.
+func listValue(k string, v any, field string) (string, error) {
 	switch k {
 	case "limit", "offset":
-		n, ok := asInt(raw, fromQuery)
+		n, ok := integer(v)
 		if !ok || n < 0 {
 			return "", inputErr(field, "must be a non-negative integer")
 		}
-		if k == "limit" && n > maxListLimit {
-			n = maxListLimit
+		limit := float64(maxListLimit)
+		if k == "offset" {
+			limit = maxListOffset
 		}
-		if k == "offset" && n > maxListOffset {
-			n = maxListOffset
-		}
-		return strconv.FormatInt(n, 10), nil
+		return strconv.FormatFloat(min(n, limit)+0, 'f', -1, 64), nil // +0: -0 becomes 0
 	case "source":
-		s, ok := asString(raw)
-		if !ok || strings.TrimSpace(s) == "" {
-			return "", inputErr(field, "must be a non-empty string")
-		}
-		if hasControl(s) || len(s) > maxQueryValueBytes {
-			return "", inputErr(field, "must have no control characters and at most 4096 bytes")
+		s, _ := v.(string)
+		if len(s) > maxQueryValueBytes {
+			return "", inputErr(field, "must have at most 4096 bytes")
 		}
 		return s, nil
-	case "include_children":
-		if kindOf(raw) == 'b' {
-			return strings.TrimSpace(string(raw)), nil
-		}
-		if s, ok := asString(raw); fromQuery && ok && (s == "true" || s == "false") {
-			return s, nil
-		}
-		return "", inputErr(field, "must be a boolean")
 	}
-	return "", inputErr(field, "is not a sessions_list parameter")
+	if b, ok := v.(bool); ok {
+		return strconv.FormatBool(b), nil
+	}
+	s, _ := v.(string)
+	return s, nil
 }
 
-var listParams = []string{"limit", "offset", "source", "include_children"}
-
-func prepSessionsList(in obj) (string, error) {
-	vals := map[string]string{}
-	for _, k := range sortedKeys(in) {
-		if k == "query" || k == "idempotency_key" {
-			continue
-		}
-		if !slices.Contains(listParams, k) {
-			return "", inputErr("input."+k, "unexpected property")
-		}
-		raw, ok := in.get(k)
-		if !ok {
-			continue
-		}
-		v, err := listParam(k, raw, "input."+k, false)
-		if err != nil {
-			return "", err
-		}
-		vals[k] = v
-	}
-	if raw, ok := in.get("query"); ok {
-		q, isObj := asObject(raw)
-		if !isObj {
-			return "", inputErr("input.query", "must be an object")
-		}
-		for _, k := range sortedKeys(q) {
-			field := "input.query." + k
-			if !slices.Contains(listParams, k) {
-				return "", inputErr(field, "unknown query parameter")
+// listQuery maps a sessions_list input to its query string. A parameter given both at top
+// level and in query must map to the same value.
+func listQuery(in map[string]any) (string, error) {
+	q, _ := in["query"].(map[string]any)
+	var b strings.Builder
+	for _, k := range listParams {
+		val, found := "", false
+		for i, m := range []map[string]any{in, q} {
+			v := m[k]
+			if v == nil {
+				continue
 			}
-			switch kindOf(q[k]) {
-			case '"', '0', 'b':
-			default:
-				return "", inputErr(field, "must be a scalar")
-			}
-			v, err := listParam(k, q[k], field, true)
+			field := []string{"input.", "input.query."}[i] + k
+			s, err := listValue(k, v, field)
 			if err != nil {
 				return "", err
 			}
-			if prev, dup := vals[k]; dup && prev != v {
+			if found && s != val {
 				return "", inputErr(field, "conflicts with input."+k)
 			}
-			vals[k] = v
+			val, found = s, true
+		}
+		if !found && k == "limit" {
+			val, found = strconv.Itoa(defaultListLimit), true
+		}
+		if !found && k == "offset" {
+			val, found = "0", true
+		}
+		if found {
+			b.WriteString("&" + k + "=" + escapeSegment(val))
 		}
 	}
-	if _, ok := vals["limit"]; !ok {
-		vals["limit"] = strconv.Itoa(defaultListLimit)
-	}
-	if _, ok := vals["offset"]; !ok {
-		vals["offset"] = "0"
-	}
-	var b strings.Builder
-	for _, k := range listParams {
-		v, ok := vals[k]
-		if !ok {
-			continue
-		}
-		if b.Len() == 0 {
-			b.WriteByte('?')
-		} else {
-			b.WriteByte('&')
-		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(escapeSegment(v))
-	}
-	return b.String(), nil
+	return "?" + b.String()[1:], nil
 }
 
-// childID checks the first non-empty of id and session_id in a create or fork body.
-func childID(body obj, prefix string) error {
-	for _, k := range []string{"id", "session_id"} {
-		raw, ok := body.get(k)
-		if !ok {
-			continue
-		}
-		s, isStr := asString(raw)
-		if !isStr {
-			return inputErr(prefix+"."+k, "must be a string")
-		}
-		if s == "" {
-			continue
-		}
-		return validSessionID(prefix+"."+k, s)
-	}
-	return nil
-}
-
-func prepSessionCreate(in obj) (obj, error) {
-	body, prefix, err := bodyOrInput(in, false, controlFields)
+// sessionChatBody maps a session chat: input.body or the input minus the path and control
+// fields, with message set from prompt or query when neither message nor input is present.
+func sessionChatBody(in map[string]any, h *prepared) (map[string]any, error) {
+	body, prefix, err := bodyOrInput(in, false)
 	if err != nil {
 		return nil, err
 	}
-	if err := childID(body, prefix); err != nil {
+	src := in
+	if prefix != "input." {
+		src = in["body"].(map[string]any)
+	}
+	if err := h.header(in, "session_key", "X-Hermes-Session-Key", "input."); err != nil {
 		return nil, err
 	}
-	if raw, ok := body.get("system_prompt"); ok && kindOf(raw) != '"' {
-		return nil, inputErr(prefix+".system_prompt", "must be a string")
-	}
-	return body, nil
-}
-
-func prepSessionPatch(in obj) (obj, error) {
-	body, prefix, err := bodyOrInput(in, false, append([]string{"session_id"}, controlFields...), "session_id")
-	if err != nil {
-		return nil, err
-	}
-	body = body.without("session_id", "session_key", "idempotency_key")
-	for _, k := range sortedKeys(body) {
-		if k != "title" && k != "end_reason" {
-			return nil, inputErr(prefix+"."+k, "unsupported session field: only title and end_reason can be patched")
-		}
-		if kd := kindOf(body[k]); kd != '"' && kd != 'n' {
-			return nil, inputErr(prefix+"."+k, "must be a string or null")
-		}
-	}
-	return body, nil
-}
-
-func prepSessionFork(in obj) (obj, error) {
-	body, prefix, err := bodyOrInput(in, false, append([]string{"session_id"}, controlFields...), "session_id")
-	if err != nil {
-		return nil, err
-	}
-	body = body.without("session_key", "idempotency_key")
-	if err := childID(body, prefix); err != nil {
-		return nil, err
-	}
-	if raw, ok := body.get("title"); ok && kindOf(raw) != '"' {
-		return nil, inputErr(prefix+".title", "must be a string")
-	}
-	return body, nil
-}
-
-func prepSessionChat(in obj, h *prepared) (obj, error) {
-	// Without a body, src is the input itself rather than bodyOrInput's copy of it minus
-	// body: src is only read, and body is removed from the copy made below.
-	src, prefix := in, "input"
-	if _, ok := in.get("body"); ok {
-		var err error
-		if src, prefix, err = bodyOrInput(in, false, nil, "session_id"); err != nil {
+	if h.Header.Get("X-Hermes-Session-Key") == "" && prefix != "input." {
+		if err := h.header(src, "session_key", "X-Hermes-Session-Key", prefix); err != nil {
 			return nil, err
 		}
 	}
-	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
-		return nil, err
+	for _, k := range []string{"session_id", "session_key", "idempotency_key", "max_events", "prompt", "query"} {
+		delete(body, k)
 	}
-	if h.Header.Get("X-Hermes-Session-Key") == "" && prefix == "input.body" {
-		if err := sessionHeader(h, src, "session_key", "X-Hermes-Session-Key", prefix+".session_key"); err != nil {
-			return nil, err
-		}
-	}
-	_, hasMsg := src.get("message")
-	_, hasInput := src.get("input")
-	body := src.without("session_id", "session_key", "idempotency_key", "max_events", "prompt", "query")
-	if prefix == "input" {
-		delete(body, "body")
-	}
-	if !hasMsg && !hasInput {
+	if src["message"] == nil && src["input"] == nil {
 		for _, k := range []string{"prompt", "query"} {
-			raw, ok := src.get(k)
-			if !ok {
-				continue
-			}
-			s, isStr := asString(raw)
-			if !isStr {
-				return nil, inputErr(prefix+"."+k, "must be a string")
-			}
-			if strings.TrimSpace(s) != "" {
-				body["message"] = raw
+			if s, ok := src[k].(string); ok && strings.TrimSpace(s) != "" {
+				body["message"] = s
 				break
 			}
 		}
 	}
-	visible := false
-	for _, k := range []string{"message", "input"} {
-		raw, ok := body.get(k)
-		if !ok {
-			continue
-		}
-		v, err := checkContent(prefix+"."+k, raw)
-		if err != nil {
-			return nil, err
-		}
-		visible = visible || v
-	}
-	if !visible {
-		return nil, inputErr(prefix+".message", "a non-empty message or input is required")
-	}
 	return body, nil
 }
-
-// checkContent validates a session-chat message: a string or a list of content parts. It reports
-// whether the content is visible (non-blank text or at least one part).
-func checkContent(field string, raw json.RawMessage) (bool, error) {
-	switch kindOf(raw) {
-	case '"':
-		s, _ := asString(raw)
-		if utf8.RuneCountInString(s) > maxMessageText {
-			return false, inputErr(field, "text exceeds 65536 characters")
-		}
-		return strings.TrimSpace(s) != "", nil
-	case '[':
-		parts, ok := asArray(raw)
-		if !ok {
-			return false, inputErr(field, "must be a string or an array of content parts")
-		}
-		if len(parts) > maxContentParts {
-			return false, inputErr(field, "has more than 1000 content parts")
-		}
-		for i, p := range parts {
-			pf := field + "[" + strconv.Itoa(i) + "]"
-			switch kindOf(p) {
-			case '"':
-				if s, _ := asString(p); utf8.RuneCountInString(s) > maxMessageText {
-					return false, inputErr(pf, "text exceeds 65536 characters")
-				}
-			case '{':
-				m, _ := asObject(p)
-				if t, ok := m.get("text"); ok {
-					s, isStr := asString(t)
-					if !isStr {
-						return false, inputErr(pf+".text", "must be a string")
-					}
-					if utf8.RuneCountInString(s) > maxMessageText {
-						return false, inputErr(pf+".text", "text exceeds 65536 characters")
-					}
-				}
-			default:
-				return false, inputErr(pf, "must be a string or an object")
-			}
-		}
-		return len(parts) > 0, nil
-	}
-	return false, inputErr(field, "must be a string or an array of content parts")
-}
-
-// --- runs ---------------------------------------------------------------------------------------
 
 // runIdempotencyKey checks the Idempotency-Key of run_start: required, 1–255 visible ASCII.
 func runIdempotencyKey(k string) error {
@@ -1146,114 +594,37 @@ func runIdempotencyKey(k string) error {
 	return nil
 }
 
-func prepRunStart(in obj, h *prepared) (obj, error) {
-	body, prefix, err := bodyOrInput(in, true, controlFields)
+// runStartBody maps a run_start input; an input array's last element must have a content
+// (a rule the schema cannot say).
+func runStartBody(in map[string]any, h *prepared) (map[string]any, error) {
+	body, prefix, err := bodyOrInput(in, true, controlFields...)
 	if err != nil {
 		return nil, err
 	}
-	if err := sessionHeader(h, in, "session_key", "X-Hermes-Session-Key", "input.session_key"); err != nil {
+	if err := h.header(in, "session_key", "X-Hermes-Session-Key", "input."); err != nil {
 		return nil, err
 	}
-	raw, ok := body.get("input")
-	if !ok {
-		return nil, inputErr(prefix+".input", "is required")
-	}
-	switch kindOf(raw) {
-	case '"':
-		s, _ := asString(raw)
-		if strings.TrimSpace(s) == "" {
-			return nil, inputErr(prefix+".input", "must not be blank")
+	if arr, ok := body["input"].([]any); ok && len(arr) > 0 {
+		last, _ := arr[len(arr)-1].(map[string]any)
+		if last["content"] == nil {
+			return nil, inputErr(prefix+"input["+strconv.Itoa(len(arr)-1)+"].content", "is required")
 		}
-	case '[':
-		arr, _ := asArray(raw)
-		if len(arr) == 0 {
-			return nil, inputErr(prefix+".input", "must not be empty")
-		}
-		for i, it := range arr {
-			if _, isObj := asObject(it); !isObj {
-				return nil, inputErr(prefix+".input["+strconv.Itoa(i)+"]", "must be an object")
-			}
-		}
-		last, _ := asObject(arr[len(arr)-1])
-		if _, ok := last.get("content"); !ok {
-			return nil, inputErr(prefix+".input["+strconv.Itoa(len(arr)-1)+"].content", "is required")
-		}
-	default:
-		return nil, inputErr(prefix+".input", "must be a string or an array")
-	}
-	for _, k := range []string{"instructions", "session_id", "previous_response_id", "model"} {
-		if raw, ok := body.get(k); ok && kindOf(raw) != '"' {
-			return nil, inputErr(prefix+"."+k, "must be a string")
-		}
-	}
-	if raw, ok := body.get("session_id"); ok {
-		s, _ := asString(raw)
-		if utf8.RuneCountInString(s) > maxSessionIDLen || hasControl(s) {
-			return nil, inputErr(prefix+".session_id", "must be at most 256 characters without control characters")
-		}
-	}
-	if err := checkHistory(body, prefix); err != nil {
-		return nil, err
 	}
 	return body, nil
 }
 
-// runChoices are the approval choices Hermes accepts (aliases included).
-var runChoices = []string{"once", "session", "always", "deny", "approve", "approved", "allow"}
-
-func prepRunApproval(in obj) (obj, error) {
-	src, prefix := in, "input"
-	if b, ok := in.get("body"); ok {
-		m, isObj := asObject(b)
-		if !isObj {
-			return nil, inputErr("input.body", "must be a JSON object")
-		}
-		src, prefix = m, "input.body"
+// approvalBody is {"choice"} from the input or input.body, with "all": true when all or
+// resolve_all is true in either.
+func approvalBody(in map[string]any) map[string]any {
+	src := in
+	if b, ok := in["body"].(map[string]any); ok {
+		src = b
 	}
-	raw, ok := src.get("choice")
-	if !ok {
-		return nil, inputErr(prefix+".choice", "is required")
-	}
-	choice, isStr := asString(raw)
-	if !isStr || !slices.Contains(runChoices, choice) {
-		return nil, inputErr(prefix+".choice", "must be one of once, session, always, deny, approve, approved, allow")
-	}
-	body := obj{"choice": raw}
+	body := map[string]any{"choice": src["choice"]}
 	for _, k := range []string{"all", "resolve_all"} {
-		for i, m := range []obj{in, src} {
-			v, ok := m.get(k)
-			if !ok {
-				continue
-			}
-			if kindOf(v) != 'b' {
-				return nil, inputErr([]string{"input.", prefix + "."}[i]+k, "must be a boolean")
-			}
-			if string(bytes.TrimSpace(v)) == "true" {
-				body["all"] = json.RawMessage("true")
-			}
+		if in[k] == true || src[k] == true {
+			body["all"] = true
 		}
 	}
-	return body, nil
-}
-
-// checkHistory checks a body's conversation_history, when present: an array of objects
-// that each have a role and a content.
-func checkHistory(body obj, prefix string) error {
-	raw, ok := body.get("conversation_history")
-	if !ok {
-		return nil
-	}
-	arr, isArr := asArray(raw)
-	if !isArr {
-		return inputErr(prefix+".conversation_history", "must be an array")
-	}
-	for i, it := range arr {
-		m, isObj := asObject(it)
-		_, hasRole := m["role"]
-		_, hasContent := m["content"]
-		if !isObj || !hasRole || !hasContent {
-			return inputErr(prefix+".conversation_history["+strconv.Itoa(i)+"]", "must be an object with role and content")
-		}
-	}
-	return nil
+	return body
 }

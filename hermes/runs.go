@@ -299,15 +299,6 @@ func (s *RunEventStream) Close() error {
 	return err
 }
 
-// runPrepared prepares a run operation from a typed call.
-func runPrepared(op string, in map[string]any, key string, h http.Header) (*Prepared, error) {
-	raw, err := json.Marshal(in)
-	if err != nil {
-		return nil, inputErr("input", "cannot be encoded")
-	}
-	return Prepare(Request{Operation: op, Input: raw, IdempotencyKey: key, Header: h})
-}
-
 // runJSON sends a prepared JSON run operation and decodes its body into dst.
 func (c *Client) runJSON(ctx context.Context, p *Prepared, dst any) (*Result, error) {
 	res, err := c.send(ctx, p, nil)
@@ -372,7 +363,7 @@ func (c *Client) RunStart(ctx context.Context, req Request) (*RunStarted, error)
 // memory: after a Hermes restart, or 1 h after the run ended, the answer is a 404 matched by
 // errors.Is(err, ErrRunNotFound).
 func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error) {
-	p, err := runPrepared("run_status", map[string]any{"run_id": runID}, "", nil)
+	p, err := Prepare(Request{Operation: "run_status", Input: map[string]any{"run_id": runID}})
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +399,7 @@ func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error
 // nobody subscribed. Then poll RunStatus. The stream has no event limit; the client's frame
 // and stream byte limits (WithFrameLimit, WithStreamLimit) apply.
 func (c *Client) RunEvents(ctx context.Context, runID string) (*RunEventStream, error) {
-	p, err := runPrepared("run_events", map[string]any{"run_id": runID}, "", nil)
+	p, err := Prepare(Request{Operation: "run_events", Input: map[string]any{"run_id": runID}})
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +420,7 @@ func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool
 	if all {
 		in["all"] = true
 	}
-	p, err := runPrepared("run_approval", in, "", nil)
+	p, err := Prepare(Request{Operation: "run_approval", Input: in})
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +441,7 @@ func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool
 // no longer live (finished, or unknown to this process) gives ErrRunNotFound: read RunStatus
 // to learn how it ended.
 func (c *Client) RunStop(ctx context.Context, runID string) (*RunStopResult, error) {
-	p, err := runPrepared("run_stop", map[string]any{"run_id": runID}, "", nil)
+	p, err := Prepare(Request{Operation: "run_stop", Input: map[string]any{"run_id": runID}})
 	if err != nil {
 		return nil, err
 	}
