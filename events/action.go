@@ -14,7 +14,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
@@ -326,21 +325,6 @@ func firstUnknown(m map[string]any, known []string) string {
 	return first
 }
 
-// treeOptions make the library decode a JSON number held in an any as an
-// encoding/json Number holding the literal as written (schema validation reads it
-// exactly, however large).
-var treeOptions = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
-	if dec.PeekKind() != '0' {
-		return json.SkipFunc
-	}
-	val, err := dec.ReadValue()
-	if err != nil {
-		return err
-	}
-	*v = v1json.Number(val)
-	return nil
-}))
-
 // objectDecoder is a reusable library decoder reading from a byte slice in place.
 type objectDecoder struct {
 	buf bytes.Buffer
@@ -361,41 +345,90 @@ func decodeObject(data []byte, what, rawName string) (obj map[string]any, raw []
 		objectDecoders.Put(d)
 	}()
 	d.buf = *bytes.NewBuffer(data)
-	d.dec.Reset(&d.buf, treeOptions)
+	d.dec.Reset(&d.buf)
 	dec := &d.dec
-	invalid := &ActionError{Reason: what + " is not valid JSON"}
 	if dec.PeekKind() != '{' {
 		if jsontext.Value(data).IsValid() {
 			return nil, nil, &ActionError{Reason: what + " must be a JSON object"}
 		}
-		return nil, nil, invalid
+		return nil, nil, &ActionError{Reason: what + " is not valid JSON"}
 	}
+	obj, err = readObject(dec, func(name string, start, end int64) {
+		if name == rawName {
+			raw = bytes.TrimLeft(data[start:end], " \t\r\n:")
+		}
+	})
+	if err == nil {
+		_, err = dec.ReadToken() // nothing may follow the object
+		if err == io.EOF {
+			return obj, raw, nil
+		}
+	}
+	return nil, nil, &ActionError{Reason: what + " is not valid JSON"}
+}
+
+// readTree reads the next JSON value from dec into the tree DecodeAction describes.
+// The decoder checks the syntax, UTF-8, nesting depth and member names' uniqueness.
+func readTree(dec *jsontext.Decoder) (any, error) {
+	switch dec.PeekKind() {
+	case '{':
+		return readObject(dec, nil)
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+		a := []any{}
+		for dec.PeekKind() != ']' {
+			v, err := readTree(dec)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+		}
+		_, err := dec.ReadToken()
+		return a, err
+	case '0':
+		num, err := dec.ReadValue()
+		return v1json.Number(num), err
+	}
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return nil, err
+	}
+	switch tok.Kind() {
+	case '"':
+		return tok.String(), nil
+	case 't', 'f':
+		return tok.Bool(), nil
+	}
+	return nil, nil // null
+}
+
+// readObject reads the JSON object that starts at dec's next token into a map. member,
+// when not nil, is given each member's name and the input offsets just after the name
+// and just after the value.
+func readObject(dec *jsontext.Decoder, member func(name string, start, end int64)) (map[string]any, error) {
 	if _, err := dec.ReadToken(); err != nil {
-		return nil, nil, invalid
+		return nil, err
 	}
-	obj = make(map[string]any, len(actionFields))
-	for dec.PeekKind() == '"' {
-		name, err := dec.ReadToken() // the decoder rejects a repeated name here
+	m := map[string]any{}
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
 		if err != nil {
-			return nil, nil, invalid
+			return nil, err
 		}
-		k, start := name.String(), dec.InputOffset() // start: just after the name
-		var v any
-		if err := json.UnmarshalDecode(dec, &v); err != nil {
-			return nil, nil, invalid
+		name, start := tok.String(), dec.InputOffset()
+		v, err := readTree(dec)
+		if err != nil {
+			return nil, err
 		}
-		obj[k] = v
-		if k == rawName {
-			raw = bytes.TrimLeft(data[start:dec.InputOffset()], " \t\r\n:")
+		m[name] = v
+		if member != nil {
+			member(name, start, dec.InputOffset())
 		}
 	}
-	if _, err := dec.ReadToken(); err != nil { // the closing brace
-		return nil, nil, invalid
-	}
-	if _, err := dec.ReadToken(); err != io.EOF { // and nothing after it
-		return nil, nil, invalid
-	}
-	return obj, raw, nil
+	_, err := dec.ReadToken()
+	return m, err
 }
 
 // jsonString returns v as a string; an error names field when v is not a string.
