@@ -2,13 +2,9 @@ package bridge
 
 import (
 	"context"
-	v1json "encoding/json"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -123,6 +119,8 @@ func (d *driver) validate() *events.ErrorInfo {
 	if a.env.Subject != "" && a.env.Subject != a.capID {
 		return invalidAction("subject", "the CloudEvent subject does not match the capability "+a.capID)
 	}
+	// TODO(issue 23): validate the decoded tree, schemas.ValidateActionValue(a.op, act.Data),
+	// once the schemas package has it; act.Data is a.env.Data decoded by DecodeAction.
 	if err := schemas.ValidateAction(a.op, a.env.Data); err != nil {
 		return actionErrorInfo(err)
 	}
@@ -148,10 +146,7 @@ func (d *driver) request() hermes.Request {
 	if op == RunOperation {
 		op = "run_start"
 	}
-	r := hermes.Request{Operation: op, IdempotencyKey: d.act.action.IdempotencyKey}
-	if err := json.Unmarshal(d.act.action.Input, &r.Input, inputNumbers); err != nil {
-		r.Operation = "" // validation decoded and checked the input: unreachable; Prepare refuses it
-	}
+	r := hermes.Request{Operation: op, Input: d.act.action.Value, IdempotencyKey: d.act.action.IdempotencyKey}
 	if d.trace.Traceparent != "" {
 		r.Header = map[string][]string{"Traceparent": {d.trace.Traceparent}}
 		if d.trace.Tracestate != "" {
@@ -160,20 +155,6 @@ func (d *driver) request() hermes.Request {
 	}
 	return r
 }
-
-// inputNumbers decodes the input's numbers as encoding/json.Number, the decoded tree
-// hermes.Prepare reads. (Replaced by the events.Action's decoded input when it has one.)
-var inputNumbers = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
-	if dec.PeekKind() != '0' {
-		return json.SkipFunc
-	}
-	val, err := dec.ReadValue()
-	if err != nil {
-		return err
-	}
-	*v = v1json.Number(val)
-	return nil
-}))
 
 // resume reads a formerly parked action from its record: the action JSON (or its copy
 // in the object store), identified and validated as a delivery's.

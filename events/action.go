@@ -2,15 +2,19 @@ package events
 
 import (
 	"bytes"
-	"encoding/json"
+	v1json "encoding/json"
 	"errors"
+	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Limits on action fields.
@@ -66,13 +70,21 @@ type Action struct {
 	// CapabilityID, when set, must equal the capability named by the subject
 	// (the caller checks that).
 	CapabilityID string `json:"capability_id,omitempty"`
-	// Input is the operation input, verbatim. DecodeAction sets {} when the
-	// member is absent or null.
-	Input          json.RawMessage `json:"input,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	TimeoutMS      *int64          `json:"timeout_ms,omitempty"`
-	TenantID       string          `json:"tenant_id,omitempty"`
-	Approval       *Approval       `json:"approval,omitempty"`
+	// Input is the operation input's JSON text, verbatim (hashed by [InputSHA256] and
+	// kept in the action's record). DecodeAction sets {} when the member is absent or
+	// null.
+	Input          v1json.RawMessage `json:"input,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	TimeoutMS      *int64            `json:"timeout_ms,omitempty"`
+	TenantID       string            `json:"tenant_id,omitempty"`
+	Approval       *Approval         `json:"approval,omitempty"`
+
+	// Data is the whole action object as DecodeAction decoded it (the tree described
+	// there), for schema validation; nil for an Action built by hand.
+	Data map[string]any `json:"-"`
+	// Value is the decoded input: Data's input object, or an empty map when the member
+	// is absent or null; nil for an Action built by hand.
+	Value map[string]any `json:"-"`
 }
 
 // Approval is an approval decision: the data of an approval CloudEvent
@@ -117,11 +129,13 @@ func (a *Action) Timeout() time.Duration {
 	return time.Duration(*a.TimeoutMS) * time.Millisecond
 }
 
-var emptyObject = json.RawMessage(`{}`)
+var emptyObject = v1json.RawMessage(`{}`)
 
-// DecodeAction parses the data of an action CloudEvent. Rules:
-//   - data is a JSON object; members other than capability_id, input,
-//     idempotency_key, timeout_ms, tenant_id and approval are rejected;
+// DecodeAction parses the data of an action CloudEvent. data must be one JSON object
+// as the go-json-experiment library reads it by default (RFC 8259, valid UTF-8, no
+// member name repeated at any depth, at most 10000 levels of nesting). Rules:
+//   - members other than capability_id, input, idempotency_key, timeout_ms,
+//     tenant_id and approval are rejected;
 //   - a null member counts as absent;
 //   - capability_id is a string;
 //   - input, if present, is an object (absent: {});
@@ -132,20 +146,24 @@ var emptyObject = json.RawMessage(`{}`)
 //     decided_at} with decision approve|deny, input_sha256 64 lowercase hex
 //     digits and decided_at an RFC 3339 timestamp (see [DecodeApproval]).
 //
+// The data is parsed once, into Action.Data: objects become map[string]any, arrays
+// []any, strings string, true and false bool, null nil, and numbers encoding/json's
+// Number holding the literal as written. Action.Value is its input object and
+// Action.Input that member's text. The Action shares no memory with data.
+//
 // Errors are *[ActionError].
 func DecodeAction(data []byte) (*Action, error) {
-	var vals [maxObjectFields][]byte
-	k, err := objectFields(data, "action", actionFields, false, &vals)
+	obj, input, err := decodeObject(data, "action", "input")
 	if err != nil {
 		return nil, err
 	}
-	if k != "" {
+	if k := firstUnknown(obj, actionFields); k != "" {
 		return nil, &ActionError{Field: safeFieldName(k), Reason: "unknown field"}
 	}
-	a := &Action{Input: emptyObject}
-	for i, k := range actionFields {
-		v := vals[i]
-		if v == nil || isNull(v) {
+	a := &Action{Input: emptyObject, Data: obj}
+	for _, k := range actionFields {
+		v := obj[k]
+		if v == nil {
 			continue
 		}
 		switch k {
@@ -154,11 +172,12 @@ func DecodeAction(data []byte) (*Action, error) {
 				return nil, err
 			}
 		case "input":
-			if firstByte(v) != '{' {
+			m, ok := v.(map[string]any)
+			if !ok {
 				return nil, &ActionError{Field: k, Reason: "must be a JSON object"}
 			}
 			// A copy: the action must not share memory with data.
-			a.Input = append(json.RawMessage(nil), v...)
+			a.Input, a.Value = append(v1json.RawMessage(nil), input...), m
 		case "idempotency_key":
 			s, err := jsonString(k, v)
 			if err != nil {
@@ -184,94 +203,78 @@ func DecodeAction(data []byte) (*Action, error) {
 			}
 			a.TenantID = s
 		case "approval":
-			ap, err := decodeApproval(v, "approval.", true, true)
-			if err != nil {
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil, &ActionError{Field: k, Reason: "must be a JSON object"}
+			}
+			if a.Approval, err = approvalFrom(m, true); err != nil {
 				return nil, err
 			}
-			a.Approval = ap
 		}
+	}
+	if a.Value == nil {
+		a.Value = map[string]any{}
 	}
 	return a, nil
 }
 
 // DecodeApproval parses the data of an approval CloudEvent:
-// {decision, approver?, reason?, input_sha256?, decided_at?}. decision is
-// approve or deny; input_sha256, when present, is 64 lowercase hex digits
-// (the bridge requires it to approve); decided_at, when present, is an
-// RFC 3339 timestamp. Unknown members are rejected. Errors are *[ActionError].
+// {decision, approver?, reason?, input_sha256?, decided_at?, choice?}, one JSON object
+// read as [DecodeAction] reads its data. decision is approve or deny; input_sha256,
+// when present, is 64 lowercase hex digits (the bridge requires it to approve);
+// decided_at, when present, is an RFC 3339 timestamp; choice (see [Approval]) agrees
+// with decision. Unknown members are rejected. Errors are *[ActionError].
 func DecodeApproval(data []byte) (*Approval, error) {
-	return decodeApproval(data, "", false, false)
-}
-
-// decodeApproval decodes an approval object; prefix ("" or "approval.") starts the
-// Field of its errors, pre requires input_sha256 and decided_at, and valid says that
-// data is known to be valid JSON.
-func decodeApproval(data []byte, prefix string, pre, valid bool) (*Approval, error) {
-	var vals [maxObjectFields][]byte
-	k, err := objectFields(data, "approval", approvalFields, valid, &vals)
+	obj, _, err := decodeObject(data, "approval", "")
 	if err != nil {
-		if prefix != "" {
-			return nil, &ActionError{Field: "approval", Reason: "must be a JSON object"}
-		}
 		return nil, err
 	}
-	if k != "" {
-		return nil, &ActionError{Field: prefix + safeFieldName(k), Reason: "unknown field"}
+	return approvalFrom(obj, false)
+}
+
+// approvalFrom checks a decoded approval object. pre says it is an action's
+// pre-approval: its errors' Fields start with "approval.", and input_sha256 and
+// decided_at are required.
+func approvalFrom(obj map[string]any, pre bool) (*Approval, error) {
+	prefix, names := "", approvalFields
+	if pre {
+		prefix, names = "approval.", approvalFieldsInAction
 	}
-	names := approvalFields
-	if prefix != "" {
-		names = prefixedApprovalFields(prefix)
+	if k := firstUnknown(obj, approvalFields); k != "" {
+		return nil, &ActionError{Field: prefix + safeFieldName(k), Reason: "unknown field"}
 	}
 	ap := &Approval{}
 	for i, k := range approvalFields {
-		v := vals[i]
-		if v == nil || isNull(v) {
+		v := obj[k]
+		if v == nil {
 			continue
 		}
 		f := names[i]
+		s, err := jsonString(f, v)
+		if err != nil {
+			return nil, err
+		}
 		switch k {
 		case "decision":
-			s, err := jsonString(f, v)
-			if err != nil {
-				return nil, err
-			}
 			if s != DecisionApprove && s != DecisionDeny {
 				return nil, &ActionError{Field: f, Reason: "must be approve or deny"}
 			}
 			ap.Decision = s
-		case "approver", "reason":
-			s, err := jsonString(f, v)
-			if err != nil {
-				return nil, err
-			}
-			if k == "approver" {
-				ap.Approver = s
-			} else {
-				ap.Reason = s
-			}
+		case "approver":
+			ap.Approver = s
+		case "reason":
+			ap.Reason = s
 		case "choice":
-			s, err := jsonString(f, v)
-			if err != nil {
-				return nil, err
-			}
 			if s != ChoiceOnce && s != ChoiceSession && s != ChoiceAlways && s != ChoiceDeny {
 				return nil, &ActionError{Field: f, Reason: "must be once, session, always or deny"}
 			}
 			ap.Choice = s
 		case "input_sha256":
-			s, err := jsonString(f, v)
-			if err != nil {
-				return nil, err
-			}
 			if !validSHA256Hex(s) {
 				return nil, &ActionError{Field: f, Reason: "must be 64 lowercase hexadecimal digits"}
 			}
 			ap.InputSHA256 = s
 		case "decided_at":
-			s, err := jsonString(f, v)
-			if err != nil {
-				return nil, err
-			}
 			t, err := time.Parse(time.RFC3339Nano, s)
 			if err != nil {
 				return nil, &ActionError{Field: f, Reason: "must be an RFC 3339 timestamp"}
@@ -307,25 +310,9 @@ var (
 	}()
 )
 
-// maxObjectFields bounds the number of known members of the objects objectFields reads.
-const maxObjectFields = 6
-
-// prefixedApprovalFields returns prefix + each of approvalFields, without allocating for
-// the one prefix in use.
-func prefixedApprovalFields(prefix string) []string {
-	if prefix == "approval." {
-		return approvalFieldsInAction
-	}
-	names := make([]string, len(approvalFields))
-	for i, k := range approvalFields {
-		names[i] = prefix + k
-	}
-	return names
-}
-
 // firstUnknown returns the smallest member name not in known, or "" when all
 // are known. An unknown empty name is reported as "(unnamed field)".
-func firstUnknown(m map[string]json.RawMessage, known []string) string {
+func firstUnknown(m map[string]any, known []string) string {
 	first, found := "", false
 	for k := range m {
 		if !slices.Contains(known, k) && (!found || k < first) {
@@ -338,228 +325,129 @@ func firstUnknown(m map[string]json.RawMessage, known []string) string {
 	return first
 }
 
-// objectFields reads data, which must be a JSON object whose members are named in fields
-// (at most maxObjectFields): vals[i] is the value of member fields[i], verbatim and
-// without surrounding whitespace, or nil when absent; for a repeated member the last one
-// counts. It gives the answers objectMembers followed by firstUnknown gives: the same
-// errors for data that is not a JSON object (valid says data is known to be valid
-// JSON), and unknown is firstUnknown's name when a member is not in fields. The values
-// may share memory with data.
-//
-// The common case (member names without escapes, each a known one, none repeated) is
-// read by scanning data once; anything else falls back to objectMembers.
-func objectFields(data []byte, what string, fields []string, valid bool, vals *[maxObjectFields][]byte) (unknown string, err error) {
-	if firstByte(data) != '{' {
-		if !validJSON(data) {
-			return "", &ActionError{Reason: what + " is not valid JSON"}
+// objectDecoder is a reusable library decoder reading from a byte slice in place.
+type objectDecoder struct {
+	buf bytes.Buffer
+	dec jsontext.Decoder
+}
+
+var objectDecoders = sync.Pool{New: func() any { return new(objectDecoder) }}
+
+// decodeObject decodes data, which must be one JSON object, into its tree (see
+// DecodeAction). raw is the text of the member named rawName, without the white space
+// around it, or nil when there is no such member; it shares memory with data. The
+// errors say that what ("action" or "approval") is not valid JSON or not a JSON object.
+func decodeObject(data []byte, what, rawName string) (obj map[string]any, raw []byte, err error) {
+	d := objectDecoders.Get().(*objectDecoder)
+	defer func() {
+		d.buf = bytes.Buffer{} // keep no reference to data
+		d.dec.Reset(&d.buf)
+		objectDecoders.Put(d)
+	}()
+	d.buf = *bytes.NewBuffer(data)
+	d.dec.Reset(&d.buf)
+	dec := &d.dec
+	if dec.PeekKind() != '{' {
+		if jsontext.Value(data).IsValid() {
+			return nil, nil, &ActionError{Reason: what + " must be a JSON object"}
 		}
-		return "", &ActionError{Reason: what + " must be a JSON object"}
+		return nil, nil, &ActionError{Reason: what + " is not valid JSON"}
 	}
-	if !valid && !validJSON(data) {
-		return "", &ActionError{Reason: what + " is not valid JSON"}
+	obj, err = readObject(dec, func(name string, start, end int64) {
+		if name == rawName {
+			raw = bytes.TrimLeft(data[start:end], " \t\r\n:")
+		}
+	})
+	if err == nil {
+		_, err = dec.ReadToken() // nothing may follow the object
+		if err == io.EOF {
+			return obj, raw, nil
+		}
 	}
-	if scanKnownMembers(data, fields, vals) {
-		return "", nil
+	return nil, nil, &ActionError{Reason: what + " is not valid JSON"}
+}
+
+// readTree reads the next JSON value from dec into the tree DecodeAction describes.
+// The decoder checks the syntax, UTF-8, nesting depth and member names' uniqueness.
+func readTree(dec *jsontext.Decoder) (any, error) {
+	switch dec.PeekKind() {
+	case '{':
+		return readObject(dec, nil)
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+		a := []any{}
+		for dec.PeekKind() != ']' {
+			v, err := readTree(dec)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+		}
+		_, err := dec.ReadToken()
+		return a, err
+	case '0':
+		num, err := dec.ReadValue()
+		return v1json.Number(num), err
 	}
-	*vals = [maxObjectFields][]byte{}
-	m, err := objectMembers(data, what)
+	tok, err := dec.ReadToken()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	if k := firstUnknown(m, fields); k != "" {
-		return k, nil
-	}
-	for i, k := range fields {
-		if v, ok := m[k]; ok {
-			vals[i] = v
-		}
-	}
-	return "", nil
-}
-
-// scanKnownMembers reads the members of data, a valid JSON object, into vals (which
-// must be all nil) and reports true when every member name is written without escapes,
-// is one of fields and appears once. On false vals holds garbage.
-func scanKnownMembers(data []byte, fields []string, vals *[maxObjectFields][]byte) bool {
-	i := skipJSONSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return false
-	}
-	i = skipJSONSpace(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return true
-	}
-	for i < len(data) && data[i] == '"' {
-		start := i + 1
-		end := start
-		for end < len(data) && data[end] != '"' && data[end] != '\\' {
-			end++
-		}
-		if end >= len(data) || data[end] != '"' {
-			return false // an escape, or truncated
-		}
-		name := data[start:end]
-		idx := -1
-		for j, f := range fields {
-			if string(name) == f {
-				idx = j
-				break
-			}
-		}
-		if idx < 0 || vals[idx] != nil {
-			return false
-		}
-		i = skipJSONSpace(data, end+1)
-		if i >= len(data) || data[i] != ':' {
-			return false
-		}
-		i = skipJSONSpace(data, i+1)
-		vend := skipJSONValue(data, i)
-		if vend <= i {
-			return false
-		}
-		vals[idx] = data[i:vend:vend]
-		i = skipJSONSpace(data, vend)
-		if i >= len(data) {
-			return false
-		}
-		switch data[i] {
-		case '}':
-			return true
-		case ',':
-			i = skipJSONSpace(data, i+1)
-		default:
-			return false
-		}
-	}
-	return false
-}
-
-// skipJSONSpace returns the index of the first byte at or after i that is not JSON
-// whitespace.
-func skipJSONSpace(data []byte, i int) int {
-	for i < len(data) {
-		switch data[i] {
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// skipJSONValue returns the index just after the JSON value that starts at data[i].
-// data must be valid JSON (it only tracks strings and brackets); -1 when the value runs
-// past the end.
-func skipJSONValue(data []byte, i int) int {
-	if i >= len(data) {
-		return -1
-	}
-	switch data[i] {
+	switch tok.Kind() {
 	case '"':
-		return skipJSONString(data, i)
-	case '{', '[':
-		depth := 0
-		for i < len(data) {
-			switch data[i] {
-			case '"':
-				if i = skipJSONString(data, i); i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return -1
+		return tok.String(), nil
+	case 't', 'f':
+		return tok.Bool(), nil
 	}
-	// A number or a literal.
-	for i < len(data) {
-		switch data[i] {
-		case ',', '}', ']', ' ', '\t', '\r', '\n':
-			return i
-		}
-		i++
-	}
-	return i
+	return nil, nil // null
 }
 
-// skipJSONString returns the index just after the JSON string that starts at data[i]
-// (a quote), or -1 when it is not terminated.
-func skipJSONString(data []byte, i int) int {
-	for i++; i < len(data); i++ {
-		switch data[i] {
-		case '"':
-			return i + 1
-		case '\\':
-			i++
+// readObject reads the JSON object that starts at dec's next token into a map. member,
+// when not nil, is given each member's name and the input offsets just after the name
+// and just after the value.
+func readObject(dec *jsontext.Decoder, member func(name string, start, end int64)) (map[string]any, error) {
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, err
+		}
+		name, start := tok.String(), dec.InputOffset()
+		v, err := readTree(dec)
+		if err != nil {
+			return nil, err
+		}
+		m[name] = v
+		if member != nil {
+			member(name, start, dec.InputOffset())
 		}
 	}
-	return -1
+	_, err := dec.ReadToken()
+	return m, err
 }
 
-func objectMembers(data []byte, what string) (map[string]json.RawMessage, error) {
-	if firstByte(data) != '{' {
-		if !json.Valid(data) {
-			return nil, &ActionError{Reason: what + " is not valid JSON"}
-		}
-		return nil, &ActionError{Reason: what + " must be a JSON object"}
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, &ActionError{Reason: what + " is not valid JSON"}
-	}
-	return m, nil
-}
-
-func firstByte(b []byte) byte {
-	b = bytes.TrimLeft(b, " \t\r\n")
-	if len(b) == 0 {
-		return 0
-	}
-	return b[0]
-}
-
-func isNull(v json.RawMessage) bool {
-	return string(bytes.TrimSpace(v)) == "null"
-}
-
-// jsonString returns the JSON string v (without surrounding whitespace) unquoted as
-// json.Unmarshal unquotes it; an error names field when v is not a string.
-func jsonString(field string, v json.RawMessage) (string, error) {
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainJSONString(v[1:len(v)-1]) {
-		return string(v[1 : len(v)-1]), nil
-	}
-	var s string
-	if firstByte(v) != '"' || json.Unmarshal(v, &s) != nil {
+// jsonString returns v as a string; an error names field when v is not a string.
+func jsonString(field string, v any) (string, error) {
+	s, ok := v.(string)
+	if !ok {
 		return "", &ActionError{Field: field, Reason: "must be a string"}
 	}
 	return s, nil
 }
 
-// plainJSONString reports whether b, the inside of a quoted JSON string, needs no
-// unquoting: no escape, quote or control character, and valid UTF-8 (which json.Unmarshal
-// would keep byte for byte).
-func plainJSONString(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return utf8.Valid(b)
-}
-
 // jsonInteger accepts a JSON number with an integral value (1, 1.0, 1e3), like
 // JSON Schema's "integer".
-func jsonInteger(v json.RawMessage) (int64, bool) {
-	s := string(bytes.TrimSpace(v))
+func jsonInteger(v any) (int64, bool) {
+	num, ok := v.(v1json.Number)
+	if !ok {
+		return 0, false
+	}
+	s := string(num)
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return n, true
 	}

@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -44,6 +45,58 @@ func TestDecodeAction(t *testing.T) {
 	}
 }
 
+// TestDecodeActionTree: the data is decoded once into Data, numbers as encoding/json
+// Numbers holding the literal; Value is the input object and Input its text.
+func TestDecodeActionTree(t *testing.T) {
+	data := []byte(`{"input": {"n":[1.50,123456789012345678901234567890,-0,1e400],"s":"\u00e9","o":{},"z":null,"b":true},"timeout_ms":2e3}`)
+	a, err := events.DecodeAction(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"n": []any{json.Number("1.50"), json.Number("123456789012345678901234567890"), json.Number("-0"), json.Number("1e400")},
+		"s": "é", "o": map[string]any{}, "z": nil, "b": true,
+	}
+	if !reflect.DeepEqual(a.Value, want) || !reflect.DeepEqual(a.Data, map[string]any{"input": want, "timeout_ms": json.Number("2e3")}) {
+		t.Fatalf("Value %#v, Data %#v", a.Value, a.Data)
+	}
+	if string(a.Input) != `{"n":[1.50,123456789012345678901234567890,-0,1e400],"s":"\u00e9","o":{},"z":null,"b":true}` {
+		t.Fatalf("Input %s", a.Input)
+	}
+	for i := range data {
+		data[i] = ' '
+	}
+	if a.Value["s"] != "é" || a.Input[0] != '{' {
+		t.Fatal("the action shares memory with data")
+	}
+	for _, in := range []string{`{}`, `{"input":null}`} {
+		a, err := events.DecodeAction([]byte(in))
+		if err != nil || a.Value == nil || len(a.Value) != 0 || string(a.Input) != `{}` {
+			t.Fatalf("%s: Value %#v, Input %s, %v", in, a.Value, a.Input, err)
+		}
+	}
+}
+
+// TestDecodeActionStrictJSON: the data is JSON as the library reads it by default; a
+// repeated member name (at any depth), invalid UTF-8 or a lone surrogate makes it
+// invalid.
+func TestDecodeActionStrictJSON(t *testing.T) {
+	for _, in := range []string{
+		`{"input":{"a":1},"input":{"b":2}}`, `{"input":{"a":1,"a":1}}`, `{"input":{"a":[{"b":1,"b":2}]}}`,
+		"{\"input\":{\"s\":\"\xff\"}}", "{\"tenant_id\":\"\xc3\"}", `{"input":{"s":"\ud800"}}`,
+		`{"input":{}} {}`, `{"input":{},}`, strings.Repeat(`{"input":`, 10001) + `{}` + strings.Repeat(`}`, 10001),
+	} {
+		_, err := events.DecodeAction([]byte(in))
+		var ae *events.ActionError
+		if !errors.As(err, &ae) || ae.Field != "" || ae.Reason != "action is not valid JSON" {
+			t.Errorf("%.40q: %v, want action is not valid JSON", in, err)
+		}
+		if _, err := events.DecodeApproval([]byte(strings.Replace(in, "input", "decision", 1))); err == nil {
+			t.Errorf("DecodeApproval(%.40q) accepted", in)
+		}
+	}
+}
+
 func TestDecodeActionErrors(t *testing.T) {
 	tests := []struct{ name, in, field string }{
 		{"not JSON", `{`, ""},
@@ -72,6 +125,12 @@ func TestDecodeActionErrors(t *testing.T) {
 		{"approval missing hash", `{"approval":{"decision":"approve","decided_at":"2030-01-01T00:00:00Z"}}`, "approval.input_sha256"},
 		{"approval bad time", `{"approval":{"decision":"approve","input_sha256":"` + sha + `","decided_at":"yesterday"}}`, "approval.decided_at"},
 		{"approval missing time", `{"approval":{"decision":"approve","input_sha256":"` + sha + `"}}`, "approval.decided_at"},
+		{"approval choice against decision", `{"approval":{"decision":"approve","choice":"deny","input_sha256":"` + sha + `","decided_at":"2030-01-01T00:00:00Z"}}`, "approval.choice"},
+		{"approval approver not string", `{"approval":{"decision":"approve","approver":1,"input_sha256":"` + sha + `","decided_at":"2030-01-01T00:00:00Z"}}`, "approval.approver"},
+		{"tenant control char", `{"tenant_id":"a\u0000"}`, "tenant_id"},
+		{"unknown fields: the smallest name", `{"zz":1,"yy":2,"input":[]}`, "yy"},
+		{"unknown empty name", `{"input":{},"x":1,"":2}`, "(unnamed field)"},
+		{"unknown field before a bad one", `{"timeout_ms":0,"extra":1}`, "extra"},
 		{"approval unknown field", `{"approval":{"decision":"approve","input_sha256":"` + sha + `","decided_at":"2030-01-01T00:00:00Z","extra":1}}`, "approval.extra"},
 	}
 	for _, tt := range tests {

@@ -2,7 +2,6 @@ package events
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"mime"
 	"net/url"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 )
 
@@ -84,7 +85,11 @@ type Envelope struct {
 // the message is not a CloudEvent. Binary-mode ce- header names are matched
 // case-insensitively; values may be quoted (RFC 7230 quoted-string) and are
 // percent-decoded once, and must then be valid UTF-8. Structured payloads are
-// read with the CloudEvents JSON event format (sdk-go).
+// read with the CloudEvents JSON event format (sdk-go); one that sdk-go cannot read
+// is classified by its id, specversion, type, source and subject members (names
+// matched exactly) as the go-json-experiment library reads them: a payload that is
+// not one JSON value (RFC 8259, valid UTF-8, no member name repeated) or has no
+// string id is not a CloudEvent.
 //
 // Results:
 //   - (env, nil): a valid action CloudEvent: specversion 1.0, type
@@ -432,25 +437,23 @@ func attrReason(k string) string {
 // structuredPeek reads the attributes needed to classify a structured event
 // that sdk-go could not read.
 type structuredPeek struct {
-	ID          *string         `json:"id"`
-	SpecVersion json.RawMessage `json:"specversion"`
-	Type        json.RawMessage `json:"type"`
-	Source      json.RawMessage `json:"source"`
-	Subject     json.RawMessage `json:"subject"`
+	ID          *string `json:"id"`
+	SpecVersion any     `json:"specversion"`
+	Type        any     `json:"type"`
+	Source      any     `json:"source"`
+	Subject     any     `json:"subject"`
 }
 
-func rawString(r json.RawMessage) string {
-	var s string
-	if len(r) == 0 || json.Unmarshal(r, &s) != nil {
-		return ""
-	}
+// stringOf returns v when it is a string, else "".
+func stringOf(v any) string {
+	s, _ := v.(string)
 	return s
 }
 
 func decodeStructured(hv *headerView, data []byte, rules *envelopeRules) (*Envelope, error) {
 	var ev event.Event
 	if err := ev.UnmarshalJSON(data); err != nil {
-		if !json.Valid(data) {
+		if !jsontext.Value(data).IsValid() {
 			return nil, &DecodeError{Reason: "structured payload is not valid JSON"}
 		}
 		var p structuredPeek
@@ -465,8 +468,8 @@ func decodeStructured(hv *headerView, data []byte, rules *envelopeRules) (*Envel
 		}
 		env := &Envelope{
 			ID: *p.ID, Mode: ModeStructured,
-			SpecVersion: rawString(p.SpecVersion), Type: rawString(p.Type),
-			Source: rawString(p.Source), Subject: rawString(p.Subject),
+			SpecVersion: stringOf(p.SpecVersion), Type: stringOf(p.Type),
+			Source: stringOf(p.Source), Subject: stringOf(p.Subject),
 			Traceparent: plainTrace(hv.traceparent), Tracestate: plainTrace(hv.tracestate),
 		}
 		if env.SpecVersion != SpecVersion {

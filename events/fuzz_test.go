@@ -1,11 +1,16 @@
 package events_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -64,25 +69,53 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	})
 }
 
-// FuzzCanonicalize checks that Canonicalize never panics, produces valid JSON
-// for the inputs it accepts, is idempotent, and accepts only valid JSON.
+// FuzzCanonicalize checks Canonicalize against the library: it never panics nor
+// modifies its input; it rejects what jsontext.Value.Canonicalize rejects and what
+// holds a number beyond the float64 range, and otherwise returns the library's
+// canonical form, which is valid JSON, decodes to the same value as the input and is
+// its own canonical form.
 func FuzzCanonicalize(f *testing.F) {
 	for _, s := range []string{
 		`{"b":[1,2.50,-0,1e21,1e-7],"a":"\u20ac\ud83d\ude00\n"}`, `[]`, `0`, `"x"`, `{"a":{"a":{}}}`,
 		`{"\ufb33":1,"\ud83d\ude00":2}`, `[1e400]`, `{"a":1,"a":2}`, `"\ud800"`, `123456789012345678901234567890`,
+		`[1.7976931348623157e+308,"1.7976931348623157e+308"]`, `{"x":-1.7976931348623159e308}`, "\"\xff\"",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
+		orig := bytes.Clone(in)
 		out, err := events.Canonicalize(in)
-		if err != nil {
-			return
+		if !bytes.Equal(in, orig) {
+			t.Fatalf("Canonicalize modified its input")
 		}
-		if !json.Valid(in) {
-			t.Fatalf("accepted invalid JSON %q", in)
+		lib := jsontext.Value(bytes.Clone(in))
+		libErr := lib.Canonicalize()
+		switch {
+		case libErr != nil:
+			if err == nil {
+				t.Fatalf("accepted %q, which the library rejects: %v", in, libErr)
+			}
+		case overflows(t, in):
+			if err == nil {
+				t.Fatalf("accepted %q, which holds a number beyond float64", in)
+			}
+		case err != nil:
+			t.Fatalf("rejected %q (%v), which the library canonicalizes", in, err)
+		case !bytes.Equal(out, lib):
+			t.Fatalf("Canonicalize(%q) = %q, the library's %q", in, out, lib)
+		}
+		if err != nil {
+			if !errors.Is(err, events.ErrInvalidJSON) {
+				t.Fatalf("error %v does not wrap ErrInvalidJSON", err)
+			}
+			return
 		}
 		if !json.Valid(out) {
 			t.Fatalf("produced invalid JSON %q from %q", out, in)
+		}
+		var x, y any
+		if json.Unmarshal(in, &x) != nil || json.Unmarshal(out, &y) != nil || !reflect.DeepEqual(x, y) {
+			t.Fatalf("Canonicalize(%q) = %q, another value", in, out)
 		}
 		again, err := events.Canonicalize(out)
 		if err != nil {
@@ -92,4 +125,33 @@ func FuzzCanonicalize(f *testing.F) {
 			t.Fatalf("not idempotent:\n%q\n%q", out, again)
 		}
 	})
+}
+
+// overflows reports whether in, valid JSON, holds a number literal whose float64 parse
+// overflows (read with encoding/json).
+func overflows(t *testing.T, in []byte) bool {
+	d := json.NewDecoder(bytes.NewReader(in))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("encoding/json rejects %q, which the library canonicalizes: %v", in, err)
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case json.Number:
+			_, err := strconv.ParseFloat(string(v), 64)
+			return err != nil
+		case []any:
+			return slices.ContainsFunc(v, walk)
+		case map[string]any:
+			for _, e := range v {
+				if walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
 }

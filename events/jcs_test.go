@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -90,10 +91,7 @@ func TestCanonicalizeNumbers(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := math.Float64frombits(u)
-		if got := string(events.AppendESNumber(nil, f)); got != tt.want {
-			t.Errorf("%s: AppendESNumber = %s, want %s", tt.bits, got, tt.want)
-		}
-		// The same through the parser: Go's shortest repr parses back exactly.
+		// Go's shortest repr parses back exactly.
 		in := strconv.FormatFloat(f, 'g', -1, 64)
 		got, err := events.Canonicalize(json.RawMessage(in))
 		if err != nil {
@@ -122,11 +120,31 @@ func TestCanonicalizeRejects(t *testing.T) {
 		``, ` `, `{`, `{"a":1,}`, `[1,]`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":1}}`, `01`, `1.`, `.5`, `+1`,
 		`1e`, `1e400`, `-1e400`, `NaN`, `Infinity`, `"\ud800"`, `"\udc00x"`, `"\ud800\u0041"`, "\"\xff\"",
 		"\"a\nb\"", `"\x"`, `tru`, `{"a" 1}`, `[1 2]`, `{} {}`, `nul`, `{1:2}`,
+		`1.7976931348623159e+308`, `[1,{"a":-1e999}]`, "1" + strings.Repeat("0", 400), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
 	} {
 		if got, err := events.Canonicalize(json.RawMessage(in)); err == nil {
 			t.Errorf("Canonicalize(%q) = %s, want error", in, got)
 		} else if !errors.Is(err, events.ErrInvalidJSON) {
 			t.Errorf("Canonicalize(%q) error %v does not wrap ErrInvalidJSON", in, err)
+		}
+	}
+}
+
+// TestCanonicalizeRange: the largest doubles are numbers like any other, and their
+// text inside a string is no number; v is left as it was.
+func TestCanonicalizeRange(t *testing.T) {
+	for in, want := range map[string]string{
+		`[1.7976931348623157e+308, -1.7976931348623158e308]`:    `[1.7976931348623157e+308,-1.7976931348623157e+308]`,
+		`{"b":"1.7976931348623157e+308","a":1e-400}`:            `{"a":0,"b":"1.7976931348623157e+308"}`,
+		strings.Repeat("[", 10000) + strings.Repeat("]", 10000): strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+	} {
+		v := []byte(in)
+		got, err := events.Canonicalize(v)
+		if err != nil || string(got) != want {
+			t.Errorf("Canonicalize(%.40s) = %.40s, %v; want %.40s", in, got, err, want)
+		}
+		if string(v) != in {
+			t.Errorf("Canonicalize modified its input %.40s", in)
 		}
 	}
 }
