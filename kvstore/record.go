@@ -55,20 +55,20 @@ const recordVersion = 1
 type Record struct {
 	State        State  `json:"state"`
 	ActionID     string `json:"action_id"`
-	CapabilityID string `json:"capability_id,omitempty"`
+	CapabilityID string `json:"capability_id,omitzero"`
 	// InputSHA256 is the lowercase hex SHA-256 of the canonical input.
-	InputSHA256 string `json:"input_sha256,omitempty"`
+	InputSHA256 string `json:"input_sha256,omitzero"`
 	// Owner names the delivery that holds the claim (replica id and a per-delivery
 	// nonce). The owner proves it is alive by moving the record's revision (a
 	// heartbeat rewrites the record); a reader decides that an owner is gone when the
 	// revision stood still for a lease (bridge/core), without comparing clocks.
-	Owner   string `json:"owner,omitempty"`
+	Owner   string `json:"owner,omitzero"`
 	Attempt int    `json:"attempt,omitzero"`
 	// IdemKey is, in an action record, the key of the action's idempotency record
 	// (IdempotencyKey's result), "" when the action has no idempotency key. For a keyed
 	// unsafe action the write-ahead "dispatched" mark is the idempotency record's state,
 	// so whoever recovers the action reads it there.
-	IdemKey string `json:"idem_key,omitempty"`
+	IdemKey string `json:"idem_key,omitzero"`
 	// Result is the events.Result JSON once settled.
 	Result json.RawMessage `json:"result,omitzero"`
 	// Action is the action JSON of a parked action, so that any replica can run it
@@ -78,18 +78,18 @@ type Record struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Decision is the approval outcome of a formerly parked action (Decision*
 	// constants), written by the transition that ends the parking.
-	Decision string `json:"decision,omitempty"`
+	Decision string `json:"decision,omitzero"`
 	// Approver names who decided, for the log and the status of the action.
-	Approver string `json:"approver,omitempty"`
+	Approver string `json:"approver,omitzero"`
 	// Reason is the approver's reason for a denial (returned in the result's details).
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitzero"`
 	// Cancel is set by a cancel request that found the action owned by no replica
 	// it could reach: whoever owns or takes over the action settles it cancelled.
 	Cancel bool `json:"cancel,omitzero"`
 	// RunID is the id of the durable Hermes work a dispatched action started (a run's
 	// run_id), stored as soon as Hermes returns it: a delivery that
 	// takes the record over follows that work instead of settling an unknown outcome.
-	RunID string `json:"run_id,omitempty"`
+	RunID string `json:"run_id,omitzero"`
 	// ApprovalSeq is the number of tool approvals a bound run asked for (the latest
 	// one's index, from 1), ApprovalSHA256 that one's hash (of its approval.request
 	// data), and ExpiresAt its window's end. ApprovalAnswered is the index of the latest
@@ -97,9 +97,9 @@ type Record struct {
 	// of the decision message that answered it ("" for an expiry). See bridge/core's
 	// run approvals.
 	ApprovalSeq      int    `json:"approval_seq,omitzero"`
-	ApprovalSHA256   string `json:"approval_sha256,omitempty"`
+	ApprovalSHA256   string `json:"approval_sha256,omitzero"`
 	ApprovalAnswered int    `json:"approval_answered,omitzero"`
-	ApprovalDecision string `json:"approval_decision,omitempty"`
+	ApprovalDecision string `json:"approval_decision,omitzero"`
 	// PendingSeq is the output-stream sequence of the action's pending_approval
 	// result message; its terminal result is appended after it (see JetStreamLog).
 	PendingSeq uint64    `json:"pending_seq,omitzero"`

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"testing"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -56,7 +55,6 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 		`{"\u0069nput":{"prompt":"x"}}`, "\ufeff{}", `{"input":{"messages":[{"role":"user","content":"x"}]}}`} {
 		f.Add(uint8(i), []byte(s))
 	}
-	lenient := jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	f.Fuzz(func(t *testing.T, opIdx uint8, data []byte) {
 		got, gerr := schemas.Parse(data, "action")
 		want, werr := jsonschema.UnmarshalJSON(bytes.NewReader(data))
@@ -66,8 +64,7 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 		case gerr == nil && !reflect.DeepEqual(got, want):
 			t.Fatalf("parse %q: %#v, encoding/json %#v", data, got, want)
 		case gerr != nil && werr == nil:
-			var v any
-			if jsonv2.Unmarshal(data, &v, lenient) != nil {
+			if !jsontext.Value(data).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)) {
 				t.Fatalf("parse %q refused (%v), encoding/json accepts it", data, gerr)
 			}
 		}
