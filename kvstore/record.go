@@ -123,7 +123,7 @@ var recordOptions = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsont
 // encodeRecord returns the JSON of r with the format version; r is only read.
 // Result and Action, when not nil, must be valid JSON.
 func encodeRecord(r *Record) ([]byte, error) {
-	return jsonv2.Marshal(wireRecord{V: recordVersion, Record: r}, recordOptions)
+	return jsonv2.Marshal(&wireRecord{V: recordVersion, Record: r}, recordOptions)
 }
 
 // decodeRecord reads a record encodeRecord wrote (or an earlier version's
