@@ -119,9 +119,7 @@ func (d *driver) validate() *events.ErrorInfo {
 	if a.env.Subject != "" && a.env.Subject != a.capID {
 		return invalidAction("subject", "the CloudEvent subject does not match the capability "+a.capID)
 	}
-	// TODO(issue 23): validate the decoded tree, schemas.ValidateActionValue(a.op, act.Data),
-	// once the schemas package has it; act.Data is a.env.Data decoded by DecodeAction.
-	if err := schemas.ValidateAction(a.op, a.env.Data); err != nil {
+	if err := schemas.ValidateActionValue(a.op, act.Data); err != nil {
 		return actionErrorInfo(err)
 	}
 	if a.spec.KeyRequired && act.IdempotencyKey == "" {

@@ -1,12 +1,15 @@
 package events
 
 import (
-	"encoding/json"
+	v1json "encoding/json"
 	"errors"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go"
 )
 
@@ -70,9 +73,9 @@ type EventData struct {
 // absent) and "data" (the parsed JSON data, the raw string when it is not
 // JSON, null when empty).
 type SSE struct {
-	Event string          `json:"event"`
-	ID    *string         `json:"id"`
-	Data  json.RawMessage `json:"data"`
+	Event string            `json:"event"`
+	ID    *string           `json:"id"`
+	Data  v1json.RawMessage `json:"data"`
 }
 
 // Result is the data of a result CloudEvent (CONTRACT §4). Its JSON form
@@ -83,12 +86,12 @@ type SSE struct {
 // is whatever reference object the bridge stored in its place, and callers
 // that need the full output resolve that reference themselves.
 type Result struct {
-	ActionID     string          `json:"action_id"`
-	CapabilityID string          `json:"capability_id"`
-	Status       string          `json:"status"`
-	Output       json.RawMessage `json:"output"`
-	Error        *ErrorInfo      `json:"error"`
-	ReplayOf     *string         `json:"replay_of"`
+	ActionID     string            `json:"action_id"`
+	CapabilityID string            `json:"capability_id"`
+	Status       string            `json:"status"`
+	Output       v1json.RawMessage `json:"output"`
+	Error        *ErrorInfo        `json:"error"`
+	ReplayOf     *string           `json:"replay_of"`
 }
 
 // ErrorInfo is a result's error object. Its JSON form always has all eight
@@ -105,150 +108,122 @@ type ErrorInfo struct {
 	Details          map[string]any `json:"details"`
 }
 
-// AppendJSON appends the contract JSON of e to dst. e.Event.Data must be
-// valid JSON (it is copied verbatim); an empty Data is written as null.
-func (e *EventData) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"action_id":`...)
-	dst = appendJSONString(dst, e.ActionID)
-	dst = append(dst, `,"sequence":`...)
-	dst = strconv.AppendInt(dst, e.Sequence, 10)
-	dst = append(dst, `,"kind":`...)
-	dst = appendJSONString(dst, e.Kind)
-	dst = append(dst, `,"event":{"event":`...)
-	dst = appendStringOrNull(dst, e.Event.Event)
-	dst = append(dst, `,"id":`...)
-	if e.Event.ID == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = appendJSONString(dst, *e.Event.ID)
-	}
-	dst = append(dst, `,"data":`...)
-	dst = appendRaw(dst, e.Event.Data)
-	dst = append(dst, '}')
-	if e.Text != "" {
-		dst = append(dst, `,"text":`...)
-		dst = appendJSONString(dst, e.Text)
-	}
-	return append(dst, '}')
-}
+// MarshalJSON implements json.Marshaler with the contract form. Errors (event
+// data that is not valid JSON) wrap [ErrInvalidOutput].
+func (e EventData) MarshalJSON() ([]byte, error) { return marshalEvent(&e) }
 
-// MarshalJSON implements json.Marshaler with the contract form.
-func (e EventData) MarshalJSON() ([]byte, error) {
-	if len(e.Event.Data) > 0 && !json.Valid(e.Event.Data) {
-		return nil, outputErr("event data is not valid JSON")
-	}
-	return e.AppendJSON(make([]byte, 0, e.sizeHint())), nil
-}
-
-func (e *EventData) sizeHint() int {
-	n := 96 + len(e.ActionID) + len(e.Kind) + len(e.Event.Event) + len(e.Event.Data) + len(e.Text) + len(e.Text)/8
-	if e.Event.ID != nil {
-		n += len(*e.Event.ID)
-	}
-	return n
-}
-
-// AppendJSON appends the contract JSON of r to dst.
-func (r *Result) AppendJSON(dst []byte) ([]byte, error) {
-	dst = append(dst, `{"action_id":`...)
-	dst = appendJSONString(dst, r.ActionID)
-	dst = append(dst, `,"capability_id":`...)
-	dst = appendJSONString(dst, r.CapabilityID)
-	dst = append(dst, `,"status":`...)
-	dst = appendJSONString(dst, r.Status)
-	dst = append(dst, `,"output":`...)
-	dst = appendRaw(dst, r.Output)
-	dst = append(dst, `,"error":`...)
-	if r.Error == nil {
-		dst = append(dst, "null"...)
-	} else {
-		var err error
-		if dst, err = r.Error.AppendJSON(dst); err != nil {
-			return nil, err
-		}
-	}
-	dst = append(dst, `,"replay_of":`...)
-	if r.ReplayOf == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = appendJSONString(dst, *r.ReplayOf)
-	}
-	return append(dst, '}'), nil
-}
-
-// sizeHint returns the length of r's contract JSON, exactly when r.Error is nil,
-// else an estimate.
-func (r *Result) sizeHint() int {
-	n := len(`{"action_id":,"capability_id":,"status":,"output":,"error":,"replay_of":}`) +
-		jsonStringLen(r.ActionID) + jsonStringLen(r.CapabilityID) + jsonStringLen(r.Status) + len(r.Output)
-	if len(r.Output) == 0 {
-		n += 4
-	}
-	if r.Error == nil {
-		n += 4
-	} else {
-		e := r.Error
-		n += 192 + jsonStringLen(e.Code) + jsonStringLen(e.Message) + jsonStringLen(e.Category)
-		if len(e.Details) > 0 {
-			n += 64
-		}
-	}
-	if r.ReplayOf == nil {
-		n += 4
-	} else {
-		n += jsonStringLen(*r.ReplayOf)
-	}
-	return n
-}
-
-// MarshalJSON implements json.Marshaler with the contract form.
-func (r Result) MarshalJSON() ([]byte, error) {
-	if len(r.Output) > 0 && !json.Valid(r.Output) {
-		return nil, outputErr("result output is not valid JSON")
-	}
-	return r.AppendJSON(make([]byte, 0, 256+len(r.Output)))
-}
-
-// AppendJSON appends the contract JSON of e to dst.
-func (e *ErrorInfo) AppendJSON(dst []byte) ([]byte, error) {
-	dst = append(dst, `{"code":`...)
-	dst = appendJSONString(dst, e.Code)
-	dst = append(dst, `,"message":`...)
-	dst = appendJSONString(dst, e.Message)
-	dst = append(dst, `,"category":`...)
-	dst = appendJSONString(dst, e.Category)
-	dst = append(dst, `,"retryable":`...)
-	dst = strconv.AppendBool(dst, e.Retryable)
-	dst = append(dst, `,"uncertain_outcome":`...)
-	dst = strconv.AppendBool(dst, e.UncertainOutcome)
-	dst = append(dst, `,"http_status":`...)
-	if e.HTTPStatus == 0 {
-		dst = append(dst, "null"...)
-	} else {
-		dst = strconv.AppendInt(dst, int64(e.HTTPStatus), 10)
-	}
-	dst = append(dst, `,"retry_after_ms":`...)
-	if e.RetryAfterMS == 0 {
-		dst = append(dst, "null"...)
-	} else {
-		dst = strconv.AppendInt(dst, e.RetryAfterMS, 10)
-	}
-	dst = append(dst, `,"details":`...)
-	if len(e.Details) == 0 {
-		dst = append(dst, "null"...)
-	} else {
-		b, err := json.Marshal(e.Details)
-		if err != nil {
-			return nil, outputErr("error details are not JSON-encodable")
-		}
-		dst = append(dst, b...)
-	}
-	return append(dst, '}'), nil
-}
+// MarshalJSON implements json.Marshaler with the contract form. Errors (an
+// output that is not valid JSON, error details that cannot be encoded) wrap
+// [ErrInvalidOutput].
+func (r Result) MarshalJSON() ([]byte, error) { return marshalResult(&r) }
 
 // MarshalJSON implements json.Marshaler with the contract form.
 func (e ErrorInfo) MarshalJSON() ([]byte, error) {
-	return e.AppendJSON(make([]byte, 0, 192))
+	b, err := json.Marshal(&e, encodeOptions)
+	if err != nil {
+		return nil, outputErr("error details are not JSON-encodable")
+	}
+	return b, nil
+}
+
+// encodeOptions are the options of every output encoding. Strings are escaped
+// as encoding/json escapes them (<, >, &, U+2028 and U+2029 as \uXXXX) and
+// invalid UTF-8 in them becomes U+FFFD. Raw JSON values (a result's output, an
+// event's data) are validated and compacted, their strings kept as written and
+// repeated member names allowed (encoding/json accepts them too); an empty raw
+// value is null. Map keys (error details) are sorted. SSE and ErrorInfo are
+// written in their contract forms (sseWire, errorWire).
+var encodeOptions = json.JoinOptions(
+	jsontext.EscapeForHTML(true), jsontext.EscapeForJS(true), jsontext.AllowInvalidUTF8(true),
+	jsontext.AllowDuplicateNames(true), jsontext.PreserveRawStrings(true), json.Deterministic(true),
+	json.WithMarshalers(json.JoinMarshalers(
+		json.MarshalToFunc(func(enc *jsontext.Encoder, v v1json.RawMessage) error {
+			if len(v) == 0 {
+				return enc.WriteToken(jsontext.Null)
+			}
+			if enc.WriteValue(jsontext.Value(v)) != nil {
+				return errRawNotJSON // the library's error may quote the value
+			}
+			return nil
+		}),
+		json.MarshalToFunc(func(enc *jsontext.Encoder, s *SSE) error {
+			w := sseWire{ID: s.ID, Data: s.Data}
+			if s.Event != "" {
+				w.Event = &s.Event
+			}
+			return json.MarshalEncode(enc, &w)
+		}),
+		json.MarshalToFunc(func(enc *jsontext.Encoder, e *ErrorInfo) error {
+			return json.MarshalEncode(enc, errorJSON(e))
+		}),
+	)),
+)
+
+// errRawNotJSON reports a raw JSON value that is not valid JSON.
+var errRawNotJSON = errors.New("raw value is not valid JSON")
+
+// eventWire and resultWire are EventData and Result without their MarshalJSON
+// methods, which call marshalEvent and marshalResult.
+type (
+	eventWire  EventData
+	resultWire Result
+)
+
+// sseWire is the contract form of SSE: the event name null when empty.
+type sseWire struct {
+	Event *string           `json:"event"`
+	ID    *string           `json:"id"`
+	Data  v1json.RawMessage `json:"data"`
+}
+
+// errorWire is the contract form of ErrorInfo: http_status and retry_after_ms
+// null when 0, details null when empty.
+type errorWire struct {
+	Code             string         `json:"code"`
+	Message          string         `json:"message"`
+	Category         string         `json:"category"`
+	Retryable        bool           `json:"retryable"`
+	UncertainOutcome bool           `json:"uncertain_outcome"`
+	HTTPStatus       *int           `json:"http_status"`
+	RetryAfterMS     *int64         `json:"retry_after_ms"`
+	Details          map[string]any `json:"details,format:emitnull"`
+}
+
+// errorJSON returns the contract form of e; it points into e.
+func errorJSON(e *ErrorInfo) *errorWire {
+	w := &errorWire{Code: e.Code, Message: e.Message, Category: e.Category, Retryable: e.Retryable,
+		UncertainOutcome: e.UncertainOutcome}
+	if e.HTTPStatus != 0 {
+		w.HTTPStatus = &e.HTTPStatus
+	}
+	if e.RetryAfterMS != 0 {
+		w.RetryAfterMS = &e.RetryAfterMS
+	}
+	if len(e.Details) > 0 {
+		w.Details = e.Details
+	}
+	return w
+}
+
+// marshalEvent returns the contract JSON of e. Errors wrap [ErrInvalidOutput].
+func marshalEvent(e *EventData) ([]byte, error) {
+	b, err := json.Marshal((*eventWire)(e), encodeOptions)
+	if err != nil {
+		return nil, outputErr("event data is not valid JSON")
+	}
+	return b, nil
+}
+
+// marshalResult returns the contract JSON of r. Errors wrap [ErrInvalidOutput].
+func marshalResult(r *Result) ([]byte, error) {
+	b, err := json.Marshal((*resultWire)(r), encodeOptions)
+	switch {
+	case errors.Is(err, errRawNotJSON):
+		return nil, outputErr("result output is not valid JSON")
+	case err != nil:
+		return nil, outputErr("error details are not JSON-encodable")
+	}
+	return b, nil
 }
 
 // EventID returns the CloudEvent id of an event: <action_id>:<sequence>.
@@ -326,10 +301,9 @@ func binaryHeaderID(src, typ, idHead string, idTail []byte, subject string, trac
 // ce-traceparent/ce-tracestate plus the plain traceparent/tracestate headers
 // when trace carries them.
 //
-// ev.Event.Data is copied verbatim and must be valid JSON (the hermes client
-// guarantees it); EncodeEvent does not re-validate it because it is on the
-// per-event hot path. Errors (invalid action id, negative sequence, empty
-// kind) wrap [ErrInvalidOutput].
+// ev.Event.Data must be valid JSON or empty (null); it is written compacted,
+// its strings as they are. Errors (invalid action id, negative sequence, empty
+// kind, data that is not JSON) wrap [ErrInvalidOutput].
 func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []byte, error) {
 	if !ValidActionID(ev.ActionID) {
 		return nil, nil, outputErr("action id is not a valid action id token")
@@ -340,7 +314,10 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 	if ev.Kind == "" {
 		return nil, nil, outputErr("kind is required")
 	}
-	body := ev.AppendJSON(make([]byte, 0, ev.sizeHint()))
+	body, err := marshalEvent(ev)
+	if err != nil {
+		return nil, nil, err
+	}
 	var tail [24]byte // ":" + sequence: the id is EventID(ev.ActionID, ev.Sequence)
 	return binaryHeaderID(src, TypeEvent, ev.ActionID, strconv.AppendInt(append(tail[:0], ':'), ev.Sequence, 10), "", trace), body, nil
 }
@@ -348,7 +325,8 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 // EncodeResult returns the binary-mode headers and body of a result
 // CloudEvent: as [EncodeEvent] with ce-type [TypeResult], ce-id and
 // Nats-Msg-Id from [ResultID], and ce-subject the capability id. Output must
-// be valid JSON or empty (null). Errors wrap [ErrInvalidOutput].
+// be valid JSON or empty (null); it is written as [EncodeEvent] writes an
+// event's data. Errors wrap [ErrInvalidOutput].
 func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byte, error) {
 	if !ValidActionID(r.ActionID) {
 		return nil, nil, outputErr("action id is not a valid action id token")
@@ -356,10 +334,7 @@ func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byt
 	if !Terminal(r.Status) && r.Status != StatusPendingApproval {
 		return nil, nil, outputErr("status must be completed, failed, cancelled or pending_approval")
 	}
-	if len(r.Output) > 0 && !validJSON(r.Output) {
-		return nil, nil, outputErr("result output is not valid JSON")
-	}
-	body, err := r.AppendJSON(make([]byte, 0, r.sizeHint()))
+	body, err := marshalResult(r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -404,46 +379,47 @@ func checkOutputType(h nats.Header, want string) error {
 	return nil
 }
 
+// decodeOptions read output messages as encoding/json v1 reads them into the
+// same types: member names matched case-insensitively, unknown members
+// ignored, repeated members allowed (the last kept), invalid UTF-8 in strings
+// replaced by U+FFFD.
+var decodeOptions = jsonv1.DefaultOptionsV1()
+
 // DecodeEvent reads an event message written by [EncodeEvent] (or another
 // binary-mode producer). It is tolerant: h may be nil, and only a ce-type
 // other than [TypeEvent], a body that is not the event JSON object, or an
-// invalid action id is an error (wrapping [ErrInvalidOutput]).
+// invalid action id is an error (wrapping [ErrInvalidOutput]). data is read as
+// encoding/json reads it into an [EventData] (see [DecodeResult]).
 func DecodeEvent(h nats.Header, data []byte) (*EventData, error) {
 	if err := checkOutputType(h, TypeEvent); err != nil {
 		return nil, err
 	}
 	var ev EventData
-	if firstByte(data) != '{' || json.Unmarshal(data, &ev) != nil {
+	if jsontext.Value(data).Kind() != '{' || json.Unmarshal(data, &ev, decodeOptions) != nil {
 		return nil, outputErr("event data is not a JSON object of the event shape")
 	}
 	if !ValidActionID(ev.ActionID) {
 		return nil, outputErr("action id is not a valid action id token")
 	}
 	if len(ev.Event.Data) == 0 {
-		ev.Event.Data = json.RawMessage("null")
+		ev.Event.Data = v1json.RawMessage("null")
 	}
 	return &ev, nil
 }
 
 // DecodeResult reads a result message written by [EncodeResult]. Tolerant
 // like [DecodeEvent]; additionally the status must be known. Output is
-// returned as-is ("null" when absent). data is read as json.Unmarshal reads it
-// into a [Result] (member names matched case-insensitively, unknown members
-// ignored, the last of repeated members kept); the Result shares no memory with
-// data.
+// returned as-is ("null" when absent). data is read as encoding/json v1's
+// Unmarshal reads it into a [Result] (member names matched
+// case-insensitively, unknown members ignored, the last of repeated members
+// kept); the Result shares no memory with data.
 func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 	if err := checkOutputType(h, TypeResult); err != nil {
 		return nil, err
 	}
-	if firstByte(data) != '{' || !validJSON(data) {
+	r := new(Result)
+	if jsontext.Value(data).Kind() != '{' || json.Unmarshal(data, r, decodeOptions) != nil {
 		return nil, outputErr("result data is not a JSON object of the result shape")
-	}
-	r, ok := scanResult(data)
-	if !ok {
-		r = new(Result)
-		if json.Unmarshal(data, r) != nil {
-			return nil, outputErr("result data is not a JSON object of the result shape")
-		}
 	}
 	if !ValidActionID(r.ActionID) {
 		return nil, outputErr("action id is not a valid action id token")
@@ -452,68 +428,7 @@ func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 		return nil, outputErr("unknown result status")
 	}
 	if len(r.Output) == 0 {
-		r.Output = json.RawMessage("null")
+		r.Output = v1json.RawMessage("null")
 	}
 	return r, nil
-}
-
-var resultFields = []string{"action_id", "capability_id", "status", "output", "error", "replay_of"}
-
-// scanResult decodes data, a valid JSON object, into a Result the way json.Unmarshal
-// would, for the common shape: member names exactly those of Result's JSON form, none
-// repeated, strings without escapes, error null or absent. It reports false for
-// anything else (the caller then uses json.Unmarshal).
-func scanResult(data []byte) (*Result, bool) {
-	var vals [maxObjectFields][]byte
-	if !scanKnownMembers(data, resultFields, &vals) {
-		return nil, false
-	}
-	if v := vals[4]; v != nil && !isNull(v) {
-		return nil, false
-	}
-	// action_id and capability_id share one string allocation.
-	id, ok1 := plainStringValue(vals[0])
-	capID, ok2 := plainStringValue(vals[1])
-	status, ok3 := plainStringValue(vals[2])
-	replay, ok4 := plainStringValue(vals[5])
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return nil, false
-	}
-	r := &Result{}
-	var buf [128]byte
-	both := string(append(append(buf[:0], id...), capID...))
-	r.ActionID, r.CapabilityID = both[:len(id)], both[len(id):]
-	switch string(status) {
-	case StatusCompleted:
-		r.Status = StatusCompleted
-	case StatusFailed:
-		r.Status = StatusFailed
-	case StatusCancelled:
-		r.Status = StatusCancelled
-	case StatusPendingApproval:
-		r.Status = StatusPendingApproval
-	default:
-		r.Status = string(status)
-	}
-	if v := vals[3]; v != nil {
-		r.Output = append(json.RawMessage(nil), v...)
-	}
-	if v := vals[5]; v != nil && !isNull(v) {
-		s := string(replay)
-		r.ReplayOf = &s
-	}
-	return r, true
-}
-
-// plainStringValue returns the contents of v when it is a JSON string that needs no
-// unquoting (see plainJSONString), nil when v is nil or null (json.Unmarshal leaves a
-// string unchanged for null); ok is false for anything else.
-func plainStringValue(v []byte) (s []byte, ok bool) {
-	switch {
-	case v == nil || isNull(v):
-		return nil, true
-	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainJSONString(v[1:len(v)-1]):
-		return v[1 : len(v)-1], true
-	}
-	return nil, false
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,7 +28,8 @@ func TestEncodeEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"action_id":"a-123","sequence":0,"kind":"data","event":{"event":"response.output_text.delta","id":null,"data":{ "delta": "Three" }},"text":"Three"}`
+	// The data is compacted; its strings stay as written (TestEventRoundTrip).
+	want := `{"action_id":"a-123","sequence":0,"kind":"data","event":{"event":"response.output_text.delta","id":null,"data":{"delta":"Three"}},"text":"Three"}`
 	if string(body) != want {
 		t.Fatalf("body\n got %s\nwant %s", body, want)
 	}
@@ -171,11 +173,12 @@ func TestEncodeResult(t *testing.T) {
 	}
 }
 
-// TestJSONStringEscapingMatchesEncodingJSON checks the fast escaper against
-// encoding/json on edge cases and random strings.
+// TestJSONStringEscapingMatchesEncodingJSON checks the strings of the body
+// against encoding/json on edge cases and random strings: the same bytes for
+// valid UTF-8, the same decoded text (U+FFFD for each invalid byte) otherwise.
 func TestJSONStringEscapingMatchesEncodingJSON(t *testing.T) {
 	cases := []string{"", "plain", "\"\\/", "\x00\x01\x1f\x7f", "\b\f\n\r\t", "<>&", "\u2028\u2029", "é€😀",
-		"\xff", "a\xc3", "\xed\xa0\x80", "\xf4\x90\x80\x80", strings.Repeat("x", 1000)}
+		"\xff", "a\xc3", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\ufffd\\ufffd\xff", strings.Repeat("x", 1000)}
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 2000 {
 		b := make([]byte, r.IntN(24))
@@ -189,17 +192,27 @@ func TestJSONStringEscapingMatchesEncodingJSON(t *testing.T) {
 		cases = append(cases, string(b))
 	}
 	for _, s := range cases {
+		if s == "" {
+			continue
+		}
 		want, _ := json.Marshal(s)
 		ev := events.EventData{ActionID: "a", Kind: "data", Text: s}
 		got, err := json.Marshal(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s == "" {
-			continue
-		}
 		wantBody := `{"action_id":"a","sequence":0,"kind":"data","event":{"event":null,"id":null,"data":null},"text":` + string(want) + `}`
-		if string(got) != wantBody {
+		if utf8.ValidString(s) && string(got) != wantBody {
+			t.Fatalf("escaping %q:\n got %s\nwant %s", s, got, wantBody)
+		}
+		var gotEv, wantEv events.EventData
+		if err := json.Unmarshal(got, &gotEv); err != nil {
+			t.Fatalf("escaping %q: %s does not decode: %v", s, got, err)
+		}
+		if err := json.Unmarshal([]byte(wantBody), &wantEv); err != nil {
+			t.Fatal(err)
+		}
+		if gotEv.Text != wantEv.Text || !strings.HasPrefix(string(got), wantBody[:strings.Index(wantBody, `"text":`)]) {
 			t.Fatalf("escaping %q:\n got %s\nwant %s", s, got, wantBody)
 		}
 	}

@@ -1,65 +1,152 @@
 package kvstore
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 )
 
-// TestEncodeRecordMatchesJSON: the hand-written encoder writes exactly what
-// encoding/json writes for the same record.
-func TestEncodeRecordMatchesJSON(t *testing.T) {
+// testRecords covers every field, strings that need escaping, raw JSON that is
+// not compact, and times in other zones.
+func testRecords() []Record {
 	now := time.Date(2026, 11, 30, 15, 4, 5, 123456789, time.UTC)
-	records := []Record{
+	return []Record{
 		{},
 		{State: StateClaimed, ActionID: "a-1"},
 		{State: StateSettled, ActionID: "a_2", CapabilityID: "cap:hermes_agent:primary:chat",
 			InputSHA256: "ab12", Owner: "r1", Attempt: 3, Decision: DecisionApprove, Approver: "ops", Reason: "ticket 7", Cancel: true, PendingSeq: 42, IdemKey: "idem.0f1e", RunID: "run_7c",
+			ApprovalSeq: 2, ApprovalSHA256: "cd34", ApprovalAnswered: 1, ApprovalDecision: "d-1:approval:1",
 			Result:    json.RawMessage(`{"action_id":"a_2","status":"completed","output":{"x":[1,2]},"error":null,"replay_of":null}`),
 			CreatedAt: now.Add(-time.Second), UpdatedAt: now},
-		{State: StateParked, ActionID: "p-1", Action: json.RawMessage(`{"input":{"response_id":"resp_1"},"idempotency_key":"k"}`),
+		{State: StateParked, ActionID: "p-1", Action: json.RawMessage(`{"input": {"response_id": "resp_1", "s": "\u00e9<\ud83d\ude00"}, "idempotency_key":"k"}`),
 			ExpiresAt: now.Add(15 * time.Minute)},
-		{State: "odd \"state\" <&> \u00e9\n", ActionID: "x", Owner: "\\owner\t", ExpiresAt: now.In(time.FixedZone("x", 3600))},
+		{State: "odd \"state\" <&> \u00e9\n\u2028", ActionID: "x", Owner: "\\owner\t", Attempt: -1 << 63, PendingSeq: 1<<64 - 1,
+			Action: json.RawMessage(`{}`), ExpiresAt: now.In(time.FixedZone("x", 3600))},
 	}
-	for i, r := range records {
-		got, err := encodeRecord(&r)
+}
+
+// sameRecord fails t unless got is want with Result and Action compacted.
+func sameRecord(t *testing.T, what string, got, want Record) {
+	t.Helper()
+	for _, raw := range []*json.RawMessage{&want.Result, &want.Action} {
+		if *raw != nil {
+			var b bytes.Buffer
+			if err := json.Compact(&b, *raw); err != nil {
+				t.Fatal(err)
+			}
+			*raw = b.Bytes()
+		}
+	}
+	for _, tt := range [][2]*time.Time{{&got.ExpiresAt, &want.ExpiresAt}, {&got.CreatedAt, &want.CreatedAt}, {&got.UpdatedAt, &want.UpdatedAt}} {
+		if !tt[0].Equal(*tt[1]) || tt[0].Format(time.RFC3339Nano) != tt[1].Format(time.RFC3339Nano) {
+			t.Errorf("%s: time %v, want %v", what, *tt[0], *tt[1])
+		}
+		*tt[0], *tt[1] = time.Time{}, time.Time{}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)
+	}
+}
+
+// TestRecordRoundTrip: a record decodes to itself, and encoding/json reads the
+// encoding the same.
+func TestRecordRoundTrip(t *testing.T) {
+	for i, r := range testRecords() {
+		b, err := encodeRecord(&r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := json.Marshal(wireRecord{V: recordVersion, Record: r})
+		back, err := decodeRecord(b)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("record %d does not decode: %v\n%s", i, err, b)
 		}
-		if string(got) != string(want) {
-			t.Errorf("record %d:\n got %s\nwant %s", i, got, want)
+		sameRecord(t, fmt.Sprintf("record %d", i), back, r)
+		var v1 struct {
+			V int `json:"v"`
+			Record
 		}
-		back, err := decodeRecord(got)
+		if err := json.Unmarshal(b, &v1); err != nil || v1.V != recordVersion {
+			t.Fatalf("record %d: encoding/json reads v %d, %v", i, v1.V, err)
+		}
+		sameRecord(t, fmt.Sprintf("record %d read by encoding/json", i), v1.Record, r)
+	}
+}
+
+// TestDecodeRecordWrittenBefore: records as the hand-written encoder of earlier
+// versions wrote them (encoding/json's escaping, raw JSON as it came) decode.
+func TestDecodeRecordWrittenBefore(t *testing.T) {
+	now := time.Date(2026, 11, 30, 15, 4, 5, 123456789, time.UTC)
+	for _, c := range []struct {
+		b    string
+		want Record
+	}{
+		{`{"v":1,"state":"settled","action_id":"a_2","capability_id":"cap:hermes_agent:primary:chat","input_sha256":"ab12","owner":"r1","attempt":3,"idem_key":"idem.0f1e","result":{"action_id":"a_2","capability_id":"cap:hermes_agent:primary:chat","status":"cancelled","output":null,"error":{"code":"cancelled","message":"m","category":"cancelled","retryable":false,"uncertain_outcome":false,"http_status":null,"retry_after_ms":null,"details":null},"replay_of":null},"decision":"approve","approver":"ops","reason":"ticket \u003c7\u003e \u0026 \"x\" é\n","cancel":true,"run_id":"run_7c","approval_seq":2,"approval_sha256":"cd34","approval_answered":1,"approval_decision":"d-1:approval:1","pending_seq":42,"created_at":"2026-11-30T15:04:04.123456789Z","updated_at":"2026-11-30T15:04:05.123456789Z"}`,
+			Record{State: StateSettled, ActionID: "a_2", CapabilityID: "cap:hermes_agent:primary:chat",
+				InputSHA256: "ab12", Owner: "r1", Attempt: 3, Decision: DecisionApprove, Approver: "ops", Reason: "ticket <7> & \"x\" é\n", Cancel: true, PendingSeq: 42, IdemKey: "idem.0f1e", RunID: "run_7c",
+				ApprovalSeq: 2, ApprovalSHA256: "cd34", ApprovalAnswered: 1, ApprovalDecision: "d-1:approval:1",
+				Result:    json.RawMessage(`{"action_id":"a_2","capability_id":"cap:hermes_agent:primary:chat","status":"cancelled","output":null,"error":{"code":"cancelled","message":"m","category":"cancelled","retryable":false,"uncertain_outcome":false,"http_status":null,"retry_after_ms":null,"details":null},"replay_of":null}`),
+				CreatedAt: now.Add(-time.Second), UpdatedAt: now}},
+		{`{"v":1,"state":"parked","action_id":"p-1","capability_id":"cap:hermes_agent:primary:responses","owner":"r2.n1","attempt":1,"action":{"input":{"prompt":"a \u00e9 <b>","response_id":"resp_1"},"idempotency_key":"k"},"expires_at":"2026-11-30T16:19:05.123456789+01:00","created_at":"2026-11-30T15:04:05.123456789Z","updated_at":"2026-11-30T15:04:05.123456789Z"}`,
+			Record{State: StateParked, ActionID: "p-1", CapabilityID: "cap:hermes_agent:primary:responses", Owner: "r2.n1", Attempt: 1,
+				Action:    json.RawMessage(`{"input":{"prompt":"a \u00e9 <b>","response_id":"resp_1"},"idempotency_key":"k"}`),
+				ExpiresAt: now.Add(15 * time.Minute).In(time.FixedZone("", 3600)), CreatedAt: now, UpdatedAt: now}},
+	} {
+		got, err := decodeRecord([]byte(c.b))
 		if err != nil {
-			t.Fatalf("record %d does not decode: %v", i, err)
+			t.Fatalf("%s: %v", c.b, err)
 		}
-		if back.State != r.State || back.ActionID != r.ActionID || back.Attempt != r.Attempt || back.IdemKey != r.IdemKey || !back.ExpiresAt.Equal(r.ExpiresAt) || back.PendingSeq != r.PendingSeq || back.Cancel != r.Cancel || back.RunID != r.RunID {
-			t.Errorf("record %d round trip: %+v", i, back)
+		sameRecord(t, c.b, got, c.want)
+		if string(got.Result) != string(c.want.Result) || string(got.Action) != string(c.want.Action) {
+			t.Errorf("raw JSON not kept as written: %s %s", got.Result, got.Action)
+		}
+	}
+	for _, bad := range []string{``, `null`, `[]`, `{"v":2,"state":"claimed"}`, `{"state":"claimed"}`, `{"v":1,"attempt":"3"}`, `{"v":1} x`} {
+		if _, err := decodeRecord([]byte(bad)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("decodeRecord(%s) = %v, want ErrCorrupt", bad, err)
 		}
 	}
 }
 
-// TestRecordSizeBoundsEncoding: recordSize is at least the encoding's length for a
-// record with every field set at its longest (no escaping), so encodeRecord never
-// grows its buffer.
-func TestRecordSizeBoundsEncoding(t *testing.T) {
-	at := time.Date(2026, 11, 30, 15, 4, 5, 123456789, time.FixedZone("x", -(9*3600+30*60)))
-	r := Record{State: StateDispatched, ActionID: "a-1", CapabilityID: "cap:hermes_agent:primary:chat",
-		InputSHA256: "9d65f4847e8c62344303cac0c554f29b8b75bf9c25dfe3e5de5a5928e2f5f746",
-		Owner:       "gcX8Gp6L9TlUpf1N4O7dmR", Attempt: -1 << 63, Decision: DecisionMismatch, Approver: "approver-1", Reason: "not this one", Cancel: true, PendingSeq: 1<<64 - 1, IdemKey: "idem.4d82", RunID: "run_0123456789abcdef0123456789abcdef",
-		Result: json.RawMessage(`{"a":1}`), Action: json.RawMessage(`{"b":2}`),
-		ExpiresAt: at, CreatedAt: at, UpdatedAt: at}
-	got, err := encodeRecord(&r)
-	if err != nil {
-		t.Fatal(err)
+// FuzzDecodeRecord feeds arbitrary bucket values: decodeRecord never panics, and
+// a record it accepts encodes, and decodes back to the same encoding.
+func FuzzDecodeRecord(f *testing.F) {
+	for _, r := range testRecords() {
+		b, err := encodeRecord(&r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
 	}
-	if len(got) > recordSize(&r) {
-		t.Fatalf("encoding is %d bytes, recordSize %d", len(got), recordSize(&r))
-	}
+	f.Add([]byte(`{"v":1,"state":"claimed","action_id":"a","action_id":"b","result":{"a":1,"a":2},"reason":"\xff"}`))
+	f.Add([]byte(`{"V":1,"STATE":"claimed","created_at":"2026-11-30T15:04:05+01:00"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeRecord(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		enc, err := encodeRecord(&r)
+		if err != nil {
+			if r.ExpiresAt.Year() > 9999 || r.CreatedAt.Year() > 9999 || r.UpdatedAt.Year() > 9999 {
+				return // an offset moved a time past what RFC 3339 can write
+			}
+			t.Fatalf("decoded record %+v does not encode: %v", r, err)
+		}
+		back, err := decodeRecord(enc)
+		if err != nil {
+			t.Fatalf("encoding %s does not decode: %v", enc, err)
+		}
+		again, err := encodeRecord(&back)
+		if err != nil || string(again) != string(enc) {
+			t.Fatalf("round trip:\n%s\n%s (%v)", enc, again, err)
+		}
+	})
 }
 
 func TestShortens(t *testing.T) {

@@ -33,3 +33,18 @@ func BenchmarkValidateActionResponses(b *testing.B) {
 func BenchmarkValidateActionSessionChat(b *testing.B) {
 	benchValidate(b, "session_chat", `{"input":{"session_id":"s-1","message":"bench s-1"},"idempotency_key":"k-s-1"}`)
 }
+
+// BenchmarkValidateActionValue is BenchmarkValidateActionChat without the decoding: the
+// bridge validates the tree events.DecodeAction decoded.
+func BenchmarkValidateActionValue(b *testing.B) {
+	tree, err := schemas.Parse([]byte(`{"input":{"prompt":"bench c-1"},"idempotency_key":"k-c-1"}`), "action")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := schemas.ValidateActionValue("chat", tree); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -23,8 +23,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
@@ -203,24 +204,37 @@ func inputSchema(op string) (*compiled, *jsonschema.Schema, error) {
 }
 
 // ValidateAction validates an action object (the data of an action
-// CloudEvent) for operation op: the whole object against action.schema.json,
-// then its input ({} when absent or null) against action.schema.json's
-// $defs/<op>. It returns nil, a *[ValidationError], or an error wrapping
-// [ErrUnknownOperation].
+// CloudEvent) for operation op: it decodes action as [ValidateActionValue]
+// expects it, then validates that. It returns nil, a *[ValidationError], or an
+// error wrapping [ErrUnknownOperation]; data that is not one JSON value (or
+// repeats a member name, or holds invalid UTF-8) is "action is not valid JSON".
 func ValidateAction(op string, action json.RawMessage) error {
+	if _, _, err := inputSchema(op); err != nil {
+		return err
+	}
+	v, err := parse(action, "action")
+	if err != nil {
+		return err
+	}
+	return ValidateActionValue(op, v)
+}
+
+// ValidateActionValue validates a decoded action object for operation op: the
+// whole object against action.schema.json, then its input ({} when absent or
+// null) against action.schema.json's $defs/<op>. action is a tree of
+// map[string]any, []any, string, bool, nil and numbers (json.Number with the
+// literal text, as events.DecodeAction gives it, or float64). It returns what
+// [ValidateAction] returns for the same document.
+func ValidateActionValue(op string, action any) error {
 	c, inSchema, err := inputSchema(op)
 	if err != nil {
 		return err
 	}
-	v, verr := parse(action, "action")
-	if verr != nil {
-		return verr
-	}
-	if err := c.validate(c.action, v, ""); err != nil {
+	if err := c.validate(c.action, action, ""); err != nil {
 		return err
 	}
 	var input any
-	if m, ok := v.(map[string]any); ok {
+	if m, ok := action.(map[string]any); ok {
 		input = m["input"]
 	}
 	if input == nil {
@@ -278,131 +292,29 @@ func validateWith(pick func(*compiled) *jsonschema.Schema, data []byte, what str
 	return c.validate(pick(c), v, "")
 }
 
-// parse decodes data into the tree jsonschema.UnmarshalJSON would give (map[string]any,
-// []any, json.Number with the literal text, string, bool, nil; a repeated member keeps its
-// last value), or a *ValidationError when data is not exactly one JSON value.
+// numberAsJSONNumber decodes the numbers of a tree as json.Number holding the
+// literal text, which jsonschema validates exactly (big numbers included).
+var numberAsJSONNumber = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
+	if dec.PeekKind() != '0' {
+		return jsonv2.SkipFunc
+	}
+	val, err := dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	*v = json.Number(val)
+	return nil
+}))
+
+// parse decodes data into a tree (map[string]any, []any, json.Number with the literal
+// text, string, bool, nil), or returns a *ValidationError when data is not exactly one
+// JSON value, repeats a member name or holds invalid UTF-8.
 func parse(data []byte, what string) (any, error) {
-	// json.Valid accepts exactly what the library's json.Decoder decodes with nothing
-	// but white space after it; the decoder below relies on data being valid.
-	if !json.Valid(data) {
+	var v any
+	if err := jsonv2.Unmarshal(data, &v, numberAsJSONNumber); err != nil {
 		return nil, &ValidationError{Reason: what + " is not valid JSON"}
 	}
-	d := decoder{data: data, text: string(data)}
-	return d.value(), nil
-}
-
-// decoder builds the generic tree of a document that json.Valid accepted. Plain strings
-// and numbers are substrings of text, one copy of data, instead of one allocation each.
-type decoder struct {
-	data []byte
-	text string // string(data)
-	i    int
-}
-
-func (d *decoder) skipSpace() {
-	for d.i < len(d.data) {
-		switch d.data[d.i] {
-		case ' ', '\t', '\r', '\n':
-			d.i++
-		default:
-			return
-		}
-	}
-}
-
-func (d *decoder) value() any {
-	d.skipSpace()
-	switch c := d.data[d.i]; c {
-	case '{':
-		d.i++
-		m := map[string]any{}
-		d.skipSpace()
-		if d.data[d.i] == '}' {
-			d.i++
-			return m
-		}
-		for {
-			d.skipSpace()
-			k := d.string()
-			d.skipSpace()
-			d.i++ // ':'
-			m[k] = d.value()
-			d.skipSpace()
-			c := d.data[d.i]
-			d.i++
-			if c == '}' {
-				return m
-			}
-		}
-	case '[':
-		d.i++
-		a := make([]any, 0)
-		d.skipSpace()
-		if d.data[d.i] == ']' {
-			d.i++
-			return a
-		}
-		for {
-			a = append(a, d.value())
-			d.skipSpace()
-			c := d.data[d.i]
-			d.i++
-			if c == ']' {
-				return a
-			}
-		}
-	case '"':
-		return d.string()
-	case 't':
-		d.i += len("true")
-		return true
-	case 'f':
-		d.i += len("false")
-		return false
-	case 'n':
-		d.i += len("null")
-		return nil
-	default:
-		start := d.i
-		for d.i < len(d.data) {
-			c := d.data[d.i]
-			if !('0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
-				break
-			}
-			d.i++
-		}
-		return json.Number(d.text[start:d.i])
-	}
-}
-
-// string decodes the string literal at d.i. Literals with escapes or non-ASCII bytes are
-// left to encoding/json (for its escape, surrogate and invalid UTF-8 handling).
-func (d *decoder) string() string {
-	start := d.i
-	d.i++
-	plain := true
-	for {
-		c := d.data[d.i]
-		if c == '"' {
-			break
-		}
-		if c == '\\' {
-			plain = false
-			d.i++ // the escaped byte cannot end the literal
-		} else if c >= utf8.RuneSelf {
-			plain = false
-		}
-		d.i++
-	}
-	d.i++
-	if plain {
-		return d.text[start+1 : d.i-1]
-	}
-	var s string
-	if err := json.Unmarshal(d.data[start:d.i], &s); err != nil {
-		panic("schemas: string literal of a valid document does not decode: " + err.Error())
-	}
-	return s
+	return v, nil
 }
 
 func (c *compiled) validate(s *jsonschema.Schema, v any, prefix string) error {
