@@ -167,6 +167,7 @@ type loopStats struct {
 	window time.Duration   // measured window
 	cpu    time.Duration   // process CPU time spent inside the window
 	alloc  uint64          // bytes the process allocated on the heap inside the window
+	allocs uint64          // heap objects the process allocated inside the window
 	lat    []time.Duration // latencies of the operations that completed inside the window
 	errs   int             // operations that failed inside the window
 	errMsg string          // the first failure
@@ -176,6 +177,7 @@ func (s *loopStats) add(o loopStats) {
 	s.window += o.window
 	s.cpu += o.cpu
 	s.alloc += o.alloc
+	s.allocs += o.allocs
 	s.lat = append(s.lat, o.lat...)
 	s.errs += o.errs
 	if s.errMsg == "" {
@@ -201,6 +203,9 @@ func (s loopStats) cpuPerOp() float64 {
 // allocPerOp is the heap the whole process allocated per completed operation, in KiB.
 func (s loopStats) allocPerOp() float64 { return per(float64(s.alloc)/1024, float64(len(s.lat))) }
 
+// allocsPerOp is the number of heap objects the whole process allocated per completed operation.
+func (s loopStats) allocsPerOp() float64 { return per(float64(s.allocs), float64(len(s.lat))) }
+
 func (s loopStats) pct(p float64) time.Duration { return percentile(s.lat, p) }
 
 // closedLoop runs c workers, each repeating op back to back, for warm+window. Operations
@@ -213,7 +218,7 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	var mu sync.Mutex
 	started := false
 	var cpu0, cpu1 time.Duration
-	var alloc0, alloc1 uint64
+	var alloc0, alloc1, objs0, objs1 uint64
 	startTimer := time.AfterFunc(warm, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -222,7 +227,8 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 				onStart()
 			}
 			started = true
-			cpu0, alloc0 = cpuTime(), heapAllocated()
+			cpu0 = cpuTime()
+			alloc0, objs0 = heapAllocated()
 		}
 	})
 	per := make([]loopStats, c)
@@ -257,7 +263,8 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	startTimer.Stop()
 	mu.Lock()
 	if started {
-		cpu1, alloc1 = cpuTime(), heapAllocated()
+		cpu1 = cpuTime()
+		alloc1, objs1 = heapAllocated()
 		if onEnd != nil {
 			onEnd()
 		}
@@ -266,7 +273,7 @@ func closedLoop(ctx context.Context, c int, warm, window time.Duration, onStart,
 	wg.Wait()
 	out := loopStats{window: window, cpu: max(cpu1-cpu0, 0)}
 	if alloc1 > alloc0 {
-		out.alloc = alloc1 - alloc0
+		out.alloc, out.allocs = alloc1-alloc0, objs1-objs0
 	}
 	for _, s := range per {
 		out.lat = append(out.lat, s.lat...)
@@ -387,15 +394,16 @@ func cpuModel() string {
 }
 
 // cpuTime is the process' user+system CPU time so far.
-// heapAllocated is the cumulative count of bytes the process has allocated on the heap
-// (runtime/metrics /gc/heap/allocs:bytes; cheap to read, no stop-the-world).
-func heapAllocated() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+// heapAllocated is the cumulative count of bytes and of objects the process has allocated
+// on the heap (runtime/metrics /gc/heap/allocs:bytes and :objects; cheap to read, no
+// stop-the-world).
+func heapAllocated() (bytes, objects uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/allocs:objects"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
+		return 0, 0
 	}
-	return s[0].Value.Uint64()
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
 }
 
 func cpuTime() time.Duration {

@@ -148,6 +148,7 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	rep.row(Row{Metric: "process CPU/action", Unit: "µs", Bridge: b.cpuPerOp(), Floor: f64(h.cpuPerOp()), FloorName: "http direct"})
 	rep.row(Row{Metric: "heap allocated/action", Unit: "KiB", Bridge: b.allocPerOp(), Floor: f64(l.allocPerOp()), FloorName: "js loop"})
 	rep.row(Row{Metric: "heap allocated/action", Unit: "KiB", Bridge: b.allocPerOp(), Floor: f64(k.allocPerOp()), FloorName: "js loop+kv"})
+	rep.row(Row{Metric: "heap objects allocated/action", Unit: "objects", Bridge: b.allocsPerOp(), Floor: f64(k.allocsPerOp()), FloorName: "js loop+kv"})
 	bt, kt := bridgeM.server, kvM.server
 	nb, nk := float64(len(b.lat)), float64(len(k.lat))
 	rep.row(Row{Metric: "NATS msgs in/action", Unit: "msgs", Bridge: per(float64(bt.inMsgs), nb), Floor: f64(per(float64(kt.inMsgs), nk)), FloorName: "js loop+kv"})
@@ -406,9 +407,11 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 	}
 	// measured runs one path and adds the process CPU and heap allocation it took.
 	measured := func(run func() streamRun) streamRun {
-		c0, a0 := cpuTime(), heapAllocated()
+		c0 := cpuTime()
+		a0, _ := heapAllocated()
 		x := run()
-		x.cpu, x.alloc = cpuTime()-c0, heapAllocated()-a0
+		a1, _ := heapAllocated()
+		x.cpu, x.alloc = cpuTime()-c0, a1-a0
 		return x
 	}
 	rounds := e.o.Rounds
