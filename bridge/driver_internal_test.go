@@ -25,9 +25,12 @@ func newSteppedDriver(t testing.TB, b *Bridge, id string) *steppedDriver {
 		b.coreCfg = Config{}.WithDefaults().core()
 	}
 	d := b.newDriver(core.KindAction, id, nil, nil)
+	act, err := events.DecodeAction([]byte(`{"input":{"session_id":"SESSION-SECRET","message":"hi"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	d.act = actionInfo{endpointID: "primary", op: "session_chat", capID: "cap:hermes_agent:primary:session_chat",
-		deadline: time.Now().Add(time.Minute), env: &events.Envelope{ID: id},
-		action: &events.Action{Input: []byte(`{"session_id":"SESSION-SECRET","message":"hi"}`)}}
+		deadline: time.Now().Add(time.Minute), env: &events.Envelope{ID: id}, action: act}
 	d.act.spec, _ = lookupOp(d.act.op)
 	s := &steppedDriver{driver: d}
 	s.feed(core.Event{Kind: core.EvDeliver, Start: &core.Start{Kind: core.KindAction, Owner: d.owner, Seed: 1,
