@@ -28,7 +28,7 @@ type Bridge struct {
 	js       jetstream.JetStream
 	subjects events.Subjects
 	store    recordStore           // the bucket, for the sweeper and the status endpoint
-	recs     records               // the bucket as the jobs use it (timed when metrics are on)
+	recs     records               // the buckets as the jobs use them (buckets)
 	results  *kvstore.JetStreamLog // the result log (the terminal register)
 	out      outputs               // where outputs are published
 	coreCfg  core.Config
@@ -406,7 +406,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.store, b.recs = store, b.records(buckets{records: store, keys: keys})
+	b.store, b.recs = store, buckets{records: store, keys: keys, m: b.metrics}
 	b.recordLimit = store.MaxValueSize()
 	b.results = kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results)
 	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,
