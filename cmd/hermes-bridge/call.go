@@ -61,7 +61,7 @@ func commonFlags(fs *flag.FlagSet, o *callOptions) {
 
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(discard{})
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return fs
 }

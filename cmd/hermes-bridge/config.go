@@ -793,11 +793,7 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 		case f.Tag.Get("secret") == "true":
 			out[key] = "[redacted]"
 		case fv.Kind() == reflect.String && (strings.HasSuffix(key, "_URL") || strings.HasSuffix(key, "_ENDPOINT")):
-			parts := strings.Split(fv.String(), ",")
-			for i := range parts {
-				parts[i] = redactURL(strings.TrimSpace(parts[i]))
-			}
-			out[key] = strings.Join(parts, ",")
+			out[key] = redactURLs(fv.String())
 		case fv.Type() == reflect.TypeFor[time.Duration]():
 			out[key] = fv.Interface().(time.Duration).String()
 		case fv.Type() == reflect.TypeFor[byteSize]():
