@@ -50,6 +50,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -315,7 +317,7 @@ func splitPath(escaped string) ([]string, bool) {
 	}
 	parts := strings.Split(escaped, "/")
 	for i, p := range parts {
-		u, err := pathUnescape(p)
+		u, err := url.PathUnescape(p)
 		if err != nil {
 			return nil, false
 		}
@@ -341,7 +343,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
 		if r.ContentLength > MaxRequestBytes {
 			s.record(r, "", nil, false)
-			writeRaw(w, http.StatusRequestEntityTooLarge, nil, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
+			writeRaw(w, http.StatusRequestEntityTooLarge, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
 			return
 		}
 	}
@@ -533,7 +535,7 @@ func (s *Server) admit(c *call, gate bool) (release func(), ok bool) {
 	if gate && s.cfg.maxRuns > 0 && s.active >= s.cfg.maxRuns {
 		s.mu.Unlock()
 		writeJSON(c.w, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}},
-			openaiError("Too many concurrent runs (max "+itoa(s.cfg.maxRuns)+")", "rate_limit_error", "rate_limit_exceeded"))
+			openaiError("Too many concurrent runs (max "+strconv.Itoa(s.cfg.maxRuns)+")", "rate_limit_error", "rate_limit_exceeded"))
 		return nil, false
 	}
 	s.active++
