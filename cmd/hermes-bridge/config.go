@@ -391,14 +391,20 @@ func (c *Config) validateNATS(p *problems) {
 		{"NATS_TOKEN_FILE", c.NATSTokenFile}, {"NATS_TLS_CA", c.NATSTLSCA}, {"NATS_TLS_CERT", c.NATSTLSCert},
 		{"NATS_TLS_KEY", c.NATSTLSKey},
 	} {
-		if k.path == "" {
-			continue
-		}
-		if st, err := os.Stat(k.path); err != nil {
-			p.add("%s=%s: %s", k.key, k.path, fileProblem(err))
-		} else if st.IsDir() {
-			p.add("%s=%s: is a directory, not a file", k.key, k.path)
-		}
+		p.file(k.key, k.path)
+	}
+}
+
+// file adds the problem of the file path that variable key names, if set: it does not
+// exist, cannot be read or is a directory.
+func (p *problems) file(key, path string) {
+	if path == "" {
+		return
+	}
+	if st, err := os.Stat(path); err != nil {
+		p.add("%s=%s: %s", key, path, fileProblem(err))
+	} else if st.IsDir() {
+		p.add("%s=%s: is a directory, not a file", key, path)
 	}
 }
 
