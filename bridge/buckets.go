@@ -60,7 +60,7 @@ func (b buckets) Wait(ctx context.Context, key string, afterRev uint64) (kvstore
 func (b *Bridge) openBuckets(ctx context.Context) (recs, keys *kvstore.Store, err error) {
 	c := b.cfg
 	open := func(bucket, desc string) (*kvstore.Store, error) {
-		s, err := kvstore.Open(ctx, b.js, kvstore.Config{Bucket: bucket, TTL: bucketRetention(c, bucket).requested,
+		s, err := kvstore.Open(ctx, b.js, kvstore.Config{Bucket: bucket, TTL: time.Duration(bucketRetention(c, bucket).requested),
 			Replicas: c.Replicas, Storage: c.Storage, Provision: c.Provision, AllowRetentionShrink: c.AllowRetentionShrink,
 			Description: desc})
 		if err != nil {
