@@ -288,7 +288,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		cfg.NATSInboxPrefix = conn.inboxPrefix
 	}
 	all.merge(cfg.ValidateClient())
-	if err := all.errOrNil(); err != nil {
+	if err := problems(all.Problems).err(); err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}

@@ -207,14 +207,6 @@ func (e *ConfigError) merge(err error) {
 // variableRE matches the names of variables in a message.
 var variableRE = regexp.MustCompile(`[A-Z][A-Z0-9_]*[A-Z0-9]`)
 
-// errOrNil returns e as an error, or nil when it lists no problem.
-func (e *ConfigError) errOrNil() error {
-	if len(e.Problems) == 0 {
-		return nil
-	}
-	return e
-}
-
 func asProblems(err error) []string {
 	if err == nil {
 		return nil
@@ -287,6 +279,7 @@ type problems []string
 
 func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
 
+// err returns the problems as a *ConfigError, or nil when there is none.
 func (p problems) err() error {
 	if len(p) == 0 {
 		return nil

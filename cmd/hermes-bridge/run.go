@@ -81,7 +81,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	} else {
 		all.merge(validateSpecs(specs, cfg.EndpointsFile != "", environ))
 	}
-	if err := all.errOrNil(); err != nil {
+	if err := problems(all.Problems).err(); err != nil {
 		return nil, err
 	}
 	keys, err := newKeyring(specs, environ)
