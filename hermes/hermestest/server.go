@@ -79,13 +79,18 @@ type config struct {
 	maxRunsSet   bool
 	keepalive    time.Duration
 	agent        Agent
-	model        string
-	agentModel   string
 	clock        func() time.Time
 	maxResponses int
-	batch        time.Duration
 	runsIdem     bool
 }
+
+// The model names of the API server and of its agent (stored with sessions), and how
+// long the Responses stream batches text deltas, as Hermes has them by default.
+const (
+	serverModel    = "hermes-agent"
+	agentModel     = "stub-model"
+	responsesBatch = 50 * time.Millisecond
+)
 
 // WithAPIKey sets the bearer key (default DefaultAPIKey).
 func WithAPIKey(key string) Option { return func(c *config) { c.key = key } }
@@ -155,11 +160,8 @@ func NewUnstartedServer(opts ...Option) *Server {
 		maxRuns:      10,
 		keepalive:    30 * time.Second,
 		agent:        StubAgent,
-		model:        "hermes-agent",
-		agentModel:   "stub-model",
 		clock:        time.Now,
 		maxResponses: 100,
-		batch:        50 * time.Millisecond,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -581,7 +583,7 @@ func (s *Server) requestModel(body obj) string {
 			return ms
 		}
 	}
-	return s.cfg.model
+	return serverModel
 }
 
 // runAgent calls the agent on an owned goroutine and waits for its reply;
