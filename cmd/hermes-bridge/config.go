@@ -777,19 +777,13 @@ func redactURL(raw string) string {
 func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 	out := map[string]any{}
 	v := reflect.ValueOf(c).Elem()
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		key, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-		if key == "" {
-			continue
-		}
-		fv := v.Field(i)
-		if fv.IsZero() && f.Tag.Get("envDefault") == "" {
+	for _, f := range configFields() {
+		key, fv := f.Key, v.FieldByName(f.Name)
+		if fv.IsZero() && f.Default == "" {
 			continue
 		}
 		switch {
-		case f.Tag.Get("secret") == "true":
+		case f.Secret:
 			out[key] = "[redacted]"
 		case fv.Kind() == reflect.String && (strings.HasSuffix(key, "_URL") || strings.HasSuffix(key, "_ENDPOINT")):
 			out[key] = redactURLs(fv.String())
