@@ -28,7 +28,7 @@ type Bridge struct {
 	js       jetstream.JetStream
 	subjects events.Subjects
 	store    recordStore           // the bucket, for the sweeper and the status endpoint
-	recs     records               // the bucket as the jobs use it (timed when metrics are on)
+	recs     records               // the buckets as the jobs use them (buckets)
 	results  *kvstore.JetStreamLog // the result log (the terminal register)
 	out      outputs               // where outputs are published
 	coreCfg  core.Config
@@ -385,11 +385,9 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		}
 		if sc.Name == c.OutputStream {
 			b.output = s
-			var cfg *jetstream.StreamConfig
+			var cfg *jetstream.StreamConfig // nil: as provisioned
 			if !c.Provision {
-				if info := s.CachedInfo(); info != nil {
-					cfg = &info.Config
-				}
+				cfg = &s.CachedInfo().Config // the info the stream was looked up with
 			}
 			var republishes bool
 			if b.out, republishes = outputsOf(b.subjects.Prefix, cfg); !republishes {
@@ -397,7 +395,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 					"outputs are published on their public subjects, where a live subscriber may see a result the stream refused; " +
 					"provision it (HERMES_BRIDGE_PROVISION=true) to fix")
 			}
-			if err := checkOutputStream(s.CachedInfo()); err != nil {
+			if err := checkOutputStream(s.CachedInfo().Config); err != nil {
 				return nil, err
 			}
 		}
@@ -406,7 +404,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.store, b.recs = store, b.records(buckets{records: store, keys: keys})
+	b.store, b.recs = store, buckets{records: store, keys: keys, m: b.metrics}
 	b.recordLimit = store.MaxValueSize()
 	b.results = kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results)
 	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,
@@ -440,7 +438,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	} else if cons, err = b.js.Consumer(ctx, c.ActionsStream, c.Consumer); err != nil {
 		return nil, fmt.Errorf("bridge: consumer %s on %s is not available (provisioning is off): %w", c.Consumer, c.ActionsStream, err)
 	}
-	b.warnAckPending(cons.CachedInfo())
+	b.warnAckPending(cons.CachedInfo().Config)
 	return cons, nil
 }
 
@@ -455,12 +453,9 @@ func streamMaxBytes(n int64) int64 {
 // warnAckPending warns when the shared consumer's limit of unacknowledged deliveries
 // leaves no room for a second replica of this size: replicas then share one replica's
 // concurrency, silently.
-func (b *Bridge) warnAckPending(info *jetstream.ConsumerInfo) {
-	if info == nil {
-		return
-	}
+func (b *Bridge) warnAckPending(cc jetstream.ConsumerConfig) {
 	held := HeldPerReplica(b.cfg.Workers)
-	if limit := info.Config.MaxAckPending; limit > 0 && limit < 2*held {
+	if limit := cc.MaxAckPending; limit > 0 && limit < 2*held {
 		b.log.Warn().Int("max_ack_pending", limit).Int("held_per_replica", held).
 			Msg("the consumer's max ack pending is less than two replicas hold: more replicas add no concurrency; " +
 				"raise HERMES_BRIDGE_MAX_ACK_PENDING to replicas x held_per_replica")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -11,11 +12,13 @@ import (
 )
 
 // buckets is the record store the jobs' effects use: idempotency keys (idem.*) in the
-// keys bucket, action records and the park index in the records bucket. The records
-// bucket keeps a record longer than the output stream keeps its result, and the keys
-// bucket a key no longer than the result it replays (Config.RecordsTTL).
+// keys bucket, action records and the park index in the records bucket, each operation
+// timed when metrics are on (m not nil). The records bucket keeps a record longer than
+// the output stream keeps its result, and the keys bucket a key no longer than the
+// result it replays (Config.RecordsTTL).
 type buckets struct {
 	records, keys records
+	m             *metrics
 }
 
 func (b buckets) of(key string) records {
@@ -26,22 +29,27 @@ func (b buckets) of(key string) records {
 }
 
 func (b buckets) Create(ctx context.Context, key string, r kvstore.Record) (uint64, error) {
+	defer b.m.observeKV(kvCreate, time.Now())
 	return b.of(key).Create(ctx, key, r)
 }
 
 func (b buckets) Get(ctx context.Context, key string) (kvstore.Entry, error) {
+	defer b.m.observeKV(kvGet, time.Now())
 	return b.of(key).Get(ctx, key)
 }
 
 func (b buckets) Update(ctx context.Context, key string, r kvstore.Record, rev uint64) (uint64, error) {
+	defer b.m.observeKV(kvUpdate, time.Now())
 	return b.of(key).Update(ctx, key, r, rev)
 }
 
 func (b buckets) Delete(ctx context.Context, key string, rev uint64) error {
+	defer b.m.observeKV(kvDelete, time.Now())
 	return b.of(key).Delete(ctx, key, rev)
 }
 
 func (b buckets) Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error) {
+	defer b.m.observeKV(kvWait, time.Now())
 	return b.of(key).Wait(ctx, key, afterRev)
 }
 
@@ -52,7 +60,7 @@ func (b buckets) Wait(ctx context.Context, key string, afterRev uint64) (kvstore
 func (b *Bridge) openBuckets(ctx context.Context) (recs, keys *kvstore.Store, err error) {
 	c := b.cfg
 	open := func(bucket, desc string) (*kvstore.Store, error) {
-		s, err := kvstore.Open(ctx, b.js, kvstore.Config{Bucket: bucket, TTL: bucketRetention(c, bucket).requested,
+		s, err := kvstore.Open(ctx, b.js, kvstore.Config{Bucket: bucket, TTL: time.Duration(bucketRetention(c, bucket).requested),
 			Replicas: c.Replicas, Storage: c.Storage, Provision: c.Provision, AllowRetentionShrink: c.AllowRetentionShrink,
 			Description: desc})
 		if err != nil {

@@ -178,16 +178,15 @@ func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
 	queue := make(chan *nats.Msg, cancelQueue)
 	limiter := rate.NewLimiter(tombstoneRate, tombstoneBurst)
 	var dropped atomic.Int64
-	var lastWarn atomic.Int64
+	warn := rate.Sometimes{Interval: time.Second}
 	store, err := b.nc.QueueSubscribe(b.subjects.AllCancel(), b.cfg.Consumer+"-cancel", func(m *nats.Msg) {
 		select {
 		case queue <- m:
 		default:
 			n := dropped.Add(1)
-			if now := time.Now().UnixNano(); now-lastWarn.Load() > int64(time.Second) {
-				lastWarn.Store(now)
+			warn.Do(func() {
 				b.log.Warn().Int64("dropped", n).Msg("cancel requests arrive faster than they can be answered; some are not answered")
-			}
+			})
 		}
 	})
 	if err != nil {

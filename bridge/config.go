@@ -199,18 +199,8 @@ func parkingWait(lease time.Duration) time.Duration { return min(lease, 5*time.S
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	defd := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
 	def(&c.Prefix, "hermes")
-	defd(&c.MetricsInterval, 5*time.Second)
+	def(&c.MetricsInterval, 5*time.Second)
 	def(&c.ActionsStream, "HERMES_ACTIONS")
 	def(&c.OutputStream, "HERMES_OUTPUT")
 	def(&c.DLQStream, "HERMES_DLQ")
@@ -219,51 +209,42 @@ func (c Config) WithDefaults() Config {
 	def(&c.KeysBucket, "HERMES_KEYS")
 	def(&c.ObjectBucket, "HERMES_OUTPUT_OBJECTS")
 	def(&c.Source, "hermes-bridge")
-	defd(&c.OutputMaxAge, 24*time.Hour)
-	defd(&c.DLQMaxAge, 7*24*time.Hour)
-	defd(&c.ActionsMaxAge, 24*time.Hour)
-	defd(&c.IdempotencyTTL, 24*time.Hour)
-	defd(&c.AckWait, 30*time.Second)
-	defd(&c.Heartbeat, c.AckWait/3)
-	defd(&c.Lease, 2*c.AckWait)
-	defd(&c.ShutdownGrace, 30*time.Second)
-	defd(&c.RetryBase, 500*time.Millisecond)
-	defd(&c.RetryMax, 30*time.Second)
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = -1
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
-	}
-	if c.BreakerThreshold == 0 {
-		c.BreakerThreshold = 5
-	}
-	defd(&c.BreakerCooldown, 2*time.Second)
-	defd(&c.ApprovalTTL, 15*time.Minute)
-	defd(&c.BreakerMaxCooldown, time.Minute)
+	def(&c.OutputMaxAge, 24*time.Hour)
+	def(&c.DLQMaxAge, 7*24*time.Hour)
+	def(&c.ActionsMaxAge, 24*time.Hour)
+	def(&c.IdempotencyTTL, 24*time.Hour)
+	def(&c.AckWait, 30*time.Second)
+	def(&c.Heartbeat, c.AckWait/3)
+	def(&c.Lease, 2*c.AckWait)
+	def(&c.ShutdownGrace, 30*time.Second)
+	def(&c.RetryBase, 500*time.Millisecond)
+	def(&c.RetryMax, 30*time.Second)
+	def(&c.Replicas, 1)
+	def(&c.MaxDeliver, -1)
+	def(&c.MaxAttempts, 5)
+	def(&c.BreakerThreshold, 5)
+	def(&c.BreakerCooldown, 2*time.Second)
+	def(&c.ApprovalTTL, 15*time.Minute)
+	def(&c.BreakerMaxCooldown, time.Minute)
 	eps := make([]Endpoint, len(c.Endpoints))
 	copy(eps, c.Endpoints)
 	total := 0
 	for i := range eps {
-		if eps[i].MaxConcurrency == 0 {
-			eps[i].MaxConcurrency = 10
-		}
+		def(&eps[i].MaxConcurrency, 10)
 		total += max(eps[i].MaxConcurrency, 0) // a negative one is refused by Validate
 	}
 	c.Endpoints = eps
-	if c.Workers == 0 {
-		c.Workers = total
-		if c.Workers == 0 {
-			c.Workers = 1
-		}
-	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = DefaultMaxAckPending(c.Workers)
-	}
+	def(&c.Workers, max(total, 1))
+	def(&c.MaxAckPending, DefaultMaxAckPending(c.Workers))
 	return c
+}
+
+// def sets *p to v when it is the zero value.
+func def[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
 }
 
 // prefetch is how many deliveries one replica asks for ahead of its workers.

@@ -115,7 +115,8 @@ func (b *Bridge) publishDLQ(msg jetstream.Msg, md *jetstream.MsgMetadata, reason
 		h.Set(events.HeaderDLQTruncated, strconv.Itoa(len(data)))
 		data = nil
 	}
-	ctx, cancel := detached(b.workCtx)
+	// Bounded, and not cut off by the shutdown: the dead letter ends the message.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.workCtx), 30*time.Second)
 	defer cancel()
 	if err := publishRetry(ctx, b.js, &nats.Msg{Subject: b.subjects.DLQ(), Header: h, Data: data}); err != nil {
 		return err
@@ -137,15 +138,6 @@ func headerSize(h nats.Header) int {
 		}
 	}
 	return n
-}
-
-// detached returns a context that survives the cancellation of ctx (shutdown) but is
-// bounded, for the writes that end an action.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 }
 
 // appendMillis appends d in milliseconds, to the microsecond, as a JSON number with

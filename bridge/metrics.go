@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hermes-bridge/hermes-bridge/hermes"
-	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // metrics holds the bridge's Prometheus collectors. Every label value is bounded by the
@@ -35,7 +34,7 @@ type metrics struct {
 	cancels       *prometheus.CounterVec   // state
 	approvals     *prometheus.CounterVec   // outcome
 
-	kvCreate, kvGet, kvUpdate, kvDelete, kvWait prometheus.Observer
+	kv [len(kvOps)]prometheus.Observer // by kvOp
 }
 
 // Names of the metrics, for the README and tests.
@@ -135,8 +134,9 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 			return nil, err
 		}
 	}
-	m.kvCreate, m.kvGet, m.kvUpdate = m.kvSeconds.WithLabelValues("create"), m.kvSeconds.WithLabelValues("get"), m.kvSeconds.WithLabelValues("update")
-	m.kvDelete, m.kvWait = m.kvSeconds.WithLabelValues("delete"), m.kvSeconds.WithLabelValues("wait")
+	for op, name := range kvOps {
+		m.kv[op] = m.kvSeconds.WithLabelValues(name)
+	}
 	for _, o := range []string{"approve", "deny", "mismatch", "expired", "early", "orphan"} {
 		m.approvals.WithLabelValues(o)
 	}
@@ -227,53 +227,24 @@ func (m *metrics) sampleConsumer(ctx context.Context, cons jetstream.Consumer, e
 	}
 }
 
-// timedRecords is the record store with each operation timed.
-type timedRecords struct {
-	records
-	m *metrics
-}
+// kvOp is a KV operation of the jobs, the op label of MetricKVSeconds (kvOps).
+type kvOp int
 
-func (r timedRecords) Create(ctx context.Context, key string, rec kvstore.Record) (uint64, error) {
-	t := time.Now()
-	rev, err := r.records.Create(ctx, key, rec)
-	r.m.kvCreate.Observe(time.Since(t).Seconds())
-	return rev, err
-}
+const (
+	kvCreate kvOp = iota
+	kvGet
+	kvUpdate
+	kvDelete
+	kvWait
+)
 
-func (r timedRecords) Get(ctx context.Context, key string) (kvstore.Entry, error) {
-	t := time.Now()
-	e, err := r.records.Get(ctx, key)
-	r.m.kvGet.Observe(time.Since(t).Seconds())
-	return e, err
-}
+var kvOps = [...]string{kvCreate: "create", kvGet: "get", kvUpdate: "update", kvDelete: "delete", kvWait: "wait"}
 
-func (r timedRecords) Update(ctx context.Context, key string, rec kvstore.Record, rev uint64) (uint64, error) {
-	t := time.Now()
-	n, err := r.records.Update(ctx, key, rec, rev)
-	r.m.kvUpdate.Observe(time.Since(t).Seconds())
-	return n, err
-}
-
-func (r timedRecords) Delete(ctx context.Context, key string, rev uint64) error {
-	t := time.Now()
-	err := r.records.Delete(ctx, key, rev)
-	r.m.kvDelete.Observe(time.Since(t).Seconds())
-	return err
-}
-
-func (r timedRecords) Wait(ctx context.Context, key string, afterRev uint64) (kvstore.Entry, error) {
-	t := time.Now()
-	e, err := r.records.Wait(ctx, key, afterRev)
-	r.m.kvWait.Observe(time.Since(t).Seconds())
-	return e, err
-}
-
-// records is the record store the jobs use: timed when metrics are on.
-func (b *Bridge) records(s records) records {
-	if b.metrics == nil {
-		return s
+// observeKV records one KV operation of the jobs that began at start; nil-safe.
+func (m *metrics) observeKV(op kvOp, start time.Time) {
+	if m != nil {
+		m.kv[op].Observe(time.Since(start).Seconds())
 	}
-	return timedRecords{records: s, m: b.metrics}
 }
 
 // approvalOutcome counts one approval decision outcome (see MetricApprovals); nil-safe.

@@ -82,7 +82,7 @@ func BenchmarkMetricsPerAction(b *testing.B) {
 		b.Fatal(err)
 	}
 	br.metrics = m
-	recs := br.records(nopRecords{})
+	recs := buckets{records: nopRecords{}, keys: nopRecords{}, m: m}
 	j := &driver{b: br, md: &jetstream.MsgMetadata{NumDelivered: 1},
 		act: actionInfo{endpointID: "primary", op: "chat", capID: "cap:hermes_agent:primary:chat"}}
 	res := &hermes.Result{HTTPStatus: 200}

@@ -81,11 +81,7 @@ func discardOf(n int64) jetstream.DiscardPolicy {
 // refers to), or answers direct gets (a follower could answer a read of the result log
 // from behind, and the core decides "no result" on that read). Provisioning creates
 // neither; an operator-made stream is checked here.
-func checkOutputStream(info *jetstream.StreamInfo) error {
-	if info == nil {
-		return nil
-	}
-	c := info.Config
+func checkOutputStream(c jetstream.StreamConfig) error {
 	if c.MaxBytes > 0 && c.Discard == jetstream.DiscardOld {
 		return fmt.Errorf("bridge: stream %s has a byte limit (%d) and discards its oldest messages when full: "+
 			"it could discard a result an idempotency key refers to; set its discard policy to new "+

@@ -36,30 +36,21 @@ type retention struct {
 	// TTL is the output max age plus RecordMargin).
 	plus time.Duration
 
-	exists             bool
-	current, requested time.Duration // an age; 0 means unlimited
-	size               bool          // a max bytes: curSize and reqSize instead of the ages
-	curSize, reqSize   int64         // a max bytes; 0 means unlimited
-	msgs               uint64        // messages the resource holds
-	bytes              uint64        // bytes the resource holds (a max bytes only)
+	exists bool
+	// current and requested are an age in nanoseconds or, when size, a max bytes; 0
+	// means unlimited.
+	current, requested int64
+	size               bool
+	msgs               uint64 // messages the resource holds
+	bytes              uint64 // bytes the resource holds (a max bytes only)
 }
 
 // changed reports whether provisioning changes the value of an existing resource.
-func (r retention) changed() bool {
-	if r.size {
-		return r.exists && r.curSize != r.reqSize
-	}
-	return r.exists && r.current != r.requested
-}
+func (r retention) changed() bool { return r.exists && r.current != r.requested }
 
 // shrinks reports whether provisioning shortens (or lowers) the value of an existing
 // resource.
-func (r retention) shrinks() bool {
-	if r.size {
-		return r.exists && lowerLimit(r.curSize, r.reqSize)
-	}
-	return r.exists && shorterAge(r.current, r.requested)
-}
+func (r retention) shrinks() bool { return r.exists && lowerLimit(r.current, r.requested) }
 
 // refused reports whether provisioning must not apply r, without permission: it
 // shortens the retention of a resource that holds data (the server then deletes every
@@ -70,18 +61,18 @@ func (r retention) refused(allow bool) bool {
 		return false
 	}
 	if r.size {
-		return r.bytes > uint64(r.reqSize)
+		return r.bytes > uint64(r.requested)
 	}
 	return r.msgs > 0
 }
 
 // problem is r's line in the refusal.
 func (r retention) problem() string {
-	want := fmt.Sprintf("the configured %s %s (Config.%s)", r.setting, r.fmtRequested(), r.field)
+	want := fmt.Sprintf("the configured %s %s (Config.%s)", r.setting, r.fmt(r.requested), r.field)
 	if r.variable != "" {
-		want = r.variable + "=" + r.fmtRequested()
+		want = r.variable + "=" + r.fmt(r.requested)
 		if r.plus > 0 {
-			want = fmt.Sprintf("%s=%s (plus %s)", r.variable, fmtAge(r.requested-r.plus), fmtAge(r.plus))
+			want = fmt.Sprintf("%s=%s (plus %s)", r.variable, fmtAge(time.Duration(r.requested)-r.plus), fmtAge(r.plus))
 		}
 	}
 	msgs := fmt.Sprintf("%d messages", r.msgs)
@@ -90,35 +81,22 @@ func (r retention) problem() string {
 	}
 	if r.size {
 		return fmt.Sprintf("%s holds %s (%s) with %s %s; %s would delete the oldest of them",
-			r.resource, msgs, FormatSize(int64(min(r.bytes, math.MaxInt64))), r.setting, r.fmtCurrent(), want)
+			r.resource, msgs, FormatSize(int64(min(r.bytes, math.MaxInt64))), r.setting, r.fmt(r.current), want)
 	}
 	return fmt.Sprintf("%s holds %s with %s %s; %s would shorten it",
-		r.resource, msgs, r.setting, r.fmtCurrent(), want)
+		r.resource, msgs, r.setting, r.fmt(r.current), want)
 }
 
-// fmtCurrent and fmtRequested write the values as the variables take them.
-func (r retention) fmtCurrent() string {
+// fmt writes v, r's current or requested value, as the variables take it.
+func (r retention) fmt(v int64) string {
 	if r.size {
-		return FormatSize(r.curSize)
+		return FormatSize(v)
 	}
-	return fmtAge(r.current)
+	return fmtAge(time.Duration(v))
 }
 
-func (r retention) fmtRequested() string {
-	if r.size {
-		return FormatSize(r.reqSize)
-	}
-	return fmtAge(r.requested)
-}
-
-// shorterAge reports whether requested is a shorter retention than current; 0 means
-// unlimited, the longest of all.
-func shorterAge(current, requested time.Duration) bool {
-	return lowerLimit(int64(current), int64(requested))
-}
-
-// lowerLimit reports whether requested is a lower limit than current; 0 means
-// unlimited, the highest of all.
+// lowerLimit reports whether requested is a lower limit (a shorter age, a smaller max
+// bytes) than current; 0 means unlimited, the highest of all.
 func lowerLimit(current, requested int64) bool {
 	return requested > 0 && (current == 0 || requested < current)
 }
@@ -187,9 +165,9 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 	var plan []retention
 	for _, sc := range streams {
 		v := vars[sc.Name]
-		age := retention{resource: "stream " + sc.Name, setting: "max age", variable: v[0], field: v[1], requested: sc.MaxAge}
+		age := retention{resource: "stream " + sc.Name, setting: "max age", variable: v[0], field: v[1], requested: int64(sc.MaxAge)}
 		size := retention{resource: "stream " + sc.Name, setting: "max bytes", variable: v[2], field: v[3],
-			size: true, reqSize: max(sc.MaxBytes, 0)}
+			size: true, requested: max(sc.MaxBytes, 0)}
 		s, err := b.js.Stream(ctx, sc.Name)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -197,8 +175,8 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 			return nil, fmt.Errorf("bridge: read stream %s: %w", sc.Name, err)
 		default:
 			info := s.CachedInfo()
-			age.exists, age.current, age.msgs = true, info.Config.MaxAge, info.State.Msgs
-			size.exists, size.curSize, size.msgs, size.bytes = true, max(info.Config.MaxBytes, 0), info.State.Msgs, info.State.Bytes
+			age.exists, age.current, age.msgs = true, int64(info.Config.MaxAge), info.State.Msgs
+			size.exists, size.current, size.msgs, size.bytes = true, max(info.Config.MaxBytes, 0), info.State.Msgs, info.State.Bytes
 		}
 		plan = append(plan, age, size)
 	}
@@ -214,13 +192,13 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 			if err != nil {
 				return nil, fmt.Errorf("bridge: bucket %s status: %w", kr.bucket, err)
 			}
-			kr.exists, kr.current, kr.msgs = true, st.TTL(), st.Values()
+			kr.exists, kr.current, kr.msgs = true, int64(st.TTL()), st.Values()
 		}
 		plan = append(plan, kr)
 	}
 
 	or := retention{resource: "object store " + c.ObjectBucket, setting: "TTL", variable: "HERMES_BRIDGE_OUTPUT_MAX_AGE",
-		field: "OutputMaxAge", requested: c.OutputMaxAge}
+		field: "OutputMaxAge", requested: int64(c.OutputMaxAge)}
 	obs, err := b.js.ObjectStore(ctx, c.ObjectBucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
@@ -231,7 +209,7 @@ func (b *Bridge) retentionPlan(ctx context.Context, streams []jetstream.StreamCo
 		if err != nil {
 			return nil, fmt.Errorf("bridge: object store %s status: %w", c.ObjectBucket, err)
 		}
-		or.exists, or.current = true, st.TTL()
+		or.exists, or.current = true, int64(st.TTL())
 		if bs, ok := st.(*jetstream.ObjectBucketStatus); ok && bs.StreamInfo() != nil {
 			or.msgs = bs.StreamInfo().State.Msgs
 		} else if st.Size() > 0 {
@@ -250,7 +228,7 @@ func bucketShrinkError(cfg Config, err error) error {
 		return nil
 	}
 	r := bucketRetention(cfg, se.Bucket)
-	r.exists, r.current, r.requested, r.msgs = true, se.Current, se.Requested, se.Values
+	r.exists, r.current, r.requested, r.msgs = true, int64(se.Current), int64(se.Requested), se.Values
 	return checkRetention([]retention{r}, false)
 }
 
@@ -258,9 +236,9 @@ func bucketShrinkError(cfg Config, err error) error {
 // follows HERMES_BRIDGE_OUTPUT_MAX_AGE), IdempotencyTTL for the keys bucket.
 func bucketRetention(cfg Config, bucket string) retention {
 	r := retention{resource: "KV bucket " + bucket, bucket: bucket, setting: "TTL",
-		variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL", field: "IdempotencyTTL", requested: cfg.IdempotencyTTL}
+		variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL", field: "IdempotencyTTL", requested: int64(cfg.IdempotencyTTL)}
 	if bucket == cfg.Bucket {
-		r.variable, r.field, r.requested, r.plus = "HERMES_BRIDGE_OUTPUT_MAX_AGE", "OutputMaxAge", cfg.RecordsTTL(), RecordMargin
+		r.variable, r.field, r.requested, r.plus = "HERMES_BRIDGE_OUTPUT_MAX_AGE", "OutputMaxAge", int64(cfg.RecordsTTL()), RecordMargin
 	}
 	return r
 }
@@ -276,8 +254,8 @@ func (b *Bridge) logRetention(plan []retention) {
 		if r.shrinks() {
 			ev = b.log.Warn()
 		}
-		ev.Str("resource", r.resource).Str("setting", r.setting).Str("old", r.fmtCurrent()).
-			Str("new", r.fmtRequested()).Uint64("messages", r.msgs).Bool("shortened", r.shrinks()).
+		ev.Str("resource", r.resource).Str("setting", r.setting).Str("old", r.fmt(r.current)).
+			Str("new", r.fmt(r.requested)).Uint64("messages", r.msgs).Bool("shortened", r.shrinks()).
 			Msg("retention changed")
 	}
 }

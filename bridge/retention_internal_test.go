@@ -22,8 +22,8 @@ func TestShorterAge(t *testing.T) {
 		{time.Hour, 0, false}, // a limit -> unlimited
 		{0, 0, false},
 	} {
-		if got := shorterAge(tt.current, tt.requested); got != tt.want {
-			t.Errorf("shorterAge(%s, %s) = %v, want %v", tt.current, tt.requested, got, tt.want)
+		if got := lowerLimit(int64(tt.current), int64(tt.requested)); got != tt.want {
+			t.Errorf("lowerLimit(%s, %s) = %v, want %v", tt.current, tt.requested, got, tt.want)
 		}
 	}
 }
@@ -54,13 +54,13 @@ func TestRetentionDecision(t *testing.T) {
 		r                         retention
 		changed, shrinks, refused bool
 	}{
-		{"new resource", retention{requested: time.Hour}, false, false, false},
-		{"unchanged", retention{exists: true, current: time.Hour, requested: time.Hour, msgs: 5}, false, false, false},
-		{"lengthened", retention{exists: true, current: time.Hour, requested: 2 * time.Hour, msgs: 5}, true, false, false},
-		{"to unlimited", retention{exists: true, current: time.Hour, requested: 0, msgs: 5}, true, false, false},
-		{"shortened, empty", retention{exists: true, current: 2 * time.Hour, requested: time.Hour}, true, true, false},
-		{"shortened, with data", retention{exists: true, current: 2 * time.Hour, requested: time.Hour, msgs: 1}, true, true, true},
-		{"from unlimited, with data", retention{exists: true, current: 0, requested: time.Hour, msgs: 1}, true, true, true},
+		{"new resource", retention{requested: int64(time.Hour)}, false, false, false},
+		{"unchanged", retention{exists: true, current: int64(time.Hour), requested: int64(time.Hour), msgs: 5}, false, false, false},
+		{"lengthened", retention{exists: true, current: int64(time.Hour), requested: int64(2 * time.Hour), msgs: 5}, true, false, false},
+		{"to unlimited", retention{exists: true, current: int64(time.Hour), requested: 0, msgs: 5}, true, false, false},
+		{"shortened, empty", retention{exists: true, current: int64(2 * time.Hour), requested: int64(time.Hour)}, true, true, false},
+		{"shortened, with data", retention{exists: true, current: int64(2 * time.Hour), requested: int64(time.Hour), msgs: 1}, true, true, true},
+		{"from unlimited, with data", retention{exists: true, current: 0, requested: int64(time.Hour), msgs: 1}, true, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,11 +83,11 @@ func TestRetentionDecision(t *testing.T) {
 func TestCheckRetentionMessage(t *testing.T) {
 	plan := []retention{
 		{resource: "stream HERMES_ACTIONS", setting: "max age", field: "ActionsMaxAge", exists: true,
-			current: 7 * 24 * time.Hour, requested: 24 * time.Hour, msgs: 3},
+			current: int64(7 * 24 * time.Hour), requested: int64(24 * time.Hour), msgs: 3},
 		{resource: "stream HERMES_DLQ", setting: "max age", field: "DLQMaxAge", exists: true,
-			current: 7 * 24 * time.Hour, requested: time.Hour}, // empty: applied
+			current: int64(7 * 24 * time.Hour), requested: int64(time.Hour)}, // empty: applied
 		{resource: "KV bucket B", setting: "TTL", variable: "HERMES_BRIDGE_IDEMPOTENCY_TTL", field: "IdempotencyTTL",
-			exists: true, current: 0, requested: time.Hour, msgs: 1},
+			exists: true, current: 0, requested: int64(time.Hour), msgs: 1},
 	}
 	if err := checkRetention(plan, true); err != nil {
 		t.Fatalf("allowed: %v", err)
@@ -145,12 +145,12 @@ func TestSizeRetention(t *testing.T) {
 		r                         retention
 		changed, shrinks, refused bool
 	}{
-		{"new stream", retention{size: true, reqSize: mib}, false, false, false},
-		{"unchanged", retention{size: true, exists: true, curSize: mib, reqSize: mib, msgs: 5, bytes: mib}, false, false, false},
-		{"raised", retention{size: true, exists: true, curSize: mib, reqSize: 2 * mib, msgs: 5, bytes: mib}, true, false, false},
-		{"to unlimited", retention{size: true, exists: true, curSize: mib, reqSize: 0, msgs: 5, bytes: mib}, true, false, false},
-		{"limited, above what it holds", retention{size: true, exists: true, curSize: 0, reqSize: mib, msgs: 5, bytes: 1000}, true, true, false},
-		{"lowered below what it holds", retention{size: true, exists: true, curSize: 0, reqSize: 1000, msgs: 5, bytes: 5000}, true, true, true},
+		{"new stream", retention{size: true, requested: mib}, false, false, false},
+		{"unchanged", retention{size: true, exists: true, current: mib, requested: mib, msgs: 5, bytes: mib}, false, false, false},
+		{"raised", retention{size: true, exists: true, current: mib, requested: 2 * mib, msgs: 5, bytes: mib}, true, false, false},
+		{"to unlimited", retention{size: true, exists: true, current: mib, requested: 0, msgs: 5, bytes: mib}, true, false, false},
+		{"limited, above what it holds", retention{size: true, exists: true, current: 0, requested: mib, msgs: 5, bytes: 1000}, true, true, false},
+		{"lowered below what it holds", retention{size: true, exists: true, current: 0, requested: 1000, msgs: 5, bytes: 5000}, true, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestSizeRetention(t *testing.T) {
 		})
 	}
 	err := checkRetention([]retention{{resource: "stream HERMES_OUTPUT", setting: "max bytes", size: true,
-		variable: "HERMES_BRIDGE_OUTPUT_MAX_BYTES", field: "OutputMaxBytes", exists: true, curSize: 0, reqSize: 1024, msgs: 3, bytes: 4096}}, false)
+		variable: "HERMES_BRIDGE_OUTPUT_MAX_BYTES", field: "OutputMaxBytes", exists: true, current: 0, requested: 1024, msgs: 3, bytes: 4096}}, false)
 	want := "stream HERMES_OUTPUT holds 3 messages (4KiB) with max bytes unlimited; HERMES_BRIDGE_OUTPUT_MAX_BYTES=1KiB would delete the oldest of them"
 	if !errors.Is(err, ErrRetentionShrink) || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v\nwant it to contain %q", err, want)

@@ -508,33 +508,21 @@ func (c *Capabilities) DurableRunIdempotency() bool {
 // it is the zero value, as for v0.16 and v0.19. A body that is not a JSON object fails with
 // invalid_response.
 func ParseCapabilities(b []byte) (*Capabilities, error) {
-	var body struct {
-		Object    string                     `json:"object"`
-		Platform  string                     `json:"platform"`
-		Model     string                     `json:"model"`
-		Features  map[string]json.RawMessage `json:"features"`
-		Endpoints map[string]json.RawMessage `json:"endpoints"`
-	}
 	t := bytes.TrimSpace(b)
-	if len(t) == 0 || t[0] != '{' {
-		return nil, invalidResponse("capabilities", "not_an_object", 0)
-	}
 	// Decode member by member so that an odd member does not lose the rest.
 	var top map[string]json.RawMessage
-	if json.Unmarshal(t, &top) != nil {
+	if len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &top) != nil {
 		return nil, invalidResponse("capabilities", "not_an_object", 0)
 	}
-	_ = json.Unmarshal(top["object"], &body.Object)
-	_ = json.Unmarshal(top["platform"], &body.Platform)
-	_ = json.Unmarshal(top["model"], &body.Model)
-	_ = json.Unmarshal(top["features"], &body.Features)
-	_ = json.Unmarshal(top["endpoints"], &body.Endpoints)
-	c := &Capabilities{Object: body.Object, Platform: body.Platform, Model: body.Model,
-		Features: body.Features, Endpoints: map[string]CapabilityEndpoint{}, Raw: append(json.RawMessage(nil), t...)}
-	if c.Features == nil {
-		c.Features = map[string]json.RawMessage{}
-	}
-	for k, raw := range body.Endpoints {
+	c := &Capabilities{Features: map[string]json.RawMessage{}, Endpoints: map[string]CapabilityEndpoint{},
+		Raw: append(json.RawMessage(nil), t...)}
+	_ = json.Unmarshal(top["object"], &c.Object)
+	_ = json.Unmarshal(top["platform"], &c.Platform)
+	_ = json.Unmarshal(top["model"], &c.Model)
+	_ = json.Unmarshal(top["features"], &c.Features)
+	var endpoints map[string]json.RawMessage
+	_ = json.Unmarshal(top["endpoints"], &endpoints)
+	for k, raw := range endpoints {
 		var e CapabilityEndpoint
 		if json.Unmarshal(raw, &e) == nil {
 			c.Endpoints[k] = e

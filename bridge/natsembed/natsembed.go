@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -239,12 +240,16 @@ func (s *Server) ClientURL() string {
 }
 
 // clientURL is ClientURL with s.mu held.
-func (s *Server) clientURL() string {
+func (s *Server) clientURL() string { return s.url("nats", s.port) }
+
+// url is scheme://host:port for clients of this machine: a wildcard listen address
+// is reached on loopback.
+func (s *Server) url(scheme string, port int) string {
 	host := s.opts.Host
 	if host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	return fmt.Sprintf("nats://%s", net.JoinHostPort(host, fmt.Sprint(s.port)))
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // WebSocketURL returns the URL browsers connect to over WebSocket, e.g.
@@ -256,15 +261,8 @@ func (s *Server) WebSocketURL() string {
 	if s.wsPort == 0 {
 		return ""
 	}
-	host := s.opts.Host
-	if host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	return fmt.Sprintf("ws://%s", net.JoinHostPort(host, fmt.Sprint(s.wsPort)))
+	return s.url("ws", s.wsPort)
 }
-
-// StoreDir returns the JetStream store directory.
-func (s *Server) StoreDir() string { return s.opts.StoreDir }
 
 // Shutdown stops the server gracefully (JetStream state is flushed to the
 // store) and waits until it has stopped or ctx is done, in which case it

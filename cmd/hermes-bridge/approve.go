@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
@@ -226,7 +225,8 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 		fmt.Fprintf(sio.err, "follow it with: hermes-bridge watch %s\n", id)
 		return exitOK
 	}
-	return followDecided(ctx, cl, id, o, sio)
+	// Follow as watch does, without the pending_approval note (the decision was just published).
+	return follow(ctx, cl, id, &callOptions{jsonOut: o.jsonOut, wait: o.wait}, sio, false, nil)
 }
 
 // lastResult reads the last result of the action from the output stream. On a
@@ -344,12 +344,6 @@ func confirm(sio stdio, question string) bool {
 		return true
 	}
 	return false
-}
-
-// followDecided follows an approved action to its result, as watch does, without
-// the pending_approval note (the decision was just published).
-func followDecided(ctx context.Context, cl *clientConn, id string, o *approveOptions, sio stdio) int {
-	return followAction(ctx, cl, id, &callOptions{jsonOut: o.jsonOut, wait: o.wait}, sio, false, nil)
 }
 
 // parkedAction is one line of `pending`.
@@ -490,22 +484,8 @@ func cmdCancel(ctx context.Context, args []string, environ map[string]string, si
 	cctx, cancel := context.WithTimeout(cl.ctx, o.timeout)
 	r, err := cl.c.Cancel(cctx, id)
 	cancel()
-	switch {
-	case err == nil:
-	case cl.permissionDenied(sio.err):
-		return exitUsage
-	case errors.Is(err, nats.ErrNoResponders):
-		fmt.Fprintf(sio.err, "hermes-bridge cancel: no bridge answered on %s (no responders): is 'hermes-bridge run' running, with the same HERMES_BRIDGE_PREFIX?\n", cl.subjects.Cancel(id))
-		return exitUsage
-	case ctx.Err() != nil:
-		fmt.Fprintf(sio.err, "hermes-bridge cancel: interrupted before a bridge answered\n")
-		return exitInterrupted
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		fmt.Fprintf(sio.err, "hermes-bridge cancel: no bridge answered on %s within %s\n", cl.subjects.Cancel(id), o.timeout)
-		return exitUsage
-	default:
-		fmt.Fprintf(sio.err, "hermes-bridge cancel: %v\n", err)
-		return exitUsage
+	if err != nil {
+		return cl.requestFailed(ctx, sio.err, cl.subjects.Cancel(id), o.timeout, err, "")
 	}
 	switch r.State {
 	case events.CancelCancelled:

@@ -61,7 +61,7 @@ func commonFlags(fs *flag.FlagSet, o *callOptions) {
 
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(discard{})
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return fs
 }
@@ -153,7 +153,7 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 	if !o.jsonOut && !o.eventsOut {
 		fmt.Fprintf(sio.err, "action %s published on %s\n", id, cl.subjects.Action(o.endpoint, o.op))
 	}
-	return follow(ctx, cl, id, &o, sio, cl.callHint(id, &ack))
+	return follow(ctx, cl, id, &o, sio, true, cl.callHint(id, &ack))
 }
 
 func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
@@ -171,7 +171,7 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 		return code
 	}
 	defer closeConn()
-	return follow(ctx, cl, id, &o, sio, cl.watchHint(id))
+	return follow(ctx, cl, id, &o, sio, true, cl.watchHint(id))
 }
 
 // action builds the action from the flags; errors are usage errors.
@@ -288,7 +288,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		cfg.NATSInboxPrefix = conn.inboxPrefix
 	}
 	all.merge(cfg.ValidateClient())
-	if err := all.errOrNil(); err != nil {
+	if err := problems(all.Problems).err(); err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}
@@ -373,15 +373,10 @@ func explainPublish(err error, subject string) error {
 }
 
 // follow prints the action's output until it settles and maps the result to the exit
-// status. hint says, when nothing has come after waitHintAfter, what the command waits
-// for and why it may not come.
-func follow(ctx context.Context, cl *clientConn, id string, o *callOptions, sio stdio, hint func(context.Context) string) int {
-	return followAction(ctx, cl, id, o, sio, true, hint)
-}
-
-// followAction is follow; notePending says whether a pending_approval result is printed
-// with how to decide it, and hint may be nil.
-func followAction(ctx context.Context, cl *clientConn, id string, o *callOptions, sio stdio, notePending bool, hint func(context.Context) string) int {
+// status. notePending says whether a pending_approval result is printed with how to
+// decide it. hint, when not nil, says, when nothing has come after waitHintAfter, what
+// the command waits for and why it may not come.
+func follow(ctx context.Context, cl *clientConn, id string, o *callOptions, sio stdio, notePending bool, hint func(context.Context) string) int {
 	fctx := cl.ctx
 	if o.wait > 0 {
 		var cancel context.CancelFunc

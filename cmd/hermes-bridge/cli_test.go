@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"net"
 	"os"
 	"path/filepath"
@@ -162,8 +161,7 @@ func TestParseArgsInterspersed(t *testing.T) {
 	if err != nil || len(pos) != 1 || pos[0] != "-weird" {
 		t.Fatalf("pos %v err %v", pos, err)
 	}
-	fs = flag.NewFlagSet("x", flag.ContinueOnError)
-	fs.SetOutput(discard{})
+	fs = newFlagSet("x")
 	if _, err := parseArgs(fs, []string{"-h"}); err != errHelp {
 		t.Fatalf("help: %v", err)
 	}

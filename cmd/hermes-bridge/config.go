@@ -207,14 +207,6 @@ func (e *ConfigError) merge(err error) {
 // variableRE matches the names of variables in a message.
 var variableRE = regexp.MustCompile(`[A-Z][A-Z0-9_]*[A-Z0-9]`)
 
-// errOrNil returns e as an error, or nil when it lists no problem.
-func (e *ConfigError) errOrNil() error {
-	if len(e.Problems) == 0 {
-		return nil
-	}
-	return e
-}
-
 func asProblems(err error) []string {
 	if err == nil {
 		return nil
@@ -287,6 +279,7 @@ type problems []string
 
 func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
 
+// err returns the problems as a *ConfigError, or nil when there is none.
 func (p problems) err() error {
 	if len(p) == 0 {
 		return nil
@@ -391,14 +384,20 @@ func (c *Config) validateNATS(p *problems) {
 		{"NATS_TOKEN_FILE", c.NATSTokenFile}, {"NATS_TLS_CA", c.NATSTLSCA}, {"NATS_TLS_CERT", c.NATSTLSCert},
 		{"NATS_TLS_KEY", c.NATSTLSKey},
 	} {
-		if k.path == "" {
-			continue
-		}
-		if st, err := os.Stat(k.path); err != nil {
-			p.add("%s=%s: %s", k.key, k.path, fileProblem(err))
-		} else if st.IsDir() {
-			p.add("%s=%s: is a directory, not a file", k.key, k.path)
-		}
+		p.file(k.key, k.path)
+	}
+}
+
+// file adds the problem of the file path that variable key names, if set: it does not
+// exist, cannot be read or is a directory.
+func (p *problems) file(key, path string) {
+	if path == "" {
+		return
+	}
+	if st, err := os.Stat(path); err != nil {
+		p.add("%s=%s: %s", key, path, fileProblem(err))
+	} else if st.IsDir() {
+		p.add("%s=%s: is a directory, not a file", key, path)
 	}
 }
 
@@ -778,26 +777,16 @@ func redactURL(raw string) string {
 func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 	out := map[string]any{}
 	v := reflect.ValueOf(c).Elem()
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		key, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-		if key == "" {
-			continue
-		}
-		fv := v.Field(i)
-		if fv.IsZero() && f.Tag.Get("envDefault") == "" {
+	for _, f := range configFields() {
+		key, fv := f.Key, v.FieldByName(f.Name)
+		if fv.IsZero() && f.Default == "" {
 			continue
 		}
 		switch {
-		case f.Tag.Get("secret") == "true":
+		case f.Secret:
 			out[key] = "[redacted]"
 		case fv.Kind() == reflect.String && (strings.HasSuffix(key, "_URL") || strings.HasSuffix(key, "_ENDPOINT")):
-			parts := strings.Split(fv.String(), ",")
-			for i := range parts {
-				parts[i] = redactURL(strings.TrimSpace(parts[i]))
-			}
-			out[key] = strings.Join(parts, ",")
+			out[key] = redactURLs(fv.String())
 		case fv.Type() == reflect.TypeFor[time.Duration]():
 			out[key] = fv.Interface().(time.Duration).String()
 		case fv.Type() == reflect.TypeFor[byteSize]():

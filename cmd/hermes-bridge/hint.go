@@ -10,7 +10,7 @@ import (
 )
 
 // The hints call and watch print when an action has given no news for waitHintAfter
-// (see followAction): what the command waits for, and why it may not come.
+// (see follow): what the command waits for, and why it may not come.
 
 // callHint describes an action call published (ack is the stream's acknowledgement,
 // filled in by the publish): where it is stored, and whether a bridge consumes it.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,10 +33,7 @@ const (
 )
 
 func cmdRun(ctx context.Context, args []string, environ map[string]string, io stdio) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(discard{})
-	fs.Usage = func() {}
-	if code, ok := parseNoArgs("run", fs, args, io, func() { printRunHelp(io.out) },
+	if code, ok := parseNoArgs("run", newFlagSet("run"), args, io, func() { printRunHelp(io.out) },
 		" (run takes no arguments; configure it with environment variables)"); !ok {
 		return code
 	}
@@ -85,7 +81,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	} else {
 		all.merge(validateSpecs(specs, cfg.EndpointsFile != "", environ))
 	}
-	if err := all.errOrNil(); err != nil {
+	if err := problems(all.Problems).err(); err != nil {
 		return nil, err
 	}
 	keys, err := newKeyring(specs, environ)
@@ -423,10 +419,6 @@ func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && isatty.IsTerminal(f.Fd())
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // storeInUse explains a data directory that another process's embedded server holds
 // (err wraps le) and what to do instead.

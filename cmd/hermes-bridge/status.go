@@ -55,22 +55,8 @@ func cmdStatus(ctx context.Context, args []string, environ map[string]string, si
 	rctx, cancel := context.WithTimeout(cl.ctx, o.timeout)
 	msg, err := cl.nc.RequestWithContext(rctx, subject, body)
 	cancel()
-	switch {
-	case err == nil:
-	case cl.permissionDenied(sio.err):
-		return exitUsage
-	case errors.Is(err, nats.ErrNoResponders):
-		fmt.Fprintf(sio.err, "hermes-bridge status: no bridge answered on %s (no responders): is 'hermes-bridge run' running (a version with the status endpoint), with the same HERMES_BRIDGE_PREFIX?\n", subject)
-		return exitUsage
-	case ctx.Err() != nil:
-		fmt.Fprintf(sio.err, "hermes-bridge status: interrupted before a bridge answered\n")
-		return exitInterrupted
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		fmt.Fprintf(sio.err, "hermes-bridge status: no bridge answered on %s within %s\n", subject, o.timeout)
-		return exitUsage
-	default:
-		fmt.Fprintf(sio.err, "hermes-bridge status: %v\n", err)
-		return exitUsage
+	if err != nil {
+		return cl.requestFailed(ctx, sio.err, subject, o.timeout, err, " (a version with the status endpoint)")
 	}
 	if e := msg.Header.Get(micro.ErrorHeader); e != "" {
 		fmt.Fprintf(sio.err, "hermes-bridge status: the bridge answered with an error (%s): %s\n",
@@ -92,6 +78,25 @@ func cmdStatus(ctx context.Context, args []string, environ map[string]string, si
 		return exitFailed
 	}
 	return exitOK
+}
+
+// requestFailed reports why a request of the command on subject got no answer (err, not
+// nil) and returns the exit status: exitInterrupted when ctx ended, else exitUsage.
+// which names what must run for a bridge to answer, after 'hermes-bridge run'.
+func (cl *clientConn) requestFailed(ctx context.Context, stderr io.Writer, subject string, timeout time.Duration, err error, which string) int {
+	switch {
+	case cl.permissionDenied(stderr):
+	case errors.Is(err, nats.ErrNoResponders):
+		fmt.Fprintf(stderr, "hermes-bridge %s: no bridge answered on %s (no responders): is 'hermes-bridge run' running%s, with the same HERMES_BRIDGE_PREFIX?\n", cl.cmd, subject, which)
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "hermes-bridge %s: interrupted before a bridge answered\n", cl.cmd)
+		return exitInterrupted
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		fmt.Fprintf(stderr, "hermes-bridge %s: no bridge answered on %s within %s\n", cl.cmd, subject, timeout)
+	default:
+		fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cl.cmd, err)
+	}
+	return exitUsage
 }
 
 // printStatus writes the human summary of r.

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 
@@ -56,13 +55,7 @@ func (c *Config) validateUI(p *problems) {
 	if (c.UINATSUser == "") != (c.UINATSPasswordFile == "") {
 		p.add("HERMES_BRIDGE_UI_NATS_USER and HERMES_BRIDGE_UI_NATS_PASSWORD_FILE must be set together")
 	}
-	if c.UINATSPasswordFile != "" {
-		if st, err := os.Stat(c.UINATSPasswordFile); err != nil {
-			p.add("HERMES_BRIDGE_UI_NATS_PASSWORD_FILE=%s: %s", c.UINATSPasswordFile, fileProblem(err))
-		} else if st.IsDir() {
-			p.add("HERMES_BRIDGE_UI_NATS_PASSWORD_FILE=%s: is a directory, not a file", c.UINATSPasswordFile)
-		}
-	}
+	p.file("HERMES_BRIDGE_UI_NATS_PASSWORD_FILE", c.UINATSPasswordFile)
 	if !validInboxPrefix(c.UIInboxPrefix) {
 		p.add("HERMES_BRIDGE_UI_INBOX_PREFIX=%s: %s", c.UIInboxPrefix, inboxPrefixRule)
 	}

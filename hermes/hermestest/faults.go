@@ -2,6 +2,7 @@ package hermestest
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -108,7 +109,7 @@ func (s *Server) writeFault(w http.ResponseWriter, f *Fault) {
 		if hdr.Get("Content-Type") == "" && !strings.HasPrefix(strings.TrimSpace(f.Body), "{") {
 			hdr.Set("Content-Type", "text/plain; charset=utf-8")
 		}
-		writeRaw(w, f.Status, nil, []byte(f.Body))
+		writeRaw(w, f.Status, []byte(f.Body))
 		return
 	}
 	var body obj
@@ -121,7 +122,7 @@ func (s *Server) writeFault(w http.ResponseWriter, f *Fault) {
 		if n == 0 {
 			n = 10
 		}
-		body = openaiError("Too many concurrent runs (max "+itoa(n)+")", "rate_limit_error", "rate_limit_exceeded")
+		body = openaiError("Too many concurrent runs (max "+strconv.Itoa(n)+")", "rate_limit_error", "rate_limit_exceeded")
 	case http.StatusServiceUnavailable:
 		if hdr.Get("Retry-After") == "" {
 			hdr.Set("Retry-After", "1")

@@ -46,7 +46,7 @@ func (s *Server) handleHealthDetailed(c *call) {
 }
 
 func (s *Server) handleModels(c *call) {
-	m := s.cfg.model
+	m := serverModel
 	writeJSON(c.w, http.StatusOK, nil, obj{{"object", "list"}, {"data", []any{obj{
 		{"id", m}, {"object", "model"}, {"created", s.now().Unix()}, {"owned_by", "hermes"},
 		{"permission", []any{}}, {"root", m}, {"parent", nil},
@@ -82,7 +82,7 @@ func (s *Server) handleCapabilities(c *call) {
 		{"session_chat_stream", ep("POST", "/api/sessions/{session_id}/chat/stream")},
 	}
 	writeJSON(c.w, http.StatusOK, nil, obj{
-		{"object", "hermes.api_server.capabilities"}, {"platform", "hermes-agent"}, {"model", s.cfg.model},
+		{"object", "hermes.api_server.capabilities"}, {"platform", "hermes-agent"}, {"model", serverModel},
 		{"auth", obj{{"type", "bearer"}, {"required", true}}},
 		{"runtime", obj{{"mode", "server_agent"}, {"tool_execution", "server"}, {"split_runtime", false},
 			{"description", "The API server creates a server-side Hermes AIAgent; tools execute on the API-server host unless a future explicit split-runtime mode is enabled."}}},

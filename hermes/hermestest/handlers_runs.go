@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -32,7 +33,7 @@ func (s *Server) admitRun(c *call) (func(), bool) {
 		s.runs.mu.Unlock()
 		if full {
 			writeJSON(c.w, http.StatusTooManyRequests, nil,
-				openaiError("Too many concurrent runs (max "+itoa(limit)+")", "invalid_request_error", "rate_limit_exceeded"))
+				openaiError("Too many concurrent runs (max "+strconv.Itoa(limit)+")", "invalid_request_error", "rate_limit_exceeded"))
 			return nil, false
 		}
 	}

@@ -69,7 +69,7 @@ func (s *Server) handleSessionCreate(c *call) {
 		}
 		sp = str
 	}
-	model := s.cfg.model
+	model := serverModel
 	if v, ok := body.get("model"); ok {
 		if m, ok := v.(string); ok && m != "" {
 			model = m
@@ -237,7 +237,7 @@ func (s *Server) handleSessionChat(c *call) {
 		}
 	}
 	turn := Turn{Route: c.route.key, UserText: text, History: s.sessions.history(id), SessionID: id,
-		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: s.cfg.model}
+		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: serverModel}
 	hdr := echoHeaders(c.r, id)
 	if c.route.key == "session_chat_stream" {
 		s.sessionStream(c, turn, norm, hdr)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 )
@@ -154,14 +153,11 @@ func writeJSON(w http.ResponseWriter, status int, extra http.Header, body any) {
 			hdr.Set(kv[0], kv[1])
 		}
 	}
-	writeRaw(w, status, nil, dumps(body, true))
+	writeRaw(w, status, dumps(body, true))
 }
 
-func writeRaw(w http.ResponseWriter, status int, extra http.Header, b []byte) {
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	hdr := w.Header()
-	for k, v := range extra {
-		hdr[k] = v
-	}
 	if hdr.Get("Content-Type") == "" {
 		hdr.Set("Content-Type", "application/json; charset=utf-8")
 	}
@@ -172,9 +168,7 @@ func writeRaw(w http.ResponseWriter, status int, extra http.Header, b []byte) {
 
 func writeText(w http.ResponseWriter, status int, text string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(text)))
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(text))
+	writeRaw(w, status, []byte(text))
 }
 
 // openaiError is the _openai_error envelope (with param null).
@@ -203,7 +197,3 @@ func resetConn(w http.ResponseWriter) {
 	}
 	_ = conn.Close()
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
-
-func pathUnescape(s string) (string, error) { return url.PathUnescape(s) }

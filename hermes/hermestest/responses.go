@@ -432,7 +432,7 @@ func (rc *respRun) stream(hdr http.Header) {
 	text := func(t string, n int) bool {
 		for i, d := range splitDeltas(t, n) {
 			if i > 0 && rep.DeltaDelay > 0 {
-				if pendingAge+rep.DeltaDelay >= s.cfg.batch {
+				if pendingAge+rep.DeltaDelay >= responsesBatch {
 					if !flushPending() {
 						return false
 					}
@@ -444,9 +444,6 @@ func (rc *respRun) stream(hdr http.Header) {
 				}
 			}
 			pending += d
-			if s.cfg.batch <= 0 && !flushPending() {
-				return false
-			}
 		}
 		return true
 	}

@@ -50,6 +50,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,13 +79,18 @@ type config struct {
 	maxRunsSet   bool
 	keepalive    time.Duration
 	agent        Agent
-	model        string
-	agentModel   string
 	clock        func() time.Time
 	maxResponses int
-	batch        time.Duration
 	runsIdem     bool
 }
+
+// The model names of the API server and of its agent (stored with sessions), and how
+// long the Responses stream batches text deltas, as Hermes has them by default.
+const (
+	serverModel    = "hermes-agent"
+	agentModel     = "stub-model"
+	responsesBatch = 50 * time.Millisecond
+)
 
 // WithAPIKey sets the bearer key (default DefaultAPIKey).
 func WithAPIKey(key string) Option { return func(c *config) { c.key = key } }
@@ -153,11 +160,8 @@ func NewUnstartedServer(opts ...Option) *Server {
 		maxRuns:      10,
 		keepalive:    30 * time.Second,
 		agent:        StubAgent,
-		model:        "hermes-agent",
-		agentModel:   "stub-model",
 		clock:        time.Now,
 		maxResponses: 100,
-		batch:        50 * time.Millisecond,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -315,7 +319,7 @@ func splitPath(escaped string) ([]string, bool) {
 	}
 	parts := strings.Split(escaped, "/")
 	for i, p := range parts {
-		u, err := pathUnescape(p)
+		u, err := url.PathUnescape(p)
 		if err != nil {
 			return nil, false
 		}
@@ -341,7 +345,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
 		if r.ContentLength > MaxRequestBytes {
 			s.record(r, "", nil, false)
-			writeRaw(w, http.StatusRequestEntityTooLarge, nil, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
+			writeRaw(w, http.StatusRequestEntityTooLarge, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
 			return
 		}
 	}
@@ -533,7 +537,7 @@ func (s *Server) admit(c *call, gate bool) (release func(), ok bool) {
 	if gate && s.cfg.maxRuns > 0 && s.active >= s.cfg.maxRuns {
 		s.mu.Unlock()
 		writeJSON(c.w, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}},
-			openaiError("Too many concurrent runs (max "+itoa(s.cfg.maxRuns)+")", "rate_limit_error", "rate_limit_exceeded"))
+			openaiError("Too many concurrent runs (max "+strconv.Itoa(s.cfg.maxRuns)+")", "rate_limit_error", "rate_limit_exceeded"))
 		return nil, false
 	}
 	s.active++
@@ -579,7 +583,7 @@ func (s *Server) requestModel(body obj) string {
 			return ms
 		}
 	}
-	return s.cfg.model
+	return serverModel
 }
 
 // runAgent calls the agent on an owned goroutine and waits for its reply;

@@ -450,7 +450,7 @@ type turnRecord struct {
 func (db *sessionDB) ensureLocked(id, systemPrompt string) *session {
 	x, ok := db.rows[id]
 	if !ok {
-		x = &session{id: id, source: "api_server", model: db.s.cfg.agentModel, startedAt: db.ts()}
+		x = &session{id: id, source: "api_server", model: agentModel, startedAt: db.ts()}
 		db.insert(x)
 	}
 	return x
@@ -481,7 +481,7 @@ func (db *sessionDB) persistTurn(t turnRecord) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	x := db.ensureLocked(t.sessionID, t.systemPrompt)
-	x.model = db.s.cfg.agentModel
+	x.model = agentModel
 	x.hasSystem = true
 	x.modelConfig = true
 	x.estimatedCost = true

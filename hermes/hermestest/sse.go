@@ -220,13 +220,13 @@ func (s *Server) jsonFault(c *call) bool {
 		_ = http.NewResponseController(c.w).Flush()
 		<-c.ctx.Done()
 	case f.Malformed:
-		writeRaw(c.w, http.StatusOK, nil, []byte("{\"id\": \"\xff\xfe\", garbage"))
+		writeRaw(c.w, http.StatusOK, []byte("{\"id\": \"\xff\xfe\", garbage"))
 	case f.Oversized > 0:
 		b := make([]byte, 0, f.Oversized+2)
 		b = append(b, '"')
 		b = append(b, strings.Repeat("x", f.Oversized)...)
 		b = append(b, '"')
-		writeRaw(c.w, http.StatusOK, nil, b)
+		writeRaw(c.w, http.StatusOK, b)
 	}
 	return true
 }
