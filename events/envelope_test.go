@@ -216,7 +216,7 @@ func TestDecodeErrorsDoNotEchoValues(t *testing.T) {
 	}
 }
 
-// TestDecodeDecisionEnvelope: an approval decision's CloudEvent id may be any printable
+// TestDecodeDecisionEnvelope: an approval decision's CloudEvent id may be any printable ASCII
 // string (CloudEvents allows any; the action id comes from the subject), as in
 // deploy/README.md's example; its type must be the approval type; an action's id is
 // still held to the action id rule.
