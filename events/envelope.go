@@ -12,7 +12,6 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 )
 
@@ -87,7 +86,7 @@ type Envelope struct {
 // read with the CloudEvents JSON event format (sdk-go); one that sdk-go cannot read
 // is classified by its id, specversion, type, source and subject members (names
 // matched exactly) as the go-json-experiment library reads them: a payload that is
-// not one JSON value (RFC 8259, valid UTF-8, no member name repeated) or has no
+// not a JSON object (RFC 8259, valid UTF-8, no member name repeated) or has no
 // string id is not a CloudEvent.
 //
 // Results:
@@ -345,44 +344,24 @@ func attrReason(k string) string {
 	return k + " is invalid"
 }
 
-// structuredPeek reads the attributes needed to classify a structured event
-// that sdk-go could not read.
-type structuredPeek struct {
-	ID          *string `json:"id"`
-	SpecVersion any     `json:"specversion"`
-	Type        any     `json:"type"`
-	Source      any     `json:"source"`
-	Subject     any     `json:"subject"`
-}
-
-// stringOf returns v when it is a string, else "".
-func stringOf(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 func decodeStructured(hv *headerView, data []byte, rules *envelopeRules) (*Envelope, error) {
 	var ev event.Event
 	if err := ev.UnmarshalJSON(data); err != nil {
-		if !jsontext.Value(data).IsValid() {
-			return nil, &DecodeError{Reason: "structured payload is not valid JSON"}
-		}
-		var p structuredPeek
+		// Not the CloudEvents JSON format: classified by the members it has.
+		var p map[string]any
 		if json.Unmarshal(data, &p) != nil {
-			return nil, &DecodeError{Reason: "structured payload is not a JSON object with string attributes"}
+			return nil, &DecodeError{Reason: "structured payload is not a JSON object"}
 		}
-		if p.ID == nil {
-			return nil, &DecodeError{Reason: "missing id attribute"}
+		str := func(name string) string { s, _ := p[name].(string); return s }
+		if _, ok := p["id"].(string); !ok {
+			return nil, &DecodeError{Reason: "missing id attribute or not a string"}
 		}
-		if !rules.validID(*p.ID) {
+		if !rules.validID(str("id")) {
 			return nil, &DecodeError{Reason: rules.idReason}
 		}
-		env := &Envelope{
-			ID: *p.ID, Mode: ModeStructured,
-			SpecVersion: stringOf(p.SpecVersion), Type: stringOf(p.Type),
-			Source: stringOf(p.Source), Subject: stringOf(p.Subject),
-			Traceparent: plainTrace(hv.traceparent), Tracestate: plainTrace(hv.tracestate),
-		}
+		env := &Envelope{ID: str("id"), Mode: ModeStructured, SpecVersion: str("specversion"), Type: str("type"),
+			Source: str("source"), Subject: str("subject"),
+			Traceparent: plainTrace(hv.traceparent), Tracestate: plainTrace(hv.tracestate)}
 		if env.SpecVersion != SpecVersion {
 			return env, &AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"}
 		}

@@ -321,34 +321,15 @@ func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byt
 	return binaryHeader(src, TypeResult, ResultID(r.ActionID, r.Status), r.CapabilityID, trace), body, nil
 }
 
-// headerGetFold returns the first value of the header named name (ASCII
-// case-insensitive), percent-decoded; "" when absent or undecodable.
-func headerGetFold(h nats.Header, name string) string {
-	if vs, ok := h[name]; ok && len(vs) > 0 {
-		v, bad := decodeHeaderValue(vs[0])
-		if bad == "" {
-			return v
-		}
-		return ""
-	}
-	for k, vs := range h {
-		if len(vs) > 0 && strings.EqualFold(k, name) {
-			v, bad := decodeHeaderValue(vs[0])
-			if bad == "" {
-				return v
-			}
-			return ""
-		}
-	}
-	return ""
-}
-
+// checkOutputType returns an error when h has a readable ce-type header (name matched
+// ASCII case-insensitively) other than want.
 func checkOutputType(h nats.Header, want string) error {
-	if h == nil {
-		return nil
-	}
-	if t := headerGetFold(h, HeaderType); t != "" && t != want {
-		return outputErr("CloudEvent type is not " + want)
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, HeaderType) {
+			if t, _ := decodeHeaderValue(vs[0]); t != "" && t != want {
+				return outputErr("CloudEvent type is not " + want)
+			}
+		}
 	}
 	return nil
 }
