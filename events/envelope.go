@@ -245,7 +245,7 @@ func decodeBinary(hv *headerView, ct string, data []byte, rules *envelopeRules) 
 	if env.SpecVersion != SpecVersion {
 		return env, &AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"}
 	}
-	// sdk-go's v1 event context: what it validates is checked by its Validate below.
+	// ec holds the attributes sdk-go's v1 validation reads (Validate, below).
 	ec := event.EventContextV1{ID: env.ID, Type: env.Type}
 	if hv.has[attrSource] && ec.SetSource(env.Source) != nil {
 		return env, &AttributeError{Attribute: "source", Reason: "source must be a URI-reference"}
