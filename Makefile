@@ -68,7 +68,6 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzPrepare$$' -fuzztime $(FUZZTIME) ./hermes
 	$(GO) test -run '^$$' -fuzz '^FuzzRunEvents$$' -fuzztime $(FUZZTIME) ./hermes
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnvelope$$' -fuzztime $(FUZZTIME) ./events
-	$(GO) test -run '^$$' -fuzz '^FuzzBinaryValidation$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAction$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeApproval$$' -fuzztime $(FUZZTIME) ./events

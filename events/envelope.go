@@ -3,17 +3,15 @@ package events
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"mime"
-	"net/url"
-	"sort"
+	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 )
 
@@ -88,12 +86,14 @@ type Envelope struct {
 // read with the CloudEvents JSON event format (sdk-go); one that sdk-go cannot read
 // is classified by its id, specversion, type, source and subject members (names
 // matched exactly) as the go-json-experiment library reads them: a payload that is
-// not one JSON value (RFC 8259, valid UTF-8, no member name repeated) or has no
+// not a JSON object (RFC 8259, valid UTF-8, no member name repeated) or has no
 // string id is not a CloudEvent.
 //
 // Results:
 //   - (env, nil): a valid action CloudEvent: specversion 1.0, type
-//     [TypeAction], a valid action id, a non-empty source.
+//     [TypeAction], a valid action id, a non-empty source, a JSON data content
+//     type when one is given, and attributes that pass sdk-go's CloudEvents
+//     validation (as an RFC 3339 time and an absolute dataschema URI).
 //   - (nil, *DecodeError): not a readable CloudEvent or no usable id (missing,
 //     unreadable, or not matching [ValidActionID]); errors.Is(err,
 //     ErrNotCloudEvent). The message belongs on the DLQ.
@@ -109,7 +109,7 @@ func DecodeEnvelope(h nats.Header, data []byte) (*Envelope, error) {
 
 // DecodeDecisionEnvelope reads an approval decision CloudEvent (CONTRACT §7) from a
 // NATS message, with the rules of DecodeEnvelope except two: the id may be any
-// non-empty string of printable UTF-8 (CloudEvents allows any; the action id comes
+// non-empty string of printable ASCII (CloudEvents allows any; the action id comes
 // from the subject), and the type must be [TypeApproval].
 func DecodeDecisionEnvelope(h nats.Header, data []byte) (*Envelope, error) {
 	return decodeEnvelope(h, data, decisionRules)
@@ -124,35 +124,31 @@ type envelopeRules struct {
 
 var (
 	actionRules   = &envelopeRules{validID: ValidActionID, idReason: "id is not a valid action id token", typ: TypeAction}
-	decisionRules = &envelopeRules{validID: func(id string) bool { return id != "" && utf8Printable(id) },
-		idReason: "id is not printable UTF-8", typ: TypeApproval}
+	decisionRules = &envelopeRules{validID: func(id string) bool { return id != "" && printableASCII(id) },
+		idReason: "id is not printable ASCII", typ: TypeApproval}
 )
 
 func decodeEnvelope(h nats.Header, data []byte, rules *envelopeRules) (*Envelope, error) {
-	var hv headerView
-	for k, vs := range h {
-		hv.add(k, vs)
-	}
-	if hv.conflict == "id" {
+	hv := readHeaders(h)
+	if hv.conflict[attrID] {
 		return nil, &DecodeError{Reason: "conflicting ce-id headers"}
 	}
+	ct := strings.TrimSpace(hv.contentType)
 	switch {
-	case hasPrefixFold(strings.TrimSpace(hv.contentType), "application/cloudevents"):
-		ct := strings.ToLower(strings.TrimSpace(hv.contentType))
-		if strings.HasPrefix(ct, "application/cloudevents-batch") {
-			return nil, &DecodeError{Reason: "batched CloudEvents are not supported"}
-		}
+	case hasPrefixFold(ct, "application/cloudevents-batch"):
+		return nil, &DecodeError{Reason: "batched CloudEvents are not supported"}
+	case hasPrefixFold(ct, "application/cloudevents"):
 		return decodeStructured(&hv, data, rules)
 	case hv.has[attrSpecVersion]:
-		return decodeBinary(&hv, data, rules)
+		return decodeBinary(&hv, ct, data, rules)
 	case looksStructured(data):
 		return decodeStructured(&hv, data, rules)
-	default:
-		return nil, &DecodeError{Reason: "no ce-specversion header and no structured CloudEvent payload"}
 	}
+	return nil, &DecodeError{Reason: "no ce-specversion header and no structured CloudEvent payload"}
 }
 
-// Indexes of the header attributes DecodeEnvelope reads.
+// Indexes of the ce- headers DecodeEnvelope reads, in the order their failures are
+// reported.
 const (
 	attrSpecVersion = iota
 	attrID
@@ -160,52 +156,51 @@ const (
 	attrType
 	attrSubject
 	attrTime
+	attrDataSchema
 	attrTraceparent
 	attrTracestate
-	attrDataSchema
 	numAttrs
 )
 
-var attrNames = [numAttrs]string{"specversion", "id", "source", "type", "subject", "time", "traceparent", "tracestate", "dataschema"}
+var attrNames = [numAttrs]string{"specversion", "id", "source", "type", "subject", "time", "dataschema", "traceparent", "tracestate"}
 
-// headerView is the case-insensitive view of the headers DecodeEnvelope needs.
+// headerView is what DecodeEnvelope reads from the headers, names matched
+// case-insensitively.
 type headerView struct {
-	raw         [numAttrs]string
-	has         [numAttrs]bool
-	conflict    string // name of the first attribute given conflicting values
-	contentType string
-	traceparent string // plain W3C headers
-	tracestate  string
+	raw      [numAttrs]string // the first value of each ce- header
+	has      [numAttrs]bool
+	conflict [numAttrs]bool // a ce- header given different values
+	// content-type and the plain W3C trace-context headers
+	contentType, traceparent, tracestate string
 }
 
-func (hv *headerView) add(k string, vs []string) {
-	if len(vs) == 0 {
-		return
-	}
-	switch {
-	case hasPrefixFold(k, "ce-"):
-		name := k[3:]
-		for i, an := range attrNames {
-			if !strings.EqualFold(name, an) {
-				continue
-			}
-			for _, v := range vs {
-				if hv.has[i] && hv.raw[i] != v && hv.conflict == "" {
-					hv.conflict = an
-				}
-				if !hv.has[i] {
-					hv.raw[i], hv.has[i] = v, true
-				}
-			}
-			return
+func readHeaders(h nats.Header) headerView {
+	var hv headerView
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
 		}
-	case strings.EqualFold(k, "content-type"):
-		hv.contentType = vs[0]
-	case strings.EqualFold(k, "traceparent"):
-		hv.traceparent = vs[0]
-	case strings.EqualFold(k, "tracestate"):
-		hv.tracestate = vs[0]
+		switch {
+		case hasPrefixFold(k, "ce-"):
+			i := slices.IndexFunc(attrNames[:], func(name string) bool { return strings.EqualFold(k[3:], name) })
+			for _, v := range vs {
+				switch {
+				case i < 0:
+				case !hv.has[i]:
+					hv.raw[i], hv.has[i] = v, true
+				case v != hv.raw[i]:
+					hv.conflict[i] = true
+				}
+			}
+		case strings.EqualFold(k, HeaderContentType):
+			hv.contentType = vs[0]
+		case strings.EqualFold(k, HeaderW3CTraceparent):
+			hv.traceparent = vs[0]
+		case strings.EqualFold(k, HeaderW3CTracestate):
+			hv.tracestate = vs[0]
+		}
 	}
+	return hv
 }
 
 func looksStructured(data []byte) bool {
@@ -213,98 +208,82 @@ func looksStructured(data []byte) bool {
 	return len(d) > 0 && d[0] == '{' && bytes.Contains(d, []byte(`"specversion"`))
 }
 
-func decodeBinary(hv *headerView, data []byte, rules *envelopeRules) (*Envelope, error) {
-	var vals [numAttrs]string
-	var bad [numAttrs]string
-	for i := range vals {
+// decodeBinary reads a binary-mode event. The attributes are validated by sdk-go
+// (its v1 event context); ct is the trimmed content-type header.
+func decodeBinary(hv *headerView, ct string, data []byte, rules *envelopeRules) (*Envelope, error) {
+	var val, bad [numAttrs]string
+	for i := range val {
 		if hv.has[i] {
-			vals[i], bad[i] = decodeHeaderValue(hv.raw[i])
+			val[i], bad[i] = decodeHeaderValue(hv.raw[i])
 		}
 	}
-	if !hv.has[attrID] {
+	switch {
+	case !hv.has[attrID]:
 		return nil, &DecodeError{Reason: "missing ce-id header"}
-	}
-	if bad[attrID] != "" {
+	case bad[attrID] != "":
 		return nil, &DecodeError{Reason: "ce-id header " + bad[attrID]}
-	}
-	if !rules.validID(vals[attrID]) {
+	case !rules.validID(val[attrID]):
 		return nil, &DecodeError{Reason: rules.idReason}
 	}
-	env := &Envelope{ID: vals[attrID], Mode: ModeBinary, Data: data}
-	if bad[attrSpecVersion] == "" {
-		env.SpecVersion = vals[attrSpecVersion]
-	}
-	if bad[attrSource] == "" {
-		env.Source = vals[attrSource]
-	}
-	if bad[attrType] == "" {
-		env.Type = vals[attrType]
-	}
-	if bad[attrSubject] == "" {
-		env.Subject = vals[attrSubject]
-	}
-	env.Traceparent, env.Tracestate = vals[attrTraceparent], vals[attrTracestate]
+	env := &Envelope{ID: val[attrID], SpecVersion: val[attrSpecVersion], Source: val[attrSource], Type: val[attrType],
+		Subject: val[attrSubject], Mode: ModeBinary, Data: data,
+		Traceparent: val[attrTraceparent], Tracestate: val[attrTracestate]}
 	if !hv.has[attrTraceparent] || bad[attrTraceparent] != "" {
 		env.Traceparent = plainTrace(hv.traceparent)
 	}
 	if !hv.has[attrTracestate] || bad[attrTracestate] != "" {
 		env.Tracestate = plainTrace(hv.tracestate)
 	}
-	if hv.conflict != "" {
-		return env, &AttributeError{Attribute: hv.conflict, Reason: "conflicting ce-" + hv.conflict + " headers"}
-	}
 	for i, reason := range bad {
-		if reason != "" {
+		switch {
+		case hv.conflict[i]:
+			return env, &AttributeError{Attribute: attrNames[i], Reason: "conflicting ce-" + attrNames[i] + " headers"}
+		case reason != "":
 			return env, &AttributeError{Attribute: attrNames[i], Reason: "ce-" + attrNames[i] + " header " + reason}
 		}
 	}
 	if env.SpecVersion != SpecVersion {
 		return env, &AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"}
 	}
-
-	if hv.has[attrSource] && !parsesAsURL(env.Source) {
+	// ec holds the attributes sdk-go's v1 validation reads (Validate, below).
+	ec := event.EventContextV1{ID: env.ID, Type: env.Type}
+	if hv.has[attrSource] && ec.SetSource(env.Source) != nil {
 		return env, &AttributeError{Attribute: "source", Reason: "source must be a URI-reference"}
 	}
 	if hv.has[attrTime] {
-		// As types.ParseTimestamp, without allocating the *Timestamp: "" is no time.
-		ts, err := time.Parse(time.RFC3339Nano, vals[attrTime])
-		if err != nil || vals[attrTime] == "" {
-			return env, &AttributeError{Attribute: "time", Reason: "time must be an RFC 3339 timestamp"}
+		t, err := time.Parse(time.RFC3339Nano, val[attrTime])
+		if err != nil {
+			return env, &AttributeError{Attribute: "time", Reason: attrReason("time")}
 		}
-		env.Time = ts
+		env.Time = t
 	}
-	ct := strings.TrimSpace(hv.contentType)
 	if ct != "" {
 		if reason := checkJSONContentType(ct); reason != "" {
 			return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
 		}
 	}
-	if err := validateBinary(env, hv, &vals, ct); err != nil {
+	// The rest of sdk-go's validation: id and type non-blank, source non-empty,
+	// dataschema an absolute URI (sdk-go holds a blank subject as absent; time and
+	// content type are checked above).
+	if ec.SetDataSchema(val[attrDataSchema]) != nil {
+		return env, &AttributeError{Attribute: "dataschema", Reason: attrReason("dataschema")}
+	}
+	if err := firstInvalid(ec.Validate()); err != nil {
 		return env, err
 	}
 	return env, rules.checkType(env)
 }
 
-// parsesAsURL reports whether url.Parse accepts s. A plain URI reference without a
-// colon (see plainURIRef; as "hermes-bench") always parses, as a relative path, so it is
-// not parsed.
-func parsesAsURL(s string) bool {
-	if plainURIRef(s) && strings.IndexByte(s, ':') < 0 {
-		return true
-	}
-	_, err := url.Parse(s)
-	return err == nil
-}
-
+// plainTrace is a plain W3C trace-context header's value, "" when it is not printable
+// ASCII (as a trace-context value is).
 func plainTrace(v string) string {
-	if v == "" || !utf8Printable(v) {
+	if !printableASCII(v) {
 		return ""
 	}
 	return v
 }
 
-// utf8Printable reports whether v is printable ASCII (trace-context values are).
-func utf8Printable(v string) bool {
+func printableASCII(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if v[i] < 0x20 || v[i] >= 0x7f {
 			return false
@@ -334,83 +313,14 @@ func (r *envelopeRules) checkType(env *Envelope) error {
 	return nil
 }
 
-// sdkValidationOnly makes validateBinary always take the sdk-go path (tests compare the
-// two paths).
-var sdkValidationOnly atomic.Bool
-
-// validateBinary applies sdk-go's CloudEvents validation to a binary event whose id,
-// specversion, time and content type are already checked. The common case (no
-// dataschema, a source made of plain URI characters) is checked here directly: sdk-go
-// would build an event and format its source URL only to find it non-empty. Anything
-// else builds the sdk-go event and runs its validation. Both paths give the same answer
-// (TestBinaryValidationMatchesSDK, FuzzBinaryValidation).
-func validateBinary(env *Envelope, hv *headerView, vals *[numAttrs]string, ct string) error {
-	if !sdkValidationOnly.Load() && !hv.has[attrDataSchema] && plainURIRef(env.Source) {
-		// The attributes left, in the name order validateEvent reports them in. (sdk-go
-		// stores a blank subject as absent, so a subject never fails.)
-		switch {
-		case env.Source == "":
-			return &AttributeError{Attribute: "source", Reason: attrReason("source")}
-		case strings.TrimSpace(env.Type) == "":
-			return &AttributeError{Attribute: "type", Reason: attrReason("type")}
-		}
+// firstInvalid turns the first failure of sdk-go's validation (in attribute-name order,
+// for determinism) into an AttributeError whose reason does not echo values; nil when
+// there is none.
+func firstInvalid(ve event.ValidationError) error {
+	if len(ve) == 0 {
 		return nil
 	}
-	ev := event.New(event.CloudEventsVersionV1)
-	ev.SetID(env.ID)
-	ev.SetType(env.Type)
-	if hv.has[attrSource] {
-		ev.SetSource(env.Source)
-	}
-	if hv.has[attrSubject] {
-		ev.SetSubject(env.Subject)
-	}
-	if hv.has[attrTime] {
-		ev.SetTime(env.Time)
-	}
-	if hv.has[attrDataSchema] {
-		ev.SetDataSchema(vals[attrDataSchema])
-	}
-	if ct != "" {
-		ev.SetDataContentType(ct)
-	}
-	return validateEvent(&ev)
-}
-
-// plainURIRef reports whether s starts with a letter or digit and holds only unreserved
-// URI characters, '/' and ':' (as "hermes-bench", "urn:x:y" or "https://host/path"):
-// such a source, once parsed, formats as a non-empty URL.
-func plainURIRef(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case i > 0 && (c == '-' || c == '.' || c == '_' || c == '~' || c == '/' || c == ':'):
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validateEvent runs the sdk-go validation and turns its first failure (in
-// attribute-name order, for determinism) into an AttributeError whose reason
-// does not echo values.
-func validateEvent(ev *event.Event) error {
-	err := ev.Validate()
-	if err == nil {
-		return nil
-	}
-	var ve event.ValidationError
-	if !errors.As(err, &ve) || len(ve) == 0 {
-		return &AttributeError{Attribute: "event", Reason: "event fails CloudEvents validation"}
-	}
-	keys := make([]string, 0, len(ve))
-	for k := range ve {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	k := keys[0]
+	k := slices.Min(slices.Collect(maps.Keys(ve)))
 	return &AttributeError{Attribute: k, Reason: attrReason(k)}
 }
 
@@ -434,44 +344,24 @@ func attrReason(k string) string {
 	return k + " is invalid"
 }
 
-// structuredPeek reads the attributes needed to classify a structured event
-// that sdk-go could not read.
-type structuredPeek struct {
-	ID          *string `json:"id"`
-	SpecVersion any     `json:"specversion"`
-	Type        any     `json:"type"`
-	Source      any     `json:"source"`
-	Subject     any     `json:"subject"`
-}
-
-// stringOf returns v when it is a string, else "".
-func stringOf(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 func decodeStructured(hv *headerView, data []byte, rules *envelopeRules) (*Envelope, error) {
 	var ev event.Event
 	if err := ev.UnmarshalJSON(data); err != nil {
-		if !jsontext.Value(data).IsValid() {
-			return nil, &DecodeError{Reason: "structured payload is not valid JSON"}
-		}
-		var p structuredPeek
+		// Not the CloudEvents JSON format: classified by the members it has.
+		var p map[string]any
 		if json.Unmarshal(data, &p) != nil {
-			return nil, &DecodeError{Reason: "structured payload is not a JSON object with string attributes"}
+			return nil, &DecodeError{Reason: "structured payload is not a JSON object"}
 		}
-		if p.ID == nil {
-			return nil, &DecodeError{Reason: "missing id attribute"}
+		str := func(name string) string { s, _ := p[name].(string); return s }
+		if _, ok := p["id"].(string); !ok {
+			return nil, &DecodeError{Reason: "missing id attribute or not a string"}
 		}
-		if !rules.validID(*p.ID) {
+		if !rules.validID(str("id")) {
 			return nil, &DecodeError{Reason: rules.idReason}
 		}
-		env := &Envelope{
-			ID: *p.ID, Mode: ModeStructured,
-			SpecVersion: stringOf(p.SpecVersion), Type: stringOf(p.Type),
-			Source: stringOf(p.Source), Subject: stringOf(p.Subject),
-			Traceparent: plainTrace(hv.traceparent), Tracestate: plainTrace(hv.tracestate),
-		}
+		env := &Envelope{ID: str("id"), Mode: ModeStructured, SpecVersion: str("specversion"), Type: str("type"),
+			Source: str("source"), Subject: str("subject"),
+			Traceparent: plainTrace(hv.traceparent), Tracestate: plainTrace(hv.tracestate)}
 		if env.SpecVersion != SpecVersion {
 			return env, &AttributeError{Attribute: "specversion", Reason: "specversion must be 1.0"}
 		}
@@ -511,7 +401,8 @@ func decodeStructured(hv *headerView, data []byte, rules *envelopeRules) (*Envel
 			return env, &AttributeError{Attribute: "datacontenttype", Reason: reason}
 		}
 	}
-	if err := validateEvent(&ev); err != nil {
+	ve, _ := ev.Validate().(event.ValidationError)
+	if err := firstInvalid(ve); err != nil {
 		return env, err
 	}
 	return env, rules.checkType(env)

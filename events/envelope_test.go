@@ -110,6 +110,14 @@ func TestDecodeEnvelope(t *testing.T) {
 			data: actionBody, want: want{attr: "source", id: "act-8"}},
 		{name: "binary bad time", h: binaryHeaders("ce-specversion", "1.0", "ce-id", "act-9", "ce-source", "s", "ce-type", events.TypeAction, "ce-time", "yesterday"),
 			data: actionBody, want: want{attr: "time", id: "act-9"}},
+		{name: "binary empty source", h: binaryHeaders("ce-specversion", "1.0", "ce-id", "act-8", "ce-source", "", "ce-type", events.TypeAction),
+			data: actionBody, want: want{attr: "source", id: "act-8"}},
+		{name: "binary source formats empty", h: binaryHeaders("ce-specversion", "1.0", "ce-id", "act-8", "ce-source", "#", "ce-type", events.TypeAction),
+			data: actionBody, want: want{attr: "source", id: "act-8"}},
+		{name: "binary blank type", h: binaryHeaders("ce-specversion", "1.0", "ce-id", "act-8", "ce-source", "s", "ce-type", " "),
+			data: actionBody, want: want{attr: "type", id: "act-8"}},
+		{name: "binary relative dataschema", h: binaryHeaders("ce-specversion", "1.0", "ce-id", "act-8", "ce-source", "s", "ce-type", events.TypeAction,
+			"ce-dataschema", "relative/a.json"), data: actionBody, want: want{attr: "dataschema", id: "act-8"}},
 		{name: "binary non-JSON content type", h: binaryHeaders("ce-specversion", "1.0", "ce-id", "act-10", "ce-source", "s", "ce-type", events.TypeAction, "content-type", "text/plain"),
 			data: actionBody, want: want{attr: "datacontenttype", id: "act-10"}},
 		{name: "binary data not an object is the action decoder's problem", h: validBinary(), data: `[1]`,
@@ -216,7 +224,7 @@ func TestDecodeErrorsDoNotEchoValues(t *testing.T) {
 	}
 }
 
-// TestDecodeDecisionEnvelope: an approval decision's CloudEvent id may be any printable
+// TestDecodeDecisionEnvelope: an approval decision's CloudEvent id may be any printable ASCII
 // string (CloudEvents allows any; the action id comes from the subject), as in
 // deploy/README.md's example; its type must be the approval type; an action's id is
 // still held to the action id rule.

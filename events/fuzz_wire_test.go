@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -41,9 +43,11 @@ func oracleEvent(data []byte) *events.EventData {
 	return &ev
 }
 
-// FuzzDecodeOutput feeds arbitrary bodies to DecodeResult and DecodeEvent: each accepts
-// what encoding/json reads into a valid result (event), with the same fields, and
-// refuses the rest with ErrInvalidOutput.
+// FuzzDecodeOutput feeds arbitrary bodies, with no headers, the result type, the event
+// type (a header name in another case) or empty headers, to DecodeResult and
+// DecodeEvent: each accepts what encoding/json reads into a valid result (event), with
+// the same fields, unless a ce-type names the other, and refuses the rest with
+// ErrInvalidOutput. A decoded result shares no memory with the body.
 func FuzzDecodeOutput(f *testing.F) {
 	for _, s := range []string{
 		`{"action_id":"c-1","capability_id":"cap:hermes_agent:primary:chat","status":"completed","output":{"a": [1, 2]},"error":null,"replay_of":null}`,
@@ -54,25 +58,52 @@ func FuzzDecodeOutput(f *testing.F) {
 		`{"action_id":"a-123","sequence":0,"kind":"data","event":{"event":"response.output_text.delta","id":null,"data":{ "delta": "Three" }},"text":"Three"}`,
 		`{"action_id":"a","sequence":7,"kind":"done","event":{"event":null,"id":"e\"1","data":null}}`,
 		"{\"action_id\":\"a\",\"status\":\"completed\",\"text\":\"\xff\",\"output\":\"\xff\"}", `[]`, `null`, `{"action_id":"a"} x`, ``,
+		`{"action_id":"a","status":"weird"}`, `{"action_id":"a","status":"completed","output":12.5e3}`, `{"action_id":null,"status":"completed"}`,
+		`{"action_id":1,"status":"completed"}`, `{"action_id":"a","status":"completed",}`, `{"action_id":"a","status":"completed","output":nul}`,
+		`{"action_id":"a","status":"completed","error":{"http_status":"x"}}`, `{"action_id":"a","status":"completed","output":{"a":"\ud800"}}`,
 	} {
-		f.Add([]byte(s))
+		for hdr := range uint8(4) {
+			f.Add(hdr, []byte(s))
+		}
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := events.DecodeResult(nil, data)
-		want := oracleResult(data)
+	f.Fuzz(func(t *testing.T, hdr uint8, data []byte) {
+		var h nats.Header
+		switch hdr % 4 {
+		case 1:
+			h = nats.Header{events.HeaderType: {events.TypeResult}}
+		case 2:
+			h = nats.Header{"CE-Type": {events.TypeEvent}}
+		case 3:
+			h = nats.Header{}
+		}
+		in := bytes.Clone(data)
+		got, err := events.DecodeResult(h, data)
+		want := oracleResult(in)
+		if hdr%4 == 2 {
+			want = nil
+		}
 		if (got == nil) != (err != nil) || err != nil && !errors.Is(err, events.ErrInvalidOutput) {
-			t.Fatalf("DecodeResult(%q) = %v, %v", data, got, err)
+			t.Fatalf("DecodeResult(%q) = %v, %v", in, got, err)
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("DecodeResult(%q)\n got %#v\nwant %#v", data, got, want)
+			t.Fatalf("DecodeResult(%q)\n got %#v\nwant %#v", in, got, want)
 		}
-		gotEv, err := events.DecodeEvent(nil, data)
-		wantEv := oracleEvent(data)
+		gotEv, err := events.DecodeEvent(h, data)
+		wantEv := oracleEvent(in)
+		if hdr%4 == 1 {
+			wantEv = nil
+		}
 		if (gotEv == nil) != (err != nil) || err != nil && !errors.Is(err, events.ErrInvalidOutput) {
-			t.Fatalf("DecodeEvent(%q) = %v, %v", data, gotEv, err)
+			t.Fatalf("DecodeEvent(%q) = %v, %v", in, gotEv, err)
 		}
 		if !reflect.DeepEqual(gotEv, wantEv) {
-			t.Fatalf("DecodeEvent(%q)\n got %#v\nwant %#v", data, gotEv, wantEv)
+			t.Fatalf("DecodeEvent(%q)\n got %#v\nwant %#v", in, gotEv, wantEv)
+		}
+		for i := range data {
+			data[i] = 'x'
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeResult's result aliases its input")
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"net/url"
 	"strings"
 	"unicode/utf8"
 )
@@ -37,42 +38,29 @@ const ContentTypeJSON = "application/json"
 // ContentTypeCloudEventsJSON is the content type of structured-mode events.
 const ContentTypeCloudEventsJSON = "application/cloudevents+json"
 
-// needsPercentEncoding reports whether a header value must be percent-encoded
-// per the CloudEvents NATS/HTTP binding: space, '"', '%' and anything outside
-// printable ASCII.
-func needsPercentEncoding(s string) bool {
+// PercentEncodeHeader encodes a CloudEvents attribute value for a ce- header
+// (the CloudEvents NATS/HTTP binding): space, '"', '%', control characters and
+// every non-ASCII byte (of the UTF-8 encoding) become %XX. A value that needs
+// no encoding is returned as it is, without allocating.
+func PercentEncodeHeader(s string) string {
+	var b []byte // nil until a byte needs encoding
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == '"' || c == '%' {
-			return true
+		switch c := s[i]; {
+		case c > ' ' && c < 0x7f && c != '"' && c != '%':
+			if b != nil {
+				b = append(b, c)
+			}
+		default:
+			if b == nil {
+				b = append(make([]byte, 0, len(s)+16), s[:i]...)
+			}
+			b = append(b, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
 		}
 	}
-	return false
-}
-
-const upperhex = "0123456789ABCDEF"
-
-// PercentEncodeHeader encodes a CloudEvents attribute value for a ce- header:
-// space, '"', '%', control characters and every non-ASCII byte (of the UTF-8
-// encoding) become %XX. Values that need no encoding are returned unchanged
-// without allocating.
-func PercentEncodeHeader(s string) string {
-	if !needsPercentEncoding(s) {
+	if b == nil {
 		return s
 	}
-	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == '"' || c == '%' {
-			b.WriteByte('%')
-			b.WriteByte(upperhex[c>>4])
-			b.WriteByte(upperhex[c&15])
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
+	return string(b)
 }
 
 // decodeHeaderValue undoes the binding's encoding of one ce- header value: an
@@ -81,59 +69,27 @@ func PercentEncodeHeader(s string) string {
 // empty on success and never contains the value.
 func decodeHeaderValue(v string) (string, string) {
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		inner := v[1 : len(v)-1]
-		if strings.IndexByte(inner, '\\') >= 0 {
-			var b strings.Builder
-			for i := 0; i < len(inner); i++ {
-				c := inner[i]
-				if c == '\\' {
-					i++
-					if i == len(inner) {
-						return "", "has a dangling escape in a quoted value"
-					}
-					c = inner[i]
+		var b strings.Builder
+		for i := 1; i < len(v)-1; i++ {
+			if v[i] == '\\' {
+				if i++; i == len(v)-1 {
+					return "", "has a dangling escape in a quoted value"
 				}
-				b.WriteByte(c)
 			}
-			inner = b.String()
+			b.WriteByte(v[i])
 		}
-		v = inner
+		v = b.String()
 	}
 	if strings.IndexByte(v, '%') >= 0 {
-		b := make([]byte, 0, len(v))
-		for i := 0; i < len(v); i++ {
-			c := v[i]
-			if c != '%' {
-				b = append(b, c)
-				continue
-			}
-			if i+2 >= len(v) || !ishex(v[i+1]) || !ishex(v[i+2]) {
-				return "", "has an invalid percent-encoding"
-			}
-			b = append(b, unhex(v[i+1])<<4|unhex(v[i+2]))
-			i += 2
+		var err error
+		if v, err = url.PathUnescape(v); err != nil { // %XX only: '+' stays '+'
+			return "", "has an invalid percent-encoding"
 		}
-		v = string(b)
 	}
 	if !utf8.ValidString(v) {
 		return "", "is not valid UTF-8"
 	}
 	return v, ""
-}
-
-func ishex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0'
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10
-	default:
-		return c - 'A' + 10
-	}
 }
 
 // hasPrefixFold reports whether s starts with prefix, ASCII case-insensitively.

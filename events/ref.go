@@ -48,19 +48,12 @@ func ParseRef(raw json.RawMessage) (Ref, bool) {
 	if len(raw) < len(RefKey)+4 || raw[0] != '{' || !bytes.Contains(raw, []byte(RefKey)) {
 		return Ref{}, false
 	}
-	var m map[string]json.RawMessage
+	var m map[string]Ref
 	if json.Unmarshal(raw, &m) != nil || len(m) != 1 {
 		return Ref{}, false
 	}
-	inner, ok := m[RefKey]
-	if !ok {
-		return Ref{}, false
-	}
-	var r Ref
-	if json.Unmarshal(inner, &r) != nil || r.Bucket == "" || r.Name == "" {
-		return Ref{}, false
-	}
-	return r, true
+	r, ok := m[RefKey]
+	return r, ok && r.Bucket != "" && r.Name != ""
 }
 
 // Check returns nil if b is the referenced content (its size and digest), else an

@@ -66,12 +66,6 @@ func (s Subjects) Approvals(actionID string) string { return s.prefix() + ".appr
 // DLQ is the dead-letter subject: <prefix>.dlq.
 func (s Subjects) DLQ() string { return s.prefix() + ".dlq" }
 
-// AllEvents is the wildcard over every action's events: <prefix>.events.>.
-func (s Subjects) AllEvents() string { return s.prefix() + ".events.>" }
-
-// AllResults is the wildcard over every action's results: <prefix>.results.>.
-func (s Subjects) AllResults() string { return s.prefix() + ".results.>" }
-
 // AllCancel is the wildcard over every cancel subject: <prefix>.cancel.*.
 func (s Subjects) AllCancel() string { return s.prefix() + ".cancel.*" }
 
@@ -118,16 +112,6 @@ func (s Subjects) parseIDSubject(kind, subject string) (string, error) {
 	return id, nil
 }
 
-// ParseEvents returns the action id of an events subject.
-func (s Subjects) ParseEvents(subject string) (string, error) {
-	return s.parseIDSubject("events", subject)
-}
-
-// ParseResults returns the action id of a results subject.
-func (s Subjects) ParseResults(subject string) (string, error) {
-	return s.parseIDSubject("results", subject)
-}
-
 // ParseCancel returns the action id of a cancel subject.
 func (s Subjects) ParseCancel(subject string) (string, error) {
 	return s.parseIDSubject("cancel", subject)
@@ -170,40 +154,23 @@ func ParseCapabilityID(id string) (endpoint, op string, ok bool) {
 
 // ValidActionID reports whether id matches [A-Za-z0-9_-]{1,128}, the action
 // id syntax (an action id is used as a subject token).
-func ValidActionID(id string) bool {
-	if len(id) == 0 || len(id) > MaxTokenLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func ValidActionID(id string) bool { return validToken(id, MaxTokenLen, true, true) }
 
 // ValidEndpointID reports whether id matches [a-z0-9_-]{1,128}.
-func ValidEndpointID(id string) bool {
-	if len(id) == 0 || len(id) > MaxTokenLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func ValidEndpointID(id string) bool { return validToken(id, MaxTokenLen, false, true) }
 
-func validOpToken(op string) bool {
-	if len(op) == 0 || len(op) > 64 {
+// validOpToken reports whether op matches [a-z0-9_]{1,64}.
+func validOpToken(op string) bool { return validToken(op, 64, false, false) }
+
+// validToken reports whether s is 1 to max bytes of [a-z0-9_], upper-case letters
+// when upper, '-' when dash.
+func validToken(s string, max int, upper, dash bool) bool {
+	if len(s) == 0 || len(s) > max {
 		return false
 	}
-	for i := 0; i < len(op); i++ {
-		c := op[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || upper && 'A' <= c && c <= 'Z' || dash && c == '-') {
 			return false
 		}
 	}

@@ -228,7 +228,8 @@ func marshalResult(r *Result) ([]byte, error) {
 
 // EventID returns the CloudEvent id of an event: <action_id>:<sequence>.
 func EventID(actionID string, seq int64) string {
-	return actionID + ":" + strconv.FormatInt(seq, 10)
+	var b [MaxTokenLen + 21]byte // one allocation: the string
+	return string(strconv.AppendInt(append(append(b[:0], actionID...), ':'), seq, 10))
 }
 
 // ResultID returns the CloudEvent id of a result: <action_id>:pending for a
@@ -240,24 +241,12 @@ func ResultID(actionID, status string) string {
 	return actionID + ":result"
 }
 
-// binaryHeader builds the binary-mode headers with one allocation for the
-// value slices. subject may be "".
+// binaryHeader returns the binary-mode headers of a message with CloudEvent id id, time
+// now; subject may be "". The header values share one slice.
 func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header {
-	return binaryHeaderID(src, typ, id, nil, subject, trace)
-}
-
-// binaryHeaderID is binaryHeader for the id idHead + idTail. The id and the time
-// share one string allocation.
-func binaryHeaderID(src, typ, idHead string, idTail []byte, subject string, trace TraceContext) nats.Header {
-	n := 7
-	if subject != "" {
-		n++
-	}
-	if trace.Traceparent != "" {
-		n += 2
-	}
-	if trace.Tracestate != "" {
-		n += 2
+	n := 8 // 7 headers and the subject
+	if trace != (TraceContext{}) {
+		n += 4
 	}
 	vals := make([]string, 0, n)
 	h := make(nats.Header, n)
@@ -265,31 +254,23 @@ func binaryHeaderID(src, typ, idHead string, idTail []byte, subject string, trac
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	var buf [128]byte
-	b := append(append(buf[:0], idHead...), idTail...)
-	idLen := len(b)
-	b = time.Now().UTC().AppendFormat(b, time.RFC3339Nano)
-	idTime := string(b)
-	id := idTime[:idLen]
 	set(HeaderSpecVersion, SpecVersion)
 	set(HeaderID, id) // ids are [A-Za-z0-9_:-]: never need encoding
+	set(HeaderMsgID, id)
 	set(HeaderSource, PercentEncodeHeader(src))
 	set(HeaderType, typ)
-	set(HeaderTime, idTime[idLen:])
+	set(HeaderTime, time.Now().UTC().Format(time.RFC3339Nano))
 	set(HeaderContentType, ContentTypeJSON)
-	set(HeaderMsgID, id)
 	if subject != "" {
 		set(HeaderSubject, PercentEncodeHeader(subject))
 	}
 	if trace.Traceparent != "" {
-		tp := PercentEncodeHeader(trace.Traceparent)
-		set(HeaderTraceparent, tp)
-		set(HeaderW3CTraceparent, tp)
+		set(HeaderTraceparent, PercentEncodeHeader(trace.Traceparent))
+		set(HeaderW3CTraceparent, vals[len(vals)-1])
 	}
 	if trace.Tracestate != "" {
-		ts := PercentEncodeHeader(trace.Tracestate)
-		set(HeaderTracestate, ts)
-		set(HeaderW3CTracestate, ts)
+		set(HeaderTracestate, PercentEncodeHeader(trace.Tracestate))
+		set(HeaderW3CTracestate, vals[len(vals)-1])
 	}
 	return h
 }
@@ -318,8 +299,7 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 	if err != nil {
 		return nil, nil, err
 	}
-	var tail [24]byte // ":" + sequence: the id is EventID(ev.ActionID, ev.Sequence)
-	return binaryHeaderID(src, TypeEvent, ev.ActionID, strconv.AppendInt(append(tail[:0], ':'), ev.Sequence, 10), "", trace), body, nil
+	return binaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace), body, nil
 }
 
 // EncodeResult returns the binary-mode headers and body of a result
@@ -338,43 +318,18 @@ func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byt
 	if err != nil {
 		return nil, nil, err
 	}
-	// The id is ResultID(r.ActionID, r.Status).
-	tail := ":result"
-	if r.Status == StatusPendingApproval {
-		tail = ":pending"
-	}
-	var tb [8]byte
-	return binaryHeaderID(src, TypeResult, r.ActionID, append(tb[:0], tail...), r.CapabilityID, trace), body, nil
+	return binaryHeader(src, TypeResult, ResultID(r.ActionID, r.Status), r.CapabilityID, trace), body, nil
 }
 
-// headerGetFold returns the first value of the header named name (ASCII
-// case-insensitive), percent-decoded; "" when absent or undecodable.
-func headerGetFold(h nats.Header, name string) string {
-	if vs, ok := h[name]; ok && len(vs) > 0 {
-		v, bad := decodeHeaderValue(vs[0])
-		if bad == "" {
-			return v
-		}
-		return ""
-	}
-	for k, vs := range h {
-		if len(vs) > 0 && strings.EqualFold(k, name) {
-			v, bad := decodeHeaderValue(vs[0])
-			if bad == "" {
-				return v
-			}
-			return ""
-		}
-	}
-	return ""
-}
-
+// checkOutputType returns an error when h has a readable ce-type header (name matched
+// ASCII case-insensitively) other than want.
 func checkOutputType(h nats.Header, want string) error {
-	if h == nil {
-		return nil
-	}
-	if t := headerGetFold(h, HeaderType); t != "" && t != want {
-		return outputErr("CloudEvent type is not " + want)
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, HeaderType) {
+			if t, _ := decodeHeaderValue(vs[0]); t != "" && t != want {
+				return outputErr("CloudEvent type is not " + want)
+			}
+		}
 	}
 	return nil
 }
