@@ -273,13 +273,7 @@ func TestSessionChatCountsButNeverRejects(t *testing.T) {
 // TestKeepalive: a slow agent keeps the stream alive with ": keepalive".
 func TestKeepalive(t *testing.T) {
 	release := make(chan struct{})
-	srv := newServer(t, hermestest.WithKeepalive(10*time.Millisecond), hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return hermestest.StubAgent(ctx, tu)
-	}))
+	srv := newServer(t, hermestest.WithKeepalive(10*time.Millisecond), blockingAgent(release))
 	req, _ := http.NewRequestWithContext(testCtx(t), "POST", srv.URL+"/v1/chat/completions", strings.NewReader(chatStreamBody))
 	req.Header.Set("Authorization", "Bearer "+srv.APIKey())
 	resp, err := http.DefaultClient.Do(req)

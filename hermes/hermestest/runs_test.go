@@ -142,17 +142,6 @@ func wantRunNotFound(t *testing.T, r result, id string) {
 	}
 }
 
-// blockingAgent blocks until release is closed or ctx is done.
-func blockingAgent(release <-chan struct{}) hermestest.Option {
-	return hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return hermestest.StubAgent(ctx, tu)
-	})
-}
-
 // TestRunsEventsOnce: the stub run's stream is the recorded sequence, ends with ": stream
 // closed", and a second subscription is 404 run_not_found (the queue is gone).
 func TestRunsEventsOnce(t *testing.T) {
@@ -600,16 +589,7 @@ func TestRunsCloseStopsRuns(t *testing.T) {
 	}
 	es.close()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for runtime.NumGoroutine() > base {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-	}
+	waitGoroutines(t, ctx, base)
 }
 
 // TestRunsIDsAndInfo: RunIDs lists runs oldest first; Run reports status, key and output.

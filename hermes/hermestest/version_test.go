@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -40,32 +39,18 @@ func TestVersion016(t *testing.T) {
 // TestVersion016NoGate: v0.16.0 predates the chat/responses concurrency gate.
 func TestVersion016NoGate(t *testing.T) {
 	release := make(chan struct{})
-	srv := newServer(t, hermestest.WithVersion(hermestest.Version016), hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return hermestest.StubAgent(ctx, tu)
-	}))
-	var wg sync.WaitGroup
-	res := make(chan int, 12)
-	for i := 0; i < 12; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := do(t, srv, "POST", "/v1/chat/completions", chatBody)
-			res <- r.status
-		}()
+	srv := newServer(t, hermestest.WithVersion(hermestest.Version016), blockingAgent(release))
+	res := make(chan result, 12)
+	for range 12 {
+		go func() { res <- do(t, srv, "POST", "/v1/chat/completions", chatBody) }()
 	}
 	if err := srv.WaitInFlight(testCtx(t), 12); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
-	wg.Wait()
-	close(res)
-	for s := range res {
-		if s != 200 {
-			t.Errorf("status %d", s)
+	for range 12 {
+		if r := <-res; r.status != 200 {
+			t.Errorf("status %d", r.status)
 		}
 	}
 }
