@@ -648,9 +648,9 @@ func TestRunLogsLeaseLiveness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	_, logs := startRunInProcess(t, map[string]string{
+	logs := startRunInProcess(t, map[string]string{
 		"HERMES_URL": "http://127.0.0.1:1", "HERMES_BRIDGE_ACK_WAIT": "2s", "HERMES_BRIDGE_HTTP_ADDR": "",
-	})
+	}).logs
 	var warned, connected bool // warned: a warning naming the ack wait
 	for _, l := range strings.Split(logs.String(), "\n") {
 		var line map[string]any

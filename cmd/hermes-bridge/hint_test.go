@@ -26,9 +26,7 @@ type hintEnv struct {
 
 func newHintEnv(t *testing.T, after time.Duration, opts ...func(*natsembed.Options)) *hintEnv {
 	t.Helper()
-	old := waitHintAfter
-	waitHintAfter = after
-	t.Cleanup(func() { waitHintAfter = old })
+	setHintAfter(t, after)
 	s := natsembed.RunTest(t, opts...)
 	_, js := natsembed.Connect(t, s, nats.UserInfo("ops", "ops-pw"))
 	ctx := context.Background()
@@ -41,6 +39,13 @@ func newHintEnv(t *testing.T, after time.Duration, opts ...func(*natsembed.Optio
 		}
 	}
 	return &hintEnv{t: t, js: js, env: map[string]string{"NATS_URL": s.ClientURL(), "NATS_USER": "ops", "NATS_PASSWORD": "ops-pw"}}
+}
+
+// setHintAfter sets waitHintAfter to d until the test ends.
+func setHintAfter(t *testing.T, d time.Duration) {
+	old := waitHintAfter
+	waitHintAfter = d
+	t.Cleanup(func() { waitHintAfter = old })
 }
 
 // bridgeConsumer creates the shared consumer as a bridge would.
@@ -204,9 +209,7 @@ func TestWatchHintUnknownID(t *testing.T) {
 // since prints neither (issue 13, item 9: the note was printed from the replay).
 func TestWatchPendingNote(t *testing.T) {
 	e := newApprovalsEnv(t)
-	old := waitHintAfter
-	waitHintAfter = time.Hour
-	t.Cleanup(func() { waitHintAfter = old })
+	setHintAfter(t, time.Hour)
 	pend := &events.Result{ActionID: "p1", CapabilityID: "cap:hermes_agent:primary:session_delete", Status: events.StatusPendingApproval,
 		Output: json.RawMessage(`{"capability_id":"cap:hermes_agent:primary:session_delete","input":{"session_id":"s"},"input_sha256":"abc","expires_at":"2026-01-01T00:15:00Z"}`)}
 	e.publishResult(pend)
