@@ -17,9 +17,7 @@ func fakeServer(t *testing.T, opts ...hermestest.Option) (*hermestest.Server, *h
 	s := hermestest.NewServer(opts...)
 	t.Cleanup(s.Close)
 	c, err := hermes.New(s.URL, hermes.WithAPIKey(s.APIKey()), hermes.WithEndpointID("fake"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	return s, c
 }
 
@@ -252,9 +250,7 @@ func TestFakeErrorClasses(t *testing.T) {
 	check("409", err, want{hermes.CodeRemoteRejected, "session_exists", 409, true})
 
 	_, _, err = run("session_patch", `{"session_id":"dup-1","body":{"title":"a"}}`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 
 	s.InjectFault(hermestest.Fault{Route: "session_chat", Reset: true})
 	_, _, err = run("session_chat", `{"session_id":"dup-1","message":"m"}`)
@@ -345,16 +341,12 @@ func TestFakeConcurrencyGate(t *testing.T) {
 	}()
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	if err := s.WaitInFlight(wctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, s.WaitInFlight(wctx, 1))
 	_, err := c.Call(context.Background(), hermes.Request{Operation: "responses", Input: hermes.DecodedInput(`{"input":"x"}`)}, nil)
 	e := asError(t, err)
 	if e.Code != hermes.CodeRemoteUnavailable || e.RemoteCode != "rate_limit_exceeded" || !e.NotStarted || !e.Retryable(false) || e.RetryAfter != time.Second {
 		t.Fatalf("%+v", e)
 	}
 	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, <-done)
 }

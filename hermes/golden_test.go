@@ -51,15 +51,11 @@ func TestGoldenTranscripts(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			body, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			spec := ops[strings.SplitN(filepath.Base(f), "_", 3)[1]]
 			srv := sseServer(t, string(body))
 			res, evs, err := streamCall(t, newClient(t, srv.URL), spec.op, spec.in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			if res.Status != "completed" || !res.Stream.Terminal || res.Stream.Truncated || res.Stream.Text != spec.text {
 				t.Fatalf("result %+v %+v", res, res.Stream)
 			}
@@ -73,15 +69,11 @@ func TestGoldenTranscripts(t *testing.T) {
 				t.Fatalf("events disagree with the summary")
 			}
 			got, err := json.MarshalIndent(g, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			got = append(got, '\n')
 			gf := strings.TrimSuffix(f, ".sse") + ".golden.json"
 			if *update {
-				if err := os.WriteFile(gf, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, os.WriteFile(gf, got, 0o644))
 			}
 			want, err := os.ReadFile(gf)
 			if err != nil {
@@ -97,15 +89,11 @@ func TestGoldenTranscripts(t *testing.T) {
 // TestGoldenCRLF checks that the same transcripts give the same events with CRLF line endings.
 func TestGoldenCRLF(t *testing.T) {
 	body, err := os.ReadFile("testdata/v0.19_32_sessions_chat_stream.sse")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var a, b []hermes.Event
 	for i, raw := range []string{string(body), strings.ReplaceAll(string(body), "\n", "\r\n")} {
 		_, evs, err := streamCall(t, newClient(t, sseServer(t, raw).URL), "session_chat_stream", `{"session_id":"s","message":"m"}`)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if i == 0 {
 			a = evs
 		} else {

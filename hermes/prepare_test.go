@@ -261,9 +261,7 @@ func TestPrepareRequestFields(t *testing.T) {
 	h.Set("Authorization", "Bearer stolen")
 	h.Set("X-Hermes-Session-Id", "smuggled")
 	p, err := hermes.Prepare(hermes.Request{Operation: "chat", Input: hermes.DecodedInput(`{"prompt":"a"}`), IdempotencyKey: "key-1", Header: h})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if p.Header.Get("Idempotency-Key") != "key-1" || p.Header.Get("Traceparent") == "" {
 		t.Fatalf("headers: %v", p.Header)
 	}

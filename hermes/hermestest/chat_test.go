@@ -260,9 +260,7 @@ func TestSessionChatCountsButNeverRejects(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		go func() { done <- do(t, srv, "POST", "/api/sessions/s/chat", `{"message":"x"}`) }()
 	}
-	if err := srv.WaitInFlight(testCtx(t), 2); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitInFlight(testCtx(t), 2))
 	must(t, do(t, srv, "POST", "/v1/chat/completions", chatBody), 429)
 	close(release)
 	for i := 0; i < 2; i++ {
@@ -277,9 +275,7 @@ func TestKeepalive(t *testing.T) {
 	req, _ := http.NewRequestWithContext(testCtx(t), "POST", srv.URL+"/v1/chat/completions", strings.NewReader(chatStreamBody))
 	req.Header.Set("Authorization", "Bearer "+srv.APIKey())
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	keepalives := 0
@@ -289,9 +285,7 @@ func TestKeepalive(t *testing.T) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if line == ": keepalive\n" {
 			keepalives++
 			if keepalives == 2 {

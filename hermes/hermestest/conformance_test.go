@@ -62,9 +62,7 @@ func shellWords(s string) []string {
 func parseTranscript(t *testing.T, path string) (*transcript, bool) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	lines := strings.Split(strings.ReplaceAll(string(raw), "\r\n", "\n"), "\n")
 	tr := &transcript{name: filepath.Base(path), method: "GET", header: http.Header{}, rheader: http.Header{}}
 	i := 0
@@ -243,14 +241,10 @@ func runConformance(t *testing.T, dir, version string) {
 				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			}
 			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			raw, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			got := string(raw)
 			if resp.StatusCode != tr.status {
 				t.Fatalf("status %d, transcript %d; body %s", resp.StatusCode, tr.status, got)
@@ -336,9 +330,7 @@ func TestConcurrencyGate(t *testing.T) {
 			t.Fatalf("early result %d: %+v", i, r)
 		}
 	}
-	if err := srv.WaitInFlight(testCtx(t), 10); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitInFlight(testCtx(t), 10))
 	close(release)
 	for range 10 {
 		if r := <-results; r.status != 200 || r.header.Get("Retry-After") != "" {

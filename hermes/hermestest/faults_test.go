@@ -108,9 +108,7 @@ func openStream(t *testing.T, ctx context.Context, client *http.Client, srv *her
 	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+srv.APIKey())
 	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	br := bufio.NewReader(resp.Body)
 	var first strings.Builder
 	for {
@@ -131,9 +129,7 @@ func TestFaultStallUntilClientGoes(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	resp, _, _ := openStream(t, ctx, http.DefaultClient, srv, "/v1/chat/completions", chatStreamBody)
 	defer resp.Body.Close()
-	if err := srv.WaitInFlight(testCtx(t), 1); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitInFlight(testCtx(t), 1))
 	cancel()
 	if err := srv.WaitInFlight(testCtx(t), 0); err != nil {
 		t.Fatalf("stalled handler did not end after client left: %v", err)
@@ -156,9 +152,7 @@ func TestInProgressSnapshot(t *testing.T) {
 	}
 	close(release)
 	rest, err := io.ReadAll(br)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	fs := sseFrames(string(rest))
 	if len(fs) == 0 || fs[len(fs)-1].event != "response.completed" {
 		t.Fatalf("stream %s", rest)

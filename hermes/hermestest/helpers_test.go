@@ -80,6 +80,14 @@ func must(t *testing.T, r result, status int) result {
 	return r
 }
 
+// noErr fails the test at once on an error.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)

@@ -44,9 +44,7 @@ func TestVersion016NoGate(t *testing.T) {
 	for range 12 {
 		go func() { res <- do(t, srv, "POST", "/v1/chat/completions", chatBody) }()
 	}
-	if err := srv.WaitInFlight(testCtx(t), 12); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitInFlight(testCtx(t), 12))
 	close(release)
 	for range 12 {
 		if r := <-res; r.status != 200 {
@@ -62,9 +60,7 @@ func TestObservation(t *testing.T) {
 			do(t, srv, "POST", "/v1/responses", `{"input":"x","stream":"yes"}`, "Idempotency-Key", "k-1")
 		}
 	}()
-	if err := srv.WaitCalls(testCtx(t), "responses_stream", 3); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitCalls(testCtx(t), "responses_stream", 3))
 	if srv.Calls("responses") != 0 {
 		t.Errorf("stream flag not used for the route key")
 	}
