@@ -18,7 +18,7 @@ import (
 // (actions, inputs and documents, valid and invalid).
 func testDocuments(f *testing.F) []string {
 	var out []string
-	for _, name := range []string{"schemas_test.go", "fuzz_test.go"} {
+	for _, name := range []string{"schemas_test.go", "fuzz_test.go", "input_rules_test.go"} {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			f.Fatal(err)
