@@ -27,7 +27,8 @@ func newSteppedDriver(t testing.TB, b *Bridge, id string) *steppedDriver {
 	d := b.newDriver(core.KindAction, id, nil, nil)
 	d.act = actionInfo{endpointID: "primary", op: "session_chat", capID: "cap:hermes_agent:primary:session_chat",
 		deadline: time.Now().Add(time.Minute), env: &events.Envelope{ID: id},
-		action: &events.Action{Input: []byte(`{"session_id":"SESSION-SECRET","message":"hi"}`)}}
+		action: &events.Action{Input: []byte(`{"session_id":"SESSION-SECRET","message":"hi"}`),
+			Value: map[string]any{"session_id": "SESSION-SECRET", "message": "hi"}}}
 	d.act.spec, _ = lookupOp(d.act.op)
 	s := &steppedDriver{driver: d}
 	s.feed(core.Event{Kind: core.EvDeliver, Start: &core.Start{Kind: core.KindAction, Owner: d.owner, Seed: 1,
