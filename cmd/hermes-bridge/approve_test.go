@@ -152,9 +152,7 @@ func newApprovalsEnv(t *testing.T) *approvalsEnv {
 func (e *approvalsEnv) publishResult(r *events.Result) {
 	e.t.Helper()
 	h, body, err := events.EncodeResult("hermes-bridge/test", r, events.TraceContext{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	if _, err := e.js.PublishMsg(context.Background(), &nats.Msg{Subject: "hermes.results." + r.ActionID, Header: h, Data: body}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -165,9 +163,7 @@ func (e *approvalsEnv) publishResult(r *events.Result) {
 func (e *approvalsEnv) park(store *kvstore.Store, id, op string, input string, expires time.Time) string {
 	e.t.Helper()
 	sum, err := events.InputSHA256(json.RawMessage(input))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	capID := events.CapabilityID("primary", op)
 	if _, err := store.Create(context.Background(), kvstore.ParkKey(id), kvstore.Record{
 		State: kvstore.StateParked, ActionID: id, CapabilityID: capID, InputSHA256: sum, ExpiresAt: expires,
@@ -188,9 +184,7 @@ func (e *approvalsEnv) decisions(id string) func(d time.Duration) *events.Approv
 	e.t.Helper()
 	ch := make(chan *nats.Msg, 8)
 	sub, err := e.nc.ChanSubscribe("hermes.approvals."+id, ch)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	e.t.Cleanup(func() { sub.Unsubscribe() })
 	e.nc.Flush()
 	return func(d time.Duration) *events.Approval {
@@ -224,9 +218,7 @@ func TestApprovalsIntegration(t *testing.T) {
 	}
 
 	store, err := kvstore.Open(ctx, e.js, kvstore.Config{Provision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	code, out, errOut := runMain(ctx, e.env, "", "pending")
 	if code != exitOK || out != "no parked actions\n" {
 		t.Fatalf("empty pending: exit %d out %q stderr %s", code, out, errOut)
@@ -333,15 +325,11 @@ func TestApprovalsIntegration(t *testing.T) {
 		e.publishResult(&events.Result{ActionID: "act-b", CapabilityID: "cap:hermes_agent:primary:session_delete",
 			Status: events.StatusCompleted, Output: json.RawMessage(`{"deleted":true}`)})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer fake.Unsubscribe()
 	// The subscription must reach the server before the CLI's decision does (it came
 	// second now and then: the decision was missed and the follow waited out --wait).
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, e.nc.Flush())
 	code, out, errOut = runMain(ctx, e.env, "", "approve", "--yes", "--wait", "10s", "act-b")
 	if code != exitOK || !strings.Contains(out, `"status": "completed"`) || !strings.Contains(out, `"deleted": true`) ||
 		strings.Contains(errOut, "waiting for approval") {
@@ -406,9 +394,7 @@ func TestCancelCommand(t *testing.T) {
 
 	// A responder that never answers: the timeout.
 	silent, err := nc.Subscribe("hermes.cancel.act-silent", func(*nats.Msg) {})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer silent.Unsubscribe()
 	nc.Flush()
 	code, _, errOut = runMain(ctx, env, "", "cancel", "--timeout", "200ms", "act-silent")
@@ -423,9 +409,7 @@ func TestCancelCommand(t *testing.T) {
 		b, _ := json.Marshal(events.CancelReply{ActionID: id, State: states[id]})
 		m.Respond(b)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer sub.Unsubscribe()
 	nc.Flush()
 	for _, tt := range []struct {

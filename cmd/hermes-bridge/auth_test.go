@@ -49,9 +49,7 @@ func startRunInProcess(t *testing.T, environ map[string]string) *inProcessRun {
 		env[k] = v
 	}
 	p, err := prepareRun(env)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	r := &inProcessRun{logs: &syncBuffer{}, p: p, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	r.cancel = cancel

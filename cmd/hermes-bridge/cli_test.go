@@ -14,6 +14,14 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
+// noErr fails the test at once on an error.
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runMain runs the CLI in-process.
 func runMain(ctx context.Context, environ map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
 	out, errb := &syncBuffer{}, &syncBuffer{}
@@ -119,9 +127,7 @@ func TestConfigErrorExitCodes(t *testing.T) {
 func TestInputSources(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "in.json")
-	if err := os.WriteFile(file, []byte(`{"query":"from file"}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(file, []byte(`{"query":"from file"}`+"\n"), 0o600))
 	for _, tt := range []struct {
 		o     callOptions
 		stdin string
@@ -135,9 +141,7 @@ func TestInputSources(t *testing.T) {
 	} {
 		tt.o.op, tt.o.endpoint = "chat", "primary"
 		a, err := tt.o.action(strings.NewReader(tt.stdin))
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if string(a.Input) != tt.want {
 			t.Errorf("input %s, want %s", a.Input, tt.want)
 		}
@@ -190,13 +194,9 @@ func TestPrinterModes(t *testing.T) {
 		out, errb := &syncBuffer{}, &syncBuffer{}
 		p := newPrinter(out, errb, &o)
 		for _, e := range evs {
-			if err := p.event(e); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, p.event(e))
 		}
-		if err := p.result(res); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, p.result(res))
 		return out.String(), errb.String()
 	}
 	out, errOut := run(callOptions{})
@@ -227,9 +227,7 @@ func TestPrinterModes(t *testing.T) {
 // `run` that cannot start exits 1 with a clear message (here: the port is taken).
 func TestRunPortInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 	code, _, errOut := runMain(context.Background(), map[string]string{

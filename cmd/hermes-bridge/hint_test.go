@@ -54,9 +54,7 @@ func (e *hintEnv) bridgeConsumer() jetstream.Consumer {
 	c, err := e.js.CreateOrUpdateConsumer(context.Background(), "HERMES_ACTIONS", jetstream.ConsumerConfig{
 		Durable: "hermes-bridge", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	return c
 }
 
@@ -155,13 +153,9 @@ func TestCallHintAcknowledged(t *testing.T) {
 	c := e.bridgeConsumer()
 	e.publish("h4")
 	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for m := range batch.Messages() {
-		if err := m.DoubleAck(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, m.DoubleAck(context.Background()))
 	}
 	code, errOut := e.untilStderr(e.env, "bridges:", "call", "--op", "chat", "--prompt", "x", "--action-id", "h4")
 	requireHint(t, code, errOut,

@@ -88,9 +88,7 @@ func TestRunCallWatch(t *testing.T) {
 		t.Fatalf("status exit %d:\n%s\n%s", code, out, errOut)
 	}
 	nc, err := nats.Connect(url, nats.CustomInboxPrefix("_INBOX_cli"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	ping, err := nc.Request("$SRV.PING.hermes-bridge", nil, 5*time.Second)
 	nc.Close()
 	var pong micro.Ping

@@ -15,16 +15,12 @@ func TestShutdownSignalLogged(t *testing.T) {
 		t.Skip("integration test")
 	}
 	r := startRunInProcess(t, map[string]string{"HERMES_BRIDGE_SHUTDOWN_GRACE": "2s", "HERMES_URL": "http://127.0.0.1:1"})
-	if err := r.stop(t, signalReceived{syscall.SIGINT}); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, r.stop(t, signalReceived{syscall.SIGINT}))
 	logs := r.logs
 	var line map[string]any
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `"signal"`) {
-			if err := json.Unmarshal([]byte(l), &line); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, json.Unmarshal([]byte(l), &line))
 			break
 		}
 	}

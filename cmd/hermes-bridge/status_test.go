@@ -69,13 +69,9 @@ func TestStatusCommand(t *testing.T) {
 		b, _ := json.Marshal(replies[req.ActionID])
 		_ = m.Respond(b)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, nc.Flush())
 
 	code, out, errOut = runMain(ctx, env, "", "status", "act-run")
 	for _, w := range []string{"action       act-run\n", "state        dispatched\n", "owner        r1\n", "attempts     2\n",

@@ -12,9 +12,7 @@ import (
 func uiTestConfig(t *testing.T, environ map[string]string) *Config {
 	t.Helper()
 	cfg, err := LoadConfig(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	return cfg
 }
 
@@ -38,9 +36,7 @@ func TestUIEnabled(t *testing.T) {
 
 func TestValidateUI(t *testing.T) {
 	pw := filepath.Join(t.TempDir(), "dash.pw")
-	if err := os.WriteFile(pw, []byte("dash-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(pw, []byte("dash-secret\n"), 0o600))
 	for _, tc := range []struct {
 		env  map[string]string
 		want string // "" = valid
@@ -75,17 +71,13 @@ func TestValidateUI(t *testing.T) {
 func TestUIConfigSecrets(t *testing.T) {
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "dash.pw")
-	if err := os.WriteFile(pw, []byte("dash-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(pw, []byte("dash-secret\n"), 0o600))
 	bridgeSecrets := map[string]string{
 		"NATS_URL": "nats://bridge:url-secret@n:4222", "NATS_USER": "bridge", "NATS_PASSWORD": "bridge-secret",
 		"HERMES_API_KEY": "hermes-key-0123456789", "HERMES_BRIDGE_UI_NATS_URL": "wss://nats.example.com:443",
 	}
 	uc, err := uiTestConfig(t, bridgeSecrets).uiConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	b, _ := json.Marshal(uc)
 	for _, s := range []string{"bridge-secret", "url-secret", "hermes-key", `"user"`, `"password"`} {
 		if strings.Contains(string(b), s) {
