@@ -150,9 +150,7 @@ func TestRecordJSONStable(t *testing.T) {
 		Result:    json.RawMessage(`{"status":"completed"}`),
 		CreatedAt: ts,
 	}
-	if _, err := s.Create(ctx, "act.a1", r); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, ctx, s, "act.a1", r)
 	kv, err := js.KeyValue(ctx, kvstore.DefaultBucket)
 	noErr(t, err)
 	raw, err := kv.Get(ctx, "act.a1")
@@ -168,9 +166,7 @@ func TestRecordJSONStable(t *testing.T) {
 	}
 
 	// Optional fields are omitted.
-	if _, err := s.Create(ctx, "act.a2", kvstore.Record{State: kvstore.StateClaimed, ActionID: "a2"}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, ctx, s, "act.a2", kvstore.Record{State: kvstore.StateClaimed, ActionID: "a2"})
 	raw, err = kv.Get(ctx, "act.a2")
 	noErr(t, err)
 	for _, f := range []string{"owner", "result", "attempt", "capability_id", "decision", "approver", "cancel", "run_id", "pending_seq"} {
@@ -563,9 +559,7 @@ func TestTTLChange(t *testing.T) {
 
 	s, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Hour, Provision: true})
 	noErr(t, err)
-	if _, err := s.Create(ctx, "act.keep", rec("keep")); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, ctx, s, "act.keep", rec("keep"))
 	// Shorter, with values, not allowed: refused, nothing changed.
 	_, err = kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Minute, Provision: true})
 	var se *kvstore.TTLShrinkError

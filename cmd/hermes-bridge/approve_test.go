@@ -17,51 +17,6 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
-func TestApprovalCommandsHelp(t *testing.T) {
-	tests := []struct {
-		args []string
-		want []string
-	}{
-		{[]string{"--help"}, []string{"pending", "approve", "deny", "cancel", "hermes-bridge approve 3xTnq8v2..."}},
-		{[]string{"pending", "--help"}, []string{"hermes-bridge pending [flags]", "park.<action_id>", "--json", "--server string", "--inbox-prefix string", "Examples:"}},
-		{[]string{"help", "pending"}, []string{"HERMES_IDEMPOTENCY"}},
-		{[]string{"approve", "--help"}, []string{"hermes-bridge approve [flags] <action_id>", "--reason string", "--approver string", "--yes", "--no-follow", "--json", "--wait duration", "--inbox-prefix string", "input_sha256", "Exit status", "Examples:"}},
-		{[]string{"approve", "x", "-h"}, []string{"<action_id>"}},
-		{[]string{"help", "approve"}, []string{"--yes"}},
-		{[]string{"deny", "--help"}, []string{"hermes-bridge deny [flags] --reason <text> <action_id>", "approval_denied", "--reason string", "--inbox-prefix string", "Examples:"}},
-		{[]string{"help", "deny"}, []string{"--approver"}},
-		{[]string{"cancel", "--help"}, []string{"hermes-bridge cancel [flags] <action_id>", "already settled", "unknown", "--timeout duration", `(default "5s")`, "Examples:"}},
-		{[]string{"help", "cancel"}, []string{"--timeout", "--inbox-prefix string"}},
-	}
-	runHelpCases(t, tests)
-}
-
-func TestApprovalCommandsUsageErrors(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"pending", "--bogus"}, "unknown flag --bogus"},
-		{[]string{"pending", "extra"}, `unexpected argument "extra"`},
-		{[]string{"approve"}, "missing the action id"},
-		{[]string{"approve", "--bogus", "a"}, "unknown flag --bogus"},
-		{[]string{"approve", "a", "b"}, `unexpected argument "b"`},
-		{[]string{"approve", "a.b"}, "action id must match"},
-		{[]string{"approve", "a", "--wait", "-1s"}, "--wait must not be negative"},
-		{[]string{"approve", "a", "--reason", "x\x1by"}, "--reason must be at most 1024 characters"},
-		{[]string{"approve", "a", "--approver", strings.Repeat("x", 300)}, "--approver must be at most 256"},
-		{[]string{"deny", "a"}, "--reason is required"},
-		{[]string{"deny", "a", "--reason", "  "}, "--reason is required"},
-		{[]string{"deny", "a", "--no-follow", "--reason", "r"}, "unknown flag --no-follow"},
-		{[]string{"deny"}, "missing the action id"},
-		{[]string{"cancel"}, "missing the action id"},
-		{[]string{"cancel", "--bogus", "a"}, "unknown flag --bogus"},
-		{[]string{"cancel", "a", "--timeout", "0s"}, "--timeout must be positive"},
-		{[]string{"cancel", "a", "--timeout", "soon"}, `invalid value "soon" for flag --timeout`},
-	}
-	runUsageCases(t, tests)
-}
-
 func TestApproveFlagsInterspersed(t *testing.T) {
 	var o approveOptions
 	pos, err := parseArgs(approveFlags(&o, nil), []string{"abc", "--yes", "--reason", "ok then", "--no-follow"})

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caarlos0/env/v11"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -93,14 +92,6 @@ func TestLoadConfigValues(t *testing.T) {
 	bc := cfg.BridgeConfig(nil, "x")
 	if bc.Storage.String() != "Memory" || bc.AckWait != time.Minute || bc.Provision || !bc.AllowRetentionShrink {
 		t.Fatalf("bridge config %+v", bc)
-	}
-}
-
-// Env parsing through caarlos0/env with an explicit environment map.
-func TestParseAsWithOptionsEnvironment(t *testing.T) {
-	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"HERMES_BRIDGE_PREFIX": "acme"}})
-	if err != nil || cfg.Prefix != "acme" || cfg.Bucket != "HERMES_IDEMPOTENCY" {
-		t.Fatalf("cfg %+v err %v", cfg, err)
 	}
 }
 
