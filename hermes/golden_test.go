@@ -71,18 +71,24 @@ func TestGoldenTranscripts(t *testing.T) {
 			got, err := json.MarshalIndent(g, "", "  ")
 			noErr(t, err)
 			got = append(got, '\n')
-			gf := strings.TrimSuffix(f, ".sse") + ".golden.json"
-			if *update {
-				noErr(t, os.WriteFile(gf, got, 0o644))
-			}
-			want, err := os.ReadFile(gf)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("%s differs from the golden file; run go test -run TestGoldenTranscripts -update and review the diff\n%s", gf, got)
-			}
+			checkGolden(t, strings.TrimSuffix(f, ".sse")+".golden.json", got, "TestGoldenTranscripts")
 		})
+	}
+}
+
+// checkGolden compares got with the golden file gf (written first with -update); test is
+// the test to run with -update.
+func checkGolden(t *testing.T, gf string, got []byte, test string) {
+	t.Helper()
+	if *update {
+		noErr(t, os.WriteFile(gf, got, 0o644))
+	}
+	want, err := os.ReadFile(gf)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the golden file; run go test -run %s -update and review the diff\n%s", gf, test, got)
 	}
 }
 

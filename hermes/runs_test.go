@@ -174,17 +174,7 @@ func TestGoldenRunEvents(t *testing.T) {
 			}
 			b, _ := json.MarshalIndent(got, "", "  ")
 			b = append(b, '\n')
-			gf := "testdata/" + v + "_41_runs_events.run.golden.json"
-			if *update {
-				noErr(t, os.WriteFile(gf, b, 0o644))
-			}
-			want, err := os.ReadFile(gf)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if !bytes.Equal(b, want) {
-				t.Fatalf("%s differs; run go test -run TestGoldenRunEvents -update and review\n%s", gf, b)
-			}
+			checkGolden(t, "testdata/"+v+"_41_runs_events.run.golden.json", b, "TestGoldenRunEvents")
 		})
 	}
 }
@@ -345,6 +335,14 @@ func fakeCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// follow subscribes to the events of run id.
+func follow(t *testing.T, ctx context.Context, c *hermes.Client, id string) *hermes.RunEventStream {
+	t.Helper()
+	es, err := c.RunEvents(ctx, id)
+	noErr(t, err)
+	return es
+}
+
 func start(t *testing.T, c *hermes.Client, in, key string) *hermes.RunStarted {
 	t.Helper()
 	st, err := c.RunStart(fakeCtx(t), hermes.Request{Input: hermes.DecodedInput(in), IdempotencyKey: key})
@@ -363,8 +361,7 @@ func TestFakeRunLifecycle(t *testing.T) {
 			if st.Replayed || st.SessionKey != "sk" || s.RunsStartedFor("act-1") != 1 {
 				t.Fatalf("start %+v", st)
 			}
-			es, err := c.RunEvents(ctx, st.RunID)
-			noErr(t, err)
+			es := follow(t, ctx, c, st.RunID)
 			evs := readAll(t, es)
 			es.Close()
 			if got := runNames(evs); got != "message.delta,message.delta,message.delta,message.delta,reasoning.available,run.completed" {
@@ -409,8 +406,7 @@ func TestFakeRunReattach(t *testing.T) {
 	}))
 	ctx := fakeCtx(t)
 	st := start(t, c, `{"input":"slow"}`, "act-slow")
-	es, err := c.RunEvents(ctx, st.RunID)
-	noErr(t, err)
+	es := follow(t, ctx, c, st.RunID)
 	noErr(t, s.WaitRun(ctx, st.RunID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }))
 	es.Close() // the "crash"
 	for {
@@ -452,8 +448,7 @@ func TestFakeRunStop(t *testing.T) {
 	ctx := fakeCtx(t)
 	st := start(t, c, `{"input":"x"}`, "k")
 	noErr(t, s.WaitRunStatus(ctx, st.RunID, "running"))
-	es, err := c.RunEvents(ctx, st.RunID)
-	noErr(t, err)
+	es := follow(t, ctx, c, st.RunID)
 	defer es.Close()
 	sr, err := c.RunStop(ctx, st.RunID)
 	if err != nil || sr.Status != hermes.RunStopping || sr.RunID != st.RunID {
@@ -483,14 +478,13 @@ func TestFakeRunApproval(t *testing.T) {
 			}))
 			ctx := fakeCtx(t)
 			st := start(t, c, `{"input":"clean up"}`, "k")
-			es, err := c.RunEvents(ctx, st.RunID)
-			noErr(t, err)
+			es := follow(t, ctx, c, st.RunID)
 			defer es.Close()
 			var req hermes.RunEvent
+			var err error
 			for req.Name != "approval.request" {
-				if req, err = es.Next(); err != nil {
-					t.Fatal(err)
-				}
+				req, err = es.Next()
+				noErr(t, err)
 			}
 			a := req.Approval
 			if req.Kind != hermes.KindPendingApproval || a == nil || a.Command != "rm -rf build/" || a.PatternKey != "recursive_delete" ||
@@ -560,8 +554,7 @@ func TestFakeRunFailedAndLostStart(t *testing.T) {
 	}))
 	ctx := fakeCtx(t)
 	st := start(t, c, `{"input":"x"}`, "k")
-	es, err := c.RunEvents(ctx, st.RunID)
-	noErr(t, err)
+	es := follow(t, ctx, c, st.RunID)
 	evs := readAll(t, es)
 	es.Close()
 	if len(evs) != 1 || evs[0].Name != "run.failed" || evs[0].Kind != hermes.KindError || evs[0].Error != "provider down" {
@@ -604,15 +597,14 @@ func TestFakeRunEventsCancel(t *testing.T) {
 	}))
 	st := start(t, c, `{"input":"x"}`, "k")
 	ctx, cancel := context.WithCancel(fakeCtx(t))
-	es, err := c.RunEvents(ctx, st.RunID)
-	noErr(t, err)
+	es := follow(t, ctx, c, st.RunID)
 	defer es.Close()
 	noErr(t, s.WaitRun(fakeCtx(t), st.RunID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }))
 	cancel()
 	if _, err := es.Next(); asError(t, err).Code != hermes.CodeCancelled {
 		t.Fatalf("Next after cancel: %v", err)
 	}
-	_, err = c.Call(fakeCtx(t), hermes.Request{Operation: "run_start", Input: hermes.DecodedInput(`{"input":"x"}`)}, nil)
+	_, err := c.Call(fakeCtx(t), hermes.Request{Operation: "run_start", Input: hermes.DecodedInput(`{"input":"x"}`)}, nil)
 	var ie *hermes.InputError
 	if !errors.As(err, &ie) || ie.Field != "idempotency_key" {
 		t.Fatalf("Call run_start without key: %v", err)

@@ -42,6 +42,14 @@ var seedInputs = map[string]string{
 	"run":          `{"input":[{"role":"user","content":"Clean the build directory."}],"max_events":500}`,
 }
 
+// noErr fails the test at once on an error.
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // numOperations is the number of operations with an input schema: the contract's 21, the
 // five run operations and the governed run.
 const numOperations = 27
@@ -218,9 +226,7 @@ func TestEncodedOutputConforms(t *testing.T) {
 	}
 	for _, r := range results {
 		_, body, err := events.EncodeResult("hermes-bridge", r, events.TraceContext{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if err := schemas.ValidateResult(body); err != nil {
 			t.Errorf("%s: %v\n%s", r.ActionID, err, body)
 		}
@@ -237,9 +243,7 @@ func TestEncodedOutputConforms(t *testing.T) {
 	}
 	id := "1"
 	_, body, err := events.EncodeEvent("s", &events.EventData{ActionID: "a", Sequence: 3, Kind: events.KindDone, Event: events.SSE{ID: &id, Data: json.RawMessage(`"[DONE]"`)}}, events.TraceContext{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if err := schemas.ValidateEvent(body); err != nil {
 		t.Errorf("event: %v", err)
 	}
