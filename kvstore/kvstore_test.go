@@ -199,6 +199,9 @@ func TestGetRoundTrip(t *testing.T) {
 	if e.Written.IsZero() {
 		t.Fatal("Written not set")
 	}
+	if _, err := s.Get(ctx, "act.nope"); !errors.Is(err, kvstore.ErrNotFound) {
+		t.Fatalf("Get missing err = %v, want ErrNotFound", err)
+	}
 }
 
 func TestCreateRace(t *testing.T) {
@@ -308,14 +311,6 @@ func TestUpdateRace(t *testing.T) {
 	noErr(t, err)
 	if e.Record.Owner != winner.Load().(string) {
 		t.Fatalf("stored owner %q, winner %q", e.Record.Owner, winner.Load())
-	}
-}
-
-func TestGetNotFound(t *testing.T) {
-	s, _, _ := newStore(t, kvstore.Config{})
-	_, err := s.Get(testCtx(t), "act.nope")
-	if !errors.Is(err, kvstore.ErrNotFound) {
-		t.Fatalf("Get missing err = %v, want ErrNotFound", err)
 	}
 }
 
@@ -476,7 +471,9 @@ func TestWait(t *testing.T) {
 	})
 }
 
-func TestOpenBindMissing(t *testing.T) {
+// TestOpenErrors: binding a missing bucket names it and the way out; invalid settings
+// and a nil JetStream are refused.
+func TestOpenErrors(t *testing.T) {
 	srv := natsembed.RunTest(t)
 	_, js := natsembed.Connect(t, srv)
 	_, err := kvstore.Open(testCtx(t), js, kvstore.Config{Bucket: "NOPE"})
@@ -486,11 +483,6 @@ func TestOpenBindMissing(t *testing.T) {
 	if want := "bucket NOPE does not exist; create it or enable provisioning"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %q, want it to contain %q", err, want)
 	}
-}
-
-func TestOpenValidation(t *testing.T) {
-	srv := natsembed.RunTest(t)
-	_, js := natsembed.Connect(t, srv)
 	for _, cfg := range []kvstore.Config{
 		{TTL: -time.Second, Provision: true},
 		{Replicas: -1, Provision: true},

@@ -43,9 +43,16 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
-func TestLoadConfigDefaults(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{})
+// mustLoadConfig loads the configuration from environ, failing the test on an error.
+func mustLoadConfig(t *testing.T, environ map[string]string) *Config {
+	t.Helper()
+	cfg, err := LoadConfig(environ)
 	noErr(t, err)
+	return cfg
+}
+
+func TestLoadConfigDefaults(t *testing.T) {
+	cfg := mustLoadConfig(t, map[string]string{})
 	want := Config{
 		DataDir: "./data/nats", NATSHost: "127.0.0.1", NATSPort: 4222, Prefix: "hermes",
 		ActionsStream: "HERMES_ACTIONS", OutputStream: "HERMES_OUTPUT", DLQStream: "HERMES_DLQ",
@@ -66,8 +73,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 // The env defaults must agree with the bridge's own defaults, so the README table
 // and `run --help` tell the truth.
 func TestDefaultsMatchBridge(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{})
-	noErr(t, err)
+	cfg := mustLoadConfig(t, map[string]string{})
 	eps := []bridge.Endpoint{{ID: "primary", BaseURL: DefaultHermesURL, MaxConcurrency: 10}}
 	ours := cfg.BridgeConfig(eps, "r1")
 	theirs := bridge.Config{Endpoints: eps, ReplicaID: "r1", Provision: true}.WithDefaults()
@@ -228,8 +234,7 @@ func TestProblemReportedOnce(t *testing.T) {
 
 // call and watch check the names they use, in the words of their variables.
 func TestValidateClientNames(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_OBJECT_BUCKET": "x y", "HERMES_BRIDGE_BUCKET": "not checked"})
-	noErr(t, err)
+	cfg := mustLoadConfig(t, map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_OBJECT_BUCKET": "x y", "HERMES_BRIDGE_BUCKET": "not checked"})
 	want := "invalid configuration:\n  - HERMES_BRIDGE_PREFIX=a.b: must be 1 to 128 letters, digits, - or _: one subject token" +
 		"\n  - HERMES_BRIDGE_OBJECT_BUCKET=x y: must be 1 to 128 letters, digits, - or _"
 	if err := cfg.ValidateClient(); err == nil || err.Error() != want {
@@ -411,8 +416,7 @@ func TestDumpRedactsSecrets(t *testing.T) {
 		"HERMES_API_KEY": marker + "key",
 		"HERMES_URL":     "http://127.0.0.1:8642",
 	}
-	cfg, err := LoadConfig(environ)
-	noErr(t, err)
+	cfg := mustLoadConfig(t, environ)
 	specs, _, err := cfg.EndpointSpecs()
 	noErr(t, err)
 	logs := &syncBuffer{}
@@ -592,12 +596,11 @@ func TestHTTPAddr(t *testing.T) {
 		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": ":9999"}, ":9999", false},
 		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": "localhost"}, "localhost", true},
 	} {
-		cfg, err := LoadConfig(c.environ)
-		noErr(t, err)
+		cfg := mustLoadConfig(t, c.environ)
 		if cfg.HTTPAddr != c.want {
 			t.Errorf("%v: HTTPAddr %q, want %q", c.environ, cfg.HTTPAddr, c.want)
 		}
-		err = cfg.ValidateRun(nil)
+		err := cfg.ValidateRun(nil)
 		if c.bad != (err != nil && strings.Contains(err.Error(), "HERMES_BRIDGE_HTTP_ADDR")) {
 			t.Errorf("%v: ValidateRun: %v", c.environ, err)
 		}

@@ -19,8 +19,7 @@ import (
 
 func loadTracingConfig(t *testing.T, environ map[string]string) *Config {
 	t.Helper()
-	cfg, err := LoadConfig(environ)
-	noErr(t, err)
+	cfg := mustLoadConfig(t, environ)
 	noErr(t, cfg.ValidateRun(nil))
 	return cfg
 }
