@@ -47,33 +47,23 @@ func TestCancelAnsweredOnceWhateverTheHandlersOrder(t *testing.T) {
 					b.replyCancel(m, id, state)
 				}
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			defer func() { _ = sub.Unsubscribe() }()
 			inbox := nats.NewInbox()
 			replies, err := nc.SubscribeSync(inbox)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := nc.PublishRequest(b.subjects.Cancel(id), inbox, nil); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
+			noErr(t, nc.PublishRequest(b.subjects.Cancel(id), inbox, nil))
 			m, err := replies.NextMsg(2 * time.Second)
 			if err != nil {
 				t.Fatalf("no answer: %v", err)
 			}
 			var r events.CancelReply
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, json.Unmarshal(m.Data, &r))
 			if r.ActionID != id || r.State != tc.want {
 				t.Fatalf("answer %+v, want %s for %s", r, tc.want, id)
 			}
 			// The handler has returned once the subscription is flushed past it.
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, nc.Flush())
 			if extra, err := replies.NextMsg(200 * time.Millisecond); err == nil {
 				t.Fatalf("a second answer: %s", extra.Data)
 			}

@@ -130,9 +130,7 @@ func seriesName(name string) (string, bool) {
 // the labels the query uses, and every bridge metric is shown.
 func TestDashboardMatchesMetrics(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "hermes-bridge.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var dash struct {
 		UID           string
 		Title         string
@@ -235,9 +233,7 @@ func runtimeMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{"up": true}
 	families, err := opshttp.NewRegistry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for _, f := range families {
 		out[f.GetName()] = true
 	}
@@ -305,9 +301,7 @@ var panelTitleRE = regexp.MustCompile(`\*([^*|]+)\*`)
 // and the table below them names, for each alert, panels (*in italics*) the dashboard has.
 func TestSuggestedAlertsMatchDashboard(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	_, section, ok := strings.Cut(string(readme), "\n### Suggested alerts\n")
 	if !ok {
 		t.Fatal("README.md has no Suggested alerts section")
@@ -327,13 +321,9 @@ func TestSuggestedAlertsMatchDashboard(t *testing.T) {
 		t.Fatalf("README.md Suggested alerts: %v", err)
 	}
 	raw, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "hermes-bridge.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var dash struct{ Panels []grafanaPanel }
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, json.Unmarshal(raw, &dash))
 	metrics, runtime := bridgeMetrics(t), runtimeMetrics(t)
 	n := 0
 	for _, g := range rules.Groups {
@@ -396,9 +386,7 @@ func balanced(expr string) bool {
 // target's identity (job, instance, namespace, service, pod, container).
 func TestServiceMonitorKeepsBridgeLabels(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "deploy", "kubernetes", "servicemonitor.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var sm struct {
 		Kind string `yaml:"kind"`
 		Spec struct {
@@ -408,9 +396,7 @@ func TestServiceMonitorKeepsBridgeLabels(t *testing.T) {
 			} `yaml:"endpoints"`
 		} `yaml:"spec"`
 	}
-	if err := yaml.Unmarshal(raw, &sm); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, yaml.Unmarshal(raw, &sm))
 	if sm.Kind != "ServiceMonitor" || len(sm.Spec.Endpoints) == 0 {
 		t.Fatalf("servicemonitor.yaml: kind %q with %d endpoints", sm.Kind, len(sm.Spec.Endpoints))
 	}

@@ -37,14 +37,10 @@ func TestNextMessagesBoundsOnlyTheFirstWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "d", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	it, err := cons.Messages(jetstream.PullMaxMessages(8), jetstream.PullHeartbeat(time.Second),
 		jetstream.WithMessagesErrOnMissingHeartbeat(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer it.Stop()
 	c := &countingNext{it: it}
 	n := &nextMessages{it: c, bounded: true}

@@ -20,17 +20,13 @@ var codeLiteral = regexp.MustCompile(`(?:Code: +|info\.Code, info\.Message = |in
 // results undocumented.
 func TestErrorCodesAreDocumented(t *testing.T) {
 	raw, err := fs.ReadFile(schemas.FS(), "error-codes.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var doc struct {
 		OneOf []struct {
 			Const string `json:"const"`
 		} `json:"oneOf"`
 	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, json.Unmarshal(raw, &doc))
 	known := map[string]bool{}
 	for _, c := range doc.OneOf {
 		known[c.Const] = true
@@ -38,17 +34,13 @@ func TestErrorCodesAreDocumented(t *testing.T) {
 	found := 0
 	for _, dir := range []string{".", "./core", "../hermes"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
 				continue
 			}
 			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			for _, m := range codeLiteral.FindAllSubmatch(src, -1) {
 				found++
 				if code := string(m[1]); !known[code] {

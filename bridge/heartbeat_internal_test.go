@@ -41,13 +41,7 @@ func TestHeartbeats(t *testing.T) {
 	h.add(short)
 	h.remove(short) // removed at once: never beaten
 
-	deadline := time.Now().Add(10 * time.Second)
-	for len(long.beats()) < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d beats in 10s", len(long.beats()))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "4 beats", func() bool { return len(long.beats()) >= 4 })
 	h.remove(long)
 	got := long.beats()
 	if first := got[0].Sub(start); first < every {

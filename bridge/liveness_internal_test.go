@@ -37,9 +37,7 @@ func TestLivenessOptions(t *testing.T) {
 	apply := func(l Liveness) nats.Options {
 		o := nats.GetDefaultOptions()
 		for _, f := range l.Options() {
-			if err := f(&o); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, f(&o))
 		}
 		return o
 	}

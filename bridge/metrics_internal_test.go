@@ -78,9 +78,7 @@ func (nopRecords) Wait(context.Context, string, uint64) (kvstore.Entry, error) {
 func BenchmarkMetricsPerAction(b *testing.B) {
 	br := &Bridge{eps: map[string]*endpoint{"primary": {brk: newBreaker(5, time.Second, time.Minute)}}}
 	m, err := newMetrics(prometheus.NewRegistry(), br.eps)
-	if err != nil {
-		b.Fatal(err)
-	}
+	noErr(b, err)
 	br.metrics = m
 	recs := buckets{records: nopRecords{}, keys: nopRecords{}, m: m}
 	j := &driver{b: br, md: &jetstream.MsgMetadata{NumDelivered: 1},

@@ -31,14 +31,10 @@ const testOutputStream = "OUT"
 func connectPublisher(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(kvstore.OpTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	return nc, js
 }
 
@@ -80,6 +76,30 @@ func testBridge(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.J
 // testEvent is SSE event i of a streamed chat, with some padding.
 func testEvent(i int) hermes.Event {
 	return hermes.Event{Index: i, Kind: "data", Data: json.RawMessage(fmt.Sprintf(`{"delta":"token %d %s"}`, i, strings.Repeat("x", 64)))}
+}
+
+// publishPaced publishes n events of a new action at the pace of a fast model (four per
+// millisecond) and flushes them; it returns the action's driver.
+func publishPaced(t *testing.T, ctx context.Context, js jetstream.JetStream, b *Bridge, n int) *driver {
+	t.Helper()
+	j := &driver{b: b, id: events.NewActionID()}
+	p := newEventPublisher(js, j)
+	t0 := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		if i%4 == 0 {
+			<-tick.C
+		}
+		if err := p.publish(testEvent(i)); err != nil {
+			t.Fatalf("publish event %d: %v", i, err)
+		}
+	}
+	if err := p.flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	t.Logf("published and flushed %d events in %s", n, time.Since(t0).Round(time.Millisecond))
+	return j
 }
 
 // storedSequences returns the "sequence" field of every event stored on subject, in
@@ -189,7 +209,7 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 	st := createOutputStream(t, ctx, js, 3, true)
 	admin, _ := connectPublisher(t, servers[1].ClientURL())
 
-	const n, perTick = 8000, 4
+	const n = 8000
 	stepAt := map[int]bool{n / 4: true, n / 2: true, 3 * n / 4: true}
 	steps := make(chan int, len(stepAt))
 	var count int
@@ -218,23 +238,7 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 		}
 	}()
 
-	j := &driver{b: b, id: events.NewActionID()}
-	p := newEventPublisher(js, j)
-	t0 := time.Now()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for i := range n {
-		if i%perTick == 0 {
-			<-tick.C
-		}
-		if err := p.publish(testEvent(i)); err != nil {
-			t.Fatalf("publish event %d: %v", i, err)
-		}
-	}
-	if err := p.flush(ctx); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
-	t.Logf("published and flushed %d events in %s", n, time.Since(t0).Round(time.Millisecond))
+	j := publishPaced(t, ctx, js, b, n)
 	close(steps)
 	<-stepped
 	if len(changes) != len(stepAt) {
@@ -257,9 +261,7 @@ type cutProxy struct {
 func startCutProxy(t *testing.T, target string) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	p := &cutProxy{ln: ln, target: target}
 	p.wg.Go(p.accept)
 	t.Cleanup(func() {
@@ -318,7 +320,7 @@ func TestEventOrderAcrossDisconnects(t *testing.T) {
 	proxy := startCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
 	nc, js := connectPublisher(t, proxy.url())
 
-	const n, perTick = 8000, 4
+	const n = 8000
 	cutAt := map[int]bool{n / 4: true, n / 2: true, 3 * n / 4: true}
 	var count, cuts int
 	b := testBridge(t, ctx, nc, js, st, func(p Point, _ string) {
@@ -330,25 +332,18 @@ func TestEventOrderAcrossDisconnects(t *testing.T) {
 			}
 		}
 	})
-	j := &driver{b: b, id: events.NewActionID()}
-	p := newEventPublisher(js, j)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for i := range n {
-		if i%perTick == 0 {
-			<-tick.C
-		}
-		if err := p.publish(testEvent(i)); err != nil {
-			t.Fatalf("publish event %d: %v", i, err)
-		}
-	}
-	if err := p.flush(ctx); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
+	j := publishPaced(t, ctx, js, b, n)
 	if cuts != len(cutAt) {
 		t.Fatalf("%d cuts, want %d", cuts, len(cutAt))
 	}
 	checkContiguous(t, storedSequences(t, ctx, direct, b.subjects.Events(j.id), n), n)
+}
+
+// natsConf is a server option reading the configuration text conf from a file.
+func natsConf(t *testing.T, conf string) func(*natsembed.Options) {
+	p := filepath.Join(t.TempDir(), "n.conf")
+	noErr(t, os.WriteFile(p, []byte(conf), 0o600))
+	return func(o *natsembed.Options) { o.ConfigFile = p }
 }
 
 // TestEventPublisherFallbacks: without fast batches (a stream that does not allow them,
@@ -375,19 +370,11 @@ func TestEventPublisherFallbacks(t *testing.T) {
 			t.Fatal("the publisher uses fast batches on a stream that does not allow them")
 		}
 		publishN(t, p, 0, 500)
-		if err := p.flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, p.flush(ctx))
 		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.id), 500), 500)
 	})
 	t.Run("no permission for the batch subject", func(t *testing.T) {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "n.conf")
-		users := "authorization { users: [ { user: b, password: p, permissions: { publish: { deny: [\"hermes.out.batch.>\"] } } } ] }\n"
-		if err := os.WriteFile(conf, []byte(users), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		s := natsembed.RunTest(t, func(o *natsembed.Options) { o.ConfigFile = conf })
+		s := natsembed.RunTest(t, natsConf(t, "authorization { users: [ { user: b, password: p, permissions: { publish: { deny: [\"hermes.out.batch.>\"] } } } ] }\n"))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		url := strings.Replace(s.ClientURL(), "nats://", "nats://b:p@", 1)
@@ -411,12 +398,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 		}
 	})
 	t.Run("too many batches", func(t *testing.T) {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "n.conf")
-		if err := os.WriteFile(conf, []byte("jetstream { limits { batch { max_inflight_per_stream: 1 } } }\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		s := natsembed.RunTest(t, func(o *natsembed.Options) { o.ConfigFile = conf })
+		s := natsembed.RunTest(t, natsConf(t, "jetstream { limits { batch { max_inflight_per_stream: 1 } } }\n"))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		nc, js := connectPublisher(t, s.ClientURL())
@@ -427,9 +409,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 		p1, p2 := newEventPublisher(js, first), newEventPublisher(js, second)
 		publishN(t, p1, 0, 5) // its batch is the one in flight
 		publishN(t, p2, 0, 500)
-		if err := p2.flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, p2.flush(ctx))
 		if p2.batch != nil {
 			t.Error("the second publisher still uses a fast batch the server refused")
 		}
@@ -437,9 +417,7 @@ func TestEventPublisherFallbacks(t *testing.T) {
 			t.Fatal("the first publisher does not use a fast batch")
 		}
 		publishN(t, p1, 5, 500)
-		if err := p1.flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, p1.flush(ctx))
 		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(first.id), 500), 500)
 		checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(second.id), 500), 500)
 	})

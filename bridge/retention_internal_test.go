@@ -47,8 +47,12 @@ func TestFmtAge(t *testing.T) {
 
 // TestRetentionDecision: only shortening an existing resource that holds data is
 // refused, and only without permission; every change of an existing resource counts as
-// changed (and is logged).
+// changed (and is logged). For a stream's max bytes (issue 13, the "size/" cases):
+// lowering it below what the stream holds would delete its oldest messages at once, so
+// it is refused without permission; lowering it above what the stream holds, or raising
+// it, is applied (and logged as changed).
 func TestRetentionDecision(t *testing.T) {
+	const mib = 1 << 20
 	tests := []struct {
 		name                      string
 		r                         retention
@@ -61,6 +65,12 @@ func TestRetentionDecision(t *testing.T) {
 		{"shortened, empty", retention{exists: true, current: int64(2 * time.Hour), requested: int64(time.Hour)}, true, true, false},
 		{"shortened, with data", retention{exists: true, current: int64(2 * time.Hour), requested: int64(time.Hour), msgs: 1}, true, true, true},
 		{"from unlimited, with data", retention{exists: true, current: 0, requested: int64(time.Hour), msgs: 1}, true, true, true},
+		{"size/new stream", retention{size: true, requested: mib}, false, false, false},
+		{"size/unchanged", retention{size: true, exists: true, current: mib, requested: mib, msgs: 5, bytes: mib}, false, false, false},
+		{"size/raised", retention{size: true, exists: true, current: mib, requested: 2 * mib, msgs: 5, bytes: mib}, true, false, false},
+		{"size/to unlimited", retention{size: true, exists: true, current: mib, requested: 0, msgs: 5, bytes: mib}, true, false, false},
+		{"size/limited, above what it holds", retention{size: true, exists: true, current: 0, requested: mib, msgs: 5, bytes: 1000}, true, true, false},
+		{"size/lowered below what it holds", retention{size: true, exists: true, current: 0, requested: 1000, msgs: 5, bytes: 5000}, true, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,39 +145,8 @@ func TestBucketShrinkError(t *testing.T) {
 	}
 }
 
-// TestSizeRetention (issue 13): lowering a stream's max bytes below what it holds would
-// delete its oldest messages at once, so it is refused without permission; lowering it
-// above what the stream holds, or raising it, is applied (and logged as changed).
-func TestSizeRetention(t *testing.T) {
-	const mib = 1 << 20
-	tests := []struct {
-		name                      string
-		r                         retention
-		changed, shrinks, refused bool
-	}{
-		{"new stream", retention{size: true, requested: mib}, false, false, false},
-		{"unchanged", retention{size: true, exists: true, current: mib, requested: mib, msgs: 5, bytes: mib}, false, false, false},
-		{"raised", retention{size: true, exists: true, current: mib, requested: 2 * mib, msgs: 5, bytes: mib}, true, false, false},
-		{"to unlimited", retention{size: true, exists: true, current: mib, requested: 0, msgs: 5, bytes: mib}, true, false, false},
-		{"limited, above what it holds", retention{size: true, exists: true, current: 0, requested: mib, msgs: 5, bytes: 1000}, true, true, false},
-		{"lowered below what it holds", retention{size: true, exists: true, current: 0, requested: 1000, msgs: 5, bytes: 5000}, true, true, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.r.changed(); got != tt.changed {
-				t.Errorf("changed = %v, want %v", got, tt.changed)
-			}
-			if got := tt.r.shrinks(); got != tt.shrinks {
-				t.Errorf("shrinks = %v, want %v", got, tt.shrinks)
-			}
-			if got := tt.r.refused(false); got != tt.refused {
-				t.Errorf("refused without permission = %v, want %v", got, tt.refused)
-			}
-			if tt.r.refused(true) {
-				t.Errorf("refused with permission")
-			}
-		})
-	}
+// TestSizeRetentionMessage: the refusal of a lower max bytes says what the stream holds.
+func TestSizeRetentionMessage(t *testing.T) {
 	err := checkRetention([]retention{{resource: "stream HERMES_OUTPUT", setting: "max bytes", size: true,
 		variable: "HERMES_BRIDGE_OUTPUT_MAX_BYTES", field: "OutputMaxBytes", exists: true, current: 0, requested: 1024, msgs: 3, bytes: 4096}}, false)
 	want := "stream HERMES_OUTPUT holds 3 messages (4KiB) with max bytes unlimited; HERMES_BRIDGE_OUTPUT_MAX_BYTES=1KiB would delete the oldest of them"

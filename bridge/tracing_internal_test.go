@@ -44,9 +44,7 @@ func oneAction(t testing.TB, sd *steppedDriver, res *hermes.Result, callErr erro
 	d.md = &jetstream.MsgMetadata{NumDelivered: 1}
 	d.trace = events.TraceContext{Traceparent: testTP, Tracestate: "vendor=x"}
 	p, err := hermes.Prepare(d.request())
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	d.prepared = p
 	sd.driver = d.driver
 	var ctx context.Context

@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// noErr fails the test at once on an error.
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -17,6 +25,18 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitGroup waits for wg, for at most 5 s.
+func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -64,13 +84,7 @@ func TestWorkerPoolBoundsIdle(t *testing.T) {
 	p.do(func() { close(done) })
 	<-done
 	p.stop()
-	ended := make(chan struct{})
-	go func() { wg.Wait(); close(ended) }()
-	select {
-	case <-ended:
-	case <-time.After(5 * time.Second):
-		t.Fatal("stop did not end the pool's goroutines")
-	}
+	waitGroup(t, &wg, "stop to end the pool's goroutines")
 	if n := p.idle.Load(); n != 0 {
 		t.Errorf("idle count %d after stop, want 0", n)
 	}
@@ -86,11 +100,5 @@ func TestWorkerPoolStopLetsBusyFinish(t *testing.T) {
 	p.stop()
 	close(release)
 	<-finished
-	ended := make(chan struct{})
-	go func() { wg.Wait(); close(ended) }()
-	select {
-	case <-ended:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the busy goroutine did not exit after its delivery")
-	}
+	waitGroup(t, &wg, "the busy goroutine to exit after its delivery")
 }

@@ -37,13 +37,7 @@ func BenchmarkSSEReader(b *testing.B) {
 
 // BenchmarkPrepareChat: mapping a one-prompt chat input to its request, once per action.
 func BenchmarkPrepareChat(b *testing.B) {
-	b.ReportAllocs()
-	in := DecodedInput(`{"prompt":"summarize the incident"}`)
-	for b.Loop() {
-		if _, err := Prepare(Request{Operation: "chat", Input: in, IdempotencyKey: "incident-42"}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchPrepare(b, "chat", `{"prompt":"summarize the incident"}`, "incident-42")
 }
 
 // BenchmarkPrepareChatBench: the chat input of the bridge's load benchmark.

@@ -29,14 +29,20 @@ func newServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 func newClient(t *testing.T, url string, opts ...hermes.Option) *hermes.Client {
 	t.Helper()
 	c, err := hermes.New(url, append([]hermes.Option{hermes.WithAPIKey(testKey), hermes.WithEndpointID("primary")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	return c
 }
 
 func call(c *hermes.Client, op, in string) (*hermes.Result, error) {
 	return c.Call(context.Background(), hermes.Request{Operation: op, Input: hermes.DecodedInput(in)}, nil)
+}
+
+// noErr fails the test at once on an error.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func asError(t *testing.T, err error) *hermes.Error {
@@ -107,9 +113,7 @@ func TestRequestShape(t *testing.T) {
 	res, err := c.Call(context.Background(), hermes.Request{Operation: "chat",
 		Input:          hermes.DecodedInput(`{"prompt":"hello","session_id":"sess-1","session_key":"k1"}`),
 		IdempotencyKey: "idem-1", Header: h}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if res.Status != "completed" || res.HTTPStatus != 200 || string(res.Output) != `{"ok": true}` || res.Stream != nil {
 		t.Fatalf("result %+v %s", res, res.Output)
 	}
@@ -158,9 +162,7 @@ func TestKeyFuncAndMissingKey(t *testing.T) {
 	var key atomic.Value
 	key.Store("key-one")
 	c, err := hermes.New(srv.URL, hermes.WithKeyFunc(func() string { return key.Load().(string) }))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for _, k := range []string{"key-one", "key-two"} {
 		key.Store(k)
 		if _, err := call(c, "models", `{}`); err != nil {
@@ -206,9 +208,7 @@ func TestJSONBodies(t *testing.T) {
 			io.WriteString(w, tc.body)
 		})
 		res, err := call(newClient(t, srv.URL), "skills", `{}`)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if string(res.Output) != tc.want || res.HTTPStatus != tc.status || res.Status != "completed" {
 			t.Fatalf("body %q: got %s (%d %s)", tc.body, res.Output, res.HTTPStatus, res.Status)
 		}
@@ -360,9 +360,7 @@ func TestErrorClasses(t *testing.T) {
 
 func TestConnectionRefused(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
 	c := newClient(t, "http://"+addr)
@@ -505,9 +503,7 @@ func TestStreamOutcomes(t *testing.T) {
 				t.Fatalf("output %s\nwant   %s", res.Output, want)
 			}
 			if tc.code == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, err)
 				return
 			}
 			e := asError(t, err)
@@ -615,9 +611,7 @@ func TestStreamEventFields(t *testing.T) {
 		"data: {\"event\":\"run.completed\",\"output\":\"ignored\"}"
 	srv := sseServer(t, body)
 	res, evs, err := streamCall(t, newClient(t, srv.URL), "chat_stream", `{"prompt":"x"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	type exp struct {
 		event, id, name, kind, text, data string
 		terminal                          bool
@@ -668,9 +662,7 @@ func TestIdleConnsReused(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	c, err := hermes.New(srv.URL, hermes.WithAPIKey(testKey), hermes.WithIdleConns(8))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for round := 0; round < 5; round++ {
 		var wg sync.WaitGroup
 		for i := 0; i < 8; i++ {

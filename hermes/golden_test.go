@@ -51,15 +51,11 @@ func TestGoldenTranscripts(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			body, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			spec := ops[strings.SplitN(filepath.Base(f), "_", 3)[1]]
 			srv := sseServer(t, string(body))
 			res, evs, err := streamCall(t, newClient(t, srv.URL), spec.op, spec.in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			if res.Status != "completed" || !res.Stream.Terminal || res.Stream.Truncated || res.Stream.Text != spec.text {
 				t.Fatalf("result %+v %+v", res, res.Stream)
 			}
@@ -73,39 +69,37 @@ func TestGoldenTranscripts(t *testing.T) {
 				t.Fatalf("events disagree with the summary")
 			}
 			got, err := json.MarshalIndent(g, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			got = append(got, '\n')
-			gf := strings.TrimSuffix(f, ".sse") + ".golden.json"
-			if *update {
-				if err := os.WriteFile(gf, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(gf)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("%s differs from the golden file; run go test -run TestGoldenTranscripts -update and review the diff\n%s", gf, got)
-			}
+			checkGolden(t, strings.TrimSuffix(f, ".sse")+".golden.json", got, "TestGoldenTranscripts")
 		})
+	}
+}
+
+// checkGolden compares got with the golden file gf (written first with -update); test is
+// the test to run with -update.
+func checkGolden(t *testing.T, gf string, got []byte, test string) {
+	t.Helper()
+	if *update {
+		noErr(t, os.WriteFile(gf, got, 0o644))
+	}
+	want, err := os.ReadFile(gf)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the golden file; run go test -run %s -update and review the diff\n%s", gf, test, got)
 	}
 }
 
 // TestGoldenCRLF checks that the same transcripts give the same events with CRLF line endings.
 func TestGoldenCRLF(t *testing.T) {
 	body, err := os.ReadFile("testdata/v0.19_32_sessions_chat_stream.sse")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var a, b []hermes.Event
 	for i, raw := range []string{string(body), strings.ReplaceAll(string(body), "\n", "\r\n")} {
 		_, evs, err := streamCall(t, newClient(t, sseServer(t, raw).URL), "session_chat_stream", `{"session_id":"s","message":"m"}`)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if i == 0 {
 			a = evs
 		} else {

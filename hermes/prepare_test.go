@@ -108,7 +108,10 @@ func runPrep(t *testing.T, cases []prepCase) {
 	}
 }
 
-func TestPrepareDiscovery(t *testing.T) {
+// TestPrepare: the mapping of each operation's input to its request, and the rules Prepare
+// keeps, one subtest per operation and case.
+func TestPrepare(t *testing.T) {
+	ok := strings.Repeat("é", 65536)
 	var cases []prepCase
 	for _, op := range []string{"health", "health_detailed", "models", "capabilities", "skills", "toolsets"} {
 		cases = append(cases,
@@ -117,11 +120,7 @@ func TestPrepareDiscovery(t *testing.T) {
 			prepCase{name: "absent", op: op, in: ``},
 		)
 	}
-	runPrep(t, cases)
-}
-
-func TestPrepareChat(t *testing.T) {
-	runPrep(t, []prepCase{
+	runPrep(t, append(cases, []prepCase{
 		{name: "prompt", op: "chat", in: `{"prompt":"hi"}`,
 			body: `{"messages":[{"role":"user","content":"hi"}],"model":"hermes-agent","stream":false}`},
 		{name: "query", op: "chat_stream", in: `{"query":"hi","max_events":7}`,
@@ -142,11 +141,6 @@ func TestPrepareChat(t *testing.T) {
 		{name: "session key control", op: "chat", in: `{"prompt":"a","session_key":"a\u0000b"}`, field: "input.session_key"},
 		{name: "max_events max", op: "chat_stream", in: `{"prompt":"a","max_events":100000}`, max: 100000,
 			body: `{"messages":[{"role":"user","content":"a"}],"model":"hermes-agent","stream":true}`},
-	})
-}
-
-func TestPrepareResponses(t *testing.T) {
-	runPrep(t, []prepCase{
 		{name: "body", op: "responses", in: `{"body":{"input":"hi","store":true,"stream":true},"session_key":"k","idempotency_key":"x"}`,
 			body: `{"input":"hi","store":true,"stream":false}`, header: map[string]string{"X-Hermes-Session-Key": "k"}},
 		{name: "whole input", op: "responses_stream", in: `{"input":[{"role":"user","content":"a"}],"model":"m","session_key":"k","idempotency_key":"x","max_events":9}`,
@@ -156,11 +150,6 @@ func TestPrepareResponses(t *testing.T) {
 		{name: "history", op: "responses", in: `{"input":"x","conversation_history":[{"role":"user","content":"a"}]}`,
 			body: `{"input":"x","conversation_history":[{"role":"user","content":"a"}],"stream":false}`},
 		{name: "session key bad", op: "responses", in: `{"input":"x","session_key":"a\rb"}`, field: "input.session_key"},
-	})
-}
-
-func TestPrepareResponseIDs(t *testing.T) {
-	runPrep(t, []prepCase{
 		{name: "get", op: "response_get", in: `{"response_id":"resp_1"}`, path: "/v1/responses/resp_1"},
 		{name: "from body", op: "response_delete", in: `{"body":{"response_id":"resp_2"}}`, path: "/v1/responses/resp_2"},
 		{name: "encoded", op: "response_get", in: `{"response_id":"a/b c+d~e*f%é"}`, path: "/v1/responses/a%2Fb%20c%2Bd~e%2Af%25%C3%A9"},
@@ -169,11 +158,6 @@ func TestPrepareResponseIDs(t *testing.T) {
 		{name: "dotdot", op: "response_get", in: `{"response_id":".."}`, field: "input.response_id"},
 		{name: "too long", op: "response_get", in: `{"response_id":"` + strings.Repeat("a", 513) + `"}`, field: "input.response_id"},
 		{name: "body blank", op: "response_get", in: `{"body":{"response_id":""}}`, field: "input.body.response_id"},
-	})
-}
-
-func TestPrepareSessionsList(t *testing.T) {
-	runPrep(t, []prepCase{
 		{name: "defaults", op: "sessions_list", in: `{}`, path: "/api/sessions?limit=50&offset=0"},
 		{name: "all", op: "sessions_list", in: `{"include_children":true,"source":"api server/x","offset":5,"limit":10}`,
 			path: "/api/sessions?limit=10&offset=5&source=api%20server%2Fx&include_children=true"},
@@ -191,52 +175,26 @@ func TestPrepareSessionsList(t *testing.T) {
 		{name: "query children", op: "sessions_list", in: `{"query":{"include_children":true}}`, path: "/api/sessions?limit=50&offset=0&include_children=true"},
 		{name: "conflict", op: "sessions_list", in: `{"limit":5,"query":{"limit":6}}`, field: "input.query.limit"},
 		{name: "query negative", op: "sessions_list", in: `{"query":{"offset":"-1"}}`, field: "input.query.offset"},
-	})
-}
-
-func TestPrepareSessionCreate(t *testing.T) {
-	runPrep(t, []prepCase{
 		{name: "body", op: "session_create", in: `{"body":{"id":"case-1","title":"T","system_prompt":"p"}}`, body: `{"id":"case-1","title":"T","system_prompt":"p"}`},
 		{name: "whole", op: "session_create", in: `{"session_id":"case-2","idempotency_key":"k"}`, body: `{"session_id":"case-2"}`},
 		{name: "empty", op: "session_create", in: `{}`, body: `{}`},
 		{name: "empty id falls back", op: "session_create", in: `{"id":"","session_id":"x"}`, body: `{"id":"","session_id":"x"}`},
 		{name: "body type", op: "session_create", in: `{"body":"x"}`, field: "input.body"},
-	})
-}
-
-func TestPrepareSessionPaths(t *testing.T) {
-	runPrep(t, []prepCase{
 		{name: "get", op: "session_get", in: `{"session_id":"api_1_a"}`, path: "/api/sessions/api_1_a"},
 		{name: "delete", op: "session_delete", in: `{"session_id":"a b"}`, path: "/api/sessions/a%20b"},
 		{name: "messages", op: "session_messages", in: `{"session_id":"x/y"}`, path: "/api/sessions/x%2Fy/messages"},
 		{name: "missing", op: "session_get", in: `{}`, field: "input.session_id"},
-	})
-}
-
-func TestPrepareSessionPatch(t *testing.T) {
-	runPrep(t, []prepCase{
 		{name: "body", op: "session_patch", in: `{"session_id":"s","body":{"title":"T","end_reason":"client_closed"}}`, path: "/api/sessions/s", body: `{"title":"T","end_reason":"client_closed"}`},
 		{name: "whole", op: "session_patch", in: `{"session_id":"s","title":null,"idempotency_key":"k"}`, path: "/api/sessions/s", body: `{"title":null}`},
 		{name: "empty", op: "session_patch", in: `{"session_id":"s"}`, path: "/api/sessions/s", body: `{}`},
 		{name: "id in body", op: "session_patch", in: `{"body":{"session_id":"s","title":"x"}}`, path: "/api/sessions/s", body: `{"title":"x"}`},
 		{name: "no id", op: "session_patch", in: `{"title":"x"}`, field: "input.session_id"},
-	})
-}
-
-func TestPrepareSessionFork(t *testing.T) {
-	runPrep(t, []prepCase{
 		{name: "empty body", op: "session_fork", in: `{"session_id":"s"}`, path: "/api/sessions/s/fork", body: `{}`},
 		{name: "explicit empty body", op: "session_fork", in: `{"session_id":"s","body":{}}`, path: "/api/sessions/s/fork", body: `{}`},
 		{name: "child", op: "session_fork", in: `{"session_id":"s","body":{"id":"child","title":"T"}}`, path: "/api/sessions/s/fork", body: `{"id":"child","title":"T"}`},
 		{name: "child session_id", op: "session_fork", in: `{"session_id":"s","body":{"session_id":"c2"}}`, body: `{"session_id":"c2"}`, path: "/api/sessions/s/fork"},
 		{name: "whole", op: "session_fork", in: `{"session_id":"s","id":"c","idempotency_key":"k"}`, path: "/api/sessions/s/fork", body: `{"id":"c"}`},
 		{name: "path only top level", op: "session_fork", in: `{"body":{"session_id":"s"}}`, field: "input.session_id"},
-	})
-}
-
-func TestPrepareSessionChat(t *testing.T) {
-	ok := strings.Repeat("é", 65536)
-	runPrep(t, []prepCase{
 		{name: "message", op: "session_chat", in: `{"session_id":"s","message":"hi","system_message":"x","session_key":"k","idempotency_key":"i"}`,
 			path: "/api/sessions/s/chat", body: `{"message":"hi","system_message":"x"}`, header: map[string]string{"X-Hermes-Session-Key": "k"}},
 		{name: "prompt", op: "session_chat_stream", in: `{"session_id":"s","prompt":"hi","max_events":5}`,
@@ -252,7 +210,7 @@ func TestPrepareSessionChat(t *testing.T) {
 		{name: "max text", op: "session_chat", in: `{"session_id":"s","message":"` + ok + `"}`, path: "/api/sessions/s/chat", body: `{"message":"` + ok + `"}`},
 		{name: "no session", op: "session_chat", in: `{"message":"m"}`, field: "input.session_id"},
 		{name: "body type", op: "session_chat_stream", in: `{"session_id":"s","body":[1]}`, field: "input.body"},
-	})
+	}...))
 }
 
 func TestPrepareRequestFields(t *testing.T) {
@@ -261,9 +219,7 @@ func TestPrepareRequestFields(t *testing.T) {
 	h.Set("Authorization", "Bearer stolen")
 	h.Set("X-Hermes-Session-Id", "smuggled")
 	p, err := hermes.Prepare(hermes.Request{Operation: "chat", Input: hermes.DecodedInput(`{"prompt":"a"}`), IdempotencyKey: "key-1", Header: h})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if p.Header.Get("Idempotency-Key") != "key-1" || p.Header.Get("Traceparent") == "" {
 		t.Fatalf("headers: %v", p.Header)
 	}

@@ -28,9 +28,7 @@ type recorded struct {
 func readRecorded(t *testing.T, path string) recorded {
 	t.Helper()
 	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	_, resp, ok := bytes.Cut(raw, []byte("### --- response (headers + raw body) ---\n"))
 	if !ok {
 		t.Fatalf("%s: no response section", path)
@@ -76,9 +74,7 @@ func TestGoldenRuns(t *testing.T) {
 			var req http.Request
 			c := newClient(t, replayServer(t, create, &req))
 			st, err := c.RunStart(ctx, hermes.Request{Input: hermes.DecodedInput(`{"input":"Hello run"}`), IdempotencyKey: "act-1"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			var want struct {
 				RunID string `json:"run_id"`
 			}
@@ -93,9 +89,7 @@ func TestGoldenRuns(t *testing.T) {
 			get := readRecorded(t, "testdata/"+v+"_42_runs_get.txt")
 			c = newClient(t, replayServer(t, get, &req))
 			rs, err := c.RunStatus(ctx, st.RunID)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			if rs.RunID != st.RunID || rs.Status != hermes.RunCompleted || !rs.Terminal() || rs.SessionID != st.RunID ||
 				rs.Model != "hermes-agent" || rs.LastEvent != "run.completed" || rs.Output == nil || *rs.Output != "stub reply: Hello run" ||
 				rs.Error != nil || rs.Usage == nil || rs.Usage.OutputTokens != 5 || rs.Usage.TotalTokens != rs.Usage.InputTokens+5 ||
@@ -120,9 +114,7 @@ func TestGoldenRuns(t *testing.T) {
 
 			caps := readRecorded(t, "testdata/"+v+"_05_capabilities.txt")
 			cp, err := newClient(t, replayServer(t, caps, nil)).Capabilities(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			if !cp.Runs() || cp.DurableRunIdempotency() || cp.RunsIdempotency != (hermes.RunsIdempotency{}) ||
 				cp.Endpoints["run_events"].Path != "/v1/runs/{run_id}/events" || cp.Model != "hermes-agent" {
 				t.Fatalf("capabilities %+v", cp)
@@ -150,9 +142,7 @@ func TestGoldenRunEvents(t *testing.T) {
 	for _, v := range []string{"v0.16", "v0.19"} {
 		t.Run(v, func(t *testing.T) {
 			body, err := os.ReadFile("testdata/" + v + "_41_runs_events.sse")
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			var req *http.Request
 			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 				req = r
@@ -160,9 +150,7 @@ func TestGoldenRunEvents(t *testing.T) {
 				_, _ = w.Write(body)
 			})
 			es, err := newClient(t, srv.URL).RunEvents(context.Background(), "run_905f3dcb188744a8bb5f62036342a339")
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			defer es.Close()
 			var got []goldenRunEvent
 			var text strings.Builder
@@ -171,9 +159,7 @@ func TestGoldenRunEvents(t *testing.T) {
 				if err == io.EOF {
 					break
 				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, err)
 				text.WriteString(ev.Delta)
 				got = append(got, goldenRunEvent{ev.Name, ev.Kind, ev.Terminal, ev.Delta, ev.Text, ev.Output, ev.Usage, ev.RunID, ev.Timestamp, ev.Data})
 			}
@@ -188,19 +174,7 @@ func TestGoldenRunEvents(t *testing.T) {
 			}
 			b, _ := json.MarshalIndent(got, "", "  ")
 			b = append(b, '\n')
-			gf := "testdata/" + v + "_41_runs_events.run.golden.json"
-			if *update {
-				if err := os.WriteFile(gf, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(gf)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if !bytes.Equal(b, want) {
-				t.Fatalf("%s differs; run go test -run TestGoldenRunEvents -update and review\n%s", gf, b)
-			}
+			checkGolden(t, "testdata/"+v+"_41_runs_events.run.golden.json", b, "TestGoldenRunEvents")
 		})
 	}
 }
@@ -214,9 +188,7 @@ func TestRunEventsIncomplete(t *testing.T) {
 		{"data: {\"delta\": \"no event\"}\n\n", hermes.CodeInvalidResponse},
 	} {
 		es, err := newClient(t, sseServer(t, tc.body).URL).RunEvents(context.Background(), "run_1")
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		var last error
 		for range 5 {
 			if _, last = es.Next(); last != nil {
@@ -363,12 +335,18 @@ func fakeCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// follow subscribes to the events of run id.
+func follow(t *testing.T, ctx context.Context, c *hermes.Client, id string) *hermes.RunEventStream {
+	t.Helper()
+	es, err := c.RunEvents(ctx, id)
+	noErr(t, err)
+	return es
+}
+
 func start(t *testing.T, c *hermes.Client, in, key string) *hermes.RunStarted {
 	t.Helper()
 	st, err := c.RunStart(fakeCtx(t), hermes.Request{Input: hermes.DecodedInput(in), IdempotencyKey: key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	return st
 }
 
@@ -383,10 +361,7 @@ func TestFakeRunLifecycle(t *testing.T) {
 			if st.Replayed || st.SessionKey != "sk" || s.RunsStartedFor("act-1") != 1 {
 				t.Fatalf("start %+v", st)
 			}
-			es, err := c.RunEvents(ctx, st.RunID)
-			if err != nil {
-				t.Fatal(err)
-			}
+			es := follow(t, ctx, c, st.RunID)
 			evs := readAll(t, es)
 			es.Close()
 			if got := runNames(evs); got != "message.delta,message.delta,message.delta,message.delta,reasoning.available,run.completed" {
@@ -431,22 +406,15 @@ func TestFakeRunReattach(t *testing.T) {
 	}))
 	ctx := fakeCtx(t)
 	st := start(t, c, `{"input":"slow"}`, "act-slow")
-	es, err := c.RunEvents(ctx, st.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WaitRun(ctx, st.RunID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }); err != nil {
-		t.Fatal(err)
-	}
+	es := follow(t, ctx, c, st.RunID)
+	noErr(t, s.WaitRun(ctx, st.RunID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }))
 	es.Close() // the "crash"
 	for {
 		es2, err := c.RunEvents(ctx, st.RunID)
 		if errors.Is(err, hermes.ErrRunNotFound) {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		es2.Close() // the fake had not yet noticed the disconnect
 		if ctx.Err() != nil {
 			t.Fatal("queue never dropped")
@@ -459,43 +427,14 @@ func TestFakeRunReattach(t *testing.T) {
 	close(release)
 	for {
 		rs, err = c.RunStatus(ctx, st.RunID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if rs.Terminal() {
 			break
 		}
-		if err := s.WaitRun(ctx, st.RunID, func(ri hermestest.RunInfo) bool { return hermes.RunTerminal(ri.Status) }); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, s.WaitRun(ctx, st.RunID, func(ri hermestest.RunInfo) bool { return hermes.RunTerminal(ri.Status) }))
 	}
 	if rs.Status != hermes.RunCompleted || *rs.Output != "late answer" || s.RunsStarted() != 1 {
 		t.Fatalf("final %+v", rs)
-	}
-}
-
-// TestFakeRunStatusExpires: the status answers for an hour after the end, then ErrRunNotFound.
-func TestFakeRunStatusExpires(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Unix(1796045974, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	s, c := fakeServer(t, hermestest.WithClock(clock))
-	ctx := fakeCtx(t)
-	st := start(t, c, `{"input":"x"}`, "k")
-	if err := s.WaitRunStatus(ctx, st.RunID, "completed"); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	now = now.Add(time.Hour - time.Second)
-	mu.Unlock()
-	if rs, err := c.RunStatus(ctx, st.RunID); err != nil || rs.Status != hermes.RunCompleted {
-		t.Fatalf("before expiry %+v %v", rs, err)
-	}
-	mu.Lock()
-	now = now.Add(time.Second)
-	mu.Unlock()
-	if _, err := c.RunStatus(ctx, st.RunID); !errors.Is(err, hermes.ErrRunNotFound) {
-		t.Fatalf("after expiry: %v", err)
 	}
 }
 
@@ -508,13 +447,8 @@ func TestFakeRunStop(t *testing.T) {
 	}))
 	ctx := fakeCtx(t)
 	st := start(t, c, `{"input":"x"}`, "k")
-	if err := s.WaitRunStatus(ctx, st.RunID, "running"); err != nil {
-		t.Fatal(err)
-	}
-	es, err := c.RunEvents(ctx, st.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, s.WaitRunStatus(ctx, st.RunID, "running"))
+	es := follow(t, ctx, c, st.RunID)
 	defer es.Close()
 	sr, err := c.RunStop(ctx, st.RunID)
 	if err != nil || sr.Status != hermes.RunStopping || sr.RunID != st.RunID {
@@ -544,16 +478,13 @@ func TestFakeRunApproval(t *testing.T) {
 			}))
 			ctx := fakeCtx(t)
 			st := start(t, c, `{"input":"clean up"}`, "k")
-			es, err := c.RunEvents(ctx, st.RunID)
-			if err != nil {
-				t.Fatal(err)
-			}
+			es := follow(t, ctx, c, st.RunID)
 			defer es.Close()
 			var req hermes.RunEvent
+			var err error
 			for req.Name != "approval.request" {
-				if req, err = es.Next(); err != nil {
-					t.Fatal(err)
-				}
+				req, err = es.Next()
+				noErr(t, err)
 			}
 			a := req.Approval
 			if req.Kind != hermes.KindPendingApproval || a == nil || a.Command != "rm -rf build/" || a.PatternKey != "recursive_delete" ||
@@ -623,10 +554,7 @@ func TestFakeRunFailedAndLostStart(t *testing.T) {
 	}))
 	ctx := fakeCtx(t)
 	st := start(t, c, `{"input":"x"}`, "k")
-	es, err := c.RunEvents(ctx, st.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := follow(t, ctx, c, st.RunID)
 	evs := readAll(t, es)
 	es.Close()
 	if len(evs) != 1 || evs[0].Name != "run.failed" || evs[0].Kind != hermes.KindError || evs[0].Error != "provider down" {
@@ -653,9 +581,7 @@ func TestFakeRunFailedAndLostStart(t *testing.T) {
 	s.InjectFault(hermestest.Fault{Route: "run_events", Drop: true, AfterEvents: 0})
 	st = start(t, c, `{"input":"z"}`, "k2")
 	es, err = c.RunEvents(ctx, st.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer es.Close()
 	if _, err := es.Next(); asError(t, err).Code != hermes.CodeStreamIncomplete {
 		t.Fatalf("dropped stream: %v", err)
@@ -671,19 +597,14 @@ func TestFakeRunEventsCancel(t *testing.T) {
 	}))
 	st := start(t, c, `{"input":"x"}`, "k")
 	ctx, cancel := context.WithCancel(fakeCtx(t))
-	es, err := c.RunEvents(ctx, st.RunID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := follow(t, ctx, c, st.RunID)
 	defer es.Close()
-	if err := s.WaitRun(fakeCtx(t), st.RunID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, s.WaitRun(fakeCtx(t), st.RunID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }))
 	cancel()
 	if _, err := es.Next(); asError(t, err).Code != hermes.CodeCancelled {
 		t.Fatalf("Next after cancel: %v", err)
 	}
-	_, err = c.Call(fakeCtx(t), hermes.Request{Operation: "run_start", Input: hermes.DecodedInput(`{"input":"x"}`)}, nil)
+	_, err := c.Call(fakeCtx(t), hermes.Request{Operation: "run_start", Input: hermes.DecodedInput(`{"input":"x"}`)}, nil)
 	var ie *hermes.InputError
 	if !errors.As(err, &ie) || ie.Field != "idempotency_key" {
 		t.Fatalf("Call run_start without key: %v", err)

@@ -31,9 +31,7 @@ func BenchmarkClaimPath(b *testing.B) {
 	ctx := deadlineCtx(b)
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"bench.results.>"},
 		Storage: jetstream.FileStorage})
-	if err != nil {
-		b.Fatal(err)
-	}
+	noErr(b, err)
 	subject := func(id string) string { return "bench.results." + id }
 	log := kvstore.NewJetStreamLog(js, st, subject)
 	input := strings.Repeat("ab", 32)
@@ -85,9 +83,7 @@ func benchUpdate(b *testing.B, ctx context.Context) {
 	s, _, _ := newStore(b, kvstore.Config{})
 	r := rec("bench")
 	rev, err := s.Create(ctx, "act.upd", r)
-	if err != nil {
-		b.Fatal(err)
-	}
+	noErr(b, err)
 	b.ReportAllocs()
 	for b.Loop() {
 		if rev, err = s.Update(ctx, "act.upd", r, rev); err != nil {

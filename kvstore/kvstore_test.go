@@ -63,6 +63,32 @@ func poll(t testing.TB, d time.Duration, what string, f func() bool) {
 	}
 }
 
+// noErr fails the test at once on an error.
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustCreate creates key with r and returns its revision, failing the test on an error.
+func mustCreate(t testing.TB, ctx context.Context, s *kvstore.Store, key string, r kvstore.Record) uint64 {
+	t.Helper()
+	rev, err := s.Create(ctx, key, r)
+	noErr(t, err)
+	return rev
+}
+
+// bucketStatus returns the status of the KV bucket, failing the test on an error.
+func bucketStatus(t testing.TB, ctx context.Context, js jetstream.JetStream, bucket string) jetstream.KeyValueStatus {
+	t.Helper()
+	kv, err := js.KeyValue(ctx, bucket)
+	noErr(t, err)
+	st, err := kv.Status(ctx)
+	noErr(t, err)
+	return st
+}
+
 var hexKey = regexp.MustCompile(`^idem\.[0-9a-f]{64}$`)
 
 func TestKeys(t *testing.T) {
@@ -100,19 +126,6 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-func TestKeysAreValidInBucket(t *testing.T) {
-	s, _, _ := newStore(t, kvstore.Config{})
-	ctx := testCtx(t)
-	for _, k := range []string{
-		kvstore.ActionKey(strings.Repeat("aZ9_-", 25) + "xyz"), // 128 chars
-		kvstore.IdempotencyKey("cap:hermes_agent:ep1:chat", "any key: with spaces/ünïcode"),
-	} {
-		if _, err := s.Create(ctx, k, rec("a1")); err != nil {
-			t.Fatalf("Create(%q): %v", k, err)
-		}
-	}
-}
-
 func TestRecordJSONStable(t *testing.T) {
 	s, js, _ := newStore(t, kvstore.Config{})
 	ctx := testCtx(t)
@@ -124,21 +137,13 @@ func TestRecordJSONStable(t *testing.T) {
 		Result:    json.RawMessage(`{"status":"completed"}`),
 		CreatedAt: ts,
 	}
-	if _, err := s.Create(ctx, "act.a1", r); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, ctx, s, "act.a1", r)
 	kv, err := js.KeyValue(ctx, kvstore.DefaultBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	raw, err := kv.Get(ctx, "act.a1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var generic map[string]json.RawMessage
-	if err := json.Unmarshal(raw.Value(), &generic); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, json.Unmarshal(raw.Value(), &generic))
 	updated := string(generic["updated_at"])
 	want := `{"v":1,"state":"settled","action_id":"a1","capability_id":"cap:hermes_agent:ep1:chat",` +
 		`"input_sha256":"00ff","owner":"r1","attempt":2,` +
@@ -148,13 +153,9 @@ func TestRecordJSONStable(t *testing.T) {
 	}
 
 	// Optional fields are omitted.
-	if _, err := s.Create(ctx, "act.a2", kvstore.Record{State: kvstore.StateClaimed, ActionID: "a2"}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, ctx, s, "act.a2", kvstore.Record{State: kvstore.StateClaimed, ActionID: "a2"})
 	raw, err = kv.Get(ctx, "act.a2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for _, f := range []string{"owner", "result", "attempt", "capability_id", "decision", "approver", "cancel", "run_id", "pending_seq"} {
 		if strings.Contains(string(raw.Value()), `"`+f+`"`) {
 			t.Errorf("empty %s not omitted: %s", f, raw.Value())
@@ -162,20 +163,17 @@ func TestRecordJSONStable(t *testing.T) {
 	}
 }
 
+// TestGetRoundTrip: a record reads back as written; a missing key is ErrNotFound; the
+// longest action key and an idempotency key of any key are valid in the bucket.
 func TestGetRoundTrip(t *testing.T) {
 	s, _, _ := newStore(t, kvstore.Config{})
 	ctx := testCtx(t)
 	r := rec("a1")
 	r.Result = json.RawMessage(`{"x":1}`)
 	before := time.Now()
-	rev, err := s.Create(ctx, kvstore.ActionKey("a1"), r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := mustCreate(t, ctx, s, kvstore.ActionKey("a1"), r)
 	e, err := s.Get(ctx, kvstore.ActionKey("a1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if e.Revision != rev || e.Key != "act.a1" {
 		t.Fatalf("entry rev/key = %d %q, want %d act.a1", e.Revision, e.Key, rev)
 	}
@@ -190,21 +188,16 @@ func TestGetRoundTrip(t *testing.T) {
 	if e.Written.IsZero() {
 		t.Fatal("Written not set")
 	}
-}
-
-func TestCreateDuplicate(t *testing.T) {
-	s, _, _ := newStore(t, kvstore.Config{})
-	ctx := testCtx(t)
-	key := kvstore.ActionKey("a1")
-	if _, err := s.Create(ctx, key, rec("a1")); err != nil {
-		t.Fatal(err)
+	if _, err := s.Get(ctx, "act.nope"); !errors.Is(err, kvstore.ErrNotFound) {
+		t.Fatalf("Get missing err = %v, want ErrNotFound", err)
 	}
-	_, err := s.Create(ctx, key, rec("a1"))
-	if !errors.Is(err, kvstore.ErrExists) {
-		t.Fatalf("duplicate Create err = %v, want ErrExists", err)
-	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		t.Fatalf("duplicate Create err = %v, want it to wrap jetstream.ErrKeyExists", err)
+	for _, k := range []string{
+		kvstore.ActionKey(strings.Repeat("aZ9_-", 25) + "xyz"), // 128 chars
+		kvstore.IdempotencyKey("cap:hermes_agent:ep1:chat", "any key: with spaces/ünïcode"),
+	} {
+		if _, err := s.Create(ctx, k, rec("a1")); err != nil {
+			t.Fatalf("Create(%q): %v", k, err)
+		}
 	}
 }
 
@@ -238,12 +231,8 @@ func TestCreateRace(t *testing.T) {
 		}
 		// Round 2 races over a delete tombstone (the Create fallback path).
 		e, err := s.Get(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Delete(ctx, key, e.Revision); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
+		noErr(t, s.Delete(ctx, key, e.Revision))
 	}
 }
 
@@ -251,10 +240,7 @@ func TestUpdateCAS(t *testing.T) {
 	s, _, _ := newStore(t, kvstore.Config{})
 	ctx := testCtx(t)
 	key := kvstore.ActionKey("a1")
-	rev1, err := s.Create(ctx, key, rec("a1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev1 := mustCreate(t, ctx, s, key, rec("a1"))
 	r := rec("a1")
 	r.State = kvstore.StateDispatched
 	rev2, err := s.Update(ctx, key, r, rev1)
@@ -290,10 +276,7 @@ func TestUpdateRace(t *testing.T) {
 	s, _, _ := newStore(t, kvstore.Config{})
 	ctx := testCtx(t)
 	key := kvstore.ActionKey("a1")
-	rev, err := s.Create(ctx, key, rec("a1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := mustCreate(t, ctx, s, key, rec("a1"))
 	var wins, conflicts atomic.Int32
 	var winner atomic.Value
 	var wg sync.WaitGroup
@@ -322,19 +305,9 @@ func TestUpdateRace(t *testing.T) {
 		t.Fatalf("wins=%d conflicts=%d, want 1 and 19", wins.Load(), conflicts.Load())
 	}
 	e, err := s.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if e.Record.Owner != winner.Load().(string) {
 		t.Fatalf("stored owner %q, winner %q", e.Record.Owner, winner.Load())
-	}
-}
-
-func TestGetNotFound(t *testing.T) {
-	s, _, _ := newStore(t, kvstore.Config{})
-	_, err := s.Get(testCtx(t), "act.nope")
-	if !errors.Is(err, kvstore.ErrNotFound) {
-		t.Fatalf("Get missing err = %v, want ErrNotFound", err)
 	}
 }
 
@@ -342,14 +315,9 @@ func TestDeleteThenCreate(t *testing.T) {
 	s, _, _ := newStore(t, kvstore.Config{})
 	ctx := testCtx(t)
 	key := kvstore.IdempotencyKey("cap:hermes_agent:ep1:session_create", "k1")
-	rev, err := s.Create(ctx, key, rec("a1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := mustCreate(t, ctx, s, key, rec("a1"))
 	rev2, err := s.Update(ctx, key, rec("a1"), rev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	// Stale delete loses.
 	if err := s.Delete(ctx, key, rev); !errors.Is(err, kvstore.ErrConflict) {
 		t.Fatalf("stale Delete err = %v, want ErrConflict", err)
@@ -376,8 +344,8 @@ func TestDeleteThenCreate(t *testing.T) {
 	if err != nil || e.Revision != rev3 || e.Record.ActionID != "a2" {
 		t.Fatalf("Get after re-Create = %+v, %v", e, err)
 	}
-	if _, err := s.Create(ctx, key, r); !errors.Is(err, kvstore.ErrExists) {
-		t.Fatalf("Create over re-created key err = %v, want ErrExists", err)
+	if _, err := s.Create(ctx, key, r); !errors.Is(err, kvstore.ErrExists) || !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Fatalf("Create over re-created key err = %v, want ErrExists wrapping jetstream.ErrKeyExists", err)
 	}
 }
 
@@ -406,10 +374,7 @@ func TestWait(t *testing.T) {
 
 	t.Run("already newer", func(t *testing.T) {
 		key := "act.w1"
-		rev, err := s.Create(ctx, key, rec("w1"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		rev := mustCreate(t, ctx, s, key, rec("w1"))
 		e, err := s.Wait(ctx, key, rev-1)
 		if err != nil || e.Revision != rev {
 			t.Fatalf("Wait = %+v, %v; want rev %d", e, err, rev)
@@ -418,10 +383,7 @@ func TestWait(t *testing.T) {
 
 	t.Run("wakes on update", func(t *testing.T) {
 		key := "act.w2"
-		rev, err := s.Create(ctx, key, rec("w2"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		rev := mustCreate(t, ctx, s, key, rec("w2"))
 		type res struct {
 			e   kvstore.Entry
 			err error
@@ -440,9 +402,7 @@ func TestWait(t *testing.T) {
 		settled.State = kvstore.StateSettled
 		settled.Result = json.RawMessage(`{"ok":true}`)
 		rev2, err := s.Update(ctx, key, settled, rev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		r := <-done
 		if r.err != nil || r.e.Revision != rev2 || r.e.Record.State != kvstore.StateSettled {
 			t.Fatalf("Wait = %+v, %v; want settled at rev %d", r.e, r.err, rev2)
@@ -451,18 +411,13 @@ func TestWait(t *testing.T) {
 
 	t.Run("wakes on delete", func(t *testing.T) {
 		key := "act.w3"
-		rev, err := s.Create(ctx, key, rec("w3"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		rev := mustCreate(t, ctx, s, key, rec("w3"))
 		done := make(chan error, 1)
 		go func() {
 			_, err := s.Wait(ctx, key, rev)
 			done <- err
 		}()
-		if err := s.Delete(ctx, key, rev); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, s.Delete(ctx, key, rev))
 		if err := <-done; !errors.Is(err, kvstore.ErrNotFound) {
 			t.Fatalf("Wait after Delete err = %v, want ErrNotFound", err)
 		}
@@ -480,10 +435,7 @@ func TestWait(t *testing.T) {
 
 	t.Run("ctx cancel", func(t *testing.T) {
 		key := "act.w4"
-		rev, err := s.Create(ctx, key, rec("w4"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		rev := mustCreate(t, ctx, s, key, rec("w4"))
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
@@ -503,10 +455,7 @@ func TestWait(t *testing.T) {
 
 	t.Run("no goroutine leak", func(t *testing.T) {
 		key := "act.w5"
-		rev, err := s.Create(ctx, key, rec("w5"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		rev := mustCreate(t, ctx, s, key, rec("w5"))
 		for range 50 {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 			_, _ = s.Wait(cctx, key, rev)
@@ -519,7 +468,9 @@ func TestWait(t *testing.T) {
 	})
 }
 
-func TestOpenBindMissing(t *testing.T) {
+// TestOpenErrors: binding a missing bucket names it and the way out; invalid settings
+// and a nil JetStream are refused.
+func TestOpenErrors(t *testing.T) {
 	srv := natsembed.RunTest(t)
 	_, js := natsembed.Connect(t, srv)
 	_, err := kvstore.Open(testCtx(t), js, kvstore.Config{Bucket: "NOPE"})
@@ -529,11 +480,6 @@ func TestOpenBindMissing(t *testing.T) {
 	if want := "bucket NOPE does not exist; create it or enable provisioning"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %q, want it to contain %q", err, want)
 	}
-}
-
-func TestOpenValidation(t *testing.T) {
-	srv := natsembed.RunTest(t)
-	_, js := natsembed.Connect(t, srv)
 	for _, cfg := range []kvstore.Config{
 		{TTL: -time.Second, Provision: true},
 		{Replicas: -1, Provision: true},
@@ -554,10 +500,7 @@ func TestProvisionIdempotentAndBind(t *testing.T) {
 	if s.Bucket() != "B1" || s.TTL() != time.Hour || s.MaxValueSize() != 8192 {
 		t.Fatalf("store = %s %s %d", s.Bucket(), s.TTL(), s.MaxValueSize())
 	}
-	rev, err := s.Create(ctx, "act.keep", rec("keep"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := mustCreate(t, ctx, s, "act.keep", rec("keep"))
 	s2, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "B1", TTL: time.Hour, MaxValueSize: 8192, Provision: true})
 	if err != nil {
 		t.Fatalf("second provisioning: %v", err)
@@ -574,14 +517,7 @@ func TestProvisionIdempotentAndBind(t *testing.T) {
 	if s3.TTL() != time.Hour || s3.MaxValueSize() != 8192 {
 		t.Fatalf("bound store TTL %s limit %d, want 1h 8192", s3.TTL(), s3.MaxValueSize())
 	}
-	kv, err := js.KeyValue(ctx, "B1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := bucketStatus(t, ctx, js, "B1")
 	if st.History() != 1 || st.TTL() != time.Hour {
 		t.Fatalf("bucket history %d TTL %s, want 1 and 1h", st.History(), st.TTL())
 	}
@@ -597,18 +533,7 @@ func TestTTLChange(t *testing.T) {
 	srv := natsembed.RunTest(t)
 	_, js := natsembed.Connect(t, srv)
 	ctx := testCtx(t)
-	ttl := func(bucket string) time.Duration {
-		t.Helper()
-		kv, err := js.KeyValue(ctx, bucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := kv.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.TTL()
-	}
+	ttl := func(bucket string) time.Duration { return bucketStatus(t, ctx, js, bucket).TTL() }
 
 	// Empty: shortened without permission.
 	if _, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "EMPTY", TTL: time.Hour, Provision: true}); err != nil {
@@ -622,12 +547,8 @@ func TestTTLChange(t *testing.T) {
 	}
 
 	s, err := kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Hour, Provision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Create(ctx, "act.keep", rec("keep")); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
+	mustCreate(t, ctx, s, "act.keep", rec("keep"))
 	// Shorter, with values, not allowed: refused, nothing changed.
 	_, err = kvstore.Open(ctx, js, kvstore.Config{Bucket: "FULL", TTL: time.Minute, Provision: true})
 	var se *kvstore.TTLShrinkError
@@ -673,9 +594,7 @@ func TestDefaultsFromServer(t *testing.T) {
 	srv := natsembed.RunTest(t, func(o *natsembed.Options) { o.MaxPayload = 64 * 1024 })
 	_, js := natsembed.Connect(t, srv)
 	s, err := kvstore.Open(testCtx(t), js, kvstore.Config{Provision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if s.Bucket() != kvstore.DefaultBucket || s.TTL() != kvstore.DefaultTTL || s.MaxValueSize() != 64*1024 {
 		t.Fatalf("defaults: %s %s %d", s.Bucket(), s.TTL(), s.MaxValueSize())
 	}
@@ -685,10 +604,7 @@ func TestBucketTTL(t *testing.T) {
 	s, _, _ := newStore(t, kvstore.Config{TTL: time.Second})
 	ctx := testCtx(t)
 	key := kvstore.ActionKey("ttl")
-	rev, err := s.Create(ctx, key, rec("ttl"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := mustCreate(t, ctx, s, key, rec("ttl"))
 	// An Update keeps expiry: the new revision expires by the bucket TTL too.
 	if _, err := s.Update(ctx, key, rec("ttl"), rev); err != nil {
 		t.Fatal(err)
@@ -706,15 +622,12 @@ func TestTooLarge(t *testing.T) {
 	s, _, _ := newStore(t, kvstore.Config{MaxValueSize: 1024})
 	ctx := testCtx(t)
 	key := kvstore.ActionKey("big")
-	rev, err := s.Create(ctx, key, rec("big"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := mustCreate(t, ctx, s, key, rec("big"))
 	big := rec("big")
 	big.State = kvstore.StateSettled
 	big.Result = json.RawMessage(`{"text":"` + strings.Repeat("x", 2000) + `"}`)
 
-	_, err = s.Update(ctx, key, big, rev)
+	_, err := s.Update(ctx, key, big, rev)
 	if !errors.Is(err, kvstore.ErrTooLarge) {
 		t.Fatalf("Update too large err = %v, want ErrTooLarge", err)
 	}
@@ -735,9 +648,7 @@ func TestTooLarge(t *testing.T) {
 	// With the client-side check off, the server's rejection maps the same way.
 	kvstore.SetLimitForTest(s, 0)
 	e, err := s.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if _, err := s.Update(ctx, key, big, e.Revision); !errors.Is(err, kvstore.ErrTooLarge) {
 		t.Fatalf("server-side too large err = %v, want ErrTooLarge", err)
 	}
@@ -748,9 +659,7 @@ func TestTooLargeMaxPayload(t *testing.T) {
 	_, js := natsembed.Connect(t, srv)
 	ctx := testCtx(t)
 	s, err := kvstore.Open(ctx, js, kvstore.Config{Provision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	kvstore.SetLimitForTest(s, 0)
 	big := rec("p")
 	big.Result = json.RawMessage(`"` + strings.Repeat("y", 5000) + `"`)
@@ -763,9 +672,7 @@ func TestCorruptRecord(t *testing.T) {
 	s, js, _ := newStore(t, kvstore.Config{})
 	ctx := testCtx(t)
 	kv, err := js.KeyValue(ctx, kvstore.DefaultBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for key, val := range map[string]string{"act.garbage": "not json", "act.future": `{"v":99,"state":"claimed"}`} {
 		if _, err := kv.Put(ctx, key, []byte(val)); err != nil {
 			t.Fatal(err)
@@ -783,14 +690,12 @@ func TestRecordSurvivesRestart(t *testing.T) {
 	r := rec("persist")
 	r.State = kvstore.StateSettled
 	r.Result = json.RawMessage(`{"status":"completed"}`)
-	rev, err := s.Create(ctx, key, r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := mustCreate(t, ctx, s, key, r)
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
 	var e kvstore.Entry
+	var err error
 	poll(t, 15*time.Second, "the record after restart", func() bool {
 		e, err = s.Get(ctx, key)
 		return err == nil

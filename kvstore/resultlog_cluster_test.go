@@ -13,15 +13,6 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
-// runCluster starts a three-node JetStream cluster and returns a JetStream context on
-// its first node.
-func runCluster(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	servers := natsembed.RunTestCluster(t, 3, "")
-	_, js := natsembed.Connect(t, servers[0])
-	return js
-}
-
 // TestJetStreamLogLoserOnReplicatedStream: on a replicated output stream a second
 // terminal result of an action (same Nats-Msg-Id, stale expected sequence) is answered
 // as a duplicate of the first, not as a wrong last sequence; Append must still report
@@ -30,7 +21,7 @@ func TestJetStreamLogLoserOnReplicatedStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node cluster")
 	}
-	js := runCluster(t)
+	_, js := natsembed.Connect(t, natsembed.RunTestCluster(t, 3, "")[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var st jetstream.Stream
@@ -45,9 +36,7 @@ func TestJetStreamLogLoserOnReplicatedStream(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // the cluster elects its meta leader
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	l := kvstore.NewJetStreamLog(js, st, func(id string) string { return "t.results." + id })
 	msg := func(data string) *nats.Msg { // each result names its appender: the data
 		m := nats.NewMsg("t.results.a")
@@ -57,9 +46,7 @@ func TestJetStreamLogLoserOnReplicatedStream(t *testing.T) {
 		return m
 	}
 	seq, err := l.Append(ctx, "a", msg(`"winner"`), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	// The loser's publish has the same Nats-Msg-Id: the stream calls it a duplicate.
 	if got, err := l.Append(ctx, "a", msg(`"loser"`), 0); !errors.Is(err, kvstore.ErrConflict) {
 		t.Fatalf("a second terminal result with a stale expected sequence: %d, %v; want ErrConflict", got, err)

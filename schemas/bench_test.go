@@ -11,9 +11,7 @@ import (
 func benchValidate(b *testing.B, op, action string) {
 	b.Helper()
 	a := json.RawMessage(action)
-	if err := schemas.ValidateAction(op, a); err != nil {
-		b.Fatal(err)
-	}
+	noErr(b, schemas.ValidateAction(op, a))
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := schemas.ValidateAction(op, a); err != nil {
@@ -38,9 +36,7 @@ func BenchmarkValidateActionSessionChat(b *testing.B) {
 // bridge validates the tree events.DecodeAction decoded.
 func BenchmarkValidateActionValue(b *testing.B) {
 	tree, err := schemas.Parse([]byte(`{"input":{"prompt":"bench c-1"},"idempotency_key":"k-c-1"}`), "action")
-	if err != nil {
-		b.Fatal(err)
-	}
+	noErr(b, err)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := schemas.ValidateActionValue("chat", tree); err != nil {

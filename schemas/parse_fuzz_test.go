@@ -18,11 +18,9 @@ import (
 // (actions, inputs and documents, valid and invalid).
 func testDocuments(f *testing.F) []string {
 	var out []string
-	for _, name := range []string{"schemas_test.go", "fuzz_test.go"} {
+	for _, name := range []string{"schemas_test.go", "fuzz_test.go", "input_rules_test.go"} {
 		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
+		noErr(f, err)
 		for _, m := range regexp.MustCompile("`([^`]*)`").FindAllStringSubmatch(string(b), -1) {
 			out = append(out, m[1])
 		}
@@ -98,9 +96,7 @@ func sameResult(got error, want func() error) (error, error, bool) {
 // TestParseTypes: numbers stay json.Number with their literal text, at any depth.
 func TestParseTypes(t *testing.T) {
 	v, err := schemas.Parse([]byte(`{"n":[1.50,-0,1e400,{"m":123456789012345678901234567890}]}`), "action")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	want := map[string]any{"n": []any{json.Number("1.50"), json.Number("-0"), json.Number("1e400"),
 		map[string]any{"m": json.Number("123456789012345678901234567890")}}}
 	if !reflect.DeepEqual(v, want) {

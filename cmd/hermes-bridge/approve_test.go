@@ -17,54 +17,6 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
-func TestApprovalCommandsHelp(t *testing.T) {
-	tests := []struct {
-		args []string
-		want []string
-	}{
-		{[]string{"--help"}, []string{"pending", "approve", "deny", "cancel", "hermes-bridge approve 3xTnq8v2..."}},
-		{[]string{"pending", "--help"}, []string{"hermes-bridge pending [flags]", "park.<action_id>", "--json", "--server string", "Examples:"}},
-		{[]string{"help", "pending"}, []string{"HERMES_IDEMPOTENCY"}},
-		{[]string{"approve", "--help"}, []string{"hermes-bridge approve [flags] <action_id>", "--reason string", "--approver string", "--yes", "--no-follow", "--json", "--wait duration", "input_sha256", "Exit status", "Examples:"}},
-		{[]string{"approve", "x", "-h"}, []string{"<action_id>"}},
-		{[]string{"help", "approve"}, []string{"--yes"}},
-		{[]string{"deny", "--help"}, []string{"hermes-bridge deny [flags] --reason <text> <action_id>", "approval_denied", "--reason string", "Examples:"}},
-		{[]string{"help", "deny"}, []string{"--approver"}},
-		{[]string{"cancel", "--help"}, []string{"hermes-bridge cancel [flags] <action_id>", "already settled", "unknown", "--timeout duration", `(default "5s")`, "Examples:"}},
-		{[]string{"help", "cancel"}, []string{"--timeout", "--inbox-prefix string"}},
-		{[]string{"pending", "--help"}, []string{"--inbox-prefix string"}},
-		{[]string{"approve", "--help"}, []string{"--inbox-prefix string"}},
-		{[]string{"deny", "--help"}, []string{"--inbox-prefix string"}},
-	}
-	runHelpCases(t, tests)
-}
-
-func TestApprovalCommandsUsageErrors(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"pending", "--bogus"}, "unknown flag --bogus"},
-		{[]string{"pending", "extra"}, `unexpected argument "extra"`},
-		{[]string{"approve"}, "missing the action id"},
-		{[]string{"approve", "--bogus", "a"}, "unknown flag --bogus"},
-		{[]string{"approve", "a", "b"}, `unexpected argument "b"`},
-		{[]string{"approve", "a.b"}, "action id must match"},
-		{[]string{"approve", "a", "--wait", "-1s"}, "--wait must not be negative"},
-		{[]string{"approve", "a", "--reason", "x\x1by"}, "--reason must be at most 1024 characters"},
-		{[]string{"approve", "a", "--approver", strings.Repeat("x", 300)}, "--approver must be at most 256"},
-		{[]string{"deny", "a"}, "--reason is required"},
-		{[]string{"deny", "a", "--reason", "  "}, "--reason is required"},
-		{[]string{"deny", "a", "--no-follow", "--reason", "r"}, "unknown flag --no-follow"},
-		{[]string{"deny"}, "missing the action id"},
-		{[]string{"cancel"}, "missing the action id"},
-		{[]string{"cancel", "--bogus", "a"}, "unknown flag --bogus"},
-		{[]string{"cancel", "a", "--timeout", "0s"}, "--timeout must be positive"},
-		{[]string{"cancel", "a", "--timeout", "soon"}, `invalid value "soon" for flag --timeout`},
-	}
-	runUsageCases(t, tests)
-}
-
 func TestApproveFlagsInterspersed(t *testing.T) {
 	var o approveOptions
 	pos, err := parseArgs(approveFlags(&o, nil), []string{"abc", "--yes", "--reason", "ok then", "--no-follow"})
@@ -155,9 +107,7 @@ func newApprovalsEnv(t *testing.T) *approvalsEnv {
 func (e *approvalsEnv) publishResult(r *events.Result) {
 	e.t.Helper()
 	h, body, err := events.EncodeResult("hermes-bridge/test", r, events.TraceContext{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	if _, err := e.js.PublishMsg(context.Background(), &nats.Msg{Subject: "hermes.results." + r.ActionID, Header: h, Data: body}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -168,9 +118,7 @@ func (e *approvalsEnv) publishResult(r *events.Result) {
 func (e *approvalsEnv) park(store *kvstore.Store, id, op string, input string, expires time.Time) string {
 	e.t.Helper()
 	sum, err := events.InputSHA256(json.RawMessage(input))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	capID := events.CapabilityID("primary", op)
 	if _, err := store.Create(context.Background(), kvstore.ParkKey(id), kvstore.Record{
 		State: kvstore.StateParked, ActionID: id, CapabilityID: capID, InputSHA256: sum, ExpiresAt: expires,
@@ -191,9 +139,7 @@ func (e *approvalsEnv) decisions(id string) func(d time.Duration) *events.Approv
 	e.t.Helper()
 	ch := make(chan *nats.Msg, 8)
 	sub, err := e.nc.ChanSubscribe("hermes.approvals."+id, ch)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	e.t.Cleanup(func() { sub.Unsubscribe() })
 	e.nc.Flush()
 	return func(d time.Duration) *events.Approval {
@@ -227,9 +173,7 @@ func TestApprovalsIntegration(t *testing.T) {
 	}
 
 	store, err := kvstore.Open(ctx, e.js, kvstore.Config{Provision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	code, out, errOut := runMain(ctx, e.env, "", "pending")
 	if code != exitOK || out != "no parked actions\n" {
 		t.Fatalf("empty pending: exit %d out %q stderr %s", code, out, errOut)
@@ -336,15 +280,11 @@ func TestApprovalsIntegration(t *testing.T) {
 		e.publishResult(&events.Result{ActionID: "act-b", CapabilityID: "cap:hermes_agent:primary:session_delete",
 			Status: events.StatusCompleted, Output: json.RawMessage(`{"deleted":true}`)})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer fake.Unsubscribe()
 	// The subscription must reach the server before the CLI's decision does (it came
 	// second now and then: the decision was missed and the follow waited out --wait).
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, e.nc.Flush())
 	code, out, errOut = runMain(ctx, e.env, "", "approve", "--yes", "--wait", "10s", "act-b")
 	if code != exitOK || !strings.Contains(out, `"status": "completed"`) || !strings.Contains(out, `"deleted": true`) ||
 		strings.Contains(errOut, "waiting for approval") {
@@ -409,9 +349,7 @@ func TestCancelCommand(t *testing.T) {
 
 	// A responder that never answers: the timeout.
 	silent, err := nc.Subscribe("hermes.cancel.act-silent", func(*nats.Msg) {})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer silent.Unsubscribe()
 	nc.Flush()
 	code, _, errOut = runMain(ctx, env, "", "cancel", "--timeout", "200ms", "act-silent")
@@ -426,9 +364,7 @@ func TestCancelCommand(t *testing.T) {
 		b, _ := json.Marshal(events.CancelReply{ActionID: id, State: states[id]})
 		m.Respond(b)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer sub.Unsubscribe()
 	nc.Flush()
 	for _, tt := range []struct {

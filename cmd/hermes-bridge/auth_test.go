@@ -11,10 +11,34 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
+// inProcessRun is the `run` logic running in-process.
+type inProcessRun struct {
+	url    string // of the NATS server
+	logs   *syncBuffer
+	p      *runPlan
+	cancel context.CancelCauseFunc
+	done   chan error
+}
+
+// stop cancels the run with cause and returns what it returned; it fails the test if the
+// run does not stop within 30 s.
+func (r *inProcessRun) stop(t *testing.T, cause error) error {
+	t.Helper()
+	r.cancel(cause)
+	select {
+	case err := <-r.done:
+		r.done <- err // for a later stop
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop")
+		return nil
+	}
+}
+
 // startRunInProcess runs the `run` logic in-process with environ (embedded NATS on a free
-// port and a temporary store unless environ says otherwise) until the test ends. It
-// returns the NATS URL and the log buffer.
-func startRunInProcess(t *testing.T, environ map[string]string) (string, *syncBuffer) {
+// port and a temporary store unless environ says otherwise) until the test ends, and
+// returns once the bridge has started.
+func startRunInProcess(t *testing.T, environ map[string]string) *inProcessRun {
 	t.Helper()
 	env := map[string]string{
 		"HERMES_BRIDGE_DATA_DIR":       t.TempDir(),
@@ -25,33 +49,25 @@ func startRunInProcess(t *testing.T, environ map[string]string) (string, *syncBu
 		env[k] = v
 	}
 	p, err := prepareRun(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	log := newLogger(p.cfg, logs, p.replicaID)
-	ctx, cancel := context.WithCancel(context.Background())
+	noErr(t, err)
+	r := &inProcessRun{logs: &syncBuffer{}, p: p, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r.cancel = cancel
 	urlc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- runService(ctx, p, log, logs, func(u string) { urlc <- u }) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("run did not stop")
-		}
-	})
+	go func() {
+		r.done <- runService(ctx, p, newLogger(p.cfg, r.logs, p.replicaID), r.logs, func(u string) { urlc <- u })
+	}()
+	t.Cleanup(func() { r.stop(t, nil) })
 	select {
-	case url := <-urlc:
-		waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
-		return url, logs
-	case err := <-done:
-		t.Fatalf("run stopped early: %v\n%s", err, logs.String())
+	case r.url = <-urlc:
+		waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(r.logs.String(), `"bridge started"`) })
+		return r
+	case err := <-r.done:
+		t.Fatalf("run stopped early: %v\n%s", err, r.logs.String())
 	case <-time.After(20 * time.Second):
-		t.Fatalf("run did not connect:\n%s", logs.String())
+		t.Fatalf("run did not connect:\n%s", r.logs.String())
 	}
-	return "", nil
+	return nil
 }
 
 // TestAuthenticationFailureNamesTheVariables (issue 13): `run` against a Hermes that
@@ -77,8 +93,9 @@ func TestAuthenticationFailureNamesTheVariables(t *testing.T) {
 			[]string{"HTTP 401", "HERMES_API_KEY"}, "env:HERMES_API_KEY"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			url, logs := startRunInProcess(t, tt.env)
-			code, out, errOut := runMain(context.Background(), map[string]string{"NATS_URL": url}, "",
+			r := startRunInProcess(t, tt.env)
+			logs := r.logs
+			code, out, errOut := runMain(context.Background(), map[string]string{"NATS_URL": r.url}, "",
 				"call", "--op", "models", "--json", "--action-id", "auth-"+strings.ReplaceAll(tt.name, " ", "-"))
 			if code != exitFailed {
 				t.Fatalf("call exit %d, want %d\n%s\n%s", code, exitFailed, out, errOut)

@@ -13,6 +13,14 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
+// noErr fails the test at once on an error.
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runMain runs the CLI in-process.
 func runMain(ctx context.Context, environ map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
 	out, errb := &syncBuffer{}, &syncBuffer{}
@@ -20,29 +28,53 @@ func runMain(ctx context.Context, environ map[string]string, stdin string, args 
 	return code, out.String(), errb.String()
 }
 
+// TestHelp: each command line exits 0 with every wanted text in its output.
 func TestHelp(t *testing.T) {
 	tests := []struct {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"Commands:", "run", "call", "watch", "version", "Examples:"}},
+		{[]string{"--help"}, []string{"Commands:", "run", "call", "watch", "version", "Examples:", "pending", "approve", "deny", "cancel",
+			"hermes-bridge approve 3xTnq8v2...", "status", "hermes-bridge status 3xTnq8v2..."}},
 		{[]string{"-h"}, []string{"Commands:"}},
 		{[]string{"help"}, []string{"Commands:"}},
 		{[]string{"help", "help"}, []string{"Commands:"}},
 		{[]string{"run", "--help"}, []string{"hermes-bridge run", "Examples:", "Environment:", "HERMES_BRIDGE_ACK_WAIT", "30s", "SIGHUP"}},
 		{[]string{"run", "-h"}, []string{"Environment:"}},
 		{[]string{"help", "run"}, []string{"Environment:", "HERMES_ENDPOINTS_FILE"}},
-		{[]string{"call", "--help"}, []string{"hermes-bridge call [flags]", "--prompt string", "--no-follow", "--structured", "--events", "--timeout duration", "Examples:", "chat_stream", `(default "primary")`}},
+		{[]string{"call", "--help"}, []string{"hermes-bridge call [flags]", "--prompt string", "--no-follow", "--structured", "--events", "--timeout duration", "Examples:", "chat_stream", `(default "primary")`, "--inbox-prefix string", "NATS_INBOX_PREFIX"}},
 		{[]string{"call", "-h"}, []string{"-endpoint"}},
 		{[]string{"help", "call"}, []string{"-input"}},
 		{[]string{"watch", "--help"}, []string{"hermes-bridge watch [flags] <action_id>", "--json", "--events", "--wait duration", "--inbox-prefix string", "Examples:"}},
-		{[]string{"call", "--help"}, []string{"--inbox-prefix string", "NATS_INBOX_PREFIX"}},
 		{[]string{"watch", "x", "--help"}, []string{"<action_id>"}},
 		{[]string{"help", "watch"}, []string{"<action_id>"}},
 		{[]string{"version", "--help"}, []string{"hermes-bridge version"}},
 		{[]string{"help", "version"}, []string{"Prints the version"}},
+		{[]string{"pending", "--help"}, []string{"hermes-bridge pending [flags]", "park.<action_id>", "--json", "--server string", "--inbox-prefix string", "Examples:"}},
+		{[]string{"help", "pending"}, []string{"HERMES_IDEMPOTENCY"}},
+		{[]string{"approve", "--help"}, []string{"hermes-bridge approve [flags] <action_id>", "--reason string", "--approver string", "--yes", "--no-follow", "--json", "--wait duration", "--inbox-prefix string", "input_sha256", "Exit status", "Examples:"}},
+		{[]string{"approve", "x", "-h"}, []string{"<action_id>"}},
+		{[]string{"help", "approve"}, []string{"--yes"}},
+		{[]string{"deny", "--help"}, []string{"hermes-bridge deny [flags] --reason <text> <action_id>", "approval_denied", "--reason string", "--inbox-prefix string", "Examples:"}},
+		{[]string{"help", "deny"}, []string{"--approver"}},
+		{[]string{"cancel", "--help"}, []string{"hermes-bridge cancel [flags] <action_id>", "already settled", "unknown", "--timeout duration", `(default "5s")`, "Examples:"}},
+		{[]string{"help", "cancel"}, []string{"--timeout", "--inbox-prefix string"}},
+		{[]string{"status", "--help"}, []string{"hermes-bridge status [flags] <action_id>", "possibly-stale", "--json", "--timeout duration", `(default "5s")`, "--inbox-prefix string", "Exit status", "Examples:"}},
+		{[]string{"help", "status"}, []string{"<prefix>.status"}},
 	}
-	runHelpCases(t, tests)
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), nil, "", tt.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("help lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
 }
 
 func TestVersion(t *testing.T) {
@@ -56,7 +88,11 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// TestUsageErrors: each command line is a usage error (exit 2, nothing on stdout) whose
+// message holds the wanted text; flag values of the wrong kind saying
+// what is expected (issue 13: `call --timeout 1`).
 func TestUsageErrors(t *testing.T) {
+	const duration = "must be a duration with a unit, such as 30s, 5m or 1h30m"
 	dir := t.TempDir()
 	tests := []struct {
 		args []string
@@ -88,8 +124,47 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"version", "extra"}, `unexpected argument "extra"`},
 		{[]string{"watch", "--inbox-prefix", "_INBOX.*", "a"}, `hermes-bridge watch: --inbox-prefix "_INBOX.*" must be a subject such as _INBOX_dashboard`},
 		{[]string{"call", "--inbox-prefix", "has space"}, `--inbox-prefix "has space" must be a subject`},
+		{[]string{"pending", "--bogus"}, "unknown flag --bogus"},
+		{[]string{"pending", "extra"}, `unexpected argument "extra"`},
+		{[]string{"approve"}, "missing the action id"},
+		{[]string{"approve", "--bogus", "a"}, "unknown flag --bogus"},
+		{[]string{"approve", "a", "b"}, `unexpected argument "b"`},
+		{[]string{"approve", "a.b"}, "action id must match"},
+		{[]string{"approve", "a", "--wait", "-1s"}, "--wait must not be negative"},
+		{[]string{"approve", "a", "--reason", "x\x1by"}, "--reason must be at most 1024 characters"},
+		{[]string{"approve", "a", "--approver", strings.Repeat("x", 300)}, "--approver must be at most 256"},
+		{[]string{"deny", "a"}, "--reason is required"},
+		{[]string{"deny", "a", "--reason", "  "}, "--reason is required"},
+		{[]string{"deny", "a", "--no-follow", "--reason", "r"}, "unknown flag --no-follow"},
+		{[]string{"deny"}, "missing the action id"},
+		{[]string{"cancel"}, "missing the action id"},
+		{[]string{"cancel", "--bogus", "a"}, "unknown flag --bogus"},
+		{[]string{"cancel", "a", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"cancel", "a", "--timeout", "soon"}, `invalid value "soon" for flag --timeout`},
+		{[]string{"status"}, "missing the action id"},
+		{[]string{"status", "a", "b"}, `unexpected argument "b"`},
+		{[]string{"status", "a.b"}, "action id must match"},
+		{[]string{"status", "a", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"call", "--timeout", "1"}, `invalid value "1" for flag --timeout: ` + duration},
+		{[]string{"call", "--wait", "soon"}, `invalid value "soon" for flag --wait: ` + duration},
+		{[]string{"watch", "--wait", "5", "some-id"}, `invalid value "5" for flag --wait: ` + duration},
+		{[]string{"cancel", "--timeout", "2", "some-id"}, `invalid value "2" for flag --timeout: ` + duration},
+		{[]string{"call", "--json=maybe"}, `invalid boolean value "maybe" for flag --json: must be true or false`},
 	}
-	runUsageCases(t, tests)
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runMain(context.Background(), map[string]string{}, "", tt.args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errOut)
+			}
+			if !strings.Contains(errOut, tt.want) {
+				t.Fatalf("stderr lacks %q:\n%s", tt.want, errOut)
+			}
+			if out != "" {
+				t.Fatalf("stdout not empty on usage error: %q", out)
+			}
+		})
+	}
 }
 
 func TestConfigErrorExitCodes(t *testing.T) {
@@ -119,9 +194,7 @@ func TestConfigErrorExitCodes(t *testing.T) {
 func TestInputSources(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "in.json")
-	if err := os.WriteFile(file, []byte(`{"query":"from file"}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(file, []byte(`{"query":"from file"}`+"\n"), 0o600))
 	for _, tt := range []struct {
 		o     callOptions
 		stdin string
@@ -135,9 +208,7 @@ func TestInputSources(t *testing.T) {
 	} {
 		tt.o.op, tt.o.endpoint = "chat", "primary"
 		a, err := tt.o.action(strings.NewReader(tt.stdin))
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if string(a.Input) != tt.want {
 			t.Errorf("input %s, want %s", a.Input, tt.want)
 		}
@@ -189,13 +260,9 @@ func TestPrinterModes(t *testing.T) {
 		out, errb := &syncBuffer{}, &syncBuffer{}
 		p := newPrinter(out, errb, &o)
 		for _, e := range evs {
-			if err := p.event(e); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, p.event(e))
 		}
-		if err := p.result(res); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, p.result(res))
 		return out.String(), errb.String()
 	}
 	out, errOut := run(callOptions{})
@@ -226,9 +293,7 @@ func TestPrinterModes(t *testing.T) {
 // `run` that cannot start exits 1 with a clear message (here: the port is taken).
 func TestRunPortInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 	code, _, errOut := runMain(context.Background(), map[string]string{
@@ -255,50 +320,5 @@ func TestPrinterPending(t *testing.T) {
 	p.pending(pend)
 	if !strings.Contains(out.String(), `"status":"pending_approval"`) || strings.Count(out.String(), "\n") != 1 {
 		t.Fatalf("events mode: %q", out.String())
-	}
-}
-
-// runHelpCases runs each command line and checks it exits 0 with every wanted text in
-// its output.
-func runHelpCases(t *testing.T, tests []struct {
-	args []string
-	want []string
-}) {
-	t.Helper()
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, out, errOut := runMain(context.Background(), nil, "", tt.args...)
-			if code != exitOK {
-				t.Fatalf("exit %d, stderr %s", code, errOut)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("help lacks %q:\n%s", w, out)
-				}
-			}
-		})
-	}
-}
-
-// runUsageCases runs each command line and checks it is a usage error (exit 2, nothing on
-// stdout) whose message holds the wanted text.
-func runUsageCases(t *testing.T, tests []struct {
-	args []string
-	want string
-}) {
-	t.Helper()
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			code, out, errOut := runMain(context.Background(), map[string]string{}, "", tt.args...)
-			if code != exitUsage {
-				t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errOut)
-			}
-			if !strings.Contains(errOut, tt.want) {
-				t.Fatalf("stderr lacks %q:\n%s", tt.want, errOut)
-			}
-			if out != "" {
-				t.Fatalf("stdout not empty on usage error: %q", out)
-			}
-		})
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caarlos0/env/v11"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -40,17 +39,20 @@ func (s *syncBuffer) String() string {
 func writeFile(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(p, []byte(content), 0o600))
 	return p
 }
 
+// mustLoadConfig loads the configuration from environ, failing the test on an error.
+func mustLoadConfig(t *testing.T, environ map[string]string) *Config {
+	t.Helper()
+	cfg, err := LoadConfig(environ)
+	noErr(t, err)
+	return cfg
+}
+
 func TestLoadConfigDefaults(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustLoadConfig(t, map[string]string{})
 	want := Config{
 		DataDir: "./data/nats", NATSHost: "127.0.0.1", NATSPort: 4222, Prefix: "hermes",
 		ActionsStream: "HERMES_ACTIONS", OutputStream: "HERMES_OUTPUT", DLQStream: "HERMES_DLQ",
@@ -71,10 +73,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 // The env defaults must agree with the bridge's own defaults, so the README table
 // and `run --help` tell the truth.
 func TestDefaultsMatchBridge(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustLoadConfig(t, map[string]string{})
 	eps := []bridge.Endpoint{{ID: "primary", BaseURL: DefaultHermesURL, MaxConcurrency: 10}}
 	ours := cfg.BridgeConfig(eps, "r1")
 	theirs := bridge.Config{Endpoints: eps, ReplicaID: "r1", Provision: true}.WithDefaults()
@@ -91,9 +90,7 @@ func TestLoadConfigValues(t *testing.T) {
 		"HERMES_BRIDGE_WORKERS": "4", "HERMES_BRIDGE_STORAGE": "memory", "HERMES_ENDPOINT_ID": "edge",
 		"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK": "true",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if cfg.AckWait != time.Minute || cfg.Provision || cfg.Workers != 4 || cfg.HermesEndpointID != "edge" || cfg.NATSURL != "nats://a:4222,nats://b:4222" ||
 		!cfg.AllowRetentionShrink {
 		t.Fatalf("unexpected %+v", cfg)
@@ -101,14 +98,6 @@ func TestLoadConfigValues(t *testing.T) {
 	bc := cfg.BridgeConfig(nil, "x")
 	if bc.Storage.String() != "Memory" || bc.AckWait != time.Minute || bc.Provision || !bc.AllowRetentionShrink {
 		t.Fatalf("bridge config %+v", bc)
-	}
-}
-
-// Env parsing through caarlos0/env with an explicit environment map.
-func TestParseAsWithOptionsEnvironment(t *testing.T) {
-	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{"HERMES_BRIDGE_PREFIX": "acme"}})
-	if err != nil || cfg.Prefix != "acme" || cfg.Bucket != "HERMES_IDEMPOTENCY" {
-		t.Fatalf("cfg %+v err %v", cfg, err)
 	}
 }
 
@@ -245,10 +234,7 @@ func TestProblemReportedOnce(t *testing.T) {
 
 // call and watch check the names they use, in the words of their variables.
 func TestValidateClientNames(t *testing.T) {
-	cfg, err := LoadConfig(map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_OBJECT_BUCKET": "x y", "HERMES_BRIDGE_BUCKET": "not checked"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustLoadConfig(t, map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_OBJECT_BUCKET": "x y", "HERMES_BRIDGE_BUCKET": "not checked"})
 	want := "invalid configuration:\n  - HERMES_BRIDGE_PREFIX=a.b: must be 1 to 128 letters, digits, - or _: one subject token" +
 		"\n  - HERMES_BRIDGE_OBJECT_BUCKET=x y: must be 1 to 128 letters, digits, - or _"
 	if err := cfg.ValidateClient(); err == nil || err.Error() != want {
@@ -276,9 +262,7 @@ func TestEndpointsFile(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			environ := maps(environ, map[string]string{"HERMES_ENDPOINTS_FILE": writeFile(t, dir, name, doc)})
 			p, err := prepareRun(environ)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			eps := p.bridge.Endpoints
 			if len(eps) != 2 || eps[0].ID != "primary" || eps[0].TenantID != "acme" || eps[0].MaxConcurrency != 4 ||
 				eps[1].ID != "second" || eps[1].BaseURL != "https://h.example/hermes" {
@@ -381,9 +365,7 @@ func TestKeyringReload(t *testing.T) {
 		{ID: "c", BaseURL: "http://h"},
 	}
 	kr, err := newKeyring(specs, map[string]string{"B_KEY": "b-key-1111"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	a, b, c := kr.source("a"), kr.source("b"), kr.source("c")
 	if a.Key() != "first-key-0000" || b.Key() != "b-key-1111" || c.Key() != "" {
 		t.Fatalf("keys %q %q %q", a.Key(), b.Key(), c.Key())
@@ -434,14 +416,9 @@ func TestDumpRedactsSecrets(t *testing.T) {
 		"HERMES_API_KEY": marker + "key",
 		"HERMES_URL":     "http://127.0.0.1:8642",
 	}
-	cfg, err := LoadConfig(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustLoadConfig(t, environ)
 	specs, _, err := cfg.EndpointSpecs()
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	logs := &syncBuffer{}
 	lg := zerolog.New(logs)
 	lg.Info().Interface("config", cfg.Dump(specs)).Msg("starting")
@@ -459,9 +436,7 @@ func TestDumpRedactsSecrets(t *testing.T) {
 	// The whole `run` startup log with a key file: neither the key nor the file content.
 	keyPath := writeFile(t, dir, "k", marker+"file\n")
 	p, err := prepareRun(map[string]string{"HERMES_API_KEY_FILE": keyPath, "HERMES_URL": "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	logs = &syncBuffer{}
 	lg = zerolog.New(logs)
 	lg.Info().Interface("config", p.cfg.Dump(p.specs)).Msg("starting")
@@ -523,9 +498,7 @@ func TestClientURL(t *testing.T) {
 
 func TestDefaultEndpoint(t *testing.T) {
 	p, err := prepareRun(map[string]string{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if !p.defaulted || len(p.bridge.Endpoints) != 1 || p.bridge.Endpoints[0].BaseURL != DefaultHermesURL || p.bridge.Endpoints[0].ID != "primary" {
 		t.Fatalf("plan %+v", p.bridge.Endpoints)
 	}
@@ -539,14 +512,10 @@ func TestDefaultEndpoint(t *testing.T) {
 func connOptions(t *testing.T, live bridge.Liveness) nats.Options {
 	t.Helper()
 	opts, err := (&Config{NATSURL: "nats://h:4222"}).natsOptions("t", live, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	o := nats.GetDefaultOptions()
 	for _, f := range opts {
-		if err := f(&o); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, f(&o))
 	}
 	return o
 }
@@ -627,14 +596,11 @@ func TestHTTPAddr(t *testing.T) {
 		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": ":9999"}, ":9999", false},
 		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": "localhost"}, "localhost", true},
 	} {
-		cfg, err := LoadConfig(c.environ)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := mustLoadConfig(t, c.environ)
 		if cfg.HTTPAddr != c.want {
 			t.Errorf("%v: HTTPAddr %q, want %q", c.environ, cfg.HTTPAddr, c.want)
 		}
-		err = cfg.ValidateRun(nil)
+		err := cfg.ValidateRun(nil)
 		if c.bad != (err != nil && strings.Contains(err.Error(), "HERMES_BRIDGE_HTTP_ADDR")) {
 			t.Errorf("%v: ValidateRun: %v", c.environ, err)
 		}
@@ -648,9 +614,9 @@ func TestRunLogsLeaseLiveness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	_, logs := startRunInProcess(t, map[string]string{
+	logs := startRunInProcess(t, map[string]string{
 		"HERMES_URL": "http://127.0.0.1:1", "HERMES_BRIDGE_ACK_WAIT": "2s", "HERMES_BRIDGE_HTTP_ADDR": "",
-	})
+	}).logs
 	var warned, connected bool // warned: a warning naming the ack wait
 	for _, l := range strings.Split(logs.String(), "\n") {
 		var line map[string]any

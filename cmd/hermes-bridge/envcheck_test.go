@@ -55,9 +55,9 @@ func TestRunReportsUnknownVariables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	_, logs := startRunInProcess(t, map[string]string{
+	logs := startRunInProcess(t, map[string]string{
 		"HERMES_URL": "http://127.0.0.1:1", "HERMES_BRIDGE_SHUTDOWN_GRAC": "1s", "HERMES_API_KEI": "MARKER-SECRET-0123456789",
-	})
+	}).logs
 	found := map[string]string{}
 	for _, l := range strings.Split(logs.String(), "\n") {
 		var line map[string]any

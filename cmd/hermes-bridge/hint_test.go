@@ -26,9 +26,7 @@ type hintEnv struct {
 
 func newHintEnv(t *testing.T, after time.Duration, opts ...func(*natsembed.Options)) *hintEnv {
 	t.Helper()
-	old := waitHintAfter
-	waitHintAfter = after
-	t.Cleanup(func() { waitHintAfter = old })
+	setHintAfter(t, after)
 	s := natsembed.RunTest(t, opts...)
 	_, js := natsembed.Connect(t, s, nats.UserInfo("ops", "ops-pw"))
 	ctx := context.Background()
@@ -43,15 +41,20 @@ func newHintEnv(t *testing.T, after time.Duration, opts ...func(*natsembed.Optio
 	return &hintEnv{t: t, js: js, env: map[string]string{"NATS_URL": s.ClientURL(), "NATS_USER": "ops", "NATS_PASSWORD": "ops-pw"}}
 }
 
+// setHintAfter sets waitHintAfter to d until the test ends.
+func setHintAfter(t *testing.T, d time.Duration) {
+	old := waitHintAfter
+	waitHintAfter = d
+	t.Cleanup(func() { waitHintAfter = old })
+}
+
 // bridgeConsumer creates the shared consumer as a bridge would.
 func (e *hintEnv) bridgeConsumer() jetstream.Consumer {
 	e.t.Helper()
 	c, err := e.js.CreateOrUpdateConsumer(context.Background(), "HERMES_ACTIONS", jetstream.ConsumerConfig{
 		Durable: "hermes-bridge", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	noErr(e.t, err)
 	return c
 }
 
@@ -150,13 +153,9 @@ func TestCallHintAcknowledged(t *testing.T) {
 	c := e.bridgeConsumer()
 	e.publish("h4")
 	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for m := range batch.Messages() {
-		if err := m.DoubleAck(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, m.DoubleAck(context.Background()))
 	}
 	code, errOut := e.untilStderr(e.env, "bridges:", "call", "--op", "chat", "--prompt", "x", "--action-id", "h4")
 	requireHint(t, code, errOut,
@@ -204,9 +203,7 @@ func TestWatchHintUnknownID(t *testing.T) {
 // since prints neither (issue 13, item 9: the note was printed from the replay).
 func TestWatchPendingNote(t *testing.T) {
 	e := newApprovalsEnv(t)
-	old := waitHintAfter
-	waitHintAfter = time.Hour
-	t.Cleanup(func() { waitHintAfter = old })
+	setHintAfter(t, time.Hour)
 	pend := &events.Result{ActionID: "p1", CapabilityID: "cap:hermes_agent:primary:session_delete", Status: events.StatusPendingApproval,
 		Output: json.RawMessage(`{"capability_id":"cap:hermes_agent:primary:session_delete","input":{"session_id":"s"},"input_sha256":"abc","expires_at":"2026-01-01T00:15:00Z"}`)}
 	e.publishResult(pend)

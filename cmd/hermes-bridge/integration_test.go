@@ -36,36 +36,12 @@ func TestRunCallWatch(t *testing.T) {
 	fake := hermestest.NewServer(hermestest.WithAPIKey(key))
 	defer fake.Close()
 
-	environ := map[string]string{
-		"HERMES_URL":                   fake.URL,
-		"HERMES_API_KEY":               key,
-		"HERMES_BRIDGE_DATA_DIR":       t.TempDir(),
-		"HERMES_BRIDGE_NATS_PORT":      "-1",
-		"HERMES_BRIDGE_SHUTDOWN_GRACE": "5s",
-		"HERMES_BRIDGE_LOG_LEVEL":      "debug",
+	r := startRunInProcess(t, map[string]string{
+		"HERMES_URL": fake.URL, "HERMES_API_KEY": key, "HERMES_BRIDGE_LOG_LEVEL": "debug",
 		// The bridge and the CLI work with an inbox prefix of their own.
 		"NATS_INBOX_PREFIX": "_INBOX_bridge",
-	}
-	p, err := prepareRun(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	log := newLogger(p.cfg, logs, p.replicaID)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	urlc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- runService(ctx, p, log, logs, func(u string) { urlc <- u }) }()
-	var url string
-	select {
-	case url = <-urlc:
-	case err := <-done:
-		t.Fatalf("run stopped early: %v\n%s", err, logs.String())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("run did not connect:\n%s", logs.String())
-	}
-	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
+	})
+	url, logs, p, ctx := r.url, r.logs, r.p, context.Background()
 	if !strings.Contains(logs.String(), "embedded NATS server listening on "+url) {
 		t.Fatalf("no listening line for %s:\n%s", url, logs.String())
 	}
@@ -112,9 +88,7 @@ func TestRunCallWatch(t *testing.T) {
 		t.Fatalf("status exit %d:\n%s\n%s", code, out, errOut)
 	}
 	nc, err := nats.Connect(url, nats.CustomInboxPrefix("_INBOX_cli"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	ping, err := nc.Request("$SRV.PING.hermes-bridge", nil, 5*time.Second)
 	nc.Close()
 	var pong micro.Ping
@@ -159,14 +133,8 @@ func TestRunCallWatch(t *testing.T) {
 	}
 
 	// Graceful shutdown: Run returns, the connection drains, the server stops last.
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not stop")
+	if err := r.stop(t, nil); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 	all := logs.String()
 	iStopped, iServer := strings.Index(all, `"bridge stopped"`), strings.Index(all, `"embedded NATS server stopped"`)

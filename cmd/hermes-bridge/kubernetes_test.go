@@ -89,18 +89,20 @@ type k8sPodSpec struct {
 	}
 	InitContainers []k8sContainer
 	Containers     []k8sContainer
-	Volumes        []struct {
-		Name   string
-		Secret *struct {
-			SecretName  string
-			DefaultMode *int
-			Items       []k8sKeyPath
-		}
-		ConfigMap *struct {
-			Name        string
-			DefaultMode *int
-			Items       []k8sKeyPath
-		}
+	Volumes        []k8sVolume
+}
+
+type k8sVolume struct {
+	Name   string
+	Secret *struct {
+		SecretName  string
+		DefaultMode *int
+		Items       []k8sKeyPath
+	}
+	ConfigMap *struct {
+		Name        string
+		DefaultMode *int
+		Items       []k8sKeyPath
 	}
 }
 
@@ -211,34 +213,39 @@ func k8sManifests(t *testing.T) []k8sDoc {
 	var docs []k8sDoc
 	for _, f := range files {
 		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for i := 0; ; i++ {
-			var v any
-			err := dec.Decode(&v)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: document %d: %v", f, i, err)
-			}
-			if v == nil {
-				continue
-			}
-			raw, err := json.Marshal(v)
-			if err != nil {
-				t.Fatalf("%s: document %d: %v", f, i, err)
-			}
-			d := k8sDoc{File: filepath.Base(f), raw: raw}
-			if err := json.Unmarshal(raw, &d); err != nil {
-				t.Fatalf("%s: document %d: %v", f, i, err)
-			}
-			docs = append(docs, d)
-		}
+		noErr(t, err)
+		docs = append(docs, k8sDecode(t, filepath.Base(f), data)...)
 	}
 	return docs
+}
+
+// k8sDecode decodes every YAML document of data (the file name), skipping empty ones.
+func k8sDecode(t *testing.T, name string, data []byte) []k8sDoc {
+	t.Helper()
+	var docs []k8sDoc
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for i := 0; ; i++ {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: document %d: %v", name, i, err)
+		}
+		if v == nil {
+			continue
+		}
+		raw, err := json.Marshal(v)
+		d := k8sDoc{File: name, raw: raw}
+		if err == nil {
+			err = json.Unmarshal(raw, &d)
+		}
+		if err != nil {
+			t.Fatalf("%s: document %d: %v", name, i, err)
+		}
+		docs = append(docs, d)
+	}
 }
 
 // k8sOne returns the one document of kind, decoded into v.
@@ -363,6 +370,18 @@ type k8sFile struct {
 	ok              bool
 }
 
+// k8sVolumeSource returns the Secret or ConfigMap a volume projects, with its items; ok is
+// false for a volume of another kind.
+func k8sVolumeSource(v k8sVolume) (kind, name string, items []k8sKeyPath, ok bool) {
+	switch {
+	case v.Secret != nil:
+		return "Secret", v.Secret.SecretName, v.Secret.Items, true
+	case v.ConfigMap != nil:
+		return "ConfigMap", v.ConfigMap.Name, v.ConfigMap.Items, true
+	}
+	return "", "", nil, false
+}
+
 // k8sResolve finds which volume provides file p of container c: the mount it lies
 // under, the Secret or ConfigMap of that volume and the key projected at p.
 func k8sResolve(docs []k8sDoc, pod *k8sPodSpec, c *k8sContainer, p string) (k8sFile, error) {
@@ -381,12 +400,8 @@ func k8sResolve(docs []k8sDoc, pod *k8sPodSpec, c *k8sContainer, p string) (k8sF
 			}
 			f := k8sFile{ReadOnly: m.ReadOnly}
 			var items []k8sKeyPath
-			switch {
-			case v.Secret != nil:
-				f.Kind, f.Name, items = "Secret", v.Secret.SecretName, v.Secret.Items
-			case v.ConfigMap != nil:
-				f.Kind, f.Name, items = "ConfigMap", v.ConfigMap.Name, v.ConfigMap.Items
-			default:
+			var ok bool
+			if f.Kind, f.Name, items, ok = k8sVolumeSource(v); !ok {
 				return k8sFile{}, fmt.Errorf("%s is under mount %s of volume %s, which is neither a Secret nor a ConfigMap", p, m.MountPath, v.Name)
 			}
 			data := k8sData(docs, f.Kind, f.Name)
@@ -557,14 +572,8 @@ func k8sRunEnv(t *testing.T, docs []k8sDoc) (env map[string]string, root string)
 			if v.Name != m.Name {
 				continue
 			}
-			var kind, name string
-			var items []k8sKeyPath
-			switch {
-			case v.Secret != nil:
-				kind, name, items = "Secret", v.Secret.SecretName, v.Secret.Items
-			case v.ConfigMap != nil:
-				kind, name, items = "ConfigMap", v.ConfigMap.Name, v.ConfigMap.Items
-			default:
+			kind, name, items, ok := k8sVolumeSource(v)
+			if !ok {
 				continue
 			}
 			data := k8sData(docs, kind, name)
@@ -575,12 +584,8 @@ func k8sRunEnv(t *testing.T, docs []k8sDoc) (env map[string]string, root string)
 			}
 			for _, it := range items {
 				p := filepath.Join(root, m.MountPath, it.Path)
-				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(p, []byte(rewrite(data[it.Key])), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, os.MkdirAll(filepath.Dir(p), 0o700))
+				noErr(t, os.WriteFile(p, []byte(rewrite(data[it.Key])), 0o600))
 			}
 		}
 	}
@@ -617,15 +622,11 @@ func TestKubernetesConfigPassesRun(t *testing.T) {
 		t.Errorf("Deployment replicas %v: want at least 2", r)
 	}
 	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "helm", "nats-values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	var values struct {
 		Config struct{ Cluster struct{ Replicas int } }
 	}
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, yaml.Unmarshal(raw, &values))
 	servers := values.Config.Cluster.Replicas
 	if p.cfg.Replicas < 3 || p.cfg.Replicas > servers {
 		t.Errorf("HERMES_BRIDGE_REPLICAS=%d: want 3 to the %d servers of deploy/helm/nats-values.yaml (R3 survives the loss of one)", p.cfg.Replicas, servers)
@@ -682,9 +683,7 @@ func TestKubernetesFilesAreMounted(t *testing.T) {
 		t.Errorf("HERMES_ENDPOINTS_FILE comes from a %s; want the ConfigMap (it holds no secret)", ep.Kind)
 	}
 	tmp := filepath.Join(t.TempDir(), path.Base(epPath))
-	if err := os.WriteFile(tmp, []byte(ep.Content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(tmp, []byte(ep.Content), 0o600))
 	specs, err := ReadEndpointsFile(tmp)
 	if err != nil {
 		t.Fatalf("ConfigMap %s: %v", ep.Name, err)
@@ -871,9 +870,7 @@ func TestKubernetesShutdownAlignment(t *testing.T) {
 		t.Errorf("terminationGracePeriodSeconds %d: want more than %s (HERMES_BRIDGE_SHUTDOWN_GRACE %s + %s after it)", *tgp, need, grace, k8sShutdownMargin)
 	}
 	src, err := os.ReadFile(filepath.Join(k8sDir, "deployment.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if doc := fmt.Sprintf("the grace + %d s", int(k8sShutdownMargin.Seconds())); !bytes.Contains(src, []byte(doc)) {
 		t.Errorf("deployment.yaml's shutdown comment does not say %q: update it to the bounds in run.go", doc)
 	}
@@ -1081,22 +1078,8 @@ func TestKubernetesKustomizeBuild(t *testing.T) {
 	docs := k8sManifests(t)
 	var k k8sKustomization
 	k8sOne(t, docs, "Kustomization", &k)
-	dec := yaml.NewDecoder(bytes.NewReader(out))
-	n := 0
-	for {
-		var v any
-		if err := dec.Decode(&v); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("kubectl kustomize output: %v", err)
-		}
-		raw, _ := json.Marshal(v)
-		var d k8sDoc
-		if err := json.Unmarshal(raw, &d); err != nil {
-			t.Fatal(err)
-		}
-		d.raw = raw
-		n++
+	built := k8sDecode(t, "kubectl kustomize output", out)
+	for _, d := range built {
 		if d.Metadata.Namespace != k.Namespace {
 			t.Errorf("built %s %s is in namespace %q, want %q", d.Kind, d.Metadata.Name, d.Metadata.Namespace, k.Namespace)
 		}
@@ -1107,8 +1090,8 @@ func TestKubernetesKustomizeBuild(t *testing.T) {
 			}
 		}
 	}
-	if n != len(docs)-1 {
-		t.Errorf("kustomize built %d objects; the files hold %d", n, len(docs)-1)
+	if len(built) != len(docs)-1 {
+		t.Errorf("kustomize built %d objects; the files hold %d", len(built), len(docs)-1)
 	}
 }
 
@@ -1178,9 +1161,7 @@ func TestKubernetesFieldNames(t *testing.T) {
 	}
 	for _, d := range docs {
 		var m map[string]any
-		if err := json.Unmarshal(d.raw, &m); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, json.Unmarshal(d.raw, &m))
 		where := d.File + ": " + d.Kind + " " + d.Metadata.Name + ": spec"
 		switch d.Kind {
 		case "Deployment":

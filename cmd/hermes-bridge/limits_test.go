@@ -39,9 +39,7 @@ func TestStreamLimitSettings(t *testing.T) {
 		"HERMES_BRIDGE_ACTIONS_MAX_BYTES": "1GiB", "HERMES_BRIDGE_OUTPUT_MAX_BYTES": "10GB",
 		"HERMES_BRIDGE_DLQ_MAX_BYTES": "512MiB", "HERMES_BRIDGE_DLQ_MAX_AGE": "720h",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	bc := cfg.BridgeConfig(nil, "x")
 	if bc.ActionsMaxBytes != 1<<30 || bc.OutputMaxBytes != 10_000_000_000 || bc.DLQMaxBytes != 512<<20 || bc.DLQMaxAge != 720*time.Hour {
 		t.Errorf("bridge config actions %d output %d dlq %d dlq age %s", bc.ActionsMaxBytes, bc.OutputMaxBytes, bc.DLQMaxBytes, bc.DLQMaxAge)

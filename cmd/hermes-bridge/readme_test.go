@@ -37,12 +37,8 @@ func TestConfigTable(t *testing.T) {
 	golden := filepath.Join("testdata", "configuration.md")
 	got := configTable()
 	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, os.MkdirAll("testdata", 0o755))
+		noErr(t, os.WriteFile(golden, []byte(got), 0o644))
 	}
 	want, err := os.ReadFile(golden)
 	if err != nil {

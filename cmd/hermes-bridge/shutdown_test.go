@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestShutdownSignalLogged (issue 13): the moment SIGINT or SIGTERM arrives, run logs
@@ -16,34 +14,13 @@ func TestShutdownSignalLogged(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	p, err := prepareRun(map[string]string{
-		"HERMES_BRIDGE_DATA_DIR": t.TempDir(), "HERMES_BRIDGE_NATS_PORT": "-1",
-		"HERMES_BRIDGE_SHUTDOWN_GRACE": "2s", "HERMES_URL": "http://127.0.0.1:1",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	done := make(chan error, 1)
-	go func() { done <- runService(ctx, p, newLogger(p.cfg, logs, p.replicaID), logs, nil) }()
-	waitFor(t, 20*time.Second, "bridge started", func() bool { return strings.Contains(logs.String(), `"bridge started"`) })
-	cancel(signalReceived{syscall.SIGINT})
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not stop")
-	}
+	r := startRunInProcess(t, map[string]string{"HERMES_BRIDGE_SHUTDOWN_GRACE": "2s", "HERMES_URL": "http://127.0.0.1:1"})
+	noErr(t, r.stop(t, signalReceived{syscall.SIGINT}))
+	logs := r.logs
 	var line map[string]any
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `"signal"`) {
-			if err := json.Unmarshal([]byte(l), &line); err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, json.Unmarshal([]byte(l), &line))
 			break
 		}
 	}

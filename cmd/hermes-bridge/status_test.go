@@ -13,26 +13,6 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
-func TestStatusCommandHelpAndUsage(t *testing.T) {
-	runHelpCases(t, []struct {
-		args []string
-		want []string
-	}{
-		{[]string{"--help"}, []string{"status", "hermes-bridge status 3xTnq8v2..."}},
-		{[]string{"status", "--help"}, []string{"hermes-bridge status [flags] <action_id>", "possibly-stale", "--json", "--timeout duration", `(default "5s")`, "--inbox-prefix string", "Exit status", "Examples:"}},
-		{[]string{"help", "status"}, []string{"<prefix>.status"}},
-	})
-	runUsageCases(t, []struct {
-		args []string
-		want string
-	}{
-		{[]string{"status"}, "missing the action id"},
-		{[]string{"status", "a", "b"}, `unexpected argument "b"`},
-		{[]string{"status", "a.b"}, "action id must match"},
-		{[]string{"status", "a", "--timeout", "0s"}, "--timeout must be positive"},
-	})
-}
-
 func TestStatusCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -69,13 +49,9 @@ func TestStatusCommand(t *testing.T) {
 		b, _ := json.Marshal(replies[req.ActionID])
 		_ = m.Respond(b)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, nc.Flush())
 
 	code, out, errOut = runMain(ctx, env, "", "status", "act-run")
 	for _, w := range []string{"action       act-run\n", "state        dispatched\n", "owner        r1\n", "attempts     2\n",

@@ -19,13 +19,8 @@ import (
 
 func loadTracingConfig(t *testing.T, environ map[string]string) *Config {
 	t.Helper()
-	cfg, err := LoadConfig(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.ValidateRun(nil); err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustLoadConfig(t, environ)
+	noErr(t, cfg.ValidateRun(nil))
 	return cfg
 }
 
@@ -47,9 +42,7 @@ func TestTracingSetupProvider(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := loadTracingConfig(t, c.environ)
 			tp, stop, err := setupTracing(context.Background(), cfg, "v1.2.3", "replica-1", zerolog.Nop())
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			defer stop(context.Background())
 			_, isNoop := tp.(noop.TracerProvider)
 			_, isSDK := tp.(*sdktrace.TracerProvider)
@@ -72,9 +65,7 @@ func TestTracingResource(t *testing.T) {
 	} {
 		cfg := loadTracingConfig(t, c.environ)
 		tp, stop, err := setupTracing(context.Background(), cfg, "v1.2.3", "replica-1", zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		rec := tracetest.NewSpanRecorder()
 		sdk := tp.(*sdktrace.TracerProvider)
 		sdk.RegisterSpanProcessor(rec)
@@ -118,19 +109,10 @@ func TestTracingHeadersNeverLogged(t *testing.T) {
 	var logs syncBuffer
 	log := zerolog.New(&logs)
 	tp, stop, err := setupTracing(context.Background(), cfg, "v1", "r1", log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	_, span := tp.Tracer("test").Start(context.Background(), "s")
 	span.End()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for !strings.Contains(logs.String(), "exporting spans failed") {
-		if ctx.Err() != nil {
-			t.Fatalf("no export error logged; logs:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "an export error logged", func() bool { return strings.Contains(logs.String(), "exporting spans failed") })
 	stop(context.Background())
 	if posts.Load() == 0 || got.Load() != "Bearer "+token+" "+tenant {
 		t.Fatalf("the collector got %v (%d posts): the headers were not sent, so this test proves nothing", got.Load(), posts.Load())
@@ -181,9 +163,7 @@ func TestTracingSDKLogs(t *testing.T) {
 	cfg := loadTracingConfig(t, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"})
 	var logs syncBuffer
 	_, stop, err := setupTracing(context.Background(), cfg, "v1", "r1", zerolog.New(&logs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	stop(context.Background())
 	out := logs.String()
 	for _, want := range []string{`"message":"traces: read tls ca cert file"`, `"message":"traces: parse headers"`} {

@@ -9,15 +9,6 @@ import (
 	"testing"
 )
 
-func uiTestConfig(t *testing.T, environ map[string]string) *Config {
-	t.Helper()
-	cfg, err := LoadConfig(environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 func TestUIEnabled(t *testing.T) {
 	for _, tc := range []struct {
 		env  map[string]string
@@ -30,7 +21,7 @@ func TestUIEnabled(t *testing.T) {
 		{map[string]string{"HERMES_BRIDGE_HTTP_ADDR": ""}, false},
 		{map[string]string{"HERMES_BRIDGE_UI": "true", "NATS_URL": "nats://n:4222", "HERMES_BRIDGE_UI_NATS_URL": "wss://n"}, true},
 	} {
-		if got := uiTestConfig(t, tc.env).uiEnabled(); got != tc.want {
+		if got := mustLoadConfig(t, tc.env).uiEnabled(); got != tc.want {
 			t.Errorf("%v: uiEnabled %v, want %v", tc.env, got, tc.want)
 		}
 	}
@@ -38,9 +29,7 @@ func TestUIEnabled(t *testing.T) {
 
 func TestValidateUI(t *testing.T) {
 	pw := filepath.Join(t.TempDir(), "dash.pw")
-	if err := os.WriteFile(pw, []byte("dash-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(pw, []byte("dash-secret\n"), 0o600))
 	for _, tc := range []struct {
 		env  map[string]string
 		want string // "" = valid
@@ -59,7 +48,7 @@ func TestValidateUI(t *testing.T) {
 		{map[string]string{"HERMES_BRIDGE_UI_INBOX_PREFIX": "_INBOX.>"}, "HERMES_BRIDGE_UI_INBOX_PREFIX"},
 	} {
 		var p problems
-		uiTestConfig(t, tc.env).validateUI(&p)
+		mustLoadConfig(t, tc.env).validateUI(&p)
 		got := strings.Join(p, "\n")
 		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 			t.Errorf("%v: problems %q, want %q", tc.env, got, tc.want)
@@ -75,17 +64,13 @@ func TestValidateUI(t *testing.T) {
 func TestUIConfigSecrets(t *testing.T) {
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "dash.pw")
-	if err := os.WriteFile(pw, []byte("dash-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, os.WriteFile(pw, []byte("dash-secret\n"), 0o600))
 	bridgeSecrets := map[string]string{
 		"NATS_URL": "nats://bridge:url-secret@n:4222", "NATS_USER": "bridge", "NATS_PASSWORD": "bridge-secret",
 		"HERMES_API_KEY": "hermes-key-0123456789", "HERMES_BRIDGE_UI_NATS_URL": "wss://nats.example.com:443",
 	}
-	uc, err := uiTestConfig(t, bridgeSecrets).uiConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	uc, err := mustLoadConfig(t, bridgeSecrets).uiConfig("")
+	noErr(t, err)
 	b, _ := json.Marshal(uc)
 	for _, s := range []string{"bridge-secret", "url-secret", "hermes-key", `"user"`, `"password"`} {
 		if strings.Contains(string(b), s) {
@@ -96,18 +81,18 @@ func TestUIConfigSecrets(t *testing.T) {
 		t.Fatalf("config %+v", uc)
 	}
 	// The embedded server's WebSocket URL when none is configured.
-	if uc, _ := uiTestConfig(t, map[string]string{}).uiConfig("ws://127.0.0.1:4223"); !slices.Equal(uc.Servers, []string{"ws://127.0.0.1:4223"}) {
+	if uc, _ := mustLoadConfig(t, map[string]string{}).uiConfig("ws://127.0.0.1:4223"); !slices.Equal(uc.Servers, []string{"ws://127.0.0.1:4223"}) {
 		t.Fatalf("embedded: servers %v", uc.Servers)
 	}
 	// A parked action may wait longer than the hour the page replays: it replays that long.
-	if uc, _ := uiTestConfig(t, map[string]string{"HERMES_BRIDGE_APPROVAL_TTL": "2h30m"}).uiConfig("ws://h:1"); uc.HistoryMinutes != 150 {
+	if uc, _ := mustLoadConfig(t, map[string]string{"HERMES_BRIDGE_APPROVAL_TTL": "2h30m"}).uiConfig("ws://h:1"); uc.HistoryMinutes != 150 {
 		t.Fatalf("history %d minutes with a 2h30m approval TTL, want 150", uc.HistoryMinutes)
 	}
 	withUser := map[string]string{"HERMES_BRIDGE_UI_NATS_USER": "dashboard", "HERMES_BRIDGE_UI_NATS_PASSWORD_FILE": pw}
 	for k, v := range bridgeSecrets {
 		withUser[k] = v
 	}
-	uc, err = uiTestConfig(t, withUser).uiConfig("")
+	uc, err = mustLoadConfig(t, withUser).uiConfig("")
 	if err != nil || uc.User != "dashboard" || uc.Password != "dash-secret" {
 		t.Fatalf("with a dashboard credential: %+v %v", uc, err)
 	}
@@ -118,7 +103,7 @@ func TestUIConfigSecrets(t *testing.T) {
 		}
 	}
 	// The startup dump redacts nothing new, and shows no password file content.
-	dump, _ := json.Marshal(uiTestConfig(t, withUser).Dump(nil))
+	dump, _ := json.Marshal(mustLoadConfig(t, withUser).Dump(nil))
 	if strings.Contains(string(dump), "dash-secret") {
 		t.Fatalf("config dump shows the dashboard password: %s", dump)
 	}

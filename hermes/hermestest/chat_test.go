@@ -260,9 +260,7 @@ func TestSessionChatCountsButNeverRejects(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		go func() { done <- do(t, srv, "POST", "/api/sessions/s/chat", `{"message":"x"}`) }()
 	}
-	if err := srv.WaitInFlight(testCtx(t), 2); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitInFlight(testCtx(t), 2))
 	must(t, do(t, srv, "POST", "/v1/chat/completions", chatBody), 429)
 	close(release)
 	for i := 0; i < 2; i++ {
@@ -273,19 +271,11 @@ func TestSessionChatCountsButNeverRejects(t *testing.T) {
 // TestKeepalive: a slow agent keeps the stream alive with ": keepalive".
 func TestKeepalive(t *testing.T) {
 	release := make(chan struct{})
-	srv := newServer(t, hermestest.WithKeepalive(10*time.Millisecond), hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return hermestest.StubAgent(ctx, tu)
-	}))
+	srv := newServer(t, hermestest.WithKeepalive(10*time.Millisecond), blockingAgent(release))
 	req, _ := http.NewRequestWithContext(testCtx(t), "POST", srv.URL+"/v1/chat/completions", strings.NewReader(chatStreamBody))
 	req.Header.Set("Authorization", "Bearer "+srv.APIKey())
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	keepalives := 0
@@ -295,9 +285,7 @@ func TestKeepalive(t *testing.T) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		if line == ": keepalive\n" {
 			keepalives++
 			if keepalives == 2 {

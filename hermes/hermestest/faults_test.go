@@ -101,20 +101,14 @@ func TestFaultMalformedAndOversized(t *testing.T) {
 	}
 }
 
-// openStream starts a streaming request and returns the reader after the first frame.
-func openStream(t *testing.T, ctx context.Context, client *http.Client, srv *hermestest.Server, path, body string) (*http.Response, *bufio.Reader) {
-	resp, br, _ := openStreamFirst(t, ctx, client, srv, path, body)
-	return resp, br
-}
-
-func openStreamFirst(t *testing.T, ctx context.Context, client *http.Client, srv *hermestest.Server, path, body string) (*http.Response, *bufio.Reader, string) {
+// openStream starts a streaming request and returns the reader after the first frame,
+// and that frame.
+func openStream(t *testing.T, ctx context.Context, client *http.Client, srv *hermestest.Server, path, body string) (*http.Response, *bufio.Reader, string) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+srv.APIKey())
 	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	br := bufio.NewReader(resp.Body)
 	var first strings.Builder
 	for {
@@ -133,11 +127,9 @@ func TestFaultStallUntilClientGoes(t *testing.T) {
 	srv := newServer(t)
 	srv.InjectFault(hermestest.Fault{Route: "chat_stream", Stall: true, AfterEvents: 1})
 	ctx, cancel := context.WithCancel(testCtx(t))
-	resp, _ := openStream(t, ctx, http.DefaultClient, srv, "/v1/chat/completions", chatStreamBody)
+	resp, _, _ := openStream(t, ctx, http.DefaultClient, srv, "/v1/chat/completions", chatStreamBody)
 	defer resp.Body.Close()
-	if err := srv.WaitInFlight(testCtx(t), 1); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitInFlight(testCtx(t), 1))
 	cancel()
 	if err := srv.WaitInFlight(testCtx(t), 0); err != nil {
 		t.Fatalf("stalled handler did not end after client left: %v", err)
@@ -146,14 +138,8 @@ func TestFaultStallUntilClientGoes(t *testing.T) {
 
 func TestInProgressSnapshot(t *testing.T) {
 	release := make(chan struct{})
-	srv := newServer(t, hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return hermestest.StubAgent(ctx, tu)
-	}))
-	resp, br, first := openStreamFirst(t, testCtx(t), http.DefaultClient, srv, "/v1/responses", `{"input":"x","stream":true}`)
+	srv := newServer(t, blockingAgent(release))
+	resp, br, first := openStream(t, testCtx(t), http.DefaultClient, srv, "/v1/responses", `{"input":"x","stream":true}`)
 	defer resp.Body.Close()
 	// The first frame (response.created) was read: the in_progress snapshot is stored.
 	i := strings.Index(first, `"id": "`) + 7
@@ -166,9 +152,7 @@ func TestInProgressSnapshot(t *testing.T) {
 	}
 	close(release)
 	rest, err := io.ReadAll(br)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	fs := sseFrames(string(rest))
 	if len(fs) == 0 || fs[len(fs)-1].event != "response.completed" {
 		t.Fatalf("stream %s", rest)
@@ -195,10 +179,10 @@ func TestCloseReleasesStalledStream(t *testing.T) {
 	}))
 	srv.InjectFault(hermestest.Fault{Route: "chat_stream", Stall: true, AfterEvents: 1})
 	ctx := testCtx(t)
-	r1, _ := openStream(t, ctx, client, srv, "/v1/chat/completions", chatStreamBody)
+	r1, _, _ := openStream(t, ctx, client, srv, "/v1/chat/completions", chatStreamBody)
 	defer r1.Body.Close()
 	must(t, do(t, srv, "POST", "/api/sessions", `{"id":"s"}`), 201)
-	r2, _ := openStream(t, ctx, client, srv, "/api/sessions/s/chat/stream", `{"message":"x"}`)
+	r2, _, _ := openStream(t, ctx, client, srv, "/api/sessions/s/chat/stream", `{"message":"x"}`)
 	defer r2.Body.Close()
 	<-blocked
 	done := make(chan struct{})
@@ -209,21 +193,9 @@ func TestCloseReleasesStalledStream(t *testing.T) {
 		t.Fatal("Close blocked on a stalled stream")
 	}
 	for _, r := range []*http.Response{r1, r2} {
-		if _, err := io.ReadAll(r.Body); err == nil {
-			// EOF after the server closed is fine too; just make sure it ends.
-			continue
-		}
+		_, _ = io.ReadAll(r.Body) // an error or EOF: the stream ends
 	}
 	tr.CloseIdleConnections()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for runtime.NumGoroutine() > base {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-	}
+	waitGoroutines(t, ctx, base)
 }

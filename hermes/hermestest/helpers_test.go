@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +80,14 @@ func must(t *testing.T, r result, status int) result {
 	return r
 }
 
+// noErr fails the test at once on an error.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -93,6 +102,17 @@ func newServer(t *testing.T, opts ...hermestest.Option) *hermestest.Server {
 
 func agentReply(r hermestest.Reply) hermestest.Option {
 	return hermestest.WithAgent(func(context.Context, hermestest.Turn) hermestest.Reply { return r })
+}
+
+// blockingAgent blocks until release is closed or ctx is done.
+func blockingAgent(release <-chan struct{}) hermestest.Option {
+	return hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return hermestest.StubAgent(ctx, tu)
+	})
 }
 
 // turnLog records the turns the stub agent saw.
@@ -114,4 +134,20 @@ func (l *turnLog) get() []hermestest.Turn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]hermestest.Turn(nil), l.turns...)
+}
+
+// waitGoroutines polls until no more than base goroutines run, or fails with their stacks
+// when ctx ends.
+func waitGoroutines(t *testing.T, ctx context.Context, base int) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for runtime.NumGoroutine() > base {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+	}
 }

@@ -142,17 +142,6 @@ func wantRunNotFound(t *testing.T, r result, id string) {
 	}
 }
 
-// blockingAgent blocks until release is closed or ctx is done.
-func blockingAgent(release <-chan struct{}) hermestest.Option {
-	return hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return hermestest.StubAgent(ctx, tu)
-	})
-}
-
 // TestRunsEventsOnce: the stub run's stream is the recorded sequence, ends with ": stream
 // closed", and a second subscription is 404 run_not_found (the queue is gone).
 func TestRunsEventsOnce(t *testing.T) {
@@ -183,9 +172,7 @@ func TestRunsDisconnectDropsQueue(t *testing.T) {
 	id := startRun(t, srv, `{"input":"x"}`)
 	es, _ := openEvents(t, srv, id)
 	ctx := testCtx(t)
-	if err := srv.WaitRun(ctx, id, func(ri hermestest.RunInfo) bool { return ri.Subscribed && ri.Status == "running" }); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRun(ctx, id, func(ri hermestest.RunInfo) bool { return ri.Subscribed && ri.Status == "running" }))
 	es.close()
 	// The handler notices the disconnect and drops the queue: poll until a subscription is 404.
 	for {
@@ -199,9 +186,7 @@ func TestRunsDisconnectDropsQueue(t *testing.T) {
 		}
 	}
 	close(release)
-	if err := srv.WaitRunStatus(ctx, id, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(ctx, id, "completed"))
 	if st := runStatus(t, srv, id); st["output"] != "stub reply: x" {
 		t.Fatalf("status %v", st)
 	}
@@ -211,9 +196,7 @@ func TestRunsDisconnectDropsQueue(t *testing.T) {
 func TestRunsLateSubscriberGetsEverything(t *testing.T) {
 	srv := newServer(t)
 	id := startRun(t, srv, `{"input":"a b"}`)
-	if err := srv.WaitRunStatus(testCtx(t), id, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(testCtx(t), id, "completed"))
 	es, _ := openEvents(t, srv, id)
 	if got := names(es.all()); got != "message.delta,message.delta,message.delta,message.delta,reasoning.available,run.completed" {
 		t.Fatalf("events %s", got)
@@ -243,9 +226,7 @@ func TestRunsStatusTTL(t *testing.T) {
 	clk := newClock()
 	srv := newServer(t, hermestest.WithClock(clk.now))
 	id := startRun(t, srv, `{"input":"x"}`)
-	if err := srv.WaitRunStatus(testCtx(t), id, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(testCtx(t), id, "completed"))
 	clk.add(hermestest.RunStatusTTL - time.Millisecond)
 	runStatus(t, srv, id)
 	clk.add(time.Millisecond)
@@ -258,9 +239,7 @@ func TestRunsStatusKeyOrder(t *testing.T) {
 	defer close(release)
 	srv := newServer(t, blockingAgent(release))
 	id := startRun(t, srv, `{"input":"x","session_id":"s1","model":"m1"}`)
-	if err := srv.WaitRunStatus(testCtx(t), id, "running"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(testCtx(t), id, "running"))
 	body := must(t, do(t, srv, "GET", "/v1/runs/"+id, ""), 200).body
 	want := `{"object": "hermes.run", "run_id": "` + id + `", "status": "running", "updated_at": `
 	if !strings.HasPrefix(body, want) || !strings.Contains(body, `, "session_id": "s1", "model": "m1"}`) {
@@ -340,9 +319,7 @@ func TestRunsApprovalDeny(t *testing.T) {
 	srv := newServer(t, approvalAgent(rmTool))
 	id := startRun(t, srv, `{"input":"clean"}`)
 	ctx := testCtx(t)
-	if err := srv.WaitRunStatus(ctx, id, "waiting_for_approval"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(ctx, id, "waiting_for_approval"))
 	r := do(t, srv, "POST", "/v1/runs/"+id+"/approval", `{"choice":"maybe"}`)
 	if r.status != 400 || r.errCode(t) != "invalid_approval_choice" {
 		t.Fatalf("bad choice: %d %s", r.status, r.body)
@@ -351,9 +328,7 @@ func TestRunsApprovalDeny(t *testing.T) {
 		t.Fatalf("bad json: %d %s", r.status, r.body)
 	}
 	must(t, do(t, srv, "POST", "/v1/runs/"+id+"/approval", `{"choice":"deny"}`), 200)
-	if err := srv.WaitRunStatus(ctx, id, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(ctx, id, "completed"))
 	es, _ := openEvents(t, srv, id)
 	evs := es.all()
 	if got := names(evs); got != "tool.started,approval.request,approval.responded,tool.completed,message.delta,reasoning.available,run.completed" {
@@ -373,20 +348,14 @@ func TestRunsApprovalScopes(t *testing.T) {
 	srv := newServer(t, approvalAgent(rmTool, second, third))
 	id := startRun(t, srv, `{"input":"x"}`)
 	ctx := testCtx(t)
-	if err := srv.WaitRunStatus(ctx, id, "waiting_for_approval"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(ctx, id, "waiting_for_approval"))
 	must(t, do(t, srv, "POST", "/v1/runs/"+id+"/approval", `{"choice":"session","all":true}`), 200)
-	if err := srv.WaitRun(ctx, id, func(ri hermestest.RunInfo) bool { return ri.PendingApprovals == 1 }); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRun(ctx, id, func(ri hermestest.RunInfo) bool { return ri.PendingApprovals == 1 }))
 	if srv.ToolRuns("terminal") != 2 {
 		t.Fatalf("ToolRuns(terminal) %d", srv.ToolRuns("terminal"))
 	}
 	must(t, do(t, srv, "POST", "/v1/runs/"+id+"/approval", `{"choice":"once"}`), 200)
-	if err := srv.WaitRunStatus(ctx, id, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(ctx, id, "completed"))
 	es, _ := openEvents(t, srv, id)
 	var reqs []runEvent
 	for _, ev := range es.all() {
@@ -406,9 +375,7 @@ func TestRunsApprovalScopes(t *testing.T) {
 		t.Fatalf("no-permanent choices %s", ev.raw)
 	}
 	must(t, do(t, srv2, "POST", "/v1/runs/"+id2+"/approval", `{"choice":"once"}`), 200)
-	if err := srv2.WaitRunStatus(testCtx(t), id2, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv2.WaitRunStatus(testCtx(t), id2, "completed"))
 	if r := do(t, srv2, "POST", "/v1/runs/"+id2+"/approval", `{"choice":"once"}`); r.status != 409 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
@@ -430,13 +397,9 @@ func TestRunsStopWhileWaitingForApproval(t *testing.T) {
 	srv := newServer(t, approvalAgent(rmTool))
 	id := startRun(t, srv, `{"input":"x"}`)
 	ctx := testCtx(t)
-	if err := srv.WaitRunStatus(ctx, id, "waiting_for_approval"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(ctx, id, "waiting_for_approval"))
 	must(t, do(t, srv, "POST", "/v1/runs/"+id+"/stop", ""), 200)
-	if err := srv.WaitRunStatus(ctx, id, "cancelled"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(ctx, id, "cancelled"))
 	if srv.ToolRuns("terminal") != 0 {
 		t.Fatal("tool ran")
 	}
@@ -541,9 +504,7 @@ func TestRunsFaults(t *testing.T) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
 	id := startRun(t, srv, `{"input":"a b c"}`)
-	if err := srv.WaitRunStatus(testCtx(t), id, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(testCtx(t), id, "completed"))
 	srv.InjectFault(hermestest.Fault{Route: "run_events", Drop: true, AfterEvents: 1})
 	es, _ := openEvents(t, srv, id)
 	if n := len(es.all()); n != 1 || es.closed {
@@ -570,9 +531,7 @@ func TestRunsConcurrencyGate(t *testing.T) {
 			t.Fatalf("%s: %s %v", v, r.body, r.header)
 		}
 		close(release)
-		if err := srv.WaitInFlight(testCtx(t), 0); err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, srv.WaitInFlight(testCtx(t), 0))
 		startRun(t, srv, `{"input":"z"}`)
 	}
 }
@@ -586,9 +545,7 @@ func TestRunsCloseStopsRuns(t *testing.T) {
 	startRun(t, srv, `{"input":"x"}`)
 	srv2 := hermestest.NewServer(approvalAgent(rmTool))
 	id := startRun(t, srv2, `{"input":"x"}`)
-	if err := srv2.WaitRunStatus(ctx, id, "waiting_for_approval"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv2.WaitRunStatus(ctx, id, "waiting_for_approval"))
 	es, _ := openEvents(t, srv2, id)
 	es.next()
 	done := make(chan struct{})
@@ -600,16 +557,7 @@ func TestRunsCloseStopsRuns(t *testing.T) {
 	}
 	es.close()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for runtime.NumGoroutine() > base {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-	}
+	waitGoroutines(t, ctx, base)
 }
 
 // TestRunsIDsAndInfo: RunIDs lists runs oldest first; Run reports status, key and output.
@@ -621,9 +569,7 @@ func TestRunsIDsAndInfo(t *testing.T) {
 	if ids := srv.RunIDs(); len(ids) != 2 || ids[0] != a || ids[1] != b {
 		t.Fatalf("RunIDs %v", ids)
 	}
-	if err := srv.WaitRunStatus(testCtx(t), a, "completed"); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitRunStatus(testCtx(t), a, "completed"))
 	ri, ok := srv.Run(a)
 	if !ok || ri.IdempotencyKey != "ka" || ri.Output != "stub reply: a" || ri.SessionID != a || ri.Subscribed {
 		t.Fatalf("Run %+v", ri)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -40,32 +39,16 @@ func TestVersion016(t *testing.T) {
 // TestVersion016NoGate: v0.16.0 predates the chat/responses concurrency gate.
 func TestVersion016NoGate(t *testing.T) {
 	release := make(chan struct{})
-	srv := newServer(t, hermestest.WithVersion(hermestest.Version016), hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return hermestest.StubAgent(ctx, tu)
-	}))
-	var wg sync.WaitGroup
-	res := make(chan int, 12)
-	for i := 0; i < 12; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := do(t, srv, "POST", "/v1/chat/completions", chatBody)
-			res <- r.status
-		}()
+	srv := newServer(t, hermestest.WithVersion(hermestest.Version016), blockingAgent(release))
+	res := make(chan result, 12)
+	for range 12 {
+		go func() { res <- do(t, srv, "POST", "/v1/chat/completions", chatBody) }()
 	}
-	if err := srv.WaitInFlight(testCtx(t), 12); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitInFlight(testCtx(t), 12))
 	close(release)
-	wg.Wait()
-	close(res)
-	for s := range res {
-		if s != 200 {
-			t.Errorf("status %d", s)
+	for range 12 {
+		if r := <-res; r.status != 200 {
+			t.Errorf("status %d", r.status)
 		}
 	}
 }
@@ -77,9 +60,7 @@ func TestObservation(t *testing.T) {
 			do(t, srv, "POST", "/v1/responses", `{"input":"x","stream":"yes"}`, "Idempotency-Key", "k-1")
 		}
 	}()
-	if err := srv.WaitCalls(testCtx(t), "responses_stream", 3); err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, srv.WaitCalls(testCtx(t), "responses_stream", 3))
 	if srv.Calls("responses") != 0 {
 		t.Errorf("stream flag not used for the route key")
 	}
