@@ -393,12 +393,7 @@ func TestAccessControl(t *testing.T) {
 		before := h.fake.Calls("chat")
 		started := time.Now()
 		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"hang until cancelled"}`)})
-		h.eventually(5*time.Second, func() error {
-			if h.fake.Calls("chat") == before {
-				return errNotYet
-			}
-			return nil
-		})
+		h.until(5*time.Second, "the chat reached Hermes", func() bool { return h.fake.Calls("chat") != before })
 		// A reader may create consumers on the output stream, and JetStream does not check
 		// a push consumer's deliver subject against its creator's publish permissions. The
 		// server delivers only where a subscription names the subject literally, and the

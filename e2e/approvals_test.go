@@ -181,11 +181,9 @@ func TestApprovalExpiresWhileNoBridgeRuns(t *testing.T) {
 	if c := h.fake.Calls("session_delete"); c != 0 {
 		t.Errorf("an expired action reached Hermes")
 	}
-	h.eventually(10*time.Second, func() error {
-		if _, err := store.Get(context.Background(), kvstore.ParkKey(id)); err == nil {
-			return errNotYet
-		}
-		return nil
+	h.until(10*time.Second, "the park entry is gone", func() bool {
+		_, err := store.Get(context.Background(), kvstore.ParkKey(id))
+		return err != nil
 	})
 }
 

@@ -80,12 +80,7 @@ func TestCancel(t *testing.T) {
 			}
 		}
 		// The HTTP stream was closed: Hermes has nothing in flight.
-		h.eventually(10*time.Second, func() error {
-			if h.fake.InFlight() != 0 {
-				return errNotYet
-			}
-			return nil
-		})
+		h.until(10*time.Second, "nothing in flight at Hermes", func() bool { return h.fake.InFlight() == 0 })
 		if c := h.fake.Calls("chat"); c != 0 {
 			t.Errorf("cancelled queued chat reached Hermes %d times", c)
 		}

@@ -63,54 +63,78 @@ func (h *harness) publishRaw(subject string, hdr nats.Header, data []byte) {
 // waitIdle waits until the bridge consumer has no undelivered and no unacknowledged action.
 func (h *harness) waitIdle(timeout time.Duration) {
 	h.t.Helper()
+	h.eventually(timeout, h.consumerIdle)
+}
+
+// consumerIdle is waitIdle's condition, as an error: nil once the bridge consumer has
+// no undelivered and no unacknowledged action.
+func (h *harness) consumerIdle() error {
 	cfg := h.cfg.WithDefaults()
-	h.eventually(timeout, func() error {
-		c, err := h.js.Consumer(context.Background(), cfg.ActionsStream, cfg.Consumer)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := h.js.Consumer(ctx, cfg.ActionsStream, cfg.Consumer)
+	if err != nil {
+		return err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 {
+		return fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
+	}
+	return nil
+}
+
+// dlqNow returns every message stored in the dead-letter stream now.
+func (h *harness) dlqNow() ([]*jetstream.RawStreamMsg, error) {
+	s, err := h.js.Stream(context.Background(), h.cfg.WithDefaults().DLQStream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		info, err := c.Info(context.Background())
-		if err != nil {
-			return err
-		}
-		if info.NumPending != 0 || info.NumAckPending != 0 {
-			return fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
-		}
-		return nil
-	})
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // dlq returns every message stored in the dead-letter stream, once there are at least n.
 func (h *harness) dlq(n int, timeout time.Duration) []*jetstream.RawStreamMsg {
 	h.t.Helper()
-	cfg := h.cfg.WithDefaults()
 	var out []*jetstream.RawStreamMsg
 	h.eventually(timeout, func() error {
-		s, err := h.js.Stream(context.Background(), cfg.DLQStream)
-		if err != nil {
+		var err error
+		if out, err = h.dlqNow(); err != nil {
 			return err
 		}
-		info, err := s.Info(context.Background())
-		if err != nil {
-			return err
-		}
-		if int(info.State.Msgs) < n {
-			return fmt.Errorf("dlq has %d messages, want %d", info.State.Msgs, n)
-		}
-		out = out[:0]
-		if info.State.Msgs == 0 {
-			return nil
-		}
-		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-			m, err := s.GetMsg(context.Background(), seq)
-			if err != nil {
-				return err
-			}
-			out = append(out, m)
+		if len(out) < n {
+			return fmt.Errorf("dlq has %d messages, want %d", len(out), n)
 		}
 		return nil
 	})
 	return out
+}
+
+// dlqWithin returns the dead-letter messages once there are at least n, or what is
+// there after d; it does not fail the test by itself.
+func (h *harness) dlqWithin(n int, d time.Duration) []*jetstream.RawStreamMsg {
+	deadline := time.Now().Add(d)
+	for {
+		out, _ := h.dlqNow()
+		if len(out) >= n || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // requests returns the fake's recorded requests for a route key.

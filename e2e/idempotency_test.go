@@ -179,12 +179,7 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		res, _ := h.follow("dup-raw-1")
 		requireCompleted(t, res)
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-1", events.TypeAction, ""), data)
-		h.eventually(10*time.Second, func() error {
-			if len(h.actionLogs("dup-raw-1")) < 2 {
-				return errNotYet
-			}
-			return nil
-		})
+		h.until(10*time.Second, "two action log lines", func() bool { return len(h.actionLogs("dup-raw-1")) >= 2 })
 		h.waitIdle(10 * time.Second)
 		if c := h.fake.Calls("chat"); c != 2 { // one from client_twice
 			t.Errorf("chat calls %d, want 2 (one per distinct action)", c)
@@ -206,12 +201,7 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-2", events.TypeAction, ""), data)
 		res, _ := h.follow("dup-raw-2")
 		requireCompleted(t, res)
-		h.eventually(10*time.Second, func() error {
-			if len(h.actionLogs("dup-raw-2")) < 2 {
-				return errNotYet
-			}
-			return nil
-		})
+		h.until(10*time.Second, "two action log lines", func() bool { return len(h.actionLogs("dup-raw-2")) >= 2 })
 		h.waitIdle(10 * time.Second)
 		if c := h.fake.Calls("chat"); c != 3 {
 			t.Errorf("chat calls %d, want 3", c)

@@ -486,12 +486,7 @@ func TestKillRandomUnderLoad(t *testing.T) {
 		// Kill at a random moment while Hermes is being called: once the fake has seen a
 		// random number of further requests (or everything is settled).
 		target := totalCalls() + 1 + rng.IntN(10)
-		h.eventually(60*time.Second, func() error {
-			if totalCalls() >= target || settled() >= len(items) {
-				return nil
-			}
-			return errNotYet
-		})
+		h.until(60*time.Second, "more Hermes requests", func() bool { return totalCalls() >= target || settled() >= len(items) })
 		t.Logf("round %d: SIGKILL after %d Hermes requests, %d of %d actions settled", round, totalCalls(), settled(), len(items))
 		p.kill()
 		p = h.startProc(fastRecovery())

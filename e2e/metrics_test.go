@@ -340,12 +340,7 @@ func TestReadiness(t *testing.T) {
 	// An action that takes a while keeps Run in its grace period after the cancel.
 	h.fake.InjectFault(hermestest.Fault{Route: "models", Delay: 3 * time.Second})
 	id := h.publish("models", events.Action{Input: mustJSON(t, `{}`)})
-	h.eventually(10*time.Second, func() error {
-		if h.fake.Calls("models") == 0 {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(10*time.Second, "a models call", func() bool { return h.fake.Calls("models") > 0 })
 	cancel()
 	h.eventually(5*time.Second, func() error {
 		if code, body := readyz(t, base); code != http.StatusServiceUnavailable {
@@ -434,12 +429,7 @@ func TestOpsListenerProcess(t *testing.T) {
 
 	h.fake.InjectFault(hermestest.Fault{Route: "models", Delay: 3 * time.Second})
 	id := h.publish("models", events.Action{Input: mustJSON(t, `{}`)})
-	h.eventually(10*time.Second, func() error {
-		if h.fake.Calls("models") == 0 {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(10*time.Second, "a models call", func() bool { return h.fake.Calls("models") > 0 })
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	h.eventually(5*time.Second, func() error {
 		if code, body := readyz(t, base); code != http.StatusServiceUnavailable {

@@ -179,12 +179,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	// Parked: a session_delete without an approval.
 	// (The pending_approval result is stored a moment before the record says parked.)
 	parked, _ := parkedDelete(t, h, "micro-s1", "micro-del")
-	h.eventually(5*time.Second, func() error {
-		if r = statusOf(t, h.nc, parked); r.State != "parked" {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(5*time.Second, "state parked", func() bool { r = statusOf(t, h.nc, parked); return r.State == "parked" })
 	if r.ApprovalExpiresAt == "" || r.Result == nil || r.Result.Status != events.StatusPendingApproval || r.Decision != "" {
 		t.Errorf("parked: %+v", r)
 	}
@@ -245,11 +240,8 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	if n := len(collect(t, h.nc, "$SRV.PING.hermes-bridge", 500*time.Millisecond)); n != 0 {
 		t.Errorf("%d PING replies after both replicas stopped", n)
 	}
-	h.eventually(5*time.Second, func() error {
+	h.until(5*time.Second, "no micro goroutine left", func() bool {
 		buf := make([]byte, 1<<20)
-		if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "nats.go/micro.") {
-			return errNotYet
-		}
-		return nil
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "nats.go/micro.")
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -114,12 +113,7 @@ func TestLateSubscriberReplaysStream(t *testing.T) {
 	requireFailed(t, res, "remote_rejected")
 
 	id = h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"one two three four five six"}`)})
-	h.eventually(20*time.Second, func() error {
-		if h.results(id) == 0 {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(20*time.Second, "a stored result", func() bool { return h.results(id) > 0 })
 	for i := 0; i < 2; i++ { // two independent late subscribers see the same replay
 		res, evs := h.follow(id)
 		checkStream(t, res, evs, "chat_stream", "stub reply: one two three four five six")
@@ -130,24 +124,9 @@ func TestLateSubscriberReplaysStream(t *testing.T) {
 		return hermestest.Reply{Text: "stub reply: " + turn.UserText, DeltaDelay: 40 * time.Millisecond}
 	})))
 	id = slow.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"mid stream join"}`)})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := slow.fake.WaitCalls(ctx, "chat_stream", 1); err != nil {
-		t.Fatalf("wait chat_stream call: %v", err)
-	}
-	slow.eventually(10*time.Second, func() error { // some events are out already
-		s, err := slow.js.Stream(ctx, "HERMES_OUTPUT")
-		if err != nil {
-			return err
-		}
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter("hermes.events."+id))
-		if err != nil {
-			return err
-		}
-		if info.State.Msgs < 2 {
-			return errNotYet
-		}
-		return nil
+	slow.waitCalls("chat_stream", 1)
+	slow.until(10*time.Second, "some events stored", func() bool {
+		return storedOn(t, slow.js, "HERMES_OUTPUT", "hermes.events."+id) >= 2
 	})
 	res, evs := slow.follow(id)
 	checkStream(t, res, evs, "chat_stream", "stub reply: mid stream join")

@@ -94,14 +94,11 @@ func headerFold(h nats.Header, name string) string {
 func (h *harness) quiet(lt *liveTap, window, max time.Duration) {
 	h.t.Helper()
 	last, since := lt.count(), time.Now()
-	h.eventually(max, func() error {
+	h.until(max, "a quiet window", func() bool {
 		if n := lt.count(); n != last {
 			last, since = n, time.Now()
 		}
-		if time.Since(since) < window {
-			return errNotYet
-		}
-		return nil
+		return time.Since(since) >= window
 	})
 }
 
@@ -161,33 +158,6 @@ func parkedDeleteAs(t *testing.T, h *harness, id, sid, key string) pendingOutput
 		t.Fatalf("a parked action reached Hermes (%d calls)", c)
 	}
 	return out
-}
-
-// dlqWithin returns the dead-letter messages once there are at least n, or what is
-// there after d; it does not fail the test by itself.
-func (h *harness) dlqWithin(n int, d time.Duration) []*nats.Msg {
-	h.t.Helper()
-	cfg := h.cfg.WithDefaults()
-	var out []*nats.Msg
-	deadline := time.Now().Add(d)
-	for {
-		out = out[:0]
-		s, err := h.js.Stream(context.Background(), cfg.DLQStream)
-		if err == nil {
-			info, err := s.Info(context.Background())
-			if err == nil && info.State.Msgs > 0 {
-				for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-					if m, err := s.GetMsg(context.Background(), seq); err == nil {
-						out = append(out, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-					}
-				}
-			}
-		}
-		if len(out) >= n || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // ---- tests ----

@@ -651,7 +651,7 @@ func r22LargeDecision(t *testing.T, decision string) {
 	h.publishRaw(subject, hdr, data)
 
 	// Applied (a terminal result) or dead-lettered, within 10 s.
-	var dead *nats.Msg
+	var dead *jetstream.RawStreamMsg
 	applied := false
 	deadline := time.Now().Add(10 * time.Second)
 	for !applied && dead == nil && time.Now().Before(deadline) {

@@ -29,24 +29,6 @@ import (
 
 // ---- helpers (issue 22, b) ----
 
-// storedResultCount counts the result messages stored on the action's result subject,
-// without failing the test (it is called from a bridge hook, off the test goroutine).
-func (h *harness) storedResultCount(id string) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cfg := h.cfg.WithDefaults()
-	s, err := h.js.Stream(ctx, cfg.OutputStream)
-	if err != nil {
-		return 0, err
-	}
-	subj := cfg.Prefix + ".results." + id
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		return 0, err
-	}
-	return int(info.State.Subjects[subj]), nil
-}
-
 // storedMsg is one output message (stored in the output stream, or received live).
 type storedMsg struct {
 	ceID string
@@ -119,26 +101,6 @@ func (h *harness) liveResults(lt *liveTap) []storedMsg {
 		out = append(out, storedMsg{ceID: headerFold(m.Header, "ce-id"), data: m.Data, res: r})
 	}
 	return out
-}
-
-// consumerIdle is waitIdle's condition, as an error: nil once the bridge consumer has
-// no undelivered and no unacknowledged action.
-func (h *harness) consumerIdle() error {
-	cfg := h.cfg.WithDefaults()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := h.js.Consumer(ctx, cfg.ActionsStream, cfg.Consumer)
-	if err != nil {
-		return err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if info.NumPending != 0 || info.NumAckPending != 0 {
-		return fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
-	}
-	return nil
 }
 
 // ---- finding 2: a last-resort settle without the claim ----
