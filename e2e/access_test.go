@@ -33,9 +33,19 @@ type role struct {
 // its inbox prefix ("" keeps _INBOX).
 func connectAs(t *testing.T, ns *natsembed.Server, user, pwVar, inbox string) *role {
 	t.Helper()
+	r, opts := newRole(t, user, pwVar, inbox)
+	r.nc, r.js = natsembed.Connect(t, ns, append(opts, nats.Name(user))...)
+	r.client = client.New(r.js, client.WithSource("urn:test:"+user))
+	return r
+}
+
+// newRole returns a role not yet connected and the options that authenticate it as
+// user (password in env var pwVar) with inbox prefix inbox ("" keeps _INBOX) and
+// collect the server's asynchronous errors in r.errs.
+func newRole(t *testing.T, user, pwVar, inbox string) (*role, []nats.Option) {
+	t.Helper()
 	r := &role{name: user, errs: make(chan error, 64)}
 	opts := []nats.Option{
-		nats.Name(user),
 		nats.UserInfo(user, envPassword(t, pwVar)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
@@ -47,9 +57,46 @@ func connectAs(t *testing.T, ns *natsembed.Server, user, pwVar, inbox string) *r
 	if inbox != "" {
 		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
-	r.nc, r.js = natsembed.Connect(t, ns, opts...)
-	r.client = client.New(r.js, client.WithSource("urn:test:"+user))
-	return r
+	return r, opts
+}
+
+// deployHarness runs the bridge against deploy/nats-server.conf (or, with teams,
+// deploy/nats-server-teams.conf) with fresh passwords: the test's own connection is the
+// ops user (team A's with teams), every bridge replica the bridge user (team A's). It
+// returns the server's log; when the test fails, the log's permission violations are
+// logged, and any of users is an error of the test.
+func deployHarness(t *testing.T, teams bool, users []string, opts ...harnessOption) (*harness, *syncBuffer) {
+	t.Helper()
+	srvLog := &syncBuffer{}
+	conf, ops, opsPw, bridgeUser, bridgePw := "../deploy/nats-server.conf", "ops", "OPS_PASSWORD", "bridge", "BRIDGE_PASSWORD"
+	if teams {
+		setPasswords(t, "TEAM_A_BRIDGE_PASSWORD", "TEAM_A_AGENT_PASSWORD", "TEAM_A_OPS_PASSWORD",
+			"TEAM_B_BRIDGE_PASSWORD", "TEAM_B_AGENT_PASSWORD", "TEAM_B_OPS_PASSWORD",
+			"OBSERVER_PASSWORD", "SYS_PASSWORD")
+		conf, ops, opsPw, bridgeUser, bridgePw = "../deploy/nats-server-teams.conf", "ops-a", "TEAM_A_OPS_PASSWORD", "bridge-a", "TEAM_A_BRIDGE_PASSWORD"
+	} else {
+		setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
+			"OPS_PASSWORD", "SYS_PASSWORD")
+	}
+	h := newHarness(t, append([]harnessOption{
+		withNATS(func(o *natsembed.Options) {
+			o.ConfigFile = conf
+			o.Logger = zerolog.New(srvLog)
+		}),
+		withClientNATS(nats.UserInfo(ops, envPassword(t, opsPw))),
+		withBridgeNATS(nats.Name(bridgeUser), nats.UserInfo(bridgeUser, envPassword(t, bridgePw))),
+	}, opts...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
+		}
+		for _, u := range users {
+			if v := serverViolations(srvLog, u); len(v) > 0 {
+				t.Errorf("%s hit %d permission violations:\n%s", u, len(v), strings.Join(v, "\n"))
+			}
+		}
+	})
+	return h, srvLog
 }
 
 var testPasswords = map[string]string{}
@@ -203,16 +250,7 @@ func accessAgent(ctx context.Context, turn hermestest.Turn) hermestest.Reply {
 // TestAccessControl runs the bridge against deploy/nats-server.conf, connected as the
 // least-privilege bridge user, and shows each role can do what it should and nothing else.
 func TestAccessControl(t *testing.T) {
-	setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
-		"OPS_PASSWORD", "SYS_PASSWORD")
-	srvLog := &syncBuffer{}
-	h := newHarness(t,
-		withNATS(func(o *natsembed.Options) {
-			o.ConfigFile = "../deploy/nats-server.conf"
-			o.Logger = zerolog.New(srvLog)
-		}),
-		withClientNATS(nats.UserInfo("ops", envPassword(t, "OPS_PASSWORD"))),
-		withBridgeNATS(nats.Name("bridge"), nats.UserInfo("bridge", envPassword(t, "BRIDGE_PASSWORD"))),
+	h, srvLog := deployHarness(t, false, []string{"bridge"},
 		withFake(hermestest.WithAgent(accessAgent)),
 		// A short ack wait: the action cancelled below sends in-progress heartbeats.
 		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }),
@@ -220,14 +258,6 @@ func TestAccessControl(t *testing.T) {
 	agent := connectAs(t, h.ns, "agent-chat", "AGENT_CHAT_PASSWORD", "_INBOX_agent_chat")
 	dash := connectAs(t, h.ns, "dashboard", "DASHBOARD_PASSWORD", "_INBOX_dashboard")
 	appr := connectAs(t, h.ns, "approver", "APPROVER_PASSWORD", "_INBOX_approver")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
-		}
-		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
-			t.Errorf("the bridge hit %d permission violations:\n%s", len(v), strings.Join(v, "\n"))
-		}
-	})
 
 	var streamID string
 	t.Run("agent invokes chat and chat_stream", func(t *testing.T) {
@@ -491,29 +521,11 @@ func TestAccessControl(t *testing.T) {
 // with its own bridge. Team A's agent reads its own results and cannot see team B's;
 // the observer account sees both, read-only, through its imports.
 func TestAccessControlTeams(t *testing.T) {
-	setPasswords(t, "TEAM_A_BRIDGE_PASSWORD", "TEAM_A_AGENT_PASSWORD", "TEAM_A_OPS_PASSWORD",
-		"TEAM_B_BRIDGE_PASSWORD", "TEAM_B_AGENT_PASSWORD", "TEAM_B_OPS_PASSWORD",
-		"OBSERVER_PASSWORD", "SYS_PASSWORD")
-	srvLog := &syncBuffer{}
-	h := newHarness(t,
-		withNATS(func(o *natsembed.Options) {
-			o.ConfigFile = "../deploy/nats-server-teams.conf"
-			o.Logger = zerolog.New(srvLog)
-		}),
-		withClientNATS(nats.UserInfo("ops-a", envPassword(t, "TEAM_A_OPS_PASSWORD"))),
-		withBridgeNATS(nats.UserInfo("bridge-a", envPassword(t, "TEAM_A_BRIDGE_PASSWORD"))),
-	)
+	h, _ := deployHarness(t, true, []string{"bridge-a", "bridge-b"})
 	// Team B's bridge: same configuration, same Hermes, its own account and credentials.
 	hb := h.at(t)
 	hb.bridgeNATS = []nats.Option{nats.UserInfo("bridge-b", envPassword(t, "TEAM_B_BRIDGE_PASSWORD"))}
 	hb.startBridge()
-	t.Cleanup(func() {
-		for _, u := range []string{"bridge-a", "bridge-b"} {
-			if v := serverViolations(srvLog, u); len(v) > 0 {
-				t.Errorf("%s hit permission violations:\n%s", u, strings.Join(v, "\n"))
-			}
-		}
-	})
 
 	agentA := connectAs(t, h.ns, "agent-a", "TEAM_A_AGENT_PASSWORD", "_INBOX_agent_chat")
 	agentB := connectAs(t, h.ns, "agent-b", "TEAM_B_AGENT_PASSWORD", "_INBOX_agent_chat")
