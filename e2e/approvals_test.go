@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
@@ -51,15 +52,16 @@ func (h *harness) decide(id, decision, hash string) {
 	}
 }
 
-// parkedSession creates a session through the bridge and publishes its deletion
-// without an approval; it returns the action id and the pending output.
-func parkedDelete(t *testing.T, h *harness, sid, key string) (string, pendingOutput) {
+// parkedDelete creates a session through the bridge and publishes its deletion
+// without an approval (opts may choose its action id); it returns the action id and the
+// pending output.
+func parkedDelete(t *testing.T, h *harness, sid, key string, opts ...client.PublishOption) (string, pendingOutput) {
 	t.Helper()
 	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
 	requireCompleted(t, res)
 	input := mustJSON(t, map[string]any{"session_id": sid})
 	before := h.fake.Calls("session_delete")
-	id := h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key})
+	id := h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key}, opts...)
 	p := h.pendingOf(id)
 	if p.Status != events.StatusPendingApproval || p.Error != nil {
 		t.Fatalf("pending result %+v", p)

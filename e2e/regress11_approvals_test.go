@@ -139,27 +139,6 @@ func (h *harness) recordState(id string) string {
 	return string(e.Record.State)
 }
 
-// parkedDeleteAs is parkedDelete with a chosen action id.
-func parkedDeleteAs(t *testing.T, h *harness, id, sid, key string) pendingOutput {
-	t.Helper()
-	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
-	requireCompleted(t, res)
-	input := mustJSON(t, map[string]any{"session_id": sid})
-	h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key}, client.WithActionID(id))
-	p := h.pendingOf(id)
-	if p.Status != events.StatusPendingApproval || p.Error != nil {
-		t.Fatalf("pending result %+v", p)
-	}
-	var out pendingOutput
-	if err := json.Unmarshal(p.Output, &out); err != nil {
-		t.Fatal(err)
-	}
-	if c := h.fake.Calls("session_delete"); c != 0 {
-		t.Fatalf("a parked action reached Hermes (%d calls)", c)
-	}
-	return out
-}
-
 // ---- tests ----
 
 // TestRegress11ApprovedRetryAfter429 (finding 1): an approved deletion whose first
@@ -300,7 +279,7 @@ func TestRegress11ApprovalIDWithColon(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	const id = "del-7"
-	out := parkedDeleteAs(t, h, id, "r11-colon-session", "r11-colon")
+	_, out := parkedDelete(t, h, "r11-colon-session", "r11-colon", client.WithActionID(id))
 
 	// nats pub hermes.approvals.del-7 --jetstream -H ce-specversion:1.0 -H ce-id:del-7:approval:1
 	//   -H ce-source:urn:approver:alice -H ce-type:hermes.bridge.approval.v1

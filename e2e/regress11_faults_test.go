@@ -33,6 +33,20 @@ func (h *harness) followBy(id string, deadline time.Time) (*events.Result, error
 	return h.client.Follow(ctx, id, nil, nil)
 }
 
+// requireReplaysOf fails unless every action of dups completes, by deadline, as a
+// replay of original.
+func (h *harness) requireReplaysOf(dups []string, original string, deadline time.Time) {
+	h.t.Helper()
+	for _, id := range dups {
+		r, err := h.followBy(id, deadline)
+		if err != nil {
+			h.t.Errorf("follow duplicate %s: %v", id, err)
+			continue
+		}
+		requireReplayOf(h.t, r, original)
+	}
+}
+
 // requireReplayOf fails unless r completed as a replay of original.
 func requireReplayOf(t *testing.T, r *events.Result, original string) {
 	t.Helper()
@@ -79,14 +93,7 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 		t.Fatalf("follow the original: %v", err)
 	}
 	requireCompleted(t, res)
-	for _, id := range dups {
-		r, err := h.followBy(id, deadline)
-		if err != nil {
-			t.Errorf("follow duplicate %s: %v", id, err)
-			continue
-		}
-		requireReplayOf(t, r, original)
-	}
+	h.requireReplaysOf(dups, original, deadline)
 	if n := h.fake.Calls("chat"); n != 1 {
 		t.Errorf("chat calls %d, want exactly 1: the key's record expired while its action ran (bucket TTL 3s, action 8s) and a duplicate called Hermes again", n)
 	}
@@ -142,14 +149,7 @@ func TestRegress11DuplicatesDoNotHoldWorkers(t *testing.T) {
 	}
 	requireCompleted(t, res)
 	deadline := time.Now().Add(30 * time.Second)
-	for _, id := range dups {
-		r, err := h.followBy(id, deadline)
-		if err != nil {
-			t.Errorf("follow duplicate %s: %v", id, err)
-			continue
-		}
-		requireReplayOf(t, r, original)
-	}
+	h.requireReplaysOf(dups, original, deadline)
 	if n := h.fake.Calls("chat_stream"); n != 1 {
 		t.Errorf("chat_stream calls %d, want 1", n)
 	}
