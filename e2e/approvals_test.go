@@ -98,10 +98,7 @@ func TestApprovals(t *testing.T) {
 		}
 		// A second decision after the action ran changes nothing.
 		h.decide(id, events.DecisionDeny, out.InputSHA256)
-		h.waitIdle(10 * time.Second)
-		if n := h.results(id); n != 2 { // pending + terminal
-			t.Errorf("%d result messages, want the pending one and one terminal", n)
-		}
+		h.requireResults(id, 2, 10*time.Second) // pending + terminal
 	})
 
 	t.Run("deny", func(t *testing.T) {

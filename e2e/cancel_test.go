@@ -88,10 +88,7 @@ func TestCancel(t *testing.T) {
 		if s := h.cancel(running); s != events.CancelAlreadySettled {
 			t.Errorf("late cancel: %s", s)
 		}
-		h.waitIdle(10 * time.Second)
-		if n := h.results(running); n != 1 {
-			t.Errorf("%d results after a late cancel", n)
-		}
+		h.requireResults(running, 1, 10*time.Second)
 	})
 
 	t.Run("unknown then published", func(t *testing.T) {

@@ -239,10 +239,7 @@ func runFaultCell(h *harness, op faultOp, fc faultCase) {
 	}
 
 	// Exactly one result, and the right number of Hermes calls once the consumer is idle.
-	h.waitIdle(15 * time.Second)
-	if n := h.results(res.ActionID); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	h.requireResults(res.ActionID, 1, 15*time.Second)
 	rs := h.requests(op.op)[before:]
 	if len(rs) != want.calls {
 		t.Errorf("%d Hermes calls, want %d", len(rs), want.calls)

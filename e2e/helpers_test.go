@@ -86,6 +86,16 @@ func (h *harness) consumerIdle() error {
 	return nil
 }
 
+// requireResults waits until the bridge is idle (see waitIdle) and then checks that
+// want result messages are stored for the action.
+func (h *harness) requireResults(id string, want int, timeout time.Duration) {
+	h.t.Helper()
+	h.waitIdle(timeout)
+	if n := h.results(id); n != want {
+		h.t.Errorf("%s: %d result messages stored, want %d", id, n, want)
+	}
+}
+
 // dlqNow returns every message stored in the dead-letter stream now.
 func (h *harness) dlqNow() ([]*jetstream.RawStreamMsg, error) {
 	s, err := h.js.Stream(context.Background(), h.cfg.WithDefaults().DLQStream)

@@ -235,10 +235,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		if c := h.fake.Calls("chat"); c != 1 {
 			t.Errorf("chat calls %d, want 1: an unsafe call was resent", c)
 		}
-		h.waitIdle(10 * time.Second)
-		if c := h.results(id); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		h.requireResults(id, 1, 10*time.Second)
 		e := requireFailed(t, res, "outcome_unknown")
 		if !e.UncertainOutcome {
 			t.Errorf("uncertain_outcome false")
@@ -273,10 +270,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		if c := h.fake.Calls("models"); c != 2 {
 			t.Errorf("models calls %d, want 2 (the safe read runs again after redelivery)", c)
 		}
-		h.waitIdle(10 * time.Second)
-		if c := h.results(id); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		h.requireResults(id, 1, 10*time.Second)
 		deliveries := 0.0
 		for _, l := range h.actionLogs(id) {
 			d, ok := l["delivery"].(float64) // JetStream delivery count, when logged apart

@@ -243,8 +243,5 @@ func TestPayloadTooLarge(t *testing.T) {
 	if rs := h.fake.Requests(); len(rs) != 0 {
 		t.Errorf("%d requests reached Hermes", len(rs))
 	}
-	h.waitIdle(10 * time.Second)
-	if n := h.results(res.ActionID); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	h.requireResults(res.ActionID, 1, 10*time.Second)
 }

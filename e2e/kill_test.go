@@ -37,10 +37,7 @@ func TestKillAfterDispatchNeverResends(t *testing.T) {
 	if c := h.fake.Calls("chat"); c > 1 {
 		t.Errorf("chat calls %d, want at most 1", c)
 	}
-	h.waitIdle(20 * time.Second)
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	h.requireResults(id, 1, 20*time.Second)
 }
 
 // killAckWait is the consumer ack wait of the kill tests' processes: the claim lease is

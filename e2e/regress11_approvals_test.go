@@ -165,10 +165,7 @@ func TestRegress11ApprovedRetryAfter429(t *testing.T) {
 	if rs := h.requests("session_delete"); len(rs) != 2 {
 		t.Errorf("fake received %d DELETE requests, want 2 (the 429 and one that succeeded)", len(rs))
 	}
-	h.waitIdle(10 * time.Second)
-	if n := h.results(id); n != 2 {
-		t.Errorf("%d result messages stored, want the pending one and one terminal", n)
-	}
+	h.requireResults(id, 2, 10*time.Second)
 }
 
 // TestRegress11CancelApprovedInFlight (finding 3): a cancel request for an approved

@@ -58,10 +58,7 @@ func TestRegress12ResultStoredAcrossOutage(t *testing.T) {
 	if n := h.fake.Calls("chat"); n != 1 {
 		t.Errorf("%d chat calls, want 1", n)
 	}
-	h.waitIdle(20 * time.Second)
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	h.requireResults(id, 1, 20*time.Second)
 }
 
 // TestRegress12AckPendingRoomForReplicas (issue 12, finding 5): by default the shared
