@@ -98,7 +98,7 @@ func TestApprovals(t *testing.T) {
 		}
 		// A second decision after the action ran changes nothing.
 		h.decide(id, events.DecisionDeny, out.InputSHA256)
-		h.requireResults(id, 2, 10*time.Second) // pending + terminal
+		h.requireResults(2, 10*time.Second, id) // pending + terminal
 	})
 
 	t.Run("deny", func(t *testing.T) {

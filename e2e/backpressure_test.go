@@ -147,12 +147,7 @@ func TestCircuitBreakerIsolatesEndpoint(t *testing.T) {
 	if d := time.Since(recovered); d > 5*time.Second {
 		t.Errorf("the waiting actions completed %s after the endpoint recovered", d)
 	}
-	h.waitIdle(10 * time.Second)
-	for _, id := range idsA {
-		if n := h.results(id); n != 1 {
-			t.Errorf("%s: %d result messages, want 1", id, n)
-		}
-	}
+	h.requireResults(1, 10*time.Second, idsA...)
 }
 
 // TestMaxAttemptsExhausted: a safe read that keeps failing with 500 is called exactly

@@ -88,7 +88,7 @@ func TestCancel(t *testing.T) {
 		if s := h.cancel(running); s != events.CancelAlreadySettled {
 			t.Errorf("late cancel: %s", s)
 		}
-		h.requireResults(running, 1, 10*time.Second)
+		h.requireResults(1, 10*time.Second, running)
 	})
 
 	t.Run("unknown then published", func(t *testing.T) {

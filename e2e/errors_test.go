@@ -90,7 +90,7 @@ func TestErrorClasses(t *testing.T) {
 		if c := h.fake.Calls("models") - before; c != 2 {
 			t.Errorf("%d calls, want 2", c)
 		}
-		h.requireResults(res.ActionID, 1, 10*time.Second)
+		h.requireResults(1, 10*time.Second, res.ActionID)
 	})
 
 	t.Run("safe_500_exhausted", func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestErrorClasses(t *testing.T) {
 		if gap := rs[1].Time.Sub(rs[0].Time); gap < 900*time.Millisecond {
 			t.Errorf("retried after %s; Retry-After: 1 was not honoured", gap)
 		}
-		h.requireResults(res.ActionID, 1, 10*time.Second)
+		h.requireResults(1, 10*time.Second, res.ActionID)
 		lines := h.actionLogs(res.ActionID)
 		retried := false
 		for _, l := range lines {

@@ -239,7 +239,7 @@ func runFaultCell(h *harness, op faultOp, fc faultCase) {
 	}
 
 	// Exactly one result, and the right number of Hermes calls once the consumer is idle.
-	h.requireResults(res.ActionID, 1, 15*time.Second)
+	h.requireResults(1, 15*time.Second, res.ActionID)
 	rs := h.requests(op.op)[before:]
 	if len(rs) != want.calls {
 		t.Errorf("%d Hermes calls, want %d", len(rs), want.calls)

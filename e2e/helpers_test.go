@@ -87,12 +87,14 @@ func (h *harness) consumerIdle() error {
 }
 
 // requireResults waits until the bridge is idle (see waitIdle) and then checks that
-// want result messages are stored for the action.
-func (h *harness) requireResults(id string, want int, timeout time.Duration) {
+// want result messages are stored for each action of ids.
+func (h *harness) requireResults(want int, timeout time.Duration, ids ...string) {
 	h.t.Helper()
 	h.waitIdle(timeout)
-	if n := h.results(id); n != want {
-		h.t.Errorf("%s: %d result messages stored, want %d", id, n, want)
+	for _, id := range ids {
+		if n := h.results(id); n != want {
+			h.t.Errorf("%s: %d result messages stored, want %d", id, n, want)
+		}
 	}
 }
 

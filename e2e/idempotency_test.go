@@ -141,12 +141,7 @@ func TestIdempotencyConcurrentDuplicates(t *testing.T) {
 	if c := h.fake.Calls("chat"); c != 1 {
 		t.Errorf("chat calls %d, want exactly 1", c)
 	}
-	h.waitIdle(10 * time.Second)
-	for _, id := range ids {
-		if c := h.results(id); c != 1 {
-			t.Errorf("%s has %d result messages, want 1", id, c)
-		}
-	}
+	h.requireResults(1, 10*time.Second, ids...)
 }
 
 // TestActionIDPublishedTwice: the action id is a dedup unit: published twice (with and
@@ -235,7 +230,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		if c := h.fake.Calls("chat"); c != 1 {
 			t.Errorf("chat calls %d, want 1: an unsafe call was resent", c)
 		}
-		h.requireResults(id, 1, 10*time.Second)
+		h.requireResults(1, 10*time.Second, id)
 		e := requireFailed(t, res, "outcome_unknown")
 		if !e.UncertainOutcome {
 			t.Errorf("uncertain_outcome false")
@@ -270,7 +265,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		if c := h.fake.Calls("models"); c != 2 {
 			t.Errorf("models calls %d, want 2 (the safe read runs again after redelivery)", c)
 		}
-		h.requireResults(id, 1, 10*time.Second)
+		h.requireResults(1, 10*time.Second, id)
 		deliveries := 0.0
 		for _, l := range h.actionLogs(id) {
 			d, ok := l["delivery"].(float64) // JetStream delivery count, when logged apart

@@ -212,12 +212,7 @@ func TestInvalidActions(t *testing.T) {
 			}
 		})
 	}
-	h.waitIdle(10 * time.Second)
-	for _, id := range ids {
-		if n := h.results(id); n != 1 {
-			t.Errorf("%s: %d result messages, want 1", id, n)
-		}
-	}
+	h.requireResults(1, 10*time.Second, ids...)
 	if rs := h.fake.Requests(); len(rs) != 0 {
 		t.Errorf("%d invalid actions reached Hermes, first %s %s", len(rs), rs[0].Method, rs[0].Path)
 	}
@@ -243,5 +238,5 @@ func TestPayloadTooLarge(t *testing.T) {
 	if rs := h.fake.Requests(); len(rs) != 0 {
 		t.Errorf("%d requests reached Hermes", len(rs))
 	}
-	h.requireResults(res.ActionID, 1, 10*time.Second)
+	h.requireResults(1, 10*time.Second, res.ActionID)
 }

@@ -37,7 +37,7 @@ func TestKillAfterDispatchNeverResends(t *testing.T) {
 	if c := h.fake.Calls("chat"); c > 1 {
 		t.Errorf("chat calls %d, want at most 1", c)
 	}
-	h.requireResults(id, 1, 20*time.Second)
+	h.requireResults(1, 20*time.Second, id)
 }
 
 // killAckWait is the consumer ack wait of the kill tests' processes: the claim lease is

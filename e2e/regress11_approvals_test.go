@@ -165,7 +165,7 @@ func TestRegress11ApprovedRetryAfter429(t *testing.T) {
 	if rs := h.requests("session_delete"); len(rs) != 2 {
 		t.Errorf("fake received %d DELETE requests, want 2 (the 429 and one that succeeded)", len(rs))
 	}
-	h.requireResults(id, 2, 10*time.Second)
+	h.requireResults(2, 10*time.Second, id)
 }
 
 // TestRegress11CancelApprovedInFlight (finding 3): a cancel request for an approved

@@ -58,7 +58,7 @@ func TestRegress12ResultStoredAcrossOutage(t *testing.T) {
 	if n := h.fake.Calls("chat"); n != 1 {
 		t.Errorf("%d chat calls, want 1", n)
 	}
-	h.requireResults(id, 1, 20*time.Second)
+	h.requireResults(1, 20*time.Second, id)
 }
 
 // TestRegress12AckPendingRoomForReplicas (issue 12, finding 5): by default the shared

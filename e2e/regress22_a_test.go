@@ -231,7 +231,7 @@ func r22HandBack(t *testing.T) {
 	if n := h.fake.ToolRuns("terminal"); n != 1 {
 		t.Errorf("the approved tool ran %d times, want 1", n)
 	}
-	h.requireResults(id, 2, 10*time.Second)
+	h.requireResults(2, 10*time.Second, id)
 }
 
 // r22CompletedOnce requires the approved run's action to settle completed with the
@@ -268,7 +268,7 @@ func r22Killed(t *testing.T) {
 	r22Approve(t, h, id, sha)
 
 	r22CompletedOnce(t, h, id, key, "kill")
-	h.requireResults(id, 2, 20*time.Second)
+	h.requireResults(2, 20*time.Second, id)
 }
 
 // r22DuplicateKey (1c): a second action with the same key and input, published while
@@ -360,7 +360,7 @@ func r22Cancel(t *testing.T) {
 	if n := h.fake.ToolRuns("terminal"); n != 0 {
 		t.Errorf("the tool of a cancelled run ran %d times", n)
 	}
-	h.requireResults(id, 2, 10*time.Second)
+	h.requireResults(2, 10*time.Second, id)
 }
 
 // r22CancelRequest sends a cancel request for id and returns the reply; a request
