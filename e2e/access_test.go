@@ -301,9 +301,7 @@ func TestAccessControl(t *testing.T) {
 			_, err := agent.js.Stream(ctx, "HERMES_ACTIONS")
 			return err
 		})
-		if c := h.fake.Calls("session_delete") + h.fake.Calls("session_create") + h.fake.Calls("models"); c != 0 {
-			t.Errorf("Hermes was called %d times for capabilities the agent may not invoke", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete")+h.fake.Calls("session_create")+h.fake.Calls("models"), 0, "Hermes was called %d times for capabilities the agent may not invoke")
 	})
 
 	t.Run("dashboard replays and follows", func(t *testing.T) {
@@ -416,9 +414,7 @@ func TestAccessControl(t *testing.T) {
 			t.Fatalf("the approver saw no pending_approval result")
 		}
 		requireCompleted(t, res)
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1 (the approved one)", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (the approved one)")
 		// A running action: the approver cancels it.
 		before := h.fake.Calls("chat")
 		started := time.Now()
@@ -437,9 +433,7 @@ func TestAccessControl(t *testing.T) {
 			}
 		}
 		time.Sleep(300 * time.Millisecond)
-		if n := storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"); n != 1 {
-			t.Errorf("%d session_delete actions stored, want 1 (the approved one)", n)
-		}
+		wantEq(t, storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"), 1, "%d session_delete actions stored, want 1 (the approved one)")
 		dash.noViolation(t)
 		time.Sleep(time.Until(started.Add(1500 * time.Millisecond))) // two heartbeats at least
 		reply, err := appr.client.Cancel(ctx, id)                    // still running: the push did not cancel it
@@ -478,9 +472,7 @@ func TestAccessControl(t *testing.T) {
 			!(r1.ReplayOf != nil && *r1.ReplayOf == second && r2.ReplayOf == nil) {
 			t.Errorf("duplicates: replay_of %v and %v, want one to replay the other", r1.ReplayOf, r2.ReplayOf)
 		}
-		if c := h.fake.Calls("chat") - calls; c != 1 {
-			t.Errorf("chat calls for two copies of one key: %d, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-calls, 1, "chat calls for two copies of one key: %d, want 1")
 		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
 			t.Fatalf("the bridge hit permission violations:\n%s", strings.Join(v, "\n"))
 		}
@@ -491,12 +483,8 @@ func TestAccessControl(t *testing.T) {
 
 	t.Run("ops discovers the bridge and asks its status", func(t *testing.T) {
 		// The bridge user may register the micro service and answer on hermes.status.
-		if n := len(collect(t, h.nc, "$SRV.PING.hermes-bridge", time.Second)); n != 1 {
-			t.Errorf("%d PING replies, want 1", n)
-		}
-		if n := len(collect(t, h.nc, "$SRV.INFO", time.Second)); n != 1 {
-			t.Errorf("%d INFO replies, want 1", n)
-		}
+		wantEq(t, len(collect(t, h.nc, "$SRV.PING.hermes-bridge", time.Second)), 1, "%d PING replies, want 1")
+		wantEq(t, len(collect(t, h.nc, "$SRV.INFO", time.Second)), 1, "%d INFO replies, want 1")
 		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"status please"}`)})
 		requireCompleted(t, func() *events.Result { r, _ := followAs(t, agent, id); return r }())
 		if r := statusOf(t, h.nc, id); r.State != "settled" || r.Result == nil || r.Result.Status != events.StatusCompleted {
@@ -555,9 +543,7 @@ func TestAccessControlTeams(t *testing.T) {
 	idA := publishAs(t, agentA, "chat", events.Action{Input: mustJSON(t, `{"prompt":"team a question"}`)})
 	resA, _ := followAs(t, agentA, idA)
 	requireCompleted(t, resA)
-	if c := h.fake.Calls("chat"); c != 2 {
-		t.Errorf("chat calls %d, want 2 (one per team)", c)
-	}
+	wantEq(t, h.fake.Calls("chat"), 2, "chat calls %d, want 2 (one per team)")
 
 	t.Run("team A sees only its own results", func(t *testing.T) {
 		// Live: the only result team A's subscription ever sees is its own.
@@ -577,9 +563,7 @@ func TestAccessControlTeams(t *testing.T) {
 		if _, err := agentA.client.Follow(ctx, idB, nil, nil); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("team A following team B's action: %v, want nothing until the deadline", err)
 		}
-		if n := storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+idB); n != 0 {
-			t.Errorf("team A's output stream holds %d results of team B's action", n)
-		}
+		wantEq(t, storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+idB), 0, "team A's output stream holds %d results of team B's action")
 		// Team A's own action replays.
 		res, _ := followAs(t, agentA, idA)
 		requireCompleted(t, res)

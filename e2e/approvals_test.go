@@ -74,9 +74,7 @@ func parkedDelete(t *testing.T, h *harness, sid, key string, opts ...client.Publ
 	if out.InputSHA256 != want || out.CapabilityID != "cap:hermes_agent:primary:session_delete" || !sameJSON(t, out.Input, input) {
 		t.Fatalf("pending output %+v, want hash %s", out, want)
 	}
-	if c := h.fake.Calls("session_delete") - before; c != 0 {
-		t.Fatalf("a parked action reached Hermes (%d calls)", c)
-	}
+	requireEq(t, h.fake.Calls("session_delete")-before, 0, "a parked action reached Hermes (%d calls)")
 	return id, out
 }
 
@@ -93,9 +91,7 @@ func TestApprovals(t *testing.T) {
 		h.decide(id, events.DecisionApprove, out.InputSHA256)
 		res, _ := h.follow(id)
 		requireCompleted(t, res)
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 		// A second decision after the action ran changes nothing.
 		h.decide(id, events.DecisionDeny, out.InputSHA256)
 		h.requireResults(2, 10*time.Second, id) // pending + terminal
@@ -197,9 +193,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
 	res, _ := h.follow(id)
 	requireCompleted(t, res)
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }
 
 // TestPreApprovalsRefused: with NoPreApprovals a publisher cannot approve its own

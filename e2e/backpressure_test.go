@@ -55,9 +55,7 @@ func TestEndpointConcurrencyUnderGate(t *testing.T) {
 	wg.Wait()
 	h.waitIdle(10 * time.Second)
 
-	if p := peak.Load(); p != 3 {
-		t.Errorf("peak runs in flight at Hermes %d, want 3 (the endpoint's limit, fully used)", p)
-	}
+	wantEq(t, peak.Load(), 3, "peak runs in flight at Hermes %d, want 3 (the endpoint's limit, fully used)")
 	if c := h.fake.Calls("chat"); c != n {
 		t.Errorf("%d chat requests for %d actions: Hermes's gate answered %d times with 429", c, n, c-n)
 	}
@@ -180,9 +178,7 @@ func TestMaxAttemptsExhausted(t *testing.T) {
 	if g := rs[2].Time.Sub(rs[1].Time); g < base {
 		t.Errorf("second retry after %s, want at least %s (exponential)", g, base)
 	}
-	if n := h.results(res.ActionID); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	wantEq(t, h.results(res.ActionID), 1, "%d result messages, want 1")
 	lines := h.actionLogs(res.ActionID)
 	if len(lines) != 3 || lines[2]["attempt"] != 3.0 || lines[2].str("decision") != "ack" {
 		t.Errorf("action log lines %v, want 2 retries then attempt 3 acknowledged", lines)
@@ -210,12 +206,8 @@ func TestMaxDeliverExhausted(t *testing.T) {
 	if e.UncertainOutcome {
 		t.Errorf("error %s: a safe read is certain", errString(e))
 	}
-	if c := h.fake.Calls("models"); c != 2 {
-		t.Errorf("%d calls, want 2 (one per delivery)", c)
-	}
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("models"), 2, "%d calls, want 2 (one per delivery)")
+	wantEq(t, h.results(id), 1, "%d result messages, want 1")
 }
 
 func bpInt64(v int64) *int64 { return &v }

@@ -81,9 +81,7 @@ func TestCancel(t *testing.T) {
 		}
 		// The HTTP stream was closed: Hermes has nothing in flight.
 		h.until(10*time.Second, "nothing in flight at Hermes", func() bool { return h.fake.InFlight() == 0 })
-		if c := h.fake.Calls("chat"); c != 0 {
-			t.Errorf("cancelled queued chat reached Hermes %d times", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 0, "cancelled queued chat reached Hermes %d times")
 		// A late cancel changes nothing.
 		if s := h.cancel(running); s != events.CancelAlreadySettled {
 			t.Errorf("late cancel: %s", s)

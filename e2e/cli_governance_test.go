@@ -97,9 +97,7 @@ func TestCLIGovernance(t *testing.T) {
 	if res.Status != events.StatusCancelled {
 		t.Errorf("cancelled parked action: %s", res.Status)
 	}
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1 (only the approved one)", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (only the approved one)")
 	out, _, code = h.cli("pending")
 	if code != 0 || strings.Contains(out, approved) || strings.Contains(out, denied) || strings.Contains(out, cancelled) {
 		t.Errorf("pending after the decisions (exit %d):\n%s", code, out)

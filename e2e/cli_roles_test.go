@@ -94,9 +94,7 @@ func TestCLIRoles(t *testing.T) {
 		agent.refused(agent.env(agent.inbx), []string{"status", streamID},
 			"hermes-bridge status: permission denied on hermes.status:",
 			`NATS user "agent-chat" may not publish to "hermes.status"`)
-		if c := h.fake.Calls("session_delete"); c != 0 {
-			t.Errorf("Hermes was called %d times for session_delete", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 0, "Hermes was called %d times for session_delete")
 	})
 
 	t.Run("dashboard: watch", func(t *testing.T) {
@@ -172,9 +170,7 @@ func TestCLIRoles(t *testing.T) {
 		if res, _ := h.follow(cancelled); res.Status != events.StatusCancelled {
 			t.Errorf("cancelled parked action: %s", res.Status)
 		}
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1 (the approved one)", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (the approved one)")
 		out, errOut, code = appr.run("pending")
 		if code != 0 || strings.TrimSpace(out) != "no parked actions" {
 			t.Errorf("pending after the decisions: exit %d\n%s\n%s", code, out, errOut)

@@ -60,9 +60,7 @@ func TestErrorClasses(t *testing.T) {
 		if e.HTTPStatus != 404 || detail(e, "remote_code") != "session_not_found" || e.Retryable {
 			t.Errorf("error %s, want 404 session_not_found, not retryable", errString(e))
 		}
-		if c := h.fake.Calls("session_get") - before; c != 1 {
-			t.Errorf("%d calls, want 1 (a 404 is not retried even on a safe read)", c)
-		}
+		wantEq(t, h.fake.Calls("session_get")-before, 1, "%d calls, want 1 (a 404 is not retried even on a safe read)")
 		if e.Message == "" || strings.Contains(e.Message, "no-such-session") {
 			t.Errorf("message %q is empty or quotes the session id", e.Message)
 		}
@@ -76,9 +74,7 @@ func TestErrorClasses(t *testing.T) {
 		if e.HTTPStatus != 502 || !e.UncertainOutcome || e.Retryable {
 			t.Errorf("error %s, want 502, uncertain, not retryable", errString(e))
 		}
-		if c := h.fake.Calls("chat") - before; c != 1 {
-			t.Errorf("%d calls, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-before, 1, "%d calls, want 1")
 	})
 
 	t.Run("safe_500_retried", func(t *testing.T) {
@@ -87,9 +83,7 @@ func TestErrorClasses(t *testing.T) {
 		h.fake.InjectFault(hermestest.Fault{Route: "models", Status: 500, Times: 1})
 		res, _ := h.call("models", `{}`)
 		requireCompleted(t, res)
-		if c := h.fake.Calls("models") - before; c != 2 {
-			t.Errorf("%d calls, want 2", c)
-		}
+		wantEq(t, h.fake.Calls("models")-before, 2, "%d calls, want 2")
 		h.requireResults(1, 10*time.Second, res.ActionID)
 	})
 
@@ -121,9 +115,7 @@ func TestErrorClasses(t *testing.T) {
 		if !e.UncertainOutcome || e.Retryable || e.HTTPStatus != 500 {
 			t.Errorf("error %s, want 500, uncertain, not retryable", errString(e))
 		}
-		if c := h.fake.Calls("chat") - before; c != 1 {
-			t.Errorf("%d calls, want exactly 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-before, 1, "%d calls, want exactly 1")
 	})
 
 	t.Run("gate_429_then_success", func(t *testing.T) {
@@ -157,9 +149,7 @@ func TestErrorClasses(t *testing.T) {
 			Header: http.Header{"Retry-After": {"0"}}})
 		res, _ := h.call("responses", `{"input":"after draining"}`)
 		requireCompleted(t, res)
-		if c := h.fake.Calls("responses") - before; c != 2 {
-			t.Errorf("%d calls, want 2", c)
-		}
+		wantEq(t, h.fake.Calls("responses")-before, 2, "%d calls, want 2")
 	})
 
 	t.Run("connection_refused", func(t *testing.T) {
@@ -200,9 +190,7 @@ func TestErrorClasses(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("settled after %s for a 300ms deadline", d)
 		}
-		if c := h.fake.Calls("chat") - before; c != 1 {
-			t.Errorf("%d calls, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-before, 1, "%d calls, want 1")
 	})
 
 	t.Run("still_serving", func(t *testing.T) {

@@ -293,12 +293,8 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 				t.Errorf("settled after %s: the bridge waited for a Retry-After past the deadline", d)
 			}
 			h.waitIdle(10 * time.Second)
-			if c := h.fake.Calls(op) - before; c != 1 {
-				t.Errorf("%d calls, want 1", c)
-			}
-			if n := h.results(res.ActionID); n != 1 {
-				t.Errorf("%d result messages, want 1", n)
-			}
+			wantEq(t, h.fake.Calls(op)-before, 1, "%d calls, want 1")
+			wantEq(t, h.results(res.ActionID), 1, "%d result messages, want 1")
 		})
 	}
 	t.Run("stream_gate_retried", func(t *testing.T) {

@@ -80,9 +80,7 @@ func TestHeartbeatKeepsLongCallsDelivered(t *testing.T) {
 	}
 	h.waitIdle(10 * time.Second)
 
-	if n := redelivered.Load(); n != 0 {
-		t.Errorf("the consumer redelivered %d actions during the long calls", n)
-	}
+	wantEq(t, redelivered.Load(), 0, "the consumer redelivered %d actions during the long calls")
 	for _, c := range []struct{ id, route string }{{streamID, "chat_stream"}, {chatID, "chat"}} {
 		if n := h.fake.Calls(c.route); n != 1 {
 			t.Errorf("%s: %d Hermes calls, want 1", c.route, n)

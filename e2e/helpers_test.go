@@ -314,6 +314,23 @@ func requireFailed(t *testing.T, r *events.Result, code string) *events.ErrorInf
 	return r.Error
 }
 
+// wantEq reports an error of t unless got equals want; format describes the failure,
+// with got as its one argument.
+func wantEq[T comparable](t *testing.T, got, want T, format string) {
+	t.Helper()
+	if got != want {
+		t.Errorf(format, got)
+	}
+}
+
+// requireEq is wantEq that stops the test.
+func requireEq[T comparable](t *testing.T, got, want T, format string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf(format, got)
+	}
+}
+
 func errString(e *events.ErrorInfo) string {
 	if e == nil {
 		return "<nil>"

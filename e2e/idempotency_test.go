@@ -35,9 +35,7 @@ func TestIdempotencyReplay(t *testing.T) {
 	if !sameJSON(t, first.Output, second.Output) {
 		t.Errorf("replayed output differs:\n%s\n%s", first.Output, second.Output)
 	}
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	if h.results(first.ActionID) != 1 || h.results(second.ActionID) != 1 {
 		t.Errorf("results stored: %d and %d, want 1 each", h.results(first.ActionID), h.results(second.ActionID))
 	}
@@ -50,9 +48,7 @@ func TestIdempotencyReplay(t *testing.T) {
 	if ssecond.ReplayOf == nil || *ssecond.ReplayOf != sfirst.ActionID || !sameJSON(t, sfirst.Output, ssecond.Output) {
 		t.Errorf("stream replay: replay_of %v output %s, want %q and %s", ssecond.ReplayOf, ssecond.Output, sfirst.ActionID, sfirst.Output)
 	}
-	if n := h.fake.Calls("chat_stream"); n != 1 {
-		t.Errorf("chat_stream calls %d, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat_stream"), 1, "chat_stream calls %d, want 1")
 }
 
 // TestIdempotencyConflict: same key, changed input -> idempotency_conflict naming the
@@ -73,9 +69,7 @@ func TestIdempotencyConflict(t *testing.T) {
 	if second.ReplayOf != nil {
 		t.Errorf("conflict has replay_of %q", *second.ReplayOf)
 	}
-	if n := h.fake.Calls("session_create"); n != 1 {
-		t.Errorf("session_create calls %d, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("session_create"), 1, "session_create calls %d, want 1")
 	// The original is still what the key replays.
 	third, _ := h.call("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
 	requireCompleted(t, third)
@@ -138,9 +132,7 @@ func TestIdempotencyConcurrentDuplicates(t *testing.T) {
 			t.Errorf("%s output differs from the original's", r.ActionID)
 		}
 	}
-	if c := h.fake.Calls("chat"); c != 1 {
-		t.Errorf("chat calls %d, want exactly 1", c)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want exactly 1")
 	h.requireResults(1, 10*time.Second, ids...)
 }
 
@@ -158,12 +150,8 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		res, _ := h.follow(id)
 		requireCompleted(t, res)
 		h.waitIdle(10 * time.Second)
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d, want 1", c)
-		}
-		if c := h.results(id); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
+		wantEq(t, h.results(id), 1, "%d result messages, want 1")
 	})
 
 	t.Run("raw_after_settle", func(t *testing.T) {
@@ -179,9 +167,7 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		if c := h.fake.Calls("chat"); c != 2 { // one from client_twice
 			t.Errorf("chat calls %d, want 2 (one per distinct action)", c)
 		}
-		if c := h.results("dup-raw-1"); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		wantEq(t, h.results("dup-raw-1"), 1, "%d result messages, want 1")
 	})
 
 	t.Run("raw_while_running", func(t *testing.T) {
@@ -198,12 +184,8 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		requireCompleted(t, res)
 		h.until(10*time.Second, "two action log lines", func() bool { return len(h.actionLogs("dup-raw-2")) >= 2 })
 		h.waitIdle(10 * time.Second)
-		if c := h.fake.Calls("chat"); c != 3 {
-			t.Errorf("chat calls %d, want 3", c)
-		}
-		if c := h.results("dup-raw-2"); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 3, "chat calls %d, want 3")
+		wantEq(t, h.results("dup-raw-2"), 1, "%d result messages, want 1")
 	})
 }
 
@@ -227,9 +209,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		h.stopBridge(0)
 		h.startBridge()
 		res, _ := h.follow(id)
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d, want 1: an unsafe call was resent", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1: an unsafe call was resent")
 		h.requireResults(1, 10*time.Second, id)
 		e := requireFailed(t, res, "outcome_unknown")
 		if !e.UncertainOutcome {
@@ -240,9 +220,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		if again.ReplayOf == nil || *again.ReplayOf != id || again.Error == nil || !again.Error.UncertainOutcome {
 			t.Errorf("same key after the uncertain outcome: replay_of %v error %s", again.ReplayOf, errString(again.Error))
 		}
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d after the same-key retry, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d after the same-key retry, want 1")
 	})
 
 	t.Run("safe_redelivered", func(t *testing.T) {
@@ -262,9 +240,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		h.startBridge()
 		res, _ := h.follow(id)
 		requireCompleted(t, res)
-		if c := h.fake.Calls("models"); c != 2 {
-			t.Errorf("models calls %d, want 2 (the safe read runs again after redelivery)", c)
-		}
+		wantEq(t, h.fake.Calls("models"), 2, "models calls %d, want 2 (the safe read runs again after redelivery)")
 		h.requireResults(1, 10*time.Second, id)
 		deliveries := 0.0
 		for _, l := range h.actionLogs(id) {

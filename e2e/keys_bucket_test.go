@@ -66,7 +66,5 @@ func TestKeysMovedToTheirBucket(t *testing.T) {
 	if again.ReplayOf == nil || *again.ReplayOf != res.ActionID {
 		t.Fatalf("the key claimed before the upgrade does not replay: %s", describeResult(again))
 	}
-	if calls := h.fake.Calls("chat"); calls != 1 {
-		t.Errorf("Hermes received %d chat calls, want 1", calls)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "Hermes received %d chat calls, want 1")
 }

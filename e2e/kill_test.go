@@ -322,9 +322,7 @@ func runKillCase(t *testing.T, c killCase) {
 		}
 	}
 	if c.op == "chat" && c.wantCode == "" {
-		if got := jstr(output(t, res), "choices", 0, "message", "content"); got != "stub reply: kill test" {
-			t.Errorf("chat output text %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "choices", 0, "message", "content"), "stub reply: kill test", "chat output text %q")
 	}
 	evs := h.storedEvents(id)
 	checkEventsContiguous(t, id, evs, len(before))
@@ -389,9 +387,7 @@ func TestKillDuplicateKey(t *testing.T) {
 			}
 		}
 		h.waitIdle(30 * time.Second)
-		if n := h.fake.Calls("chat"); n != 0 {
-			t.Errorf("chat calls %d, want 0 (the original never sent it; nothing is resent)", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 0, "chat calls %d, want 0 (the original never sent it; nothing is resent)")
 		for _, id := range []string{a, b, c} {
 			if n := h.results(id); n != 1 {
 				t.Errorf("%s: %d result messages, want 1", id, n)
@@ -420,9 +416,7 @@ func TestKillDuplicateKey(t *testing.T) {
 			t.Errorf("duplicate: replay_of %v output %s, want %s and %s", rb.ReplayOf, truncate(string(rb.Output), 200), a, truncate(string(ra.Output), 200))
 		}
 		h.waitIdle(30 * time.Second)
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Errorf("chat calls %d, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 		for _, id := range []string{a, b} {
 			if n := h.results(id); n != 1 {
 				t.Errorf("%s: %d result messages, want 1", id, n)
@@ -565,12 +559,8 @@ func TestKillLiveOwnerKeepsClaim(t *testing.T) {
 	res, _ := h.follow(id)
 	requireCompleted(t, res)
 	h.waitIdle(30 * time.Second)
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want 1", n)
-	}
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
+	wantEq(t, h.results(id), 1, "%d result messages, want 1")
 	// Both copies were handled: one ran the call, the other republished its result.
 	h.eventually(10*time.Second, func() error {
 		statuses := map[string]int{}

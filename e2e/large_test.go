@@ -52,9 +52,7 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 		if got := jstr(output(t, again), "choices", 0, "message", "content"); got != big {
 			t.Errorf("replayed output has %d bytes of content, want %d", len(got), len(big))
 		}
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	})
 
 	t.Run("event", func(t *testing.T) {
@@ -74,8 +72,6 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 		if !found {
 			t.Fatalf("the 1 MB event was not delivered whole among %d events", len(evs))
 		}
-		if got := jstr(output(t, res), "text"); got != "stub reply: small answer" {
-			t.Errorf("text %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "text"), "stub reply: small answer", "text %q")
 	})
 }

@@ -237,9 +237,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 
 	// Both stopped: nobody answers, and no goroutine of the micro package is left.
 	r1.stop(t)
-	if n := len(collect(t, h.nc, "$SRV.PING.hermes-bridge", 500*time.Millisecond)); n != 0 {
-		t.Errorf("%d PING replies after both replicas stopped", n)
-	}
+	wantEq(t, len(collect(t, h.nc, "$SRV.PING.hermes-bridge", 500*time.Millisecond)), 0, "%d PING replies after both replicas stopped")
 	h.until(5*time.Second, "no micro goroutine left", func() bool {
 		buf := make([]byte, 1<<20)
 		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "nats.go/micro.")

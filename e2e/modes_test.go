@@ -35,9 +35,7 @@ func TestContentModes(t *testing.T) {
 				t.Errorf("body %s", r.Body)
 			}
 			const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-			if got := r.Header.Get("Traceparent"); got != tp {
-				t.Errorf("traceparent reaching Hermes %q", got)
-			}
+			wantEq(t, r.Header.Get("Traceparent"), tp, "traceparent reaching Hermes %q")
 			// The trace context is on every output too.
 			for _, subj := range []string{"hermes.results." + id, "hermes.events." + id} {
 				m := h.lastOutput(subj)
@@ -81,9 +79,7 @@ func TestContentModes(t *testing.T) {
 		if r.IdempotencyKey != "raw%20key" {
 			t.Errorf("Idempotency-Key %q, want the data's value verbatim", r.IdempotencyKey)
 		}
-		if got := r.Header.Get("Traceparent"); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
-			t.Errorf("traceparent reaching Hermes %q", got)
-		}
+		wantEq(t, r.Header.Get("Traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "traceparent reaching Hermes %q")
 	})
 
 	t.Run("raw_structured", func(t *testing.T) {

@@ -37,9 +37,7 @@ func TestOperationsDiscovery(t *testing.T) {
 		if r.Method != "GET" || r.Path != "/health" || r.Query != "" {
 			t.Errorf("request %s %s?%s, want GET /health", r.Method, r.Path, r.Query)
 		}
-		if a := r.Header.Get("Authorization"); a != "" {
-			t.Errorf("health sent Authorization %q; the route is unauthenticated", a)
-		}
+		wantEq(t, r.Header.Get("Authorization"), "", "health sent Authorization %q; the route is unauthenticated")
 		out := output(t, res)
 		if jstr(out, "endpoint_id") != "primary" || jstr(out, "status") != "ok" || jstr(out, "platform") != "hermes-agent" ||
 			jstr(out, "version") != hermestest.Version019 || jint(out, "http_status") != 200 || jstr(out, "raw", "status") != "ok" {
@@ -128,9 +126,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			t.Errorf("extra fields not forwarded: %v", b)
 		}
 		checkNoControlFields(t, b, "prompt", "session_id", "session_key", "idempotency_key")
-		if got := jstr(output(t, res), "choices", 0, "message", "content"); got != "stub reply: Hello there" {
-			t.Errorf("output content %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "choices", 0, "message", "content"), "stub reply: Hello there", "output content %q")
 	})
 
 	t.Run("chat_messages", func(t *testing.T) {
@@ -248,9 +244,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 		if jpath(out, "deleted") != true || jstr(out, "id") != respID {
 			t.Errorf("output %s", res.Output)
 		}
-		if n := h.fake.StoredResponses(); n != 1 {
-			t.Errorf("fake stores %d responses after the delete, want 1 (the stream's)", n)
-		}
+		wantEq(t, h.fake.StoredResponses(), 1, "fake stores %d responses after the delete, want 1 (the stream's)")
 	})
 }
 
@@ -309,9 +303,7 @@ func TestOperationsSessions(t *testing.T) {
 		if r.Method != "GET" || r.Path != "/api/sessions/"+sidOKPath {
 			t.Errorf("request %s %s", r.Method, r.Path)
 		}
-		if got := jstr(output(t, res), "session", "title"); got != "E2E session" {
-			t.Errorf("title %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "session", "title"), "E2E session", "title %q")
 	})
 
 	t.Run("session_get_escaped", func(t *testing.T) {
@@ -339,9 +331,7 @@ func TestOperationsSessions(t *testing.T) {
 		if b["title"] != "Renamed session" || len(b) != 1 {
 			t.Errorf("body %s, want only the title", r.Body)
 		}
-		if got := jstr(output(t, res), "session", "title"); got != "Renamed session" {
-			t.Errorf("title after patch %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "session", "title"), "Renamed session", "title after patch %q")
 	})
 
 	t.Run("session_chat", func(t *testing.T) {

@@ -144,9 +144,7 @@ func TestRedactionInProcess(t *testing.T) {
 	for _, op := range []string{"health", "health_detailed", "models", "capabilities", "skills", "toolsets"} {
 		ok(op, `{}`)
 	}
-	if n := h.fake.Calls("health_detailed"); n != 2 {
-		t.Errorf("health_detailed reached Hermes %d times, want 2 (the 503 retried)", n)
-	}
+	wantEq(t, h.fake.Calls("health_detailed"), 2, "health_detailed reached Hermes %d times, want 2 (the 503 retried)")
 
 	// Sessions.
 	ok("session_create", map[string]any{"body": map[string]any{"id": "MARKERSESSION-1", "title": "MARKERTITLE-1",

@@ -159,9 +159,7 @@ func TestRegress11ApprovedRetryAfter429(t *testing.T) {
 			h.recordState(id), len(h.requests("session_delete")), err)
 	}
 	requireCompleted(t, res)
-	if n := h.fake.PendingFaults(); n != 0 {
-		t.Errorf("the 429 fault was not consumed (%d pending)", n)
-	}
+	wantEq(t, h.fake.PendingFaults(), 0, "the 429 fault was not consumed (%d pending)")
 	if rs := h.requests("session_delete"); len(rs) != 2 {
 		t.Errorf("fake received %d DELETE requests, want 2 (the 429 and one that succeeded)", len(rs))
 	}
@@ -201,9 +199,7 @@ func TestRegress11CancelApprovedInFlight(t *testing.T) {
 	if res.Status != events.StatusCancelled || res.Error == nil || res.Error.Code != "cancelled" || !res.Error.UncertainOutcome {
 		t.Fatalf("result %s %s, want cancelled with uncertain_outcome true", res.Status, errString(res.Error))
 	}
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }
 
 // TestRegress11OnePendingMessage (finding 8a): an action id published three times (as
@@ -227,9 +223,7 @@ func TestRegress11OnePendingMessage(t *testing.T) {
 	if n := lt.countID(id + ":pending"); n != 1 || lt.count() != 1 {
 		t.Fatalf("live subscriber saw %d %s:pending messages (ids %v), want exactly one message", n, id, lt.ids())
 	}
-	if c := h.fake.Calls("session_delete"); c != 0 {
-		t.Errorf("the parked action reached Hermes %d times", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 0, "the parked action reached Hermes %d times")
 }
 
 // TestRegress11OneResultMessage (finding 8b): an action id published twice at once (two
@@ -264,9 +258,7 @@ func TestRegress11OneResultMessage(t *testing.T) {
 	if n := lt.countID(id + ":result"); n != 1 || lt.count() != 1 {
 		t.Errorf("live subscriber saw %d %s:result messages (ids %v), want exactly one message", n, id, lt.ids())
 	}
-	if c := h.fake.Calls("chat"); c != 1 {
-		t.Errorf("chat calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 }
 
 // TestRegress11ApprovalIDWithColon (finding 9a): an approval CloudEvent whose id holds
@@ -297,9 +289,7 @@ func TestRegress11ApprovalIDWithColon(t *testing.T) {
 			h.recordState(id), ignored, err)
 	}
 	requireCompleted(t, res)
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }
 
 // TestRegress11UndecodableDecisionDeadLettered (finding 9b): a message on
@@ -349,9 +339,7 @@ func TestRegress11UndecodableDecisionDeadLettered(t *testing.T) {
 	if m := h.lastOutput("hermes.results." + id); !strings.HasSuffix(m.Header.Get(nats.MsgIdHdr), ":pending") {
 		t.Fatalf("a bad decision settled the parked action (last result %s)", m.Header.Get(nats.MsgIdHdr))
 	}
-	if s := h.recordState(id); s != string(kvstore.StateParked) {
-		t.Fatalf("record state %s after bad decisions, want parked", s)
-	}
+	requireEq(t, h.recordState(id), string(kvstore.StateParked), "record state %s after bad decisions, want parked")
 	if c := h.fake.Calls("session_delete"); c != 0 {
 		t.Fatalf("a bad decision reached Hermes")
 	}
@@ -361,7 +349,5 @@ func TestRegress11UndecodableDecisionDeadLettered(t *testing.T) {
 		t.Fatalf("no terminal result after a valid approval: %v", err)
 	}
 	requireCompleted(t, res)
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }

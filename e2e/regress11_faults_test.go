@@ -94,9 +94,7 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 	}
 	requireCompleted(t, res)
 	h.requireReplaysOf(dups, original, deadline)
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want exactly 1: the key's record expired while its action ran (bucket TTL 3s, action 8s) and a duplicate called Hermes again", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want exactly 1: the key's record expired while its action ran (bucket TTL 3s, action 8s) and a duplicate called Hermes again")
 }
 
 // setBucketTTL sets the TTL of KV bucket b directly on the server (the bridge refuses a
@@ -126,9 +124,7 @@ func TestRegress11DuplicatesDoNotHoldWorkers(t *testing.T) {
 		c.Endpoints[0].MaxConcurrency = 4 // Workers 4
 		c.MaxAckPending = 64
 	}))
-	if w := h.cfg.WithDefaults().Workers; w != 4 {
-		t.Fatalf("workers %d, want 4", w)
-	}
+	requireEq(t, h.cfg.WithDefaults().Workers, 4, "workers %d, want 4")
 	const in = `{"prompt":"wait6000: slow stream"}`
 	original := h.publish("chat_stream", events.Action{Input: mustJSON(t, in), IdempotencyKey: "workers-key"})
 	h.waitCalls("chat_stream", 1)
@@ -150,9 +146,7 @@ func TestRegress11DuplicatesDoNotHoldWorkers(t *testing.T) {
 	requireCompleted(t, res)
 	deadline := time.Now().Add(30 * time.Second)
 	h.requireReplaysOf(dups, original, deadline)
-	if n := h.fake.Calls("chat_stream"); n != 1 {
-		t.Errorf("chat_stream calls %d, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat_stream"), 1, "chat_stream calls %d, want 1")
 }
 
 // regress11PanicChild names the variable under which the test binary runs the panic
@@ -235,9 +229,7 @@ func regress11PanicScenario(t *testing.T) {
 		t.Errorf("bridge.Run returned (%v) after the panic", err)
 	default:
 	}
-	if n := h.fake.Calls("chat"); n != 0 {
-		t.Errorf("chat calls %d: the panicking action reached Hermes", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 0, "chat calls %d: the panicking action reached Hermes")
 }
 
 // TestRegress11CancelBounded (finding 10): cancel requests are a public subject; a burst

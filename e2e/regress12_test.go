@@ -55,9 +55,7 @@ func TestRegress12ResultStoredAcrossOutage(t *testing.T) {
 		t.Fatalf("follow: %v", err)
 	}
 	requireCompleted(t, res)
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("%d chat calls, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "%d chat calls, want 1")
 	h.requireResults(1, 20*time.Second, id)
 }
 

@@ -228,9 +228,7 @@ func r22HandBack(t *testing.T) {
 	r22Approve(t, h, id, sha)
 
 	r22CompletedOnce(t, h, id, key, "hand-back")
-	if n := h.fake.ToolRuns("terminal"); n != 1 {
-		t.Errorf("the approved tool ran %d times, want 1", n)
-	}
+	wantEq(t, h.fake.ToolRuns("terminal"), 1, "the approved tool ran %d times, want 1")
 	h.requireResults(2, 10*time.Second, id)
 }
 
@@ -247,9 +245,7 @@ func r22CompletedOnce(t *testing.T, h *harness, id, key, after string) {
 	if out := output(t, res); jstr(out, "status") != "completed" || jstr(out, "output") != "cleaned clean "+key {
 		t.Errorf("result output %s, want the run's completed output", res.Output)
 	}
-	if n := h.fake.RunsStartedFor(key); n != 1 {
-		t.Errorf("Hermes started %d runs for the action, want 1", n)
-	}
+	wantEq(t, h.fake.RunsStartedFor(key), 1, "Hermes started %d runs for the action, want 1")
 }
 
 // r22Killed (1b): the same with the owner SIGKILLed (a bridge process) instead; another
@@ -318,9 +314,7 @@ func r22DuplicateKey(t *testing.T) {
 		t.Fatalf("duplicate: status %s replay_of %v output %s; want %s, replay_of %s, the original's output %s",
 			dup.Status, dup.ReplayOf, dup.Output, orig.Status, first, orig.Output)
 	}
-	if n := h.fake.RunsStartedFor(key); n != 1 {
-		t.Errorf("Hermes started %d runs for the key, want 1", n)
-	}
+	wantEq(t, h.fake.RunsStartedFor(key), 1, "Hermes started %d runs for the key, want 1")
 	h.waitIdle(10 * time.Second)
 	if n := h.results(second); n != 1 {
 		t.Errorf("the duplicate has %d result messages, want exactly one (its terminal replay): %s", n, r22Stored(h, second))
@@ -357,9 +351,7 @@ func r22Cancel(t *testing.T) {
 		}
 		return nil
 	})
-	if n := h.fake.ToolRuns("terminal"); n != 0 {
-		t.Errorf("the tool of a cancelled run ran %d times", n)
-	}
+	wantEq(t, h.fake.ToolRuns("terminal"), 0, "the tool of a cancelled run ran %d times")
 	h.requireResults(2, 10*time.Second, id)
 }
 
@@ -484,9 +476,7 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 	if res.Status != events.StatusCancelled {
 		t.Fatalf("the action cancelled before it arrived: %s %s, want cancelled", res.Status, errString(res.Error))
 	}
-	if n := r22KeyCalls(h, key); n != 0 {
-		t.Fatalf("the action cancelled before it arrived reached Hermes %d times", n)
-	}
+	requireEq(t, r22KeyCalls(h, key), 0, "the action cancelled before it arrived reached Hermes %d times")
 	if busy { // free the slot for the next action
 		if s := h.cancel(blocker); s != events.CancelCancelled {
 			t.Fatalf("cancel the blocking chat: %q", s)
@@ -513,9 +503,7 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 		t.Fatalf("the next action with the key (same input %v): status %s, error %s, replay_of %s; want completed by its own "+
 			"call: the action cancelled before it arrived (%s) kept the idempotency key", same, r2.Status, errString(r2.Error), replay, id)
 	}
-	if n := r22KeyCalls(h, key); n != 1 {
-		t.Errorf("chat calls with the key: %d, want 1 (the next action's)", n)
-	}
+	wantEq(t, r22KeyCalls(h, key), 1, "chat calls with the key: %d, want 1 (the next action's)")
 }
 
 // ---- finding 5: approvals near 1 MiB ----
@@ -599,9 +587,7 @@ func r22LargeAction(t *testing.T) {
 		if !seen {
 			t.Fatalf("the action completed without a pending_approval result (its pre-approval is stale)")
 		}
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 	case events.StatusFailed:
 		e := final.Error
 		if e == nil || (e.Code != "invalid_action" && e.Code != "payload_too_large") {
@@ -610,9 +596,7 @@ func r22LargeAction(t *testing.T) {
 		if s := errString(e); !strings.Contains(s, "approval") && !strings.Contains(s, "reason") {
 			t.Errorf("the error does not name the field (approval.reason): %s", s)
 		}
-		if c := h.fake.Calls("session_delete"); c != 0 {
-			t.Errorf("a refused action reached Hermes (%d calls)", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 0, "a refused action reached Hermes (%d calls)")
 	default:
 		t.Fatalf("result %s %s", final.Status, errString(final.Error))
 	}

@@ -351,9 +351,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 			t.Fatalf("duplicate with the same key and input: %s (error %s), want completed with replay_of %s: "+
 				"the original's result was evicted from the output stream", describeResult(res), errString(res.Error), id)
 		}
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Errorf("chat calls %d, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	})
 
 	// A re-publish of the completed action's id (a new stream message) never produces a
@@ -407,9 +405,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		if idleErr != nil {
 			t.Fatalf("the re-published copy of completed action %s was not acknowledged within 20s (%v)", id, idleErr)
 		}
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Errorf("chat calls %d, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	})
 }
 

@@ -82,9 +82,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 		t.Fatalf("the actions stream holds %d messages, want 2 (the re-publish must reach the bridge, past the duplicate window)", info.State.Msgs)
 	}
 	h.waitIdle(15 * time.Second)
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want 1: the re-published action was sent again although its result is stored", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1: the re-published action was sent again although its result is stored")
 	if n := h.results(id); n != 1 {
 		t.Errorf("%d result messages for %s, want 1", n, id)
 	}

@@ -300,9 +300,7 @@ func TestStreamSizeLimits(t *testing.T) {
 			t.Errorf("%s: max bytes %d, want %d", s, got, want)
 		}
 	}
-	if got := h.retentions()["stream HERMES_DLQ"]; got != 30*24*time.Hour {
-		t.Errorf("DLQ max age %s, want 720h", got)
-	}
+	wantEq(t, h.retentions()["stream HERMES_DLQ"], 30*24*time.Hour, "DLQ max age %s, want 720h")
 	var sizeLines int
 	for _, l := range h.logLines() {
 		if l.str("message") == "retention changed" && l.str("setting") == "max bytes" {
@@ -323,9 +321,7 @@ func TestStreamSizeLimits(t *testing.T) {
 	if err := h.tryBridge(cfg); err != nil {
 		t.Fatalf("with AllowRetentionShrink: %v", err)
 	}
-	if got := h.streamSizes()["stream HERMES_OUTPUT"]; got != 64 {
-		t.Errorf("output max bytes %d, want 64", got)
-	}
+	wantEq(t, h.streamSizes()["stream HERMES_OUTPUT"], 64, "output max bytes %d, want 64")
 	shrunk := false
 	for _, l := range h.logLines() {
 		if l.str("message") == "retention changed" && l.str("resource") == "stream HERMES_OUTPUT" && l.str("new") == "64B" {

@@ -101,9 +101,7 @@ func TestGovernedRunApprovals(t *testing.T) {
 			if !strings.Contains(joined, "approval.request/pending_approval") || !strings.Contains(joined, "approval.responded/progress") {
 				t.Fatalf("events %s", joined)
 			}
-			if n := len(h.requests("run_approval")); n != 1 {
-				t.Fatalf("%d approval requests reached Hermes, want 1", n)
-			}
+			requireEq(t, len(h.requests("run_approval")), 1, "%d approval requests reached Hermes, want 1")
 			choice := jstr(body(t, h.lastRequest("run_approval", 1)), "choice")
 			if want := map[bool]string{true: "once", false: "deny"}[tc.toolRuns == 1]; choice != want {
 				t.Fatalf("Hermes got choice %q, want %q", choice, want)

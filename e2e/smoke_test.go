@@ -27,7 +27,5 @@ func TestChatStreamEndToEnd(t *testing.T) {
 	if evs[len(evs)-1].Kind != "done" {
 		t.Errorf("last kind %q", evs[len(evs)-1].Kind)
 	}
-	if n := h.fake.Calls("chat_stream"); n != 1 {
-		t.Errorf("chat_stream calls %d", n)
-	}
+	wantEq(t, h.fake.Calls("chat_stream"), 1, "chat_stream calls %d")
 }

@@ -79,9 +79,7 @@ func TestStreamFailures(t *testing.T) {
 			t.Errorf("an incomplete unsafe stream is retryable")
 		}
 		checkPartialStream(t, res, evs, 2, false)
-		if c := h.fake.Calls("chat_stream") - before; c != 1 {
-			t.Errorf("chat_stream calls %d, want 1 (an unsafe stream is never resent)", c)
-		}
+		wantEq(t, h.fake.Calls("chat_stream")-before, 1, "chat_stream calls %d, want 1 (an unsafe stream is never resent)")
 	})
 
 	t.Run("chat_stream_agent_failed", func(t *testing.T) {

@@ -268,9 +268,7 @@ func TestTracingOTLP(t *testing.T) {
 					t.Errorf("no %s span; spans %v", name, spanNames(spans))
 				}
 			}
-			if v := spanAttrs(byName[bridge.SpanClaim])[bridge.AttrVerdict]; v != "start" {
-				t.Errorf("claim verdict %q, want start (the one-write start)", v)
-			}
+			wantEq(t, spanAttrs(byName[bridge.SpanClaim])[bridge.AttrVerdict], "start", "claim verdict %q, want start (the one-write start)")
 			if byName[bridge.SpanClaimKey] != nil {
 				t.Errorf("a %s span beside a start's claim span", bridge.SpanClaimKey)
 			}

@@ -96,10 +96,6 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 		}
 		dash.violation(t, subj)
 	}
-	if n := storedOn(t, h.js, "HERMES_ACTIONS", "hermes.approvals."+res.ActionID); n != 0 {
-		t.Errorf("%d approvals stored", n)
-	}
-	if n := storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"); n != 0 {
-		t.Errorf("%d deletions stored", n)
-	}
+	wantEq(t, storedOn(t, h.js, "HERMES_ACTIONS", "hermes.approvals."+res.ActionID), 0, "%d approvals stored")
+	wantEq(t, storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"), 0, "%d deletions stored")
 }

@@ -63,9 +63,7 @@ func TestZombieOwnerNeverSends(t *testing.T) {
 			if n := h.fake.Calls("chat"); n != calls {
 				t.Errorf("chat calls %d after the thaw, want %d (the zombie must not send)", n, calls)
 			}
-			if n := h.results(id); n != 1 {
-				t.Errorf("%d result messages, want 1", n)
-			}
+			wantEq(t, h.results(id), 1, "%d result messages, want 1")
 			// Its job's one line is written when the job returns: poll for it.
 			h.eventually(20*time.Second, func() error {
 				for _, l := range zombie.actionLines(id) {
