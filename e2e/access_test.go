@@ -187,9 +187,7 @@ func storedOn(t *testing.T, js jetstream.JetStream, stream, subject string) uint
 		t.Fatalf("stream %s: %v", stream, err)
 	}
 	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatalf("stream info: %v", err)
-	}
+	requireOK(t, err, "stream info: %v")
 	return info.State.Subjects[subject]
 }
 
@@ -290,9 +288,7 @@ func TestAccessControl(t *testing.T) {
 			_, err := agent.client.Cancel(ctx, "x1")
 			return err
 		})
-		if err := agent.nc.Publish("hermes.results.x1", []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, agent.nc.Publish("hermes.results.x1", []byte(`{}`)))
 		agent.violation(t, "hermes.results.x1")
 		refusedSubscribe(t, agent, "hermes.actions.>")
 		refusedSubscribe(t, agent, "_INBOX.>")
@@ -310,18 +306,12 @@ func TestAccessControl(t *testing.T) {
 		checkStream(t, res, evs, "chat_stream", "stub reply: stream please")
 		// Live: every result as it is published.
 		sub, err := dash.nc.SubscribeSync("hermes.results.>")
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		defer sub.Unsubscribe()
-		if err := dash.nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, dash.nc.Flush())
 		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"live"}`)})
 		m, err := sub.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("live result: %v", err)
-		}
+		requireOK(t, err, "live result: %v")
 		if m.Subject != "hermes.results."+id {
 			t.Errorf("live result on %s, want hermes.results.%s", m.Subject, id)
 		}
@@ -345,14 +335,10 @@ func TestAccessControl(t *testing.T) {
 			t.Fatalf("agent publish: %v", err)
 		}
 		cons, err := dash.js.OrderedConsumer(ctx, "HERMES_DLQ", jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			t.Fatalf("dashboard: DLQ consumer: %v", err)
-		}
+		requireOK(t, err, "dashboard: DLQ consumer: %v")
 		for {
 			m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-			if err != nil {
-				t.Fatalf("dashboard: no dead letter: %v", err)
-			}
+			requireOK(t, err, "dashboard: no dead letter: %v")
 			if strings.Contains(string(m.Data()), junkID) {
 				break
 			}
@@ -379,9 +365,7 @@ func TestAccessControl(t *testing.T) {
 			_, err := dash.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE.HERMES_OUTPUT", nil)
 			return err
 		})
-		if err := dash.nc.Publish("hermes.results."+streamID, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, dash.nc.Publish("hermes.results."+streamID, []byte(`{}`)))
 		dash.violation(t, "hermes.results."+streamID)
 		if n := storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+streamID); n != 1 {
 			t.Errorf("%d results stored for %s, want 1", n, streamID)
@@ -437,9 +421,7 @@ func TestAccessControl(t *testing.T) {
 		dash.noViolation(t)
 		time.Sleep(time.Until(started.Add(1500 * time.Millisecond))) // two heartbeats at least
 		reply, err := appr.client.Cancel(ctx, id)                    // still running: the push did not cancel it
-		if err != nil {
-			t.Fatalf("approver: cancel: %v", err)
-		}
+		requireOK(t, err, "approver: cancel: %v")
 		if reply.State != events.CancelCancelled {
 			t.Errorf("cancel reply %+v, want cancelled", reply)
 		}
@@ -491,13 +473,9 @@ func TestAccessControl(t *testing.T) {
 			t.Errorf("status: %+v", r)
 		}
 		// Other roles may not (the agent only invokes its two capabilities).
-		if err := agent.nc.PublishRequest("hermes.status", agent.nc.NewRespInbox(), []byte(`{"action_id":"`+id+`"}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, agent.nc.PublishRequest("hermes.status", agent.nc.NewRespInbox(), []byte(`{"action_id":"`+id+`"}`)))
 		agent.violation(t, "hermes.status")
-		if err := agent.nc.PublishRequest("$SRV.PING", agent.nc.NewRespInbox(), nil); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, agent.nc.PublishRequest("$SRV.PING", agent.nc.NewRespInbox(), nil))
 		agent.violation(t, "$SRV.PING")
 		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
 			t.Fatalf("the bridge hit permission violations:\n%s", strings.Join(v, "\n"))
@@ -522,9 +500,7 @@ func TestAccessControlTeams(t *testing.T) {
 	// Live subscriptions opened before anything runs: team A's agent on every result
 	// its account can see, the observer on both teams'.
 	liveA, err := agentA.nc.SubscribeSync("hermes.results.>")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	liveObs := make(chan *nats.Msg, 16)
 	for _, subj := range []string{"team_a.hermes.results.>", "team_b.hermes.results.>"} {
 		if _, err := observer.nc.ChanSubscribe(subj, liveObs); err != nil {
@@ -532,9 +508,7 @@ func TestAccessControlTeams(t *testing.T) {
 		}
 	}
 	for _, r := range []*role{agentA, observer} {
-		if err := r.nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, r.nc.Flush())
 	}
 
 	idB := publishAs(t, agentB, "chat", events.Action{Input: mustJSON(t, `{"prompt":"team b secret"}`)})
@@ -548,9 +522,7 @@ func TestAccessControlTeams(t *testing.T) {
 	t.Run("team A sees only its own results", func(t *testing.T) {
 		// Live: the only result team A's subscription ever sees is its own.
 		m, err := liveA.NextMsg(5 * time.Second)
-		if err != nil {
-			t.Fatalf("team A's own live result: %v", err)
-		}
+		requireOK(t, err, "team A's own live result: %v")
 		if m.Subject != "hermes.results."+idA {
 			t.Fatalf("team A received %s, want only hermes.results.%s", m.Subject, idA)
 		}
@@ -586,9 +558,7 @@ func TestAccessControlTeams(t *testing.T) {
 				t.Errorf("observer did not see %s (got %v)", s, got)
 			}
 		}
-		if err := observer.nc.Publish("hermes.actions.primary.chat", []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, observer.nc.Publish("hermes.actions.primary.chat", []byte(`{}`)))
 		observer.violation(t, "hermes.actions.primary.chat")
 	})
 }

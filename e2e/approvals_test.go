@@ -67,9 +67,7 @@ func parkedDelete(t *testing.T, h *harness, sid, key string, opts ...client.Publ
 		t.Fatalf("pending result %+v", p)
 	}
 	var out pendingOutput
-	if err := json.Unmarshal(p.Output, &out); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, json.Unmarshal(p.Output, &out))
 	want, _ := events.InputSHA256(input)
 	if out.InputSHA256 != want || out.CapabilityID != "cap:hermes_agent:primary:session_delete" || !sameJSON(t, out.Input, input) {
 		t.Fatalf("pending output %+v, want hash %s", out, want)
@@ -164,9 +162,7 @@ func TestApprovalExpiresWhileNoBridgeRuns(t *testing.T) {
 	// Past expiry with no bridge running, the record is still parked.
 	time.Sleep(1500 * time.Millisecond) // the approval window itself is what is tested
 	store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	if e, err := store.Get(context.Background(), kvstore.ActionKey(id)); err != nil || e.Record.State != kvstore.StateParked {
 		t.Fatalf("record before restart: %+v %v", e.Record, err)
 	}
@@ -226,9 +222,7 @@ func TestParkedActionRedelivered(t *testing.T) {
 	h.publishRaw("hermes.actions.primary.session_delete", binaryHeader(id, events.TypeAction, ""), data)
 	h.waitIdle(10 * time.Second)
 	store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	e, err := store.Get(context.Background(), kvstore.ActionKey(id))
 	if err != nil || e.Record.State != kvstore.StateParked || !e.Record.ExpiresAt.Equal(out.ExpiresAt) {
 		t.Fatalf("record after the copy: state %s expires %s (want parked, %s), err %v", e.Record.State, e.Record.ExpiresAt, out.ExpiresAt, err)

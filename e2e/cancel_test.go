@@ -47,15 +47,11 @@ func TestCancel(t *testing.T) {
 		running := h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"slow story"}`)})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat_stream", 1); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat_stream", 1))
 		queued := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"waits for the endpoint"}`)})
 		// The queued one is claimed, then held by the endpoint's limit: cancel it first.
 		store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		h.eventually(10*time.Second, func() error {
 			_, err := store.Get(context.Background(), kvstore.ActionKey(queued))
 			return err

@@ -69,14 +69,10 @@ func TestClusterLeaderRestarts(t *testing.T) {
 	}
 	nc, err := nats.Connect(strings.Join(c.urls(0), ","), nats.Name(t.Name()+"/client"),
 		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect client: %v", err)
-	}
+	requireOK(t, err, "connect client: %v")
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	c.js = js
 	c.waitMetaLeader(60 * time.Second)
 	h := &harness{t: t, ns: c.nodes[0].srv, nc: nc, js: js, fake: fake, client: client.New(js), cfg: cfg,

@@ -140,9 +140,7 @@ func (h *harness) startBridge() *runningBridge {
 	replica := fmt.Sprintf("r%d", len(h.state.bridges))
 	h.state.mu.Unlock()
 	b, err := bridge.New(nc, h.cfg, zerolog.New(w).With().Timestamp().Str("replica", replica).Logger())
-	if err != nil {
-		h.t.Fatalf("bridge.New: %v", err)
-	}
+	requireOK(h.t, err, "bridge.New: %v")
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &runningBridge{b: b, cancel: cancel, done: make(chan error, 1)}
 	go func() { rb.done <- b.Run(ctx) }()
@@ -275,9 +273,7 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 		return json.RawMessage(s)
 	}
 	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatalf("marshal: %v", err)
-	}
+	requireOK(t, err, "marshal: %v")
 	return b
 }
 

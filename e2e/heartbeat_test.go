@@ -39,9 +39,7 @@ func TestHeartbeatKeepsLongCallsDelivered(t *testing.T) {
 	}))
 	cfg := h.cfg.WithDefaults()
 	cons, err := h.js.Consumer(context.Background(), cfg.ActionsStream, cfg.Consumer)
-	if err != nil {
-		t.Fatalf("consumer: %v", err)
-	}
+	requireOK(t, err, "consumer: %v")
 	if info, err := cons.Info(context.Background()); err != nil || info.Config.AckWait != time.Second {
 		t.Fatalf("consumer ack wait: %v (err %v), want 1s", info, err)
 	}

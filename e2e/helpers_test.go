@@ -209,13 +209,9 @@ func (h *harness) actionLogs(id string) []logLine {
 func closedPortURL(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
+	requireOK(t, err, "listen: %v")
 	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
+	requireOK(t, ln.Close(), "close: %v")
 	return "http://" + addr
 }
 
@@ -312,6 +308,19 @@ func requireFailed(t *testing.T, r *events.Result, code string) *events.ErrorInf
 		t.Fatalf("action %s: status %q, error %s; want failed %s", r.ActionID, r.Status, errString(r.Error), code)
 	}
 	return r.Error
+}
+
+// requireOK stops the test unless err is nil; format, when given, describes the
+// failure with err as its one argument.
+func requireOK(t *testing.T, err error, format ...string) {
+	t.Helper()
+	switch {
+	case err == nil:
+	case len(format) == 0:
+		t.Fatal(err)
+	default:
+		t.Fatalf(format[0], err)
+	}
 }
 
 // wantEq reports an error of t unless got equals want; format describes the failure,
@@ -464,9 +473,7 @@ func (h *harness) stopBridge(i int) {
 func (h *harness) lastOutput(subject string) *jetstream.RawStreamMsg {
 	h.t.Helper()
 	s, err := h.js.Stream(context.Background(), h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	m, err := s.GetLastMsgForSubject(context.Background(), subject)
 	if err != nil {
 		h.t.Fatalf("last message on %s: %v", subject, err)

@@ -176,9 +176,7 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-2", events.TypeAction, ""), data)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat", 3); err != nil {
-			t.Fatalf("first copy did not reach Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat", 3), "first copy did not reach Hermes: %v")
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-2", events.TypeAction, ""), data)
 		res, _ := h.follow("dup-raw-2")
 		requireCompleted(t, res)
@@ -203,9 +201,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		id := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"block: never answers"}`), IdempotencyKey: "redeliver-key"})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat", 1); err != nil {
-			t.Fatalf("chat never reached Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat", 1), "chat never reached Hermes: %v")
 		h.stopBridge(0)
 		h.startBridge()
 		res, _ := h.follow(id)
@@ -233,9 +229,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		id := h.publish("models", events.Action{Input: mustJSON(t, `{}`)})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "models", 1); err != nil {
-			t.Fatalf("models never reached Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "models", 1), "models never reached Hermes: %v")
 		h.stopBridge(0)
 		h.startBridge()
 		res, _ := h.follow(id)

@@ -79,13 +79,9 @@ func (h *harness) outputMsgs(subject string) []*jetstream.RawStreamMsg {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		h.t.Fatalf("stream info: %v", err)
-	}
+	requireOK(h.t, err, "stream info: %v")
 	want := int(info.State.Subjects[subject])
 	var out []*jetstream.RawStreamMsg
 	for seq := uint64(1); len(out) < want; {
@@ -133,9 +129,7 @@ func (h *harness) actionRecord(id string) (kvstore.Record, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	kv, err := h.js.KeyValue(ctx, h.cfg.WithDefaults().Bucket)
-	if err != nil {
-		h.t.Fatalf("bucket: %v", err)
-	}
+	requireOK(h.t, err, "bucket: %v")
 	e, err := kv.Get(ctx, kvstore.ActionKey(id))
 	if err != nil {
 		return kvstore.Record{}, false
@@ -180,9 +174,7 @@ func TestKillAtEachPoint(t *testing.T) {
 	waitInFlight := func(h *harness, _ string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := h.fake.WaitInFlight(ctx, 1); err != nil {
-			h.t.Fatalf("the request never reached the fake: %v", err)
-		}
+		requireOK(h.t, h.fake.WaitInFlight(ctx, 1), "the request never reached the fake: %v")
 	}
 	var cases []killCase
 	for _, point := range []string{"delivered", "claimed"} {
@@ -202,9 +194,7 @@ func TestKillAtEachPoint(t *testing.T) {
 			ready: func(h *harness, _ string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				if err := h.fake.WaitCalls(ctx, "models", 1); err != nil {
-					h.t.Fatalf("models never reached the fake: %v", err)
-				}
+				requireOK(h.t, h.fake.WaitCalls(ctx, "models", 1), "models never reached the fake: %v")
 			}},
 		killCase{name: "sent/chat", op: "chat", input: holdIn, ready: waitInFlight, wantCode: "outcome_unknown", wantCalls: 1},
 		killCase{name: "sent/chat_stream", op: "chat_stream", input: holdIn, ready: waitInFlight, wantCode: "outcome_unknown", wantCalls: 1},

@@ -36,9 +36,7 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 			t.Errorf("result message is %d bytes; the output was not offloaded", len(raw.Data))
 		}
 		wire, err := events.DecodeResult(raw.Header, raw.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		ref, ok := events.ParseRef(wire.Output)
 		if !ok || ref.Bucket != "HERMES_OUTPUT_OBJECTS" || ref.Size < int64(len(big)) {
 			t.Fatalf("wire output is not a reference: %.200s", wire.Output)

@@ -390,9 +390,7 @@ func watchSettled(t *testing.T, nc *nats.Conn) *liveSettled {
 			s.mu.Unlock()
 		}
 	})
-	if err != nil {
-		t.Fatalf("subscribe results: %v", err)
-	}
+	requireOK(t, err, "subscribe results: %v")
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return s
 }

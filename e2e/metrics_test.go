@@ -32,9 +32,7 @@ func serveOps(t *testing.T, reg interface {
 }, ready func(context.Context) error) string {
 	t.Helper()
 	srv, err := opshttp.Listen("127.0.0.1:0", opshttp.Handler(reg, ready))
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -49,18 +47,14 @@ func serveOps(t *testing.T, reg interface {
 func scrape(t *testing.T, base string) scraped {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics: %s", resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
+	requireOK(t, err, "parse /metrics: %v")
 	return scraped(fams)
 }
 
@@ -279,9 +273,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %s", resp.Status)
@@ -292,9 +284,7 @@ func TestMetrics(t *testing.T) {
 func readyz(t *testing.T, base string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
@@ -310,9 +300,7 @@ func TestReadiness(t *testing.T) {
 	cfg := h.cfg
 	cfg.ShutdownGrace = 20 * time.Second
 	b, err := bridge.New(nc, cfg, zerolog.New(h.logs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	base := serveOps(t, opshttp.NewRegistry(), b.Health)
 	if code, body := readyz(t, base); code != http.StatusServiceUnavailable {
 		t.Fatalf("before Run: /readyz %d %q, want 503", code, body)
@@ -405,9 +393,7 @@ func TestOpsListenerProcess(t *testing.T) {
 	})
 	t.Logf("/readyz answered 503 before 200: %v", seen503)
 	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %s", resp.Status)

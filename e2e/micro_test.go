@@ -21,13 +21,9 @@ func collect(t *testing.T, nc *nats.Conn, subject string, wait time.Duration) []
 	t.Helper()
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, nc.PublishRequest(subject, inbox, nil))
 	var out []*nats.Msg
 	deadline := time.Now().Add(wait)
 	for {
@@ -80,9 +76,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	replicas := map[string]string{} // service id -> replica id
 	for _, m := range pings {
 		var p micro.Ping
-		if err := json.Unmarshal(m.Data, &p); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, json.Unmarshal(m.Data, &p))
 		if p.Name != "hermes-bridge" || p.Version != "1.4.2-rc.1" || p.Type != micro.PingResponseType {
 			t.Errorf("ping %+v", p)
 		}
@@ -110,9 +104,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	}
 	for _, m := range infos {
 		var in micro.Info
-		if err := json.Unmarshal(m.Data, &in); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, json.Unmarshal(m.Data, &in))
 		if len(in.Endpoints) != 1 || in.Endpoints[0].Name != "status" || in.Endpoints[0].Subject != "hermes.status" ||
 			in.Endpoints[0].QueueGroup != "hermes-bridge" {
 			t.Errorf("info endpoints %+v", in.Endpoints)
@@ -137,9 +129,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	running := h.publish("chat", events.Action{Input: mustJSON(t, map[string]any{"prompt": secret})})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.fake.WaitCalls(ctx, "chat", 1); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, h.fake.WaitCalls(ctx, "chat", 1))
 	r := statusOf(t, h.nc, running)
 	if (r.State != "claimed" && r.State != "dispatched") || !owners[r.Owner] || r.Attempt != 1 ||
 		r.CapabilityID != "cap:hermes_agent:primary:chat" || r.Result != nil || r.CancelRequested ||
@@ -210,9 +200,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	total, errs := 0, 0
 	for _, m := range collect(t, h.nc, "$SRV.STATS.hermes-bridge", time.Second) {
 		var st micro.Stats
-		if err := json.Unmarshal(m.Data, &st); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, json.Unmarshal(m.Data, &st))
 		if len(st.Endpoints) != 1 || st.Endpoints[0].Name != "status" {
 			t.Fatalf("stats endpoints %+v", st.Endpoints)
 		}

@@ -492,8 +492,6 @@ func TestRedactionCLIOutputs(t *testing.T) {
 func writeSecret(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, os.WriteFile(path, []byte(content), 0o600))
 	return path
 }

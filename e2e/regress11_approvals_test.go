@@ -46,9 +46,7 @@ func (h *harness) tap(subject string) *liveTap {
 		h.t.Fatalf("subscribe %s: %v", subject, err)
 	}
 	h.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := h.nc.FlushTimeout(5 * time.Second); err != nil {
-		h.t.Fatalf("flush: %v", err)
-	}
+	requireOK(h.t, h.nc.FlushTimeout(5*time.Second), "flush: %v")
 	return lt
 }
 
@@ -108,9 +106,7 @@ func (h *harness) quiet(lt *liveTap, window, max time.Duration) {
 func (h *harness) publishCopy(op, id, msgID string, a events.Action) {
 	h.t.Helper()
 	data, err := json.Marshal(a)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	requireOK(h.t, err)
 	hdr := binaryHeader(id, events.TypeAction, events.CapabilityID("primary", op))
 	hdr.Set("ce-source", client.DefaultSource)
 	hdr.Set(nats.MsgIdHdr, msgID)
@@ -178,9 +174,7 @@ func TestRegress11CancelApprovedInFlight(t *testing.T) {
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	if err := h.fake.WaitCalls(wctx, "session_delete", 1); err != nil {
-		t.Fatalf("the approved DELETE never reached Hermes: %v", err)
-	}
+	requireOK(t, h.fake.WaitCalls(wctx, "session_delete", 1), "the approved DELETE never reached Hermes: %v")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -193,9 +187,7 @@ func TestRegress11CancelApprovedInFlight(t *testing.T) {
 		t.Fatalf("cancel reply %+v after %s, want state cancelled for %s", r, time.Since(start), id)
 	}
 	res, err := h.terminalWithin(id, 3*time.Second)
-	if err != nil {
-		t.Fatalf("no terminal result within 3s of the cancel: %v", err)
-	}
+	requireOK(t, err, "no terminal result within 3s of the cancel: %v")
 	if res.Status != events.StatusCancelled || res.Error == nil || res.Error.Code != "cancelled" || !res.Error.UncertainOutcome {
 		t.Fatalf("result %s %s, want cancelled with uncertain_outcome true", res.Status, errString(res.Error))
 	}
@@ -248,9 +240,7 @@ func TestRegress11OneResultMessage(t *testing.T) {
 	h.publishCopy("chat", id, id+"-copy-2", a)
 
 	res, err := h.terminalWithin(id, 10*time.Second)
-	if err != nil {
-		t.Fatalf("no terminal result: %v", err)
-	}
+	requireOK(t, err, "no terminal result: %v")
 	requireCompleted(t, res)
 	h.waitIdle(10 * time.Second)
 	h.quiet(lt, 500*time.Millisecond, 5*time.Second)
@@ -345,9 +335,7 @@ func TestRegress11UndecodableDecisionDeadLettered(t *testing.T) {
 	}
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
 	res, err := h.terminalWithin(id, 10*time.Second)
-	if err != nil {
-		t.Fatalf("no terminal result after a valid approval: %v", err)
-	}
+	requireOK(t, err, "no terminal result after a valid approval: %v")
 	requireCompleted(t, res)
 	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }

@@ -89,9 +89,7 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 	}
 	deadline := start.Add(30 * time.Second)
 	res, err := h.followBy(original, deadline)
-	if err != nil {
-		t.Fatalf("follow the original: %v", err)
-	}
+	requireOK(t, err, "follow the original: %v")
 	requireCompleted(t, res)
 	h.requireReplaysOf(dups, original, deadline)
 	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want exactly 1: the key's record expired while its action ran (bucket TTL 3s, action 8s) and a duplicate called Hermes again")
@@ -102,13 +100,9 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 func (h *harness) setBucketTTL(ctx context.Context, b string, ttl time.Duration) {
 	h.t.Helper()
 	kv, err := h.js.KeyValue(ctx, b)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	requireOK(h.t, err)
 	st, err := kv.Status(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	requireOK(h.t, err)
 	kvc := st.(*jetstream.KeyValueBucketStatus).Config()
 	kvc.TTL = ttl
 	if _, err := h.js.UpdateKeyValue(ctx, kvc); err != nil {
@@ -138,9 +132,7 @@ func TestRegress11DuplicatesDoNotHoldWorkers(t *testing.T) {
 	if err != nil {
 		t.Errorf("models: no result within 2s of publishing it (%v): the 4 workers are held by the original and duplicates waiting for it", err)
 		res, err = h.followBy(models, start.Add(30*time.Second))
-		if err != nil {
-			t.Fatalf("models: no result within 30s: %v", err)
-		}
+		requireOK(t, err, "models: no result within 30s: %v")
 		t.Logf("models settled %s after it was published", time.Since(start).Round(10*time.Millisecond))
 	}
 	requireCompleted(t, res)
@@ -198,9 +190,7 @@ func regress11PanicScenario(t *testing.T) {
 	}))
 	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"this one panics"}`)}, client.WithActionID(id))
 	res, err := h.followBy(id, time.Now().Add(30*time.Second))
-	if err != nil {
-		t.Fatalf("follow the panicking action: %v", err)
-	}
+	requireOK(t, err, "follow the panicking action: %v")
 	if !panicked.Load() {
 		t.Fatalf("the hook never panicked")
 	}
@@ -267,19 +257,13 @@ func TestRegress11CancelBounded(t *testing.T) {
 			t.Fatalf("publish cancel %d: %v", i, err)
 		}
 	}
-	if err := h.nc.FlushWithContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, h.nc.FlushWithContext(ctx))
 	// Sample until the bridge has caught up: the tombstone count stops moving.
 	kv, err := h.js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	countActs := func() int {
 		kl, err := kv.ListKeysFiltered(ctx, "act.>")
-		if err != nil {
-			t.Fatalf("list keys: %v", err)
-		}
+		requireOK(t, err, "list keys: %v")
 		n := 0
 		for range kl.Keys() {
 			n++
@@ -333,13 +317,9 @@ func TestRegress11ShutdownDrainsPrefetched(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cons, err := h.js.Consumer(ctx, cfg.ActionsStream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	t.Logf("before the stop: %d actions delivered and unacknowledged, %d not delivered, %d calls running",
 		info.NumAckPending, info.NumPending, h.fake.InFlight())
 	stopped := time.Now()

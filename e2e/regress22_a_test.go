@@ -148,9 +148,7 @@ func r22JSON(t *testing.T, v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, enc.Encode(v))
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
@@ -464,9 +462,7 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 		blocker = h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"block: holds the only slot"}`)})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat", 1); err != nil {
-			t.Fatalf("the blocking chat never reached Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat", 1), "the blocking chat never reached Hermes: %v")
 	}
 	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"first use of the key"}`), IdempotencyKey: key}, client.WithActionID(id))
 	res, err := h.terminalWithin(id, 15*time.Second)
@@ -549,9 +545,7 @@ func r22LargeAction(t *testing.T) {
 	requireCompleted(t, res)
 	input := mustJSON(t, map[string]any{"session_id": sid})
 	hash, err := events.InputSHA256(input)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	stale := time.Now().Add(-2 * time.Hour).UTC()
 	hdr := binaryHeader(id, events.TypeAction, events.CapabilityID("primary", "session_delete"))
 	data := r22Fill(t, h, hdr, 64, 0, func(s string) any {
@@ -641,9 +635,7 @@ func r22LargeDecision(t *testing.T, decision string) {
 	switch {
 	case applied:
 		res, err := h.terminalWithin(id, 5*time.Second)
-		if err != nil {
-			t.Fatalf("follow: %v", err)
-		}
+		requireOK(t, err, "follow: %v")
 		if decision == events.DecisionDeny {
 			requireFailed(t, res, "approval_denied")
 		} else {

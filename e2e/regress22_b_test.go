@@ -173,9 +173,7 @@ func TestRegress22_LastResortWithoutClaim(t *testing.T) {
 			h.publishCopy("chat", id, id+"-copy-2", events.Action{Input: in, IdempotencyKey: c.key, TimeoutMS: &short})
 
 			res, err := h.terminalWithin(id, 20*time.Second)
-			if err != nil {
-				t.Fatalf("no terminal result within 20s: %v", err)
-			}
+			requireOK(t, err, "no terminal result within 20s: %v")
 			t.Logf("terminal result seen by a follower: %s", describeResult(res))
 			// The owner goes on after the hold: wait for it, and for both copies to be
 			// acknowledged, before counting.
@@ -239,13 +237,9 @@ func (h *harness) fillOutput(limit int64) {
 		}
 	}
 	s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	info, err := s.Info(ctx)
-	if err != nil {
-		h.t.Fatalf("output stream info: %v", err)
-	}
+	requireOK(h.t, err, "output stream info: %v")
 	if int64(info.State.Bytes) < limit-3*int64(len(payload)) {
 		h.t.Fatalf("the output stream holds %d bytes after the filler, want about its limit %d", info.State.Bytes, limit)
 	}
@@ -259,9 +253,7 @@ func (h *harness) purgeFiller() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	if err := s.Purge(ctx, jetstream.WithPurgeSubject(r22Filler)); err != nil {
 		h.t.Fatalf("purge %s: %v", r22Filler, err)
 	}
@@ -280,9 +272,7 @@ func r22KeyedHarness(t *testing.T, id, key, input string) (*harness, *events.Res
 	}))
 	h.publish("chat", events.Action{Input: mustJSON(t, input), IdempotencyKey: key}, client.WithActionID(id))
 	res, err := h.terminalWithin(id, 15*time.Second)
-	if err != nil {
-		t.Fatalf("the keyed action did not settle: %v", err)
-	}
+	requireOK(t, err, "the keyed action did not settle: %v")
 	requireCompleted(t, res)
 	h.waitIdle(10 * time.Second)
 	return h, res
@@ -308,9 +298,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		sc := s.CachedInfo().Config
 		if sc.MaxBytes != r22OutputMaxBytes {
 			t.Fatalf("output stream max bytes %d, want %d", sc.MaxBytes, r22OutputMaxBytes)
@@ -344,9 +332,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		timeout := int64(5000)
 		dup := h.publish("chat", events.Action{Input: mustJSON(t, in), IdempotencyKey: key, TimeoutMS: &timeout})
 		res, err := h.terminalWithin(dup, 20*time.Second)
-		if err != nil {
-			t.Fatalf("the duplicate did not settle within 20s: %v", err)
-		}
+		requireOK(t, err, "the duplicate did not settle within 20s: %v")
 		if res.Status != events.StatusCompleted || res.ReplayOf == nil || *res.ReplayOf != id {
 			t.Fatalf("duplicate with the same key and input: %s (error %s), want completed with replay_of %s: "+
 				"the original's result was evicted from the output stream", describeResult(res), errString(res.Error), id)
@@ -369,9 +355,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		a := events.Action{Input: mustJSON(t, in), IdempotencyKey: key}
 		h.publishCopy("chat", id, id+"-copy-1", a)
 		first, err := h.terminalWithin(id, 15*time.Second)
-		if err != nil {
-			t.Fatalf("the action did not settle: %v", err)
-		}
+		requireOK(t, err, "the action did not settle: %v")
 		requireCompleted(t, first)
 		h.waitIdle(10 * time.Second)
 		h.fillOutput(r22OutputMaxBytes)
@@ -489,13 +473,9 @@ func runZombie(t *testing.T, id, op, input, stopAt string, opts ...harnessOption
 	}
 	h.startProc(fastRecovery()) // the taker
 	res, err := h.terminalWithin(id, 30*time.Second)
-	if err != nil {
-		t.Fatalf("the taker did not settle the frozen owner's action within 30s: %v", err)
-	}
+	requireOK(t, err, "the taker did not settle the frozen owner's action within 30s: %v")
 	t.Logf("settled while the owner was frozen: %s", describeResult(res))
-	if err := z.zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, z.zombie.cmd.Process.Signal(syscall.SIGCONT))
 	// The thawed owner ends its delivery with one "action" log line; wait for it (it is
 	// only a hint of when the owner is done: no failure if it never comes).
 	deadline := time.Now().Add(20 * time.Second)
@@ -556,9 +536,7 @@ func TestRegress22_ZombieOutputsNotLive(t *testing.T) {
 		z := runZombie(t, id, "chat_stream", `{"prompt":"one two three four five six seven eight nine ten"}`, "event:3:stop",
 			withNATS(func(o *natsembed.Options) {
 				o.ConfigFile = filepath.Join(t.TempDir(), "nats.conf")
-				if err := os.WriteFile(o.ConfigFile, []byte(r22BatchTimeoutConf), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				requireOK(t, os.WriteFile(o.ConfigFile, []byte(r22BatchTimeoutConf), 0o600))
 			}))
 		stored := z.h.storedEventMsgs(id)
 		live := z.h.liveEvents(z.evnts)

@@ -38,9 +38,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 		h.setBucketTTL(ctx, b, ttl)
 	}
 	actions, err := h.js.Stream(ctx, cfg.ActionsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	sc := actions.CachedInfo().Config
 	sc.Duplicates = time.Second
 	if _, err := h.js.UpdateStream(ctx, sc); err != nil {
@@ -59,9 +57,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 
 	// The key expires (the records bucket keeps the record).
 	keys, err := h.js.KeyValue(ctx, cfg.KeysBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	h.eventually(15*time.Second, func() error {
 		lister, err := keys.ListKeys(context.Background())
 		if err != nil {
@@ -75,9 +71,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 
 	h.publish("chat", a, client.WithActionID(id))
 	info, err := actions.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	if info.State.Msgs != 2 {
 		t.Fatalf("the actions stream holds %d messages, want 2 (the re-publish must reach the bridge, past the duplicate window)", info.State.Msgs)
 	}

@@ -28,9 +28,7 @@ func (h *harness) tryBridge(cfg bridge.Config) error {
 		w = io.MultiWriter(h.logs, os.Stderr)
 	}
 	b, err := bridge.New(nc, cfg, zerolog.New(w).With().Timestamp().Logger())
-	if err != nil {
-		h.t.Fatalf("bridge.New: %v", err)
-	}
+	requireOK(h.t, err, "bridge.New: %v")
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &runningBridge{cancel: cancel, done: make(chan error, 1)}
 	go func() { rb.done <- b.Run(ctx) }()
@@ -164,9 +162,7 @@ func TestRetentionShrinkRefused(t *testing.T) {
 	}
 	// The records survived: the key still replays.
 	cfg.AllowRetentionShrink = true
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("with AllowRetentionShrink: %v", err)
-	}
+	requireOK(t, h.tryBridge(cfg), "with AllowRetentionShrink: %v")
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
 		"KV bucket HERMES_KEYS": time.Hour, "KV bucket HERMES_IDEMPOTENCY": 3 * time.Hour,
@@ -208,9 +204,7 @@ func TestRetentionGrowLogged(t *testing.T) {
 	cfg := h.cfg
 	cfg.IdempotencyTTL, cfg.OutputMaxAge = 0, 0 // the defaults: 24h
 	cfg.DLQMaxAge = time.Hour                   // from 7 days, on an empty stream
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("lengthening retention (and shortening an empty stream) refused: %v", err)
-	}
+	requireOK(t, h.tryBridge(cfg), "lengthening retention (and shortening an empty stream) refused: %v")
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
 		"KV bucket HERMES_KEYS": 24 * time.Hour, "KV bucket HERMES_IDEMPOTENCY": 25 * time.Hour,
@@ -292,9 +286,7 @@ func TestStreamSizeLimits(t *testing.T) {
 	}
 
 	cfg.OutputMaxBytes = 1 << 30
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("limits above what the streams hold: %v", err)
-	}
+	requireOK(t, h.tryBridge(cfg), "limits above what the streams hold: %v")
 	for s, want := range map[string]int64{"stream HERMES_ACTIONS": 1 << 30, "stream HERMES_OUTPUT": 1 << 30, "stream HERMES_DLQ": 1 << 20} {
 		if got := h.streamSizes()[s]; got != want {
 			t.Errorf("%s: max bytes %d, want %d", s, got, want)
@@ -318,9 +310,7 @@ func TestStreamSizeLimits(t *testing.T) {
 
 	cfg.OutputMaxBytes = 64
 	cfg.AllowRetentionShrink = true
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("with AllowRetentionShrink: %v", err)
-	}
+	requireOK(t, h.tryBridge(cfg), "with AllowRetentionShrink: %v")
 	wantEq(t, h.streamSizes()["stream HERMES_OUTPUT"], 64, "output max bytes %d, want 64")
 	shrunk := false
 	for _, l := range h.logLines() {

@@ -235,21 +235,15 @@ func TestShutdown(t *testing.T) {
 			t.Fatalf("the embedded server's URL is not in the log")
 		}
 		nc, err := nats.Connect(url, nats.MaxReconnects(0))
-		if err != nil {
-			t.Fatalf("connect to the embedded server: %v", err)
-		}
+		requireOK(t, err, "connect to the embedded server: %v")
 		defer nc.Close()
 		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		client := client.New(js)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		id, err := client.Publish(ctx, "primary", "chat", events.Action{Input: mustJSON(t, `{"prompt":"wait1500: embedded"}`)})
-		if err != nil {
-			t.Fatalf("publish: %v", err)
-		}
+		requireOK(t, err, "publish: %v")
 		type followed struct {
 			res *events.Result
 			err error

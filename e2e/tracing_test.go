@@ -112,9 +112,7 @@ func (r *otlpReceiver) tracerProvider(t *testing.T) *sdktrace.TracerProvider {
 	t.Helper()
 	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(r.srv.URL+"/v1/traces"),
 		otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(50*time.Millisecond)))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

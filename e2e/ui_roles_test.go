@@ -45,13 +45,9 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 	defer cancel()
 	evc, err := dash.js.OrderedConsumer(ctx, "HERMES_OUTPUT", jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"hermes.events.>"}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
-	if err != nil {
-		t.Fatalf("dashboard: events consumer: %v", err)
-	}
+	requireOK(t, err, "dashboard: events consumer: %v")
 	evIt, err := evc.Messages() // creates the consumer now (an ordered consumer is lazy)
-	if err != nil {
-		t.Fatalf("dashboard: events consumer: %v", err)
-	}
+	requireOK(t, err, "dashboard: events consumer: %v")
 	defer evIt.Stop()
 	res, evs := h.call("chat_stream", map[string]any{"prompt": "watch me"})
 	requireCompleted(t, res)
@@ -68,9 +64,7 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 	rc, err := dash.js.OrderedConsumer(ctx, "HERMES_OUTPUT", jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"hermes.results.>"}, DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime: ptr(time.Now().Add(-time.Hour))})
-	if err != nil {
-		t.Fatalf("dashboard: results consumer: %v", err)
-	}
+	requireOK(t, err, "dashboard: results consumer: %v")
 	m, err := rc.Next(jetstream.FetchMaxWait(5 * time.Second))
 	if err != nil || m.Subject() != "hermes.results."+res.ActionID || !strings.Contains(string(m.Data()), `"completed"`) {
 		t.Fatalf("dashboard: result %v %v", m, err)
@@ -91,9 +85,7 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 		return dash.client.Decide(ctx, res.ActionID, events.Approval{Decision: "approve"})
 	})
 	for _, subj := range []string{"hermes.actions.primary.session_delete", "hermes.approvals.x"} {
-		if err := dash.nc.Publish(subj, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, dash.nc.Publish(subj, []byte(`{}`)))
 		dash.violation(t, subj)
 	}
 	wantEq(t, storedOn(t, h.js, "HERMES_ACTIONS", "hermes.approvals."+res.ActionID), 0, "%d approvals stored")

@@ -53,9 +53,7 @@ func TestZombieOwnerNeverSends(t *testing.T) {
 			if n := h.fake.Calls("chat"); n != calls {
 				t.Fatalf("chat calls %d before the thaw, want %d", n, calls)
 			}
-			if err := zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
 			if c.status == "taken_over" {
 				zombie.waitLog(20*time.Second, "the claim was taken over by another delivery")
 			}
