@@ -426,9 +426,7 @@ func TestAccessControl(t *testing.T) {
 			t.Errorf("cancel reply %+v, want cancelled", reply)
 		}
 		res, _ = followAs(t, appr, id)
-		if res.Status != "cancelled" {
-			t.Errorf("cancelled action ended %s", res.Status)
-		}
+		wantEq(t, res.Status, "cancelled", "cancelled action ended %s")
 		appr.noViolation(t)
 		// ... and invokes nothing.
 		refusedPublish(t, appr, "hermes.actions.primary.session_delete", func(ctx context.Context) error {

@@ -146,9 +146,7 @@ func TestApprovals(t *testing.T) {
 		old := time.Now().Add(-2 * time.Minute)
 		a.Approval.DecidedAt = &old
 		p := h.pendingOf(h.publish("session_delete", a))
-		if p.Status != events.StatusPendingApproval {
-			t.Errorf("stale pre-approval: status %s, want pending_approval", p.Status)
-		}
+		wantEq(t, p.Status, events.StatusPendingApproval, "stale pre-approval: status %s, want pending_approval")
 	})
 }
 
@@ -202,9 +200,7 @@ func TestPreApprovalsRefused(t *testing.T) {
 	a := events.Action{Input: mustJSON(t, `{"session_id":"self-1"}`), IdempotencyKey: "self-1"}
 	preApproved(&a)
 	p := h.pendingOf(h.publish("session_delete", a))
-	if p.Status != events.StatusPendingApproval {
-		t.Fatalf("status %s, want pending_approval", p.Status)
-	}
+	requireEq(t, p.Status, events.StatusPendingApproval, "status %s, want pending_approval")
 	if c := h.fake.Calls("session_delete"); c != 0 {
 		t.Errorf("a self-approved deletion reached Hermes")
 	}

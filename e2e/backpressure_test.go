@@ -167,9 +167,7 @@ func TestMaxAttemptsExhausted(t *testing.T) {
 	}
 	h.waitIdle(10 * time.Second)
 	rs := h.requests("models")
-	if len(rs) != 3 {
-		t.Fatalf("%d calls, want MaxAttempts = 3", len(rs))
-	}
+	requireEq(t, len(rs), 3, "%d calls, want MaxAttempts = 3")
 	// Full jitter over base<<(attempt-1): the first wait is in [base/2, base], the second
 	// in [base, 2*base].
 	if g := rs[1].Time.Sub(rs[0].Time); g < base/2 {

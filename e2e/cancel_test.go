@@ -93,9 +93,7 @@ func TestCancel(t *testing.T) {
 		before := h.fake.Calls("chat")
 		h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"too late"}`)}, client.WithActionID("never-seen-1"))
 		res, _ := h.follow("never-seen-1")
-		if res.Status != events.StatusCancelled {
-			t.Fatalf("status %s", res.Status)
-		}
+		requireEq(t, res.Status, events.StatusCancelled, "status %s")
 		if c := h.fake.Calls("chat") - before; c != 0 {
 			t.Errorf("an action cancelled before it arrived reached Hermes")
 		}
@@ -111,9 +109,7 @@ func TestCancel(t *testing.T) {
 			t.Fatalf("cancel parked: %s", s)
 		}
 		final, _ := h.follow(id)
-		if final.Status != events.StatusCancelled {
-			t.Fatalf("status %s", final.Status)
-		}
+		requireEq(t, final.Status, events.StatusCancelled, "status %s")
 		var out pendingOutput
 		_ = jsonUnmarshal(p.Output, &out)
 		h.decide(id, events.DecisionApprove, out.InputSHA256) // too late: ignored

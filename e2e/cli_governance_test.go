@@ -94,9 +94,7 @@ func TestCLIGovernance(t *testing.T) {
 		t.Fatalf("cancel: exit %d: %s %s", code, out, errOut)
 	}
 	res, _ = h.follow(cancelled)
-	if res.Status != events.StatusCancelled {
-		t.Errorf("cancelled parked action: %s", res.Status)
-	}
+	wantEq(t, res.Status, events.StatusCancelled, "cancelled parked action: %s")
 	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (only the approved one)")
 	out, _, code = h.cli("pending")
 	if code != 0 || strings.Contains(out, approved) || strings.Contains(out, denied) || strings.Contains(out, cancelled) {

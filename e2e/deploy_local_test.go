@@ -71,9 +71,7 @@ func TestDeployConfigRunsLocally(t *testing.T) {
 			if opts.Port == 4222 || opts.Port == 0 {
 				t.Errorf("port %d: clashes with make run's embedded server on 4222", opts.Port)
 			}
-			if opts.Host != "127.0.0.1" {
-				t.Errorf("listen address %q, want loopback for a local try", opts.Host)
-			}
+			wantEq(t, opts.Host, "127.0.0.1", "listen address %q, want loopback for a local try")
 			if opts.StoreDir == "" || strings.HasPrefix(opts.StoreDir, "/var/") || filepath.Clean(opts.StoreDir) == "data/nats" {
 				t.Errorf("store dir %q: want a local directory apart from make run's ./data/nats", opts.StoreDir)
 			}

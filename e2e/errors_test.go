@@ -125,9 +125,7 @@ func TestErrorClasses(t *testing.T) {
 		res, _ := h.call("chat", `{"prompt":"after the gate"}`)
 		requireCompleted(t, res)
 		rs := h.requests("chat")[before:]
-		if len(rs) != 2 {
-			t.Fatalf("%d calls, want 2", len(rs))
-		}
+		requireEq(t, len(rs), 2, "%d calls, want 2")
 		if gap := rs[1].Time.Sub(rs[0].Time); gap < 900*time.Millisecond {
 			t.Errorf("retried after %s; Retry-After: 1 was not honoured", gap)
 		}

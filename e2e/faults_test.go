@@ -308,9 +308,7 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 			t.Errorf("no events")
 		}
 		rs := h.requests("responses_stream")[before:]
-		if len(rs) != 2 {
-			t.Fatalf("%d calls, want 2", len(rs))
-		}
+		requireEq(t, len(rs), 2, "%d calls, want 2")
 		if gap := rs[1].Time.Sub(rs[0].Time); gap < 900*time.Millisecond {
 			t.Errorf("retried after %s; Retry-After: 1 was not honoured", gap)
 		}

@@ -293,9 +293,7 @@ func TestIdempotencyKeyScopedToCapability(t *testing.T) {
 			t.Errorf("%s (%s) is a replay of %s", r.ActionID, r.CapabilityID, *r.ReplayOf)
 		}
 	}
-	if r3.CapabilityID != "cap:hermes_agent:secondary:chat" {
-		t.Errorf("capability %q", r3.CapabilityID)
-	}
+	wantEq(t, r3.CapabilityID, "cap:hermes_agent:secondary:chat", "capability %q")
 	for route, want := range map[string]int{"chat": 2, "responses": 1, "session_create": 1, "session_fork": 1} {
 		if c := h.fake.Calls(route); c != want {
 			t.Errorf("%s calls %d, want %d", route, c, want)
@@ -316,9 +314,7 @@ func TestIdempotencyRetryableFailureNotStored(t *testing.T) {
 	if !e.Retryable || e.UncertainOutcome || e.HTTPStatus != 429 || detail(e, "remote_code") != "rate_limit_exceeded" {
 		t.Errorf("error %s, want retryable, certain, 429 rate_limit_exceeded", errString(e))
 	}
-	if e.RetryAfterMS != 1000 {
-		t.Errorf("retry_after_ms %d, want 1000", e.RetryAfterMS)
-	}
+	wantEq(t, e.RetryAfterMS, 1000, "retry_after_ms %d, want 1000")
 	calls := h.requests("chat")
 	if len(calls) < 2 {
 		t.Fatalf("chat calls %d, want at least 2 (the gate is retried within the deadline)", len(calls))

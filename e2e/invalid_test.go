@@ -207,9 +207,7 @@ func TestInvalidActions(t *testing.T) {
 			if res.ActionID != ids[i] {
 				t.Errorf("result for %q carries action id %q", ids[i], res.ActionID)
 			}
-			if len(evs) != 0 {
-				t.Errorf("%d events for an invalid action", len(evs))
-			}
+			wantEq(t, len(evs), 0, "%d events for an invalid action")
 		})
 	}
 	h.requireResults(1, 10*time.Second, ids...)

@@ -299,9 +299,7 @@ func runKillCase(t *testing.T, c killCase) {
 		t.Errorf("%s calls %d, want %d", c.op, got, c.wantCalls)
 	}
 	msgs := h.outputMsgs("hermes.results." + id)
-	if len(msgs) != 1 {
-		t.Fatalf("%d result messages, want exactly 1", len(msgs))
-	}
+	requireEq(t, len(msgs), 1, "%d result messages, want exactly 1")
 	if c.published && msgs[0].Sequence != firstSeq {
 		t.Errorf("the result message is #%d, want the one published before the crash (#%d)", msgs[0].Sequence, firstSeq)
 	}

@@ -51,9 +51,7 @@ func TestLoadThreeReplicas(t *testing.T) {
 		t.Skip("load test: skipped in -short mode")
 	}
 	fig := runLoad(t, spec)
-	if fig.Kills != 1 {
-		t.Errorf("%d replica kills, want 1", fig.Kills)
-	}
+	wantEq(t, fig.Kills, 1, "%d replica kills, want 1")
 }
 
 // loadSpec configures one run of the load scenario.

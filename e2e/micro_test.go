@@ -70,9 +70,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 
 	// Discovery: PING, INFO and STATS each answered by both replicas.
 	pings := collect(t, h.nc, "$SRV.PING.hermes-bridge", time.Second)
-	if len(pings) != 2 {
-		t.Fatalf("%d PING replies, want 2", len(pings))
-	}
+	requireEq(t, len(pings), 2, "%d PING replies, want 2")
 	replicas := map[string]string{} // service id -> replica id
 	for _, m := range pings {
 		var p micro.Ping
@@ -99,9 +97,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 		t.Fatalf("service ids -> replica ids %v, want two distinct", replicas)
 	}
 	infos := collect(t, h.nc, "$SRV.INFO.hermes-bridge", time.Second)
-	if len(infos) != 2 {
-		t.Fatalf("%d INFO replies, want 2", len(infos))
-	}
+	requireEq(t, len(infos), 2, "%d INFO replies, want 2")
 	for _, m := range infos {
 		var in micro.Info
 		requireOK(t, json.Unmarshal(m.Data, &in))

@@ -76,9 +76,7 @@ func TestContentModes(t *testing.T) {
 			t.Errorf("body %s", r.Body)
 		}
 		// Only ce- header values are percent-decoded; data is taken verbatim.
-		if r.IdempotencyKey != "raw%20key" {
-			t.Errorf("Idempotency-Key %q, want the data's value verbatim", r.IdempotencyKey)
-		}
+		wantEq(t, r.IdempotencyKey, "raw%20key", "Idempotency-Key %q, want the data's value verbatim")
 		wantEq(t, r.Header.Get("Traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "traceparent reaching Hermes %q")
 	})
 

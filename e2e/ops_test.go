@@ -43,9 +43,7 @@ func TestOperationsDiscovery(t *testing.T) {
 			jstr(out, "version") != hermestest.Version019 || jint(out, "http_status") != 200 || jstr(out, "raw", "status") != "ok" {
 			t.Errorf("health output %s", res.Output)
 		}
-		if res.CapabilityID != "cap:hermes_agent:primary:health" {
-			t.Errorf("capability_id %q", res.CapabilityID)
-		}
+		wantEq(t, res.CapabilityID, "cap:hermes_agent:primary:health", "capability_id %q")
 	})
 	for _, c := range []struct{ op, path string }{
 		{"health_detailed", "/health/detailed"},
@@ -58,9 +56,7 @@ func TestOperationsDiscovery(t *testing.T) {
 			h := h.at(t)
 			res, evs := h.call(c.op, `{}`)
 			requireCompleted(t, res)
-			if len(evs) != 0 {
-				t.Errorf("%d events for a JSON operation", len(evs))
-			}
+			wantEq(t, len(evs), 0, "%d events for a JSON operation")
 			r := h.lastRequest(c.op, 1)
 			if r.Method != "GET" || r.Path != c.path || len(r.Body) != 0 {
 				t.Errorf("request %s %s body %q, want GET %s", r.Method, r.Path, r.Body, c.path)
@@ -101,9 +97,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			"temperature": 0.2, "stream": true, "metadata": map[string]any{"k": "v"},
 		}, withKey("chat-key-1"))
 		requireCompleted(t, res)
-		if len(evs) != 0 {
-			t.Errorf("%d events for chat", len(evs))
-		}
+		wantEq(t, len(evs), 0, "%d events for chat")
 		r := h.lastRequest("chat", 1)
 		if r.Method != "POST" || r.Path != "/v1/chat/completions" {
 			t.Errorf("request %s %s", r.Method, r.Path)
@@ -113,12 +107,8 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			t.Errorf("headers Idempotency-Key=%q X-Hermes-Session-Id=%q X-Hermes-Session-Key=%q", r.IdempotencyKey, r.SessionID, r.SessionKey)
 		}
 		b := body(t, r)
-		if b["model"] != "hermes-agent" {
-			t.Errorf("model %v, want the default hermes-agent", b["model"])
-		}
-		if b["stream"] != false {
-			t.Errorf("stream %v, want forced false", b["stream"])
-		}
+		wantEq(t, b["model"], "hermes-agent", "model %v, want the default hermes-agent")
+		wantEq(t, b["stream"], false, "stream %v, want forced false")
 		if jstr(b, "messages", 0, "role") != "user" || jstr(b, "messages", 0, "content") != "Hello there" || jpath(b, "messages", 1) != nil {
 			t.Errorf("messages %v, want the prompt as one user message", b["messages"])
 		}
@@ -219,9 +209,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 		h := h.at(t)
 		res, _ := h.call("response_get", map[string]any{"response_id": "resp/../x y?z#é"})
 		e := requireFailed(t, res, "remote_rejected")
-		if e.HTTPStatus != 404 {
-			t.Errorf("http_status %d, want 404", e.HTTPStatus)
-		}
+		wantEq(t, e.HTTPStatus, 404, "http_status %d, want 404")
 		r := h.lastRequest("response_get", 2)
 		if want := "/v1/responses/resp%2F..%2Fx%20y%3Fz%23%C3%A9"; r.Path != want || r.Query != "" {
 			t.Errorf("path %q query %q, want %q (one percent-encoded segment)", r.Path, r.Query, want)
@@ -310,9 +298,7 @@ func TestOperationsSessions(t *testing.T) {
 		h := h.at(t)
 		res, _ := h.call("session_get", map[string]any{"session_id": sid})
 		e := requireFailed(t, res, "remote_rejected")
-		if detail(e, "remote_code") != "session_not_found" {
-			t.Errorf("remote_code %q", detail(e, "remote_code"))
-		}
+		wantEq(t, detail(e, "remote_code"), "session_not_found", "remote_code %q")
 		if r := h.lastRequest("session_get", 2); r.Path != "/api/sessions/"+sidPath {
 			t.Errorf("path %q, want /api/sessions/%s", r.Path, sidPath)
 		}

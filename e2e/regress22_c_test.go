@@ -72,9 +72,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 	h.publish("chat", a, client.WithActionID(id))
 	info, err := actions.Info(ctx)
 	requireOK(t, err)
-	if info.State.Msgs != 2 {
-		t.Fatalf("the actions stream holds %d messages, want 2 (the re-publish must reach the bridge, past the duplicate window)", info.State.Msgs)
-	}
+	requireEq(t, info.State.Msgs, 2, "the actions stream holds %d messages, want 2 (the re-publish must reach the bridge, past the duplicate window)")
 	h.waitIdle(15 * time.Second)
 	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1: the re-published action was sent again although its result is stored")
 	if n := h.results(id); n != 1 {

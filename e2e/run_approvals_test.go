@@ -85,9 +85,7 @@ func TestGovernedRunApprovals(t *testing.T) {
 			if got := h.fake.ToolRuns("terminal") - before; got != tc.toolRuns {
 				t.Fatalf("the tool ran %d times, want %d", got, tc.toolRuns)
 			}
-			if len(pend) != 1 {
-				t.Fatalf("%d pending results, want 1", len(pend))
-			}
+			requireEq(t, len(pend), 1, "%d pending results, want 1")
 			po := output(t, pend[0])
 			if jstr(po, "approval", "command") != "rm -rf build/" || len(jpath(po, "approval", "choices").([]any)) != 4 ||
 				len(sha(pend[0])) != 64 || jstr(po, "expires_at") == "" || !strings.HasPrefix(jstr(po, "run_id"), "run_") {

@@ -194,9 +194,7 @@ func TestShutdown(t *testing.T) {
 		for _, id := range ids {
 			settled += h.results(id)
 		}
-		if settled != 1 {
-			t.Fatalf("%d actions settled by the stopping process, want 1", settled)
-		}
+		requireEq(t, settled, 1, "%d actions settled by the stopping process, want 1")
 		h.startProc()
 		for _, id := range ids {
 			res, _ := h.follow(id)

@@ -44,9 +44,7 @@ func TestStreamFailures(t *testing.T) {
 		if e.Retryable {
 			t.Errorf("truncation is retryable")
 		}
-		if detail(e, "max_events") != "3" {
-			t.Errorf("details.max_events %q, want 3", detail(e, "max_events"))
-		}
+		wantEq(t, detail(e, "max_events"), "3", "details.max_events %q, want 3")
 		checkPartialStream(t, res, evs, 3, true)
 	})
 

@@ -242,9 +242,7 @@ func TestTracingOTLP(t *testing.T) {
 			if got := hex.EncodeToString(root.ParentSpanId); got != c.sid {
 				t.Errorf("root parent %s, want the publisher's span %s", got, c.sid)
 			}
-			if root.Kind != tracepb.Span_SPAN_KIND_CONSUMER {
-				t.Errorf("root kind %v", root.Kind)
-			}
+			wantEq(t, root.Kind, tracepb.Span_SPAN_KIND_CONSUMER, "root kind %v")
 			ra := spanAttrs(root)
 			for k, v := range map[string]string{"messaging.system": "nats", "messaging.operation": "process",
 				"messaging.destination.name": "hermes.actions.primary." + c.op, bridge.AttrActionID: c.id,
@@ -291,9 +289,7 @@ func TestTracingOTLP(t *testing.T) {
 					t.Errorf("client span %s = %q, want %q", k, ca[k], v)
 				}
 			}
-			if call.Kind != tracepb.Span_SPAN_KIND_CLIENT {
-				t.Errorf("client span kind %v", call.Kind)
-			}
+			wantEq(t, call.Kind, tracepb.Span_SPAN_KIND_CLIENT, "client span kind %v")
 			// Hermes got the client span's context, in the publisher's trace.
 			wantTP := "00-" + c.tid + "-" + hex.EncodeToString(call.SpanId) + "-01"
 			found := false
