@@ -87,8 +87,7 @@ func TestApprovals(t *testing.T) {
 			t.Errorf("expires_at %s is not about a minute away", out.ExpiresAt)
 		}
 		h.decide(id, events.DecisionApprove, out.InputSHA256)
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 		// A second decision after the action ran changes nothing.
 		h.decide(id, events.DecisionDeny, out.InputSHA256)
@@ -125,12 +124,10 @@ func TestApprovals(t *testing.T) {
 
 	t.Run("pre-approval", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "appr-4"}}, withKey("create-appr-4"))
-		requireCompleted(t, res)
-		res, _ = h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4"), preApproved)
-		requireCompleted(t, res)
+		h.callOK("session_create", map[string]any{"body": map[string]any{"id": "appr-4"}}, withKey("create-appr-4"))
+		h.callOK("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4"), preApproved)
 
-		res, _ = h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4b"), func(a *events.Action) {
+		res, _ := h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4b"), func(a *events.Action) {
 			preApproved(a)
 			a.Approval.Decision = events.DecisionDeny
 		})
@@ -185,8 +182,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	h.stopBridge(0)
 	h.startBridge()
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }
 
@@ -195,8 +191,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 func TestPreApprovalsRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withConfig(func(c *bridge.Config) { c.NoPreApprovals = true }))
-	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "self-1"}}, withKey("create-self-1"))
-	requireCompleted(t, res)
+	h.callOK("session_create", map[string]any{"body": map[string]any{"id": "self-1"}}, withKey("create-self-1"))
 	a := events.Action{Input: mustJSON(t, `{"session_id":"self-1"}`), IdempotencyKey: "self-1"}
 	preApproved(&a)
 	p := h.pendingOf(h.publish("session_delete", a))
@@ -227,6 +222,5 @@ func TestParkedActionRedelivered(t *testing.T) {
 		t.Errorf("the copy ran the parked action")
 	}
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 }

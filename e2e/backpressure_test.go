@@ -45,8 +45,7 @@ func TestEndpointConcurrencyUnderGate(t *testing.T) {
 		ids[i] = h.publish("chat", events.Action{Input: mustJSON(t, fmt.Sprintf(`{"prompt":"slow: gated %d"}`, i))})
 	}
 	for i, id := range ids {
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		res := h.followOK(id)
 		if got, want := jstr(output(t, res), "choices", 0, "message", "content"), fmt.Sprintf("stub reply: slow: gated %d", i); got != want {
 			t.Errorf("%s: content %q, want %q", id, got, want)
 		}
@@ -112,8 +111,7 @@ func TestCircuitBreakerIsolatesEndpoint(t *testing.T) {
 	callsA := fakeA.Calls("models")
 	for i := 0; i < 10; i++ {
 		start := time.Now()
-		res, _ := h.call("chat", fmt.Sprintf(`{"prompt":"while a is paused %d"}`, i))
-		requireCompleted(t, res)
+		h.callOK("chat", fmt.Sprintf(`{"prompt":"while a is paused %d"}`, i))
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("a chat on the healthy endpoint took %s while the other endpoint is paused", d)
 		}
@@ -139,8 +137,7 @@ func TestCircuitBreakerIsolatesEndpoint(t *testing.T) {
 	fakeA.ClearFaults()
 	recovered := time.Now()
 	for _, id := range idsA {
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 	}
 	if d := time.Since(recovered); d > 5*time.Second {
 		t.Errorf("the waiting actions completed %s after the endpoint recovered", d)

@@ -101,8 +101,7 @@ func TestCancel(t *testing.T) {
 
 	t.Run("parked", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "cancel-parked"}}, withKey("cp-create"))
-		requireCompleted(t, res)
+		h.callOK("session_create", map[string]any{"body": map[string]any{"id": "cancel-parked"}}, withKey("cp-create"))
 		id := h.publish("session_delete", events.Action{Input: mustJSON(t, `{"session_id":"cancel-parked"}`), IdempotencyKey: "cp"})
 		p := h.pendingOf(id)
 		if s := h.cancel(id); s != events.CancelCancelled {

@@ -49,8 +49,7 @@ func TestCLIGovernance(t *testing.T) {
 	h := newHarness(t, withoutBridge())
 	h.startProc()
 	for _, sid := range []string{"cli-1", "cli-2", "cli-3"} {
-		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+sid))
-		requireCompleted(t, res)
+		h.callOK("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+sid))
 	}
 	park := func(sid string) string {
 		id := h.publish("session_delete", events.Action{Input: mustJSON(t, map[string]any{"session_id": sid}), IdempotencyKey: "del-" + sid})

@@ -16,8 +16,7 @@ import (
 // approval decision (its delivery is the decision, not the action).
 func TestResultDurationHeader(t *testing.T) {
 	h := newHarness(t)
-	res, _ := h.call("chat", map[string]any{"prompt": "how long"})
-	requireCompleted(t, res)
+	res := h.callOK("chat", map[string]any{"prompt": "how long"})
 	s, err := h.js.Stream(context.Background(), "HERMES_OUTPUT")
 	requireOK(t, err)
 	last := func(id string) jetstream.RawStreamMsg {

@@ -48,8 +48,7 @@ func TestErrorClasses(t *testing.T) {
 			}
 		}
 		// health needs no key and still works on that endpoint.
-		res, _ := h.callOn("badkey", "health", `{}`)
-		requireCompleted(t, res)
+		h.callOnOK("badkey", "health", `{}`)
 	})
 
 	t.Run("session_not_found", func(t *testing.T) {
@@ -81,8 +80,7 @@ func TestErrorClasses(t *testing.T) {
 		h := h.at(t)
 		before := h.fake.Calls("models")
 		h.fake.InjectFault(hermestest.Fault{Route: "models", Status: 500, Times: 1})
-		res, _ := h.call("models", `{}`)
-		requireCompleted(t, res)
+		res := h.callOK("models", `{}`)
 		wantEq(t, h.fake.Calls("models")-before, 2, "%d calls, want 2")
 		h.requireResults(1, 10*time.Second, res.ActionID)
 	})
@@ -122,8 +120,7 @@ func TestErrorClasses(t *testing.T) {
 		h := h.at(t)
 		before := len(h.requests("chat"))
 		h.fake.InjectFault(hermestest.Fault{Route: "chat", Status: 429, Times: 1})
-		res, _ := h.call("chat", `{"prompt":"after the gate"}`)
-		requireCompleted(t, res)
+		res := h.callOK("chat", `{"prompt":"after the gate"}`)
 		rs := h.requests("chat")[before:]
 		requireEq(t, len(rs), 2, "%d calls, want 2")
 		if gap := rs[1].Time.Sub(rs[0].Time); gap < 900*time.Millisecond {
@@ -145,8 +142,7 @@ func TestErrorClasses(t *testing.T) {
 		before := h.fake.Calls("responses")
 		h.fake.InjectFault(hermestest.Fault{Route: "responses", Status: 503, Times: 1,
 			Header: http.Header{"Retry-After": {"0"}}})
-		res, _ := h.call("responses", `{"input":"after draining"}`)
-		requireCompleted(t, res)
+		h.callOK("responses", `{"input":"after draining"}`)
 		wantEq(t, h.fake.Calls("responses")-before, 2, "%d calls, want 2")
 	})
 
@@ -209,8 +205,7 @@ func TestConcurrencyGateRetried(t *testing.T) {
 		ids = append(ids, h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"slow: gated `+string(rune('a'+i))+`"}`)}))
 	}
 	for i, id := range ids {
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		res := h.followOK(id)
 		if got, want := jstr(output(t, res), "choices", 0, "message", "content"), "stub reply: slow: gated "+string(rune('a'+i)); got != want {
 			t.Errorf("%s: content %q, want %q", id, got, want)
 		}

@@ -234,6 +234,22 @@ func (h *harness) call(op string, input any, mod ...func(*events.Action)) (*even
 	return h.follow(h.publish(op, a))
 }
 
+// callOK is call that fails unless the result is completed (see requireCompleted).
+func (h *harness) callOK(op string, input any, mod ...func(*events.Action)) *events.Result {
+	h.t.Helper()
+	res, _ := h.call(op, input, mod...)
+	requireCompleted(h.t, res)
+	return res
+}
+
+// followOK is follow that fails unless the result is completed (see requireCompleted).
+func (h *harness) followOK(id string) *events.Result {
+	h.t.Helper()
+	res, _ := h.follow(id)
+	requireCompleted(h.t, res)
+	return res
+}
+
 // results counts the result messages stored for an action.
 func (h *harness) results(id string) int {
 	h.t.Helper()

@@ -50,6 +50,14 @@ func (h *harness) callOn(ep, op string, input any, mod ...func(*events.Action)) 
 	return h.follow(h.publishTo(ep, op, a))
 }
 
+// callOnOK is callOn that fails unless the result is completed (see requireCompleted).
+func (h *harness) callOnOK(ep, op string, input any, mod ...func(*events.Action)) *events.Result {
+	h.t.Helper()
+	res, _ := h.callOn(ep, op, input, mod...)
+	requireCompleted(h.t, res)
+	return res
+}
+
 // publishRaw publishes a hand-made message on subject (no Nats-Msg-Id unless hdr has one).
 func (h *harness) publishRaw(subject string, hdr nats.Header, data []byte) {
 	h.t.Helper()

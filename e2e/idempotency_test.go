@@ -18,14 +18,12 @@ func TestIdempotencyReplay(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	in := map[string]any{"prompt": "replay me", "temperature": 0.5}
-	first, _ := h.call("chat", in, withKey("replay-key"))
-	requireCompleted(t, first)
+	first := h.callOK("chat", in, withKey("replay-key"))
 	if first.ReplayOf != nil {
 		t.Errorf("first result has replay_of %q", *first.ReplayOf)
 	}
 	// The same input with members in another order and other spacing hashes the same.
-	second, _ := h.call("chat", `{ "temperature": 0.50, "prompt": "replay me" }`, withKey("replay-key"))
-	requireCompleted(t, second)
+	second := h.callOK("chat", `{ "temperature": 0.50, "prompt": "replay me" }`, withKey("replay-key"))
 	if second.ActionID == first.ActionID {
 		t.Fatalf("both results carry action id %q", first.ActionID)
 	}
@@ -43,8 +41,7 @@ func TestIdempotencyReplay(t *testing.T) {
 	// A replay of a stream replays its aggregate.
 	sfirst, evs := h.call("chat_stream", `{"prompt":"stream replay"}`, withKey("replay-key"))
 	checkStream(t, sfirst, evs, "chat_stream", "stub reply: stream replay")
-	ssecond, _ := h.call("chat_stream", `{"prompt":"stream replay"}`, withKey("replay-key"))
-	requireCompleted(t, ssecond)
+	ssecond := h.callOK("chat_stream", `{"prompt":"stream replay"}`, withKey("replay-key"))
 	if ssecond.ReplayOf == nil || *ssecond.ReplayOf != sfirst.ActionID || !sameJSON(t, sfirst.Output, ssecond.Output) {
 		t.Errorf("stream replay: replay_of %v output %s, want %q and %s", ssecond.ReplayOf, ssecond.Output, sfirst.ActionID, sfirst.Output)
 	}
@@ -56,8 +53,7 @@ func TestIdempotencyReplay(t *testing.T) {
 func TestIdempotencyConflict(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	first, _ := h.call("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
-	requireCompleted(t, first)
+	first := h.callOK("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
 	second, _ := h.call("session_create", `{"body":{"id":"conflict-2"}}`, withKey("conflict-key"))
 	e := requireFailed(t, second, "idempotency_conflict")
 	if got := detail(e, "original_action_id"); got != first.ActionID {
@@ -71,8 +67,7 @@ func TestIdempotencyConflict(t *testing.T) {
 	}
 	wantEq(t, h.fake.Calls("session_create"), 1, "session_create calls %d, want 1")
 	// The original is still what the key replays.
-	third, _ := h.call("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
-	requireCompleted(t, third)
+	third := h.callOK("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
 	if third.ReplayOf == nil || *third.ReplayOf != first.ActionID {
 		t.Errorf("third replay_of %v, want %q", third.ReplayOf, first.ActionID)
 	}
@@ -147,8 +142,7 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		a := events.Action{Input: mustJSON(t, `{"prompt":"twice"}`)}
 		id := h.publish("chat", a, client.WithActionID("dup-client-1"))
 		h.publish("chat", a, client.WithActionID("dup-client-1"))
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 		h.waitIdle(10 * time.Second)
 		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 		wantEq(t, h.results(id), 1, "%d result messages, want 1")
@@ -159,8 +153,7 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		data := []byte(`{"input":{"prompt":"raw twice"}}`)
 		// No Nats-Msg-Id: JetStream stores both copies; the bridge must dedup by action id.
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-1", events.TypeAction, ""), data)
-		res, _ := h.follow("dup-raw-1")
-		requireCompleted(t, res)
+		h.followOK("dup-raw-1")
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-1", events.TypeAction, ""), data)
 		h.until(10*time.Second, "two action log lines", func() bool { return len(h.actionLogs("dup-raw-1")) >= 2 })
 		h.waitIdle(10 * time.Second)
@@ -178,8 +171,7 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		defer cancel()
 		requireOK(t, h.fake.WaitCalls(ctx, "chat", 3), "first copy did not reach Hermes: %v")
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-2", events.TypeAction, ""), data)
-		res, _ := h.follow("dup-raw-2")
-		requireCompleted(t, res)
+		h.followOK("dup-raw-2")
 		h.until(10*time.Second, "two action log lines", func() bool { return len(h.actionLogs("dup-raw-2")) >= 2 })
 		h.waitIdle(10 * time.Second)
 		wantEq(t, h.fake.Calls("chat"), 3, "chat calls %d, want 3")
@@ -232,8 +224,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		requireOK(t, h.fake.WaitCalls(ctx, "models", 1), "models never reached Hermes: %v")
 		h.stopBridge(0)
 		h.startBridge()
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 		wantEq(t, h.fake.Calls("models"), 2, "models calls %d, want 2 (the safe read runs again after redelivery)")
 		h.requireResults(1, 10*time.Second, id)
 		deliveries := 0.0
@@ -324,8 +315,7 @@ func TestIdempotencyRetryableFailureNotStored(t *testing.T) {
 	}
 	n := len(calls)
 	h.fake.ClearFaults()
-	second, _ := h.call("chat", in, withKey("gate-key"))
-	requireCompleted(t, second)
+	second := h.callOK("chat", in, withKey("gate-key"))
 	if second.ReplayOf != nil {
 		t.Errorf("second action replays %s: a certain retryable failure was stored", *second.ReplayOf)
 	}

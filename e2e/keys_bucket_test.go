@@ -13,8 +13,7 @@ import (
 func TestKeysMovedToTheirBucket(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	res, _ := h.call("chat", `{"prompt":"before the upgrade"}`, withKey("upgrade-key"))
-	requireCompleted(t, res)
+	res := h.callOK("chat", `{"prompt":"before the upgrade"}`, withKey("upgrade-key"))
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 

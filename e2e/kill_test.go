@@ -393,13 +393,11 @@ func TestKillDuplicateKey(t *testing.T) {
 			t.Fatalf("the bridge was not killed at published")
 		}
 		h.startProc(fastRecovery())
-		ra, _ := h.follow(a)
-		requireCompleted(t, ra)
+		ra := h.followOK(a)
 		// The original's result is stored: a duplicate replays it (bounded by its own
 		// deadline so that a hang shows up as a failure, not a test timeout).
 		b := h.publish("chat", events.Action{Input: mustJSON(t, in), IdempotencyKey: "k-store", TimeoutMS: ptr(int64(10000))})
-		rb, _ := h.follow(b)
-		requireCompleted(t, rb)
+		rb := h.followOK(b)
 		if rb.ReplayOf == nil || *rb.ReplayOf != a || !sameJSON(t, ra.Output, rb.Output) {
 			t.Errorf("duplicate: replay_of %v output %s, want %s and %s", rb.ReplayOf, truncate(string(rb.Output), 200), a, truncate(string(ra.Output), 200))
 		}
@@ -544,8 +542,7 @@ func TestKillLiveOwnerKeepsClaim(t *testing.T) {
 	h.waitCalls("chat", 1)
 	// A copy JetStream does not deduplicate (no Nats-Msg-Id).
 	h.publishRaw("hermes.actions.primary.chat", binaryHeader(id, events.TypeAction, ""), []byte(`{"input":`+in+`}`))
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 	h.waitIdle(30 * time.Second)
 	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	wantEq(t, h.results(id), 1, "%d result messages, want 1")

@@ -25,8 +25,7 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 	t.Run("result", func(t *testing.T) {
 		h := h.at(t)
 		id := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"big report"}`), IdempotencyKey: "big-report"})
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		res := h.followOK(id)
 		if got := jstr(output(t, res), "choices", 0, "message", "content"); got != big {
 			t.Fatalf("resolved output has %d bytes of content, want %d", len(got), len(big))
 		}
@@ -42,8 +41,7 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 			t.Fatalf("wire output is not a reference: %.200s", wire.Output)
 		}
 		// A replay with the same key replays the reference and resolves the same output.
-		again, _ := h.call("chat", `{"prompt":"big report"}`, withKey("big-report"))
-		requireCompleted(t, again)
+		again := h.callOK("chat", `{"prompt":"big report"}`, withKey("big-report"))
 		if again.ReplayOf == nil || *again.ReplayOf != id {
 			t.Errorf("replay_of %v, want %s", again.ReplayOf, id)
 		}

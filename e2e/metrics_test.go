@@ -145,13 +145,10 @@ func TestMetrics(t *testing.T) {
 
 	const secret = "metrics-marker-prompt-7f3a"
 	for i := range 3 {
-		res, _ := h.call("chat", fmt.Sprintf(`{"prompt":"%s %d"}`, secret, i))
-		requireCompleted(t, res)
+		h.callOK("chat", fmt.Sprintf(`{"prompt":"%s %d"}`, secret, i))
 	}
-	first, _ := h.call("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
-	requireCompleted(t, first)
-	replay, _ := h.call("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
-	requireCompleted(t, replay)
+	first := h.callOK("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
+	replay := h.callOK("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
 	if replay.ReplayOf == nil {
 		t.Fatalf("second keyed chat is not a replay")
 	}
@@ -348,8 +345,7 @@ func TestReadiness(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("Run: %v", runErr)
 	}
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 	if code, _ := readyz(t, base); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after Run returned: %d", code)
 	}
@@ -399,8 +395,7 @@ func TestOpsListenerProcess(t *testing.T) {
 		t.Errorf("/healthz: %s", resp.Status)
 	}
 
-	res, _ := h.call("chat", `{"prompt":"counted"}`)
-	requireCompleted(t, res)
+	h.callOK("chat", `{"prompt":"counted"}`)
 	var s scraped
 	h.eventually(10*time.Second, func() error { // counted right after the result is stored
 		s = scrape(t, base)
@@ -431,8 +426,7 @@ func TestOpsListenerProcess(t *testing.T) {
 	if _, code := p.waitExit(30 * time.Second); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
-	done, _ := h.follow(id)
-	requireCompleted(t, done)
+	h.followOK(id)
 }
 
 // TestMetricsGovernance: approval decisions and cancel requests are counted by their

@@ -66,8 +66,7 @@ func TestContentModes(t *testing.T) {
 		hdr["ce-traceparent"] = []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 		hdr["Content-Type"] = []string{"application/json"}
 		h.publishRaw("hermes.actions.primary.chat", hdr, []byte(`{"input":{"prompt":"raw hello"},"idempotency_key":"raw%20key"}`))
-		res, _ := h.follow("raw-binary_1")
-		requireCompleted(t, res)
+		res := h.followOK("raw-binary_1")
 		if res.ActionID != "raw-binary_1" || res.CapabilityID != "cap:hermes_agent:primary:chat" {
 			t.Errorf("result action %q capability %q", res.ActionID, res.CapabilityID)
 		}
@@ -86,8 +85,7 @@ func TestContentModes(t *testing.T) {
 		h.publishRaw("hermes.actions.primary.models", hdr, []byte(`{"specversion":"1.0","id":"raw-structured-1",
 			"source":"e2e","type":"hermes.bridge.action.v1","subject":"cap:hermes_agent:primary:models",
 			"datacontenttype":"application/json","data":{"input":{}}}`))
-		res, _ := h.follow("raw-structured-1")
-		requireCompleted(t, res)
+		res := h.followOK("raw-structured-1")
 		if jstr(output(t, res), "data", 0, "id") != "hermes-agent" {
 			t.Errorf("output %s", res.Output)
 		}

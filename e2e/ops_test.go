@@ -31,8 +31,7 @@ func TestOperationsDiscovery(t *testing.T) {
 
 	t.Run("health", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("health", `{}`)
-		requireCompleted(t, res)
+		res := h.callOK("health", `{}`)
 		r := h.lastRequest("health", 1)
 		if r.Method != "GET" || r.Path != "/health" || r.Query != "" {
 			t.Errorf("request %s %s?%s, want GET /health", r.Method, r.Path, r.Query)
@@ -193,8 +192,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			t.Skip("no stored response")
 		}
 		h := h.at(t)
-		res, _ := h.call("response_get", map[string]any{"response_id": respID})
-		requireCompleted(t, res)
+		res := h.callOK("response_get", map[string]any{"response_id": respID})
 		r := h.lastRequest("response_get", 1)
 		if r.Method != "GET" || r.Path != "/v1/responses/"+respID || len(r.Body) != 0 {
 			t.Errorf("request %s %s", r.Method, r.Path)
@@ -222,8 +220,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 		}
 		h := h.at(t)
 		// Approvals are not implemented yet: the delete runs directly.
-		res, _ := h.call("response_delete", map[string]any{"response_id": respID}, withKey("del-resp-1"), preApproved)
-		requireCompleted(t, res)
+		res := h.callOK("response_delete", map[string]any{"response_id": respID}, withKey("del-resp-1"), preApproved)
 		r := h.lastRequest("response_delete", 1)
 		if r.Method != "DELETE" || r.Path != "/v1/responses/"+respID || r.IdempotencyKey != "del-resp-1" || len(r.Body) != 0 {
 			t.Errorf("request %s %s key %q body %q", r.Method, r.Path, r.IdempotencyKey, r.Body)
@@ -285,8 +282,7 @@ func TestOperationsSessions(t *testing.T) {
 
 	t.Run("session_get", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_get", map[string]any{"session_id": sidOK})
-		requireCompleted(t, res)
+		res := h.callOK("session_get", map[string]any{"session_id": sidOK})
 		r := h.lastRequest("session_get", 1)
 		if r.Method != "GET" || r.Path != "/api/sessions/"+sidOKPath {
 			t.Errorf("request %s %s", r.Method, r.Path)
@@ -354,8 +350,7 @@ func TestOperationsSessions(t *testing.T) {
 
 	t.Run("session_messages", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_messages", map[string]any{"session_id": sidOK})
-		requireCompleted(t, res)
+		res := h.callOK("session_messages", map[string]any{"session_id": sidOK})
 		r := h.lastRequest("session_messages", 1)
 		if r.Method != "GET" || r.Path != "/api/sessions/"+sidOKPath+"/messages" {
 			t.Errorf("request %s %s", r.Method, r.Path)
@@ -391,8 +386,7 @@ func TestOperationsSessions(t *testing.T) {
 	t.Run("session_delete", func(t *testing.T) {
 		h := h.at(t)
 		// Approvals are not implemented yet: the delete runs directly.
-		res, _ := h.call("session_delete", map[string]any{"session_id": "e2e-child"}, withKey("sdel-1"), preApproved)
-		requireCompleted(t, res)
+		res := h.callOK("session_delete", map[string]any{"session_id": "e2e-child"}, withKey("sdel-1"), preApproved)
 		r := h.lastRequest("session_delete", 1)
 		if r.Method != "DELETE" || r.Path != "/api/sessions/e2e-child" || r.IdempotencyKey != "sdel-1" || len(r.Body) != 0 {
 			t.Errorf("request %s %s key %q", r.Method, r.Path, r.IdempotencyKey)

@@ -396,8 +396,7 @@ func TestRedactionNATSURLToken(t *testing.T) {
 	h := newHarness(t, withoutBridge())
 	natsURL := strings.Replace(h.ns.ClientURL(), "nats://", "nats://MARKERNATSTOKEN-4d5e6f@", 1)
 	p := h.startProc(withEnv("NATS_URL", natsURL))
-	res, _ := h.call("health", `{}`)
-	requireCompleted(t, res)
+	res := h.callOK("health", `{}`)
 	p.waitLog(10*time.Second, res.ActionID)
 	for _, l := range leaks(p.log(), nil) {
 		t.Errorf("hermes-bridge run stderr leaks: %s", l)

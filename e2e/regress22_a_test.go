@@ -541,8 +541,7 @@ func r22LargeHarness(t *testing.T) *harness {
 func r22LargeAction(t *testing.T) {
 	h := r22LargeHarness(t)
 	const id, sid, key = "r22-large-action", "r22-large-session", "r22-large"
-	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
-	requireCompleted(t, res)
+	h.callOK("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
 	input := mustJSON(t, map[string]any{"session_id": sid})
 	hash, err := events.InputSHA256(input)
 	requireOK(t, err)

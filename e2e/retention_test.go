@@ -127,8 +127,7 @@ func checkRetentionLog(t *testing.T, logs map[string]logLine, resource, level, o
 func TestRetentionShrinkRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	res, _ := h.call("chat", `{"prompt":"kept for a day"}`, withKey("retention-key"))
-	requireCompleted(t, res)
+	res := h.callOK("chat", `{"prompt":"kept for a day"}`, withKey("retention-key"))
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 	before := h.retentions()
@@ -196,8 +195,7 @@ func TestRetentionGrowLogged(t *testing.T) {
 		c.IdempotencyTTL = time.Hour
 		c.OutputMaxAge = 2 * time.Hour
 	}))
-	res, _ := h.call("chat", `{"prompt":"grow"}`, withKey("grow-key"))
-	requireCompleted(t, res)
+	h.callOK("chat", `{"prompt":"grow"}`, withKey("grow-key"))
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 
@@ -252,8 +250,7 @@ func (h *harness) streamSizes() map[string]int64 {
 func TestStreamSizeLimits(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	res, _ := h.call("chat", `{"prompt":"some output to keep"}`)
-	requireCompleted(t, res)
+	h.callOK("chat", `{"prompt":"some output to keep"}`)
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 	if got := h.streamSizes(); got["stream HERMES_OUTPUT"] != 0 || got["stream HERMES_ACTIONS"] != 0 {

@@ -49,8 +49,7 @@ func TestGovernedRun(t *testing.T) {
 	requireEq(t, h.fake.RunsStartedFor("k-run-1"), 1, "runs started for the key: %d, want 1")
 
 	// The same key again (another action id): the first run's result, no second run.
-	res2, _ := h.call("run", map[string]any{"input": "list files"}, withKey("k-run-1"))
-	requireCompleted(t, res2)
+	res2 := h.callOK("run", map[string]any{"input": "list files"}, withKey("k-run-1"))
 	if res2.ReplayOf == nil || *res2.ReplayOf != res.ActionID || h.fake.RunsStarted() != 1 {
 		t.Fatalf("duplicate: replay_of %v, runs started %d", res2.ReplayOf, h.fake.RunsStarted())
 	}

@@ -120,8 +120,7 @@ func TestShutdown(t *testing.T) {
 			t.Errorf("after the shutdown the record is %+v (present %v); want an unsettled claim released for another replica", rec, ok)
 		}
 		h.startProc()
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 		h.waitIdle(30 * time.Second)
 		wantEq(t, h.fake.Calls("models"), 2, "models calls %d, want 2 (cut off once, run again once)")
 		wantEq(t, h.results(id), 1, "%d result messages, want 1")
@@ -197,8 +196,7 @@ func TestShutdown(t *testing.T) {
 		requireEq(t, settled, 1, "%d actions settled by the stopping process, want 1")
 		h.startProc()
 		for _, id := range ids {
-			res, _ := h.follow(id)
-			requireCompleted(t, res)
+			h.followOK(id)
 		}
 		h.waitIdle(30 * time.Second)
 		perKey := map[string]int{}

@@ -57,8 +57,7 @@ func TestStreamFailures(t *testing.T) {
 
 	t.Run("session_chat_stream_truncated", func(t *testing.T) {
 		h := h.at(t)
-		cr, _ := h.call("session_create", `{"body":{"id":"trunc-session"}}`, withKey("trunc-create"))
-		requireCompleted(t, cr)
+		h.callOK("session_create", `{"body":{"id":"trunc-session"}}`, withKey("trunc-create"))
 		res, evs := h.call("session_chat_stream", `{"session_id":"trunc-session","message":"a b c d e","max_events":2}`)
 		requireFailed(t, res, "stream_truncated")
 		checkPartialStream(t, res, evs, 2, true)
