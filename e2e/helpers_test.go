@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -369,6 +371,17 @@ func detail(e *events.ErrorInfo, k string) string {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	default:
 		return fmt.Sprint(v)
+	}
+}
+
+// runParallel runs each function as a parallel subtest under its name, in name order.
+func runParallel(t *testing.T, subtests map[string]func(*testing.T)) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(subtests)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			subtests[name](t)
+		})
 	}
 }
 

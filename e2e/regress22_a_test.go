@@ -196,21 +196,8 @@ func r22KeyCalls(h *harness, key string) int {
 // result; a duplicate with the same key waits for the run's terminal result and replays
 // it; a cancel request finds the action running and cancels it.
 func TestRegress22_PendingRunNotTerminal(t *testing.T) {
-	t.Run("HandBack", func(t *testing.T) {
-		t.Parallel()
-		r22HandBack(t)
-	})
-	t.Run("Killed", func(t *testing.T) {
-		t.Parallel()
-		r22Killed(t)
-	})
-	t.Run("DuplicateKey", func(t *testing.T) {
-		t.Parallel()
-		r22DuplicateKey(t)
-	})
-	t.Run("Cancel", func(t *testing.T) {
-		t.Parallel()
-		r22Cancel(t)
+	runParallel(t, map[string]func(*testing.T){
+		"HandBack": r22HandBack, "Killed": r22Killed, "DuplicateKey": r22DuplicateKey, "Cancel": r22Cancel,
 	})
 }
 
@@ -514,17 +501,10 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 // approval_denied, or completed) or dead-lettered with a Hermes-Dlq-Reason, and then a
 // later valid decision still ends the action.
 func TestRegress22_LargeApprovalNeverStuck(t *testing.T) {
-	t.Run("StalePreApprovalReason", func(t *testing.T) {
-		t.Parallel()
-		r22LargeAction(t)
-	})
-	t.Run("DecisionDenyReason", func(t *testing.T) {
-		t.Parallel()
-		r22LargeDecision(t, events.DecisionDeny)
-	})
-	t.Run("DecisionApproveApprover", func(t *testing.T) {
-		t.Parallel()
-		r22LargeDecision(t, events.DecisionApprove)
+	runParallel(t, map[string]func(*testing.T){
+		"StalePreApprovalReason":  r22LargeAction,
+		"DecisionDenyReason":      func(t *testing.T) { r22LargeDecision(t, events.DecisionDeny) },
+		"DecisionApproveApprover": func(t *testing.T) { r22LargeDecision(t, events.DecisionApprove) },
 	})
 }
 
