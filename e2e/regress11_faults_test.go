@@ -26,11 +26,9 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
-// followBy follows an action until its terminal result or the deadline.
+// followBy follows an action until its terminal result or the deadline (see terminalWithin).
 func (h *harness) followBy(id string, deadline time.Time) (*events.Result, error) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	return h.client.Follow(ctx, id, nil, nil)
+	return h.terminalWithin(id, time.Until(deadline))
 }
 
 // requireReplaysOf fails unless every action of dups completes, by deadline, as a
