@@ -33,9 +33,19 @@ type role struct {
 // its inbox prefix ("" keeps _INBOX).
 func connectAs(t *testing.T, ns *natsembed.Server, user, pwVar, inbox string) *role {
 	t.Helper()
+	r, opts := newRole(t, user, pwVar, inbox)
+	r.nc, r.js = natsembed.Connect(t, ns, append(opts, nats.Name(user))...)
+	r.client = client.New(r.js, client.WithSource("urn:test:"+user))
+	return r
+}
+
+// newRole returns a role not yet connected and the options that authenticate it as
+// user (password in env var pwVar) with inbox prefix inbox ("" keeps _INBOX) and
+// collect the server's asynchronous errors in r.errs.
+func newRole(t *testing.T, user, pwVar, inbox string) (*role, []nats.Option) {
+	t.Helper()
 	r := &role{name: user, errs: make(chan error, 64)}
 	opts := []nats.Option{
-		nats.Name(user),
 		nats.UserInfo(user, envPassword(t, pwVar)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
@@ -47,9 +57,46 @@ func connectAs(t *testing.T, ns *natsembed.Server, user, pwVar, inbox string) *r
 	if inbox != "" {
 		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
-	r.nc, r.js = natsembed.Connect(t, ns, opts...)
-	r.client = client.New(r.js, client.WithSource("urn:test:"+user))
-	return r
+	return r, opts
+}
+
+// deployHarness runs the bridge against deploy/nats-server.conf (or, with teams,
+// deploy/nats-server-teams.conf) with fresh passwords: the test's own connection is the
+// ops user (team A's with teams), every bridge replica the bridge user (team A's). It
+// returns the server's log; when the test fails, the log's permission violations are
+// logged, and any of users is an error of the test.
+func deployHarness(t *testing.T, teams bool, users []string, opts ...harnessOption) (*harness, *syncBuffer) {
+	t.Helper()
+	srvLog := &syncBuffer{}
+	conf, ops, opsPw, bridgeUser, bridgePw := "../deploy/nats-server.conf", "ops", "OPS_PASSWORD", "bridge", "BRIDGE_PASSWORD"
+	if teams {
+		setPasswords(t, "TEAM_A_BRIDGE_PASSWORD", "TEAM_A_AGENT_PASSWORD", "TEAM_A_OPS_PASSWORD",
+			"TEAM_B_BRIDGE_PASSWORD", "TEAM_B_AGENT_PASSWORD", "TEAM_B_OPS_PASSWORD",
+			"OBSERVER_PASSWORD", "SYS_PASSWORD")
+		conf, ops, opsPw, bridgeUser, bridgePw = "../deploy/nats-server-teams.conf", "ops-a", "TEAM_A_OPS_PASSWORD", "bridge-a", "TEAM_A_BRIDGE_PASSWORD"
+	} else {
+		setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
+			"OPS_PASSWORD", "SYS_PASSWORD")
+	}
+	h := newHarness(t, append([]harnessOption{
+		withNATS(func(o *natsembed.Options) {
+			o.ConfigFile = conf
+			o.Logger = zerolog.New(srvLog)
+		}),
+		withClientNATS(nats.UserInfo(ops, envPassword(t, opsPw))),
+		withBridgeNATS(nats.Name(bridgeUser), nats.UserInfo(bridgeUser, envPassword(t, bridgePw))),
+	}, opts...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
+		}
+		for _, u := range users {
+			if v := serverViolations(srvLog, u); len(v) > 0 {
+				t.Errorf("%s hit %d permission violations:\n%s", u, len(v), strings.Join(v, "\n"))
+			}
+		}
+	})
+	return h, srvLog
 }
 
 var testPasswords = map[string]string{}
@@ -140,9 +187,7 @@ func storedOn(t *testing.T, js jetstream.JetStream, stream, subject string) uint
 		t.Fatalf("stream %s: %v", stream, err)
 	}
 	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatalf("stream info: %v", err)
-	}
+	requireOK(t, err, "stream info: %v")
 	return info.State.Subjects[subject]
 }
 
@@ -203,16 +248,7 @@ func accessAgent(ctx context.Context, turn hermestest.Turn) hermestest.Reply {
 // TestAccessControl runs the bridge against deploy/nats-server.conf, connected as the
 // least-privilege bridge user, and shows each role can do what it should and nothing else.
 func TestAccessControl(t *testing.T) {
-	setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
-		"OPS_PASSWORD", "SYS_PASSWORD")
-	srvLog := &syncBuffer{}
-	h := newHarness(t,
-		withNATS(func(o *natsembed.Options) {
-			o.ConfigFile = "../deploy/nats-server.conf"
-			o.Logger = zerolog.New(srvLog)
-		}),
-		withClientNATS(nats.UserInfo("ops", envPassword(t, "OPS_PASSWORD"))),
-		withBridgeNATS(nats.Name("bridge"), nats.UserInfo("bridge", envPassword(t, "BRIDGE_PASSWORD"))),
+	h, srvLog := deployHarness(t, false, []string{"bridge"},
 		withFake(hermestest.WithAgent(accessAgent)),
 		// A short ack wait: the action cancelled below sends in-progress heartbeats.
 		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }),
@@ -220,14 +256,6 @@ func TestAccessControl(t *testing.T) {
 	agent := connectAs(t, h.ns, "agent-chat", "AGENT_CHAT_PASSWORD", "_INBOX_agent_chat")
 	dash := connectAs(t, h.ns, "dashboard", "DASHBOARD_PASSWORD", "_INBOX_dashboard")
 	appr := connectAs(t, h.ns, "approver", "APPROVER_PASSWORD", "_INBOX_approver")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
-		}
-		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
-			t.Errorf("the bridge hit %d permission violations:\n%s", len(v), strings.Join(v, "\n"))
-		}
-	})
 
 	var streamID string
 	t.Run("agent invokes chat and chat_stream", func(t *testing.T) {
@@ -260,9 +288,7 @@ func TestAccessControl(t *testing.T) {
 			_, err := agent.client.Cancel(ctx, "x1")
 			return err
 		})
-		if err := agent.nc.Publish("hermes.results.x1", []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, agent.nc.Publish("hermes.results.x1", []byte(`{}`)))
 		agent.violation(t, "hermes.results.x1")
 		refusedSubscribe(t, agent, "hermes.actions.>")
 		refusedSubscribe(t, agent, "_INBOX.>")
@@ -271,9 +297,7 @@ func TestAccessControl(t *testing.T) {
 			_, err := agent.js.Stream(ctx, "HERMES_ACTIONS")
 			return err
 		})
-		if c := h.fake.Calls("session_delete") + h.fake.Calls("session_create") + h.fake.Calls("models"); c != 0 {
-			t.Errorf("Hermes was called %d times for capabilities the agent may not invoke", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete")+h.fake.Calls("session_create")+h.fake.Calls("models"), 0, "Hermes was called %d times for capabilities the agent may not invoke")
 	})
 
 	t.Run("dashboard replays and follows", func(t *testing.T) {
@@ -282,18 +306,12 @@ func TestAccessControl(t *testing.T) {
 		checkStream(t, res, evs, "chat_stream", "stub reply: stream please")
 		// Live: every result as it is published.
 		sub, err := dash.nc.SubscribeSync("hermes.results.>")
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		defer sub.Unsubscribe()
-		if err := dash.nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, dash.nc.Flush())
 		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"live"}`)})
 		m, err := sub.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("live result: %v", err)
-		}
+		requireOK(t, err, "live result: %v")
 		if m.Subject != "hermes.results."+id {
 			t.Errorf("live result on %s, want hermes.results.%s", m.Subject, id)
 		}
@@ -317,14 +335,10 @@ func TestAccessControl(t *testing.T) {
 			t.Fatalf("agent publish: %v", err)
 		}
 		cons, err := dash.js.OrderedConsumer(ctx, "HERMES_DLQ", jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			t.Fatalf("dashboard: DLQ consumer: %v", err)
-		}
+		requireOK(t, err, "dashboard: DLQ consumer: %v")
 		for {
 			m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-			if err != nil {
-				t.Fatalf("dashboard: no dead letter: %v", err)
-			}
+			requireOK(t, err, "dashboard: no dead letter: %v")
 			if strings.Contains(string(m.Data()), junkID) {
 				break
 			}
@@ -351,9 +365,7 @@ func TestAccessControl(t *testing.T) {
 			_, err := dash.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE.HERMES_OUTPUT", nil)
 			return err
 		})
-		if err := dash.nc.Publish("hermes.results."+streamID, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, dash.nc.Publish("hermes.results."+streamID, []byte(`{}`)))
 		dash.violation(t, "hermes.results."+streamID)
 		if n := storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+streamID); n != 1 {
 			t.Errorf("%d results stored for %s, want 1", n, streamID)
@@ -386,19 +398,12 @@ func TestAccessControl(t *testing.T) {
 			t.Fatalf("the approver saw no pending_approval result")
 		}
 		requireCompleted(t, res)
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1 (the approved one)", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (the approved one)")
 		// A running action: the approver cancels it.
 		before := h.fake.Calls("chat")
 		started := time.Now()
 		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"hang until cancelled"}`)})
-		h.eventually(5*time.Second, func() error {
-			if h.fake.Calls("chat") == before {
-				return errNotYet
-			}
-			return nil
-		})
+		h.until(5*time.Second, "the chat reached Hermes", func() bool { return h.fake.Calls("chat") != before })
 		// A reader may create consumers on the output stream, and JetStream does not check
 		// a push consumer's deliver subject against its creator's publish permissions. The
 		// server delivers only where a subscription names the subject literally, and the
@@ -412,22 +417,16 @@ func TestAccessControl(t *testing.T) {
 			}
 		}
 		time.Sleep(300 * time.Millisecond)
-		if n := storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"); n != 1 {
-			t.Errorf("%d session_delete actions stored, want 1 (the approved one)", n)
-		}
+		wantEq(t, storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"), 1, "%d session_delete actions stored, want 1 (the approved one)")
 		dash.noViolation(t)
 		time.Sleep(time.Until(started.Add(1500 * time.Millisecond))) // two heartbeats at least
 		reply, err := appr.client.Cancel(ctx, id)                    // still running: the push did not cancel it
-		if err != nil {
-			t.Fatalf("approver: cancel: %v", err)
-		}
+		requireOK(t, err, "approver: cancel: %v")
 		if reply.State != events.CancelCancelled {
 			t.Errorf("cancel reply %+v, want cancelled", reply)
 		}
 		res, _ = followAs(t, appr, id)
-		if res.Status != "cancelled" {
-			t.Errorf("cancelled action ended %s", res.Status)
-		}
+		wantEq(t, res.Status, "cancelled", "cancelled action ended %s")
 		appr.noViolation(t)
 		// ... and invokes nothing.
 		refusedPublish(t, appr, "hermes.actions.primary.session_delete", func(ctx context.Context) error {
@@ -453,9 +452,7 @@ func TestAccessControl(t *testing.T) {
 			!(r1.ReplayOf != nil && *r1.ReplayOf == second && r2.ReplayOf == nil) {
 			t.Errorf("duplicates: replay_of %v and %v, want one to replay the other", r1.ReplayOf, r2.ReplayOf)
 		}
-		if c := h.fake.Calls("chat") - calls; c != 1 {
-			t.Errorf("chat calls for two copies of one key: %d, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-calls, 1, "chat calls for two copies of one key: %d, want 1")
 		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
 			t.Fatalf("the bridge hit permission violations:\n%s", strings.Join(v, "\n"))
 		}
@@ -466,25 +463,17 @@ func TestAccessControl(t *testing.T) {
 
 	t.Run("ops discovers the bridge and asks its status", func(t *testing.T) {
 		// The bridge user may register the micro service and answer on hermes.status.
-		if n := len(collect(t, h.nc, "$SRV.PING.hermes-bridge", time.Second)); n != 1 {
-			t.Errorf("%d PING replies, want 1", n)
-		}
-		if n := len(collect(t, h.nc, "$SRV.INFO", time.Second)); n != 1 {
-			t.Errorf("%d INFO replies, want 1", n)
-		}
+		wantEq(t, len(collect(t, h.nc, "$SRV.PING.hermes-bridge", time.Second)), 1, "%d PING replies, want 1")
+		wantEq(t, len(collect(t, h.nc, "$SRV.INFO", time.Second)), 1, "%d INFO replies, want 1")
 		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"status please"}`)})
 		requireCompleted(t, func() *events.Result { r, _ := followAs(t, agent, id); return r }())
 		if r := statusOf(t, h.nc, id); r.State != "settled" || r.Result == nil || r.Result.Status != events.StatusCompleted {
 			t.Errorf("status: %+v", r)
 		}
 		// Other roles may not (the agent only invokes its two capabilities).
-		if err := agent.nc.PublishRequest("hermes.status", agent.nc.NewRespInbox(), []byte(`{"action_id":"`+id+`"}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, agent.nc.PublishRequest("hermes.status", agent.nc.NewRespInbox(), []byte(`{"action_id":"`+id+`"}`)))
 		agent.violation(t, "hermes.status")
-		if err := agent.nc.PublishRequest("$SRV.PING", agent.nc.NewRespInbox(), nil); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, agent.nc.PublishRequest("$SRV.PING", agent.nc.NewRespInbox(), nil))
 		agent.violation(t, "$SRV.PING")
 		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
 			t.Fatalf("the bridge hit permission violations:\n%s", strings.Join(v, "\n"))
@@ -496,29 +485,11 @@ func TestAccessControl(t *testing.T) {
 // with its own bridge. Team A's agent reads its own results and cannot see team B's;
 // the observer account sees both, read-only, through its imports.
 func TestAccessControlTeams(t *testing.T) {
-	setPasswords(t, "TEAM_A_BRIDGE_PASSWORD", "TEAM_A_AGENT_PASSWORD", "TEAM_A_OPS_PASSWORD",
-		"TEAM_B_BRIDGE_PASSWORD", "TEAM_B_AGENT_PASSWORD", "TEAM_B_OPS_PASSWORD",
-		"OBSERVER_PASSWORD", "SYS_PASSWORD")
-	srvLog := &syncBuffer{}
-	h := newHarness(t,
-		withNATS(func(o *natsembed.Options) {
-			o.ConfigFile = "../deploy/nats-server-teams.conf"
-			o.Logger = zerolog.New(srvLog)
-		}),
-		withClientNATS(nats.UserInfo("ops-a", envPassword(t, "TEAM_A_OPS_PASSWORD"))),
-		withBridgeNATS(nats.UserInfo("bridge-a", envPassword(t, "TEAM_A_BRIDGE_PASSWORD"))),
-	)
+	h, _ := deployHarness(t, true, []string{"bridge-a", "bridge-b"})
 	// Team B's bridge: same configuration, same Hermes, its own account and credentials.
 	hb := h.at(t)
 	hb.bridgeNATS = []nats.Option{nats.UserInfo("bridge-b", envPassword(t, "TEAM_B_BRIDGE_PASSWORD"))}
 	hb.startBridge()
-	t.Cleanup(func() {
-		for _, u := range []string{"bridge-a", "bridge-b"} {
-			if v := serverViolations(srvLog, u); len(v) > 0 {
-				t.Errorf("%s hit permission violations:\n%s", u, strings.Join(v, "\n"))
-			}
-		}
-	})
 
 	agentA := connectAs(t, h.ns, "agent-a", "TEAM_A_AGENT_PASSWORD", "_INBOX_agent_chat")
 	agentB := connectAs(t, h.ns, "agent-b", "TEAM_B_AGENT_PASSWORD", "_INBOX_agent_chat")
@@ -527,9 +498,7 @@ func TestAccessControlTeams(t *testing.T) {
 	// Live subscriptions opened before anything runs: team A's agent on every result
 	// its account can see, the observer on both teams'.
 	liveA, err := agentA.nc.SubscribeSync("hermes.results.>")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	liveObs := make(chan *nats.Msg, 16)
 	for _, subj := range []string{"team_a.hermes.results.>", "team_b.hermes.results.>"} {
 		if _, err := observer.nc.ChanSubscribe(subj, liveObs); err != nil {
@@ -537,9 +506,7 @@ func TestAccessControlTeams(t *testing.T) {
 		}
 	}
 	for _, r := range []*role{agentA, observer} {
-		if err := r.nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, r.nc.Flush())
 	}
 
 	idB := publishAs(t, agentB, "chat", events.Action{Input: mustJSON(t, `{"prompt":"team b secret"}`)})
@@ -548,16 +515,12 @@ func TestAccessControlTeams(t *testing.T) {
 	idA := publishAs(t, agentA, "chat", events.Action{Input: mustJSON(t, `{"prompt":"team a question"}`)})
 	resA, _ := followAs(t, agentA, idA)
 	requireCompleted(t, resA)
-	if c := h.fake.Calls("chat"); c != 2 {
-		t.Errorf("chat calls %d, want 2 (one per team)", c)
-	}
+	wantEq(t, h.fake.Calls("chat"), 2, "chat calls %d, want 2 (one per team)")
 
 	t.Run("team A sees only its own results", func(t *testing.T) {
 		// Live: the only result team A's subscription ever sees is its own.
 		m, err := liveA.NextMsg(5 * time.Second)
-		if err != nil {
-			t.Fatalf("team A's own live result: %v", err)
-		}
+		requireOK(t, err, "team A's own live result: %v")
 		if m.Subject != "hermes.results."+idA {
 			t.Fatalf("team A received %s, want only hermes.results.%s", m.Subject, idA)
 		}
@@ -570,9 +533,7 @@ func TestAccessControlTeams(t *testing.T) {
 		if _, err := agentA.client.Follow(ctx, idB, nil, nil); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("team A following team B's action: %v, want nothing until the deadline", err)
 		}
-		if n := storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+idB); n != 0 {
-			t.Errorf("team A's output stream holds %d results of team B's action", n)
-		}
+		wantEq(t, storedOn(t, h.js, "HERMES_OUTPUT", "hermes.results."+idB), 0, "team A's output stream holds %d results of team B's action")
 		// Team A's own action replays.
 		res, _ := followAs(t, agentA, idA)
 		requireCompleted(t, res)
@@ -595,9 +556,7 @@ func TestAccessControlTeams(t *testing.T) {
 				t.Errorf("observer did not see %s (got %v)", s, got)
 			}
 		}
-		if err := observer.nc.Publish("hermes.actions.primary.chat", []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, observer.nc.Publish("hermes.actions.primary.chat", []byte(`{}`)))
 		observer.violation(t, "hermes.actions.primary.chat")
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
@@ -51,30 +52,27 @@ func (h *harness) decide(id, decision, hash string) {
 	}
 }
 
-// parkedSession creates a session through the bridge and publishes its deletion
-// without an approval; it returns the action id and the pending output.
-func parkedDelete(t *testing.T, h *harness, sid, key string) (string, pendingOutput) {
+// parkedDelete creates a session through the bridge and publishes its deletion
+// without an approval (opts may choose its action id); it returns the action id and the
+// pending output.
+func parkedDelete(t *testing.T, h *harness, sid, key string, opts ...client.PublishOption) (string, pendingOutput) {
 	t.Helper()
 	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
 	requireCompleted(t, res)
 	input := mustJSON(t, map[string]any{"session_id": sid})
 	before := h.fake.Calls("session_delete")
-	id := h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key})
+	id := h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key}, opts...)
 	p := h.pendingOf(id)
 	if p.Status != events.StatusPendingApproval || p.Error != nil {
 		t.Fatalf("pending result %+v", p)
 	}
 	var out pendingOutput
-	if err := json.Unmarshal(p.Output, &out); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, json.Unmarshal(p.Output, &out))
 	want, _ := events.InputSHA256(input)
 	if out.InputSHA256 != want || out.CapabilityID != "cap:hermes_agent:primary:session_delete" || !sameJSON(t, out.Input, input) {
 		t.Fatalf("pending output %+v, want hash %s", out, want)
 	}
-	if c := h.fake.Calls("session_delete") - before; c != 0 {
-		t.Fatalf("a parked action reached Hermes (%d calls)", c)
-	}
+	requireEq(t, h.fake.Calls("session_delete")-before, 0, "a parked action reached Hermes (%d calls)")
 	return id, out
 }
 
@@ -89,17 +87,11 @@ func TestApprovals(t *testing.T) {
 			t.Errorf("expires_at %s is not about a minute away", out.ExpiresAt)
 		}
 		h.decide(id, events.DecisionApprove, out.InputSHA256)
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1", c)
-		}
+		h.followOK(id)
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 		// A second decision after the action ran changes nothing.
 		h.decide(id, events.DecisionDeny, out.InputSHA256)
-		h.waitIdle(10 * time.Second)
-		if n := h.results(id); n != 2 { // pending + terminal
-			t.Errorf("%d result messages, want the pending one and one terminal", n)
-		}
+		h.requireResults(2, 10*time.Second, id) // pending + terminal
 	})
 
 	t.Run("deny", func(t *testing.T) {
@@ -132,12 +124,10 @@ func TestApprovals(t *testing.T) {
 
 	t.Run("pre-approval", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "appr-4"}}, withKey("create-appr-4"))
-		requireCompleted(t, res)
-		res, _ = h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4"), preApproved)
-		requireCompleted(t, res)
+		h.callOK("session_create", map[string]any{"body": map[string]any{"id": "appr-4"}}, withKey("create-appr-4"))
+		h.callOK("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4"), preApproved)
 
-		res, _ = h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4b"), func(a *events.Action) {
+		res, _ := h.call("session_delete", map[string]any{"session_id": "appr-4"}, withKey("appr-4b"), func(a *events.Action) {
 			preApproved(a)
 			a.Approval.Decision = events.DecisionDeny
 		})
@@ -153,9 +143,7 @@ func TestApprovals(t *testing.T) {
 		old := time.Now().Add(-2 * time.Minute)
 		a.Approval.DecidedAt = &old
 		p := h.pendingOf(h.publish("session_delete", a))
-		if p.Status != events.StatusPendingApproval {
-			t.Errorf("stale pre-approval: status %s, want pending_approval", p.Status)
-		}
+		wantEq(t, p.Status, events.StatusPendingApproval, "stale pre-approval: status %s, want pending_approval")
 	})
 }
 
@@ -169,9 +157,7 @@ func TestApprovalExpiresWhileNoBridgeRuns(t *testing.T) {
 	// Past expiry with no bridge running, the record is still parked.
 	time.Sleep(1500 * time.Millisecond) // the approval window itself is what is tested
 	store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	if e, err := store.Get(context.Background(), kvstore.ActionKey(id)); err != nil || e.Record.State != kvstore.StateParked {
 		t.Fatalf("record before restart: %+v %v", e.Record, err)
 	}
@@ -181,11 +167,9 @@ func TestApprovalExpiresWhileNoBridgeRuns(t *testing.T) {
 	if c := h.fake.Calls("session_delete"); c != 0 {
 		t.Errorf("an expired action reached Hermes")
 	}
-	h.eventually(10*time.Second, func() error {
-		if _, err := store.Get(context.Background(), kvstore.ParkKey(id)); err == nil {
-			return errNotYet
-		}
-		return nil
+	h.until(10*time.Second, "the park entry is gone", func() bool {
+		_, err := store.Get(context.Background(), kvstore.ParkKey(id))
+		return err != nil
 	})
 }
 
@@ -198,11 +182,8 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	h.stopBridge(0)
 	h.startBridge()
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	h.followOK(id)
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }
 
 // TestPreApprovalsRefused: with NoPreApprovals a publisher cannot approve its own
@@ -210,14 +191,11 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 func TestPreApprovalsRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withConfig(func(c *bridge.Config) { c.NoPreApprovals = true }))
-	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "self-1"}}, withKey("create-self-1"))
-	requireCompleted(t, res)
+	h.callOK("session_create", map[string]any{"body": map[string]any{"id": "self-1"}}, withKey("create-self-1"))
 	a := events.Action{Input: mustJSON(t, `{"session_id":"self-1"}`), IdempotencyKey: "self-1"}
 	preApproved(&a)
 	p := h.pendingOf(h.publish("session_delete", a))
-	if p.Status != events.StatusPendingApproval {
-		t.Fatalf("status %s, want pending_approval", p.Status)
-	}
+	requireEq(t, p.Status, events.StatusPendingApproval, "status %s, want pending_approval")
 	if c := h.fake.Calls("session_delete"); c != 0 {
 		t.Errorf("a self-approved deletion reached Hermes")
 	}
@@ -235,9 +213,7 @@ func TestParkedActionRedelivered(t *testing.T) {
 	h.publishRaw("hermes.actions.primary.session_delete", binaryHeader(id, events.TypeAction, ""), data)
 	h.waitIdle(10 * time.Second)
 	store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	e, err := store.Get(context.Background(), kvstore.ActionKey(id))
 	if err != nil || e.Record.State != kvstore.StateParked || !e.Record.ExpiresAt.Equal(out.ExpiresAt) {
 		t.Fatalf("record after the copy: state %s expires %s (want parked, %s), err %v", e.Record.State, e.Record.ExpiresAt, out.ExpiresAt, err)
@@ -246,6 +222,5 @@ func TestParkedActionRedelivered(t *testing.T) {
 		t.Errorf("the copy ran the parked action")
 	}
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 }

@@ -45,8 +45,7 @@ func TestEndpointConcurrencyUnderGate(t *testing.T) {
 		ids[i] = h.publish("chat", events.Action{Input: mustJSON(t, fmt.Sprintf(`{"prompt":"slow: gated %d"}`, i))})
 	}
 	for i, id := range ids {
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		res := h.followOK(id)
 		if got, want := jstr(output(t, res), "choices", 0, "message", "content"), fmt.Sprintf("stub reply: slow: gated %d", i); got != want {
 			t.Errorf("%s: content %q, want %q", id, got, want)
 		}
@@ -55,9 +54,7 @@ func TestEndpointConcurrencyUnderGate(t *testing.T) {
 	wg.Wait()
 	h.waitIdle(10 * time.Second)
 
-	if p := peak.Load(); p != 3 {
-		t.Errorf("peak runs in flight at Hermes %d, want 3 (the endpoint's limit, fully used)", p)
-	}
+	wantEq(t, peak.Load(), 3, "peak runs in flight at Hermes %d, want 3 (the endpoint's limit, fully used)")
 	if c := h.fake.Calls("chat"); c != n {
 		t.Errorf("%d chat requests for %d actions: Hermes's gate answered %d times with 429", c, n, c-n)
 	}
@@ -114,8 +111,7 @@ func TestCircuitBreakerIsolatesEndpoint(t *testing.T) {
 	callsA := fakeA.Calls("models")
 	for i := 0; i < 10; i++ {
 		start := time.Now()
-		res, _ := h.call("chat", fmt.Sprintf(`{"prompt":"while a is paused %d"}`, i))
-		requireCompleted(t, res)
+		h.callOK("chat", fmt.Sprintf(`{"prompt":"while a is paused %d"}`, i))
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("a chat on the healthy endpoint took %s while the other endpoint is paused", d)
 		}
@@ -141,18 +137,12 @@ func TestCircuitBreakerIsolatesEndpoint(t *testing.T) {
 	fakeA.ClearFaults()
 	recovered := time.Now()
 	for _, id := range idsA {
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 	}
 	if d := time.Since(recovered); d > 5*time.Second {
 		t.Errorf("the waiting actions completed %s after the endpoint recovered", d)
 	}
-	h.waitIdle(10 * time.Second)
-	for _, id := range idsA {
-		if n := h.results(id); n != 1 {
-			t.Errorf("%s: %d result messages, want 1", id, n)
-		}
-	}
+	h.requireResults(1, 10*time.Second, idsA...)
 }
 
 // TestMaxAttemptsExhausted: a safe read that keeps failing with 500 is called exactly
@@ -174,9 +164,7 @@ func TestMaxAttemptsExhausted(t *testing.T) {
 	}
 	h.waitIdle(10 * time.Second)
 	rs := h.requests("models")
-	if len(rs) != 3 {
-		t.Fatalf("%d calls, want MaxAttempts = 3", len(rs))
-	}
+	requireEq(t, len(rs), 3, "%d calls, want MaxAttempts = 3")
 	// Full jitter over base<<(attempt-1): the first wait is in [base/2, base], the second
 	// in [base, 2*base].
 	if g := rs[1].Time.Sub(rs[0].Time); g < base/2 {
@@ -185,9 +173,7 @@ func TestMaxAttemptsExhausted(t *testing.T) {
 	if g := rs[2].Time.Sub(rs[1].Time); g < base {
 		t.Errorf("second retry after %s, want at least %s (exponential)", g, base)
 	}
-	if n := h.results(res.ActionID); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	wantEq(t, h.results(res.ActionID), 1, "%d result messages, want 1")
 	lines := h.actionLogs(res.ActionID)
 	if len(lines) != 3 || lines[2]["attempt"] != 3.0 || lines[2].str("decision") != "ack" {
 		t.Errorf("action log lines %v, want 2 retries then attempt 3 acknowledged", lines)
@@ -215,12 +201,8 @@ func TestMaxDeliverExhausted(t *testing.T) {
 	if e.UncertainOutcome {
 		t.Errorf("error %s: a safe read is certain", errString(e))
 	}
-	if c := h.fake.Calls("models"); c != 2 {
-		t.Errorf("%d calls, want 2 (one per delivery)", c)
-	}
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("models"), 2, "%d calls, want 2 (one per delivery)")
+	wantEq(t, h.results(id), 1, "%d result messages, want 1")
 }
 
 func bpInt64(v int64) *int64 { return &v }

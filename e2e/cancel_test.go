@@ -47,15 +47,11 @@ func TestCancel(t *testing.T) {
 		running := h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"slow story"}`)})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat_stream", 1); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat_stream", 1))
 		queued := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"waits for the endpoint"}`)})
 		// The queued one is claimed, then held by the endpoint's limit: cancel it first.
 		store, err := kvstore.Open(context.Background(), h.js, kvstore.Config{Bucket: "HERMES_IDEMPOTENCY"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		h.eventually(10*time.Second, func() error {
 			_, err := store.Get(context.Background(), kvstore.ActionKey(queued))
 			return err
@@ -80,23 +76,13 @@ func TestCancel(t *testing.T) {
 			}
 		}
 		// The HTTP stream was closed: Hermes has nothing in flight.
-		h.eventually(10*time.Second, func() error {
-			if h.fake.InFlight() != 0 {
-				return errNotYet
-			}
-			return nil
-		})
-		if c := h.fake.Calls("chat"); c != 0 {
-			t.Errorf("cancelled queued chat reached Hermes %d times", c)
-		}
+		h.until(10*time.Second, "nothing in flight at Hermes", func() bool { return h.fake.InFlight() == 0 })
+		wantEq(t, h.fake.Calls("chat"), 0, "cancelled queued chat reached Hermes %d times")
 		// A late cancel changes nothing.
 		if s := h.cancel(running); s != events.CancelAlreadySettled {
 			t.Errorf("late cancel: %s", s)
 		}
-		h.waitIdle(10 * time.Second)
-		if n := h.results(running); n != 1 {
-			t.Errorf("%d results after a late cancel", n)
-		}
+		h.requireResults(1, 10*time.Second, running)
 	})
 
 	t.Run("unknown then published", func(t *testing.T) {
@@ -107,9 +93,7 @@ func TestCancel(t *testing.T) {
 		before := h.fake.Calls("chat")
 		h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"too late"}`)}, client.WithActionID("never-seen-1"))
 		res, _ := h.follow("never-seen-1")
-		if res.Status != events.StatusCancelled {
-			t.Fatalf("status %s", res.Status)
-		}
+		requireEq(t, res.Status, events.StatusCancelled, "status %s")
 		if c := h.fake.Calls("chat") - before; c != 0 {
 			t.Errorf("an action cancelled before it arrived reached Hermes")
 		}
@@ -117,17 +101,14 @@ func TestCancel(t *testing.T) {
 
 	t.Run("parked", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": "cancel-parked"}}, withKey("cp-create"))
-		requireCompleted(t, res)
+		h.callOK("session_create", map[string]any{"body": map[string]any{"id": "cancel-parked"}}, withKey("cp-create"))
 		id := h.publish("session_delete", events.Action{Input: mustJSON(t, `{"session_id":"cancel-parked"}`), IdempotencyKey: "cp"})
 		p := h.pendingOf(id)
 		if s := h.cancel(id); s != events.CancelCancelled {
 			t.Fatalf("cancel parked: %s", s)
 		}
 		final, _ := h.follow(id)
-		if final.Status != events.StatusCancelled {
-			t.Fatalf("status %s", final.Status)
-		}
+		requireEq(t, final.Status, events.StatusCancelled, "status %s")
 		var out pendingOutput
 		_ = jsonUnmarshal(p.Output, &out)
 		h.decide(id, events.DecisionApprove, out.InputSHA256) // too late: ignored

@@ -49,8 +49,7 @@ func TestCLIGovernance(t *testing.T) {
 	h := newHarness(t, withoutBridge())
 	h.startProc()
 	for _, sid := range []string{"cli-1", "cli-2", "cli-3"} {
-		res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+sid))
-		requireCompleted(t, res)
+		h.callOK("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+sid))
 	}
 	park := func(sid string) string {
 		id := h.publish("session_delete", events.Action{Input: mustJSON(t, map[string]any{"session_id": sid}), IdempotencyKey: "del-" + sid})
@@ -94,12 +93,8 @@ func TestCLIGovernance(t *testing.T) {
 		t.Fatalf("cancel: exit %d: %s %s", code, out, errOut)
 	}
 	res, _ = h.follow(cancelled)
-	if res.Status != events.StatusCancelled {
-		t.Errorf("cancelled parked action: %s", res.Status)
-	}
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1 (only the approved one)", c)
-	}
+	wantEq(t, res.Status, events.StatusCancelled, "cancelled parked action: %s")
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (only the approved one)")
 	out, _, code = h.cli("pending")
 	if code != 0 || strings.Contains(out, approved) || strings.Contains(out, denied) || strings.Contains(out, cancelled) {
 		t.Errorf("pending after the decisions (exit %d):\n%s", code, out)

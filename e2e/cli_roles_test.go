@@ -5,11 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
-
 	"github.com/hermes-bridge/hermes-bridge/bridge"
-	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -69,30 +65,12 @@ func (r cliRole) refused(env []string, args []string, want ...string) {
 // work without a single permission violation, and a command the role may not use fails
 // at once, naming the subject and the missing permission.
 func TestCLIRoles(t *testing.T) {
-	setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
-		"OPS_PASSWORD", "SYS_PASSWORD")
-	srvLog := &syncBuffer{}
-	h := newHarness(t,
-		withNATS(func(o *natsembed.Options) {
-			o.ConfigFile = "../deploy/nats-server.conf"
-			o.Logger = zerolog.New(srvLog)
-		}),
-		withClientNATS(nats.UserInfo("ops", envPassword(t, "OPS_PASSWORD"))),
-		withBridgeNATS(nats.Name("bridge"), nats.UserInfo("bridge", envPassword(t, "BRIDGE_PASSWORD"))),
-		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }),
-	)
+	h, srvLog := deployHarness(t, false, []string{"bridge"},
+		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }))
 	bridgeBinary(t)
 	agent := cliRole{h, srvLog, "agent-chat", "AGENT_CHAT_PASSWORD", "_INBOX_agent_chat"}
 	dash := cliRole{h, srvLog, "dashboard", "DASHBOARD_PASSWORD", "_INBOX_dashboard"}
 	appr := cliRole{h, srvLog, "approver", "APPROVER_PASSWORD", "_INBOX_approver"}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
-		}
-		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {
-			t.Errorf("the bridge hit %d permission violations:\n%s", len(v), strings.Join(v, "\n"))
-		}
-	})
 
 	var streamID string
 	t.Run("agent-chat: call", func(t *testing.T) {
@@ -116,9 +94,7 @@ func TestCLIRoles(t *testing.T) {
 		agent.refused(agent.env(agent.inbx), []string{"status", streamID},
 			"hermes-bridge status: permission denied on hermes.status:",
 			`NATS user "agent-chat" may not publish to "hermes.status"`)
-		if c := h.fake.Calls("session_delete"); c != 0 {
-			t.Errorf("Hermes was called %d times for session_delete", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 0, "Hermes was called %d times for session_delete")
 	})
 
 	t.Run("dashboard: watch", func(t *testing.T) {
@@ -194,9 +170,7 @@ func TestCLIRoles(t *testing.T) {
 		if res, _ := h.follow(cancelled); res.Status != events.StatusCancelled {
 			t.Errorf("cancelled parked action: %s", res.Status)
 		}
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1 (the approved one)", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (the approved one)")
 		out, errOut, code = appr.run("pending")
 		if code != 0 || strings.TrimSpace(out) != "no parked actions" {
 			t.Errorf("pending after the decisions: exit %d\n%s\n%s", code, out, errOut)
@@ -214,18 +188,7 @@ func TestCLIRoles(t *testing.T) {
 // TestCLIRolesTeams: in deploy/nats-server-teams.conf a team's agent uses `call` in its
 // own account, and the observer account (core NATS only) is refused `watch` clearly.
 func TestCLIRolesTeams(t *testing.T) {
-	setPasswords(t, "TEAM_A_BRIDGE_PASSWORD", "TEAM_A_AGENT_PASSWORD", "TEAM_A_OPS_PASSWORD",
-		"TEAM_B_BRIDGE_PASSWORD", "TEAM_B_AGENT_PASSWORD", "TEAM_B_OPS_PASSWORD",
-		"OBSERVER_PASSWORD", "SYS_PASSWORD")
-	srvLog := &syncBuffer{}
-	h := newHarness(t,
-		withNATS(func(o *natsembed.Options) {
-			o.ConfigFile = "../deploy/nats-server-teams.conf"
-			o.Logger = zerolog.New(srvLog)
-		}),
-		withClientNATS(nats.UserInfo("ops-a", envPassword(t, "TEAM_A_OPS_PASSWORD"))),
-		withBridgeNATS(nats.UserInfo("bridge-a", envPassword(t, "TEAM_A_BRIDGE_PASSWORD"))),
-	)
+	h, srvLog := deployHarness(t, true, nil)
 	bridgeBinary(t)
 	agent := cliRole{h, srvLog, "agent-a", "TEAM_A_AGENT_PASSWORD", "_INBOX_agent_chat"}
 	observer := cliRole{h, srvLog, "observer", "OBSERVER_PASSWORD", ""}

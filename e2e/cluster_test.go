@@ -7,7 +7,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,14 +69,10 @@ func TestClusterLeaderRestarts(t *testing.T) {
 	}
 	nc, err := nats.Connect(strings.Join(c.urls(0), ","), nats.Name(t.Name()+"/client"),
 		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect client: %v", err)
-	}
+	requireOK(t, err, "connect client: %v")
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	c.js = js
 	c.waitMetaLeader(60 * time.Second)
 	h := &harness{t: t, ns: c.nodes[0].srv, nc: nc, js: js, fake: fake, client: client.New(js), cfg: cfg,
@@ -89,18 +84,7 @@ func TestClusterLeaderRestarts(t *testing.T) {
 	}
 	t.Logf("cluster and 2 bridge replicas up after %s", time.Since(start).Round(time.Millisecond))
 
-	ld := &clLoad{h: h, rate: 40, start: time.Now(), settled: map[string]bool{}}
-	sub, err := nc.Subscribe("hermes.results.>", func(m *nats.Msg) {
-		if res, err := events.DecodeResult(m.Header, m.Data); err == nil && events.Terminal(res.Status) {
-			ld.settledMu.Lock()
-			ld.settled[res.ActionID] = true
-			ld.settledMu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatalf("subscribe results: %v", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	ld := &clLoad{h: h, rate: 40, start: time.Now(), settled: watchSettled(t, nc)}
 	stop := make(chan struct{})
 	var pubs sync.WaitGroup
 	pubErr := make(chan error, 4)
@@ -299,9 +283,9 @@ func (c *natsCluster) healthy(ctx context.Context) error {
 // waitProgress waits until n more actions have settled than now.
 func (c *natsCluster) waitProgress(ld *clLoad, n int, timeout time.Duration, what string) {
 	c.t.Helper()
-	from := ld.settledCount()
+	from := ld.settled.count()
 	c.poll(timeout, fmt.Sprintf("%d actions settled %s", n, what), func(context.Context) error {
-		if got := ld.settledCount() - from; got < n {
+		if got := ld.settled.count() - from; got < n {
 			return fmt.Errorf("%d settled", got)
 		}
 		return nil
@@ -386,7 +370,7 @@ func (c *natsCluster) waitSettled(h *harness, ld *clLoad, want int, timeout time
 		time.Sleep(100 * time.Millisecond)
 	}
 	c.t.Errorf("[settle] not every action settled within %s after the load stopped: %v (live count %d of %d)",
-		timeout, last, ld.settledCount(), want)
+		timeout, last, ld.settled.count(), want)
 	return time.Since(t0)
 }
 
@@ -493,14 +477,7 @@ type clLoad struct {
 	messages int        // messages published, copies included
 	retries  int
 
-	settledMu sync.Mutex
-	settled   map[string]bool // terminal results seen live (progress only)
-}
-
-func (ld *clLoad) settledCount() int {
-	ld.settledMu.Lock()
-	defer ld.settledMu.Unlock()
-	return len(ld.settled)
+	settled *liveSettled
 }
 
 // ids returns the distinct action ids published.
@@ -587,36 +564,13 @@ func (ld *clLoad) publish(ctx context.Context, a clAction) error {
 }
 
 func (ld *clLoad) retry(ctx context.Context, f func(context.Context) error) error {
-	delay := 20 * time.Millisecond
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := f(pctx)
-		cancel()
-		if err == nil {
-			ld.mu.Lock()
-			ld.messages++
-			ld.mu.Unlock()
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
+	err := retryPublish(ctx, f, func() { ld.mu.Lock(); ld.retries++; ld.mu.Unlock() })
+	if err == nil {
 		ld.mu.Lock()
-		ld.retries++
+		ld.messages++
 		ld.mu.Unlock()
-		tm := time.NewTimer(delay)
-		select {
-		case <-tm.C:
-		case <-ctx.Done():
-			tm.Stop()
-			return ctx.Err()
-		}
-		delay = min(2*delay, time.Second)
 	}
+	return err
 }
 
 // ---- the check ----
@@ -660,37 +614,9 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 		return b.String()
 	}
 
-	type stored struct {
-		res *events.Result
-		seq uint64
-	}
-	results := map[string][]stored{}
-	evs := map[string][]*events.EventData{}
-	evAt := map[string][]time.Duration{} // when each event was stored, since the load started
-	ldReadStream(t, h.js, "HERMES_OUTPUT", func(m jetstream.Msg, md *jetstream.MsgMetadata) {
-		switch {
-		case strings.HasPrefix(m.Subject(), "hermes.results."):
-			res, err := events.DecodeResult(m.Headers(), m.Data())
-			if err != nil {
-				v.add("decode", "result on %s (stream seq %d): %v", m.Subject(), md.Sequence.Stream, err)
-				return
-			}
-			if m.Subject() != "hermes.results."+res.ActionID {
-				v.add("decode", "result of %s stored on %s", res.ActionID, m.Subject())
-			}
-			results[res.ActionID] = append(results[res.ActionID], stored{res: res, seq: md.Sequence.Stream})
-			fig.results++
-		case strings.HasPrefix(m.Subject(), "hermes.events."):
-			ev, err := events.DecodeEvent(m.Headers(), m.Data())
-			if err != nil {
-				v.add("decode", "event on %s (stream seq %d): %v", m.Subject(), md.Sequence.Stream, err)
-				return
-			}
-			evs[ev.ActionID] = append(evs[ev.ActionID], ev)
-			evAt[ev.ActionID] = append(evAt[ev.ActionID], md.Timestamp.Sub(ld.start))
-			fig.events++
-		}
-	})
+	out := ldReadOutputs(t, h.js, v)
+	results, evs := out.results, out.events
+	fig.results, fig.events = out.nResults, out.nEvents
 
 	// Hermes calls: per route, per idempotency key, per action id named in the prompt.
 	calls := countHermesCalls(h.fake.Requests(), clIDRE)
@@ -703,7 +629,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 	})
 
 	known := map[string]clAction{}
-	groups := map[string][]clAction{}
+	groups := map[string][]string{}
 	modelsOK := 0
 	for _, a := range actions {
 		if a.i < 0 {
@@ -712,7 +638,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 		fig.actions++
 		fig.kinds[a.kind]++
 		known[a.id] = a
-		var term []stored
+		var term []ldResult
 		for _, s := range results[a.id] {
 			if events.Terminal(s.res.Status) {
 				term = append(term, s)
@@ -765,7 +691,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 			v.add("status", "%s (same id): replay_of %s on an action without key", a.id, *res.ReplayOf)
 		}
 		if a.key != "" {
-			groups[a.key] = append(groups[a.key], a)
+			groups[a.key] = append(groups[a.key], a.id)
 		}
 		// Events: contiguous sequences from 0 in stream order; only streams have any.
 		ev := evs[a.id]
@@ -781,9 +707,9 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 			for k, e := range ev {
 				seqs[k] = e.Sequence
 			}
-			at := evAt[a.id]
+			at := out.eventAt[a.id]
 			v.add("events", "%s (%s): events stored out of order or with gaps: sequences in stream order %v, stored %.2fs to %.2fs after the load started%s",
-				a.id, clKindNames[a.kind], seqs, at[0].Seconds(), at[len(at)-1].Seconds(), trail(a.id))
+				a.id, clKindNames[a.kind], seqs, at[0].Sub(ld.start).Seconds(), at[len(at)-1].Sub(ld.start).Seconds(), trail(a.id))
 		}
 		if ok && res.ReplayOf == nil {
 			fig.streams++
@@ -801,16 +727,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 			}
 		}
 	}
-	for id := range results {
-		if _, ok := known[id]; !ok {
-			v.add("exactly_once", "a result for %s, which was not published", id)
-		}
-	}
-	for id := range evs {
-		if _, ok := known[id]; !ok {
-			v.add("events", "events for %s, which was not published", id)
-		}
-	}
+	ldCheckPublished(v, out, known)
 	// A duplicate-key action's prompt names its original (the owner): when the load
 	// stopped between the two, the duplicate was published and its original was not, and
 	// the duplicate runs with the original's prompt.
@@ -831,35 +748,7 @@ func (ld *clLoad) check(t *testing.T, c *natsCluster) clFigures {
 			v.add("calls", "unexpected route %q called %d times", route, n)
 		}
 	}
-	// Key groups: exactly one action executed (at most one call), the others replay it.
-	for key, g := range groups {
-		var exec []clAction
-		for _, a := range g {
-			if rs := results[a.id]; len(rs) > 0 && rs[0].res.ReplayOf == nil {
-				exec = append(exec, a)
-			}
-		}
-		if len(exec) != 1 {
-			v.add("replay", "key %s: %d of %d actions executed (no replay_of), want exactly 1", key, len(exec), len(g))
-			continue
-		}
-		er := results[exec[0].id][0].res
-		if n := calls.byKey[key]; er.Error == nil && n != 1 {
-			v.add("calls", "key %s: executor %s completed with %d calls, want 1", key, exec[0].id, n)
-		}
-		for _, a := range g {
-			rs := results[a.id]
-			if len(rs) == 0 || a.id == exec[0].id {
-				continue
-			}
-			res := rs[0].res
-			if res.ReplayOf == nil || *res.ReplayOf != exec[0].id {
-				v.add("replay", "%s: replay_of %v, want %s", a.id, res.ReplayOf, exec[0].id)
-			} else if res.Status != er.Status || errString(res.Error) != errString(er.Error) || (er.Error == nil && !sameJSON(t, res.Output, er.Output)) {
-				v.add("replay", "%s: replayed %s %s, original %s %s", a.id, res.Status, errString(res.Error), er.Status, errString(er.Error))
-			}
-		}
-	}
+	ldCheckKeyGroups(t, v, out, groups, calls.byKey)
 	for _, ln := range strings.Split(h.logs.String(), "\n") {
 		if strings.Contains(ln, `"level":"error"`) {
 			fig.errorLogs++
@@ -886,16 +775,7 @@ func (f clFigures) report(t *testing.T) {
 	for k, n := range f.kinds {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", clKindNames[k], n))
 	}
-	routes := make([]string, 0, len(f.calls))
-	for r, n := range f.calls {
-		routes = append(routes, fmt.Sprintf("%s=%d", r, n))
-	}
-	sort.Strings(routes)
-	failed := make([]string, 0, len(f.failed))
-	for c, n := range f.failed {
-		failed = append(failed, fmt.Sprintf("%s=%d", c, n))
-	}
-	sort.Strings(failed)
+	routes, failed := countList(f.calls), countList(f.failed)
 	for _, s := range f.faults {
 		t.Log("fault: " + s)
 	}

@@ -22,9 +22,7 @@ import (
 func documentedServerCommand(t *testing.T, conf string) []string {
 	t.Helper()
 	readme, err := os.ReadFile("../deploy/README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	re := regexp.MustCompile(`(?m)^(?:nats-server|go run github\.com/nats-io/nats-server/v2) (-c deploy/` +
 		regexp.QuoteMeta(conf) + `(?: .*)?)$`)
 	m := re.FindStringSubmatch(string(readme))
@@ -55,16 +53,12 @@ func TestDeployConfigRunsLocally(t *testing.T) {
 				}
 			}
 			local, err := os.ReadFile(args[1])
-			if err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, err)
 			if !regexp.MustCompile(`(?m)^include \./` + regexp.QuoteMeta(tt.prod) + `$`).Match(local) {
 				t.Fatalf("%s does not include %s (a copy would drift from it)", tt.local, tt.prod)
 			}
 			prod, err := os.ReadFile("../deploy/" + tt.prod)
-			if err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, err)
 			for _, m := range regexp.MustCompile(`password: \$([A-Z_]+)`).FindAllStringSubmatch(string(prod), -1) {
 				t.Setenv(m[1], "local-"+strings.ToLower(m[1]))
 			}
@@ -77,9 +71,7 @@ func TestDeployConfigRunsLocally(t *testing.T) {
 			if opts.Port == 4222 || opts.Port == 0 {
 				t.Errorf("port %d: clashes with make run's embedded server on 4222", opts.Port)
 			}
-			if opts.Host != "127.0.0.1" {
-				t.Errorf("listen address %q, want loopback for a local try", opts.Host)
-			}
+			wantEq(t, opts.Host, "127.0.0.1", "listen address %q, want loopback for a local try")
 			if opts.StoreDir == "" || strings.HasPrefix(opts.StoreDir, "/var/") || filepath.Clean(opts.StoreDir) == "data/nats" {
 				t.Errorf("store dir %q: want a local directory apart from make run's ./data/nats", opts.StoreDir)
 			}
@@ -89,9 +81,7 @@ func TestDeployConfigRunsLocally(t *testing.T) {
 
 			opts.Port, opts.StoreDir, opts.NoSigs, opts.NoLog = -1, t.TempDir(), true, true
 			ns, err := server.NewServer(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, err)
 			ns.Start()
 			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 			if !ns.ReadyForConnections(10 * time.Second) {

@@ -16,18 +16,13 @@ import (
 // approval decision (its delivery is the decision, not the action).
 func TestResultDurationHeader(t *testing.T) {
 	h := newHarness(t)
-	res, _ := h.call("chat", map[string]any{"prompt": "how long"})
-	requireCompleted(t, res)
+	res := h.callOK("chat", map[string]any{"prompt": "how long"})
 	s, err := h.js.Stream(context.Background(), "HERMES_OUTPUT")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	last := func(id string) jetstream.RawStreamMsg {
 		t.Helper()
 		m, err := s.GetLastMsgForSubject(context.Background(), "hermes.results."+id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		return *m
 	}
 	m := last(res.ActionID)
@@ -54,12 +49,8 @@ func TestResultDurationHeader(t *testing.T) {
 		t.Fatalf("pending result has %s: %s", events.HeaderDurationMs, v)
 	}
 	hash, err := events.InputSHA256(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.client.Decide(context.Background(), id, events.Approval{Decision: events.DecisionDeny, Approver: "t", InputSHA256: hash}); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
+	requireOK(t, h.client.Decide(context.Background(), id, events.Approval{Decision: events.DecisionDeny, Approver: "t", InputSHA256: hash}))
 	if r, _ := h.follow(id); r.Status != events.StatusFailed {
 		t.Fatalf("denied %+v", r)
 	}

@@ -48,8 +48,7 @@ func TestErrorClasses(t *testing.T) {
 			}
 		}
 		// health needs no key and still works on that endpoint.
-		res, _ := h.callOn("badkey", "health", `{}`)
-		requireCompleted(t, res)
+		h.callOnOK("badkey", "health", `{}`)
 	})
 
 	t.Run("session_not_found", func(t *testing.T) {
@@ -60,9 +59,7 @@ func TestErrorClasses(t *testing.T) {
 		if e.HTTPStatus != 404 || detail(e, "remote_code") != "session_not_found" || e.Retryable {
 			t.Errorf("error %s, want 404 session_not_found, not retryable", errString(e))
 		}
-		if c := h.fake.Calls("session_get") - before; c != 1 {
-			t.Errorf("%d calls, want 1 (a 404 is not retried even on a safe read)", c)
-		}
+		wantEq(t, h.fake.Calls("session_get")-before, 1, "%d calls, want 1 (a 404 is not retried even on a safe read)")
 		if e.Message == "" || strings.Contains(e.Message, "no-such-session") {
 			t.Errorf("message %q is empty or quotes the session id", e.Message)
 		}
@@ -76,24 +73,16 @@ func TestErrorClasses(t *testing.T) {
 		if e.HTTPStatus != 502 || !e.UncertainOutcome || e.Retryable {
 			t.Errorf("error %s, want 502, uncertain, not retryable", errString(e))
 		}
-		if c := h.fake.Calls("chat") - before; c != 1 {
-			t.Errorf("%d calls, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-before, 1, "%d calls, want 1")
 	})
 
 	t.Run("safe_500_retried", func(t *testing.T) {
 		h := h.at(t)
 		before := h.fake.Calls("models")
 		h.fake.InjectFault(hermestest.Fault{Route: "models", Status: 500, Times: 1})
-		res, _ := h.call("models", `{}`)
-		requireCompleted(t, res)
-		if c := h.fake.Calls("models") - before; c != 2 {
-			t.Errorf("%d calls, want 2", c)
-		}
-		h.waitIdle(10 * time.Second)
-		if n := h.results(res.ActionID); n != 1 {
-			t.Errorf("%d result messages, want 1", n)
-		}
+		res := h.callOK("models", `{}`)
+		wantEq(t, h.fake.Calls("models")-before, 2, "%d calls, want 2")
+		h.requireResults(1, 10*time.Second, res.ActionID)
 	})
 
 	t.Run("safe_500_exhausted", func(t *testing.T) {
@@ -124,28 +113,20 @@ func TestErrorClasses(t *testing.T) {
 		if !e.UncertainOutcome || e.Retryable || e.HTTPStatus != 500 {
 			t.Errorf("error %s, want 500, uncertain, not retryable", errString(e))
 		}
-		if c := h.fake.Calls("chat") - before; c != 1 {
-			t.Errorf("%d calls, want exactly 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-before, 1, "%d calls, want exactly 1")
 	})
 
 	t.Run("gate_429_then_success", func(t *testing.T) {
 		h := h.at(t)
 		before := len(h.requests("chat"))
 		h.fake.InjectFault(hermestest.Fault{Route: "chat", Status: 429, Times: 1})
-		res, _ := h.call("chat", `{"prompt":"after the gate"}`)
-		requireCompleted(t, res)
+		res := h.callOK("chat", `{"prompt":"after the gate"}`)
 		rs := h.requests("chat")[before:]
-		if len(rs) != 2 {
-			t.Fatalf("%d calls, want 2", len(rs))
-		}
+		requireEq(t, len(rs), 2, "%d calls, want 2")
 		if gap := rs[1].Time.Sub(rs[0].Time); gap < 900*time.Millisecond {
 			t.Errorf("retried after %s; Retry-After: 1 was not honoured", gap)
 		}
-		h.waitIdle(10 * time.Second)
-		if n := h.results(res.ActionID); n != 1 {
-			t.Errorf("%d result messages, want 1", n)
-		}
+		h.requireResults(1, 10*time.Second, res.ActionID)
 		lines := h.actionLogs(res.ActionID)
 		retried := false
 		for _, l := range lines {
@@ -161,11 +142,8 @@ func TestErrorClasses(t *testing.T) {
 		before := h.fake.Calls("responses")
 		h.fake.InjectFault(hermestest.Fault{Route: "responses", Status: 503, Times: 1,
 			Header: http.Header{"Retry-After": {"0"}}})
-		res, _ := h.call("responses", `{"input":"after draining"}`)
-		requireCompleted(t, res)
-		if c := h.fake.Calls("responses") - before; c != 2 {
-			t.Errorf("%d calls, want 2", c)
-		}
+		h.callOK("responses", `{"input":"after draining"}`)
+		wantEq(t, h.fake.Calls("responses")-before, 2, "%d calls, want 2")
 	})
 
 	t.Run("connection_refused", func(t *testing.T) {
@@ -206,9 +184,7 @@ func TestErrorClasses(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("settled after %s for a 300ms deadline", d)
 		}
-		if c := h.fake.Calls("chat") - before; c != 1 {
-			t.Errorf("%d calls, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat")-before, 1, "%d calls, want 1")
 	})
 
 	t.Run("still_serving", func(t *testing.T) {
@@ -229,8 +205,7 @@ func TestConcurrencyGateRetried(t *testing.T) {
 		ids = append(ids, h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"slow: gated `+string(rune('a'+i))+`"}`)}))
 	}
 	for i, id := range ids {
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		res := h.followOK(id)
 		if got, want := jstr(output(t, res), "choices", 0, "message", "content"), "stub reply: slow: gated "+string(rune('a'+i)); got != want {
 			t.Errorf("%s: content %q, want %q", id, got, want)
 		}

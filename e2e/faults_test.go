@@ -239,10 +239,7 @@ func runFaultCell(h *harness, op faultOp, fc faultCase) {
 	}
 
 	// Exactly one result, and the right number of Hermes calls once the consumer is idle.
-	h.waitIdle(15 * time.Second)
-	if n := h.results(res.ActionID); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	h.requireResults(1, 15*time.Second, res.ActionID)
 	rs := h.requests(op.op)[before:]
 	if len(rs) != want.calls {
 		t.Errorf("%d Hermes calls, want %d", len(rs), want.calls)
@@ -296,12 +293,8 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 				t.Errorf("settled after %s: the bridge waited for a Retry-After past the deadline", d)
 			}
 			h.waitIdle(10 * time.Second)
-			if c := h.fake.Calls(op) - before; c != 1 {
-				t.Errorf("%d calls, want 1", c)
-			}
-			if n := h.results(res.ActionID); n != 1 {
-				t.Errorf("%d result messages, want 1", n)
-			}
+			wantEq(t, h.fake.Calls(op)-before, 1, "%d calls, want 1")
+			wantEq(t, h.results(res.ActionID), 1, "%d result messages, want 1")
 		})
 	}
 	t.Run("stream_gate_retried", func(t *testing.T) {
@@ -315,9 +308,7 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 			t.Errorf("no events")
 		}
 		rs := h.requests("responses_stream")[before:]
-		if len(rs) != 2 {
-			t.Fatalf("%d calls, want 2", len(rs))
-		}
+		requireEq(t, len(rs), 2, "%d calls, want 2")
 		if gap := rs[1].Time.Sub(rs[0].Time); gap < 900*time.Millisecond {
 			t.Errorf("retried after %s; Retry-After: 1 was not honoured", gap)
 		}

@@ -140,9 +140,7 @@ func (h *harness) startBridge() *runningBridge {
 	replica := fmt.Sprintf("r%d", len(h.state.bridges))
 	h.state.mu.Unlock()
 	b, err := bridge.New(nc, h.cfg, zerolog.New(w).With().Timestamp().Str("replica", replica).Logger())
-	if err != nil {
-		h.t.Fatalf("bridge.New: %v", err)
-	}
+	requireOK(h.t, err, "bridge.New: %v")
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &runningBridge{b: b, cancel: cancel, done: make(chan error, 1)}
 	go func() { rb.done <- b.Run(ctx) }()
@@ -151,11 +149,8 @@ func (h *harness) startBridge() *runningBridge {
 	h.state.mu.Unlock()
 	h.t.Cleanup(func() { rb.stop(h.t) })
 	// Ready once this replica has bound its consumer and logged that it started.
-	h.eventually(10*time.Second, func() error {
-		if strings.Count(h.logs.String(), `"message":"bridge started"`) <= started {
-			return errNotYet
-		}
-		return nil
+	h.until(10*time.Second, "the bridge started", func() bool {
+		return strings.Count(h.logs.String(), `"message":"bridge started"`) > started
 	})
 	return rb
 }
@@ -187,6 +182,18 @@ func (h *harness) eventually(timeout time.Duration, f func() error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// until polls cond until it holds or the timeout passes; what names the condition in
+// the failure message.
+func (h *harness) until(timeout time.Duration, what string, cond func() bool) {
+	h.t.Helper()
+	h.eventually(timeout, func() error {
+		if !cond() {
+			return errors.New("not yet: " + what)
+		}
+		return nil
+	})
 }
 
 // publish publishes an action and returns its id.
@@ -227,20 +234,48 @@ func (h *harness) call(op string, input any, mod ...func(*events.Action)) (*even
 	return h.follow(h.publish(op, a))
 }
 
+// callOK is call that fails unless the result is completed (see requireCompleted).
+func (h *harness) callOK(op string, input any, mod ...func(*events.Action)) *events.Result {
+	h.t.Helper()
+	res, _ := h.call(op, input, mod...)
+	requireCompleted(h.t, res)
+	return res
+}
+
+// followOK is follow that fails unless the result is completed (see requireCompleted).
+func (h *harness) followOK(id string) *events.Result {
+	h.t.Helper()
+	res, _ := h.follow(id)
+	requireCompleted(h.t, res)
+	return res
+}
+
 // results counts the result messages stored for an action.
 func (h *harness) results(id string) int {
 	h.t.Helper()
-	s, err := h.js.Stream(context.Background(), "HERMES_OUTPUT")
+	n, err := h.storedResultCount(id)
 	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
+		h.t.Fatalf("stored results of %s: %v", id, err)
 	}
-	subj := "hermes.results." + id
-	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+	return n
+}
+
+// storedResultCount counts the result messages stored on the action's result subject,
+// without failing the test (it is called from a bridge hook, off the test goroutine).
+func (h *harness) storedResultCount(id string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cfg := h.cfg.WithDefaults()
+	s, err := h.js.Stream(ctx, cfg.OutputStream)
 	if err != nil {
-		h.t.Fatalf("stream info: %v", err)
+		return 0, err
 	}
-	// State.Msgs counts the whole stream; the filter only fills State.Subjects.
-	return int(info.State.Subjects[subj])
+	subj := cfg.Prefix + ".results." + id
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0, err
+	}
+	return int(info.State.Subjects[subj]), nil
 }
 
 func withKey(k string) func(*events.Action) { return func(a *events.Action) { a.IdempotencyKey = k } }
@@ -254,9 +289,7 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 		return json.RawMessage(s)
 	}
 	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatalf("marshal: %v", err)
-	}
+	requireOK(t, err, "marshal: %v")
 	return b
 }
 
@@ -278,5 +311,3 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return string(b.buf)
 }
-
-var errNotYet = errors.New("not yet")

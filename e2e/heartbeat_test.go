@@ -39,9 +39,7 @@ func TestHeartbeatKeepsLongCallsDelivered(t *testing.T) {
 	}))
 	cfg := h.cfg.WithDefaults()
 	cons, err := h.js.Consumer(context.Background(), cfg.ActionsStream, cfg.Consumer)
-	if err != nil {
-		t.Fatalf("consumer: %v", err)
-	}
+	requireOK(t, err, "consumer: %v")
 	if info, err := cons.Info(context.Background()); err != nil || info.Config.AckWait != time.Second {
 		t.Fatalf("consumer ack wait: %v (err %v), want 1s", info, err)
 	}
@@ -70,8 +68,7 @@ func TestHeartbeatKeepsLongCallsDelivered(t *testing.T) {
 	chatID := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"long: a slow answer"}`)})
 	res, evs := h.follow(streamID)
 	checkStream(t, res, evs, "chat_stream", "stub reply: long: one two three four five six seven")
-	cres, _ := h.follow(chatID)
-	requireCompleted(t, cres)
+	h.followOK(chatID)
 	took := time.Since(start)
 	close(stop)
 	wg.Wait()
@@ -80,9 +77,7 @@ func TestHeartbeatKeepsLongCallsDelivered(t *testing.T) {
 	}
 	h.waitIdle(10 * time.Second)
 
-	if n := redelivered.Load(); n != 0 {
-		t.Errorf("the consumer redelivered %d actions during the long calls", n)
-	}
+	wantEq(t, redelivered.Load(), 0, "the consumer redelivered %d actions during the long calls")
 	for _, c := range []struct{ id, route string }{{streamID, "chat_stream"}, {chatID, "chat"}} {
 		if n := h.fake.Calls(c.route); n != 1 {
 			t.Errorf("%s: %d Hermes calls, want 1", c.route, n)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,6 +52,14 @@ func (h *harness) callOn(ep, op string, input any, mod ...func(*events.Action)) 
 	return h.follow(h.publishTo(ep, op, a))
 }
 
+// callOnOK is callOn that fails unless the result is completed (see requireCompleted).
+func (h *harness) callOnOK(ep, op string, input any, mod ...func(*events.Action)) *events.Result {
+	h.t.Helper()
+	res, _ := h.callOn(ep, op, input, mod...)
+	requireCompleted(h.t, res)
+	return res
+}
+
 // publishRaw publishes a hand-made message on subject (no Nats-Msg-Id unless hdr has one).
 func (h *harness) publishRaw(subject string, hdr nats.Header, data []byte) {
 	h.t.Helper()
@@ -63,54 +73,90 @@ func (h *harness) publishRaw(subject string, hdr nats.Header, data []byte) {
 // waitIdle waits until the bridge consumer has no undelivered and no unacknowledged action.
 func (h *harness) waitIdle(timeout time.Duration) {
 	h.t.Helper()
+	h.eventually(timeout, h.consumerIdle)
+}
+
+// consumerIdle is waitIdle's condition, as an error: nil once the bridge consumer has
+// no undelivered and no unacknowledged action.
+func (h *harness) consumerIdle() error {
 	cfg := h.cfg.WithDefaults()
-	h.eventually(timeout, func() error {
-		c, err := h.js.Consumer(context.Background(), cfg.ActionsStream, cfg.Consumer)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := h.js.Consumer(ctx, cfg.ActionsStream, cfg.Consumer)
+	if err != nil {
+		return err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 {
+		return fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
+	}
+	return nil
+}
+
+// requireResults waits until the bridge is idle (see waitIdle) and then checks that
+// want result messages are stored for each action of ids.
+func (h *harness) requireResults(want int, timeout time.Duration, ids ...string) {
+	h.t.Helper()
+	h.waitIdle(timeout)
+	for _, id := range ids {
+		if n := h.results(id); n != want {
+			h.t.Errorf("%s: %d result messages stored, want %d", id, n, want)
+		}
+	}
+}
+
+// dlqNow returns every message stored in the dead-letter stream now.
+func (h *harness) dlqNow() ([]*jetstream.RawStreamMsg, error) {
+	s, err := h.js.Stream(context.Background(), h.cfg.WithDefaults().DLQStream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		info, err := c.Info(context.Background())
-		if err != nil {
-			return err
-		}
-		if info.NumPending != 0 || info.NumAckPending != 0 {
-			return fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
-		}
-		return nil
-	})
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // dlq returns every message stored in the dead-letter stream, once there are at least n.
 func (h *harness) dlq(n int, timeout time.Duration) []*jetstream.RawStreamMsg {
 	h.t.Helper()
-	cfg := h.cfg.WithDefaults()
 	var out []*jetstream.RawStreamMsg
 	h.eventually(timeout, func() error {
-		s, err := h.js.Stream(context.Background(), cfg.DLQStream)
-		if err != nil {
+		var err error
+		if out, err = h.dlqNow(); err != nil {
 			return err
 		}
-		info, err := s.Info(context.Background())
-		if err != nil {
-			return err
-		}
-		if int(info.State.Msgs) < n {
-			return fmt.Errorf("dlq has %d messages, want %d", info.State.Msgs, n)
-		}
-		out = out[:0]
-		if info.State.Msgs == 0 {
-			return nil
-		}
-		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-			m, err := s.GetMsg(context.Background(), seq)
-			if err != nil {
-				return err
-			}
-			out = append(out, m)
+		if len(out) < n {
+			return fmt.Errorf("dlq has %d messages, want %d", len(out), n)
 		}
 		return nil
 	})
 	return out
+}
+
+// dlqWithin returns the dead-letter messages once there are at least n, or what is
+// there after d; it does not fail the test by itself.
+func (h *harness) dlqWithin(n int, d time.Duration) []*jetstream.RawStreamMsg {
+	deadline := time.Now().Add(d)
+	for {
+		out, _ := h.dlqNow()
+		if len(out) >= n || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // requests returns the fake's recorded requests for a route key.
@@ -173,13 +219,9 @@ func (h *harness) actionLogs(id string) []logLine {
 func closedPortURL(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
+	requireOK(t, err, "listen: %v")
 	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
+	requireOK(t, ln.Close(), "close: %v")
 	return "http://" + addr
 }
 
@@ -278,6 +320,36 @@ func requireFailed(t *testing.T, r *events.Result, code string) *events.ErrorInf
 	return r.Error
 }
 
+// requireOK stops the test unless err is nil; format, when given, describes the
+// failure with err as its one argument.
+func requireOK(t *testing.T, err error, format ...string) {
+	t.Helper()
+	switch {
+	case err == nil:
+	case len(format) == 0:
+		t.Fatal(err)
+	default:
+		t.Fatalf(format[0], err)
+	}
+}
+
+// wantEq reports an error of t unless got equals want; format describes the failure,
+// with got as its one argument.
+func wantEq[T comparable](t *testing.T, got, want T, format string) {
+	t.Helper()
+	if got != want {
+		t.Errorf(format, got)
+	}
+}
+
+// requireEq is wantEq that stops the test.
+func requireEq[T comparable](t *testing.T, got, want T, format string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf(format, got)
+	}
+}
+
 func errString(e *events.ErrorInfo) string {
 	if e == nil {
 		return "<nil>"
@@ -299,6 +371,17 @@ func detail(e *events.ErrorInfo, k string) string {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	default:
 		return fmt.Sprint(v)
+	}
+}
+
+// runParallel runs each function as a parallel subtest under its name, in name order.
+func runParallel(t *testing.T, subtests map[string]func(*testing.T)) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(subtests)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			subtests[name](t)
+		})
 	}
 }
 
@@ -411,9 +494,7 @@ func (h *harness) stopBridge(i int) {
 func (h *harness) lastOutput(subject string) *jetstream.RawStreamMsg {
 	h.t.Helper()
 	s, err := h.js.Stream(context.Background(), h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	m, err := s.GetLastMsgForSubject(context.Background(), subject)
 	if err != nil {
 		h.t.Fatalf("last message on %s: %v", subject, err)

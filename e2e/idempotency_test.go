@@ -18,14 +18,12 @@ func TestIdempotencyReplay(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	in := map[string]any{"prompt": "replay me", "temperature": 0.5}
-	first, _ := h.call("chat", in, withKey("replay-key"))
-	requireCompleted(t, first)
+	first := h.callOK("chat", in, withKey("replay-key"))
 	if first.ReplayOf != nil {
 		t.Errorf("first result has replay_of %q", *first.ReplayOf)
 	}
 	// The same input with members in another order and other spacing hashes the same.
-	second, _ := h.call("chat", `{ "temperature": 0.50, "prompt": "replay me" }`, withKey("replay-key"))
-	requireCompleted(t, second)
+	second := h.callOK("chat", `{ "temperature": 0.50, "prompt": "replay me" }`, withKey("replay-key"))
 	if second.ActionID == first.ActionID {
 		t.Fatalf("both results carry action id %q", first.ActionID)
 	}
@@ -35,9 +33,7 @@ func TestIdempotencyReplay(t *testing.T) {
 	if !sameJSON(t, first.Output, second.Output) {
 		t.Errorf("replayed output differs:\n%s\n%s", first.Output, second.Output)
 	}
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	if h.results(first.ActionID) != 1 || h.results(second.ActionID) != 1 {
 		t.Errorf("results stored: %d and %d, want 1 each", h.results(first.ActionID), h.results(second.ActionID))
 	}
@@ -45,14 +41,11 @@ func TestIdempotencyReplay(t *testing.T) {
 	// A replay of a stream replays its aggregate.
 	sfirst, evs := h.call("chat_stream", `{"prompt":"stream replay"}`, withKey("replay-key"))
 	checkStream(t, sfirst, evs, "chat_stream", "stub reply: stream replay")
-	ssecond, _ := h.call("chat_stream", `{"prompt":"stream replay"}`, withKey("replay-key"))
-	requireCompleted(t, ssecond)
+	ssecond := h.callOK("chat_stream", `{"prompt":"stream replay"}`, withKey("replay-key"))
 	if ssecond.ReplayOf == nil || *ssecond.ReplayOf != sfirst.ActionID || !sameJSON(t, sfirst.Output, ssecond.Output) {
 		t.Errorf("stream replay: replay_of %v output %s, want %q and %s", ssecond.ReplayOf, ssecond.Output, sfirst.ActionID, sfirst.Output)
 	}
-	if n := h.fake.Calls("chat_stream"); n != 1 {
-		t.Errorf("chat_stream calls %d, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat_stream"), 1, "chat_stream calls %d, want 1")
 }
 
 // TestIdempotencyConflict: same key, changed input -> idempotency_conflict naming the
@@ -60,8 +53,7 @@ func TestIdempotencyReplay(t *testing.T) {
 func TestIdempotencyConflict(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	first, _ := h.call("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
-	requireCompleted(t, first)
+	first := h.callOK("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
 	second, _ := h.call("session_create", `{"body":{"id":"conflict-2"}}`, withKey("conflict-key"))
 	e := requireFailed(t, second, "idempotency_conflict")
 	if got := detail(e, "original_action_id"); got != first.ActionID {
@@ -73,12 +65,9 @@ func TestIdempotencyConflict(t *testing.T) {
 	if second.ReplayOf != nil {
 		t.Errorf("conflict has replay_of %q", *second.ReplayOf)
 	}
-	if n := h.fake.Calls("session_create"); n != 1 {
-		t.Errorf("session_create calls %d, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("session_create"), 1, "session_create calls %d, want 1")
 	// The original is still what the key replays.
-	third, _ := h.call("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
-	requireCompleted(t, third)
+	third := h.callOK("session_create", `{"body":{"id":"conflict-1"}}`, withKey("conflict-key"))
 	if third.ReplayOf == nil || *third.ReplayOf != first.ActionID {
 		t.Errorf("third replay_of %v, want %q", third.ReplayOf, first.ActionID)
 	}
@@ -138,15 +127,8 @@ func TestIdempotencyConcurrentDuplicates(t *testing.T) {
 			t.Errorf("%s output differs from the original's", r.ActionID)
 		}
 	}
-	if c := h.fake.Calls("chat"); c != 1 {
-		t.Errorf("chat calls %d, want exactly 1", c)
-	}
-	h.waitIdle(10 * time.Second)
-	for _, id := range ids {
-		if c := h.results(id); c != 1 {
-			t.Errorf("%s has %d result messages, want 1", id, c)
-		}
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want exactly 1")
+	h.requireResults(1, 10*time.Second, ids...)
 }
 
 // TestActionIDPublishedTwice: the action id is a dedup unit: published twice (with and
@@ -160,15 +142,10 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		a := events.Action{Input: mustJSON(t, `{"prompt":"twice"}`)}
 		id := h.publish("chat", a, client.WithActionID("dup-client-1"))
 		h.publish("chat", a, client.WithActionID("dup-client-1"))
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 		h.waitIdle(10 * time.Second)
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d, want 1", c)
-		}
-		if c := h.results(id); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
+		wantEq(t, h.results(id), 1, "%d result messages, want 1")
 	})
 
 	t.Run("raw_after_settle", func(t *testing.T) {
@@ -176,22 +153,14 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		data := []byte(`{"input":{"prompt":"raw twice"}}`)
 		// No Nats-Msg-Id: JetStream stores both copies; the bridge must dedup by action id.
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-1", events.TypeAction, ""), data)
-		res, _ := h.follow("dup-raw-1")
-		requireCompleted(t, res)
+		h.followOK("dup-raw-1")
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-1", events.TypeAction, ""), data)
-		h.eventually(10*time.Second, func() error {
-			if len(h.actionLogs("dup-raw-1")) < 2 {
-				return errNotYet
-			}
-			return nil
-		})
+		h.until(10*time.Second, "two action log lines", func() bool { return len(h.actionLogs("dup-raw-1")) >= 2 })
 		h.waitIdle(10 * time.Second)
 		if c := h.fake.Calls("chat"); c != 2 { // one from client_twice
 			t.Errorf("chat calls %d, want 2 (one per distinct action)", c)
 		}
-		if c := h.results("dup-raw-1"); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		wantEq(t, h.results("dup-raw-1"), 1, "%d result messages, want 1")
 	})
 
 	t.Run("raw_while_running", func(t *testing.T) {
@@ -200,25 +169,13 @@ func TestActionIDPublishedTwice(t *testing.T) {
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-2", events.TypeAction, ""), data)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat", 3); err != nil {
-			t.Fatalf("first copy did not reach Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat", 3), "first copy did not reach Hermes: %v")
 		h.publishRaw("hermes.actions.primary.chat", binaryHeader("dup-raw-2", events.TypeAction, ""), data)
-		res, _ := h.follow("dup-raw-2")
-		requireCompleted(t, res)
-		h.eventually(10*time.Second, func() error {
-			if len(h.actionLogs("dup-raw-2")) < 2 {
-				return errNotYet
-			}
-			return nil
-		})
+		h.followOK("dup-raw-2")
+		h.until(10*time.Second, "two action log lines", func() bool { return len(h.actionLogs("dup-raw-2")) >= 2 })
 		h.waitIdle(10 * time.Second)
-		if c := h.fake.Calls("chat"); c != 3 {
-			t.Errorf("chat calls %d, want 3", c)
-		}
-		if c := h.results("dup-raw-2"); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 3, "chat calls %d, want 3")
+		wantEq(t, h.results("dup-raw-2"), 1, "%d result messages, want 1")
 	})
 }
 
@@ -236,19 +193,12 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		id := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"block: never answers"}`), IdempotencyKey: "redeliver-key"})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat", 1); err != nil {
-			t.Fatalf("chat never reached Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat", 1), "chat never reached Hermes: %v")
 		h.stopBridge(0)
 		h.startBridge()
 		res, _ := h.follow(id)
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d, want 1: an unsafe call was resent", c)
-		}
-		h.waitIdle(10 * time.Second)
-		if c := h.results(id); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1: an unsafe call was resent")
+		h.requireResults(1, 10*time.Second, id)
 		e := requireFailed(t, res, "outcome_unknown")
 		if !e.UncertainOutcome {
 			t.Errorf("uncertain_outcome false")
@@ -258,9 +208,7 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		if again.ReplayOf == nil || *again.ReplayOf != id || again.Error == nil || !again.Error.UncertainOutcome {
 			t.Errorf("same key after the uncertain outcome: replay_of %v error %s", again.ReplayOf, errString(again.Error))
 		}
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d after the same-key retry, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d after the same-key retry, want 1")
 	})
 
 	t.Run("safe_redelivered", func(t *testing.T) {
@@ -273,20 +221,12 @@ func TestRedeliveryAfterBridgeStops(t *testing.T) {
 		id := h.publish("models", events.Action{Input: mustJSON(t, `{}`)})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "models", 1); err != nil {
-			t.Fatalf("models never reached Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "models", 1), "models never reached Hermes: %v")
 		h.stopBridge(0)
 		h.startBridge()
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
-		if c := h.fake.Calls("models"); c != 2 {
-			t.Errorf("models calls %d, want 2 (the safe read runs again after redelivery)", c)
-		}
-		h.waitIdle(10 * time.Second)
-		if c := h.results(id); c != 1 {
-			t.Errorf("%d result messages, want 1", c)
-		}
+		h.followOK(id)
+		wantEq(t, h.fake.Calls("models"), 2, "models calls %d, want 2 (the safe read runs again after redelivery)")
+		h.requireResults(1, 10*time.Second, id)
 		deliveries := 0.0
 		for _, l := range h.actionLogs(id) {
 			d, ok := l["delivery"].(float64) // JetStream delivery count, when logged apart
@@ -344,9 +284,7 @@ func TestIdempotencyKeyScopedToCapability(t *testing.T) {
 			t.Errorf("%s (%s) is a replay of %s", r.ActionID, r.CapabilityID, *r.ReplayOf)
 		}
 	}
-	if r3.CapabilityID != "cap:hermes_agent:secondary:chat" {
-		t.Errorf("capability %q", r3.CapabilityID)
-	}
+	wantEq(t, r3.CapabilityID, "cap:hermes_agent:secondary:chat", "capability %q")
 	for route, want := range map[string]int{"chat": 2, "responses": 1, "session_create": 1, "session_fork": 1} {
 		if c := h.fake.Calls(route); c != want {
 			t.Errorf("%s calls %d, want %d", route, c, want)
@@ -367,9 +305,7 @@ func TestIdempotencyRetryableFailureNotStored(t *testing.T) {
 	if !e.Retryable || e.UncertainOutcome || e.HTTPStatus != 429 || detail(e, "remote_code") != "rate_limit_exceeded" {
 		t.Errorf("error %s, want retryable, certain, 429 rate_limit_exceeded", errString(e))
 	}
-	if e.RetryAfterMS != 1000 {
-		t.Errorf("retry_after_ms %d, want 1000", e.RetryAfterMS)
-	}
+	wantEq(t, e.RetryAfterMS, 1000, "retry_after_ms %d, want 1000")
 	calls := h.requests("chat")
 	if len(calls) < 2 {
 		t.Fatalf("chat calls %d, want at least 2 (the gate is retried within the deadline)", len(calls))
@@ -379,8 +315,7 @@ func TestIdempotencyRetryableFailureNotStored(t *testing.T) {
 	}
 	n := len(calls)
 	h.fake.ClearFaults()
-	second, _ := h.call("chat", in, withKey("gate-key"))
-	requireCompleted(t, second)
+	second := h.callOK("chat", in, withKey("gate-key"))
 	if second.ReplayOf != nil {
 		t.Errorf("second action replays %s: a certain retryable failure was stored", *second.ReplayOf)
 	}

@@ -82,8 +82,7 @@ func TestUnreadableMessagesGoToDLQ(t *testing.T) {
 	}
 	// Nothing was answered on a results subject for the ids that were unusable, and the
 	// bridge keeps serving.
-	res, _ := h.call("chat", `{"prompt":"still serving"}`)
-	requireCompleted(t, res)
+	h.callOK("chat", `{"prompt":"still serving"}`)
 	if len(h.dlq(len(cases), time.Second)) != len(cases) {
 		t.Errorf("a valid action was dead-lettered")
 	}
@@ -207,17 +206,10 @@ func TestInvalidActions(t *testing.T) {
 			if res.ActionID != ids[i] {
 				t.Errorf("result for %q carries action id %q", ids[i], res.ActionID)
 			}
-			if len(evs) != 0 {
-				t.Errorf("%d events for an invalid action", len(evs))
-			}
+			wantEq(t, len(evs), 0, "%d events for an invalid action")
 		})
 	}
-	h.waitIdle(10 * time.Second)
-	for _, id := range ids {
-		if n := h.results(id); n != 1 {
-			t.Errorf("%s: %d result messages, want 1", id, n)
-		}
-	}
+	h.requireResults(1, 10*time.Second, ids...)
 	if rs := h.fake.Requests(); len(rs) != 0 {
 		t.Errorf("%d invalid actions reached Hermes, first %s %s", len(rs), rs[0].Method, rs[0].Path)
 	}
@@ -243,8 +235,5 @@ func TestPayloadTooLarge(t *testing.T) {
 	if rs := h.fake.Requests(); len(rs) != 0 {
 		t.Errorf("%d requests reached Hermes", len(rs))
 	}
-	h.waitIdle(10 * time.Second)
-	if n := h.results(res.ActionID); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	h.requireResults(1, 10*time.Second, res.ActionID)
 }

@@ -13,8 +13,7 @@ import (
 func TestKeysMovedToTheirBucket(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	res, _ := h.call("chat", `{"prompt":"before the upgrade"}`, withKey("upgrade-key"))
-	requireCompleted(t, res)
+	res := h.callOK("chat", `{"prompt":"before the upgrade"}`, withKey("upgrade-key"))
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 
@@ -23,23 +22,15 @@ func TestKeysMovedToTheirBucket(t *testing.T) {
 	defer cancel()
 	cfg := h.cfg.WithDefaults()
 	keys, err := h.js.KeyValue(ctx, cfg.KeysBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	names, err := keys.ListKeys(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	recs, err := h.js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	n := 0
 	for k := range names.Keys() {
 		e, err := keys.Get(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		if _, err := recs.Create(ctx, k, e.Value()); err != nil {
 			t.Fatalf("copy key %s to the records bucket: %v", k, err)
 		}
@@ -48,13 +39,9 @@ func TestKeysMovedToTheirBucket(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d keys in %s, want 1", n, cfg.KeysBucket)
 	}
-	if err := h.js.DeleteKeyValue(ctx, cfg.KeysBucket); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, h.js.DeleteKeyValue(ctx, cfg.KeysBucket))
 
-	if err := h.tryBridge(h.cfg); err != nil {
-		t.Fatalf("start after the upgrade: %v", err)
-	}
+	requireOK(t, h.tryBridge(h.cfg), "start after the upgrade: %v")
 	moved := false
 	for _, l := range h.logLines() {
 		moved = moved || (l.str("message") == "moved the idempotency keys to their own bucket" && l.num("keys") == 1)
@@ -66,7 +53,5 @@ func TestKeysMovedToTheirBucket(t *testing.T) {
 	if again.ReplayOf == nil || *again.ReplayOf != res.ActionID {
 		t.Fatalf("the key claimed before the upgrade does not replay: %s", describeResult(again))
 	}
-	if calls := h.fake.Calls("chat"); calls != 1 {
-		t.Errorf("Hermes received %d chat calls, want 1", calls)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "Hermes received %d chat calls, want 1")
 }

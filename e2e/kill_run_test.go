@@ -107,9 +107,7 @@ func killRunAt(t *testing.T, tally *killTally, op string, durable bool, kp killP
 	h.startProc(fastRecovery())
 	res, evs := h.follow(id)
 	h.waitIdle(20 * time.Second)
-	if got := h.results(id); got != 1 {
-		t.Fatalf("%d result messages, want 1", got)
-	}
+	requireEq(t, h.results(id), 1, "%d result messages, want 1")
 	checkEventsContiguous(t, id, h.storedEvents(id), 0)
 
 	uncertain := res.Error != nil && res.Error.Code == "outcome_unknown"

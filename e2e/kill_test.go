@@ -37,10 +37,7 @@ func TestKillAfterDispatchNeverResends(t *testing.T) {
 	if c := h.fake.Calls("chat"); c > 1 {
 		t.Errorf("chat calls %d, want at most 1", c)
 	}
-	h.waitIdle(20 * time.Second)
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	h.requireResults(1, 20*time.Second, id)
 }
 
 // killAckWait is the consumer ack wait of the kill tests' processes: the claim lease is
@@ -82,13 +79,9 @@ func (h *harness) outputMsgs(subject string) []*jetstream.RawStreamMsg {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		h.t.Fatalf("stream info: %v", err)
-	}
+	requireOK(h.t, err, "stream info: %v")
 	want := int(info.State.Subjects[subject])
 	var out []*jetstream.RawStreamMsg
 	for seq := uint64(1); len(out) < want; {
@@ -136,9 +129,7 @@ func (h *harness) actionRecord(id string) (kvstore.Record, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	kv, err := h.js.KeyValue(ctx, h.cfg.WithDefaults().Bucket)
-	if err != nil {
-		h.t.Fatalf("bucket: %v", err)
-	}
+	requireOK(h.t, err, "bucket: %v")
 	e, err := kv.Get(ctx, kvstore.ActionKey(id))
 	if err != nil {
 		return kvstore.Record{}, false
@@ -183,9 +174,7 @@ func TestKillAtEachPoint(t *testing.T) {
 	waitInFlight := func(h *harness, _ string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := h.fake.WaitInFlight(ctx, 1); err != nil {
-			h.t.Fatalf("the request never reached the fake: %v", err)
-		}
+		requireOK(h.t, h.fake.WaitInFlight(ctx, 1), "the request never reached the fake: %v")
 	}
 	var cases []killCase
 	for _, point := range []string{"delivered", "claimed"} {
@@ -205,9 +194,7 @@ func TestKillAtEachPoint(t *testing.T) {
 			ready: func(h *harness, _ string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				if err := h.fake.WaitCalls(ctx, "models", 1); err != nil {
-					h.t.Fatalf("models never reached the fake: %v", err)
-				}
+				requireOK(h.t, h.fake.WaitCalls(ctx, "models", 1), "models never reached the fake: %v")
 			}},
 		killCase{name: "sent/chat", op: "chat", input: holdIn, ready: waitInFlight, wantCode: "outcome_unknown", wantCalls: 1},
 		killCase{name: "sent/chat_stream", op: "chat_stream", input: holdIn, ready: waitInFlight, wantCode: "outcome_unknown", wantCalls: 1},
@@ -312,9 +299,7 @@ func runKillCase(t *testing.T, c killCase) {
 		t.Errorf("%s calls %d, want %d", c.op, got, c.wantCalls)
 	}
 	msgs := h.outputMsgs("hermes.results." + id)
-	if len(msgs) != 1 {
-		t.Fatalf("%d result messages, want exactly 1", len(msgs))
-	}
+	requireEq(t, len(msgs), 1, "%d result messages, want exactly 1")
 	if c.published && msgs[0].Sequence != firstSeq {
 		t.Errorf("the result message is #%d, want the one published before the crash (#%d)", msgs[0].Sequence, firstSeq)
 	}
@@ -325,9 +310,7 @@ func runKillCase(t *testing.T, c killCase) {
 		}
 	}
 	if c.op == "chat" && c.wantCode == "" {
-		if got := jstr(output(t, res), "choices", 0, "message", "content"); got != "stub reply: kill test" {
-			t.Errorf("chat output text %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "choices", 0, "message", "content"), "stub reply: kill test", "chat output text %q")
 	}
 	evs := h.storedEvents(id)
 	checkEventsContiguous(t, id, evs, len(before))
@@ -392,9 +375,7 @@ func TestKillDuplicateKey(t *testing.T) {
 			}
 		}
 		h.waitIdle(30 * time.Second)
-		if n := h.fake.Calls("chat"); n != 0 {
-			t.Errorf("chat calls %d, want 0 (the original never sent it; nothing is resent)", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 0, "chat calls %d, want 0 (the original never sent it; nothing is resent)")
 		for _, id := range []string{a, b, c} {
 			if n := h.results(id); n != 1 {
 				t.Errorf("%s: %d result messages, want 1", id, n)
@@ -412,20 +393,16 @@ func TestKillDuplicateKey(t *testing.T) {
 			t.Fatalf("the bridge was not killed at published")
 		}
 		h.startProc(fastRecovery())
-		ra, _ := h.follow(a)
-		requireCompleted(t, ra)
+		ra := h.followOK(a)
 		// The original's result is stored: a duplicate replays it (bounded by its own
 		// deadline so that a hang shows up as a failure, not a test timeout).
 		b := h.publish("chat", events.Action{Input: mustJSON(t, in), IdempotencyKey: "k-store", TimeoutMS: ptr(int64(10000))})
-		rb, _ := h.follow(b)
-		requireCompleted(t, rb)
+		rb := h.followOK(b)
 		if rb.ReplayOf == nil || *rb.ReplayOf != a || !sameJSON(t, ra.Output, rb.Output) {
 			t.Errorf("duplicate: replay_of %v output %s, want %s and %s", rb.ReplayOf, truncate(string(rb.Output), 200), a, truncate(string(ra.Output), 200))
 		}
 		h.waitIdle(30 * time.Second)
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Errorf("chat calls %d, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 		for _, id := range []string{a, b} {
 			if n := h.results(id); n != 1 {
 				t.Errorf("%s: %d result messages, want 1", id, n)
@@ -486,12 +463,7 @@ func TestKillRandomUnderLoad(t *testing.T) {
 		// Kill at a random moment while Hermes is being called: once the fake has seen a
 		// random number of further requests (or everything is settled).
 		target := totalCalls() + 1 + rng.IntN(10)
-		h.eventually(60*time.Second, func() error {
-			if totalCalls() >= target || settled() >= len(items) {
-				return nil
-			}
-			return errNotYet
-		})
+		h.until(60*time.Second, "more Hermes requests", func() bool { return totalCalls() >= target || settled() >= len(items) })
 		t.Logf("round %d: SIGKILL after %d Hermes requests, %d of %d actions settled", round, totalCalls(), settled(), len(items))
 		p.kill()
 		p = h.startProc(fastRecovery())
@@ -570,15 +542,10 @@ func TestKillLiveOwnerKeepsClaim(t *testing.T) {
 	h.waitCalls("chat", 1)
 	// A copy JetStream does not deduplicate (no Nats-Msg-Id).
 	h.publishRaw("hermes.actions.primary.chat", binaryHeader(id, events.TypeAction, ""), []byte(`{"input":`+in+`}`))
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 	h.waitIdle(30 * time.Second)
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want 1", n)
-	}
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
+	wantEq(t, h.results(id), 1, "%d result messages, want 1")
 	// Both copies were handled: one ran the call, the other republished its result.
 	h.eventually(10*time.Second, func() error {
 		statuses := map[string]int{}

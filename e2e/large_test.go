@@ -25,8 +25,7 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 	t.Run("result", func(t *testing.T) {
 		h := h.at(t)
 		id := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"big report"}`), IdempotencyKey: "big-report"})
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		res := h.followOK(id)
 		if got := jstr(output(t, res), "choices", 0, "message", "content"); got != big {
 			t.Fatalf("resolved output has %d bytes of content, want %d", len(got), len(big))
 		}
@@ -36,25 +35,20 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 			t.Errorf("result message is %d bytes; the output was not offloaded", len(raw.Data))
 		}
 		wire, err := events.DecodeResult(raw.Header, raw.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		ref, ok := events.ParseRef(wire.Output)
 		if !ok || ref.Bucket != "HERMES_OUTPUT_OBJECTS" || ref.Size < int64(len(big)) {
 			t.Fatalf("wire output is not a reference: %.200s", wire.Output)
 		}
 		// A replay with the same key replays the reference and resolves the same output.
-		again, _ := h.call("chat", `{"prompt":"big report"}`, withKey("big-report"))
-		requireCompleted(t, again)
+		again := h.callOK("chat", `{"prompt":"big report"}`, withKey("big-report"))
 		if again.ReplayOf == nil || *again.ReplayOf != id {
 			t.Errorf("replay_of %v, want %s", again.ReplayOf, id)
 		}
 		if got := jstr(output(t, again), "choices", 0, "message", "content"); got != big {
 			t.Errorf("replayed output has %d bytes of content, want %d", len(got), len(big))
 		}
-		if c := h.fake.Calls("chat"); c != 1 {
-			t.Errorf("chat calls %d, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	})
 
 	t.Run("event", func(t *testing.T) {
@@ -74,8 +68,6 @@ func TestLargeOutputsGoToTheObjectStore(t *testing.T) {
 		if !found {
 			t.Fatalf("the 1 MB event was not delivered whole among %d events", len(evs))
 		}
-		if got := jstr(output(t, res), "text"); got != "stub reply: small answer" {
-			t.Errorf("text %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "text"), "stub reply: small answer", "text %q")
 	})
 }

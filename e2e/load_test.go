@@ -51,9 +51,7 @@ func TestLoadThreeReplicas(t *testing.T) {
 		t.Skip("load test: skipped in -short mode")
 	}
 	fig := runLoad(t, spec)
-	if fig.Kills != 1 {
-		t.Errorf("%d replica kills, want 1", fig.Kills)
-	}
+	wantEq(t, fig.Kills, 1, "%d replica kills, want 1")
 }
 
 // loadSpec configures one run of the load scenario.
@@ -182,8 +180,7 @@ type ldRun struct {
 	messages  atomic.Int64 // messages published (copies included)
 	retries   atomic.Int64 // publish attempts that failed and were retried
 
-	settledMu sync.Mutex
-	settled   map[string]bool // ids with a terminal result seen live (progress only)
+	settled *liveSettled
 
 	start, pubEnd, end time.Time
 	timedOut           bool
@@ -196,7 +193,7 @@ func runLoad(t *testing.T, spec loadSpec) ldFigures {
 		return hermestest.Reply{Text: "stub reply: " + turn.UserText + " with a few more words to stream", Deltas: spec.Deltas, Delay: spec.Delay}
 	}
 	h := newHarness(t, withoutBridge(), withFake(hermestest.WithAgent(agent), hermestest.WithMaxConcurrentRuns(0)))
-	r := &ldRun{t: t, h: h, spec: spec, settled: map[string]bool{}}
+	r := &ldRun{t: t, h: h, spec: spec}
 	if spec.Publishers < 1 {
 		r.spec.Publishers = 1
 	}
@@ -204,19 +201,7 @@ func runLoad(t *testing.T, spec loadSpec) ldFigures {
 		p := r.startReplica(i)
 		r.procs = append(r.procs, p)
 	}
-	sub, err := h.nc.Subscribe("hermes.results.>", func(m *nats.Msg) {
-		res, err := events.DecodeResult(m.Header, m.Data)
-		if err != nil || !events.Terminal(res.Status) {
-			return
-		}
-		r.settledMu.Lock()
-		r.settled[res.ActionID] = true
-		r.settledMu.Unlock()
-	})
-	if err != nil {
-		t.Fatalf("subscribe results: %v", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	r.settled = watchSettled(t, h.nc)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -348,14 +333,23 @@ func (r *ldRun) publishAction(ctx context.Context, a ldAction) error {
 }
 
 func (r *ldRun) retry(ctx context.Context, f func(context.Context) error) error {
+	err := retryPublish(ctx, f, func() { r.retries.Add(1) })
+	if err == nil {
+		r.messages.Add(1)
+	}
+	return err
+}
+
+// retryPublish calls publish (each call bounded by 5 s) until it succeeds, ctx ends or
+// 60 s have passed, backing off from 20 ms to 1 s; retried is called before each retry.
+func retryPublish(ctx context.Context, publish func(context.Context) error, retried func()) error {
 	delay := 20 * time.Millisecond
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := f(pctx)
+		err := publish(pctx)
 		cancel()
 		if err == nil {
-			r.messages.Add(1)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -364,7 +358,7 @@ func (r *ldRun) retry(ctx context.Context, f func(context.Context) error) error 
 		if time.Now().After(deadline) {
 			return err
 		}
-		r.retries.Add(1)
+		retried()
 		tm := time.NewTimer(delay)
 		select {
 		case <-tm.C:
@@ -376,10 +370,34 @@ func (r *ldRun) retry(ctx context.Context, f func(context.Context) error) error 
 	}
 }
 
-func (r *ldRun) settledCount() int {
-	r.settledMu.Lock()
-	defer r.settledMu.Unlock()
-	return len(r.settled)
+// liveSettled records the action ids whose terminal result a core subscriber saw
+// (for progress only: the checks read the output stream).
+type liveSettled struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// watchSettled subscribes nc to every result until the test ends.
+func watchSettled(t *testing.T, nc *nats.Conn) *liveSettled {
+	t.Helper()
+	s := &liveSettled{ids: map[string]bool{}}
+	sub, err := nc.Subscribe("hermes.results.>", func(m *nats.Msg) {
+		if res, err := events.DecodeResult(m.Header, m.Data); err == nil && events.Terminal(res.Status) {
+			s.mu.Lock()
+			s.ids[res.ActionID] = true
+			s.mu.Unlock()
+		}
+	})
+	requireOK(t, err, "subscribe results: %v")
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return s
+}
+
+// count returns the number of distinct actions seen settled.
+func (s *liveSettled) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ids)
 }
 
 // identifiable counts the published actions that must get a result.
@@ -414,7 +432,7 @@ func (r *ldRun) monitor(pubErr chan error) {
 			return
 		default:
 		}
-		settled := r.settledCount()
+		settled := r.settled.count()
 		total := float64(r.spec.Actions)
 		if len(kills) > 0 && total > 0 && float64(settled) >= kills[0]*total {
 			kills = kills[1:]
@@ -543,7 +561,110 @@ func (r *ldRun) consumerState() string {
 // ldResult is one result message read back from the output stream.
 type ldResult struct {
 	res    *events.Result
-	stored time.Time
+	seq    uint64    // stream sequence
+	stored time.Time // when it was stored
+}
+
+// ldOutputs is the whole output stream read back: the results and events of each action.
+type ldOutputs struct {
+	results           map[string][]ldResult
+	events            map[string][]*events.EventData
+	eventAt           map[string][]time.Time // when each event was stored
+	nResults, nEvents int
+}
+
+// ldReadOutputs reads the whole output stream; a message that does not decode, or a
+// result stored on another action's subject, is a violation.
+func ldReadOutputs(t *testing.T, js jetstream.JetStream, v *ldViolations) ldOutputs {
+	o := ldOutputs{results: map[string][]ldResult{}, events: map[string][]*events.EventData{}, eventAt: map[string][]time.Time{}}
+	ldReadStream(t, js, "HERMES_OUTPUT", func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		switch {
+		case strings.HasPrefix(m.Subject(), "hermes.results."):
+			res, err := events.DecodeResult(m.Headers(), m.Data())
+			if err != nil {
+				v.add("decode", "result on %s (stream seq %d): %v", m.Subject(), md.Sequence.Stream, err)
+				return
+			}
+			if m.Subject() != "hermes.results."+res.ActionID {
+				v.add("decode", "result of %s stored on %s", res.ActionID, m.Subject())
+			}
+			o.results[res.ActionID] = append(o.results[res.ActionID], ldResult{res: res, seq: md.Sequence.Stream, stored: md.Timestamp})
+			o.nResults++
+		case strings.HasPrefix(m.Subject(), "hermes.events."):
+			ev, err := events.DecodeEvent(m.Headers(), m.Data())
+			if err != nil {
+				v.add("decode", "event on %s (stream seq %d): %v", m.Subject(), md.Sequence.Stream, err)
+				return
+			}
+			o.events[ev.ActionID] = append(o.events[ev.ActionID], ev)
+			o.eventAt[ev.ActionID] = append(o.eventAt[ev.ActionID], md.Timestamp)
+			o.nEvents++
+		}
+	})
+	return o
+}
+
+// checkPublished reports results and events of an action id that published does not hold.
+func ldCheckPublished[A any](v *ldViolations, o ldOutputs, published map[string]A) {
+	for id := range o.results {
+		if _, ok := published[id]; !ok {
+			v.add("exactly_once", "a result for %s, which was never published", id)
+		}
+	}
+	for id := range o.events {
+		if _, ok := published[id]; !ok {
+			v.add("events", "events for %s, which was never published", id)
+		}
+	}
+}
+
+// ldCheckKeyGroups checks the actions (ids) sharing each idempotency key: exactly one
+// executed (no replay_of), with one Hermes call if it completed and at most one if it
+// failed, and every other one replays it (same status, error and output).
+func ldCheckKeyGroups(t *testing.T, v *ldViolations, o ldOutputs, groups map[string][]string, callsByKey map[string]int) {
+	for key, g := range groups {
+		var exec []string
+		for _, id := range g {
+			if rs := o.results[id]; len(rs) > 0 && rs[0].res.ReplayOf == nil {
+				exec = append(exec, id)
+			}
+		}
+		if len(exec) != 1 {
+			v.add("replay", "key %s: %d of %d actions executed (no replay_of), want exactly 1", key, len(exec), len(g))
+			continue
+		}
+		er := o.results[exec[0]][0].res
+		calls := callsByKey[key]
+		switch {
+		case er.Error == nil && calls != 1:
+			v.add("calls", "key %s: executor %s completed with %d calls, want 1", key, exec[0], calls)
+		case er.Error != nil && calls > 1:
+			v.add("calls", "key %s: %d calls", key, calls)
+		}
+		for _, id := range g {
+			rs := o.results[id]
+			if len(rs) == 0 || id == exec[0] {
+				continue
+			}
+			res := rs[0].res
+			if res.ReplayOf == nil || *res.ReplayOf != exec[0] {
+				v.add("replay", "%s: replay_of %v, want %s", id, res.ReplayOf, exec[0])
+			}
+			if res.Status != er.Status || errString(res.Error) != errString(er.Error) || (er.Error == nil && !sameJSON(t, res.Output, er.Output)) {
+				v.add("replay", "%s: replayed %s %s, original %s %s", id, res.Status, errString(res.Error), er.Status, errString(er.Error))
+			}
+		}
+	}
+}
+
+// countList renders counts as name=n items, sorted.
+func countList(counts map[string]int) []string {
+	out := make([]string, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ldFigures are the numbers a run reports.
@@ -590,30 +711,9 @@ func (r *ldRun) check() ldFigures {
 	}
 
 	// Outputs: one ordered consumer over the whole output stream.
-	results := map[string][]ldResult{}
-	evs := map[string][]*events.EventData{}
-	ldReadStream(t, h.js, "HERMES_OUTPUT", func(m jetstream.Msg, md *jetstream.MsgMetadata) {
-		switch {
-		case strings.HasPrefix(m.Subject(), "hermes.results."):
-			res, err := events.DecodeResult(m.Headers(), m.Data())
-			if err != nil {
-				v.add("decode", "result on %s: %v", m.Subject(), err)
-				return
-			}
-			if m.Subject() != "hermes.results."+res.ActionID {
-				v.add("decode", "result of %s on %s", res.ActionID, m.Subject())
-			}
-			results[res.ActionID] = append(results[res.ActionID], ldResult{res: res, stored: md.Timestamp})
-		case strings.HasPrefix(m.Subject(), "hermes.events."):
-			ev, err := events.DecodeEvent(m.Headers(), m.Data())
-			if err != nil {
-				v.add("decode", "event on %s: %v", m.Subject(), err)
-				return
-			}
-			evs[ev.ActionID] = append(evs[ev.ActionID], ev)
-			fig.Events++
-		}
-	})
+	out := ldReadOutputs(t, h.js, v)
+	results, evs := out.results, out.events
+	fig.Events = out.nEvents
 	var dlq []*nats.Msg
 	ldReadStream(t, h.js, "HERMES_DLQ", func(m jetstream.Msg, _ *jetstream.MsgMetadata) {
 		dlq = append(dlq, &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
@@ -631,7 +731,7 @@ func (r *ldRun) check() ldFigures {
 
 	// Every identifiable action: exactly one terminal result, no pending one.
 	known := map[string]ldAction{}
-	groups := map[string][]ldAction{} // idempotency key -> the actions sharing it
+	groups := map[string][]string{} // idempotency key -> the actions sharing it
 	var lat []time.Duration
 	safeByOp := map[string]int{}
 	for _, a := range actions {
@@ -674,7 +774,7 @@ func (r *ldRun) check() ldFigures {
 			fig.OutcomeUnknown++
 		}
 		if a.key != "" {
-			groups[a.key] = append(groups[a.key], a)
+			groups[a.key] = append(groups[a.key], a.id)
 		}
 		ok := res.Status == events.StatusCompleted && res.Error == nil
 		unknown := res.Status == events.StatusFailed && code == "outcome_unknown" && res.Error.UncertainOutcome
@@ -715,56 +815,14 @@ func (r *ldRun) check() ldFigures {
 			r.checkEvents(v, a, res, ev, &fig)
 		}
 	}
-	for id := range results {
-		if _, ok := known[id]; !ok {
-			v.add("exactly_once", "a result for %s, which was never published", id)
-		}
-	}
-	for id := range evs {
-		if _, ok := known[id]; !ok {
-			v.add("events", "events for %s, which was never published", id)
-		}
-	}
+	ldCheckPublished(v, out, known)
 	for op, n := range safeByOp {
 		if fig.Calls[op] < n {
 			v.add("calls", "%s: %d calls for %d completed actions", op, fig.Calls[op], n)
 		}
 	}
 
-	// Key groups: one action executed (at most one call), the others replay it.
-	for key, g := range groups {
-		var exec []ldAction
-		for _, a := range g {
-			if rs := results[a.id]; len(rs) > 0 && rs[0].res.ReplayOf == nil {
-				exec = append(exec, a)
-			}
-		}
-		if len(exec) != 1 {
-			v.add("replay", "key %s: %d of %d actions executed, want exactly 1", key, len(exec), len(g))
-			continue
-		}
-		er := results[exec[0].id][0].res
-		calls := calls.byKey[key]
-		switch {
-		case er.Error == nil && calls != 1:
-			v.add("calls", "key %s: executor %s completed with %d calls, want 1", key, exec[0].id, calls)
-		case er.Error != nil && calls > 1:
-			v.add("calls", "key %s: %d calls", key, calls)
-		}
-		for _, a := range g {
-			rs := results[a.id]
-			if len(rs) == 0 || a.id == exec[0].id {
-				continue
-			}
-			res := rs[0].res
-			if res.ReplayOf == nil || *res.ReplayOf != exec[0].id {
-				v.add("replay", "%s: replay_of %v, want %s", a.id, res.ReplayOf, exec[0].id)
-			}
-			if res.Status != er.Status || errString(res.Error) != errString(er.Error) || (er.Error == nil && !sameJSON(t, res.Output, er.Output)) {
-				v.add("replay", "%s: replayed %s %s, original %s %s", a.id, res.Status, errString(res.Error), er.Status, errString(er.Error))
-			}
-		}
-	}
+	ldCheckKeyGroups(t, v, out, groups, calls.byKey)
 	// Invalid actions never reach Hermes; nothing but the listed routes was called.
 	for route := range fig.Calls {
 		switch route {
@@ -963,21 +1021,7 @@ func (f ldFigures) report(t *testing.T, spec loadSpec) {
 	for k, n := range f.Kinds {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", ldKindNames[k], n))
 	}
-	failed := make([]string, 0, len(f.Failed))
-	for c, n := range f.Failed {
-		failed = append(failed, fmt.Sprintf("%s=%d", c, n))
-	}
-	sort.Strings(failed)
-	routes := make([]string, 0, len(f.Calls))
-	for r, n := range f.Calls {
-		routes = append(routes, fmt.Sprintf("%s=%d", r, n))
-	}
-	sort.Strings(routes)
-	reps := make([]string, 0, len(f.PerReplica))
-	for r, n := range f.PerReplica {
-		reps = append(reps, fmt.Sprintf("%s=%d", r, n))
-	}
-	sort.Strings(reps)
+	failed, routes, reps := countList(f.Failed), countList(f.Calls), countList(f.PerReplica)
 	row := func(k, format string, args ...any) { fmt.Fprintf(&b, "  %-24s %s\n", k, fmt.Sprintf(format, args...)) }
 	fmt.Fprintf(&b, "%s summary (%d replicas, %d workers each):\n", spec.Name, spec.Replicas, spec.Workers)
 	row("actions", "%d published (%s)", ldSum(f.Kinds[:]), strings.Join(kinds, " "))

@@ -48,12 +48,7 @@ func TestActionLogs(t *testing.T) {
 
 	for _, a := range acts {
 		var lines []logLine
-		h.eventually(5*time.Second, func() error {
-			if lines = h.actionLogs(a.id); len(lines) == 0 {
-				return errNotYet
-			}
-			return nil
-		})
+		h.until(5*time.Second, "an action log line", func() bool { lines = h.actionLogs(a.id); return len(lines) > 0 })
 		if len(lines) != 1 {
 			t.Errorf("%s (%s): %d action log lines, want 1", a.id, a.capability, len(lines))
 			continue

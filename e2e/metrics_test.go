@@ -32,9 +32,7 @@ func serveOps(t *testing.T, reg interface {
 }, ready func(context.Context) error) string {
 	t.Helper()
 	srv, err := opshttp.Listen("127.0.0.1:0", opshttp.Handler(reg, ready))
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -49,18 +47,14 @@ func serveOps(t *testing.T, reg interface {
 func scrape(t *testing.T, base string) scraped {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics: %s", resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
+	requireOK(t, err, "parse /metrics: %v")
 	return scraped(fams)
 }
 
@@ -151,13 +145,10 @@ func TestMetrics(t *testing.T) {
 
 	const secret = "metrics-marker-prompt-7f3a"
 	for i := range 3 {
-		res, _ := h.call("chat", fmt.Sprintf(`{"prompt":"%s %d"}`, secret, i))
-		requireCompleted(t, res)
+		h.callOK("chat", fmt.Sprintf(`{"prompt":"%s %d"}`, secret, i))
 	}
-	first, _ := h.call("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
-	requireCompleted(t, first)
-	replay, _ := h.call("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
-	requireCompleted(t, replay)
+	first := h.callOK("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
+	replay := h.callOK("chat", `{"prompt":"keyed `+secret+`"}`, withKey("metrics-key-"+secret))
 	if replay.ReplayOf == nil {
 		t.Fatalf("second keyed chat is not a replay")
 	}
@@ -279,9 +270,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %s", resp.Status)
@@ -292,9 +281,7 @@ func TestMetrics(t *testing.T) {
 func readyz(t *testing.T, base string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
@@ -310,9 +297,7 @@ func TestReadiness(t *testing.T) {
 	cfg := h.cfg
 	cfg.ShutdownGrace = 20 * time.Second
 	b, err := bridge.New(nc, cfg, zerolog.New(h.logs))
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	base := serveOps(t, opshttp.NewRegistry(), b.Health)
 	if code, body := readyz(t, base); code != http.StatusServiceUnavailable {
 		t.Fatalf("before Run: /readyz %d %q, want 503", code, body)
@@ -340,12 +325,7 @@ func TestReadiness(t *testing.T) {
 	// An action that takes a while keeps Run in its grace period after the cancel.
 	h.fake.InjectFault(hermestest.Fault{Route: "models", Delay: 3 * time.Second})
 	id := h.publish("models", events.Action{Input: mustJSON(t, `{}`)})
-	h.eventually(10*time.Second, func() error {
-		if h.fake.Calls("models") == 0 {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(10*time.Second, "a models call", func() bool { return h.fake.Calls("models") > 0 })
 	cancel()
 	h.eventually(5*time.Second, func() error {
 		if code, body := readyz(t, base); code != http.StatusServiceUnavailable {
@@ -365,8 +345,7 @@ func TestReadiness(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("Run: %v", runErr)
 	}
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 	if code, _ := readyz(t, base); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after Run returned: %d", code)
 	}
@@ -410,16 +389,13 @@ func TestOpsListenerProcess(t *testing.T) {
 	})
 	t.Logf("/readyz answered 503 before 200: %v", seen503)
 	resp, err := http.Get(base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %s", resp.Status)
 	}
 
-	res, _ := h.call("chat", `{"prompt":"counted"}`)
-	requireCompleted(t, res)
+	h.callOK("chat", `{"prompt":"counted"}`)
 	var s scraped
 	h.eventually(10*time.Second, func() error { // counted right after the result is stored
 		s = scrape(t, base)
@@ -434,12 +410,7 @@ func TestOpsListenerProcess(t *testing.T) {
 
 	h.fake.InjectFault(hermestest.Fault{Route: "models", Delay: 3 * time.Second})
 	id := h.publish("models", events.Action{Input: mustJSON(t, `{}`)})
-	h.eventually(10*time.Second, func() error {
-		if h.fake.Calls("models") == 0 {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(10*time.Second, "a models call", func() bool { return h.fake.Calls("models") > 0 })
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	h.eventually(5*time.Second, func() error {
 		if code, body := readyz(t, base); code != http.StatusServiceUnavailable {
@@ -455,8 +426,7 @@ func TestOpsListenerProcess(t *testing.T) {
 	if _, code := p.waitExit(30 * time.Second); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
-	done, _ := h.follow(id)
-	requireCompleted(t, done)
+	h.followOK(id)
 }
 
 // TestMetricsGovernance: approval decisions and cancel requests are counted by their

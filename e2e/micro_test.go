@@ -21,13 +21,9 @@ func collect(t *testing.T, nc *nats.Conn, subject string, wait time.Duration) []
 	t.Helper()
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, nc.PublishRequest(subject, inbox, nil))
 	var out []*nats.Msg
 	deadline := time.Now().Add(wait)
 	for {
@@ -74,15 +70,11 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 
 	// Discovery: PING, INFO and STATS each answered by both replicas.
 	pings := collect(t, h.nc, "$SRV.PING.hermes-bridge", time.Second)
-	if len(pings) != 2 {
-		t.Fatalf("%d PING replies, want 2", len(pings))
-	}
+	requireEq(t, len(pings), 2, "%d PING replies, want 2")
 	replicas := map[string]string{} // service id -> replica id
 	for _, m := range pings {
 		var p micro.Ping
-		if err := json.Unmarshal(m.Data, &p); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, json.Unmarshal(m.Data, &p))
 		if p.Name != "hermes-bridge" || p.Version != "1.4.2-rc.1" || p.Type != micro.PingResponseType {
 			t.Errorf("ping %+v", p)
 		}
@@ -105,14 +97,10 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 		t.Fatalf("service ids -> replica ids %v, want two distinct", replicas)
 	}
 	infos := collect(t, h.nc, "$SRV.INFO.hermes-bridge", time.Second)
-	if len(infos) != 2 {
-		t.Fatalf("%d INFO replies, want 2", len(infos))
-	}
+	requireEq(t, len(infos), 2, "%d INFO replies, want 2")
 	for _, m := range infos {
 		var in micro.Info
-		if err := json.Unmarshal(m.Data, &in); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, json.Unmarshal(m.Data, &in))
 		if len(in.Endpoints) != 1 || in.Endpoints[0].Name != "status" || in.Endpoints[0].Subject != "hermes.status" ||
 			in.Endpoints[0].QueueGroup != "hermes-bridge" {
 			t.Errorf("info endpoints %+v", in.Endpoints)
@@ -137,9 +125,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	running := h.publish("chat", events.Action{Input: mustJSON(t, map[string]any{"prompt": secret})})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.fake.WaitCalls(ctx, "chat", 1); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, h.fake.WaitCalls(ctx, "chat", 1))
 	r := statusOf(t, h.nc, running)
 	if (r.State != "claimed" && r.State != "dispatched") || !owners[r.Owner] || r.Attempt != 1 ||
 		r.CapabilityID != "cap:hermes_agent:primary:chat" || r.Result != nil || r.CancelRequested ||
@@ -179,12 +165,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	// Parked: a session_delete without an approval.
 	// (The pending_approval result is stored a moment before the record says parked.)
 	parked, _ := parkedDelete(t, h, "micro-s1", "micro-del")
-	h.eventually(5*time.Second, func() error {
-		if r = statusOf(t, h.nc, parked); r.State != "parked" {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(5*time.Second, "state parked", func() bool { r = statusOf(t, h.nc, parked); return r.State == "parked" })
 	if r.ApprovalExpiresAt == "" || r.Result == nil || r.Result.Status != events.StatusPendingApproval || r.Decision != "" {
 		t.Errorf("parked: %+v", r)
 	}
@@ -215,9 +196,7 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 	total, errs := 0, 0
 	for _, m := range collect(t, h.nc, "$SRV.STATS.hermes-bridge", time.Second) {
 		var st micro.Stats
-		if err := json.Unmarshal(m.Data, &st); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, json.Unmarshal(m.Data, &st))
 		if len(st.Endpoints) != 1 || st.Endpoints[0].Name != "status" {
 			t.Fatalf("stats endpoints %+v", st.Endpoints)
 		}
@@ -242,14 +221,9 @@ func TestMicroDiscoveryAndStatus(t *testing.T) {
 
 	// Both stopped: nobody answers, and no goroutine of the micro package is left.
 	r1.stop(t)
-	if n := len(collect(t, h.nc, "$SRV.PING.hermes-bridge", 500*time.Millisecond)); n != 0 {
-		t.Errorf("%d PING replies after both replicas stopped", n)
-	}
-	h.eventually(5*time.Second, func() error {
+	wantEq(t, len(collect(t, h.nc, "$SRV.PING.hermes-bridge", 500*time.Millisecond)), 0, "%d PING replies after both replicas stopped")
+	h.until(5*time.Second, "no micro goroutine left", func() bool {
 		buf := make([]byte, 1<<20)
-		if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "nats.go/micro.") {
-			return errNotYet
-		}
-		return nil
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "nats.go/micro.")
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
@@ -36,9 +35,7 @@ func TestContentModes(t *testing.T) {
 				t.Errorf("body %s", r.Body)
 			}
 			const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-			if got := r.Header.Get("Traceparent"); got != tp {
-				t.Errorf("traceparent reaching Hermes %q", got)
-			}
+			wantEq(t, r.Header.Get("Traceparent"), tp, "traceparent reaching Hermes %q")
 			// The trace context is on every output too.
 			for _, subj := range []string{"hermes.results." + id, "hermes.events." + id} {
 				m := h.lastOutput(subj)
@@ -69,8 +66,7 @@ func TestContentModes(t *testing.T) {
 		hdr["ce-traceparent"] = []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 		hdr["Content-Type"] = []string{"application/json"}
 		h.publishRaw("hermes.actions.primary.chat", hdr, []byte(`{"input":{"prompt":"raw hello"},"idempotency_key":"raw%20key"}`))
-		res, _ := h.follow("raw-binary_1")
-		requireCompleted(t, res)
+		res := h.followOK("raw-binary_1")
 		if res.ActionID != "raw-binary_1" || res.CapabilityID != "cap:hermes_agent:primary:chat" {
 			t.Errorf("result action %q capability %q", res.ActionID, res.CapabilityID)
 		}
@@ -79,12 +75,8 @@ func TestContentModes(t *testing.T) {
 			t.Errorf("body %s", r.Body)
 		}
 		// Only ce- header values are percent-decoded; data is taken verbatim.
-		if r.IdempotencyKey != "raw%20key" {
-			t.Errorf("Idempotency-Key %q, want the data's value verbatim", r.IdempotencyKey)
-		}
-		if got := r.Header.Get("Traceparent"); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
-			t.Errorf("traceparent reaching Hermes %q", got)
-		}
+		wantEq(t, r.IdempotencyKey, "raw%20key", "Idempotency-Key %q, want the data's value verbatim")
+		wantEq(t, r.Header.Get("Traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "traceparent reaching Hermes %q")
 	})
 
 	t.Run("raw_structured", func(t *testing.T) {
@@ -93,8 +85,7 @@ func TestContentModes(t *testing.T) {
 		h.publishRaw("hermes.actions.primary.models", hdr, []byte(`{"specversion":"1.0","id":"raw-structured-1",
 			"source":"e2e","type":"hermes.bridge.action.v1","subject":"cap:hermes_agent:primary:models",
 			"datacontenttype":"application/json","data":{"input":{}}}`))
-		res, _ := h.follow("raw-structured-1")
-		requireCompleted(t, res)
+		res := h.followOK("raw-structured-1")
 		if jstr(output(t, res), "data", 0, "id") != "hermes-agent" {
 			t.Errorf("output %s", res.Output)
 		}
@@ -114,12 +105,7 @@ func TestLateSubscriberReplaysStream(t *testing.T) {
 	requireFailed(t, res, "remote_rejected")
 
 	id = h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"one two three four five six"}`)})
-	h.eventually(20*time.Second, func() error {
-		if h.results(id) == 0 {
-			return errNotYet
-		}
-		return nil
-	})
+	h.until(20*time.Second, "a stored result", func() bool { return h.results(id) > 0 })
 	for i := 0; i < 2; i++ { // two independent late subscribers see the same replay
 		res, evs := h.follow(id)
 		checkStream(t, res, evs, "chat_stream", "stub reply: one two three four five six")
@@ -130,24 +116,9 @@ func TestLateSubscriberReplaysStream(t *testing.T) {
 		return hermestest.Reply{Text: "stub reply: " + turn.UserText, DeltaDelay: 40 * time.Millisecond}
 	})))
 	id = slow.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"mid stream join"}`)})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := slow.fake.WaitCalls(ctx, "chat_stream", 1); err != nil {
-		t.Fatalf("wait chat_stream call: %v", err)
-	}
-	slow.eventually(10*time.Second, func() error { // some events are out already
-		s, err := slow.js.Stream(ctx, "HERMES_OUTPUT")
-		if err != nil {
-			return err
-		}
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter("hermes.events."+id))
-		if err != nil {
-			return err
-		}
-		if info.State.Msgs < 2 {
-			return errNotYet
-		}
-		return nil
+	slow.waitCalls("chat_stream", 1)
+	slow.until(10*time.Second, "some events stored", func() bool {
+		return storedOn(t, slow.js, "HERMES_OUTPUT", "hermes.events."+id) >= 2
 	})
 	res, evs := slow.follow(id)
 	checkStream(t, res, evs, "chat_stream", "stub reply: mid stream join")

@@ -27,9 +27,7 @@ func TestNATSRestartMidLoad(t *testing.T) {
 		NATSRestartAt: []float64{0.25, 0.6},
 		Settle:        90 * time.Second,
 	})
-	if fig.NATSRestarts != 2 {
-		t.Errorf("%d NATS restarts, want 2", fig.NATSRestarts)
-	}
+	wantEq(t, fig.NATSRestarts, 2, "%d NATS restarts, want 2")
 	for i, n := range fig.Reconnects {
 		if n != fig.NATSRestarts {
 			t.Errorf("bridge process %d logged %d reconnects, want %d", i+1, n, fig.NATSRestarts)

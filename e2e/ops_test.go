@@ -31,23 +31,18 @@ func TestOperationsDiscovery(t *testing.T) {
 
 	t.Run("health", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("health", `{}`)
-		requireCompleted(t, res)
+		res := h.callOK("health", `{}`)
 		r := h.lastRequest("health", 1)
 		if r.Method != "GET" || r.Path != "/health" || r.Query != "" {
 			t.Errorf("request %s %s?%s, want GET /health", r.Method, r.Path, r.Query)
 		}
-		if a := r.Header.Get("Authorization"); a != "" {
-			t.Errorf("health sent Authorization %q; the route is unauthenticated", a)
-		}
+		wantEq(t, r.Header.Get("Authorization"), "", "health sent Authorization %q; the route is unauthenticated")
 		out := output(t, res)
 		if jstr(out, "endpoint_id") != "primary" || jstr(out, "status") != "ok" || jstr(out, "platform") != "hermes-agent" ||
 			jstr(out, "version") != hermestest.Version019 || jint(out, "http_status") != 200 || jstr(out, "raw", "status") != "ok" {
 			t.Errorf("health output %s", res.Output)
 		}
-		if res.CapabilityID != "cap:hermes_agent:primary:health" {
-			t.Errorf("capability_id %q", res.CapabilityID)
-		}
+		wantEq(t, res.CapabilityID, "cap:hermes_agent:primary:health", "capability_id %q")
 	})
 	for _, c := range []struct{ op, path string }{
 		{"health_detailed", "/health/detailed"},
@@ -60,9 +55,7 @@ func TestOperationsDiscovery(t *testing.T) {
 			h := h.at(t)
 			res, evs := h.call(c.op, `{}`)
 			requireCompleted(t, res)
-			if len(evs) != 0 {
-				t.Errorf("%d events for a JSON operation", len(evs))
-			}
+			wantEq(t, len(evs), 0, "%d events for a JSON operation")
 			r := h.lastRequest(c.op, 1)
 			if r.Method != "GET" || r.Path != c.path || len(r.Body) != 0 {
 				t.Errorf("request %s %s body %q, want GET %s", r.Method, r.Path, r.Body, c.path)
@@ -103,9 +96,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			"temperature": 0.2, "stream": true, "metadata": map[string]any{"k": "v"},
 		}, withKey("chat-key-1"))
 		requireCompleted(t, res)
-		if len(evs) != 0 {
-			t.Errorf("%d events for chat", len(evs))
-		}
+		wantEq(t, len(evs), 0, "%d events for chat")
 		r := h.lastRequest("chat", 1)
 		if r.Method != "POST" || r.Path != "/v1/chat/completions" {
 			t.Errorf("request %s %s", r.Method, r.Path)
@@ -115,12 +106,8 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			t.Errorf("headers Idempotency-Key=%q X-Hermes-Session-Id=%q X-Hermes-Session-Key=%q", r.IdempotencyKey, r.SessionID, r.SessionKey)
 		}
 		b := body(t, r)
-		if b["model"] != "hermes-agent" {
-			t.Errorf("model %v, want the default hermes-agent", b["model"])
-		}
-		if b["stream"] != false {
-			t.Errorf("stream %v, want forced false", b["stream"])
-		}
+		wantEq(t, b["model"], "hermes-agent", "model %v, want the default hermes-agent")
+		wantEq(t, b["stream"], false, "stream %v, want forced false")
 		if jstr(b, "messages", 0, "role") != "user" || jstr(b, "messages", 0, "content") != "Hello there" || jpath(b, "messages", 1) != nil {
 			t.Errorf("messages %v, want the prompt as one user message", b["messages"])
 		}
@@ -128,9 +115,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			t.Errorf("extra fields not forwarded: %v", b)
 		}
 		checkNoControlFields(t, b, "prompt", "session_id", "session_key", "idempotency_key")
-		if got := jstr(output(t, res), "choices", 0, "message", "content"); got != "stub reply: Hello there" {
-			t.Errorf("output content %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "choices", 0, "message", "content"), "stub reply: Hello there", "output content %q")
 	})
 
 	t.Run("chat_messages", func(t *testing.T) {
@@ -207,8 +192,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 			t.Skip("no stored response")
 		}
 		h := h.at(t)
-		res, _ := h.call("response_get", map[string]any{"response_id": respID})
-		requireCompleted(t, res)
+		res := h.callOK("response_get", map[string]any{"response_id": respID})
 		r := h.lastRequest("response_get", 1)
 		if r.Method != "GET" || r.Path != "/v1/responses/"+respID || len(r.Body) != 0 {
 			t.Errorf("request %s %s", r.Method, r.Path)
@@ -223,9 +207,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 		h := h.at(t)
 		res, _ := h.call("response_get", map[string]any{"response_id": "resp/../x y?z#é"})
 		e := requireFailed(t, res, "remote_rejected")
-		if e.HTTPStatus != 404 {
-			t.Errorf("http_status %d, want 404", e.HTTPStatus)
-		}
+		wantEq(t, e.HTTPStatus, 404, "http_status %d, want 404")
 		r := h.lastRequest("response_get", 2)
 		if want := "/v1/responses/resp%2F..%2Fx%20y%3Fz%23%C3%A9"; r.Path != want || r.Query != "" {
 			t.Errorf("path %q query %q, want %q (one percent-encoded segment)", r.Path, r.Query, want)
@@ -238,8 +220,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 		}
 		h := h.at(t)
 		// Approvals are not implemented yet: the delete runs directly.
-		res, _ := h.call("response_delete", map[string]any{"response_id": respID}, withKey("del-resp-1"), preApproved)
-		requireCompleted(t, res)
+		res := h.callOK("response_delete", map[string]any{"response_id": respID}, withKey("del-resp-1"), preApproved)
 		r := h.lastRequest("response_delete", 1)
 		if r.Method != "DELETE" || r.Path != "/v1/responses/"+respID || r.IdempotencyKey != "del-resp-1" || len(r.Body) != 0 {
 			t.Errorf("request %s %s key %q body %q", r.Method, r.Path, r.IdempotencyKey, r.Body)
@@ -248,9 +229,7 @@ func TestOperationsChatAndResponses(t *testing.T) {
 		if jpath(out, "deleted") != true || jstr(out, "id") != respID {
 			t.Errorf("output %s", res.Output)
 		}
-		if n := h.fake.StoredResponses(); n != 1 {
-			t.Errorf("fake stores %d responses after the delete, want 1 (the stream's)", n)
-		}
+		wantEq(t, h.fake.StoredResponses(), 1, "fake stores %d responses after the delete, want 1 (the stream's)")
 	})
 }
 
@@ -303,24 +282,19 @@ func TestOperationsSessions(t *testing.T) {
 
 	t.Run("session_get", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_get", map[string]any{"session_id": sidOK})
-		requireCompleted(t, res)
+		res := h.callOK("session_get", map[string]any{"session_id": sidOK})
 		r := h.lastRequest("session_get", 1)
 		if r.Method != "GET" || r.Path != "/api/sessions/"+sidOKPath {
 			t.Errorf("request %s %s", r.Method, r.Path)
 		}
-		if got := jstr(output(t, res), "session", "title"); got != "E2E session" {
-			t.Errorf("title %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "session", "title"), "E2E session", "title %q")
 	})
 
 	t.Run("session_get_escaped", func(t *testing.T) {
 		h := h.at(t)
 		res, _ := h.call("session_get", map[string]any{"session_id": sid})
 		e := requireFailed(t, res, "remote_rejected")
-		if detail(e, "remote_code") != "session_not_found" {
-			t.Errorf("remote_code %q", detail(e, "remote_code"))
-		}
+		wantEq(t, detail(e, "remote_code"), "session_not_found", "remote_code %q")
 		if r := h.lastRequest("session_get", 2); r.Path != "/api/sessions/"+sidPath {
 			t.Errorf("path %q, want /api/sessions/%s", r.Path, sidPath)
 		}
@@ -339,9 +313,7 @@ func TestOperationsSessions(t *testing.T) {
 		if b["title"] != "Renamed session" || len(b) != 1 {
 			t.Errorf("body %s, want only the title", r.Body)
 		}
-		if got := jstr(output(t, res), "session", "title"); got != "Renamed session" {
-			t.Errorf("title after patch %q", got)
-		}
+		wantEq(t, jstr(output(t, res), "session", "title"), "Renamed session", "title after patch %q")
 	})
 
 	t.Run("session_chat", func(t *testing.T) {
@@ -378,8 +350,7 @@ func TestOperationsSessions(t *testing.T) {
 
 	t.Run("session_messages", func(t *testing.T) {
 		h := h.at(t)
-		res, _ := h.call("session_messages", map[string]any{"session_id": sidOK})
-		requireCompleted(t, res)
+		res := h.callOK("session_messages", map[string]any{"session_id": sidOK})
 		r := h.lastRequest("session_messages", 1)
 		if r.Method != "GET" || r.Path != "/api/sessions/"+sidOKPath+"/messages" {
 			t.Errorf("request %s %s", r.Method, r.Path)
@@ -415,8 +386,7 @@ func TestOperationsSessions(t *testing.T) {
 	t.Run("session_delete", func(t *testing.T) {
 		h := h.at(t)
 		// Approvals are not implemented yet: the delete runs directly.
-		res, _ := h.call("session_delete", map[string]any{"session_id": "e2e-child"}, withKey("sdel-1"), preApproved)
-		requireCompleted(t, res)
+		res := h.callOK("session_delete", map[string]any{"session_id": "e2e-child"}, withKey("sdel-1"), preApproved)
 		r := h.lastRequest("session_delete", 1)
 		if r.Method != "DELETE" || r.Path != "/api/sessions/e2e-child" || r.IdempotencyKey != "sdel-1" || len(r.Body) != 0 {
 			t.Errorf("request %s %s key %q", r.Method, r.Path, r.IdempotencyKey)

@@ -69,9 +69,7 @@ func TestOutputStreamBindRefusals(t *testing.T) {
 			defer cancel()
 			name := h.cfg.WithDefaults().OutputStream
 			s, err := h.js.Stream(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, err)
 			sc := s.CachedInfo().Config
 			c.change(&sc)
 			if _, err := h.js.UpdateStream(ctx, sc); err != nil {
@@ -85,13 +83,9 @@ func TestOutputStreamBindRefusals(t *testing.T) {
 			}
 
 			h.cfg.Provision = true
-			if err := h.runBridgeOnce(); err != nil {
-				t.Fatalf("provisioning did not repair the stream: %v", err)
-			}
+			requireOK(t, h.runBridgeOnce(), "provisioning did not repair the stream: %v")
 			h.cfg.Provision = false
-			if err := h.runBridgeOnce(); err != nil {
-				t.Fatalf("binding the provisioned stream: %v", err)
-			}
+			requireOK(t, h.runBridgeOnce(), "binding the provisioned stream: %v")
 		})
 	}
 }

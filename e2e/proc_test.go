@@ -114,14 +114,10 @@ func (h *harness) launchProc(opts ...procOption) *proc {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	requireOK(h.t, err)
 	cmd.Stdout = io.Discard
 	p := &proc{t: h.t, cmd: cmd, done: make(chan struct{}), seen: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		h.t.Fatalf("start hermes-bridge: %v", err)
-	}
+	requireOK(h.t, cmd.Start(), "start hermes-bridge: %v")
 	go p.read(stderr)
 	h.t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()

@@ -19,9 +19,7 @@ import (
 func quickStartBlocks(t *testing.T, readme string) [][]string {
 	t.Helper()
 	b, err := os.ReadFile(readme)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	_, section, ok := strings.Cut(string(b), "\n## Quick start\n")
 	if !ok {
 		t.Fatal("README.md has no Quick start section")
@@ -50,9 +48,7 @@ var quickStartServers = []struct {
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
@@ -121,14 +117,10 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	}
 	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	blocks := quickStartBlocks(t, filepath.Join(root, "README.md"))
 	modcache, err := exec.Command("go", "env", "GOMODCACHE").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 
 	tmp := t.TempDir()
 	gopath := filepath.Join(tmp, "gopath")
@@ -151,9 +143,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		"HERMES_BRIDGE_DATA_DIR="+filepath.Join(tmp, "nats"),
 	)
 	state := filepath.Join(tmp, "exports.sh")
-	if err := os.WriteFile(state, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, os.WriteFile(state, nil, 0o600))
 	env = append(env, "QUICKSTART_EXPORTS="+state)
 
 	// start runs one block in bash, in its own process group, with the exports of the
@@ -170,9 +160,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		b.cmd = exec.Command("bash", "-c", strings.Join(script, "\n"))
 		b.cmd.Dir, b.cmd.Env, b.cmd.Stdout, b.cmd.Stderr = root, env, b.out, b.out
 		b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := b.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, b.cmd.Start())
 		go func() { b.err = b.cmd.Wait(); close(b.done) }()
 		t.Cleanup(func() {
 			_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)

@@ -144,9 +144,7 @@ func TestRedactionInProcess(t *testing.T) {
 	for _, op := range []string{"health", "health_detailed", "models", "capabilities", "skills", "toolsets"} {
 		ok(op, `{}`)
 	}
-	if n := h.fake.Calls("health_detailed"); n != 2 {
-		t.Errorf("health_detailed reached Hermes %d times, want 2 (the 503 retried)", n)
-	}
+	wantEq(t, h.fake.Calls("health_detailed"), 2, "health_detailed reached Hermes %d times, want 2 (the 503 retried)")
 
 	// Sessions.
 	ok("session_create", map[string]any{"body": map[string]any{"id": "MARKERSESSION-1", "title": "MARKERTITLE-1",
@@ -398,8 +396,7 @@ func TestRedactionNATSURLToken(t *testing.T) {
 	h := newHarness(t, withoutBridge())
 	natsURL := strings.Replace(h.ns.ClientURL(), "nats://", "nats://MARKERNATSTOKEN-4d5e6f@", 1)
 	p := h.startProc(withEnv("NATS_URL", natsURL))
-	res, _ := h.call("health", `{}`)
-	requireCompleted(t, res)
+	res := h.callOK("health", `{}`)
 	p.waitLog(10*time.Second, res.ActionID)
 	for _, l := range leaks(p.log(), nil) {
 		t.Errorf("hermes-bridge run stderr leaks: %s", l)
@@ -494,8 +491,6 @@ func TestRedactionCLIOutputs(t *testing.T) {
 func writeSecret(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, os.WriteFile(path, []byte(content), 0o600))
 	return path
 }

@@ -46,9 +46,7 @@ func (h *harness) tap(subject string) *liveTap {
 		h.t.Fatalf("subscribe %s: %v", subject, err)
 	}
 	h.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := h.nc.FlushTimeout(5 * time.Second); err != nil {
-		h.t.Fatalf("flush: %v", err)
-	}
+	requireOK(h.t, h.nc.FlushTimeout(5*time.Second), "flush: %v")
 	return lt
 }
 
@@ -94,14 +92,11 @@ func headerFold(h nats.Header, name string) string {
 func (h *harness) quiet(lt *liveTap, window, max time.Duration) {
 	h.t.Helper()
 	last, since := lt.count(), time.Now()
-	h.eventually(max, func() error {
+	h.until(max, "a quiet window", func() bool {
 		if n := lt.count(); n != last {
 			last, since = n, time.Now()
 		}
-		if time.Since(since) < window {
-			return errNotYet
-		}
-		return nil
+		return time.Since(since) >= window
 	})
 }
 
@@ -111,9 +106,7 @@ func (h *harness) quiet(lt *liveTap, window, max time.Duration) {
 func (h *harness) publishCopy(op, id, msgID string, a events.Action) {
 	h.t.Helper()
 	data, err := json.Marshal(a)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	requireOK(h.t, err)
 	hdr := binaryHeader(id, events.TypeAction, events.CapabilityID("primary", op))
 	hdr.Set("ce-source", client.DefaultSource)
 	hdr.Set(nats.MsgIdHdr, msgID)
@@ -142,54 +135,6 @@ func (h *harness) recordState(id string) string {
 	return string(e.Record.State)
 }
 
-// parkedDeleteAs is parkedDelete with a chosen action id.
-func parkedDeleteAs(t *testing.T, h *harness, id, sid, key string) pendingOutput {
-	t.Helper()
-	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
-	requireCompleted(t, res)
-	input := mustJSON(t, map[string]any{"session_id": sid})
-	h.publish("session_delete", events.Action{Input: input, IdempotencyKey: key}, client.WithActionID(id))
-	p := h.pendingOf(id)
-	if p.Status != events.StatusPendingApproval || p.Error != nil {
-		t.Fatalf("pending result %+v", p)
-	}
-	var out pendingOutput
-	if err := json.Unmarshal(p.Output, &out); err != nil {
-		t.Fatal(err)
-	}
-	if c := h.fake.Calls("session_delete"); c != 0 {
-		t.Fatalf("a parked action reached Hermes (%d calls)", c)
-	}
-	return out
-}
-
-// dlqWithin returns the dead-letter messages once there are at least n, or what is
-// there after d; it does not fail the test by itself.
-func (h *harness) dlqWithin(n int, d time.Duration) []*nats.Msg {
-	h.t.Helper()
-	cfg := h.cfg.WithDefaults()
-	var out []*nats.Msg
-	deadline := time.Now().Add(d)
-	for {
-		out = out[:0]
-		s, err := h.js.Stream(context.Background(), cfg.DLQStream)
-		if err == nil {
-			info, err := s.Info(context.Background())
-			if err == nil && info.State.Msgs > 0 {
-				for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-					if m, err := s.GetMsg(context.Background(), seq); err == nil {
-						out = append(out, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-					}
-				}
-			}
-		}
-		if len(out) >= n || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // ---- tests ----
 
 // TestRegress11ApprovedRetryAfter429 (finding 1): an approved deletion whose first
@@ -210,16 +155,11 @@ func TestRegress11ApprovedRetryAfter429(t *testing.T) {
 			h.recordState(id), len(h.requests("session_delete")), err)
 	}
 	requireCompleted(t, res)
-	if n := h.fake.PendingFaults(); n != 0 {
-		t.Errorf("the 429 fault was not consumed (%d pending)", n)
-	}
+	wantEq(t, h.fake.PendingFaults(), 0, "the 429 fault was not consumed (%d pending)")
 	if rs := h.requests("session_delete"); len(rs) != 2 {
 		t.Errorf("fake received %d DELETE requests, want 2 (the 429 and one that succeeded)", len(rs))
 	}
-	h.waitIdle(10 * time.Second)
-	if n := h.results(id); n != 2 {
-		t.Errorf("%d result messages stored, want the pending one and one terminal", n)
-	}
+	h.requireResults(2, 10*time.Second, id)
 }
 
 // TestRegress11CancelApprovedInFlight (finding 3): a cancel request for an approved
@@ -234,9 +174,7 @@ func TestRegress11CancelApprovedInFlight(t *testing.T) {
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	if err := h.fake.WaitCalls(wctx, "session_delete", 1); err != nil {
-		t.Fatalf("the approved DELETE never reached Hermes: %v", err)
-	}
+	requireOK(t, h.fake.WaitCalls(wctx, "session_delete", 1), "the approved DELETE never reached Hermes: %v")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -249,15 +187,11 @@ func TestRegress11CancelApprovedInFlight(t *testing.T) {
 		t.Fatalf("cancel reply %+v after %s, want state cancelled for %s", r, time.Since(start), id)
 	}
 	res, err := h.terminalWithin(id, 3*time.Second)
-	if err != nil {
-		t.Fatalf("no terminal result within 3s of the cancel: %v", err)
-	}
+	requireOK(t, err, "no terminal result within 3s of the cancel: %v")
 	if res.Status != events.StatusCancelled || res.Error == nil || res.Error.Code != "cancelled" || !res.Error.UncertainOutcome {
 		t.Fatalf("result %s %s, want cancelled with uncertain_outcome true", res.Status, errString(res.Error))
 	}
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }
 
 // TestRegress11OnePendingMessage (finding 8a): an action id published three times (as
@@ -281,9 +215,7 @@ func TestRegress11OnePendingMessage(t *testing.T) {
 	if n := lt.countID(id + ":pending"); n != 1 || lt.count() != 1 {
 		t.Fatalf("live subscriber saw %d %s:pending messages (ids %v), want exactly one message", n, id, lt.ids())
 	}
-	if c := h.fake.Calls("session_delete"); c != 0 {
-		t.Errorf("the parked action reached Hermes %d times", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 0, "the parked action reached Hermes %d times")
 }
 
 // TestRegress11OneResultMessage (finding 8b): an action id published twice at once (two
@@ -308,9 +240,7 @@ func TestRegress11OneResultMessage(t *testing.T) {
 	h.publishCopy("chat", id, id+"-copy-2", a)
 
 	res, err := h.terminalWithin(id, 10*time.Second)
-	if err != nil {
-		t.Fatalf("no terminal result: %v", err)
-	}
+	requireOK(t, err, "no terminal result: %v")
 	requireCompleted(t, res)
 	h.waitIdle(10 * time.Second)
 	h.quiet(lt, 500*time.Millisecond, 5*time.Second)
@@ -318,9 +248,7 @@ func TestRegress11OneResultMessage(t *testing.T) {
 	if n := lt.countID(id + ":result"); n != 1 || lt.count() != 1 {
 		t.Errorf("live subscriber saw %d %s:result messages (ids %v), want exactly one message", n, id, lt.ids())
 	}
-	if c := h.fake.Calls("chat"); c != 1 {
-		t.Errorf("chat calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 }
 
 // TestRegress11ApprovalIDWithColon (finding 9a): an approval CloudEvent whose id holds
@@ -330,7 +258,7 @@ func TestRegress11ApprovalIDWithColon(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	const id = "del-7"
-	out := parkedDeleteAs(t, h, id, "r11-colon-session", "r11-colon")
+	_, out := parkedDelete(t, h, "r11-colon-session", "r11-colon", client.WithActionID(id))
 
 	// nats pub hermes.approvals.del-7 --jetstream -H ce-specversion:1.0 -H ce-id:del-7:approval:1
 	//   -H ce-source:urn:approver:alice -H ce-type:hermes.bridge.approval.v1
@@ -351,9 +279,7 @@ func TestRegress11ApprovalIDWithColon(t *testing.T) {
 			h.recordState(id), ignored, err)
 	}
 	requireCompleted(t, res)
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }
 
 // TestRegress11UndecodableDecisionDeadLettered (finding 9b): a message on
@@ -403,19 +329,13 @@ func TestRegress11UndecodableDecisionDeadLettered(t *testing.T) {
 	if m := h.lastOutput("hermes.results." + id); !strings.HasSuffix(m.Header.Get(nats.MsgIdHdr), ":pending") {
 		t.Fatalf("a bad decision settled the parked action (last result %s)", m.Header.Get(nats.MsgIdHdr))
 	}
-	if s := h.recordState(id); s != string(kvstore.StateParked) {
-		t.Fatalf("record state %s after bad decisions, want parked", s)
-	}
+	requireEq(t, h.recordState(id), string(kvstore.StateParked), "record state %s after bad decisions, want parked")
 	if c := h.fake.Calls("session_delete"); c != 0 {
 		t.Fatalf("a bad decision reached Hermes")
 	}
 	h.decide(id, events.DecisionApprove, out.InputSHA256)
 	res, err := h.terminalWithin(id, 10*time.Second)
-	if err != nil {
-		t.Fatalf("no terminal result after a valid approval: %v", err)
-	}
+	requireOK(t, err, "no terminal result after a valid approval: %v")
 	requireCompleted(t, res)
-	if c := h.fake.Calls("session_delete"); c != 1 {
-		t.Errorf("session_delete calls %d, want 1", c)
-	}
+	wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 }

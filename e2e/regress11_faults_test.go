@@ -26,11 +26,23 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
-// followBy follows an action until its terminal result or the deadline.
+// followBy follows an action until its terminal result or the deadline (see terminalWithin).
 func (h *harness) followBy(id string, deadline time.Time) (*events.Result, error) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	return h.client.Follow(ctx, id, nil, nil)
+	return h.terminalWithin(id, time.Until(deadline))
+}
+
+// requireReplaysOf fails unless every action of dups completes, by deadline, as a
+// replay of original.
+func (h *harness) requireReplaysOf(dups []string, original string, deadline time.Time) {
+	h.t.Helper()
+	for _, id := range dups {
+		r, err := h.followBy(id, deadline)
+		if err != nil {
+			h.t.Errorf("follow duplicate %s: %v", id, err)
+			continue
+		}
+		requireReplayOf(h.t, r, original)
+	}
 }
 
 // requireReplayOf fails unless r completed as a replay of original.
@@ -75,21 +87,10 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 	}
 	deadline := start.Add(30 * time.Second)
 	res, err := h.followBy(original, deadline)
-	if err != nil {
-		t.Fatalf("follow the original: %v", err)
-	}
+	requireOK(t, err, "follow the original: %v")
 	requireCompleted(t, res)
-	for _, id := range dups {
-		r, err := h.followBy(id, deadline)
-		if err != nil {
-			t.Errorf("follow duplicate %s: %v", id, err)
-			continue
-		}
-		requireReplayOf(t, r, original)
-	}
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want exactly 1: the key's record expired while its action ran (bucket TTL 3s, action 8s) and a duplicate called Hermes again", n)
-	}
+	h.requireReplaysOf(dups, original, deadline)
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want exactly 1: the key's record expired while its action ran (bucket TTL 3s, action 8s) and a duplicate called Hermes again")
 }
 
 // setBucketTTL sets the TTL of KV bucket b directly on the server (the bridge refuses a
@@ -97,13 +98,9 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 func (h *harness) setBucketTTL(ctx context.Context, b string, ttl time.Duration) {
 	h.t.Helper()
 	kv, err := h.js.KeyValue(ctx, b)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	requireOK(h.t, err)
 	st, err := kv.Status(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	requireOK(h.t, err)
 	kvc := st.(*jetstream.KeyValueBucketStatus).Config()
 	kvc.TTL = ttl
 	if _, err := h.js.UpdateKeyValue(ctx, kvc); err != nil {
@@ -119,9 +116,7 @@ func TestRegress11DuplicatesDoNotHoldWorkers(t *testing.T) {
 		c.Endpoints[0].MaxConcurrency = 4 // Workers 4
 		c.MaxAckPending = 64
 	}))
-	if w := h.cfg.WithDefaults().Workers; w != 4 {
-		t.Fatalf("workers %d, want 4", w)
-	}
+	requireEq(t, h.cfg.WithDefaults().Workers, 4, "workers %d, want 4")
 	const in = `{"prompt":"wait6000: slow stream"}`
 	original := h.publish("chat_stream", events.Action{Input: mustJSON(t, in), IdempotencyKey: "workers-key"})
 	h.waitCalls("chat_stream", 1)
@@ -135,24 +130,13 @@ func TestRegress11DuplicatesDoNotHoldWorkers(t *testing.T) {
 	if err != nil {
 		t.Errorf("models: no result within 2s of publishing it (%v): the 4 workers are held by the original and duplicates waiting for it", err)
 		res, err = h.followBy(models, start.Add(30*time.Second))
-		if err != nil {
-			t.Fatalf("models: no result within 30s: %v", err)
-		}
+		requireOK(t, err, "models: no result within 30s: %v")
 		t.Logf("models settled %s after it was published", time.Since(start).Round(10*time.Millisecond))
 	}
 	requireCompleted(t, res)
 	deadline := time.Now().Add(30 * time.Second)
-	for _, id := range dups {
-		r, err := h.followBy(id, deadline)
-		if err != nil {
-			t.Errorf("follow duplicate %s: %v", id, err)
-			continue
-		}
-		requireReplayOf(t, r, original)
-	}
-	if n := h.fake.Calls("chat_stream"); n != 1 {
-		t.Errorf("chat_stream calls %d, want 1", n)
-	}
+	h.requireReplaysOf(dups, original, deadline)
+	wantEq(t, h.fake.Calls("chat_stream"), 1, "chat_stream calls %d, want 1")
 }
 
 // regress11PanicChild names the variable under which the test binary runs the panic
@@ -204,9 +188,7 @@ func regress11PanicScenario(t *testing.T) {
 	}))
 	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"this one panics"}`)}, client.WithActionID(id))
 	res, err := h.followBy(id, time.Now().Add(30*time.Second))
-	if err != nil {
-		t.Fatalf("follow the panicking action: %v", err)
-	}
+	requireOK(t, err, "follow the panicking action: %v")
 	if !panicked.Load() {
 		t.Fatalf("the hook never panicked")
 	}
@@ -224,8 +206,7 @@ func regress11PanicScenario(t *testing.T) {
 		t.Errorf("no DLQ message with a Hermes-Dlq-Reason naming the panic")
 	}
 	// The bridge is still running and handles the next action.
-	next, _ := h.call("models", `{}`)
-	requireCompleted(t, next)
+	h.callOK("models", `{}`)
 	h.state.mu.Lock()
 	rb := h.state.bridges[0]
 	h.state.mu.Unlock()
@@ -235,9 +216,7 @@ func regress11PanicScenario(t *testing.T) {
 		t.Errorf("bridge.Run returned (%v) after the panic", err)
 	default:
 	}
-	if n := h.fake.Calls("chat"); n != 0 {
-		t.Errorf("chat calls %d: the panicking action reached Hermes", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 0, "chat calls %d: the panicking action reached Hermes")
 }
 
 // TestRegress11CancelBounded (finding 10): cancel requests are a public subject; a burst
@@ -275,19 +254,13 @@ func TestRegress11CancelBounded(t *testing.T) {
 			t.Fatalf("publish cancel %d: %v", i, err)
 		}
 	}
-	if err := h.nc.FlushWithContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, h.nc.FlushWithContext(ctx))
 	// Sample until the bridge has caught up: the tombstone count stops moving.
 	kv, err := h.js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	countActs := func() int {
 		kl, err := kv.ListKeysFiltered(ctx, "act.>")
-		if err != nil {
-			t.Fatalf("list keys: %v", err)
-		}
+		requireOK(t, err, "list keys: %v")
 		n := 0
 		for range kl.Keys() {
 			n++
@@ -341,13 +314,9 @@ func TestRegress11ShutdownDrainsPrefetched(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cons, err := h.js.Consumer(ctx, cfg.ActionsStream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	t.Logf("before the stop: %d actions delivered and unacknowledged, %d not delivered, %d calls running",
 		info.NumAckPending, info.NumPending, h.fake.InFlight())
 	stopped := time.Now()

@@ -44,24 +44,15 @@ func TestRegress12ResultStoredAcrossOutage(t *testing.T) {
 		client.WithActionID(id))
 	select {
 	case err := <-restarted:
-		if err != nil {
-			t.Fatalf("restart NATS: %v", err)
-		}
+		requireOK(t, err, "restart NATS: %v")
 	case <-time.After(60 * time.Second):
 		t.Fatal("the hook never fired, or NATS did not come back within 60s")
 	}
 	res, err := h.followBy(id, time.Now().Add(60*time.Second))
-	if err != nil {
-		t.Fatalf("follow: %v", err)
-	}
+	requireOK(t, err, "follow: %v")
 	requireCompleted(t, res)
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("%d chat calls, want 1", n)
-	}
-	h.waitIdle(20 * time.Second)
-	if n := h.results(id); n != 1 {
-		t.Errorf("%d result messages, want 1", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "%d chat calls, want 1")
+	h.requireResults(1, 20*time.Second, id)
 }
 
 // TestRegress12AckPendingRoomForReplicas (issue 12, finding 5): by default the shared
@@ -72,13 +63,9 @@ func TestRegress12AckPendingRoomForReplicas(t *testing.T) {
 	const warning = "the consumer's max ack pending is less than two replicas hold"
 	h := newHarness(t)
 	info, err := h.js.Consumer(context.Background(), "HERMES_ACTIONS", "hermes-bridge")
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	ci, err := info.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	if want := bridge.DefaultMaxAckPending(h.cfg.Endpoints[0].MaxConcurrency); ci.Config.MaxAckPending != want {
 		t.Errorf("default max ack pending %d, want %d", ci.Config.MaxAckPending, want)
 	}

@@ -148,9 +148,7 @@ func r22JSON(t *testing.T, v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, enc.Encode(v))
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
@@ -198,21 +196,8 @@ func r22KeyCalls(h *harness, key string) int {
 // result; a duplicate with the same key waits for the run's terminal result and replays
 // it; a cancel request finds the action running and cancels it.
 func TestRegress22_PendingRunNotTerminal(t *testing.T) {
-	t.Run("HandBack", func(t *testing.T) {
-		t.Parallel()
-		r22HandBack(t)
-	})
-	t.Run("Killed", func(t *testing.T) {
-		t.Parallel()
-		r22Killed(t)
-	})
-	t.Run("DuplicateKey", func(t *testing.T) {
-		t.Parallel()
-		r22DuplicateKey(t)
-	})
-	t.Run("Cancel", func(t *testing.T) {
-		t.Parallel()
-		r22Cancel(t)
+	runParallel(t, map[string]func(*testing.T){
+		"HandBack": r22HandBack, "Killed": r22Killed, "DuplicateKey": r22DuplicateKey, "Cancel": r22Cancel,
 	})
 }
 
@@ -228,13 +213,8 @@ func r22HandBack(t *testing.T) {
 	r22Approve(t, h, id, sha)
 
 	r22CompletedOnce(t, h, id, key, "hand-back")
-	if n := h.fake.ToolRuns("terminal"); n != 1 {
-		t.Errorf("the approved tool ran %d times, want 1", n)
-	}
-	h.waitIdle(10 * time.Second)
-	if n := h.results(id); n != 2 {
-		t.Errorf("%d result messages, want the pending one and one terminal", n)
-	}
+	wantEq(t, h.fake.ToolRuns("terminal"), 1, "the approved tool ran %d times, want 1")
+	h.requireResults(2, 10*time.Second, id)
 }
 
 // r22CompletedOnce requires the approved run's action to settle completed with the
@@ -250,9 +230,7 @@ func r22CompletedOnce(t *testing.T, h *harness, id, key, after string) {
 	if out := output(t, res); jstr(out, "status") != "completed" || jstr(out, "output") != "cleaned clean "+key {
 		t.Errorf("result output %s, want the run's completed output", res.Output)
 	}
-	if n := h.fake.RunsStartedFor(key); n != 1 {
-		t.Errorf("Hermes started %d runs for the action, want 1", n)
-	}
+	wantEq(t, h.fake.RunsStartedFor(key), 1, "Hermes started %d runs for the action, want 1")
 }
 
 // r22Killed (1b): the same with the owner SIGKILLed (a bridge process) instead; another
@@ -271,10 +249,7 @@ func r22Killed(t *testing.T) {
 	r22Approve(t, h, id, sha)
 
 	r22CompletedOnce(t, h, id, key, "kill")
-	h.waitIdle(20 * time.Second)
-	if n := h.results(id); n != 2 {
-		t.Errorf("%d result messages, want the pending one and one terminal", n)
-	}
+	h.requireResults(2, 20*time.Second, id)
 }
 
 // r22DuplicateKey (1c): a second action with the same key and input, published while
@@ -324,9 +299,7 @@ func r22DuplicateKey(t *testing.T) {
 		t.Fatalf("duplicate: status %s replay_of %v output %s; want %s, replay_of %s, the original's output %s",
 			dup.Status, dup.ReplayOf, dup.Output, orig.Status, first, orig.Output)
 	}
-	if n := h.fake.RunsStartedFor(key); n != 1 {
-		t.Errorf("Hermes started %d runs for the key, want 1", n)
-	}
+	wantEq(t, h.fake.RunsStartedFor(key), 1, "Hermes started %d runs for the key, want 1")
 	h.waitIdle(10 * time.Second)
 	if n := h.results(second); n != 1 {
 		t.Errorf("the duplicate has %d result messages, want exactly one (its terminal replay): %s", n, r22Stored(h, second))
@@ -363,13 +336,8 @@ func r22Cancel(t *testing.T) {
 		}
 		return nil
 	})
-	if n := h.fake.ToolRuns("terminal"); n != 0 {
-		t.Errorf("the tool of a cancelled run ran %d times", n)
-	}
-	h.waitIdle(10 * time.Second)
-	if n := h.results(id); n != 2 {
-		t.Errorf("%d result messages, want the pending one and one terminal", n)
-	}
+	wantEq(t, h.fake.ToolRuns("terminal"), 0, "the tool of a cancelled run ran %d times")
+	h.requireResults(2, 10*time.Second, id)
 }
 
 // r22CancelRequest sends a cancel request for id and returns the reply; a request
@@ -481,9 +449,7 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 		blocker = h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"block: holds the only slot"}`)})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := h.fake.WaitCalls(ctx, "chat", 1); err != nil {
-			t.Fatalf("the blocking chat never reached Hermes: %v", err)
-		}
+		requireOK(t, h.fake.WaitCalls(ctx, "chat", 1), "the blocking chat never reached Hermes: %v")
 	}
 	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"first use of the key"}`), IdempotencyKey: key}, client.WithActionID(id))
 	res, err := h.terminalWithin(id, 15*time.Second)
@@ -493,9 +459,7 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 	if res.Status != events.StatusCancelled {
 		t.Fatalf("the action cancelled before it arrived: %s %s, want cancelled", res.Status, errString(res.Error))
 	}
-	if n := r22KeyCalls(h, key); n != 0 {
-		t.Fatalf("the action cancelled before it arrived reached Hermes %d times", n)
-	}
+	requireEq(t, r22KeyCalls(h, key), 0, "the action cancelled before it arrived reached Hermes %d times")
 	if busy { // free the slot for the next action
 		if s := h.cancel(blocker); s != events.CancelCancelled {
 			t.Fatalf("cancel the blocking chat: %q", s)
@@ -522,9 +486,7 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 		t.Fatalf("the next action with the key (same input %v): status %s, error %s, replay_of %s; want completed by its own "+
 			"call: the action cancelled before it arrived (%s) kept the idempotency key", same, r2.Status, errString(r2.Error), replay, id)
 	}
-	if n := r22KeyCalls(h, key); n != 1 {
-		t.Errorf("chat calls with the key: %d, want 1 (the next action's)", n)
-	}
+	wantEq(t, r22KeyCalls(h, key), 1, "chat calls with the key: %d, want 1 (the next action's)")
 }
 
 // ---- finding 5: approvals near 1 MiB ----
@@ -539,17 +501,10 @@ func r22CancelledBeforeArrival(t *testing.T, busy, same bool) {
 // approval_denied, or completed) or dead-lettered with a Hermes-Dlq-Reason, and then a
 // later valid decision still ends the action.
 func TestRegress22_LargeApprovalNeverStuck(t *testing.T) {
-	t.Run("StalePreApprovalReason", func(t *testing.T) {
-		t.Parallel()
-		r22LargeAction(t)
-	})
-	t.Run("DecisionDenyReason", func(t *testing.T) {
-		t.Parallel()
-		r22LargeDecision(t, events.DecisionDeny)
-	})
-	t.Run("DecisionApproveApprover", func(t *testing.T) {
-		t.Parallel()
-		r22LargeDecision(t, events.DecisionApprove)
+	runParallel(t, map[string]func(*testing.T){
+		"StalePreApprovalReason":  r22LargeAction,
+		"DecisionDenyReason":      func(t *testing.T) { r22LargeDecision(t, events.DecisionDeny) },
+		"DecisionApproveApprover": func(t *testing.T) { r22LargeDecision(t, events.DecisionApprove) },
 	})
 }
 
@@ -566,13 +521,10 @@ func r22LargeHarness(t *testing.T) *harness {
 func r22LargeAction(t *testing.T) {
 	h := r22LargeHarness(t)
 	const id, sid, key = "r22-large-action", "r22-large-session", "r22-large"
-	res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
-	requireCompleted(t, res)
+	h.callOK("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+key))
 	input := mustJSON(t, map[string]any{"session_id": sid})
 	hash, err := events.InputSHA256(input)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	stale := time.Now().Add(-2 * time.Hour).UTC()
 	hdr := binaryHeader(id, events.TypeAction, events.CapabilityID("primary", "session_delete"))
 	data := r22Fill(t, h, hdr, 64, 0, func(s string) any {
@@ -608,9 +560,7 @@ func r22LargeAction(t *testing.T) {
 		if !seen {
 			t.Fatalf("the action completed without a pending_approval result (its pre-approval is stale)")
 		}
-		if c := h.fake.Calls("session_delete"); c != 1 {
-			t.Errorf("session_delete calls %d, want 1", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1")
 	case events.StatusFailed:
 		e := final.Error
 		if e == nil || (e.Code != "invalid_action" && e.Code != "payload_too_large") {
@@ -619,9 +569,7 @@ func r22LargeAction(t *testing.T) {
 		if s := errString(e); !strings.Contains(s, "approval") && !strings.Contains(s, "reason") {
 			t.Errorf("the error does not name the field (approval.reason): %s", s)
 		}
-		if c := h.fake.Calls("session_delete"); c != 0 {
-			t.Errorf("a refused action reached Hermes (%d calls)", c)
-		}
+		wantEq(t, h.fake.Calls("session_delete"), 0, "a refused action reached Hermes (%d calls)")
 	default:
 		t.Fatalf("result %s %s", final.Status, errString(final.Error))
 	}
@@ -651,7 +599,7 @@ func r22LargeDecision(t *testing.T, decision string) {
 	h.publishRaw(subject, hdr, data)
 
 	// Applied (a terminal result) or dead-lettered, within 10 s.
-	var dead *nats.Msg
+	var dead *jetstream.RawStreamMsg
 	applied := false
 	deadline := time.Now().Add(10 * time.Second)
 	for !applied && dead == nil && time.Now().Before(deadline) {
@@ -666,9 +614,7 @@ func r22LargeDecision(t *testing.T, decision string) {
 	switch {
 	case applied:
 		res, err := h.terminalWithin(id, 5*time.Second)
-		if err != nil {
-			t.Fatalf("follow: %v", err)
-		}
+		requireOK(t, err, "follow: %v")
 		if decision == events.DecisionDeny {
 			requireFailed(t, res, "approval_denied")
 		} else {

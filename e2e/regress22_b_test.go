@@ -29,24 +29,6 @@ import (
 
 // ---- helpers (issue 22, b) ----
 
-// storedResultCount counts the result messages stored on the action's result subject,
-// without failing the test (it is called from a bridge hook, off the test goroutine).
-func (h *harness) storedResultCount(id string) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cfg := h.cfg.WithDefaults()
-	s, err := h.js.Stream(ctx, cfg.OutputStream)
-	if err != nil {
-		return 0, err
-	}
-	subj := cfg.Prefix + ".results." + id
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		return 0, err
-	}
-	return int(info.State.Subjects[subj]), nil
-}
-
 // storedMsg is one output message (stored in the output stream, or received live).
 type storedMsg struct {
 	ceID string
@@ -121,26 +103,6 @@ func (h *harness) liveResults(lt *liveTap) []storedMsg {
 	return out
 }
 
-// consumerIdle is waitIdle's condition, as an error: nil once the bridge consumer has
-// no undelivered and no unacknowledged action.
-func (h *harness) consumerIdle() error {
-	cfg := h.cfg.WithDefaults()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := h.js.Consumer(ctx, cfg.ActionsStream, cfg.Consumer)
-	if err != nil {
-		return err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if info.NumPending != 0 || info.NumAckPending != 0 {
-		return fmt.Errorf("consumer: %d pending, %d awaiting ack", info.NumPending, info.NumAckPending)
-	}
-	return nil
-}
-
 // ---- finding 2: a last-resort settle without the claim ----
 
 // TestRegress22_LastResortWithoutClaim (finding 2): with a finite MaxDeliver, a delivery
@@ -211,9 +173,7 @@ func TestRegress22_LastResortWithoutClaim(t *testing.T) {
 			h.publishCopy("chat", id, id+"-copy-2", events.Action{Input: in, IdempotencyKey: c.key, TimeoutMS: &short})
 
 			res, err := h.terminalWithin(id, 20*time.Second)
-			if err != nil {
-				t.Fatalf("no terminal result within 20s: %v", err)
-			}
+			requireOK(t, err, "no terminal result within 20s: %v")
 			t.Logf("terminal result seen by a follower: %s", describeResult(res))
 			// The owner goes on after the hold: wait for it, and for both copies to be
 			// acknowledged, before counting.
@@ -277,13 +237,9 @@ func (h *harness) fillOutput(limit int64) {
 		}
 	}
 	s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	info, err := s.Info(ctx)
-	if err != nil {
-		h.t.Fatalf("output stream info: %v", err)
-	}
+	requireOK(h.t, err, "output stream info: %v")
 	if int64(info.State.Bytes) < limit-3*int64(len(payload)) {
 		h.t.Fatalf("the output stream holds %d bytes after the filler, want about its limit %d", info.State.Bytes, limit)
 	}
@@ -297,9 +253,7 @@ func (h *harness) purgeFiller() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-	if err != nil {
-		h.t.Fatalf("output stream: %v", err)
-	}
+	requireOK(h.t, err, "output stream: %v")
 	if err := s.Purge(ctx, jetstream.WithPurgeSubject(r22Filler)); err != nil {
 		h.t.Fatalf("purge %s: %v", r22Filler, err)
 	}
@@ -318,9 +272,7 @@ func r22KeyedHarness(t *testing.T, id, key, input string) (*harness, *events.Res
 	}))
 	h.publish("chat", events.Action{Input: mustJSON(t, input), IdempotencyKey: key}, client.WithActionID(id))
 	res, err := h.terminalWithin(id, 15*time.Second)
-	if err != nil {
-		t.Fatalf("the keyed action did not settle: %v", err)
-	}
+	requireOK(t, err, "the keyed action did not settle: %v")
 	requireCompleted(t, res)
 	h.waitIdle(10 * time.Second)
 	return h, res
@@ -346,9 +298,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s, err := h.js.Stream(ctx, h.cfg.WithDefaults().OutputStream)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		sc := s.CachedInfo().Config
 		if sc.MaxBytes != r22OutputMaxBytes {
 			t.Fatalf("output stream max bytes %d, want %d", sc.MaxBytes, r22OutputMaxBytes)
@@ -382,16 +332,12 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		timeout := int64(5000)
 		dup := h.publish("chat", events.Action{Input: mustJSON(t, in), IdempotencyKey: key, TimeoutMS: &timeout})
 		res, err := h.terminalWithin(dup, 20*time.Second)
-		if err != nil {
-			t.Fatalf("the duplicate did not settle within 20s: %v", err)
-		}
+		requireOK(t, err, "the duplicate did not settle within 20s: %v")
 		if res.Status != events.StatusCompleted || res.ReplayOf == nil || *res.ReplayOf != id {
 			t.Fatalf("duplicate with the same key and input: %s (error %s), want completed with replay_of %s: "+
 				"the original's result was evicted from the output stream", describeResult(res), errString(res.Error), id)
 		}
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Errorf("chat calls %d, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	})
 
 	// A re-publish of the completed action's id (a new stream message) never produces a
@@ -409,9 +355,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		a := events.Action{Input: mustJSON(t, in), IdempotencyKey: key}
 		h.publishCopy("chat", id, id+"-copy-1", a)
 		first, err := h.terminalWithin(id, 15*time.Second)
-		if err != nil {
-			t.Fatalf("the action did not settle: %v", err)
-		}
+		requireOK(t, err, "the action did not settle: %v")
 		requireCompleted(t, first)
 		h.waitIdle(10 * time.Second)
 		h.fillOutput(r22OutputMaxBytes)
@@ -445,9 +389,7 @@ func TestRegress22_OutputMaxBytesKeepsResults(t *testing.T) {
 		if idleErr != nil {
 			t.Fatalf("the re-published copy of completed action %s was not acknowledged within 20s (%v)", id, idleErr)
 		}
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Errorf("chat calls %d, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	})
 }
 
@@ -531,13 +473,9 @@ func runZombie(t *testing.T, id, op, input, stopAt string, opts ...harnessOption
 	}
 	h.startProc(fastRecovery()) // the taker
 	res, err := h.terminalWithin(id, 30*time.Second)
-	if err != nil {
-		t.Fatalf("the taker did not settle the frozen owner's action within 30s: %v", err)
-	}
+	requireOK(t, err, "the taker did not settle the frozen owner's action within 30s: %v")
 	t.Logf("settled while the owner was frozen: %s", describeResult(res))
-	if err := z.zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, z.zombie.cmd.Process.Signal(syscall.SIGCONT))
 	// The thawed owner ends its delivery with one "action" log line; wait for it (it is
 	// only a hint of when the owner is done: no failure if it never comes).
 	deadline := time.Now().Add(20 * time.Second)
@@ -598,9 +536,7 @@ func TestRegress22_ZombieOutputsNotLive(t *testing.T) {
 		z := runZombie(t, id, "chat_stream", `{"prompt":"one two three four five six seven eight nine ten"}`, "event:3:stop",
 			withNATS(func(o *natsembed.Options) {
 				o.ConfigFile = filepath.Join(t.TempDir(), "nats.conf")
-				if err := os.WriteFile(o.ConfigFile, []byte(r22BatchTimeoutConf), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				requireOK(t, os.WriteFile(o.ConfigFile, []byte(r22BatchTimeoutConf), 0o600))
 			}))
 		stored := z.h.storedEventMsgs(id)
 		live := z.h.liveEvents(z.evnts)

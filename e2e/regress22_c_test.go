@@ -38,9 +38,7 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 		h.setBucketTTL(ctx, b, ttl)
 	}
 	actions, err := h.js.Stream(ctx, cfg.ActionsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	sc := actions.CachedInfo().Config
 	sc.Duplicates = time.Second
 	if _, err := h.js.UpdateStream(ctx, sc); err != nil {
@@ -53,15 +51,12 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 
 	a := events.Action{Input: mustJSON(t, `{"prompt":"once"}`), IdempotencyKey: "finding-12"}
 	id := h.publish("chat", a)
-	res, _ := h.follow(id)
-	requireCompleted(t, res)
+	h.followOK(id)
 	h.waitIdle(10 * time.Second)
 
 	// The key expires (the records bucket keeps the record).
 	keys, err := h.js.KeyValue(ctx, cfg.KeysBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	h.eventually(15*time.Second, func() error {
 		lister, err := keys.ListKeys(context.Background())
 		if err != nil {
@@ -75,16 +70,10 @@ func TestRegress22_RepublishAfterKeyTTLNotSent(t *testing.T) {
 
 	h.publish("chat", a, client.WithActionID(id))
 	info, err := actions.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 2 {
-		t.Fatalf("the actions stream holds %d messages, want 2 (the re-publish must reach the bridge, past the duplicate window)", info.State.Msgs)
-	}
+	requireOK(t, err)
+	requireEq(t, info.State.Msgs, 2, "the actions stream holds %d messages, want 2 (the re-publish must reach the bridge, past the duplicate window)")
 	h.waitIdle(15 * time.Second)
-	if n := h.fake.Calls("chat"); n != 1 {
-		t.Errorf("chat calls %d, want 1: the re-published action was sent again although its result is stored", n)
-	}
+	wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1: the re-published action was sent again although its result is stored")
 	if n := h.results(id); n != 1 {
 		t.Errorf("%d result messages for %s, want 1", n, id)
 	}

@@ -52,12 +52,7 @@ func TestTwoReplicasExactlyOnce(t *testing.T) {
 	if c := h.fake.Calls("chat"); c != keys {
 		t.Errorf("chat calls %d, want %d (one per key)", c, keys)
 	}
-	h.waitIdle(20 * time.Second)
-	for _, id := range ids {
-		if n := h.results(id); n != 1 {
-			t.Errorf("%s: %d result messages, want 1", id, n)
-		}
-	}
+	h.requireResults(1, 20*time.Second, ids...)
 	// Both replicas handled actions (the harness names them r0 and r1 in the log).
 	byReplica := map[string]int{}
 	for _, l := range h.logLines() {

@@ -28,9 +28,7 @@ func (h *harness) tryBridge(cfg bridge.Config) error {
 		w = io.MultiWriter(h.logs, os.Stderr)
 	}
 	b, err := bridge.New(nc, cfg, zerolog.New(w).With().Timestamp().Logger())
-	if err != nil {
-		h.t.Fatalf("bridge.New: %v", err)
-	}
+	requireOK(h.t, err, "bridge.New: %v")
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &runningBridge{cancel: cancel, done: make(chan error, 1)}
 	go func() { rb.done <- b.Run(ctx) }()
@@ -129,8 +127,7 @@ func checkRetentionLog(t *testing.T, logs map[string]logLine, resource, level, o
 func TestRetentionShrinkRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	res, _ := h.call("chat", `{"prompt":"kept for a day"}`, withKey("retention-key"))
-	requireCompleted(t, res)
+	res := h.callOK("chat", `{"prompt":"kept for a day"}`, withKey("retention-key"))
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 	before := h.retentions()
@@ -164,9 +161,7 @@ func TestRetentionShrinkRefused(t *testing.T) {
 	}
 	// The records survived: the key still replays.
 	cfg.AllowRetentionShrink = true
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("with AllowRetentionShrink: %v", err)
-	}
+	requireOK(t, h.tryBridge(cfg), "with AllowRetentionShrink: %v")
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
 		"KV bucket HERMES_KEYS": time.Hour, "KV bucket HERMES_IDEMPOTENCY": 3 * time.Hour,
@@ -200,17 +195,14 @@ func TestRetentionGrowLogged(t *testing.T) {
 		c.IdempotencyTTL = time.Hour
 		c.OutputMaxAge = 2 * time.Hour
 	}))
-	res, _ := h.call("chat", `{"prompt":"grow"}`, withKey("grow-key"))
-	requireCompleted(t, res)
+	h.callOK("chat", `{"prompt":"grow"}`, withKey("grow-key"))
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 
 	cfg := h.cfg
 	cfg.IdempotencyTTL, cfg.OutputMaxAge = 0, 0 // the defaults: 24h
 	cfg.DLQMaxAge = time.Hour                   // from 7 days, on an empty stream
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("lengthening retention (and shortening an empty stream) refused: %v", err)
-	}
+	requireOK(t, h.tryBridge(cfg), "lengthening retention (and shortening an empty stream) refused: %v")
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
 		"KV bucket HERMES_KEYS": 24 * time.Hour, "KV bucket HERMES_IDEMPOTENCY": 25 * time.Hour,
@@ -258,8 +250,7 @@ func (h *harness) streamSizes() map[string]int64 {
 func TestStreamSizeLimits(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	res, _ := h.call("chat", `{"prompt":"some output to keep"}`)
-	requireCompleted(t, res)
+	h.callOK("chat", `{"prompt":"some output to keep"}`)
 	h.waitIdle(10 * time.Second)
 	h.stopBridge(0)
 	if got := h.streamSizes(); got["stream HERMES_OUTPUT"] != 0 || got["stream HERMES_ACTIONS"] != 0 {
@@ -292,17 +283,13 @@ func TestStreamSizeLimits(t *testing.T) {
 	}
 
 	cfg.OutputMaxBytes = 1 << 30
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("limits above what the streams hold: %v", err)
-	}
+	requireOK(t, h.tryBridge(cfg), "limits above what the streams hold: %v")
 	for s, want := range map[string]int64{"stream HERMES_ACTIONS": 1 << 30, "stream HERMES_OUTPUT": 1 << 30, "stream HERMES_DLQ": 1 << 20} {
 		if got := h.streamSizes()[s]; got != want {
 			t.Errorf("%s: max bytes %d, want %d", s, got, want)
 		}
 	}
-	if got := h.retentions()["stream HERMES_DLQ"]; got != 30*24*time.Hour {
-		t.Errorf("DLQ max age %s, want 720h", got)
-	}
+	wantEq(t, h.retentions()["stream HERMES_DLQ"], 30*24*time.Hour, "DLQ max age %s, want 720h")
 	var sizeLines int
 	for _, l := range h.logLines() {
 		if l.str("message") == "retention changed" && l.str("setting") == "max bytes" {
@@ -320,12 +307,8 @@ func TestStreamSizeLimits(t *testing.T) {
 
 	cfg.OutputMaxBytes = 64
 	cfg.AllowRetentionShrink = true
-	if err := h.tryBridge(cfg); err != nil {
-		t.Fatalf("with AllowRetentionShrink: %v", err)
-	}
-	if got := h.streamSizes()["stream HERMES_OUTPUT"]; got != 64 {
-		t.Errorf("output max bytes %d, want 64", got)
-	}
+	requireOK(t, h.tryBridge(cfg), "with AllowRetentionShrink: %v")
+	wantEq(t, h.streamSizes()["stream HERMES_OUTPUT"], 64, "output max bytes %d, want 64")
 	shrunk := false
 	for _, l := range h.logLines() {
 		if l.str("message") == "retention changed" && l.str("resource") == "stream HERMES_OUTPUT" && l.str("new") == "64B" {

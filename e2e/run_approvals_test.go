@@ -85,9 +85,7 @@ func TestGovernedRunApprovals(t *testing.T) {
 			if got := h.fake.ToolRuns("terminal") - before; got != tc.toolRuns {
 				t.Fatalf("the tool ran %d times, want %d", got, tc.toolRuns)
 			}
-			if len(pend) != 1 {
-				t.Fatalf("%d pending results, want 1", len(pend))
-			}
+			requireEq(t, len(pend), 1, "%d pending results, want 1")
 			po := output(t, pend[0])
 			if jstr(po, "approval", "command") != "rm -rf build/" || len(jpath(po, "approval", "choices").([]any)) != 4 ||
 				len(sha(pend[0])) != 64 || jstr(po, "expires_at") == "" || !strings.HasPrefix(jstr(po, "run_id"), "run_") {
@@ -101,9 +99,7 @@ func TestGovernedRunApprovals(t *testing.T) {
 			if !strings.Contains(joined, "approval.request/pending_approval") || !strings.Contains(joined, "approval.responded/progress") {
 				t.Fatalf("events %s", joined)
 			}
-			if n := len(h.requests("run_approval")); n != 1 {
-				t.Fatalf("%d approval requests reached Hermes, want 1", n)
-			}
+			requireEq(t, len(h.requests("run_approval")), 1, "%d approval requests reached Hermes, want 1")
 			choice := jstr(body(t, h.lastRequest("run_approval", 1)), "choice")
 			if want := map[bool]string{true: "once", false: "deny"}[tc.toolRuns == 1]; choice != want {
 				t.Fatalf("Hermes got choice %q, want %q", choice, want)
@@ -133,8 +129,7 @@ func TestCLIApproveRun(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: exit %d\n%s\n%s", tc.cmd, code, out, errOut)
 		}
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 		if got := h.fake.ToolRuns("terminal") - before; got != tc.toolRuns {
 			t.Fatalf("%s: the tool ran %d times, want %d", tc.cmd, got, tc.toolRuns)
 		}

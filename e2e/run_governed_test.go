@@ -46,13 +46,10 @@ func TestGovernedRun(t *testing.T) {
 		!strings.HasPrefix(jstr(out, "run_id"), "run_") || jint(out, "usage", "total_tokens") == 0 {
 		t.Fatalf("run output %s", res.Output)
 	}
-	if n := h.fake.RunsStartedFor("k-run-1"); n != 1 {
-		t.Fatalf("runs started for the key: %d, want 1", n)
-	}
+	requireEq(t, h.fake.RunsStartedFor("k-run-1"), 1, "runs started for the key: %d, want 1")
 
 	// The same key again (another action id): the first run's result, no second run.
-	res2, _ := h.call("run", map[string]any{"input": "list files"}, withKey("k-run-1"))
-	requireCompleted(t, res2)
+	res2 := h.callOK("run", map[string]any{"input": "list files"}, withKey("k-run-1"))
 	if res2.ReplayOf == nil || *res2.ReplayOf != res.ActionID || h.fake.RunsStarted() != 1 {
 		t.Fatalf("duplicate: replay_of %v, runs started %d", res2.ReplayOf, h.fake.RunsStarted())
 	}
@@ -124,9 +121,7 @@ func TestGovernedRunCancelAndDeadline(t *testing.T) {
 	if r, _ := h.fake.Run(runID); r.Status != "cancelled" {
 		t.Fatalf("the fake's run is %q, want cancelled", r.Status)
 	}
-	if n := len(h.requests("run_stop")); n != 1 {
-		t.Fatalf("stop requests: %d, want 1", n)
-	}
+	requireEq(t, len(h.requests("run_stop")), 1, "stop requests: %d, want 1")
 
 	id = h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "slow deadline"}), IdempotencyKey: "k-deadline",
 		TimeoutMS: ptr(int64(1500))})

@@ -35,8 +35,7 @@ func TestRunOperations(t *testing.T) {
 
 	start := func(text, key string) string {
 		t.Helper()
-		res, _ := h.call("run_start", map[string]any{"input": text}, withKey(key))
-		requireCompleted(t, res)
+		res := h.callOK("run_start", map[string]any{"input": text}, withKey(key))
 		out := output(t, res)
 		id := jstr(out, "run_id")
 		if id == "" || jstr(out, "status") != "started" {
@@ -62,8 +61,7 @@ func TestRunOperations(t *testing.T) {
 	}
 
 	// run_status of the finished run.
-	res, _ = h.call("run_status", map[string]any{"run_id": id})
-	requireCompleted(t, res)
+	res = h.callOK("run_status", map[string]any{"run_id": id})
 	if out := output(t, res); jstr(out, "status") != "completed" || jstr(out, "output") != "two files" {
 		t.Fatalf("run_status output %s", res.Output)
 	}
@@ -76,8 +74,7 @@ func TestRunOperations(t *testing.T) {
 	// run_stop needs a bridge approval; pre-approved, it stops a live run.
 	slow := start("slow", "k-slow")
 	stop := func(a *events.Action) { a.IdempotencyKey = "k-stop"; preApproved(a) }
-	res, _ = h.call("run_stop", map[string]any{"run_id": slow}, stop)
-	requireCompleted(t, res)
+	res = h.callOK("run_stop", map[string]any{"run_id": slow}, stop)
 	if out := output(t, res); jstr(out, "status") != "stopping" {
 		t.Fatalf("run_stop output %s", res.Output)
 	}
@@ -94,8 +91,7 @@ func TestRunOperations(t *testing.T) {
 		return nil
 	})
 	decide := func(a *events.Action) { a.IdempotencyKey = "k-decide"; preApproved(a) }
-	res, _ = h.call("run_approval", map[string]any{"run_id": ap, "choice": "once"}, decide)
-	requireCompleted(t, res)
+	res = h.callOK("run_approval", map[string]any{"run_id": ap, "choice": "once"}, decide)
 	if out := output(t, res); jstr(out, "choice") != "once" || jint(out, "resolved") != 1 {
 		t.Fatalf("run_approval output %s", res.Output)
 	}

@@ -114,23 +114,16 @@ func TestShutdown(t *testing.T) {
 				t.Errorf("a duration without its unit: %s", ln)
 			}
 		}
-		if n := h.results(id); n != 0 {
-			t.Fatalf("%d result messages after the shutdown, want 0 (the safe call is handed over)", n)
-		}
+		requireEq(t, h.results(id), 0, "%d result messages after the shutdown, want 0 (the safe call is handed over)")
 		rec, ok := h.actionRecord(id)
 		if !ok || rec.State != kvstore.StateReleased {
 			t.Errorf("after the shutdown the record is %+v (present %v); want an unsettled claim released for another replica", rec, ok)
 		}
 		h.startProc()
-		res, _ := h.follow(id)
-		requireCompleted(t, res)
+		h.followOK(id)
 		h.waitIdle(30 * time.Second)
-		if n := h.fake.Calls("models"); n != 2 {
-			t.Errorf("models calls %d, want 2 (cut off once, run again once)", n)
-		}
-		if n := h.results(id); n != 1 {
-			t.Errorf("%d result messages, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("models"), 2, "models calls %d, want 2 (cut off once, run again once)")
+		wantEq(t, h.results(id), 1, "%d result messages, want 1")
 	})
 
 	// Unsafe calls longer than the grace settle outcome_unknown in the stopping process
@@ -195,20 +188,15 @@ func TestShutdown(t *testing.T) {
 			t.Fatalf("exit code %d, want 0", code)
 		}
 		// The stopping process finished its one action and fetched no other.
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Fatalf("chat calls %d after the shutdown, want 1 (no new action is fetched once SIGTERM arrived)", n)
-		}
+		requireEq(t, h.fake.Calls("chat"), 1, "chat calls %d after the shutdown, want 1 (no new action is fetched once SIGTERM arrived)")
 		settled := 0
 		for _, id := range ids {
 			settled += h.results(id)
 		}
-		if settled != 1 {
-			t.Fatalf("%d actions settled by the stopping process, want 1", settled)
-		}
+		requireEq(t, settled, 1, "%d actions settled by the stopping process, want 1")
 		h.startProc()
 		for _, id := range ids {
-			res, _ := h.follow(id)
-			requireCompleted(t, res)
+			h.followOK(id)
 		}
 		h.waitIdle(30 * time.Second)
 		perKey := map[string]int{}
@@ -243,21 +231,15 @@ func TestShutdown(t *testing.T) {
 			t.Fatalf("the embedded server's URL is not in the log")
 		}
 		nc, err := nats.Connect(url, nats.MaxReconnects(0))
-		if err != nil {
-			t.Fatalf("connect to the embedded server: %v", err)
-		}
+		requireOK(t, err, "connect to the embedded server: %v")
 		defer nc.Close()
 		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		client := client.New(js)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		id, err := client.Publish(ctx, "primary", "chat", events.Action{Input: mustJSON(t, `{"prompt":"wait1500: embedded"}`)})
-		if err != nil {
-			t.Fatalf("publish: %v", err)
-		}
+		requireOK(t, err, "publish: %v")
 		type followed struct {
 			res *events.Result
 			err error
@@ -285,8 +267,6 @@ func TestShutdown(t *testing.T) {
 		if !(stopped < drained && drained < server) {
 			t.Errorf("shutdown order: bridge stopped #%d, draining #%d, embedded server stopped #%d; want the server last", stopped, drained, server)
 		}
-		if n := h.fake.Calls("chat"); n != 1 {
-			t.Errorf("chat calls %d, want 1", n)
-		}
+		wantEq(t, h.fake.Calls("chat"), 1, "chat calls %d, want 1")
 	})
 }

@@ -24,10 +24,6 @@ func TestChatStreamEndToEnd(t *testing.T) {
 	if got, want := text.String(), "stub reply: Summarize the incident notes."; got != want {
 		t.Errorf("text %q, want %q", got, want)
 	}
-	if evs[len(evs)-1].Kind != "done" {
-		t.Errorf("last kind %q", evs[len(evs)-1].Kind)
-	}
-	if n := h.fake.Calls("chat_stream"); n != 1 {
-		t.Errorf("chat_stream calls %d", n)
-	}
+	wantEq(t, evs[len(evs)-1].Kind, "done", "last kind %q")
+	wantEq(t, h.fake.Calls("chat_stream"), 1, "chat_stream calls %d")
 }

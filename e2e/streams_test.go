@@ -44,9 +44,7 @@ func TestStreamFailures(t *testing.T) {
 		if e.Retryable {
 			t.Errorf("truncation is retryable")
 		}
-		if detail(e, "max_events") != "3" {
-			t.Errorf("details.max_events %q, want 3", detail(e, "max_events"))
-		}
+		wantEq(t, detail(e, "max_events"), "3", "details.max_events %q, want 3")
 		checkPartialStream(t, res, evs, 3, true)
 	})
 
@@ -59,8 +57,7 @@ func TestStreamFailures(t *testing.T) {
 
 	t.Run("session_chat_stream_truncated", func(t *testing.T) {
 		h := h.at(t)
-		cr, _ := h.call("session_create", `{"body":{"id":"trunc-session"}}`, withKey("trunc-create"))
-		requireCompleted(t, cr)
+		h.callOK("session_create", `{"body":{"id":"trunc-session"}}`, withKey("trunc-create"))
 		res, evs := h.call("session_chat_stream", `{"session_id":"trunc-session","message":"a b c d e","max_events":2}`)
 		requireFailed(t, res, "stream_truncated")
 		checkPartialStream(t, res, evs, 2, true)
@@ -79,9 +76,7 @@ func TestStreamFailures(t *testing.T) {
 			t.Errorf("an incomplete unsafe stream is retryable")
 		}
 		checkPartialStream(t, res, evs, 2, false)
-		if c := h.fake.Calls("chat_stream") - before; c != 1 {
-			t.Errorf("chat_stream calls %d, want 1 (an unsafe stream is never resent)", c)
-		}
+		wantEq(t, h.fake.Calls("chat_stream")-before, 1, "chat_stream calls %d, want 1 (an unsafe stream is never resent)")
 	})
 
 	t.Run("chat_stream_agent_failed", func(t *testing.T) {

@@ -112,9 +112,7 @@ func (r *otlpReceiver) tracerProvider(t *testing.T) *sdktrace.TracerProvider {
 	t.Helper()
 	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(r.srv.URL+"/v1/traces"),
 		otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireOK(t, err)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(50*time.Millisecond)))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -244,9 +242,7 @@ func TestTracingOTLP(t *testing.T) {
 			if got := hex.EncodeToString(root.ParentSpanId); got != c.sid {
 				t.Errorf("root parent %s, want the publisher's span %s", got, c.sid)
 			}
-			if root.Kind != tracepb.Span_SPAN_KIND_CONSUMER {
-				t.Errorf("root kind %v", root.Kind)
-			}
+			wantEq(t, root.Kind, tracepb.Span_SPAN_KIND_CONSUMER, "root kind %v")
 			ra := spanAttrs(root)
 			for k, v := range map[string]string{"messaging.system": "nats", "messaging.operation": "process",
 				"messaging.destination.name": "hermes.actions.primary." + c.op, bridge.AttrActionID: c.id,
@@ -268,9 +264,7 @@ func TestTracingOTLP(t *testing.T) {
 					t.Errorf("no %s span; spans %v", name, spanNames(spans))
 				}
 			}
-			if v := spanAttrs(byName[bridge.SpanClaim])[bridge.AttrVerdict]; v != "start" {
-				t.Errorf("claim verdict %q, want start (the one-write start)", v)
-			}
+			wantEq(t, spanAttrs(byName[bridge.SpanClaim])[bridge.AttrVerdict], "start", "claim verdict %q, want start (the one-write start)")
 			if byName[bridge.SpanClaimKey] != nil {
 				t.Errorf("a %s span beside a start's claim span", bridge.SpanClaimKey)
 			}
@@ -295,9 +289,7 @@ func TestTracingOTLP(t *testing.T) {
 					t.Errorf("client span %s = %q, want %q", k, ca[k], v)
 				}
 			}
-			if call.Kind != tracepb.Span_SPAN_KIND_CLIENT {
-				t.Errorf("client span kind %v", call.Kind)
-			}
+			wantEq(t, call.Kind, tracepb.Span_SPAN_KIND_CLIENT, "client span kind %v")
 			// Hermes got the client span's context, in the publisher's trace.
 			wantTP := "00-" + c.tid + "-" + hex.EncodeToString(call.SpanId) + "-01"
 			found := false

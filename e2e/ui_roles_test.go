@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
@@ -22,33 +21,17 @@ import (
 // on the output stream: results with their bodies, events headers only), and cannot
 // publish an action or an approval decision.
 func TestDashboardUserOverWebSocket(t *testing.T) {
-	setPasswords(t, "BRIDGE_PASSWORD", "AGENT_CHAT_PASSWORD", "DASHBOARD_PASSWORD", "APPROVER_PASSWORD",
-		"OPS_PASSWORD", "SYS_PASSWORD")
-	srvLog := &syncBuffer{}
-	h := newHarness(t,
-		withNATS(func(o *natsembed.Options) {
-			o.ConfigFile = "../deploy/nats-server.conf"
-			o.Logger = zerolog.New(srvLog)
-			o.WebSocketPort = -1
-		}),
-		withClientNATS(nats.UserInfo("ops", envPassword(t, "OPS_PASSWORD"))),
-		withBridgeNATS(nats.Name("bridge"), nats.UserInfo("bridge", envPassword(t, "BRIDGE_PASSWORD"))),
+	h, _ := deployHarness(t, false, nil,
+		withNATS(func(o *natsembed.Options) { o.WebSocketPort = -1 }),
 		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }),
 	)
 	ws := h.ns.WebSocketURL()
 	if !strings.HasPrefix(ws, "ws://") {
 		t.Fatalf("no WebSocket listener: %q", ws)
 	}
-	dash := &role{name: "dashboard", errs: make(chan error, 64)}
+	dash, opts := newRole(t, "dashboard", "DASHBOARD_PASSWORD", "_INBOX_dashboard")
 	var err error
-	dash.nc, err = nats.Connect(ws, nats.Name("hermes-bridge-ui"), nats.UserInfo("dashboard", envPassword(t, "DASHBOARD_PASSWORD")),
-		nats.CustomInboxPrefix("_INBOX_dashboard"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			select {
-			case dash.errs <- err:
-			default:
-			}
-		}))
-	if err != nil {
+	if dash.nc, err = nats.Connect(ws, append(opts, nats.Name("hermes-bridge-ui"))...); err != nil {
 		t.Fatalf("connect as dashboard over %s: %v", ws, err)
 	}
 	defer dash.nc.Close()
@@ -56,24 +39,15 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	dash.client = client.New(dash.js, client.WithSource("urn:test:dashboard"))
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("server violations:\n%s", strings.Join(serverViolations(srvLog, ""), "\n"))
-		}
-	})
 
 	// The page's live feed, opened before the action: events headers only, from now on.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	evc, err := dash.js.OrderedConsumer(ctx, "HERMES_OUTPUT", jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"hermes.events.>"}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
-	if err != nil {
-		t.Fatalf("dashboard: events consumer: %v", err)
-	}
+	requireOK(t, err, "dashboard: events consumer: %v")
 	evIt, err := evc.Messages() // creates the consumer now (an ordered consumer is lazy)
-	if err != nil {
-		t.Fatalf("dashboard: events consumer: %v", err)
-	}
+	requireOK(t, err, "dashboard: events consumer: %v")
 	defer evIt.Stop()
 	res, evs := h.call("chat_stream", map[string]any{"prompt": "watch me"})
 	requireCompleted(t, res)
@@ -90,9 +64,7 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 	rc, err := dash.js.OrderedConsumer(ctx, "HERMES_OUTPUT", jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"hermes.results.>"}, DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime: ptr(time.Now().Add(-time.Hour))})
-	if err != nil {
-		t.Fatalf("dashboard: results consumer: %v", err)
-	}
+	requireOK(t, err, "dashboard: results consumer: %v")
 	m, err := rc.Next(jetstream.FetchMaxWait(5 * time.Second))
 	if err != nil || m.Subject() != "hermes.results."+res.ActionID || !strings.Contains(string(m.Data()), `"completed"`) {
 		t.Fatalf("dashboard: result %v %v", m, err)
@@ -113,15 +85,9 @@ func TestDashboardUserOverWebSocket(t *testing.T) {
 		return dash.client.Decide(ctx, res.ActionID, events.Approval{Decision: "approve"})
 	})
 	for _, subj := range []string{"hermes.actions.primary.session_delete", "hermes.approvals.x"} {
-		if err := dash.nc.Publish(subj, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, dash.nc.Publish(subj, []byte(`{}`)))
 		dash.violation(t, subj)
 	}
-	if n := storedOn(t, h.js, "HERMES_ACTIONS", "hermes.approvals."+res.ActionID); n != 0 {
-		t.Errorf("%d approvals stored", n)
-	}
-	if n := storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"); n != 0 {
-		t.Errorf("%d deletions stored", n)
-	}
+	wantEq(t, storedOn(t, h.js, "HERMES_ACTIONS", "hermes.approvals."+res.ActionID), 0, "%d approvals stored")
+	wantEq(t, storedOn(t, h.js, "HERMES_ACTIONS", "hermes.actions.primary.session_delete"), 0, "%d deletions stored")
 }

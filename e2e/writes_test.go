@@ -32,9 +32,7 @@ func TestDurableWritesPerAction(t *testing.T) {
 		var seqs [2]uint64
 		for i, s := range bucketStreams(t, h) {
 			info, err := s.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, err)
 			seqs[i] = info.State.LastSeq
 		}
 		return seqs
@@ -60,9 +58,7 @@ func TestDurableWritesPerAction(t *testing.T) {
 			first := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"wait1500: holds the endpoint"}`)})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := h.fake.WaitInFlight(ctx, 1); err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, h.fake.WaitInFlight(ctx, 1))
 			return []string{first, h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"writes queued"}`), IdempotencyKey: "w-3"})}
 		}},
 	}
@@ -70,8 +66,7 @@ func TestDurableWritesPerAction(t *testing.T) {
 		before := kvSeqs()
 		ids := st.run()
 		for _, id := range ids {
-			res, _ := h.follow(id)
-			requireCompleted(t, res)
+			h.followOK(id)
 			if n := h.results(id); n != 1 {
 				t.Errorf("%s: %d result messages for %s, want 1", st.name, n, id)
 			}
@@ -116,9 +111,7 @@ func bucketStreams(t *testing.T, h *harness) [2]jetstream.Stream {
 	var out [2]jetstream.Stream
 	for i, b := range []string{cfg.Bucket, cfg.KeysBucket} {
 		s, err := h.js.Stream(ctx, "KV_"+b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireOK(t, err)
 		out[i] = s
 	}
 	return out

@@ -48,14 +48,11 @@ func TestZombieOwnerNeverSends(t *testing.T) {
 			id := h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"zombie"}`), IdempotencyKey: c.key})
 			zombie.waitLog(30*time.Second, "stopping the process at claimed")
 			taker := h.startProc(fastRecovery())
-			res, _ := h.follow(id)
-			requireCompleted(t, res)
+			h.followOK(id)
 			if n := h.fake.Calls("chat"); n != calls {
 				t.Fatalf("chat calls %d before the thaw, want %d", n, calls)
 			}
-			if err := zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
+			requireOK(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
 			if c.status == "taken_over" {
 				zombie.waitLog(20*time.Second, "the claim was taken over by another delivery")
 			}
@@ -63,9 +60,7 @@ func TestZombieOwnerNeverSends(t *testing.T) {
 			if n := h.fake.Calls("chat"); n != calls {
 				t.Errorf("chat calls %d after the thaw, want %d (the zombie must not send)", n, calls)
 			}
-			if n := h.results(id); n != 1 {
-				t.Errorf("%d result messages, want 1", n)
-			}
+			wantEq(t, h.results(id), 1, "%d result messages, want 1")
 			// Its job's one line is written when the job returns: poll for it.
 			h.eventually(20*time.Second, func() error {
 				for _, l := range zombie.actionLines(id) {
