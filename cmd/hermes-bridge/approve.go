@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -145,13 +146,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	if len(o.reason) > 1024 || strings.IndexFunc(o.reason, unicode.IsControl) >= 0 {
 		return usageError(sio.err, cmd, "--reason must be at most 1024 characters without control characters")
 	}
-	approver := o.approver
-	if approver == "" {
-		approver = environ["USER"]
-	}
-	if approver == "" {
-		approver = "cli"
-	}
+	approver := cmp.Or(o.approver, environ["USER"], "cli")
 	if len(approver) > 256 || strings.IndexFunc(approver, unicode.IsControl) >= 0 {
 		return usageError(sio.err, cmd, "--approver must be at most 256 characters without control characters")
 	}
@@ -210,11 +205,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	cancel()
 	subj := cl.subjects.Approvals(id)
 	if err != nil {
-		if cl.permissionDenied(sio.err) {
-			return exitUsage
-		}
-		fmt.Fprintf(sio.err, "hermes-bridge %s: publish the decision: %v\n", cmd, explainPublish(err, subj))
-		return exitUsage
+		return cl.failed(sio.err, "hermes-bridge %s: publish the decision: %v\n", cmd, explainPublish(err, subj))
 	}
 	if o.decision == events.DecisionDeny {
 		fmt.Fprintf(sio.err, "denied: decision published on %s; the action settles failed (approval_denied)\n", subj)
@@ -261,12 +252,8 @@ func lastResult(ctx context.Context, cl *clientConn, id string, stderr io.Writer
 	if err == nil {
 		err = client.ResolveResult(ctx, cl.js, res)
 	}
-	if err != nil && cl.permissionDenied(stderr) {
-		return nil, exitUsage
-	}
 	if err != nil {
-		fmt.Fprintf(stderr, "hermes-bridge: the last result of action %s: %v\n", id, err)
-		return nil, exitUsage
+		return nil, cl.failed(stderr, "hermes-bridge: the last result of action %s: %v\n", id, err)
 	}
 	return res, exitOK
 }
@@ -370,20 +357,13 @@ func cmdPending(ctx context.Context, args []string, environ map[string]string, s
 	defer cancel()
 	list, err := listParked(lctx, cl, sio.err)
 	if err != nil {
-		if cl.permissionDenied(sio.err) {
-			return exitUsage
-		}
-		fmt.Fprintf(sio.err, "hermes-bridge pending: %v\n", err)
-		return exitUsage
+		return cl.failed(sio.err, "hermes-bridge pending: %v\n", err)
 	}
 	now := time.Now()
 	for i := range list {
 		list[i].Expired = !now.Before(list[i].ExpiresAt)
 	}
 	if o.jsonOut {
-		if list == nil {
-			list = []parkedAction{}
-		}
 		b, _ := json.MarshalIndent(list, "", "  ")
 		fmt.Fprintf(sio.out, "%s\n", b)
 		return exitOK
@@ -442,7 +422,7 @@ func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parked
 	if len(keys) >= manyParked {
 		fmt.Fprintf(stderr, "reading %d parked actions...\n", len(keys))
 	}
-	var list []parkedAction
+	list := []parkedAction{} // pending --json prints [] for none
 	for _, k := range keys {
 		e, err := store.Get(ctx, k)
 		if errors.Is(err, kvstore.ErrNotFound) {

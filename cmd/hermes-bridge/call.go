@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,11 +141,7 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 	id, err := cl.c.Publish(pctx, o.endpoint, o.op, *action, popts...)
 	cancel()
 	if err != nil {
-		if cl.permissionDenied(sio.err) {
-			return exitUsage
-		}
-		fmt.Fprintf(sio.err, "hermes-bridge call: publish: %v\n", explainPublish(err, cl.subjects.Action(o.endpoint, o.op)))
-		return exitUsage
+		return cl.failed(sio.err, "hermes-bridge call: publish: %v\n", explainPublish(err, cl.subjects.Action(o.endpoint, o.op)))
 	}
 	if o.noFollow {
 		fmt.Fprintln(sio.out, id)
@@ -304,10 +301,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}
-	inbox := cfg.NATSInboxPrefix
-	if inbox == "" {
-		inbox = defaultInbox
-	}
+	inbox := cmp.Or(cfg.NATSInboxPrefix, defaultInbox)
 	gctx, cancelCause := context.WithCancelCause(ctx)
 	guard := &permGuard{user: cfg.NATSUser, inbox: inbox, cancel: cancelCause}
 	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -363,6 +357,16 @@ func (cl *clientConn) permissionDenied(stderr io.Writer) bool {
 	}
 	fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cl.cmd, pe)
 	return true
+}
+
+// failed reports a NATS operation that failed the command: the permission violation
+// behind it when there is one (see permissionDenied), else the message format prints.
+// It returns exitUsage.
+func (cl *clientConn) failed(stderr io.Writer, format string, a ...any) int {
+	if !cl.permissionDenied(stderr) {
+		fmt.Fprintf(stderr, format, a...)
+	}
+	return exitUsage
 }
 
 func explainPublish(err error, subject string) error {

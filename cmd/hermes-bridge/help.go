@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -189,11 +190,7 @@ func printRunHelp(w io.Writer) {
 func writeEnvTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range configFields() {
-		def := f.Default
-		if def == "" {
-			def = "-"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Key, def, f.Desc)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Key, cmp.Or(f.Default, "-"), f.Desc)
 	}
 	tw.Flush()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,10 +89,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	replica := cfg.ReplicaID
-	if replica == "" {
-		replica = nuid.Next()
-	}
+	replica := cmp.Or(cfg.ReplicaID, nuid.Next())
 	eps := make([]bridge.Endpoint, 0, len(specs))
 	for _, s := range specs {
 		ep := bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency,
@@ -423,10 +421,7 @@ func isTerminal(w io.Writer) bool {
 // storeInUse explains a data directory that another process's embedded server holds
 // (err wraps le) and what to do instead.
 func storeInUse(le *natsembed.StoreLockedError, err error) error {
-	url := le.URL
-	if url == "" {
-		url = "<the first one's NATS URL>"
-	}
+	url := cmp.Or(le.URL, "<the first one's NATS URL>")
 	return fmt.Errorf("embedded NATS server: %w. Two servers must never share a data directory (it would be corrupted): "+
 		"for a second replica on this machine set NATS_URL=%s to use the first one's server, "+
 		"or set HERMES_BRIDGE_DATA_DIR to another directory for a separate bridge", err, url)
