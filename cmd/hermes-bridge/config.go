@@ -909,17 +909,9 @@ func (c *Config) clientURL() (string, error) {
 	if host == "0.0.0.0" || host == "::" || host == "" {
 		host = "127.0.0.1"
 	}
-	return fmt.Sprintf("nats://%s", netJoin(host, c.NATSPort)), nil
+	return "nats://" + net.JoinHostPort(host, strconv.Itoa(c.NATSPort)), nil
 }
 
-func netJoin(host string, port int) string {
-	if strings.Contains(host, ":") {
-		return fmt.Sprintf("[%s]:%d", host, port)
-	}
-	return fmt.Sprintf("%s:%d", host, port)
-}
-
-// readSecretFile reads a one-line secret; errors name the variable and path only.
 // secretOrFile returns the secret read from path (the variable key) when path is set,
 // else value.
 func secretOrFile(value, key, path string) (string, error) {
@@ -929,6 +921,7 @@ func secretOrFile(value, key, path string) (string, error) {
 	return readSecretFile(key, path)
 }
 
+// readSecretFile reads a one-line secret; errors name the variable and path only.
 func readSecretFile(key, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

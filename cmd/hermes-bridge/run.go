@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -222,7 +224,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 			case strings.Contains(err.Error(), "address already in use"):
 				hint = " (another NATS server or hermes-bridge is using it: stop it, set HERMES_BRIDGE_NATS_PORT, or set NATS_URL to use that server)"
 			}
-			return fmt.Errorf("embedded NATS server on %s: %w%s", netJoin(cfg.NATSHost, cfg.NATSPort), err, hint)
+			return fmt.Errorf("embedded NATS server on %s: %w%s", net.JoinHostPort(cfg.NATSHost, strconv.Itoa(cfg.NATSPort)), err, hint)
 		}
 		// Stops LAST: registered first, so it runs after the connection has drained.
 		defer func() {
