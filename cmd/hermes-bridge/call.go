@@ -296,24 +296,15 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}).Level(zerolog.WarnLevel).
 		With().Timestamp().Logger()
-	opts, err := cfg.natsOptions("hermes-bridge-cli", clientLiveness, log)
+	gctx, cancelCause := context.WithCancelCause(ctx)
+	guard := &permGuard{user: cfg.NATSUser, inbox: cmp.Or(cfg.NATSInboxPrefix, defaultInbox), cancel: cancelCause}
+	// A permission violation is not logged: the command reports it.
+	opts, err := cfg.natsOptions("hermes-bridge-cli", clientLiveness, log, guard.handle)
 	if err != nil {
+		cancelCause(nil)
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}
-	inbox := cmp.Or(cfg.NATSInboxPrefix, defaultInbox)
-	gctx, cancelCause := context.WithCancelCause(ctx)
-	guard := &permGuard{user: cfg.NATSUser, inbox: inbox, cancel: cancelCause}
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-		if guard.handle(err) {
-			return // the command reports it
-		}
-		ev := log.Warn().Err(err)
-		if sub != nil {
-			ev = ev.Str("subject", sub.Subject)
-		}
-		ev.Msg("NATS asynchronous error")
-	}))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		hint := ""

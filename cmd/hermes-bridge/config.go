@@ -817,9 +817,10 @@ var clientLiveness = bridge.Liveness{PingInterval: 10 * time.Second, MaxPingsOut
 
 // natsOptions builds the client options for c: name, reconnects forever, how a server
 // that stops answering is given up and how soon a server is tried again (live),
-// credentials and TLS, and handlers that log connection changes. Secret files are read
-// here; errors name the file, never its content.
-func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logger) ([]nats.Option, error) {
+// credentials and TLS, and handlers that log connection changes and asynchronous errors
+// (those handled, when not nil, reports as handled are not logged). Secret files are
+// read here; errors name the file, never its content.
+func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logger, handled func(error) bool) ([]nats.Option, error) {
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -840,6 +841,9 @@ func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logg
 			log.Info().Str("url", redactURL(nc.ConnectedUrl())).Msg("NATS reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if handled != nil && handled(err) {
+				return
+			}
 			ev := log.Warn().Err(err)
 			if sub != nil {
 				ev = ev.Str("subject", sub.Subject)

@@ -263,7 +263,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 	// bridge.NATSLiveness).
 	connLog := log.With().Str("component", "nats").Logger()
 	live := bridge.NATSLiveness(p.bridge.WithDefaults().Lease)
-	opts, err := cfg.natsOptions("hermes-bridge", live, connLog)
+	opts, err := cfg.natsOptions("hermes-bridge", live, connLog, nil)
 	if err != nil {
 		return err
 	}
