@@ -406,24 +406,21 @@ func follow(ctx context.Context, cl *clientConn, id string, o *callOptions, sio 
 	}
 	res, err := cl.c.Follow(fctx, id, onEvent, onPending)
 	stopHint()
+	p.endText()
 	switch {
 	case err == nil:
 	case cl.permissionDenied(sio.err):
-		p.endText()
 		return exitUsage
 	case ctx.Err() != nil:
-		p.endText()
 		fmt.Fprintf(sio.err, "stopped following action %s; it goes on: hermes-bridge watch %s\n", id, id)
 		return exitInterrupted
 	case fctx.Err() != nil:
-		p.endText()
 		fmt.Fprintf(sio.err, "no result for action %s within --wait %s; it may still run: hermes-bridge watch %s\n", id, o.wait, id)
 		return exitUsage
 	case errors.Is(err, client.ErrOutputStreamNotFound):
 		fmt.Fprintf(sio.err, "hermes-bridge: %v\n", err)
 		return exitUsage
 	default:
-		p.endText()
 		fmt.Fprintf(sio.err, "hermes-bridge: following action %s: %v\n", id, err)
 		return exitUsage
 	}
@@ -458,7 +455,7 @@ type printer struct {
 	out, err  io.Writer
 	mode      int
 	midLine   bool   // text written without a final newline
-	approvals string // the action's approvals subject, for the pending note
+	approvals string // the action's approvals subject, for the pending note (set with it)
 }
 
 func newPrinter(out, errw io.Writer, o *callOptions) *printer {
@@ -506,12 +503,8 @@ func (p *printer) pending(r *events.Result) {
 		ExpiresAt   string `json:"expires_at"`
 	}
 	_ = json.Unmarshal(r.Output, &out)
-	where := "its approvals subject"
-	if p.approvals != "" {
-		where = p.approvals
-	}
 	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
-		r.ActionID, out.InputSHA256, out.ExpiresAt, where)
+		r.ActionID, out.InputSHA256, out.ExpiresAt, p.approvals)
 }
 
 // waitHint waits for news until waitHintAfter has passed, then prints what hint says
