@@ -43,7 +43,7 @@ type approveOptions struct {
 	conn                   connFlags
 }
 
-func approveFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func approveFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("approve")
 	fs.StringVar(&o.reason, "reason", "", "why (recorded with the decision)")
 	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
@@ -56,7 +56,7 @@ func approveFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func denyFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func denyFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("deny")
 	fs.StringVar(&o.reason, "reason", "", "why the action is denied (required)")
 	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
@@ -65,14 +65,14 @@ func denyFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func pendingFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func pendingFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("pending")
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON array instead of a table")
 	o.conn.register(fs)
 	return fs
 }
 
-func cancelFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func cancelFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("cancel")
 	fs.DurationVar(&o.timeout, "timeout", defaultCancelTimeout, "how long to wait for the bridge's answer")
 	o.conn.register(fs)
@@ -104,7 +104,7 @@ func parseIDArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, head, e
 
 func cmdApprove(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	o := approveOptions{decision: events.DecisionApprove}
-	id, code := parseIDArgs("approve", approveFlags(&o, sio.err), args, sio, usageApprove, examplesApprove)
+	id, code := parseIDArgs("approve", approveFlags(&o), args, sio, usageApprove, examplesApprove)
 	if id == "" {
 		return code
 	}
@@ -116,7 +116,7 @@ func cmdApprove(ctx context.Context, args []string, environ map[string]string, s
 
 func cmdDeny(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	o := approveOptions{decision: events.DecisionDeny}
-	id, code := parseIDArgs("deny", denyFlags(&o, sio.err), args, sio, usageDeny, examplesDeny)
+	id, code := parseIDArgs("deny", denyFlags(&o), args, sio, usageDeny, examplesDeny)
 	if id == "" {
 		return code
 	}
@@ -344,7 +344,7 @@ type parkedAction struct {
 
 func cmdPending(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o approveOptions
-	fs := pendingFlags(&o, sio.err)
+	fs := pendingFlags(&o)
 	if code, ok := parseNoArgs("pending", fs, args, sio, func() { printFlagsHelp(sio.out, usagePending, fs, examplesPending) }, ""); !ok {
 		return code
 	}
@@ -449,7 +449,7 @@ func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parked
 
 func cmdCancel(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o approveOptions
-	id, code := parseIDArgs("cancel", cancelFlags(&o, sio.err), args, sio, usageCancel, examplesCancel)
+	id, code := parseIDArgs("cancel", cancelFlags(&o), args, sio, usageCancel, examplesCancel)
 	if id == "" {
 		return code
 	}

@@ -67,13 +67,13 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-func callFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
+func callFlags(o *callOptions) *flag.FlagSet {
 	fs := newFlagSet("call")
 	fs.StringVar(&o.endpoint, "endpoint", "primary", "Hermes endpoint id")
-	fs.StringVar(&o.op, "op", "chat_stream", "operation: "+strings.Join(opNames(), ", "))
+	fs.StringVar(&o.op, "op", "chat_stream", "operation: "+opNames(false))
 	fs.StringVar(&o.input, "input", "", "operation input: a JSON object, @file to read it from a file, or - for stdin")
 	fs.StringVar(&o.prompt, "prompt", "", `shortcut for --input '{"prompt": TEXT}'`)
-	fs.StringVar(&o.key, "key", "", "idempotency key (required by "+strings.Join(keyRequiredOps(), ", ")+")")
+	fs.StringVar(&o.key, "key", "", "idempotency key (required by "+opNames(true)+")")
 	fs.DurationVar(&o.timeout, "timeout", 0, "action deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
 	fs.StringVar(&o.tenant, "tenant", "", "tenant id of the action")
 	fs.StringVar(&o.actionID, "action-id", "", "action id (default: a random one)")
@@ -83,34 +83,27 @@ func callFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func watchFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
+func watchFlags(o *callOptions) *flag.FlagSet {
 	fs := newFlagSet("watch")
 	commonFlags(fs, o)
 	return fs
 }
 
-// keyRequiredOps names the operations that need an idempotency key.
-func keyRequiredOps() []string {
+// opNames joins the names of the operations, or with keyOnly of those that need an
+// idempotency key.
+func opNames(keyOnly bool) string {
 	var names []string
 	for _, s := range bridge.Operations() {
-		if s.KeyRequired {
+		if s.KeyRequired || !keyOnly {
 			names = append(names, s.Name)
 		}
 	}
-	return names
-}
-
-func opNames() []string {
-	var names []string
-	for _, s := range bridge.Operations() {
-		names = append(names, s.Name)
-	}
-	return names
+	return strings.Join(names, ", ")
 }
 
 func cmdCall(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o callOptions
-	fs := callFlags(&o, sio.err)
+	fs := callFlags(&o)
 	if code, ok := parseNoArgs("call", fs, args, sio, func() { printFlagsHelp(sio.out, usageCall, fs, examplesCall) },
 		" (use --prompt or --input for the input)"); !ok {
 		return code
@@ -155,7 +148,7 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 
 func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o callOptions
-	fs := watchFlags(&o, sio.err)
+	fs := watchFlags(&o)
 	id, code := parseIDArgs("watch", fs, args, sio, usageWatch, examplesWatch)
 	if id == "" {
 		return code
@@ -175,7 +168,7 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 func (o *callOptions) action(stdin io.Reader) (*events.Action, error) {
 	spec, ok := bridge.LookupOperation(o.op)
 	if !ok {
-		return nil, fmt.Errorf("unknown operation %q; one of: %s", o.op, strings.Join(opNames(), ", "))
+		return nil, fmt.Errorf("unknown operation %q; one of: %s", o.op, opNames(false))
 	}
 	if !events.ValidEndpointID(o.endpoint) {
 		return nil, fmt.Errorf("--endpoint %q must match [a-z0-9_-]{1,128}", o.endpoint)

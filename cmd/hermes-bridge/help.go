@@ -157,19 +157,19 @@ func cmdHelp(args []string, io stdio) int {
 	case "run":
 		printRunHelp(io.out)
 	case "call":
-		printFlagsHelp(io.out, usageCall, callFlags(&callOptions{}, io.err), examplesCall)
+		printFlagsHelp(io.out, usageCall, callFlags(&callOptions{}), examplesCall)
 	case "watch":
-		printFlagsHelp(io.out, usageWatch, watchFlags(&callOptions{}, io.err), examplesWatch)
+		printFlagsHelp(io.out, usageWatch, watchFlags(&callOptions{}), examplesWatch)
 	case "pending":
-		printFlagsHelp(io.out, usagePending, pendingFlags(&approveOptions{}, io.err), examplesPending)
+		printFlagsHelp(io.out, usagePending, pendingFlags(&approveOptions{}), examplesPending)
 	case "approve":
-		printFlagsHelp(io.out, usageApprove, approveFlags(&approveOptions{}, io.err), examplesApprove)
+		printFlagsHelp(io.out, usageApprove, approveFlags(&approveOptions{}), examplesApprove)
 	case "deny":
-		printFlagsHelp(io.out, usageDeny, denyFlags(&approveOptions{}, io.err), examplesDeny)
+		printFlagsHelp(io.out, usageDeny, denyFlags(&approveOptions{}), examplesDeny)
 	case "cancel":
-		printFlagsHelp(io.out, usageCancel, cancelFlags(&approveOptions{}, io.err), examplesCancel)
+		printFlagsHelp(io.out, usageCancel, cancelFlags(&approveOptions{}), examplesCancel)
 	case "status":
-		printFlagsHelp(io.out, usageStatus, statusFlags(&statusOptions{}, io.err), examplesStatus)
+		printFlagsHelp(io.out, usageStatus, statusFlags(&statusOptions{}), examplesStatus)
 	case "version":
 		fmt.Fprint(io.out, usageVersion)
 	case "help":
