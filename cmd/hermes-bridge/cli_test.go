@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"net"
 	"os"
 	"path/filepath"
@@ -233,7 +234,7 @@ func TestParseArgsInterspersed(t *testing.T) {
 		t.Fatalf("pos %v err %v", pos, err)
 	}
 	fs = newFlagSet("x")
-	if _, err := parseArgs(fs, []string{"-h"}); err != errHelp {
+	if _, err := parseArgs(fs, []string{"-h"}); err != flag.ErrHelp {
 		t.Fatalf("help: %v", err)
 	}
 }

@@ -264,18 +264,13 @@ func isHelp(a string) bool {
 	return a == "-h" || a == "-help" || a == "--help" || a == "help"
 }
 
-// errHelp is returned by parseArgs when help was requested (already printed).
-var errHelp = errors.New("help requested")
-
 // parseArgs parses flags that may be interspersed with positional arguments
-// (`watch ID --json` and `watch --json ID` both work); "--" ends the flags.
+// (`watch ID --json` and `watch --json ID` both work); "--" ends the flags. It returns
+// flag.ErrHelp when help was asked for.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, errHelp
-			}
 			return nil, err
 		}
 		rest := fs.Args()
@@ -292,14 +287,13 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// usageError prints msg and a hint, and returns exitUsage.
 // parseCommand parses a subcommand's arguments and returns the positional ones. When ok
 // is false the command ends with code: help was asked for (help printed it) or the flags
 // are wrong (the usage error is printed).
 func parseCommand(cmd string, fs *flag.FlagSet, args []string, sio stdio, help func()) (pos []string, code int, ok bool) {
 	pos, err := parseArgs(fs, args)
 	switch {
-	case errors.Is(err, errHelp):
+	case errors.Is(err, flag.ErrHelp):
 		help()
 		return nil, exitOK, false
 	case err != nil:
@@ -350,6 +344,7 @@ func parseNoArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, help fu
 	return code, ok
 }
 
+// usageError prints msg and a hint, and returns exitUsage.
 func usageError(w io.Writer, cmd, msg string) int {
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		msg = "unknown flag --" + name
