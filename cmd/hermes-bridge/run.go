@@ -167,8 +167,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 		}
 		if ops == nil {
 			page = nil
-		}
-		if ops != nil {
+		} else {
 			opsAddr = ops.Addr()
 			defer func() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opsStopTimeout)
@@ -391,18 +390,13 @@ func reloadLoop(ctx context.Context, hup <-chan os.Signal, keys *keyring, log ze
 		case <-ctx.Done():
 			return
 		case <-hup:
-			reloadKeys(keys, log)
+			if n, err := keys.Reload(); err != nil {
+				log.Error().Err(err).Int("reloaded", n).Msg("some endpoint keys could not be reloaded")
+			} else {
+				log.Info().Int("reloaded", n).Msgf("reloaded %d endpoint keys", n)
+			}
 		}
 	}
-}
-
-func reloadKeys(keys *keyring, log zerolog.Logger) {
-	n, err := keys.Reload()
-	if err != nil {
-		log.Error().Err(err).Int("reloaded", n).Msg("some endpoint keys could not be reloaded")
-		return
-	}
-	log.Info().Int("reloaded", n).Msgf("reloaded %d endpoint keys", n)
 }
 
 // redactURLs redacts every URL of a comma-separated list.
