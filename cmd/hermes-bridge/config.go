@@ -253,19 +253,10 @@ func envKey(fieldName string) string {
 	return fieldName
 }
 
-func isSecretKey(key string) bool {
-	for _, f := range configFields() {
-		if f.Key == key {
-			return f.Secret
-		}
-	}
-	return false
-}
-
 // shown returns v for messages (quoted if it has unprintable characters), or a
 // placeholder when key names a secret.
 func shown(key, v string) string {
-	if isSecretKey(key) {
+	if slices.ContainsFunc(configFields(), func(f field) bool { return f.Key == key && f.Secret }) {
 		return "[redacted]"
 	}
 	if strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
