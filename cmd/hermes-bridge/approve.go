@@ -184,15 +184,14 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	}
 	printRequest(show, id, &req, time.Now())
 
-	if !o.yes && !stdinIsTerminal(sio.in) {
+	switch {
+	case o.yes:
+	case !stdinIsTerminal(sio.in):
 		fmt.Fprintf(sio.err, "hermes-bridge %s: stdin is not a terminal, so the decision cannot be confirmed; review the request above and add --yes\n", cmd)
 		return exitUsage
-	}
-	if !o.yes {
-		if !confirm(sio, fmt.Sprintf("%s %s for action %s? [y/N] ", o.decision, sanitize(req.CapabilityID), id)) {
-			fmt.Fprintf(sio.err, "not confirmed; no decision was published\n")
-			return exitFailed
-		}
+	case !confirm(sio, fmt.Sprintf("%s %s for action %s? [y/N] ", o.decision, sanitize(req.CapabilityID), id)):
+		fmt.Fprintf(sio.err, "not confirmed; no decision was published\n")
+		return exitFailed
 	}
 	pctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
 	err := cl.c.Decide(pctx, id, events.Approval{
