@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,7 @@ type approveOptions struct {
 	conn                   connFlags
 }
 
-func approveFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func approveFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("approve")
 	fs.StringVar(&o.reason, "reason", "", "why (recorded with the decision)")
 	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
@@ -55,7 +56,7 @@ func approveFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func denyFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func denyFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("deny")
 	fs.StringVar(&o.reason, "reason", "", "why the action is denied (required)")
 	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
@@ -64,14 +65,14 @@ func denyFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func pendingFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func pendingFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("pending")
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON array instead of a table")
 	o.conn.register(fs)
 	return fs
 }
 
-func cancelFlags(o *approveOptions, _ io.Writer) *flag.FlagSet {
+func cancelFlags(o *approveOptions) *flag.FlagSet {
 	fs := newFlagSet("cancel")
 	fs.DurationVar(&o.timeout, "timeout", defaultCancelTimeout, "how long to wait for the bridge's answer")
 	o.conn.register(fs)
@@ -103,7 +104,7 @@ func parseIDArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, head, e
 
 func cmdApprove(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	o := approveOptions{decision: events.DecisionApprove}
-	id, code := parseIDArgs("approve", approveFlags(&o, sio.err), args, sio, usageApprove, examplesApprove)
+	id, code := parseIDArgs("approve", approveFlags(&o), args, sio, usageApprove, examplesApprove)
 	if id == "" {
 		return code
 	}
@@ -115,7 +116,7 @@ func cmdApprove(ctx context.Context, args []string, environ map[string]string, s
 
 func cmdDeny(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	o := approveOptions{decision: events.DecisionDeny}
-	id, code := parseIDArgs("deny", denyFlags(&o, sio.err), args, sio, usageDeny, examplesDeny)
+	id, code := parseIDArgs("deny", denyFlags(&o), args, sio, usageDeny, examplesDeny)
 	if id == "" {
 		return code
 	}
@@ -145,13 +146,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	if len(o.reason) > 1024 || strings.IndexFunc(o.reason, unicode.IsControl) >= 0 {
 		return usageError(sio.err, cmd, "--reason must be at most 1024 characters without control characters")
 	}
-	approver := o.approver
-	if approver == "" {
-		approver = environ["USER"]
-	}
-	if approver == "" {
-		approver = "cli"
-	}
+	approver := cmp.Or(o.approver, environ["USER"], "cli")
 	if len(approver) > 256 || strings.IndexFunc(approver, unicode.IsControl) >= 0 {
 		return usageError(sio.err, cmd, "--approver must be at most 256 characters without control characters")
 	}
@@ -189,15 +184,14 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	}
 	printRequest(show, id, &req, time.Now())
 
-	if !o.yes && !stdinIsTerminal(sio.in) {
+	switch {
+	case o.yes:
+	case !stdinIsTerminal(sio.in):
 		fmt.Fprintf(sio.err, "hermes-bridge %s: stdin is not a terminal, so the decision cannot be confirmed; review the request above and add --yes\n", cmd)
 		return exitUsage
-	}
-	if !o.yes {
-		if !confirm(sio, fmt.Sprintf("%s %s for action %s? [y/N] ", o.decision, sanitize(req.CapabilityID), id)) {
-			fmt.Fprintf(sio.err, "not confirmed; no decision was published\n")
-			return exitFailed
-		}
+	case !confirm(sio, fmt.Sprintf("%s %s for action %s? [y/N] ", o.decision, sanitize(req.CapabilityID), id)):
+		fmt.Fprintf(sio.err, "not confirmed; no decision was published\n")
+		return exitFailed
 	}
 	pctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
 	err := cl.c.Decide(pctx, id, events.Approval{
@@ -210,11 +204,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 	cancel()
 	subj := cl.subjects.Approvals(id)
 	if err != nil {
-		if cl.permissionDenied(sio.err) {
-			return exitUsage
-		}
-		fmt.Fprintf(sio.err, "hermes-bridge %s: publish the decision: %v\n", cmd, explainPublish(err, subj))
-		return exitUsage
+		return cl.failed(sio.err, "hermes-bridge %s: publish the decision: %v\n", cmd, explainPublish(err, subj))
 	}
 	if o.decision == events.DecisionDeny {
 		fmt.Fprintf(sio.err, "denied: decision published on %s; the action settles failed (approval_denied)\n", subj)
@@ -261,12 +251,8 @@ func lastResult(ctx context.Context, cl *clientConn, id string, stderr io.Writer
 	if err == nil {
 		err = client.ResolveResult(ctx, cl.js, res)
 	}
-	if err != nil && cl.permissionDenied(stderr) {
-		return nil, exitUsage
-	}
 	if err != nil {
-		fmt.Fprintf(stderr, "hermes-bridge: the last result of action %s: %v\n", id, err)
-		return nil, exitUsage
+		return nil, cl.failed(stderr, "hermes-bridge: the last result of action %s: %v\n", id, err)
 	}
 	return res, exitOK
 }
@@ -357,7 +343,7 @@ type parkedAction struct {
 
 func cmdPending(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o approveOptions
-	fs := pendingFlags(&o, sio.err)
+	fs := pendingFlags(&o)
 	if code, ok := parseNoArgs("pending", fs, args, sio, func() { printFlagsHelp(sio.out, usagePending, fs, examplesPending) }, ""); !ok {
 		return code
 	}
@@ -370,20 +356,13 @@ func cmdPending(ctx context.Context, args []string, environ map[string]string, s
 	defer cancel()
 	list, err := listParked(lctx, cl, sio.err)
 	if err != nil {
-		if cl.permissionDenied(sio.err) {
-			return exitUsage
-		}
-		fmt.Fprintf(sio.err, "hermes-bridge pending: %v\n", err)
-		return exitUsage
+		return cl.failed(sio.err, "hermes-bridge pending: %v\n", err)
 	}
 	now := time.Now()
 	for i := range list {
 		list[i].Expired = !now.Before(list[i].ExpiresAt)
 	}
 	if o.jsonOut {
-		if list == nil {
-			list = []parkedAction{}
-		}
 		b, _ := json.MarshalIndent(list, "", "  ")
 		fmt.Fprintf(sio.out, "%s\n", b)
 		return exitOK
@@ -442,7 +421,7 @@ func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parked
 	if len(keys) >= manyParked {
 		fmt.Fprintf(stderr, "reading %d parked actions...\n", len(keys))
 	}
-	var list []parkedAction
+	list := []parkedAction{} // pending --json prints [] for none
 	for _, k := range keys {
 		e, err := store.Get(ctx, k)
 		if errors.Is(err, kvstore.ErrNotFound) {
@@ -469,7 +448,7 @@ func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parked
 
 func cmdCancel(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o approveOptions
-	id, code := parseIDArgs("cancel", cancelFlags(&o, sio.err), args, sio, usageCancel, examplesCancel)
+	id, code := parseIDArgs("cancel", cancelFlags(&o), args, sio, usageCancel, examplesCancel)
 	if id == "" {
 		return code
 	}

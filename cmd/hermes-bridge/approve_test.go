@@ -19,12 +19,12 @@ import (
 
 func TestApproveFlagsInterspersed(t *testing.T) {
 	var o approveOptions
-	pos, err := parseArgs(approveFlags(&o, nil), []string{"abc", "--yes", "--reason", "ok then", "--no-follow"})
+	pos, err := parseArgs(approveFlags(&o), []string{"abc", "--yes", "--reason", "ok then", "--no-follow"})
 	if err != nil || len(pos) != 1 || pos[0] != "abc" || !o.yes || !o.noFollow || o.reason != "ok then" {
 		t.Fatalf("pos %v err %v o %+v", pos, err, o)
 	}
 	o = approveOptions{}
-	if _, err := parseArgs(cancelFlags(&o, nil), []string{"x"}); err != nil || o.timeout != defaultCancelTimeout {
+	if _, err := parseArgs(cancelFlags(&o), []string{"x"}); err != nil || o.timeout != defaultCancelTimeout {
 		t.Fatalf("cancel default timeout %s err %v", o.timeout, err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,13 +67,13 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-func callFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
+func callFlags(o *callOptions) *flag.FlagSet {
 	fs := newFlagSet("call")
 	fs.StringVar(&o.endpoint, "endpoint", "primary", "Hermes endpoint id")
-	fs.StringVar(&o.op, "op", "chat_stream", "operation: "+strings.Join(opNames(), ", "))
+	fs.StringVar(&o.op, "op", "chat_stream", "operation: "+opNames(false))
 	fs.StringVar(&o.input, "input", "", "operation input: a JSON object, @file to read it from a file, or - for stdin")
 	fs.StringVar(&o.prompt, "prompt", "", `shortcut for --input '{"prompt": TEXT}'`)
-	fs.StringVar(&o.key, "key", "", "idempotency key (required by "+strings.Join(keyRequiredOps(), ", ")+")")
+	fs.StringVar(&o.key, "key", "", "idempotency key (required by "+opNames(true)+")")
 	fs.DurationVar(&o.timeout, "timeout", 0, "action deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
 	fs.StringVar(&o.tenant, "tenant", "", "tenant id of the action")
 	fs.StringVar(&o.actionID, "action-id", "", "action id (default: a random one)")
@@ -82,34 +83,27 @@ func callFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func watchFlags(o *callOptions, _ io.Writer) *flag.FlagSet {
+func watchFlags(o *callOptions) *flag.FlagSet {
 	fs := newFlagSet("watch")
 	commonFlags(fs, o)
 	return fs
 }
 
-// keyRequiredOps names the operations that need an idempotency key.
-func keyRequiredOps() []string {
+// opNames joins the names of the operations, or with keyOnly of those that need an
+// idempotency key.
+func opNames(keyOnly bool) string {
 	var names []string
 	for _, s := range bridge.Operations() {
-		if s.KeyRequired {
+		if s.KeyRequired || !keyOnly {
 			names = append(names, s.Name)
 		}
 	}
-	return names
-}
-
-func opNames() []string {
-	var names []string
-	for _, s := range bridge.Operations() {
-		names = append(names, s.Name)
-	}
-	return names
+	return strings.Join(names, ", ")
 }
 
 func cmdCall(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o callOptions
-	fs := callFlags(&o, sio.err)
+	fs := callFlags(&o)
 	if code, ok := parseNoArgs("call", fs, args, sio, func() { printFlagsHelp(sio.out, usageCall, fs, examplesCall) },
 		" (use --prompt or --input for the input)"); !ok {
 		return code
@@ -140,11 +134,7 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 	id, err := cl.c.Publish(pctx, o.endpoint, o.op, *action, popts...)
 	cancel()
 	if err != nil {
-		if cl.permissionDenied(sio.err) {
-			return exitUsage
-		}
-		fmt.Fprintf(sio.err, "hermes-bridge call: publish: %v\n", explainPublish(err, cl.subjects.Action(o.endpoint, o.op)))
-		return exitUsage
+		return cl.failed(sio.err, "hermes-bridge call: publish: %v\n", explainPublish(err, cl.subjects.Action(o.endpoint, o.op)))
 	}
 	if o.noFollow {
 		fmt.Fprintln(sio.out, id)
@@ -158,7 +148,7 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 
 func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o callOptions
-	fs := watchFlags(&o, sio.err)
+	fs := watchFlags(&o)
 	id, code := parseIDArgs("watch", fs, args, sio, usageWatch, examplesWatch)
 	if id == "" {
 		return code
@@ -178,7 +168,7 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 func (o *callOptions) action(stdin io.Reader) (*events.Action, error) {
 	spec, ok := bridge.LookupOperation(o.op)
 	if !ok {
-		return nil, fmt.Errorf("unknown operation %q; one of: %s", o.op, strings.Join(opNames(), ", "))
+		return nil, fmt.Errorf("unknown operation %q; one of: %s", o.op, opNames(false))
 	}
 	if !events.ValidEndpointID(o.endpoint) {
 		return nil, fmt.Errorf("--endpoint %q must match [a-z0-9_-]{1,128}", o.endpoint)
@@ -299,27 +289,15 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}).Level(zerolog.WarnLevel).
 		With().Timestamp().Logger()
-	opts, err := cfg.natsOptions("hermes-bridge-cli", clientLiveness, log)
+	gctx, cancelCause := context.WithCancelCause(ctx)
+	guard := &permGuard{user: cfg.NATSUser, inbox: cmp.Or(cfg.NATSInboxPrefix, defaultInbox), cancel: cancelCause}
+	// A permission violation is not logged: the command reports it.
+	opts, err := cfg.natsOptions("hermes-bridge-cli", clientLiveness, log, guard.handle)
 	if err != nil {
+		cancelCause(nil)
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}
-	inbox := cfg.NATSInboxPrefix
-	if inbox == "" {
-		inbox = defaultInbox
-	}
-	gctx, cancelCause := context.WithCancelCause(ctx)
-	guard := &permGuard{user: cfg.NATSUser, inbox: inbox, cancel: cancelCause}
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-		if guard.handle(err) {
-			return // the command reports it
-		}
-		ev := log.Warn().Err(err)
-		if sub != nil {
-			ev = ev.Str("subject", sub.Subject)
-		}
-		ev.Msg("NATS asynchronous error")
-	}))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		hint := ""
@@ -363,6 +341,16 @@ func (cl *clientConn) permissionDenied(stderr io.Writer) bool {
 	}
 	fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cl.cmd, pe)
 	return true
+}
+
+// failed reports a NATS operation that failed the command: the permission violation
+// behind it when there is one (see permissionDenied), else the message format prints.
+// It returns exitUsage.
+func (cl *clientConn) failed(stderr io.Writer, format string, a ...any) int {
+	if !cl.permissionDenied(stderr) {
+		fmt.Fprintf(stderr, format, a...)
+	}
+	return exitUsage
 }
 
 func explainPublish(err error, subject string) error {
@@ -411,24 +399,21 @@ func follow(ctx context.Context, cl *clientConn, id string, o *callOptions, sio 
 	}
 	res, err := cl.c.Follow(fctx, id, onEvent, onPending)
 	stopHint()
+	p.endText()
 	switch {
 	case err == nil:
 	case cl.permissionDenied(sio.err):
-		p.endText()
 		return exitUsage
 	case ctx.Err() != nil:
-		p.endText()
 		fmt.Fprintf(sio.err, "stopped following action %s; it goes on: hermes-bridge watch %s\n", id, id)
 		return exitInterrupted
 	case fctx.Err() != nil:
-		p.endText()
 		fmt.Fprintf(sio.err, "no result for action %s within --wait %s; it may still run: hermes-bridge watch %s\n", id, o.wait, id)
 		return exitUsage
 	case errors.Is(err, client.ErrOutputStreamNotFound):
 		fmt.Fprintf(sio.err, "hermes-bridge: %v\n", err)
 		return exitUsage
 	default:
-		p.endText()
 		fmt.Fprintf(sio.err, "hermes-bridge: following action %s: %v\n", id, err)
 		return exitUsage
 	}
@@ -463,7 +448,7 @@ type printer struct {
 	out, err  io.Writer
 	mode      int
 	midLine   bool   // text written without a final newline
-	approvals string // the action's approvals subject, for the pending note
+	approvals string // the action's approvals subject, for the pending note (set with it)
 }
 
 func newPrinter(out, errw io.Writer, o *callOptions) *printer {
@@ -511,12 +496,8 @@ func (p *printer) pending(r *events.Result) {
 		ExpiresAt   string `json:"expires_at"`
 	}
 	_ = json.Unmarshal(r.Output, &out)
-	where := "its approvals subject"
-	if p.approvals != "" {
-		where = p.approvals
-	}
 	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
-		r.ActionID, out.InputSHA256, out.ExpiresAt, where)
+		r.ActionID, out.InputSHA256, out.ExpiresAt, p.approvals)
 }
 
 // waitHint waits for news until waitHintAfter has passed, then prints what hint says

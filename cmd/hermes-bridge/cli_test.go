@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"net"
 	"os"
 	"path/filepath"
@@ -222,18 +223,18 @@ func TestInputSources(t *testing.T) {
 
 func TestParseArgsInterspersed(t *testing.T) {
 	var o callOptions
-	fs := watchFlags(&o, nil)
+	fs := watchFlags(&o)
 	pos, err := parseArgs(fs, []string{"abc", "--json", "--wait", "5s"})
 	if err != nil || len(pos) != 1 || pos[0] != "abc" || !o.jsonOut || o.wait.String() != "5s" {
 		t.Fatalf("pos %v err %v o %+v", pos, err, o)
 	}
-	fs = watchFlags(&o, nil)
+	fs = watchFlags(&o)
 	pos, err = parseArgs(fs, []string{"--", "-weird"})
 	if err != nil || len(pos) != 1 || pos[0] != "-weird" {
 		t.Fatalf("pos %v err %v", pos, err)
 	}
 	fs = newFlagSet("x")
-	if _, err := parseArgs(fs, []string{"-h"}); err != errHelp {
+	if _, err := parseArgs(fs, []string{"-h"}); err != flag.ErrHelp {
 		t.Fatalf("help: %v", err)
 	}
 }

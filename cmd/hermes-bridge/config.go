@@ -253,19 +253,10 @@ func envKey(fieldName string) string {
 	return fieldName
 }
 
-func isSecretKey(key string) bool {
-	for _, f := range configFields() {
-		if f.Key == key {
-			return f.Secret
-		}
-	}
-	return false
-}
-
 // shown returns v for messages (quoted if it has unprintable characters), or a
 // placeholder when key names a secret.
 func shown(key, v string) string {
-	if isSecretKey(key) {
+	if slices.ContainsFunc(configFields(), func(f field) bool { return f.Key == key && f.Secret }) {
 		return "[redacted]"
 	}
 	if strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
@@ -817,9 +808,10 @@ var clientLiveness = bridge.Liveness{PingInterval: 10 * time.Second, MaxPingsOut
 
 // natsOptions builds the client options for c: name, reconnects forever, how a server
 // that stops answering is given up and how soon a server is tried again (live),
-// credentials and TLS, and handlers that log connection changes. Secret files are read
-// here; errors name the file, never its content.
-func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logger) ([]nats.Option, error) {
+// credentials and TLS, and handlers that log connection changes and asynchronous errors
+// (those handled, when not nil, reports as handled are not logged). Secret files are
+// read here; errors name the file, never its content.
+func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logger, handled func(error) bool) ([]nats.Option, error) {
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -840,6 +832,9 @@ func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logg
 			log.Info().Str("url", redactURL(nc.ConnectedUrl())).Msg("NATS reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if handled != nil && handled(err) {
+				return
+			}
 			ev := log.Warn().Err(err)
 			if sub != nil {
 				ev = ev.Str("subject", sub.Subject)
@@ -909,17 +904,9 @@ func (c *Config) clientURL() (string, error) {
 	if host == "0.0.0.0" || host == "::" || host == "" {
 		host = "127.0.0.1"
 	}
-	return fmt.Sprintf("nats://%s", netJoin(host, c.NATSPort)), nil
+	return "nats://" + net.JoinHostPort(host, strconv.Itoa(c.NATSPort)), nil
 }
 
-func netJoin(host string, port int) string {
-	if strings.Contains(host, ":") {
-		return fmt.Sprintf("[%s]:%d", host, port)
-	}
-	return fmt.Sprintf("%s:%d", host, port)
-}
-
-// readSecretFile reads a one-line secret; errors name the variable and path only.
 // secretOrFile returns the secret read from path (the variable key) when path is set,
 // else value.
 func secretOrFile(value, key, path string) (string, error) {
@@ -929,6 +916,7 @@ func secretOrFile(value, key, path string) (string, error) {
 	return readSecretFile(key, path)
 }
 
+// readSecretFile reads a one-line secret; errors name the variable and path only.
 func readSecretFile(key, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -462,16 +462,16 @@ func TestSecretFieldsMarked(t *testing.T) {
 func TestNATSOptionsReadSecretFiles(t *testing.T) {
 	dir := t.TempDir()
 	cfg := &Config{NATSURL: "nats://h:4222", NATSUser: "u", NATSPasswordFile: filepath.Join(dir, "missing")}
-	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "NATS_PASSWORD_FILE="+filepath.Join(dir, "missing")) {
+	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop(), nil); err == nil || !strings.Contains(err.Error(), "NATS_PASSWORD_FILE="+filepath.Join(dir, "missing")) {
 		t.Fatalf("missing password file: %v", err)
 	}
 	cfg.NATSPasswordFile = writeFile(t, dir, "pw", "pw-0123\n")
-	opts, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop())
+	opts, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop(), nil)
 	if err != nil || len(opts) < 6 {
 		t.Fatalf("opts %d err %v", len(opts), err)
 	}
 	cfg = &Config{NATSURL: "nats://h:4222", NATSTokenFile: writeFile(t, dir, "tok", "a b\n")}
-	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop()); err == nil || strings.Contains(err.Error(), "a b") {
+	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop(), nil); err == nil || strings.Contains(err.Error(), "a b") {
 		t.Fatalf("bad token file: %v", err)
 	}
 }
@@ -511,7 +511,7 @@ func TestDefaultEndpoint(t *testing.T) {
 // connOptions applies the options natsOptions builds for live.
 func connOptions(t *testing.T, live bridge.Liveness) nats.Options {
 	t.Helper()
-	opts, err := (&Config{NATSURL: "nats://h:4222"}).natsOptions("t", live, zerolog.Nop())
+	opts, err := (&Config{NATSURL: "nats://h:4222"}).natsOptions("t", live, zerolog.Nop(), nil)
 	noErr(t, err)
 	o := nats.GetDefaultOptions()
 	for _, f := range opts {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -156,19 +157,19 @@ func cmdHelp(args []string, io stdio) int {
 	case "run":
 		printRunHelp(io.out)
 	case "call":
-		printFlagsHelp(io.out, usageCall, callFlags(&callOptions{}, io.err), examplesCall)
+		printFlagsHelp(io.out, usageCall, callFlags(&callOptions{}), examplesCall)
 	case "watch":
-		printFlagsHelp(io.out, usageWatch, watchFlags(&callOptions{}, io.err), examplesWatch)
+		printFlagsHelp(io.out, usageWatch, watchFlags(&callOptions{}), examplesWatch)
 	case "pending":
-		printFlagsHelp(io.out, usagePending, pendingFlags(&approveOptions{}, io.err), examplesPending)
+		printFlagsHelp(io.out, usagePending, pendingFlags(&approveOptions{}), examplesPending)
 	case "approve":
-		printFlagsHelp(io.out, usageApprove, approveFlags(&approveOptions{}, io.err), examplesApprove)
+		printFlagsHelp(io.out, usageApprove, approveFlags(&approveOptions{}), examplesApprove)
 	case "deny":
-		printFlagsHelp(io.out, usageDeny, denyFlags(&approveOptions{}, io.err), examplesDeny)
+		printFlagsHelp(io.out, usageDeny, denyFlags(&approveOptions{}), examplesDeny)
 	case "cancel":
-		printFlagsHelp(io.out, usageCancel, cancelFlags(&approveOptions{}, io.err), examplesCancel)
+		printFlagsHelp(io.out, usageCancel, cancelFlags(&approveOptions{}), examplesCancel)
 	case "status":
-		printFlagsHelp(io.out, usageStatus, statusFlags(&statusOptions{}, io.err), examplesStatus)
+		printFlagsHelp(io.out, usageStatus, statusFlags(&statusOptions{}), examplesStatus)
 	case "version":
 		fmt.Fprint(io.out, usageVersion)
 	case "help":
@@ -189,11 +190,7 @@ func printRunHelp(w io.Writer) {
 func writeEnvTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range configFields() {
-		def := f.Default
-		if def == "" {
-			def = "-"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Key, def, f.Desc)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Key, cmp.Or(f.Default, "-"), f.Desc)
 	}
 	tw.Flush()
 }
@@ -267,18 +264,13 @@ func isHelp(a string) bool {
 	return a == "-h" || a == "-help" || a == "--help" || a == "help"
 }
 
-// errHelp is returned by parseArgs when help was requested (already printed).
-var errHelp = errors.New("help requested")
-
 // parseArgs parses flags that may be interspersed with positional arguments
-// (`watch ID --json` and `watch --json ID` both work); "--" ends the flags.
+// (`watch ID --json` and `watch --json ID` both work); "--" ends the flags. It returns
+// flag.ErrHelp when help was asked for.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, errHelp
-			}
 			return nil, err
 		}
 		rest := fs.Args()
@@ -295,14 +287,13 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// usageError prints msg and a hint, and returns exitUsage.
 // parseCommand parses a subcommand's arguments and returns the positional ones. When ok
 // is false the command ends with code: help was asked for (help printed it) or the flags
 // are wrong (the usage error is printed).
 func parseCommand(cmd string, fs *flag.FlagSet, args []string, sio stdio, help func()) (pos []string, code int, ok bool) {
 	pos, err := parseArgs(fs, args)
 	switch {
-	case errors.Is(err, errHelp):
+	case errors.Is(err, flag.ErrHelp):
 		help()
 		return nil, exitOK, false
 	case err != nil:
@@ -353,6 +344,7 @@ func parseNoArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, help fu
 	return code, ok
 }
 
+// usageError prints msg and a hint, and returns exitUsage.
 func usageError(w io.Writer, cmd, msg string) int {
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		msg = "unknown flag --" + name

@@ -20,18 +20,13 @@ type keyring struct {
 // keySource is one endpoint's key.
 type keySource struct {
 	endpoint string
-	file     string // "" for a key from the environment or no key
-	val      atomic.Pointer[string]
+	file     string                 // "" for a key from the environment or no key
+	val      atomic.Pointer[string] // set by newKeyring, never nil after
 }
 
 // Key returns the current key ("" for an endpoint without one). It is what
 // bridge.Endpoint.Key calls before each request: no I/O, safe for concurrent use.
-func (k *keySource) Key() string {
-	if p := k.val.Load(); p != nil {
-		return *p
-	}
-	return ""
-}
+func (k *keySource) Key() string { return *k.val.Load() }
 
 // newKeyring resolves every endpoint's key source and reads the key files once. An
 // unreadable or invalid key file is an error naming the endpoint and the file path.
@@ -39,23 +34,19 @@ func newKeyring(specs []EndpointSpec, environ map[string]string) (*keyring, erro
 	r := &keyring{}
 	var errs []string
 	for _, s := range specs {
-		ks := &keySource{endpoint: s.ID}
+		ks := &keySource{endpoint: s.ID, file: s.APIKeyFile}
+		v := s.apiKey
 		switch {
 		case s.APIKeyFile != "":
-			ks.file = s.APIKeyFile
-			v, err := readKeyFile(s.APIKeyFile)
-			if err != nil {
+			var err error
+			if v, err = readKeyFile(s.APIKeyFile); err != nil {
 				errs = append(errs, fmt.Sprintf("endpoint %q: %v", s.ID, err))
 				continue
 			}
-			ks.val.Store(&v)
 		case s.APIKeyEnv != "":
-			v := environ[s.APIKeyEnv]
-			ks.val.Store(&v)
-		case s.apiKey != "":
-			v := s.apiKey
-			ks.val.Store(&v)
+			v = environ[s.APIKeyEnv]
 		}
+		ks.val.Store(&v)
 		r.keys = append(r.keys, ks)
 	}
 	if len(errs) > 0 {

@@ -67,18 +67,17 @@ type permGuard struct {
 
 // parse returns err as a permissionError, or nil if it is not a permission violation.
 func (g *permGuard) parse(err error) *permissionError {
-	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
 		return nil
 	}
-	m := violationRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return &permissionError{Op: "publish", Subject: "(unknown subject)", user: g.user, inbox: g.inbox, err: err}
+	pe := &permissionError{Op: "publish", Subject: "(unknown subject)", user: g.user, inbox: g.inbox, err: err}
+	if m := violationRE.FindStringSubmatch(err.Error()); m != nil {
+		pe.Subject = m[2]
+		if m[1] == "Subscription" {
+			pe.Op = "subscribe"
+		}
 	}
-	op := "publish"
-	if m[1] == "Subscription" {
-		op = "subscribe"
-	}
-	return &permissionError{Op: op, Subject: m[2], user: g.user, inbox: g.inbox, err: err}
+	return pe
 }
 
 // handle is called with every asynchronous error of the connection; it reports whether
@@ -94,13 +93,12 @@ func (g *permGuard) handle(err error) bool {
 		g.first = pe
 	}
 	g.mu.Unlock()
-	if tolerated {
-		if f != nil {
-			f(pe)
-		}
-		return true
+	switch {
+	case !tolerated:
+		g.cancel(pe)
+	case f != nil:
+		f(pe)
 	}
-	g.cancel(pe)
 	return true
 }
 

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -88,10 +91,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	replica := cfg.ReplicaID
-	if replica == "" {
-		replica = nuid.Next()
-	}
+	replica := cmp.Or(cfg.ReplicaID, nuid.Next())
 	eps := make([]bridge.Endpoint, 0, len(specs))
 	for _, s := range specs {
 		ep := bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency,
@@ -167,8 +167,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 		}
 		if ops == nil {
 			page = nil
-		}
-		if ops != nil {
+		} else {
 			opsAddr = ops.Addr()
 			defer func() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opsStopTimeout)
@@ -224,7 +223,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 			case strings.Contains(err.Error(), "address already in use"):
 				hint = " (another NATS server or hermes-bridge is using it: stop it, set HERMES_BRIDGE_NATS_PORT, or set NATS_URL to use that server)"
 			}
-			return fmt.Errorf("embedded NATS server on %s: %w%s", netJoin(cfg.NATSHost, cfg.NATSPort), err, hint)
+			return fmt.Errorf("embedded NATS server on %s: %w%s", net.JoinHostPort(cfg.NATSHost, strconv.Itoa(cfg.NATSPort)), err, hint)
 		}
 		// Stops LAST: registered first, so it runs after the connection has drained.
 		defer func() {
@@ -263,7 +262,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 	// bridge.NATSLiveness).
 	connLog := log.With().Str("component", "nats").Logger()
 	live := bridge.NATSLiveness(p.bridge.WithDefaults().Lease)
-	opts, err := cfg.natsOptions("hermes-bridge", live, connLog)
+	opts, err := cfg.natsOptions("hermes-bridge", live, connLog, nil)
 	if err != nil {
 		return err
 	}
@@ -391,18 +390,13 @@ func reloadLoop(ctx context.Context, hup <-chan os.Signal, keys *keyring, log ze
 		case <-ctx.Done():
 			return
 		case <-hup:
-			reloadKeys(keys, log)
+			if n, err := keys.Reload(); err != nil {
+				log.Error().Err(err).Int("reloaded", n).Msg("some endpoint keys could not be reloaded")
+			} else {
+				log.Info().Int("reloaded", n).Msgf("reloaded %d endpoint keys", n)
+			}
 		}
 	}
-}
-
-func reloadKeys(keys *keyring, log zerolog.Logger) {
-	n, err := keys.Reload()
-	if err != nil {
-		log.Error().Err(err).Int("reloaded", n).Msg("some endpoint keys could not be reloaded")
-		return
-	}
-	log.Info().Int("reloaded", n).Msgf("reloaded %d endpoint keys", n)
 }
 
 // redactURLs redacts every URL of a comma-separated list.
@@ -423,10 +417,7 @@ func isTerminal(w io.Writer) bool {
 // storeInUse explains a data directory that another process's embedded server holds
 // (err wraps le) and what to do instead.
 func storeInUse(le *natsembed.StoreLockedError, err error) error {
-	url := le.URL
-	if url == "" {
-		url = "<the first one's NATS URL>"
-	}
+	url := cmp.Or(le.URL, "<the first one's NATS URL>")
 	return fmt.Errorf("embedded NATS server: %w. Two servers must never share a data directory (it would be corrupted): "+
 		"for a second replica on this machine set NATS_URL=%s to use the first one's server, "+
 		"or set HERMES_BRIDGE_DATA_DIR to another directory for a separate bridge", err, url)

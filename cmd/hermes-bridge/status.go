@@ -25,7 +25,7 @@ type statusOptions struct {
 	conn    connFlags
 }
 
-func statusFlags(o *statusOptions, _ io.Writer) *flag.FlagSet {
+func statusFlags(o *statusOptions) *flag.FlagSet {
 	fs := newFlagSet("status")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the bridge's reply as JSON")
 	fs.DurationVar(&o.timeout, "timeout", defaultStatusTimeout, "how long to wait for the bridge's answer")
@@ -38,7 +38,7 @@ func statusFlags(o *statusOptions, _ io.Writer) *flag.FlagSet {
 // unknown, 2 when no bridge answered, the request was refused or for usage errors.
 func cmdStatus(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
 	var o statusOptions
-	id, code := parseIDArgs("status", statusFlags(&o, sio.err), args, sio, usageStatus, examplesStatus)
+	id, code := parseIDArgs("status", statusFlags(&o), args, sio, usageStatus, examplesStatus)
 	if id == "" {
 		return code
 	}

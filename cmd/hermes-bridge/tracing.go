@@ -145,7 +145,7 @@ func setupTracing(ctx context.Context, c *Config, version, replica string, log z
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
-		return nil, nil, errs.redactErr(errors.New("traces: OTLP exporter: " + err.Error()))
+		return nil, nil, errors.New(errs.redact("traces: OTLP exporter: " + err.Error()))
 	}
 	ropts := []resource.Option{
 		resource.WithTelemetrySDK(),
@@ -219,8 +219,6 @@ func (e *exportErrors) redact(s string) string {
 	}
 	return s
 }
-
-func (e *exportErrors) redactErr(err error) error { return errors.New(e.redact(err.Error())) }
 
 // otelLog is the OpenTelemetry SDK's internal logger (otel.SetLogger): its errors and
 // warnings (an unreadable certificate file, say) become warn lines of the JSON log,
