@@ -235,7 +235,7 @@ func (s *Server) handleRunStart(c *call) {
 
 // handleRunStatus is GET /v1/runs/{run_id}.
 func (s *Server) handleRunStatus(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	s.runs.mu.Lock()
 	r := s.lookupRunLocked(id)
 	var body []byte
@@ -253,7 +253,7 @@ func (s *Server) handleRunStatus(c *call) {
 // handleRunStop is POST /v1/runs/{run_id}/stop: 200 stopping while the run's
 // task is live, else 404 (the check is the live task, not the status).
 func (s *Server) handleRunStop(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	s.runs.mu.Lock()
 	r := s.runs.runs[id]
 	if r == nil || !r.live {
@@ -271,7 +271,7 @@ func (s *Server) handleRunStop(c *call) {
 
 // handleRunApproval is POST /v1/runs/{run_id}/approval.
 func (s *Server) handleRunApproval(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	s.runs.mu.Lock()
 	r := s.lookupRunLocked(id)
 	s.runs.mu.Unlock()
@@ -344,7 +344,7 @@ func (s *Server) handleRunApproval(c *call) {
 // disconnect) the queue is gone and a later subscription is 404. A queue
 // nobody subscribed to is swept RunStreamTTL after the run was created.
 func (s *Server) handleRunEvents(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	st := s.runs
 	st.mu.Lock()
 	q := st.queues[id]

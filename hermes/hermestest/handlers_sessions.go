@@ -85,7 +85,7 @@ func (s *Server) handleSessionCreate(c *call) {
 }
 
 func (s *Server) handleSessionGet(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	o, ok := s.sessions.get(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
@@ -128,7 +128,7 @@ func (s *Server) sessionExists(c *call, id string) bool {
 }
 
 func (s *Server) handleSessionPatch(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -145,7 +145,7 @@ func (s *Server) handleSessionPatch(c *call) {
 }
 
 func (s *Server) handleSessionDelete(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessions.delete(id) {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
 		return
@@ -154,7 +154,7 @@ func (s *Server) handleSessionDelete(c *call) {
 }
 
 func (s *Server) handleSessionMessages(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	data, ok := s.sessions.messages(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
@@ -164,7 +164,7 @@ func (s *Server) handleSessionMessages(c *call) {
 }
 
 func (s *Server) handleSessionFork(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -195,7 +195,7 @@ func (s *Server) handleSessionChat(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessionExists(c, id) {
 		return
 	}

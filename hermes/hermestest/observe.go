@@ -103,21 +103,22 @@ func (s *Server) ForgetSessions() {
 
 // WaitCalls blocks until Calls(route) >= n or ctx is done.
 func (s *Server) WaitCalls(ctx context.Context, route string, n int) error {
-	return s.waitFor(ctx, func() bool { return s.calls[route] >= n })
+	return s.waitFor(ctx, func() bool { return s.Calls(route) >= n })
 }
 
 // WaitInFlight blocks until InFlight() == n or ctx is done.
 func (s *Server) WaitInFlight(ctx context.Context, n int) error {
-	return s.waitFor(ctx, func() bool { return s.active == n })
+	return s.waitFor(ctx, func() bool { return s.InFlight() == n })
 }
 
+// waitFor blocks until cond (called without s.mu held) holds, checking it
+// again on every change of the fake, or until ctx is done or the fake closes.
 func (s *Server) waitFor(ctx context.Context, cond func() bool) error {
 	for {
 		s.mu.Lock()
-		ok := cond()
 		ch := s.changed
 		s.mu.Unlock()
-		if ok {
+		if cond() {
 			return nil
 		}
 		select {

@@ -114,7 +114,7 @@ func notFoundResponse(id string) obj {
 }
 
 func (s *Server) handleResponseGet(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	r, ok := s.responses.get(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, notFoundResponse(id))
@@ -124,7 +124,7 @@ func (s *Server) handleResponseGet(c *call) {
 }
 
 func (s *Server) handleResponseDelete(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.responses.delete(id) {
 		writeJSON(c.w, 404, nil, notFoundResponse(id))
 		return

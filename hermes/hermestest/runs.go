@@ -173,21 +173,7 @@ func (s *Server) RunIDs() []string {
 // WaitRun blocks until cond holds for run id's RunInfo (polling on every
 // change of the fake), or ctx is done.
 func (s *Server) WaitRun(ctx context.Context, id string, cond func(RunInfo) bool) error {
-	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
-		if ri, ok := s.Run(id); ok && cond(ri) {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.quit:
-			return context.Canceled
-		}
-	}
+	return s.waitFor(ctx, func() bool { ri, ok := s.Run(id); return ok && cond(ri) })
 }
 
 // WaitRunStatus blocks until run id has the given status or ctx is done.
