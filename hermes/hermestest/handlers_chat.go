@@ -68,16 +68,8 @@ func (s *Server) handleChat(c *call) {
 		return
 	}
 	defer release()
-	var body obj
-	if !c.tooBig {
-		v, err := loads(c.body)
-		if err != nil {
-			c.tooBig = true
-		} else {
-			body, _ = v.(obj)
-		}
-	}
-	if c.tooBig {
+	body, ok := c.bodyObject()
+	if !ok {
 		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
 		return
 	}

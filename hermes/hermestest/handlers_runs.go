@@ -83,13 +83,8 @@ func (s *Server) handleRunStart(c *call) {
 			release()
 		}
 	}()
-	if c.tooBig {
-		writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
-		return
-	}
-	v, err := loads(c.body)
-	body, isObj := v.(obj)
-	if err != nil || !isObj {
+	body, ok := c.bodyObject()
+	if !ok || body == nil {
 		writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
 		return
 	}
@@ -281,13 +276,11 @@ func (s *Server) handleRunApproval(c *call) {
 	}
 	body := obj{}
 	if strings.TrimSpace(string(c.body)) != "" {
-		v, err := loads(c.body)
-		o, ok := v.(obj)
-		if err != nil || !ok || c.tooBig {
+		var ok bool
+		if body, ok = c.bodyObject(); !ok || body == nil {
 			writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
 			return
 		}
-		body = o
 	}
 	cv, _ := body.get("choice")
 	choice, _ := cv.(string)

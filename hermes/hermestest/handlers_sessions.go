@@ -21,17 +21,12 @@ func (s *Server) parseObject(c *call, emptyOK bool) (obj, bool) {
 	if emptyOK && len(strings.TrimSpace(string(c.body))) == 0 {
 		return obj{}, true
 	}
-	if c.tooBig {
-		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
-		return nil, false
-	}
-	v, err := loads(c.body)
-	if err != nil {
-		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
-		return nil, false
-	}
-	o, ok := v.(obj)
+	o, ok := c.bodyObject()
 	if !ok {
+		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
+		return nil, false
+	}
+	if o == nil {
 		writeJSON(c.w, 400, nil, openaiError("Request body must be a JSON object", "invalid_request_error", nil))
 		return nil, false
 	}

@@ -141,18 +141,8 @@ func (s *Server) handleResponses(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	var body obj
-	if !c.tooBig {
-		v, err := loads(c.body)
-		if err != nil {
-			c.tooBig = true
-		} else if o, ok := v.(obj); ok {
-			body = o
-		} else {
-			c.tooBig = true
-		}
-	}
-	if c.tooBig {
+	body, ok := c.bodyObject()
+	if !ok || body == nil {
 		writeJSON(c.w, 400, nil, adhocError("Invalid JSON in request body"))
 		return
 	}

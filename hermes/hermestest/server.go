@@ -336,6 +336,17 @@ type call struct {
 	fault  *Fault
 }
 
+// bodyObject decodes the request body. ok is false when the body is too big
+// or not JSON; o is nil when it is JSON but not an object.
+func (c *call) bodyObject() (o obj, ok bool) {
+	if c.tooBig {
+		return nil, false
+	}
+	v, err := loads(c.body)
+	o, _ = v.(obj)
+	return o, err == nil
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// body_limit_middleware (outermost of the ones we model; no security headers).
