@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -33,7 +32,7 @@ func (s *Server) admitRun(c *call) (func(), bool) {
 		s.runs.mu.Unlock()
 		if full {
 			writeJSON(c.w, http.StatusTooManyRequests, nil,
-				openaiError("Too many concurrent runs (max "+strconv.Itoa(limit)+")", "invalid_request_error", "rate_limit_exceeded"))
+				tooManyRuns(limit, "invalid_request_error"))
 			return nil, false
 		}
 	}

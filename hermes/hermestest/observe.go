@@ -2,6 +2,7 @@ package hermestest
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -146,9 +147,7 @@ var securityHeaders = [][2]string{
 // writeJSON writes a JSON response with the security headers.
 func writeJSON(w http.ResponseWriter, status int, extra http.Header, body any) {
 	hdr := w.Header()
-	for k, v := range extra {
-		hdr[k] = v
-	}
+	maps.Copy(hdr, extra)
 	for _, kv := range securityHeaders {
 		if hdr.Get(kv[0]) == "" {
 			hdr.Set(kv[0], kv[1])

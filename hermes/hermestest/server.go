@@ -484,28 +484,34 @@ func (s *Server) admit(c *call, gate bool) (release func(), ok bool) {
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
-		writeJSON(c.w, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
-			openaiError("Gateway is draining existing work; retry shortly.", "invalid_request_error", "gateway_draining"))
+		writeJSON(c.w, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, drainingError())
 		return nil, false
 	}
 	if gate && s.cfg.maxRuns > 0 && s.active >= s.cfg.maxRuns {
 		s.mu.Unlock()
-		writeJSON(c.w, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}},
-			openaiError("Too many concurrent runs (max "+strconv.Itoa(s.cfg.maxRuns)+")", "rate_limit_error", "rate_limit_exceeded"))
+		writeJSON(c.w, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, tooManyRuns(s.cfg.maxRuns, "rate_limit_error"))
 		return nil, false
 	}
 	s.active++
 	s.mu.Unlock()
 	s.notify()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.active--
-			s.mu.Unlock()
-			s.notify()
-		})
-	}, true
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		s.active--
+		s.mu.Unlock()
+		s.notify()
+	}), true
+}
+
+// drainingError is the 503 body of a draining gateway.
+func drainingError() obj {
+	return openaiError("Gateway is draining existing work; retry shortly.", "invalid_request_error", "gateway_draining")
+}
+
+// tooManyRuns is the 429 body of a full concurrency gate of n runs; typ is
+// the error type, which differs between /v1/runs and the other agent routes.
+func tooManyRuns(n int, typ string) obj {
+	return openaiError("Too many concurrent runs (max "+strconv.Itoa(n)+")", typ, "rate_limit_exceeded")
 }
 
 // InFlight reports the number of admitted agent runs (chat, responses and

@@ -3,6 +3,7 @@ package hermestest
 import (
 	"bufio"
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -31,9 +32,7 @@ func (s *Server) startSSE(c *call, extra http.Header) *sseWriter {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	for k, v := range extra {
-		h[k] = v
-	}
+	maps.Copy(h, extra)
 	c.w.WriteHeader(http.StatusOK)
 	sw := &sseWriter{
 		s:     s,
