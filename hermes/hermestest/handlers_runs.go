@@ -202,19 +202,11 @@ func (s *Server) handleRunStart(c *call) {
 	st.tasks++
 	st.mu.Unlock()
 	started = true
-	s.wg.Add(2)
-	go func() { // tie the run to Close; exits with the task
-		defer s.wg.Done()
-		select {
-		case <-s.quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	go func() {
+	s.wg.Go(func() { s.cancelOnClose(ctx, cancel) })
+	s.wg.Go(func() {
 		defer cancel()
 		s.runTask(ctx, r, turn, release)
-	}()
+	})
 	s.notify()
 	h := http.Header{}
 	if k := c.r.Header.Get("X-Hermes-Session-Key"); k != "" {

@@ -64,14 +64,8 @@ func (s *Server) handleSessionCreate(c *call) {
 		}
 		sp = str
 	}
-	model := serverModel
-	if v, ok := body.get("model"); ok {
-		if m, ok := v.(string); ok && m != "" {
-			model = m
-		}
-	}
 	title, _ := body.get("title")
-	o, e := s.sessions.create(id, title, model, sp)
+	o, e := s.sessions.create(id, title, s.requestModel(body), sp)
 	if e != nil {
 		s.writeDBErr(c, e)
 		return

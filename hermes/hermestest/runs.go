@@ -285,7 +285,6 @@ func validIdemKey(k string) bool {
 // runTask is the background run (_run_and_close): it calls the agent and
 // plays its reply as run events. It owns one concurrency slot (release).
 func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release func()) {
-	defer s.wg.Done()
 	defer release()
 	defer func() {
 		s.runs.mu.Lock()

@@ -406,13 +406,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	go func() { // tie ctx to Close; exits with the handler
-		select {
-		case <-s.quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	go s.cancelOnClose(ctx, cancel)
 	c := &call{w: w, r: r, ctx: ctx, route: rt, body: body, tooBig: tooBig, fault: f}
 	if f != nil {
 		if f.Delay > 0 && !sleepCtx(ctx, f.Delay) {
@@ -552,11 +546,7 @@ func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := make(chan Reply, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ch <- s.cfg.agent(actx, t)
-	}()
+	s.wg.Go(func() { ch <- s.cfg.agent(actx, t) })
 	if wait == nil {
 		wait = func(ch <-chan Reply) (Reply, bool) {
 			select {
@@ -567,11 +557,17 @@ func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (
 			}
 		}
 	}
-	r, ok := wait(ch)
-	if !ok {
+	return wait(ch)
+}
+
+// cancelOnClose calls cancel when the fake closes; it returns then or once
+// ctx is done.
+func (s *Server) cancelOnClose(ctx context.Context, cancel context.CancelFunc) {
+	select {
+	case <-s.quit:
 		cancel()
+	case <-ctx.Done():
 	}
-	return r, ok
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
