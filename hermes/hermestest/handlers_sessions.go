@@ -33,13 +33,15 @@ func (s *Server) parseObject(c *call, emptyOK bool) (obj, bool) {
 	return o, true
 }
 
-// pickID returns the first truthy of id/session_id.
-func pickID(body obj) (id string, given bool, ok bool) {
+// pickID returns the first truthy of id/session_id; given reports there was
+// one. When it is not a string it answers 400 and returns ok false.
+func pickID(c *call, body obj) (id string, given bool, ok bool) {
 	for _, k := range []string{"id", "session_id"} {
-		v, _ := body.get(k)
-		if truthy(v) {
-			s, isStr := v.(string)
-			return s, true, isStr
+		if v, _ := body.get(k); truthy(v) {
+			if id, ok = v.(string); !ok {
+				writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+			}
+			return id, true, ok
 		}
 	}
 	return "", false, true
@@ -50,9 +52,8 @@ func (s *Server) handleSessionCreate(c *call) {
 	if !ok {
 		return
 	}
-	id, _, isStr := pickID(body)
-	if !isStr {
-		writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+	id, _, ok := pickID(c, body)
+	if !ok {
 		return
 	}
 	sp := ""
@@ -161,9 +162,8 @@ func (s *Server) handleSessionFork(c *call) {
 	if !ok {
 		return
 	}
-	child, given, isStr := pickID(body)
-	if !isStr {
-		writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+	child, given, ok := pickID(c, body)
+	if !ok {
 		return
 	}
 	title, titleGiven := body.get("title")
