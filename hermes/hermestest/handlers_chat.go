@@ -144,7 +144,7 @@ func (s *Server) handleChat(c *call) {
 	oc := rep.outcome()
 	text := rep.fullText()
 	in, out := rep.usage(user + system)
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, systemPrompt: system, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
 	if s.jsonFault(c) {
 		return
 	}
@@ -259,7 +259,7 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	if sw.frame("", dumps(fin, true)) != nil {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: system, tools: rep.Tools, final: rep.fullText(), finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: rep.fullText(), finish: oc.finish, in: in, out: out})
 	if sw.frame("", []byte("[DONE]")) != nil {
 		return
 	}

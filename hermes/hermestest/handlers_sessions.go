@@ -243,7 +243,7 @@ func (s *Server) handleSessionChat(c *call) {
 	oc := rep.outcome()
 	full := rep.fullText()
 	in, out := rep.usage(text + system)
-	s.sessions.persistTurn(turnRecord{sessionID: id, userContent: text, systemPrompt: system, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: id, userContent: text, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	if s.jsonFault(c) {
 		return
 	}
@@ -334,7 +334,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	if !thinking(full) {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: turn.Instructions, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	msgs = append(msgs, obj{{"role", "assistant"}, {"content", full}, {"finish_reason", oc.finish}, {"reasoning", nil}})
 	if !emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) ||
 		!emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) ||

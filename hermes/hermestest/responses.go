@@ -288,7 +288,7 @@ func (s *Server) handleResponses(c *call) {
 	output = append(output, messageItem(text))
 	resp := obj{{"id", rc.id}, {"object", "response"}, {"status", "completed"}, {"created_at", rc.created}, {"model", model},
 		{"output", output}, {"usage", respUsage(in, out)}}
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, systemPrompt: instructions, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
 	rc.save(resp, rep, text)
 	if s.jsonFault(c) {
 		return
@@ -490,7 +490,7 @@ func (rc *respRun) stream(hdr http.Header) {
 		output := append(final, messageItem(oc.err))
 		resp := snapshot("failed", output)
 		resp = append(resp, kv{"error", obj{{"message", oc.err}, {"type", "server_error"}}}, kv{"usage", respUsage(in, out)})
-		s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, systemPrompt: rc.instructions, tools: rep.Tools, final: "", finish: oc.finish, in: in, out: out})
+		s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: "", finish: oc.finish, in: in, out: out})
 		rc.save(resp, rep, oc.err)
 		if emit("response.failed", obj{{"response", resp}}) {
 			_ = sw.flush()
@@ -513,7 +513,7 @@ func (rc *respRun) stream(hdr http.Header) {
 	output := append(final, messageItem(full))
 	resp := snapshot("completed", output)
 	resp = append(resp, kv{"usage", respUsage(in, out)})
-	s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, systemPrompt: rc.instructions, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	rc.save(resp, rep, full)
 	if emit("response.completed", obj{{"response", resp}}) {
 		_ = sw.flush()

@@ -378,7 +378,7 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 	reasoning(full)
 	in, out := rep.usage(turn.UserText + turn.Instructions)
 	oc := rep.outcome()
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: turn.Instructions,
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText,
 		tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	s.runs.mu.Lock()
 	if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
