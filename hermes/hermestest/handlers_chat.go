@@ -50,7 +50,8 @@ func derivedChatSessionID(system, firstUser string) string {
 	return "api-" + hex.EncodeToString(sum[:])[:16]
 }
 
-// echoHeaders returns X-Hermes-Session-Id and the optional key echo.
+// echoHeaders are the response headers echoing the session: its id (when
+// not "") and the request's X-Hermes-Session-Key (when present).
 func echoHeaders(r *http.Request, sessionID string) http.Header {
 	h := http.Header{}
 	if sessionID != "" {

@@ -64,10 +64,8 @@ func (s *Server) handleRunStart(c *call) {
 				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
 				return
 			}
-			h := http.Header{"Idempotency-Replayed": {"true"}}
-			if k := c.r.Header.Get("X-Hermes-Session-Key"); k != "" {
-				h.Set("X-Hermes-Session-Key", k)
-			}
+			h := echoHeaders(c.r, "")
+			h.Set("Idempotency-Replayed", "true")
 			writeJSON(c.w, http.StatusAccepted, h, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
 			return
 		}
@@ -208,10 +206,7 @@ func (s *Server) handleRunStart(c *call) {
 		s.runTask(ctx, r, turn, release)
 	})
 	s.notify()
-	h := http.Header{}
-	if k := c.r.Header.Get("X-Hermes-Session-Key"); k != "" {
-		h.Set("X-Hermes-Session-Key", k)
-	}
+	h := echoHeaders(c.r, "")
 	resp := obj{{"run_id", id}, {"status", "started"}}
 	if s.cfg.runsIdem {
 		resp = append(resp, kv{"replayed", false})
