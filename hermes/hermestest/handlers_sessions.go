@@ -269,7 +269,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 			o = append(o, kv{"session_id", turn.SessionID})
 		}
 		seq++
-		o = append(o, kv{"run_id", runID}, kv{"seq", seq}, kv{"ts", pyFloat(float64(s.now().UnixMicro()) / 1e6)})
+		o = append(o, kv{"run_id", runID}, kv{"seq", seq}, kv{"ts", s.pyNow()})
 		b = appendJSON(b[:0], o, false)
 		return sw.frame(event, b) == nil
 	}
