@@ -370,19 +370,15 @@ func (s *Server) handleRunEvents(c *call) {
 		}
 		ch := q.ch
 		st.mu.Unlock()
-		if item != nil {
-			if sw.frame("", item) != nil {
-				return
-			}
-			if last {
-				_ = sw.comment("stream closed")
-				return
-			}
-			continue
+		if item != nil && sw.frame("", item) != nil {
+			return
 		}
-		if last { // another subscriber took the terminal event
+		if last { // the terminal event is out (here, or to another subscriber)
 			_ = sw.comment("stream closed")
 			return
+		}
+		if item != nil {
+			continue
 		}
 		if sw.flush() != nil {
 			return
