@@ -10,29 +10,20 @@ import (
 	"unicode/utf8"
 )
 
-// validSessionKey answers 400 and reports false when the request's session key header
-// is unusable.
+// validSessionKey answers 400 and reports false when the request's
+// X-Hermes-Session-Key is unusable: a line break or NUL, or over 256 characters.
 func validSessionKey(c *call) bool {
-	if e := sessionKeyError(c.r); e != "" {
-		writeJSON(c.w, 400, nil, adhocError(e))
-		return false
+	var e string
+	switch v := c.r.Header.Get("X-Hermes-Session-Key"); {
+	case strings.ContainsAny(v, "\r\n\x00"):
+		e = "Invalid session key"
+	case utf8.RuneCountInString(v) > 256:
+		e = "Session key too long"
+	default:
+		return true
 	}
-	return true
-}
-
-// sessionKeyError validates X-Hermes-Session-Key; "" when fine.
-func sessionKeyError(r *http.Request) string {
-	v := r.Header.Get("X-Hermes-Session-Key")
-	if v == "" {
-		return ""
-	}
-	if strings.ContainsAny(v, "\r\n\x00") {
-		return "Invalid session key"
-	}
-	if utf8.RuneCountInString(v) > 256 {
-		return "Session key too long"
-	}
-	return ""
+	writeJSON(c.w, 400, nil, adhocError(e))
+	return false
 }
 
 func sessionIDError(v string) string {
