@@ -151,35 +151,34 @@ func (s *Server) handleResponses(c *call) {
 		writeJSON(c.w, 400, nil, adhocError("Missing 'input' field"))
 		return
 	}
+	if str, ok := iv.(string); ok {
+		iv = []any{str} // a string is one user message
+	}
+	arr, ok := iv.([]any)
 	var items []Message
-	switch x := iv.(type) {
-	case string:
-		items = []Message{{Role: "user", Content: x}}
-	case []any:
-		for i, it := range x {
-			switch y := it.(type) {
-			case string:
-				items = append(items, Message{Role: "user", Content: y})
-			case obj:
-				role := "user"
-				if rv, ok := y.get("role"); ok {
-					if rs, ok := rv.(string); ok && rs != "" {
-						role = rs
-					}
+	for i := 0; ok && i < len(arr); i++ {
+		switch y := arr[i].(type) {
+		case string:
+			items = append(items, Message{Role: "user", Content: y})
+		case obj:
+			role := "user"
+			if rv, ok := y.get("role"); ok {
+				if rs, ok := rv.(string); ok && rs != "" {
+					role = rs
 				}
-				cv, _ := y.get("content")
-				text, _, _, cerr := normContent(cv, "input["+strconv.Itoa(i)+"].content")
-				if cerr != nil {
-					writeJSON(c.w, 400, nil, cerr.body())
-					return
-				}
-				items = append(items, Message{Role: role, Content: text})
-			default:
-				writeJSON(c.w, 400, nil, adhocError("'input' must be a string or array"))
+			}
+			cv, _ := y.get("content")
+			text, _, _, cerr := normContent(cv, "input["+strconv.Itoa(i)+"].content")
+			if cerr != nil {
+				writeJSON(c.w, 400, nil, cerr.body())
 				return
 			}
+			items = append(items, Message{Role: role, Content: text})
+		default:
+			ok = false
 		}
-	default:
+	}
+	if !ok {
 		writeJSON(c.w, 400, nil, adhocError("'input' must be a string or array"))
 		return
 	}
