@@ -11,8 +11,14 @@ func sessionNotFound(id string) obj {
 	return openaiError("Session not found: "+id, "invalid_request_error", "session_not_found")
 }
 
-func (s *Server) writeDBErr(c *call, e *dbErr) {
-	writeJSON(c.w, e.status, nil, openaiError(e.msg, "invalid_request_error", e.code))
+// writeSession answers status with session object o, or e's error when e is
+// not nil.
+func writeSession(c *call, status int, o obj, e *dbErr) {
+	if e != nil {
+		writeJSON(c.w, e.status, nil, openaiError(e.msg, "invalid_request_error", e.code))
+		return
+	}
+	writeJSON(c.w, status, nil, obj{{"object", "hermes.session"}, {"session", o}})
 }
 
 // parseObject parses the request body as a JSON object; on failure it writes
@@ -67,11 +73,7 @@ func (s *Server) handleSessionCreate(c *call) {
 	}
 	title, _ := body.get("title")
 	o, e := s.sessions.create(id, title, s.requestModel(body), sp)
-	if e != nil {
-		s.writeDBErr(c, e)
-		return
-	}
-	writeJSON(c.w, http.StatusCreated, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	writeSession(c, http.StatusCreated, o, e)
 }
 
 func (s *Server) handleSessionGet(c *call) {
@@ -127,11 +129,7 @@ func (s *Server) handleSessionPatch(c *call) {
 		return
 	}
 	o, e := s.sessions.patch(id, body)
-	if e != nil {
-		s.writeDBErr(c, e)
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	writeSession(c, 200, o, e)
 }
 
 func (s *Server) handleSessionDelete(c *call) {
@@ -168,11 +166,7 @@ func (s *Server) handleSessionFork(c *call) {
 	}
 	title, titleGiven := body.get("title")
 	o, e := s.sessions.fork(id, child, given, title, titleGiven)
-	if e != nil {
-		s.writeDBErr(c, e)
-		return
-	}
-	writeJSON(c.w, http.StatusCreated, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	writeSession(c, http.StatusCreated, o, e)
 }
 
 func (s *Server) handleSessionChat(c *call) {
