@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,7 +31,7 @@ type Recorded struct {
 func (s *Server) record(r *http.Request, key string, body []byte, authOK bool) {
 	h := r.Header.Clone()
 	if a := h.Get("Authorization"); a != "" {
-		if len(a) >= 7 && a[:7] == "Bearer " {
+		if strings.HasPrefix(a, "Bearer ") {
 			h.Set("Authorization", "Bearer <redacted>")
 		} else {
 			h.Set("Authorization", "<redacted>")

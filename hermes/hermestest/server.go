@@ -443,12 +443,8 @@ func agentRoute(key string) bool {
 }
 
 func (s *Server) checkAuth(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	if !strings.HasPrefix(h, "Bearer ") {
-		return false
-	}
-	tok := strings.TrimSpace(h[len("Bearer "):])
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.key)) == 1
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.cfg.key)) == 1
 }
 
 func (s *Server) authError(w http.ResponseWriter) {
