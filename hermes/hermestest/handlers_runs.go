@@ -327,7 +327,7 @@ func (s *Server) handleRunEvents(c *call) {
 	st := s.runs
 	st.mu.Lock()
 	q := st.queues[id]
-	if q != nil && !q.subscribed && !s.now().Before(q.created.Add(RunStreamTTL)) {
+	if q != nil && q.expired(s.now()) {
 		delete(st.queues, id)
 		q = nil
 	}
