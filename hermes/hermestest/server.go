@@ -170,9 +170,7 @@ func NewUnstartedServer(opts ...Option) *Server {
 	if c.version == Version016 && !c.maxRunsSet {
 		c.maxRuns = 0
 	}
-	if c.maxRuns < 0 {
-		c.maxRuns = 0
-	}
+	c.maxRuns = max(c.maxRuns, 0)
 	s := &Server{
 		cfg:     c,
 		quit:    make(chan struct{}),
