@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -203,10 +202,7 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	}
 	deltas := func(text string, n int) bool {
 		for i, d := range splitDeltas(text, n) {
-			if i > 0 && !sw.wait(rep.DeltaDelay) {
-				return false
-			}
-			if !content(d) {
+			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !content(d) {
 				return false
 			}
 		}
@@ -219,13 +215,9 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 		if strings.HasPrefix(t.Name, "_") {
 			continue
 		}
-		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"emoji", t.Emoji}, {"label", t.Label}, {"toolCallId", t.CallID}, {"status", "running"}}, true)) != nil {
-			return
-		}
-		if !sw.wait(rep.DeltaDelay) {
-			return
-		}
-		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"toolCallId", t.CallID}, {"status", "completed"}}, true)) != nil {
+		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"emoji", t.Emoji}, {"label", t.Label}, {"toolCallId", t.CallID}, {"status", "running"}}, true)) != nil ||
+			!sw.wait(rep.DeltaDelay) ||
+			sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"toolCallId", t.CallID}, {"status", "completed"}}, true)) != nil {
 			return
 		}
 	}
@@ -233,10 +225,7 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 		return
 	}
 	for i := 0; i < rep.Events; i++ {
-		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
-			return
-		}
-		if !content(rep.PadText) {
+		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !content(rep.PadText) {
 			return
 		}
 	}
@@ -257,5 +246,3 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	}
 	_ = sw.flush()
 }
-
-var _ = time.Second

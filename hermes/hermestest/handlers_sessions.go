@@ -278,10 +278,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	rep.Tools = prepareTools(rep.Tools)
 	deltas := func(t string, n int) bool {
 		for i, d := range splitDeltas(t, n) {
-			if i > 0 && !sw.wait(rep.DeltaDelay) {
-				return false
-			}
-			if !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) {
+			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) {
 				return false
 			}
 		}
@@ -309,10 +306,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 		return
 	}
 	for i := 0; i < rep.Events; i++ {
-		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
-			return
-		}
-		if !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", rep.PadText}}) {
+		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", rep.PadText}}) {
 			return
 		}
 	}
