@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -530,4 +529,3 @@ func (rc *respRun) incomplete() {
 	}
 }
 
-var _ = strings.TrimSpace
