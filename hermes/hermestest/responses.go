@@ -528,4 +528,3 @@ func (rc *respRun) incomplete() {
 		rc.s.responses.put(rc.id, &storedResponse{response: snap, history: r.history, instructions: r.instructions, sessionID: r.sessionID})
 	}
 }
-
