@@ -1,8 +1,6 @@
 package natsembed
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -72,17 +70,14 @@ func lockDir(dir string) (*dirLock, error) {
 		return nil, fmt.Errorf("%w: lock file %s: %w", ErrNotReady, path, err)
 	}
 	if err := tryLock(f); err != nil {
-		var content []byte
-		if errors.Is(err, errLocked) {
-			content, _ = os.ReadFile(path)
-		}
 		_ = f.Close()
-		if errors.Is(err, errLocked) {
-			le := &StoreLockedError{Dir: dir, LockFile: path}
-			le.PID, le.URL = parseLockFile(content)
-			return nil, le
+		if !errors.Is(err, errLocked) {
+			return nil, fmt.Errorf("%w: lock %s: %w", ErrNotReady, path, err)
 		}
-		return nil, fmt.Errorf("%w: lock %s: %w", ErrNotReady, path, err)
+		content, _ := os.ReadFile(path)
+		le := &StoreLockedError{Dir: dir, LockFile: path}
+		le.PID, le.URL = parseLockFile(content)
+		return nil, le
 	}
 	l := &dirLock{f: f}
 	l.describe("")
@@ -109,9 +104,8 @@ func (l *dirLock) release() {
 
 // parseLockFile reads what describe wrote.
 func parseLockFile(b []byte) (pid int, url string) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
 		switch k {
 		case "pid":
 			if n, err := strconv.Atoi(v); err == nil && n > 0 {

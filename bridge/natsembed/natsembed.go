@@ -23,6 +23,7 @@
 package natsembed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -180,21 +181,16 @@ func start(o Options, port, wsPort int) (*server.Server, int, error) {
 	// Start is synchronous up to the accept loop: a listen failure or a
 	// JetStream failure has been reported through Fatalf when it returns.
 	ns.Start()
-	if msg := lg.fatal(); msg != "" {
+	msg := lg.fatal()
+	if msg == "" && !ns.ReadyForConnections(o.ReadyTimeout) {
+		msg = cmp.Or(lg.fatal(), fmt.Sprintf("not ready for connections after %s", o.ReadyTimeout))
+	}
+	if msg == "" && !ns.JetStreamEnabled() {
+		msg = "JetStream not enabled"
+	}
+	if msg != "" {
 		shutdown(ns)
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotReady, msg)
-	}
-	if !ns.ReadyForConnections(o.ReadyTimeout) {
-		msg := lg.fatal()
-		shutdown(ns)
-		if msg == "" {
-			msg = fmt.Sprintf("not ready for connections after %s", o.ReadyTimeout)
-		}
-		return nil, 0, fmt.Errorf("%w: %s", ErrNotReady, msg)
-	}
-	if !ns.JetStreamEnabled() {
-		shutdown(ns)
-		return nil, 0, fmt.Errorf("%w: JetStream not enabled", ErrNotReady)
 	}
 	actual := port
 	if a, ok := ns.Addr().(*net.TCPAddr); ok {
@@ -345,7 +341,6 @@ func (s *Server) Restart(ctx context.Context) error {
 	}
 	// The old listener is closed; the port may take a moment to be
 	// bindable again, so retry briefly within ctx.
-	var lastErr error
 	for attempt := 0; ; attempt++ {
 		ns, port, err := start(s.opts, s.port, s.wsPort)
 		if err == nil {
@@ -353,13 +348,12 @@ func (s *Server) Restart(ctx context.Context) error {
 			s.lock.describe(s.clientURL())
 			return nil
 		}
-		lastErr = err
 		if attempt >= 20 || !strings.Contains(err.Error(), "address already in use") {
-			return lastErr
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return errors.Join(ctx.Err(), lastErr)
+			return errors.Join(ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

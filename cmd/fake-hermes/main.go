@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -103,12 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if maxRuns.set {
 		o.maxRuns = maxRuns.n
 	}
-	if o.addr == "" {
-		o.addr = os.Getenv("FAKE_HERMES_ADDR")
-	}
-	if o.addr == "" {
-		o.addr = defaultAddr
-	}
+	o.addr = cmp.Or(o.addr, os.Getenv("FAKE_HERMES_ADDR"), defaultAddr)
 	switch {
 	case o.key != "":
 		o.keyFrom = keyFlag

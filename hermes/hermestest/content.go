@@ -39,13 +39,10 @@ func normContent(v any, param string) (text string, image bool, norm any, err *c
 		var texts []string
 		out := make([]any, 0, len(x))
 		for _, p := range x {
+			if s, ok := p.(string); ok {
+				p = obj{{"type", "text"}, {"text", s}} // a bare string is a text part
+			}
 			switch pp := p.(type) {
-			case string:
-				if utf8.RuneCountInString(pp) > maxTextChars {
-					return "", false, nil, &contentErr{"Text content part exceeds 65536 characters", "invalid_content_part", param}
-				}
-				texts = append(texts, pp)
-				out = append(out, obj{{"type", "text"}, {"text", pp}})
 			case obj:
 				tv, _ := pp.get("type")
 				typ, _ := tv.(string)

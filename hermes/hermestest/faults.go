@@ -1,8 +1,9 @@
 package hermestest
 
 import (
+	"cmp"
+	"maps"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -102,9 +103,7 @@ func (f *Fault) streamEffect() bool {
 
 func (s *Server) writeFault(w http.ResponseWriter, f *Fault) {
 	hdr := w.Header()
-	for k, v := range f.Header {
-		hdr[k] = v
-	}
+	maps.Copy(hdr, f.Header)
 	if f.Body != "" {
 		if hdr.Get("Content-Type") == "" && !strings.HasPrefix(strings.TrimSpace(f.Body), "{") {
 			hdr.Set("Content-Type", "text/plain; charset=utf-8")
@@ -112,22 +111,15 @@ func (s *Server) writeFault(w http.ResponseWriter, f *Fault) {
 		writeRaw(w, f.Status, []byte(f.Body))
 		return
 	}
+	if (f.Status == http.StatusTooManyRequests || f.Status == http.StatusServiceUnavailable) && hdr.Get("Retry-After") == "" {
+		hdr.Set("Retry-After", "1")
+	}
 	var body obj
 	switch f.Status {
 	case http.StatusTooManyRequests:
-		if hdr.Get("Retry-After") == "" {
-			hdr.Set("Retry-After", "1")
-		}
-		n := s.cfg.maxRuns
-		if n == 0 {
-			n = 10
-		}
-		body = openaiError("Too many concurrent runs (max "+strconv.Itoa(n)+")", "rate_limit_error", "rate_limit_exceeded")
+		body = tooManyRuns(cmp.Or(s.cfg.maxRuns, 10), "rate_limit_error")
 	case http.StatusServiceUnavailable:
-		if hdr.Get("Retry-After") == "" {
-			hdr.Set("Retry-After", "1")
-		}
-		body = openaiError("Gateway is draining existing work; retry shortly.", "invalid_request_error", "gateway_draining")
+		body = drainingError()
 	case http.StatusUnauthorized:
 		s.authError(w)
 		return

@@ -6,33 +6,23 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
-// validSessionKey answers 400 and reports false when the request's session key header
-// is unusable.
+// validSessionKey answers 400 and reports false when the request's
+// X-Hermes-Session-Key is unusable: a line break or NUL, or over 256 characters.
 func validSessionKey(c *call) bool {
-	if e := sessionKeyError(c.r); e != "" {
-		writeJSON(c.w, 400, nil, adhocError(e))
-		return false
+	var e string
+	switch v := c.r.Header.Get("X-Hermes-Session-Key"); {
+	case strings.ContainsAny(v, "\r\n\x00"):
+		e = "Invalid session key"
+	case utf8.RuneCountInString(v) > 256:
+		e = "Session key too long"
+	default:
+		return true
 	}
-	return true
-}
-
-// sessionKeyError validates X-Hermes-Session-Key; "" when fine.
-func sessionKeyError(r *http.Request) string {
-	v := r.Header.Get("X-Hermes-Session-Key")
-	if v == "" {
-		return ""
-	}
-	if strings.ContainsAny(v, "\r\n\x00") {
-		return "Invalid session key"
-	}
-	if utf8.RuneCountInString(v) > 256 {
-		return "Session key too long"
-	}
-	return ""
+	writeJSON(c.w, 400, nil, adhocError(e))
+	return false
 }
 
 func sessionIDError(v string) string {
@@ -50,7 +40,8 @@ func derivedChatSessionID(system, firstUser string) string {
 	return "api-" + hex.EncodeToString(sum[:])[:16]
 }
 
-// echoHeaders returns X-Hermes-Session-Id and the optional key echo.
+// echoHeaders are the response headers echoing the session: its id (when
+// not "") and the request's X-Hermes-Session-Key (when present).
 func echoHeaders(r *http.Request, sessionID string) http.Header {
 	h := http.Header{}
 	if sessionID != "" {
@@ -68,16 +59,8 @@ func (s *Server) handleChat(c *call) {
 		return
 	}
 	defer release()
-	var body obj
-	if !c.tooBig {
-		v, err := loads(c.body)
-		if err != nil {
-			c.tooBig = true
-		} else {
-			body, _ = v.(obj)
-		}
-	}
-	if c.tooBig {
+	body, ok := c.bodyObject()
+	if !ok {
 		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
 		return
 	}
@@ -152,7 +135,7 @@ func (s *Server) handleChat(c *call) {
 	oc := rep.outcome()
 	text := rep.fullText()
 	in, out := rep.usage(user + system)
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, systemPrompt: system, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
 	if s.jsonFault(c) {
 		return
 	}
@@ -219,10 +202,7 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	}
 	deltas := func(text string, n int) bool {
 		for i, d := range splitDeltas(text, n) {
-			if i > 0 && !sw.wait(rep.DeltaDelay) {
-				return false
-			}
-			if !content(d) {
+			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !content(d) {
 				return false
 			}
 		}
@@ -235,13 +215,9 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 		if strings.HasPrefix(t.Name, "_") {
 			continue
 		}
-		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"emoji", t.Emoji}, {"label", t.Label}, {"toolCallId", t.CallID}, {"status", "running"}}, true)) != nil {
-			return
-		}
-		if !sw.wait(rep.DeltaDelay) {
-			return
-		}
-		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"toolCallId", t.CallID}, {"status", "completed"}}, true)) != nil {
+		if sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"emoji", t.Emoji}, {"label", t.Label}, {"toolCallId", t.CallID}, {"status", "running"}}, true)) != nil ||
+			!sw.wait(rep.DeltaDelay) ||
+			sw.frame("hermes.tool.progress", dumps(obj{{"tool", t.Name}, {"toolCallId", t.CallID}, {"status", "completed"}}, true)) != nil {
 			return
 		}
 	}
@@ -249,10 +225,7 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 		return
 	}
 	for i := 0; i < rep.Events; i++ {
-		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
-			return
-		}
-		if !content(rep.PadText) {
+		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !content(rep.PadText) {
 			return
 		}
 	}
@@ -267,11 +240,9 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	if sw.frame("", dumps(fin, true)) != nil {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: system, tools: rep.Tools, final: rep.fullText(), finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: rep.fullText(), finish: oc.finish, in: in, out: out})
 	if sw.frame("", []byte("[DONE]")) != nil {
 		return
 	}
 	_ = sw.flush()
 }
-
-var _ = time.Second

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -33,7 +32,7 @@ func (s *Server) admitRun(c *call) (func(), bool) {
 		s.runs.mu.Unlock()
 		if full {
 			writeJSON(c.w, http.StatusTooManyRequests, nil,
-				openaiError("Too many concurrent runs (max "+strconv.Itoa(limit)+")", "invalid_request_error", "rate_limit_exceeded"))
+				tooManyRuns(limit, "invalid_request_error"))
 			return nil, false
 		}
 	}
@@ -65,10 +64,8 @@ func (s *Server) handleRunStart(c *call) {
 				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
 				return
 			}
-			h := http.Header{"Idempotency-Replayed": {"true"}}
-			if k := c.r.Header.Get("X-Hermes-Session-Key"); k != "" {
-				h.Set("X-Hermes-Session-Key", k)
-			}
+			h := echoHeaders(c.r, "")
+			h.Set("Idempotency-Replayed", "true")
 			writeJSON(c.w, http.StatusAccepted, h, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
 			return
 		}
@@ -83,13 +80,8 @@ func (s *Server) handleRunStart(c *call) {
 			release()
 		}
 	}()
-	if c.tooBig {
-		writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
-		return
-	}
-	v, err := loads(c.body)
-	body, isObj := v.(obj)
-	if err != nil || !isObj {
+	body, ok := c.bodyObject()
+	if !ok || body == nil {
 		writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
 		return
 	}
@@ -208,24 +200,13 @@ func (s *Server) handleRunStart(c *call) {
 	st.tasks++
 	st.mu.Unlock()
 	started = true
-	s.wg.Add(2)
-	go func() { // tie the run to Close; exits with the task
-		defer s.wg.Done()
-		select {
-		case <-s.quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	go func() {
+	s.wg.Go(func() { s.cancelOnClose(ctx, cancel) })
+	s.wg.Go(func() {
 		defer cancel()
 		s.runTask(ctx, r, turn, release)
-	}()
+	})
 	s.notify()
-	h := http.Header{}
-	if k := c.r.Header.Get("X-Hermes-Session-Key"); k != "" {
-		h.Set("X-Hermes-Session-Key", k)
-	}
+	h := echoHeaders(c.r, "")
 	resp := obj{{"run_id", id}, {"status", "started"}}
 	if s.cfg.runsIdem {
 		resp = append(resp, kv{"replayed", false})
@@ -235,7 +216,7 @@ func (s *Server) handleRunStart(c *call) {
 
 // handleRunStatus is GET /v1/runs/{run_id}.
 func (s *Server) handleRunStatus(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	s.runs.mu.Lock()
 	r := s.lookupRunLocked(id)
 	var body []byte
@@ -253,7 +234,7 @@ func (s *Server) handleRunStatus(c *call) {
 // handleRunStop is POST /v1/runs/{run_id}/stop: 200 stopping while the run's
 // task is live, else 404 (the check is the live task, not the status).
 func (s *Server) handleRunStop(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	s.runs.mu.Lock()
 	r := s.runs.runs[id]
 	if r == nil || !r.live {
@@ -271,7 +252,7 @@ func (s *Server) handleRunStop(c *call) {
 
 // handleRunApproval is POST /v1/runs/{run_id}/approval.
 func (s *Server) handleRunApproval(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	s.runs.mu.Lock()
 	r := s.lookupRunLocked(id)
 	s.runs.mu.Unlock()
@@ -281,13 +262,11 @@ func (s *Server) handleRunApproval(c *call) {
 	}
 	body := obj{}
 	if strings.TrimSpace(string(c.body)) != "" {
-		v, err := loads(c.body)
-		o, ok := v.(obj)
-		if err != nil || !ok || c.tooBig {
+		var ok bool
+		if body, ok = c.bodyObject(); !ok || body == nil {
 			writeJSON(c.w, 400, nil, openaiError("Invalid JSON", "invalid_request_error", nil))
 			return
 		}
-		body = o
 	}
 	cv, _ := body.get("choice")
 	choice, _ := cv.(string)
@@ -344,11 +323,11 @@ func (s *Server) handleRunApproval(c *call) {
 // disconnect) the queue is gone and a later subscription is 404. A queue
 // nobody subscribed to is swept RunStreamTTL after the run was created.
 func (s *Server) handleRunEvents(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	st := s.runs
 	st.mu.Lock()
 	q := st.queues[id]
-	if q != nil && !q.subscribed && !s.now().Before(q.created.Add(RunStreamTTL)) {
+	if q != nil && q.expired(s.now()) {
 		delete(st.queues, id)
 		q = nil
 	}
@@ -391,19 +370,15 @@ func (s *Server) handleRunEvents(c *call) {
 		}
 		ch := q.ch
 		st.mu.Unlock()
-		if item != nil {
-			if sw.frame("", item) != nil {
-				return
-			}
-			if last {
-				_ = sw.comment("stream closed")
-				return
-			}
-			continue
+		if item != nil && sw.frame("", item) != nil {
+			return
 		}
-		if last { // another subscriber took the terminal event
+		if last { // the terminal event is out (here, or to another subscriber)
 			_ = sw.comment("stream closed")
 			return
+		}
+		if item != nil {
+			continue
 		}
 		if sw.flush() != nil {
 			return

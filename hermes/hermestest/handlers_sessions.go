@@ -11,8 +11,14 @@ func sessionNotFound(id string) obj {
 	return openaiError("Session not found: "+id, "invalid_request_error", "session_not_found")
 }
 
-func (s *Server) writeDBErr(c *call, e *dbErr) {
-	writeJSON(c.w, e.status, nil, openaiError(e.msg, "invalid_request_error", e.code))
+// writeSession answers status with session object o, or e's error when e is
+// not nil.
+func writeSession(c *call, status int, o obj, e *dbErr) {
+	if e != nil {
+		writeJSON(c.w, e.status, nil, openaiError(e.msg, "invalid_request_error", e.code))
+		return
+	}
+	writeJSON(c.w, status, nil, obj{{"object", "hermes.session"}, {"session", o}})
 }
 
 // parseObject parses the request body as a JSON object; on failure it writes
@@ -21,30 +27,27 @@ func (s *Server) parseObject(c *call, emptyOK bool) (obj, bool) {
 	if emptyOK && len(strings.TrimSpace(string(c.body))) == 0 {
 		return obj{}, true
 	}
-	if c.tooBig {
-		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
-		return nil, false
-	}
-	v, err := loads(c.body)
-	if err != nil {
-		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
-		return nil, false
-	}
-	o, ok := v.(obj)
+	o, ok := c.bodyObject()
 	if !ok {
+		writeJSON(c.w, 400, nil, openaiError("Invalid JSON in request body", "invalid_request_error", nil))
+		return nil, false
+	}
+	if o == nil {
 		writeJSON(c.w, 400, nil, openaiError("Request body must be a JSON object", "invalid_request_error", nil))
 		return nil, false
 	}
 	return o, true
 }
 
-// pickID returns the first truthy of id/session_id.
-func pickID(body obj) (id string, given bool, ok bool) {
+// pickID returns the first truthy of id/session_id; given reports there was
+// one. When it is not a string it answers 400 and returns ok false.
+func pickID(c *call, body obj) (id string, given bool, ok bool) {
 	for _, k := range []string{"id", "session_id"} {
-		v, _ := body.get(k)
-		if truthy(v) {
-			s, isStr := v.(string)
-			return s, true, isStr
+		if v, _ := body.get(k); truthy(v) {
+			if id, ok = v.(string); !ok {
+				writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+			}
+			return id, true, ok
 		}
 	}
 	return "", false, true
@@ -55,9 +58,8 @@ func (s *Server) handleSessionCreate(c *call) {
 	if !ok {
 		return
 	}
-	id, _, isStr := pickID(body)
-	if !isStr {
-		writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+	id, _, ok := pickID(c, body)
+	if !ok {
 		return
 	}
 	sp := ""
@@ -69,23 +71,13 @@ func (s *Server) handleSessionCreate(c *call) {
 		}
 		sp = str
 	}
-	model := serverModel
-	if v, ok := body.get("model"); ok {
-		if m, ok := v.(string); ok && m != "" {
-			model = m
-		}
-	}
 	title, _ := body.get("title")
-	o, e := s.sessions.create(id, title, model, sp)
-	if e != nil {
-		s.writeDBErr(c, e)
-		return
-	}
-	writeJSON(c.w, http.StatusCreated, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	o, e := s.sessions.create(id, title, s.requestModel(body), sp)
+	writeSession(c, http.StatusCreated, o, e)
 }
 
 func (s *Server) handleSessionGet(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	o, ok := s.sessions.get(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
@@ -128,7 +120,7 @@ func (s *Server) sessionExists(c *call, id string) bool {
 }
 
 func (s *Server) handleSessionPatch(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -137,15 +129,11 @@ func (s *Server) handleSessionPatch(c *call) {
 		return
 	}
 	o, e := s.sessions.patch(id, body)
-	if e != nil {
-		s.writeDBErr(c, e)
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	writeSession(c, 200, o, e)
 }
 
 func (s *Server) handleSessionDelete(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessions.delete(id) {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
 		return
@@ -154,7 +142,7 @@ func (s *Server) handleSessionDelete(c *call) {
 }
 
 func (s *Server) handleSessionMessages(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	data, ok := s.sessions.messages(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
@@ -164,7 +152,7 @@ func (s *Server) handleSessionMessages(c *call) {
 }
 
 func (s *Server) handleSessionFork(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -172,18 +160,13 @@ func (s *Server) handleSessionFork(c *call) {
 	if !ok {
 		return
 	}
-	child, given, isStr := pickID(body)
-	if !isStr {
-		writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
+	child, given, ok := pickID(c, body)
+	if !ok {
 		return
 	}
 	title, titleGiven := body.get("title")
 	o, e := s.sessions.fork(id, child, given, title, titleGiven)
-	if e != nil {
-		s.writeDBErr(c, e)
-		return
-	}
-	writeJSON(c.w, http.StatusCreated, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	writeSession(c, http.StatusCreated, o, e)
 }
 
 func (s *Server) handleSessionChat(c *call) {
@@ -195,7 +178,7 @@ func (s *Server) handleSessionChat(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -254,7 +237,7 @@ func (s *Server) handleSessionChat(c *call) {
 	oc := rep.outcome()
 	full := rep.fullText()
 	in, out := rep.usage(text + system)
-	s.sessions.persistTurn(turnRecord{sessionID: id, userContent: text, systemPrompt: system, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: id, userContent: text, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	if s.jsonFault(c) {
 		return
 	}
@@ -280,7 +263,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 			o = append(o, kv{"session_id", turn.SessionID})
 		}
 		seq++
-		o = append(o, kv{"run_id", runID}, kv{"seq", seq}, kv{"ts", pyFloat(float64(s.now().UnixMicro()) / 1e6)})
+		o = append(o, kv{"run_id", runID}, kv{"seq", seq}, kv{"ts", s.pyNow()})
 		b = appendJSON(b[:0], o, false)
 		return sw.frame(event, b) == nil
 	}
@@ -295,10 +278,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	rep.Tools = prepareTools(rep.Tools)
 	deltas := func(t string, n int) bool {
 		for i, d := range splitDeltas(t, n) {
-			if i > 0 && !sw.wait(rep.DeltaDelay) {
-				return false
-			}
-			if !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) {
+			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) {
 				return false
 			}
 		}
@@ -326,10 +306,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 		return
 	}
 	for i := 0; i < rep.Events; i++ {
-		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
-			return
-		}
-		if !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", rep.PadText}}) {
+		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", rep.PadText}}) {
 			return
 		}
 	}
@@ -345,7 +322,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	if !thinking(full) {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: turn.Instructions, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	msgs = append(msgs, obj{{"role", "assistant"}, {"content", full}, {"finish_reason", oc.finish}, {"reasoning", nil}})
 	if !emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) ||
 		!emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) ||

@@ -2,9 +2,11 @@ package hermestest
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,7 +31,7 @@ type Recorded struct {
 func (s *Server) record(r *http.Request, key string, body []byte, authOK bool) {
 	h := r.Header.Clone()
 	if a := h.Get("Authorization"); a != "" {
-		if len(a) >= 7 && a[:7] == "Bearer " {
+		if strings.HasPrefix(a, "Bearer ") {
 			h.Set("Authorization", "Bearer <redacted>")
 		} else {
 			h.Set("Authorization", "<redacted>")
@@ -103,21 +105,22 @@ func (s *Server) ForgetSessions() {
 
 // WaitCalls blocks until Calls(route) >= n or ctx is done.
 func (s *Server) WaitCalls(ctx context.Context, route string, n int) error {
-	return s.waitFor(ctx, func() bool { return s.calls[route] >= n })
+	return s.waitFor(ctx, func() bool { return s.Calls(route) >= n })
 }
 
 // WaitInFlight blocks until InFlight() == n or ctx is done.
 func (s *Server) WaitInFlight(ctx context.Context, n int) error {
-	return s.waitFor(ctx, func() bool { return s.active == n })
+	return s.waitFor(ctx, func() bool { return s.InFlight() == n })
 }
 
+// waitFor blocks until cond (called without s.mu held) holds, checking it
+// again on every change of the fake, or until ctx is done or the fake closes.
 func (s *Server) waitFor(ctx context.Context, cond func() bool) error {
 	for {
 		s.mu.Lock()
-		ok := cond()
 		ch := s.changed
 		s.mu.Unlock()
-		if ok {
+		if cond() {
 			return nil
 		}
 		select {
@@ -145,9 +148,7 @@ var securityHeaders = [][2]string{
 // writeJSON writes a JSON response with the security headers.
 func writeJSON(w http.ResponseWriter, status int, extra http.Header, body any) {
 	hdr := w.Header()
-	for k, v := range extra {
-		hdr[k] = v
-	}
+	maps.Copy(hdr, extra)
 	for _, kv := range securityHeaders {
 		if hdr.Get(kv[0]) == "" {
 			hdr.Set(kv[0], kv[1])

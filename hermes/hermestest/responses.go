@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -114,7 +113,7 @@ func notFoundResponse(id string) obj {
 }
 
 func (s *Server) handleResponseGet(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	r, ok := s.responses.get(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, notFoundResponse(id))
@@ -124,7 +123,7 @@ func (s *Server) handleResponseGet(c *call) {
 }
 
 func (s *Server) handleResponseDelete(c *call) {
-	id := c.route.params[0]
+	id := c.route.id
 	if !s.responses.delete(id) {
 		writeJSON(c.w, 404, nil, notFoundResponse(id))
 		return
@@ -141,18 +140,8 @@ func (s *Server) handleResponses(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	var body obj
-	if !c.tooBig {
-		v, err := loads(c.body)
-		if err != nil {
-			c.tooBig = true
-		} else if o, ok := v.(obj); ok {
-			body = o
-		} else {
-			c.tooBig = true
-		}
-	}
-	if c.tooBig {
+	body, ok := c.bodyObject()
+	if !ok || body == nil {
 		writeJSON(c.w, 400, nil, adhocError("Invalid JSON in request body"))
 		return
 	}
@@ -161,35 +150,34 @@ func (s *Server) handleResponses(c *call) {
 		writeJSON(c.w, 400, nil, adhocError("Missing 'input' field"))
 		return
 	}
+	if str, ok := iv.(string); ok {
+		iv = []any{str} // a string is one user message
+	}
+	arr, ok := iv.([]any)
 	var items []Message
-	switch x := iv.(type) {
-	case string:
-		items = []Message{{Role: "user", Content: x}}
-	case []any:
-		for i, it := range x {
-			switch y := it.(type) {
-			case string:
-				items = append(items, Message{Role: "user", Content: y})
-			case obj:
-				role := "user"
-				if rv, ok := y.get("role"); ok {
-					if rs, ok := rv.(string); ok && rs != "" {
-						role = rs
-					}
+	for i := 0; ok && i < len(arr); i++ {
+		switch y := arr[i].(type) {
+		case string:
+			items = append(items, Message{Role: "user", Content: y})
+		case obj:
+			role := "user"
+			if rv, ok := y.get("role"); ok {
+				if rs, ok := rv.(string); ok && rs != "" {
+					role = rs
 				}
-				cv, _ := y.get("content")
-				text, _, _, cerr := normContent(cv, "input["+strconv.Itoa(i)+"].content")
-				if cerr != nil {
-					writeJSON(c.w, 400, nil, cerr.body())
-					return
-				}
-				items = append(items, Message{Role: role, Content: text})
-			default:
-				writeJSON(c.w, 400, nil, adhocError("'input' must be a string or array"))
+			}
+			cv, _ := y.get("content")
+			text, _, _, cerr := normContent(cv, "input["+strconv.Itoa(i)+"].content")
+			if cerr != nil {
+				writeJSON(c.w, 400, nil, cerr.body())
 				return
 			}
+			items = append(items, Message{Role: role, Content: text})
+		default:
+			ok = false
 		}
-	default:
+	}
+	if !ok {
 		writeJSON(c.w, 400, nil, adhocError("'input' must be a string or array"))
 		return
 	}
@@ -298,7 +286,7 @@ func (s *Server) handleResponses(c *call) {
 	output = append(output, messageItem(text))
 	resp := obj{{"id", rc.id}, {"object", "response"}, {"status", "completed"}, {"created_at", rc.created}, {"model", model},
 		{"output", output}, {"usage", respUsage(in, out)}}
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, systemPrompt: instructions, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
 	rc.save(resp, rep, text)
 	if s.jsonFault(c) {
 		return
@@ -500,7 +488,7 @@ func (rc *respRun) stream(hdr http.Header) {
 		output := append(final, messageItem(oc.err))
 		resp := snapshot("failed", output)
 		resp = append(resp, kv{"error", obj{{"message", oc.err}, {"type", "server_error"}}}, kv{"usage", respUsage(in, out)})
-		s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, systemPrompt: rc.instructions, tools: rep.Tools, final: "", finish: oc.finish, in: in, out: out})
+		s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: "", finish: oc.finish, in: in, out: out})
 		rc.save(resp, rep, oc.err)
 		if emit("response.failed", obj{{"response", resp}}) {
 			_ = sw.flush()
@@ -523,7 +511,7 @@ func (rc *respRun) stream(hdr http.Header) {
 	output := append(final, messageItem(full))
 	resp := snapshot("completed", output)
 	resp = append(resp, kv{"usage", respUsage(in, out)})
-	s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, systemPrompt: rc.instructions, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	rc.save(resp, rep, full)
 	if emit("response.completed", obj{{"response", resp}}) {
 		_ = sw.flush()
@@ -540,5 +528,3 @@ func (rc *respRun) incomplete() {
 		rc.s.responses.put(rc.id, &storedResponse{response: snap, history: r.history, instructions: r.instructions, sessionID: r.sessionID})
 	}
 }
-
-var _ = strings.TrimSpace

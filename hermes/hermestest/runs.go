@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -173,21 +175,7 @@ func (s *Server) RunIDs() []string {
 // WaitRun blocks until cond holds for run id's RunInfo (polling on every
 // change of the fake), or ctx is done.
 func (s *Server) WaitRun(ctx context.Context, id string, cond func(RunInfo) bool) error {
-	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
-		if ri, ok := s.Run(id); ok && cond(ri) {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.quit:
-			return context.Canceled
-		}
-	}
+	return s.waitFor(ctx, func() bool { ri, ok := s.Run(id); return ok && cond(ri) })
 }
 
 // WaitRunStatus blocks until run id has the given status or ctx is done.
@@ -236,40 +224,33 @@ func (s *Server) push(r *fakeRun, name string, head, fields obj) {
 	s.notify()
 }
 
+// expired reports whether the run's status is gone for HTTP clients:
+// RunStatusTTL after it ended.
+func (r *fakeRun) expired(now time.Time) bool {
+	return r.terminal && !now.Before(r.ended.Add(RunStatusTTL))
+}
+
+// expired reports whether nobody subscribed to the queue within RunStreamTTL.
+func (q *runQueue) expired(now time.Time) bool {
+	return !q.subscribed && !now.Before(q.created.Add(RunStreamTTL))
+}
+
 // lookupRunLocked returns a run whose status has not expired.
 func (s *Server) lookupRunLocked(id string) *fakeRun {
-	r := s.runs.runs[id]
-	if r == nil {
-		return nil
+	if r := s.runs.runs[id]; r != nil && !r.expired(s.now()) {
+		return r
 	}
-	if r.terminal && !s.now().Before(r.ended.Add(RunStatusTTL)) {
-		return nil
-	}
-	return r
+	return nil
 }
 
 // sweepLocked drops expired statuses and unsubscribed queues, as Hermes's
 // periodic sweep would have done by now.
 func (s *Server) sweepLocked() {
 	now := s.now()
-	for id, q := range s.runs.queues {
-		if !q.subscribed && !now.Before(q.created.Add(RunStreamTTL)) {
-			delete(s.runs.queues, id)
-		}
-	}
-	for id, r := range s.runs.runs {
-		if r.terminal && !now.Before(r.ended.Add(RunStatusTTL)) {
-			delete(s.runs.runs, id)
-		}
-	}
+	maps.DeleteFunc(s.runs.queues, func(_ string, q *runQueue) bool { return q.expired(now) })
+	maps.DeleteFunc(s.runs.runs, func(_ string, r *fakeRun) bool { return r.expired(now) })
 	if len(s.runs.order) > 2*len(s.runs.runs)+64 {
-		kept := s.runs.order[:0]
-		for _, id := range s.runs.order {
-			if _, ok := s.runs.runs[id]; ok {
-				kept = append(kept, id)
-			}
-		}
-		s.runs.order = kept
+		s.runs.order = slices.DeleteFunc(s.runs.order, func(id string) bool { _, ok := s.runs.runs[id]; return !ok })
 	}
 }
 
@@ -299,7 +280,6 @@ func validIdemKey(k string) bool {
 // runTask is the background run (_run_and_close): it calls the agent and
 // plays its reply as run events. It owns one concurrency slot (release).
 func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release func()) {
-	defer s.wg.Done()
 	defer release()
 	defer func() {
 		s.runs.mu.Lock()
@@ -393,7 +373,7 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 	reasoning(full)
 	in, out := rep.usage(turn.UserText + turn.Instructions)
 	oc := rep.outcome()
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, systemPrompt: turn.Instructions,
+	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText,
 		tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
 	s.runs.mu.Lock()
 	if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would

@@ -51,6 +51,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,9 +170,7 @@ func NewUnstartedServer(opts ...Option) *Server {
 	if c.version == Version016 && !c.maxRunsSet {
 		c.maxRuns = 0
 	}
-	if c.maxRuns < 0 {
-		c.maxRuns = 0
-	}
+	c.maxRuns = max(c.maxRuns, 0)
 	s := &Server{
 		cfg:     c,
 		quit:    make(chan struct{}),
@@ -224,91 +223,87 @@ func (s *Server) now() time.Time { return s.cfg.clock() }
 
 // ---- routing ----
 
+// route is a matched request: its route key (what faults, counters and
+// records name) and the {id} path segment, if the pattern has one.
 type route struct {
-	key    string // route key
-	params []string
+	key string
+	id  string
 }
 
-// match resolves method+path. It returns ok=false,known=false for 404 and
-// ok=false,known=true for 405.
-func match(method string, segs []string, stream bool) (r route, ok, known bool) {
-	n := len(segs)
-	is := func(m string) bool { return method == m }
-	switch {
-	case n == 1 && segs[0] == "health", n == 2 && segs[0] == "v1" && segs[1] == "health":
-		return route{key: "health"}, is("GET"), true
-	case n == 2 && segs[0] == "health" && segs[1] == "detailed":
-		return route{key: "health_detailed"}, is("GET"), true
-	case n == 2 && segs[0] == "v1":
-		switch segs[1] {
-		case "models", "capabilities", "skills", "toolsets":
-			return route{key: segs[1]}, is("GET"), true
-		case "runs":
-			return route{key: "run_start"}, is("POST"), true
-		case "responses":
-			if stream {
-				return route{key: "responses_stream"}, is("POST"), true
-			}
-			return route{key: "responses"}, is("POST"), true
+// endpoint is one method and path pattern ("{id}" matches any non-empty
+// segment) with its route key and handler.
+type endpoint struct {
+	method string
+	path   []string
+	key    string
+	handle func(*Server, *call)
+}
+
+func endpointOf(method, path, key string, h func(*Server, *call)) endpoint {
+	return endpoint{method, strings.Split(path, "/"), key, h}
+}
+
+// endpoints is the fake's API surface. chat and responses become
+// chat_stream and responses_stream when the body asks to stream.
+var endpoints = []endpoint{
+	endpointOf("GET", "health", "health", (*Server).handleHealth),
+	endpointOf("GET", "v1/health", "health", (*Server).handleHealth),
+	endpointOf("GET", "health/detailed", "health_detailed", (*Server).handleHealthDetailed),
+	endpointOf("GET", "v1/models", "models", (*Server).handleModels),
+	endpointOf("GET", "v1/capabilities", "capabilities", (*Server).handleCapabilities),
+	endpointOf("GET", "v1/skills", "skills", (*Server).handleSkills),
+	endpointOf("GET", "v1/toolsets", "toolsets", (*Server).handleToolsets),
+	endpointOf("POST", "v1/chat/completions", "chat", (*Server).handleChat),
+	endpointOf("POST", "v1/responses", "responses", (*Server).handleResponses),
+	endpointOf("GET", "v1/responses/{id}", "response_get", (*Server).handleResponseGet),
+	endpointOf("DELETE", "v1/responses/{id}", "response_delete", (*Server).handleResponseDelete),
+	endpointOf("POST", "v1/runs", "run_start", (*Server).handleRunStart),
+	endpointOf("GET", "v1/runs/{id}", "run_status", (*Server).handleRunStatus),
+	endpointOf("GET", "v1/runs/{id}/events", "run_events", (*Server).handleRunEvents),
+	endpointOf("POST", "v1/runs/{id}/approval", "run_approval", (*Server).handleRunApproval),
+	endpointOf("POST", "v1/runs/{id}/stop", "run_stop", (*Server).handleRunStop),
+	endpointOf("GET", "api/sessions", "sessions_list", (*Server).handleSessionsList),
+	endpointOf("POST", "api/sessions", "session_create", (*Server).handleSessionCreate),
+	endpointOf("GET", "api/sessions/{id}", "session_get", (*Server).handleSessionGet),
+	endpointOf("PATCH", "api/sessions/{id}", "session_patch", (*Server).handleSessionPatch),
+	endpointOf("DELETE", "api/sessions/{id}", "session_delete", (*Server).handleSessionDelete),
+	endpointOf("GET", "api/sessions/{id}/messages", "session_messages", (*Server).handleSessionMessages),
+	endpointOf("POST", "api/sessions/{id}/fork", "session_fork", (*Server).handleSessionFork),
+	endpointOf("POST", "api/sessions/{id}/chat", "session_chat", (*Server).handleSessionChat),
+	endpointOf("POST", "api/sessions/{id}/chat/stream", "session_chat_stream", (*Server).handleSessionChat),
+}
+
+// match resolves method+path to its endpoint and {id}. When none matches it
+// returns nil and the methods the path does allow (empty for 404, else 405).
+func match(method string, segs []string) (e *endpoint, id string, allow []string) {
+	for i := range endpoints {
+		d := &endpoints[i]
+		pid, ok := d.matches(segs)
+		if !ok {
+			continue
 		}
-	case n >= 3 && n <= 4 && segs[0] == "v1" && segs[1] == "runs" && segs[2] != "":
-		p := segs[2:3]
-		if n == 3 {
-			return route{key: "run_status", params: p}, is("GET"), true
+		if d.method == method {
+			return d, pid, nil
 		}
-		switch segs[3] {
-		case "events":
-			return route{key: "run_events", params: p}, is("GET"), true
-		case "approval":
-			return route{key: "run_approval", params: p}, is("POST"), true
-		case "stop":
-			return route{key: "run_stop", params: p}, is("POST"), true
-		}
-	case n == 3 && segs[0] == "v1" && segs[1] == "chat" && segs[2] == "completions":
-		if stream {
-			return route{key: "chat_stream"}, is("POST"), true
-		}
-		return route{key: "chat"}, is("POST"), true
-	case n == 3 && segs[0] == "v1" && segs[1] == "responses" && segs[2] != "":
-		switch method {
-		case "GET":
-			return route{key: "response_get", params: segs[2:]}, true, true
-		case "DELETE":
-			return route{key: "response_delete", params: segs[2:]}, true, true
-		}
-		return route{}, false, true
-	case n == 2 && segs[0] == "api" && segs[1] == "sessions":
-		switch method {
-		case "GET":
-			return route{key: "sessions_list"}, true, true
-		case "POST":
-			return route{key: "session_create"}, true, true
-		}
-		return route{}, false, true
-	case n >= 3 && segs[0] == "api" && segs[1] == "sessions" && segs[2] != "":
-		p := segs[2:3]
+		allow = append(allow, d.method)
+	}
+	slices.Sort(allow)
+	return nil, "", allow
+}
+
+func (e *endpoint) matches(segs []string) (id string, ok bool) {
+	if len(segs) != len(e.path) {
+		return "", false
+	}
+	for i, p := range e.path {
 		switch {
-		case n == 3:
-			switch method {
-			case "GET":
-				return route{key: "session_get", params: p}, true, true
-			case "PATCH":
-				return route{key: "session_patch", params: p}, true, true
-			case "DELETE":
-				return route{key: "session_delete", params: p}, true, true
-			}
-			return route{}, false, true
-		case n == 4 && segs[3] == "messages":
-			return route{key: "session_messages", params: p}, is("GET"), true
-		case n == 4 && segs[3] == "fork":
-			return route{key: "session_fork", params: p}, is("POST"), true
-		case n == 4 && segs[3] == "chat":
-			return route{key: "session_chat", params: p}, is("POST"), true
-		case n == 5 && segs[3] == "chat" && segs[4] == "stream":
-			return route{key: "session_chat_stream", params: p}, is("POST"), true
+		case p == "{id}" && segs[i] != "":
+			id = segs[i]
+		case p != segs[i]:
+			return "", false
 		}
 	}
-	return route{}, false, false
+	return id, true
 }
 
 // splitPath splits an escaped path into unescaped segments.
@@ -339,6 +334,17 @@ type call struct {
 	fault  *Fault
 }
 
+// bodyObject decodes the request body. ok is false when the body is too big
+// or not JSON; o is nil when it is JSON but not an object.
+func (c *call) bodyObject() (o obj, ok bool) {
+	if c.tooBig {
+		return nil, false
+	}
+	v, err := loads(c.body)
+	o, _ = v.(obj)
+	return o, err == nil
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// body_limit_middleware (outermost of the ones we model; no security headers).
@@ -366,28 +372,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if okPath && s.cfg.version != Version016 && len(segs) >= 2 && segs[0] == "p" {
 		segs = segs[2:] // /p/{profile}/ accepted and ignored without multiplexing
 	}
-	stream := false
-	if len(body) > 0 && !tooBig && r.Method == "POST" && len(segs) >= 2 && segs[0] == "v1" {
-		if v, err := loads(body); err == nil {
-			if o, ok := v.(obj); ok {
-				sv, _ := o.get("stream")
-				stream = boolish(sv, false)
-			}
-		}
-	}
-	rt, ok, known := route{}, false, false
+	var e *endpoint
+	var allow []string
+	rt := route{}
 	if okPath {
-		rt, ok, known = match(r.Method, segs, stream)
+		e, rt.id, allow = match(r.Method, segs)
 	}
-	if !ok {
+	if e == nil {
 		s.record(r, "", body, false)
-		if known {
-			w.Header().Set("Allow", allowFor(segs))
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ","))
 			writeText(w, http.StatusMethodNotAllowed, "405: Method Not Allowed")
 		} else {
 			writeText(w, http.StatusNotFound, "404: Not Found")
 		}
 		return
+	}
+	rt.key = e.key
+	if (rt.key == "chat" || rt.key == "responses") && len(body) > 0 && !tooBig {
+		if v, err := loads(body); err == nil {
+			if o, ok := v.(obj); ok {
+				if sv, _ := o.get("stream"); boolish(sv, false) {
+					rt.key += "_stream"
+				}
+			}
+		}
 	}
 	authOK := s.checkAuth(r)
 	f := s.takeFault(rt.key)
@@ -395,13 +404,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	go func() { // tie ctx to Close; exits with the handler
-		select {
-		case <-s.quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	go s.cancelOnClose(ctx, cancel)
 	c := &call{w: w, r: r, ctx: ctx, route: rt, body: body, tooBig: tooBig, fault: f}
 	if f != nil {
 		if f.Delay > 0 && !sleepCtx(ctx, f.Delay) {
@@ -420,12 +423,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Plain JSON route: do the work, then ruin the response.
 		real := c.w
 		c.w = httptest.NewRecorder()
-		s.dispatch(c, authOK)
+		s.dispatch(c, e, authOK)
 		c.w = real
 		s.jsonFault(c)
 		return
 	}
-	s.dispatch(c, authOK)
+	s.dispatch(c, e, authOK)
 }
 
 // agentRoute reports whether the route applies stream/JSON fault effects itself.
@@ -437,23 +440,9 @@ func agentRoute(key string) bool {
 	return false
 }
 
-func allowFor(segs []string) string {
-	var allowed []string
-	for _, m := range []string{"DELETE", "GET", "PATCH", "POST"} {
-		if _, ok, _ := match(m, segs, false); ok {
-			allowed = append(allowed, m)
-		}
-	}
-	return strings.Join(allowed, ",")
-}
-
 func (s *Server) checkAuth(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	if !strings.HasPrefix(h, "Bearer ") {
-		return false
-	}
-	tok := strings.TrimSpace(h[len("Bearer "):])
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.key)) == 1
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.cfg.key)) == 1
 }
 
 func (s *Server) authError(w http.ResponseWriter) {
@@ -466,60 +455,13 @@ func (s *Server) authError(w http.ResponseWriter) {
 	writeJSON(w, http.StatusUnauthorized, nil, body)
 }
 
-func (s *Server) dispatch(c *call, authOK bool) {
+func (s *Server) dispatch(c *call, e *endpoint, authOK bool) {
 	key := c.route.key
 	if key != "health" && !authOK && !(key == "health_detailed" && s.cfg.version == Version016) {
 		s.authError(c.w)
 		return
 	}
-	switch key {
-	case "health":
-		s.handleHealth(c)
-	case "health_detailed":
-		s.handleHealthDetailed(c)
-	case "models":
-		s.handleModels(c)
-	case "capabilities":
-		s.handleCapabilities(c)
-	case "skills":
-		s.handleSkills(c)
-	case "toolsets":
-		s.handleToolsets(c)
-	case "chat", "chat_stream":
-		s.handleChat(c)
-	case "responses", "responses_stream":
-		s.handleResponses(c)
-	case "response_get":
-		s.handleResponseGet(c)
-	case "response_delete":
-		s.handleResponseDelete(c)
-	case "sessions_list":
-		s.handleSessionsList(c)
-	case "session_create":
-		s.handleSessionCreate(c)
-	case "session_get":
-		s.handleSessionGet(c)
-	case "session_patch":
-		s.handleSessionPatch(c)
-	case "session_delete":
-		s.handleSessionDelete(c)
-	case "session_messages":
-		s.handleSessionMessages(c)
-	case "session_fork":
-		s.handleSessionFork(c)
-	case "session_chat", "session_chat_stream":
-		s.handleSessionChat(c)
-	case "run_start":
-		s.handleRunStart(c)
-	case "run_status":
-		s.handleRunStatus(c)
-	case "run_events":
-		s.handleRunEvents(c)
-	case "run_approval":
-		s.handleRunApproval(c)
-	case "run_stop":
-		s.handleRunStop(c)
-	}
+	e.handle(s, c)
 }
 
 // ---- concurrency gate ----
@@ -530,28 +472,34 @@ func (s *Server) admit(c *call, gate bool) (release func(), ok bool) {
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()
-		writeJSON(c.w, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
-			openaiError("Gateway is draining existing work; retry shortly.", "invalid_request_error", "gateway_draining"))
+		writeJSON(c.w, http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, drainingError())
 		return nil, false
 	}
 	if gate && s.cfg.maxRuns > 0 && s.active >= s.cfg.maxRuns {
 		s.mu.Unlock()
-		writeJSON(c.w, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}},
-			openaiError("Too many concurrent runs (max "+strconv.Itoa(s.cfg.maxRuns)+")", "rate_limit_error", "rate_limit_exceeded"))
+		writeJSON(c.w, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, tooManyRuns(s.cfg.maxRuns, "rate_limit_error"))
 		return nil, false
 	}
 	s.active++
 	s.mu.Unlock()
 	s.notify()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.active--
-			s.mu.Unlock()
-			s.notify()
-		})
-	}, true
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		s.active--
+		s.mu.Unlock()
+		s.notify()
+	}), true
+}
+
+// drainingError is the 503 body of a draining gateway.
+func drainingError() obj {
+	return openaiError("Gateway is draining existing work; retry shortly.", "invalid_request_error", "gateway_draining")
+}
+
+// tooManyRuns is the 429 body of a full concurrency gate of n runs; typ is
+// the error type, which differs between /v1/runs and the other agent routes.
+func tooManyRuns(n int, typ string) obj {
+	return openaiError("Too many concurrent runs (max "+strconv.Itoa(n)+")", typ, "rate_limit_exceeded")
 }
 
 // InFlight reports the number of admitted agent runs (chat, responses and
@@ -592,11 +540,7 @@ func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := make(chan Reply, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ch <- s.cfg.agent(actx, t)
-	}()
+	s.wg.Go(func() { ch <- s.cfg.agent(actx, t) })
 	if wait == nil {
 		wait = func(ch <-chan Reply) (Reply, bool) {
 			select {
@@ -607,11 +551,17 @@ func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (
 			}
 		}
 	}
-	r, ok := wait(ch)
-	if !ok {
+	return wait(ch)
+}
+
+// cancelOnClose calls cancel when the fake closes; it returns then or once
+// ctx is done.
+func (s *Server) cancelOnClose(ctx context.Context, cancel context.CancelFunc) {
+	select {
+	case <-s.quit:
 		cancel()
+	case <-ctx.Done():
 	}
-	return r, ok
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -1,9 +1,10 @@
 package hermestest
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,6 @@ type session struct {
 	estimatedCost bool // 0.0 once the agent ran, else null
 	apiCallCount  int
 	parent        string
-	systemPrompt  string
 	hasSystem     bool
 	modelConfig   bool
 }
@@ -75,12 +75,8 @@ func (db *sessionDB) object(x *session, list bool) obj {
 	if x.estimatedCost {
 		cost = pyFloat(0)
 	}
-	var model any
-	if x.model != "" {
-		model = x.model
-	}
 	o := obj{
-		{"id", x.id}, {"source", x.source}, {"user_id", nil}, {"model", model}, {"title", nullStr(x.title)},
+		{"id", x.id}, {"source", x.source}, {"user_id", nil}, {"model", nullStr(x.model)}, {"title", nullStr(x.title)},
 		{"started_at", pyFloat(x.startedAt)}, {"ended_at", ended}, {"end_reason", nullStr(x.endReason)},
 		{"message_count", len(db.msgs[x.id])}, {"tool_call_count", x.toolCallCount},
 		{"input_tokens", x.inputTokens}, {"output_tokens", x.outputTokens},
@@ -212,7 +208,7 @@ func (db *sessionDB) create(id string, title any, model string, systemPrompt str
 	if _, ok := db.rows[id]; ok {
 		return nil, &dbErr{409, "Session already exists: " + id, "session_exists"}
 	}
-	x := &session{id: id, source: "api_server", model: model, startedAt: db.ts(), systemPrompt: systemPrompt, hasSystem: systemPrompt != ""}
+	x := &session{id: id, source: "api_server", model: model, startedAt: db.ts(), hasSystem: systemPrompt != ""}
 	db.insert(x)
 	if ts, ok := title.(string); ok {
 		t := sanitizeTitle(ts)
@@ -262,17 +258,9 @@ func (db *sessionDB) list(limit, offset int, source string, children bool) []any
 		}
 		rows = append(rows, x)
 	}
-	idx := map[string]int{}
-	for i, id := range db.order {
-		idx[id] = i
-	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := db.lastActive(rows[i]), db.lastActive(rows[j])
-		if a != b {
-			return a > b
-		}
-		return idx[rows[i].id] > idx[rows[j].id]
-	})
+	// Most recently active first; ties newest created first.
+	slices.Reverse(rows)
+	slices.SortStableFunc(rows, func(a, b *session) int { return cmp.Compare(db.lastActive(b), db.lastActive(a)) })
 	out := []any{}
 	for i := offset; i < len(rows) && len(out) < limit; i++ {
 		out = append(out, db.object(rows[i], true))
@@ -295,7 +283,7 @@ func (db *sessionDB) patch(id string, body obj) (obj, *dbErr) {
 		}
 	}
 	if len(bad) > 0 {
-		sort.Strings(bad)
+		slices.Sort(bad)
 		return nil, &dbErr{400, "Unsupported session fields: " + strings.Join(bad, ", "), "unsupported_session_field"}
 	}
 	if tv, ok := body.get("title"); ok {
@@ -400,8 +388,7 @@ func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, t
 		x.endedAt = now
 		x.endReason = "branched"
 	}
-	c := &session{id: childID, source: "api_server", model: x.model, startedAt: now, parent: src,
-		systemPrompt: x.systemPrompt, hasSystem: x.hasSystem}
+	c := &session{id: childID, source: "api_server", model: x.model, startedAt: now, parent: src, hasSystem: x.hasSystem}
 	db.insert(c)
 	for _, m := range db.msgs[src] {
 		cp := *m
@@ -437,23 +424,12 @@ func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, t
 
 // turnRecord is what an agent run persists.
 type turnRecord struct {
-	sessionID    string
-	userContent  string
-	systemPrompt string
-	tools        []Tool
-	final        string
-	finish       string
-	in, out      int
-}
-
-// ensure creates an agent-run session row when missing (source api_server).
-func (db *sessionDB) ensureLocked(id, systemPrompt string) *session {
-	x, ok := db.rows[id]
-	if !ok {
-		x = &session{id: id, source: "api_server", model: agentModel, startedAt: db.ts()}
-		db.insert(x)
-	}
-	return x
+	sessionID   string
+	userContent string
+	tools       []Tool
+	final       string
+	finish      string
+	in, out     int
 }
 
 // history returns the stored conversation of a session (user/assistant/tool).
@@ -475,12 +451,16 @@ func (db *sessionDB) addMsg(id string, m *message) {
 	db.msgs[id] = append(db.msgs[id], m)
 }
 
-// persistTurn appends the user message, tool exchanges and final assistant
-// message, and updates the session counters the agent maintains.
+// persistTurn creates the session when missing, appends the user message,
+// tool exchanges and final assistant message, and updates the session counters the agent maintains.
 func (db *sessionDB) persistTurn(t turnRecord) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	x := db.ensureLocked(t.sessionID, t.systemPrompt)
+	x, ok := db.rows[t.sessionID]
+	if !ok { // an agent run creates its session row (source api_server)
+		x = &session{id: t.sessionID, source: "api_server", startedAt: db.ts()}
+		db.insert(x)
+	}
 	x.model = agentModel
 	x.hasSystem = true
 	x.modelConfig = true

@@ -3,6 +3,7 @@ package hermestest
 import (
 	"bufio"
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -31,9 +32,7 @@ func (s *Server) startSSE(c *call, extra http.Header) *sseWriter {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	for k, v := range extra {
-		h[k] = v
-	}
+	maps.Copy(h, extra)
 	c.w.WriteHeader(http.StatusOK)
 	sw := &sseWriter{
 		s:     s,
@@ -43,9 +42,8 @@ func (s *Server) startSSE(c *call, extra http.Header) *sseWriter {
 		ka:    s.cfg.keepalive,
 		last:  time.Now(),
 		fault: c.fault,
-	}
-	if !c.fault.streamEffect() {
-		sw.faultDone = true
+		// faultDone: nothing left to apply when the fault has no stream effect.
+		faultDone: !c.fault.streamEffect(),
 	}
 	_ = sw.flush()
 	return sw
@@ -110,15 +108,7 @@ func (sw *sseWriter) applyFault() error {
 		_, _ = sw.bw.WriteString("this line is not an SSE field \xc3\x28\n\n")
 	}
 	if f.Oversized > 0 {
-		_, _ = sw.bw.WriteString("data: \"")
-		chunk := strings.Repeat("x", 4096)
-		for left := f.Oversized; left > 0; left -= len(chunk) {
-			if left < len(chunk) {
-				chunk = chunk[:left]
-			}
-			_, _ = sw.bw.WriteString(chunk)
-		}
-		_, _ = sw.bw.WriteString("\"\n\n")
+		_, _ = sw.bw.WriteString("data: \"" + strings.Repeat("x", f.Oversized) + "\"\n\n")
 	}
 	return nil
 }
@@ -222,11 +212,7 @@ func (s *Server) jsonFault(c *call) bool {
 	case f.Malformed:
 		writeRaw(c.w, http.StatusOK, []byte("{\"id\": \"\xff\xfe\", garbage"))
 	case f.Oversized > 0:
-		b := make([]byte, 0, f.Oversized+2)
-		b = append(b, '"')
-		b = append(b, strings.Repeat("x", f.Oversized)...)
-		b = append(b, '"')
-		writeRaw(c.w, http.StatusOK, b)
+		writeRaw(c.w, http.StatusOK, []byte(`"`+strings.Repeat("x", f.Oversized)+`"`))
 	}
 	return true
 }
