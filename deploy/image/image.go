@@ -128,7 +128,7 @@ func buildImage(spec imageSpec) (*image, error) {
 		if err == nil {
 			im, err = mutate.Append(im, mutate.Addendum{Layer: layer, History: v1.History{
 				Created:   created,
-				CreatedBy: "go run ./deploy/image (hermes-bridge " + spec.Version + ")",
+				CreatedBy: "make image (hermes-bridge " + spec.Version + ")",
 			}})
 		}
 		if err != nil {
