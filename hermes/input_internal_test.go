@@ -1,32 +1,18 @@
 package hermes
 
-import (
-	v1json "encoding/json"
+import "github.com/hermes-bridge/hermes-bridge/events"
 
-	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
-)
-
-// numberAsV1 decodes JSON numbers as encoding/json.Number, as the bridge's decoder does.
-var numberAsV1 = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
-	if dec.PeekKind() != '0' {
-		return json.SkipFunc
-	}
-	val, err := dec.ReadValue()
-	if err != nil {
-		return err
-	}
-	*v = v1json.Number(val)
-	return nil
-}))
-
-// decodeInput decodes an input object as the bridge does; "" and null give nil. ok is false
-// for bytes that are not a JSON object or null.
+// decodeInput decodes an input object with the bridge's own decoder (events.DecodeAction
+// of {"input": b}); "" gives nil. ok is false for bytes that are not a JSON object or null.
 func decodeInput(b []byte) (in map[string]any, ok bool) {
 	if len(b) == 0 {
 		return nil, true
 	}
-	return in, json.Unmarshal(b, &in, numberAsV1) == nil
+	act, err := events.DecodeAction(append(append([]byte(`{"input":`), b...), '}'))
+	if err != nil {
+		return nil, false
+	}
+	return act.Value, true
 }
 
 // DecodedInput decodes a test input (a JSON object, null or ""); it panics on anything else.

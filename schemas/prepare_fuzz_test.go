@@ -1,32 +1,18 @@
 package schemas_test
 
 import (
-	v1json "encoding/json"
 	"errors"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 	"github.com/hermes-bridge/hermes-bridge/schemas"
 )
-
-// numberAsV1 decodes numbers as encoding/json.Number, as the bridge does for hermes.Prepare.
-var numberAsV1 = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
-	if dec.PeekKind() != '0' {
-		return json.SkipFunc
-	}
-	val, err := dec.ReadValue()
-	if err != nil {
-		return err
-	}
-	*v = v1json.Number(val)
-	return nil
-}))
 
 // preparedReasons are the rules hermes.Prepare keeps because the schema cannot say them:
 // the only errors it may return for an input the schema accepts.
@@ -55,14 +41,16 @@ func FuzzPrepareSchemaValid(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, opi uint8, raw []byte) {
 		op := ops[int(opi)%len(ops)]
-		var in map[string]any
-		if json.Unmarshal(raw, &in, numberAsV1) != nil || schemas.ValidateAction(op, []byte(`{"input":`+string(raw)+`}`)) != nil {
+		// The bridge's path: one decode (events.DecodeAction), the schema on its tree, then
+		// Prepare on the decoded input.
+		act, err := events.DecodeAction([]byte(`{"input":` + string(raw) + `}`))
+		if err != nil || schemas.ValidateActionValue(op, act.Data) != nil {
 			return
 		}
 		if op == "run" {
 			op = "run_start" // the governed run starts with run_start's request
 		}
-		p, err := hermes.Prepare(hermes.Request{Operation: op, Input: in, IdempotencyKey: "key-1"})
+		p, err := hermes.Prepare(hermes.Request{Operation: op, Input: act.Value, IdempotencyKey: "key-1"})
 		if err != nil {
 			var ie *hermes.InputError
 			if !errors.As(err, &ie) || !slices.Contains(preparedReasons, ie.Reason) && !strings.HasPrefix(ie.Reason, "conflicts with input.") {
@@ -81,8 +69,7 @@ func FuzzPrepareSchemaValid(f *testing.F) {
 			t.Fatalf("%s: bad query %q", op, p.Path)
 		}
 		if p.Body != nil {
-			var m map[string]any
-			if !jsontext.Value(p.Body).IsValid() || json.Unmarshal(p.Body, &m, numberAsV1) != nil {
+			if body := jsontext.Value(p.Body); !body.IsValid() || body.Kind() != '{' {
 				t.Fatalf("%s: body is not a JSON object: %q", op, p.Body)
 			}
 		}
