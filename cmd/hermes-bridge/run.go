@@ -36,9 +36,12 @@ const (
 )
 
 func cmdRun(ctx context.Context, args []string, environ map[string]string, io stdio) int {
-	if code, ok := parseNoArgs("run", newFlagSet("run"), args, io, func() { printRunHelp(io.out) },
-		" (run takes no arguments; configure it with environment variables)"); !ok {
+	pos, code, ok := parseCommand("run", newFlagSet("run"), args, io, func() { printRunHelp(io.out) })
+	switch {
+	case !ok:
 		return code
+	case len(pos) > 0:
+		return usageError(io.err, "run", fmt.Sprintf("unexpected argument %q (run takes no arguments; configure it with environment variables)", pos[0]))
 	}
 
 	p, err := prepareRun(environ)
