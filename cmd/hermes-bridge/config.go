@@ -451,14 +451,8 @@ func (c *Config) judgedConfig(specs []EndpointSpec) bridge.Config {
 	for i, s := range specs {
 		eps[i] = bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency}
 	}
-	read := c.BridgeConfig(eps, c.ReplicaID)
-	bc := read.WithDefaults()
-	from, to := reflect.ValueOf(read), reflect.ValueOf(&bc).Elem()
-	for _, f := range configFields() {
-		if v := to.FieldByName(f.Name); f.Default != "" && v.IsValid() {
-			v.Set(from.FieldByName(f.Name))
-		}
-	}
+	bc := c.BridgeConfig(eps, c.ReplicaID).WithDefaults()
+	c.copyTo(&bc, func(f field) bool { return f.Default != "" })
 	if c.EndpointsFile == "" && len(eps) == 1 {
 		bc.Endpoints[0].MaxConcurrency = eps[0].MaxConcurrency // HERMES_MAX_CONCURRENCY has a default
 	}
@@ -519,50 +513,29 @@ func (c *Config) setting(bc bridge.Config, field string) string {
 	return name + "=" + shown(name, value)
 }
 
-// storageType maps HERMES_BRIDGE_STORAGE.
-func (c *Config) storageType() jetstream.StorageType {
+// BridgeConfig maps c and the endpoints onto bridge.Config: every bridge field that a
+// variable sets takes the value of the Config field of the same name (the names
+// settingNames translates), HERMES_BRIDGE_STORAGE and HERMES_BRIDGE_PRE_APPROVALS are
+// mapped to Storage and NoPreApprovals. Zero values keep the bridge's own defaults.
+func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
+	bc := bridge.Config{Storage: jetstream.FileStorage, NoPreApprovals: !c.PreApprovals, Endpoints: eps}
 	if c.Storage == "memory" {
-		return jetstream.MemoryStorage
+		bc.Storage = jetstream.MemoryStorage
 	}
-	return jetstream.FileStorage
+	c.copyTo(&bc, func(field) bool { return true })
+	bc.ReplicaID = replicaID
+	return bc
 }
 
-// BridgeConfig maps c and the endpoints onto bridge.Config. Zero values keep the
-// bridge's own defaults.
-func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
-	return bridge.Config{
-		Prefix:               c.Prefix,
-		ActionsStream:        c.ActionsStream,
-		OutputStream:         c.OutputStream,
-		DLQStream:            c.DLQStream,
-		Consumer:             c.Consumer,
-		Bucket:               c.Bucket,
-		KeysBucket:           c.KeysBucket,
-		ObjectBucket:         c.ObjectBucket,
-		OutputMaxAge:         c.OutputMaxAge,
-		DLQMaxAge:            c.DLQMaxAge,
-		ActionsMaxBytes:      int64(c.ActionsMaxBytes),
-		OutputMaxBytes:       int64(c.OutputMaxBytes),
-		DLQMaxBytes:          int64(c.DLQMaxBytes),
-		IdempotencyTTL:       c.IdempotencyTTL,
-		Storage:              c.storageType(),
-		Replicas:             c.Replicas,
-		Provision:            c.Provision,
-		AllowRetentionShrink: c.AllowRetentionShrink,
-		AckWait:              c.AckWait,
-		Heartbeat:            c.Heartbeat,
-		MaxDeliver:           c.MaxDeliver,
-		MaxAttempts:          c.MaxAttempts,
-		ApprovalTTL:          c.ApprovalTTL,
-		NoPreApprovals:       !c.PreApprovals,
-		BreakerThreshold:     c.BreakerThreshold,
-		BreakerCooldown:      c.BreakerCooldown,
-		BreakerMaxCooldown:   c.BreakerMaxCooldown,
-		Workers:              c.Workers,
-		MaxAckPending:        c.MaxAckPending,
-		ReplicaID:            replicaID,
-		ShutdownGrace:        c.ShutdownGrace,
-		Endpoints:            eps,
+// copyTo sets each field of bc named like a field f of Config that keep(f) accepts to
+// that field's value (converted: a byteSize to int64).
+func (c *Config) copyTo(bc *bridge.Config, keep func(field) bool) {
+	from, to := reflect.ValueOf(c).Elem(), reflect.ValueOf(bc).Elem()
+	for _, f := range configFields() {
+		v, dst := from.FieldByName(f.Name), to.FieldByName(f.Name)
+		if dst.IsValid() && keep(f) && v.Type().ConvertibleTo(dst.Type()) {
+			dst.Set(v.Convert(dst.Type()))
+		}
 	}
 }
 
