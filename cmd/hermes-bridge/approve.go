@@ -342,33 +342,22 @@ func cmdPending(ctx context.Context, _ string, o *cmdOptions, environ map[string
 // listParked reads the park.<id> index of the KV bucket, soonest expiry first.
 func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parkedAction, error) {
 	bucket := cl.cfg.Bucket
-	kv, err := cl.js.KeyValue(ctx, bucket)
+	store, err := kvstore.Open(ctx, cl.js, kvstore.Config{Bucket: bucket})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("KV bucket %s not found: is 'hermes-bridge run' running (it provisions the bucket), with the same HERMES_BRIDGE_BUCKET?", bucket)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("KV bucket %s: %w", bucket, err)
-	}
-	store, err := kvstore.Open(ctx, cl.js, kvstore.Config{Bucket: bucket})
-	if err != nil {
 		return nil, err
 	}
-	kl, err := kv.ListKeysFiltered(ctx, kvstore.ParkKey(">"))
+	keys, err := store.Keys(ctx, kvstore.ParkKey(">"))
+	if err == nil && ctx.Err() != nil { // a listing cut short ends without an error
+		err = fmt.Errorf("list %s: %w", kvstore.ParkKey(">"), ctx.Err())
+	}
 	if err != nil {
-		return nil, fmt.Errorf("list %s in %s: %w", kvstore.ParkKey(">"), bucket, err)
+		return nil, fmt.Errorf("KV bucket %s: %w", bucket, err)
 	}
-	seen := map[string]bool{}
-	var keys []string
-	for k := range kl.Keys() {
-		if !seen[k] { // the lister may report a key twice
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	kl.Stop()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list %s in %s: %w", kvstore.ParkKey(">"), bucket, err)
-	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys) // the lister may report a key twice
 	if len(keys) >= manyParked {
 		fmt.Fprintf(stderr, "reading %d parked actions...\n", len(keys))
 	}
