@@ -250,7 +250,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		cfg.NATSInboxPrefix = conn.inboxPrefix
 	}
 	all.merge(cfg.ValidateClient())
-	if err := problems(all.Problems).err(); err != nil {
+	if err := all.err(); err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}

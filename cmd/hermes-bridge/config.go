@@ -265,23 +265,22 @@ func shown(key, v string) string {
 	return v
 }
 
-// problems collects validation messages.
-type problems []string
+func (e *ConfigError) add(format string, args ...any) {
+	e.Problems = append(e.Problems, fmt.Sprintf(format, args...))
+}
 
-func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
-
-// err returns the problems as a *ConfigError, or nil when there is none.
-func (p problems) err() error {
-	if len(p) == 0 {
+// err returns e, or nil when it lists no problem.
+func (e *ConfigError) err() error {
+	if len(e.Problems) == 0 {
 		return nil
 	}
-	return &ConfigError{Problems: p}
+	return e
 }
 
 // ValidateClient checks what `call` and `watch` use: the NATS connection settings and
 // the subject prefix and output stream names.
 func (c *Config) ValidateClient() error {
-	var p problems
+	var p ConfigError
 	c.validateNATS(&p)
 	c.validateBridge(&p, nil, func(field string) bool {
 		return field == "Prefix" || field == "OutputStream" || field == "ObjectBucket"
@@ -293,7 +292,7 @@ func (c *Config) ValidateClient() error {
 // (EndpointSpecs), nil when they could not be read and their rules are left out;
 // validateSpecs checks what only the command knows of them (their keys).
 func (c *Config) ValidateRun(specs []EndpointSpec) error {
-	var p problems
+	var p ConfigError
 	c.validateNATS(&p)
 	c.validateService(&p)
 	c.validateBridge(&p, specs, func(field string) bool { return specs != nil || !strings.HasPrefix(field, "Endpoints") })
@@ -302,7 +301,7 @@ func (c *Config) ValidateRun(specs []EndpointSpec) error {
 	return p.err()
 }
 
-func (c *Config) validateNATS(p *problems) {
+func (c *Config) validateNATS(p *ConfigError) {
 	if c.NATSURL != "" {
 		for _, raw := range strings.Split(c.NATSURL, ",") {
 			raw = strings.TrimSpace(raw)
@@ -381,7 +380,7 @@ func (c *Config) validateNATS(p *problems) {
 
 // file adds the problem of the file path that variable key names, if set: it does not
 // exist, cannot be read or is a directory.
-func (p *problems) file(key, path string) {
+func (p *ConfigError) file(key, path string) {
 	if path == "" {
 		return
 	}
@@ -408,7 +407,7 @@ func fileProblem(err error) string {
 
 // validateService checks the settings of `run` the bridge does not read: the operations
 // listener, the storage's name and the log.
-func (c *Config) validateService(p *problems) {
+func (c *Config) validateService(p *ConfigError) {
 	if c.HTTPAddr != "" {
 		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
 			p.add("HERMES_BRIDGE_HTTP_ADDR=%s: must be host:port (for example 127.0.0.1:9464 or :9464), or empty to turn the listener off", c.HTTPAddr)
@@ -429,7 +428,7 @@ func (c *Config) validateService(p *problems) {
 // (bridge.Config.Validate, their one place), and adds each problem of a field keep
 // accepts in the words of the variables: "HERMES_BRIDGE_WORKERS=-1: must be at least
 // 1", the fields a rule compares with named by their variables too.
-func (c *Config) validateBridge(p *problems, specs []EndpointSpec, keep func(field string) bool) {
+func (c *Config) validateBridge(p *ConfigError, specs []EndpointSpec, keep func(field string) bool) {
 	bc := c.judgedConfig(specs)
 	var all interface{ Unwrap() []error }
 	if !errors.As(bc.Validate(), &all) {
@@ -637,7 +636,7 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // EndpointSpecs returns the endpoints `run` serves: the endpoints file, the
 // HERMES_URL shortcut, or the default local Hermes (defaulted reports that case).
 func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err error) {
-	var p problems
+	var p ConfigError
 	shortcutKeys := []struct{ key, v string }{
 		{"HERMES_API_KEY", c.HermesAPIKey}, {"HERMES_API_KEY_FILE", c.HermesAPIKeyFile},
 		{"HERMES_TENANT_ID", c.HermesTenantID},
@@ -651,8 +650,8 @@ func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err erro
 				p.add("%s is set with HERMES_ENDPOINTS_FILE: it applies only to the single endpoint of HERMES_URL; set api_key_file, api_key_env or tenant_id in the file", k.key)
 			}
 		}
-		if len(p) > 0 {
-			return nil, false, p.err()
+		if err := p.err(); err != nil {
+			return nil, false, err
 		}
 		specs, err := ReadEndpointsFile(c.EndpointsFile)
 		if err != nil {
@@ -679,7 +678,7 @@ func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err erro
 // validateSpecs checks what only the command knows of the endpoints: where their keys
 // come from (bridge.Config.Validate checks the rest, see validateBridge).
 func validateSpecs(specs []EndpointSpec, fromFile bool, environ map[string]string) error {
-	var p problems
+	var p ConfigError
 	for i, s := range specs {
 		if !fromFile {
 			if s.apiKey != "" {

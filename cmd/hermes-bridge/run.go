@@ -87,7 +87,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	} else {
 		all.merge(validateSpecs(specs, cfg.EndpointsFile != "", environ))
 	}
-	if err := problems(all.Problems).err(); err != nil {
+	if err := all.err(); err != nil {
 		return nil, err
 	}
 	keys, err := newKeyring(specs, environ)
