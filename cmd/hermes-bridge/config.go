@@ -574,18 +574,11 @@ func ReadEndpointsFile(path string) ([]EndpointSpec, error) {
 
 func parseEndpoints(data []byte, ext string) ([]EndpointSpec, error) {
 	trimmed := bytes.TrimSpace(data)
-	isJSON := false
-	switch strings.ToLower(ext) {
-	case ".json":
-		isJSON = true
-	case ".yaml", ".yml":
-	default:
-		isJSON = len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
-	}
 	if len(trimmed) == 0 {
 		return nil, errors.New("file is empty")
 	}
-	if !isJSON {
+	ext = strings.ToLower(ext)
+	if ext == ".yaml" || ext == ".yml" || ext != ".json" && trimmed[0] != '{' && trimmed[0] != '[' {
 		j, err := yaml.YAMLToJSON(data)
 		if err != nil {
 			return nil, fmt.Errorf("not valid YAML: %s", firstLine(err.Error()))
