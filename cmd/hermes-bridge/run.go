@@ -112,7 +112,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	bc.Hook = hook
 	bc.Version = versionString()
 	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc,
-		unknown: unknownOf(environ, specs)}, nil
+		unknown: unknownVariables(environ, specs)}, nil
 }
 
 // newLogger returns the root logger: JSON (or console) lines on w with the service
