@@ -280,13 +280,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		fmt.Fprintf(stderr, "hermes-bridge: cannot connect to NATS at %s: %v%s\n", redactURLs(url), err, hint)
 		return nil, nil, exitUsage
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		cancelCause(nil)
-		fmt.Fprintf(stderr, "hermes-bridge: jetstream: %v\n", err)
-		return nil, nil, exitUsage
-	}
+	js, _ := jetstream.New(nc) // fails only on an option, and none is given
 	subjects := events.Subjects{Prefix: cfg.Prefix}
 	c := client.New(js, client.WithSubjects(subjects), client.WithOutputStream(cfg.OutputStream))
 	cl := &clientConn{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard}
