@@ -116,12 +116,9 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 }
 
 // newLogger returns the root logger: JSON (or console) lines on w with the service
-// and replica fields.
+// and replica fields. cfg is validated (its log level parses).
 func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
-	if err != nil || lvl == zerolog.NoLevel {
-		lvl = zerolog.InfoLevel
-	}
+	lvl, _ := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
 	out := w
 	if cfg.LogFormat == "console" {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
