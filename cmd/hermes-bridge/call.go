@@ -457,10 +457,7 @@ func (p *printer) pending(r *events.Result) {
 		return
 	}
 	p.endText()
-	var out struct {
-		InputSHA256 string `json:"input_sha256"`
-		ExpiresAt   string `json:"expires_at"`
-	}
+	var out pendingRequest
 	_ = json.Unmarshal(r.Output, &out)
 	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
 		r.ActionID, out.InputSHA256, out.ExpiresAt, p.approvals)
