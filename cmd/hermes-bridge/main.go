@@ -54,24 +54,13 @@ func main() {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	stopped := make(chan struct{})
 	go func() {
-		defer close(stopped)
-		// After the first signal the default behaviour is back, so a second one kills
-		// the process even if the graceful shutdown hangs.
-		defer signal.Stop(sigs)
-		select {
-		case sig := <-sigs:
-			cancel(signalReceived{sig})
-		case <-done:
-		}
+		cancel(signalReceived{<-sigs})
+		// The default behaviour is back, so a second signal kills the process even if
+		// the graceful shutdown hangs.
+		signal.Stop(sigs)
 	}()
-	code := Main(ctx, os.Args[1:], env.ToMap(os.Environ()), stdio{os.Stdin, os.Stdout, os.Stderr})
-	close(done)
-	<-stopped
-	cancel(nil)
-	os.Exit(code)
+	os.Exit(Main(ctx, os.Args[1:], env.ToMap(os.Environ()), stdio{os.Stdin, os.Stdout, os.Stderr}))
 }
 
 // signalReceived is the cause of main's context when a signal stopped the process.
