@@ -743,10 +743,8 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 			out[key] = "[redacted]"
 		case fv.Kind() == reflect.String && (strings.HasSuffix(key, "_URL") || strings.HasSuffix(key, "_ENDPOINT")):
 			out[key] = redactURLs(fv.String())
-		case fv.Type() == reflect.TypeFor[time.Duration]():
-			out[key] = fv.Interface().(time.Duration).String()
-		case fv.Type() == reflect.TypeFor[byteSize]():
-			out[key] = fv.Interface().(byteSize).String()
+		case fv.Type().Implements(reflect.TypeFor[fmt.Stringer]()): // durations, sizes
+			out[key] = fv.Interface().(fmt.Stringer).String()
 		default:
 			out[key] = fv.Interface()
 		}
