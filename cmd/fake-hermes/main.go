@@ -62,19 +62,12 @@ const defaultAddr = "127.0.0.1:8642"
 // bridgeDefaultURL is hermes-bridge's HERMES_URL when it is not set.
 const bridgeDefaultURL = "http://" + defaultAddr
 
-// Where the key came from, for the start lines.
-const (
-	keyDefault = iota
-	keyEnv
-	keyFlag
-)
-
 type options struct {
 	addr       string
 	key        string
-	keyFrom    int // keyDefault, keyEnv or keyFlag
+	keyShown   string // the key in the start lines: the public test key itself, else where it came from
 	version    string
-	maxRuns    int
+	maxRuns    int // -1: the version's default
 	keepalive  time.Duration
 	deltas     int
 	deltaDelay time.Duration
@@ -92,26 +85,29 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.addr, "addr", "", "listen address (default: $FAKE_HERMES_ADDR when set, else "+defaultAddr+")")
 	fs.StringVar(&o.key, "key", "", "bearer API key, at least 16 characters (default: $FAKE_HERMES_KEY when set, else "+hermestest.DefaultAPIKey+")")
 	fs.StringVar(&o.version, "version", hermestest.Version019, "Hermes version to imitate: 0.19.0 or 0.16.0")
-	var maxRuns optionalInt
-	fs.Var(&maxRuns, "max-concurrent-runs", "concurrency gate on chat/responses: `n` runs at once, 0 disables (default: 10 for 0.19.0, off for 0.16.0)")
+	o.maxRuns = -1
+	fs.Func("max-concurrent-runs", "concurrency gate on chat/responses: `n` runs at once, 0 disables (default: 10 for 0.19.0, off for 0.16.0)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return errors.New("must be a non-negative integer")
+		}
+		o.maxRuns = n
+		return nil
+	})
 	fs.DurationVar(&o.keepalive, "keepalive", 30*time.Second, "SSE keepalive idle interval")
 	fs.IntVar(&o.deltas, "deltas", 0, "number of stream deltas per reply (0: one per word)")
 	fs.DurationVar(&o.deltaDelay, "delta-delay", 0, "delay between stream deltas")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	o.maxRuns = -1 // the version's default
-	if maxRuns.set {
-		o.maxRuns = maxRuns.n
-	}
 	o.addr = cmp.Or(o.addr, os.Getenv("FAKE_HERMES_ADDR"), defaultAddr)
 	switch {
 	case o.key != "":
-		o.keyFrom = keyFlag
+		o.keyShown = "<the --key value>"
 	case os.Getenv("FAKE_HERMES_KEY") != "":
-		o.key, o.keyFrom = os.Getenv("FAKE_HERMES_KEY"), keyEnv
+		o.key, o.keyShown = os.Getenv("FAKE_HERMES_KEY"), `"$FAKE_HERMES_KEY"`
 	default:
-		o.key, o.keyFrom = hermestest.DefaultAPIKey, keyDefault
+		o.key, o.keyShown = hermestest.DefaultAPIKey, hermestest.DefaultAPIKey
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -168,41 +164,12 @@ func main() {
 func startLines(o options, url string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "fake-hermes %s listening on %s (model: hermes-agent)\n", o.version, url)
-	key := hermestest.DefaultAPIKey
-	switch o.keyFrom {
-	case keyEnv:
-		key = `"$FAKE_HERMES_KEY"`
-	case keyFlag:
-		key = "<the --key value>"
-	}
-	vars := "HERMES_API_KEY=" + key
+	vars := "HERMES_API_KEY=" + o.keyShown
 	if url != bridgeDefaultURL {
 		vars = "HERMES_URL=" + url + " " + vars
 	}
 	fmt.Fprintf(&b, "point hermes-bridge at it (in the terminal of 'make run' or 'hermes-bridge run'):\n  export %s\n", vars)
 	return b.String()
-}
-
-// optionalInt is an int flag without a printed default (its meaning is in the usage).
-type optionalInt struct {
-	n   int
-	set bool
-}
-
-func (v *optionalInt) String() string {
-	if v == nil || !v.set {
-		return ""
-	}
-	return strconv.Itoa(v.n)
-}
-
-func (v *optionalInt) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return errors.New("must be a non-negative integer")
-	}
-	v.n, v.set = n, true
-	return nil
 }
 
 // run serves until ctx is done; ready is called with the base URL once listening.

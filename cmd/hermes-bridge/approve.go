@@ -33,50 +33,31 @@ const manyParked = 50
 // defaultCancelTimeout bounds the wait for the bridge's answer to a cancel request.
 const defaultCancelTimeout = 5 * time.Second
 
-// approveOptions are the flags of approve, deny, pending and cancel.
-type approveOptions struct {
-	reason, approver       string
-	yes, noFollow, jsonOut bool
-	timeout, wait          time.Duration
-	decision               string // events.DecisionApprove or events.DecisionDeny
-	choice                 string // a governed run's tool approval: once, session or always
-	conn                   connFlags
-}
-
-func approveFlags(o *approveOptions) *flag.FlagSet {
-	fs := newFlagSet("approve")
-	fs.StringVar(&o.reason, "reason", "", "why (recorded with the decision)")
-	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
-	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
+func approveFlags(fs *flag.FlagSet, o *cmdOptions) {
+	decideFlags(fs, o, "why (recorded with the decision)")
 	fs.BoolVar(&o.noFollow, "no-follow", false, "publish the decision and exit without following the action")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the request on stderr and only the result, as JSON, on stdout")
 	fs.DurationVar(&o.wait, "wait", 0, "stop waiting for the result after this long (exit 2); 0 waits until it settles")
 	fs.StringVar(&o.choice, "choice", "", "for a run's tool approval: once (the default), session or always (ignored by parked actions)")
-	o.conn.register(fs)
-	return fs
 }
 
-func denyFlags(o *approveOptions) *flag.FlagSet {
-	fs := newFlagSet("deny")
-	fs.StringVar(&o.reason, "reason", "", "why the action is denied (required)")
+func denyFlags(fs *flag.FlagSet, o *cmdOptions) {
+	decideFlags(fs, o, "why the action is denied (required)")
+}
+
+// decideFlags are the flags approve and deny share; reason is the usage of --reason.
+func decideFlags(fs *flag.FlagSet, o *cmdOptions, reason string) {
+	fs.StringVar(&o.reason, "reason", "", reason)
 	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
-	o.conn.register(fs)
-	return fs
 }
 
-func pendingFlags(o *approveOptions) *flag.FlagSet {
-	fs := newFlagSet("pending")
+func pendingFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON array instead of a table")
-	o.conn.register(fs)
-	return fs
 }
 
-func cancelFlags(o *approveOptions) *flag.FlagSet {
-	fs := newFlagSet("cancel")
+func cancelFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.DurationVar(&o.timeout, "timeout", defaultCancelTimeout, "how long to wait for the bridge's answer")
-	o.conn.register(fs)
-	return fs
 }
 
 // stdinIsTerminal reports whether r is a terminal; replaced in tests.
@@ -85,45 +66,20 @@ var stdinIsTerminal = func(r io.Reader) bool {
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
-// parseIDArgs parses the flags and the one action id of watch, approve, deny and cancel.
-// It returns the id, or "" with the exit status when the command is done.
-func parseIDArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, head, examples string) (string, int) {
-	pos, code, ok := parseCommand(cmd, fs, args, sio, func() { printFlagsHelp(sio.out, head, fs, examples) })
-	switch {
-	case !ok:
-		return "", code
-	case len(pos) == 0:
-		return "", usageError(sio.err, cmd, "missing the action id")
-	case len(pos) > 1:
-		return "", usageError(sio.err, cmd, fmt.Sprintf("unexpected argument %q (%s takes one action id)", pos[1], cmd))
-	case !events.ValidActionID(pos[0]):
-		return "", usageError(sio.err, cmd, "the action id must match [A-Za-z0-9_-]{1,128}")
-	}
-	return pos[0], exitOK
-}
-
-func cmdApprove(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
-	o := approveOptions{decision: events.DecisionApprove}
-	id, code := parseIDArgs("approve", approveFlags(&o), args, sio, usageApprove, examplesApprove)
-	if id == "" {
-		return code
-	}
+func cmdApprove(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	if o.wait < 0 {
 		return usageError(sio.err, "approve", "--wait must not be negative")
 	}
-	return decide(ctx, id, &o, environ, sio)
+	o.decision = events.DecisionApprove
+	return decide(ctx, id, o, environ, sio)
 }
 
-func cmdDeny(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
-	o := approveOptions{decision: events.DecisionDeny}
-	id, code := parseIDArgs("deny", denyFlags(&o), args, sio, usageDeny, examplesDeny)
-	if id == "" {
-		return code
-	}
+func cmdDeny(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	if strings.TrimSpace(o.reason) == "" {
 		return usageError(sio.err, "deny", "--reason is required")
 	}
-	return decide(ctx, id, &o, environ, sio)
+	o.decision = events.DecisionDeny
+	return decide(ctx, id, o, environ, sio)
 }
 
 // pendingRequest is the output of a pending_approval result (CONTRACT §7).
@@ -136,7 +92,7 @@ type pendingRequest struct {
 
 // decide implements approve and deny: show the pending request, confirm, publish
 // the decision and, for approve, follow the action to its result.
-func decide(ctx context.Context, id string, o *approveOptions, environ map[string]string, sio stdio) int {
+func decide(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	cmd := o.decision // the command is named after the decision
 	switch o.choice {
 	case "", events.ChoiceOnce, events.ChoiceSession, events.ChoiceAlways:
@@ -216,7 +172,7 @@ func decide(ctx context.Context, id string, o *approveOptions, environ map[strin
 		return exitOK
 	}
 	// Follow as watch does, without the pending_approval note (the decision was just published).
-	return follow(ctx, cl, id, &callOptions{jsonOut: o.jsonOut, wait: o.wait}, sio, false, nil)
+	return follow(ctx, cl, id, o, sio, false, nil)
 }
 
 // lastResult reads the last result of the action from the output stream. On a
@@ -341,12 +297,7 @@ type parkedAction struct {
 	Expired      bool      `json:"expired"`
 }
 
-func cmdPending(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
-	var o approveOptions
-	fs := pendingFlags(&o)
-	if code, ok := parseNoArgs("pending", fs, args, sio, func() { printFlagsHelp(sio.out, usagePending, fs, examplesPending) }, ""); !ok {
-		return code
-	}
+func cmdPending(ctx context.Context, _ string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	cl, closeConn, code := dialClient(ctx, "pending", environ, o.conn, sio.err)
 	if cl == nil {
 		return code
@@ -391,33 +342,22 @@ func cmdPending(ctx context.Context, args []string, environ map[string]string, s
 // listParked reads the park.<id> index of the KV bucket, soonest expiry first.
 func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parkedAction, error) {
 	bucket := cl.cfg.Bucket
-	kv, err := cl.js.KeyValue(ctx, bucket)
+	store, err := kvstore.Open(ctx, cl.js, kvstore.Config{Bucket: bucket})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("KV bucket %s not found: is 'hermes-bridge run' running (it provisions the bucket), with the same HERMES_BRIDGE_BUCKET?", bucket)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("KV bucket %s: %w", bucket, err)
-	}
-	store, err := kvstore.Open(ctx, cl.js, kvstore.Config{Bucket: bucket})
-	if err != nil {
 		return nil, err
 	}
-	kl, err := kv.ListKeysFiltered(ctx, kvstore.ParkKey(">"))
+	keys, err := store.Keys(ctx, kvstore.ParkKey(">"))
+	if err == nil && ctx.Err() != nil { // a listing cut short ends without an error
+		err = fmt.Errorf("list %s: %w", kvstore.ParkKey(">"), ctx.Err())
+	}
 	if err != nil {
-		return nil, fmt.Errorf("list %s in %s: %w", kvstore.ParkKey(">"), bucket, err)
+		return nil, fmt.Errorf("KV bucket %s: %w", bucket, err)
 	}
-	seen := map[string]bool{}
-	var keys []string
-	for k := range kl.Keys() {
-		if !seen[k] { // the lister may report a key twice
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	kl.Stop()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list %s in %s: %w", kvstore.ParkKey(">"), bucket, err)
-	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys) // the lister may report a key twice
 	if len(keys) >= manyParked {
 		fmt.Fprintf(stderr, "reading %d parked actions...\n", len(keys))
 	}
@@ -446,12 +386,7 @@ func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parked
 	return list, nil
 }
 
-func cmdCancel(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
-	var o approveOptions
-	id, code := parseIDArgs("cancel", cancelFlags(&o), args, sio, usageCancel, examplesCancel)
-	if id == "" {
-		return code
-	}
+func cmdCancel(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	if o.timeout <= 0 {
 		return usageError(sio.err, "cancel", "--timeout must be positive")
 	}

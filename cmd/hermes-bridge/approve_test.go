@@ -18,13 +18,13 @@ import (
 )
 
 func TestApproveFlagsInterspersed(t *testing.T) {
-	var o approveOptions
-	pos, err := parseArgs(approveFlags(&o), []string{"abc", "--yes", "--reason", "ok then", "--no-follow"})
+	var o cmdOptions
+	pos, err := parseArgs(clientCommands["approve"].flagSet("approve", &o), []string{"abc", "--yes", "--reason", "ok then", "--no-follow"})
 	if err != nil || len(pos) != 1 || pos[0] != "abc" || !o.yes || !o.noFollow || o.reason != "ok then" {
 		t.Fatalf("pos %v err %v o %+v", pos, err, o)
 	}
-	o = approveOptions{}
-	if _, err := parseArgs(cancelFlags(&o), []string{"x"}); err != nil || o.timeout != defaultCancelTimeout {
+	o = cmdOptions{}
+	if _, err := parseArgs(clientCommands["cancel"].flagSet("cancel", &o), []string{"x"}); err != nil || o.timeout != defaultCancelTimeout {
 		t.Fatalf("cancel default timeout %s err %v", o.timeout, err)
 	}
 }

@@ -35,14 +35,6 @@ var waitHintAfter = 5 * time.Second
 // hintLookupTimeout bounds the lookups behind a hint.
 const hintLookupTimeout = 3 * time.Second
 
-// callOptions are the flags of call and watch.
-type callOptions struct {
-	endpoint, op, input, prompt, key, tenant, actionID string
-	timeout, wait                                      time.Duration
-	structured, noFollow, jsonOut, eventsOut           bool
-	conn                                               connFlags
-}
-
 // connFlags are the connection flags of every client command.
 type connFlags struct {
 	server, inboxPrefix string
@@ -53,10 +45,10 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.inboxPrefix, "inbox-prefix", "", "inbox prefix of the connection (default: NATS_INBOX_PREFIX, else _INBOX); a NATS user limited to its own inbox needs it, e.g. _INBOX_dashboard")
 }
 
-func commonFlags(fs *flag.FlagSet, o *callOptions) {
+// followFlags are the flags of watch, and of call besides its own.
+func followFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print only the result, as JSON (no streamed text)")
 	fs.BoolVar(&o.eventsOut, "events", false, "print each event as a JSON line, then the result as a JSON line")
-	o.conn.register(fs)
 	fs.DurationVar(&o.wait, "wait", 0, "stop waiting for the result after this long (exit 2); 0 waits until it settles")
 }
 
@@ -67,8 +59,7 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-func callFlags(o *callOptions) *flag.FlagSet {
-	fs := newFlagSet("call")
+func callFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.StringVar(&o.endpoint, "endpoint", "primary", "Hermes endpoint id")
 	fs.StringVar(&o.op, "op", "chat_stream", "operation: "+opNames(false))
 	fs.StringVar(&o.input, "input", "", "operation input: a JSON object, @file to read it from a file, or - for stdin")
@@ -79,14 +70,7 @@ func callFlags(o *callOptions) *flag.FlagSet {
 	fs.StringVar(&o.actionID, "action-id", "", "action id (default: a random one)")
 	fs.BoolVar(&o.structured, "structured", false, "publish in CloudEvents structured content mode (default binary)")
 	fs.BoolVar(&o.noFollow, "no-follow", false, "print the action id and exit without following it")
-	commonFlags(fs, o)
-	return fs
-}
-
-func watchFlags(o *callOptions) *flag.FlagSet {
-	fs := newFlagSet("watch")
-	commonFlags(fs, o)
-	return fs
+	followFlags(fs, o)
 }
 
 // opNames joins the names of the operations, or with keyOnly of those that need an
@@ -101,13 +85,7 @@ func opNames(keyOnly bool) string {
 	return strings.Join(names, ", ")
 }
 
-func cmdCall(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
-	var o callOptions
-	fs := callFlags(&o)
-	if code, ok := parseNoArgs("call", fs, args, sio, func() { printFlagsHelp(sio.out, usageCall, fs, examplesCall) },
-		" (use --prompt or --input for the input)"); !ok {
-		return code
-	}
+func cmdCall(ctx context.Context, _ string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	action, err := o.action(sio.in)
 	if err != nil {
 		return usageError(sio.err, "call", err.Error())
@@ -143,16 +121,10 @@ func cmdCall(ctx context.Context, args []string, environ map[string]string, sio 
 	if !o.jsonOut && !o.eventsOut {
 		fmt.Fprintf(sio.err, "action %s published on %s\n", id, cl.subjects.Action(o.endpoint, o.op))
 	}
-	return follow(ctx, cl, id, &o, sio, true, cl.callHint(id, &ack))
+	return follow(ctx, cl, id, o, sio, true, cl.callHint(id, &ack))
 }
 
-func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
-	var o callOptions
-	fs := watchFlags(&o)
-	id, code := parseIDArgs("watch", fs, args, sio, usageWatch, examplesWatch)
-	if id == "" {
-		return code
-	}
+func cmdWatch(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	if o.jsonOut && o.eventsOut {
 		return usageError(sio.err, "watch", "--json and --events exclude each other")
 	}
@@ -161,11 +133,11 @@ func cmdWatch(ctx context.Context, args []string, environ map[string]string, sio
 		return code
 	}
 	defer closeConn()
-	return follow(ctx, cl, id, &o, sio, true, cl.watchHint(id))
+	return follow(ctx, cl, id, o, sio, true, cl.watchHint(id))
 }
 
 // action builds the action from the flags; errors are usage errors.
-func (o *callOptions) action(stdin io.Reader) (*events.Action, error) {
+func (o *cmdOptions) action(stdin io.Reader) (*events.Action, error) {
 	spec, ok := bridge.LookupOperation(o.op)
 	if !ok {
 		return nil, fmt.Errorf("unknown operation %q; one of: %s", o.op, opNames(false))
@@ -278,7 +250,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		cfg.NATSInboxPrefix = conn.inboxPrefix
 	}
 	all.merge(cfg.ValidateClient())
-	if err := problems(all.Problems).err(); err != nil {
+	if err := all.err(); err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
 		return nil, nil, exitUsage
 	}
@@ -308,13 +280,7 @@ func dialClient(ctx context.Context, cmd string, environ map[string]string, conn
 		fmt.Fprintf(stderr, "hermes-bridge: cannot connect to NATS at %s: %v%s\n", redactURLs(url), err, hint)
 		return nil, nil, exitUsage
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		cancelCause(nil)
-		fmt.Fprintf(stderr, "hermes-bridge: jetstream: %v\n", err)
-		return nil, nil, exitUsage
-	}
+	js, _ := jetstream.New(nc) // fails only on an option, and none is given
 	subjects := events.Subjects{Prefix: cfg.Prefix}
 	c := client.New(js, client.WithSubjects(subjects), client.WithOutputStream(cfg.OutputStream))
 	cl := &clientConn{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard}
@@ -364,7 +330,7 @@ func explainPublish(err error, subject string) error {
 // status. notePending says whether a pending_approval result is printed with how to
 // decide it. hint, when not nil, says, when nothing has come after waitHintAfter, what
 // the command waits for and why it may not come.
-func follow(ctx context.Context, cl *clientConn, id string, o *callOptions, sio stdio, notePending bool, hint func(context.Context) string) int {
+func follow(ctx context.Context, cl *clientConn, id string, o *cmdOptions, sio stdio, notePending bool, hint func(context.Context) string) int {
 	fctx := cl.ctx
 	if o.wait > 0 {
 		var cancel context.CancelFunc
@@ -451,7 +417,7 @@ type printer struct {
 	approvals string // the action's approvals subject, for the pending note (set with it)
 }
 
-func newPrinter(out, errw io.Writer, o *callOptions) *printer {
+func newPrinter(out, errw io.Writer, o *cmdOptions) *printer {
 	p := &printer{out: out, err: errw}
 	switch {
 	case o.eventsOut:
@@ -491,10 +457,7 @@ func (p *printer) pending(r *events.Result) {
 		return
 	}
 	p.endText()
-	var out struct {
-		InputSHA256 string `json:"input_sha256"`
-		ExpiresAt   string `json:"expires_at"`
-	}
+	var out pendingRequest
 	_ = json.Unmarshal(r.Output, &out)
 	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
 		r.ActionID, out.InputSHA256, out.ExpiresAt, p.approvals)

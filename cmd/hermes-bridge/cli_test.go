@@ -197,15 +197,15 @@ func TestInputSources(t *testing.T) {
 	file := filepath.Join(dir, "in.json")
 	noErr(t, os.WriteFile(file, []byte(`{"query":"from file"}`+"\n"), 0o600))
 	for _, tt := range []struct {
-		o     callOptions
+		o     cmdOptions
 		stdin string
 		want  string
 	}{
-		{callOptions{prompt: "hi \"there\""}, "", `{"prompt":"hi \"there\""}`},
-		{callOptions{input: `{"a":1}`}, "", `{"a":1}`},
-		{callOptions{input: "@" + file}, "", `{"query":"from file"}`},
-		{callOptions{input: "-"}, " {\"x\":true}\n", `{"x":true}`},
-		{callOptions{}, "", `{}`},
+		{cmdOptions{prompt: "hi \"there\""}, "", `{"prompt":"hi \"there\""}`},
+		{cmdOptions{input: `{"a":1}`}, "", `{"a":1}`},
+		{cmdOptions{input: "@" + file}, "", `{"query":"from file"}`},
+		{cmdOptions{input: "-"}, " {\"x\":true}\n", `{"x":true}`},
+		{cmdOptions{}, "", `{}`},
 	} {
 		tt.o.op, tt.o.endpoint = "chat", "primary"
 		a, err := tt.o.action(strings.NewReader(tt.stdin))
@@ -214,7 +214,7 @@ func TestInputSources(t *testing.T) {
 			t.Errorf("input %s, want %s", a.Input, tt.want)
 		}
 	}
-	o := callOptions{op: "session_create", endpoint: "primary", key: "k1", tenant: "acme", timeout: 1500e6}
+	o := cmdOptions{op: "session_create", endpoint: "primary", key: "k1", tenant: "acme", timeout: 1500e6}
 	a, err := o.action(strings.NewReader(""))
 	if err != nil || a.IdempotencyKey != "k1" || a.TenantID != "acme" || a.TimeoutMS == nil || *a.TimeoutMS != 1500 {
 		t.Fatalf("action %+v err %v", a, err)
@@ -222,13 +222,13 @@ func TestInputSources(t *testing.T) {
 }
 
 func TestParseArgsInterspersed(t *testing.T) {
-	var o callOptions
-	fs := watchFlags(&o)
+	var o cmdOptions
+	fs := clientCommands["watch"].flagSet("watch", &o)
 	pos, err := parseArgs(fs, []string{"abc", "--json", "--wait", "5s"})
 	if err != nil || len(pos) != 1 || pos[0] != "abc" || !o.jsonOut || o.wait.String() != "5s" {
 		t.Fatalf("pos %v err %v o %+v", pos, err, o)
 	}
-	fs = watchFlags(&o)
+	fs = clientCommands["watch"].flagSet("watch", &o)
 	pos, err = parseArgs(fs, []string{"--", "-weird"})
 	if err != nil || len(pos) != 1 || pos[0] != "-weird" {
 		t.Fatalf("pos %v err %v", pos, err)
@@ -257,7 +257,7 @@ func TestPrinterModes(t *testing.T) {
 		{ActionID: "a1", Sequence: 1, Kind: "progress", Event: events.SSE{Event: "tool.progress", Data: json.RawMessage(`{}`)}},
 		{ActionID: "a1", Sequence: 2, Kind: "data", Event: events.SSE{Data: json.RawMessage(`{"delta":"lo"}`)}, Text: "lo"},
 	}
-	run := func(o callOptions) (string, string) {
+	run := func(o cmdOptions) (string, string) {
 		out, errb := &syncBuffer{}, &syncBuffer{}
 		p := newPrinter(out, errb, &o)
 		for _, e := range evs {
@@ -266,16 +266,16 @@ func TestPrinterModes(t *testing.T) {
 		noErr(t, p.result(res))
 		return out.String(), errb.String()
 	}
-	out, errOut := run(callOptions{})
+	out, errOut := run(cmdOptions{})
 	if !strings.HasPrefix(out, "Hello\n{\n  \"action_id\": \"a1\"") || !strings.Contains(errOut, "action a1 failed: stream_incomplete: closed early") {
 		t.Fatalf("text mode:\n%s\n--\n%s", out, errOut)
 	}
-	out, _ = run(callOptions{jsonOut: true})
+	out, _ = run(cmdOptions{jsonOut: true})
 	var r events.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Status != "failed" || strings.Contains(out, "Hello") {
 		t.Fatalf("json mode: %s %v", out, err)
 	}
-	out, _ = run(callOptions{eventsOut: true})
+	out, _ = run(cmdOptions{eventsOut: true})
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 4 {
 		t.Fatalf("events mode: %d lines:\n%s", len(lines), out)
@@ -310,14 +310,14 @@ func TestPrinterPending(t *testing.T) {
 	pend := &events.Result{ActionID: "a2", Status: events.StatusPendingApproval,
 		Output: json.RawMessage(`{"capability_id":"cap:hermes_agent:primary:response_delete","input":{},"input_sha256":"abc123","expires_at":"2026-01-01T00:15:00Z"}`)}
 	out, errb := &syncBuffer{}, &syncBuffer{}
-	p := newPrinter(out, errb, &callOptions{})
+	p := newPrinter(out, errb, &cmdOptions{})
 	p.approvals = "hermes.approvals.a2"
 	p.pending(pend)
 	if out.String() != "" || !strings.Contains(errb.String(), "action a2 is waiting for approval (input_sha256 abc123, expires 2026-01-01T00:15:00Z); publish a decision on hermes.approvals.a2") {
 		t.Fatalf("text mode: stdout %q stderr %q", out.String(), errb.String())
 	}
 	out = &syncBuffer{}
-	p = newPrinter(out, errb, &callOptions{eventsOut: true})
+	p = newPrinter(out, errb, &cmdOptions{eventsOut: true})
 	p.pending(pend)
 	if !strings.Contains(out.String(), `"status":"pending_approval"`) || strings.Count(out.String(), "\n") != 1 {
 		t.Fatalf("events mode: %q", out.String())

@@ -265,23 +265,22 @@ func shown(key, v string) string {
 	return v
 }
 
-// problems collects validation messages.
-type problems []string
+func (e *ConfigError) add(format string, args ...any) {
+	e.Problems = append(e.Problems, fmt.Sprintf(format, args...))
+}
 
-func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
-
-// err returns the problems as a *ConfigError, or nil when there is none.
-func (p problems) err() error {
-	if len(p) == 0 {
+// err returns e, or nil when it lists no problem.
+func (e *ConfigError) err() error {
+	if len(e.Problems) == 0 {
 		return nil
 	}
-	return &ConfigError{Problems: p}
+	return e
 }
 
 // ValidateClient checks what `call` and `watch` use: the NATS connection settings and
 // the subject prefix and output stream names.
 func (c *Config) ValidateClient() error {
-	var p problems
+	var p ConfigError
 	c.validateNATS(&p)
 	c.validateBridge(&p, nil, func(field string) bool {
 		return field == "Prefix" || field == "OutputStream" || field == "ObjectBucket"
@@ -293,7 +292,7 @@ func (c *Config) ValidateClient() error {
 // (EndpointSpecs), nil when they could not be read and their rules are left out;
 // validateSpecs checks what only the command knows of them (their keys).
 func (c *Config) ValidateRun(specs []EndpointSpec) error {
-	var p problems
+	var p ConfigError
 	c.validateNATS(&p)
 	c.validateService(&p)
 	c.validateBridge(&p, specs, func(field string) bool { return specs != nil || !strings.HasPrefix(field, "Endpoints") })
@@ -302,7 +301,7 @@ func (c *Config) ValidateRun(specs []EndpointSpec) error {
 	return p.err()
 }
 
-func (c *Config) validateNATS(p *problems) {
+func (c *Config) validateNATS(p *ConfigError) {
 	if c.NATSURL != "" {
 		for _, raw := range strings.Split(c.NATSURL, ",") {
 			raw = strings.TrimSpace(raw)
@@ -381,7 +380,7 @@ func (c *Config) validateNATS(p *problems) {
 
 // file adds the problem of the file path that variable key names, if set: it does not
 // exist, cannot be read or is a directory.
-func (p *problems) file(key, path string) {
+func (p *ConfigError) file(key, path string) {
 	if path == "" {
 		return
 	}
@@ -408,7 +407,7 @@ func fileProblem(err error) string {
 
 // validateService checks the settings of `run` the bridge does not read: the operations
 // listener, the storage's name and the log.
-func (c *Config) validateService(p *problems) {
+func (c *Config) validateService(p *ConfigError) {
 	if c.HTTPAddr != "" {
 		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil || port == "" {
 			p.add("HERMES_BRIDGE_HTTP_ADDR=%s: must be host:port (for example 127.0.0.1:9464 or :9464), or empty to turn the listener off", c.HTTPAddr)
@@ -429,7 +428,7 @@ func (c *Config) validateService(p *problems) {
 // (bridge.Config.Validate, their one place), and adds each problem of a field keep
 // accepts in the words of the variables: "HERMES_BRIDGE_WORKERS=-1: must be at least
 // 1", the fields a rule compares with named by their variables too.
-func (c *Config) validateBridge(p *problems, specs []EndpointSpec, keep func(field string) bool) {
+func (c *Config) validateBridge(p *ConfigError, specs []EndpointSpec, keep func(field string) bool) {
 	bc := c.judgedConfig(specs)
 	var all interface{ Unwrap() []error }
 	if !errors.As(bc.Validate(), &all) {
@@ -451,14 +450,8 @@ func (c *Config) judgedConfig(specs []EndpointSpec) bridge.Config {
 	for i, s := range specs {
 		eps[i] = bridge.Endpoint{ID: s.ID, BaseURL: s.BaseURL, TenantID: s.TenantID, MaxConcurrency: s.MaxConcurrency}
 	}
-	read := c.BridgeConfig(eps, c.ReplicaID)
-	bc := read.WithDefaults()
-	from, to := reflect.ValueOf(read), reflect.ValueOf(&bc).Elem()
-	for _, f := range configFields() {
-		if v := to.FieldByName(f.Name); f.Default != "" && v.IsValid() {
-			v.Set(from.FieldByName(f.Name))
-		}
-	}
+	bc := c.BridgeConfig(eps, c.ReplicaID).WithDefaults()
+	c.copyTo(&bc, func(f field) bool { return f.Default != "" })
 	if c.EndpointsFile == "" && len(eps) == 1 {
 		bc.Endpoints[0].MaxConcurrency = eps[0].MaxConcurrency // HERMES_MAX_CONCURRENCY has a default
 	}
@@ -519,50 +512,29 @@ func (c *Config) setting(bc bridge.Config, field string) string {
 	return name + "=" + shown(name, value)
 }
 
-// storageType maps HERMES_BRIDGE_STORAGE.
-func (c *Config) storageType() jetstream.StorageType {
+// BridgeConfig maps c and the endpoints onto bridge.Config: every bridge field that a
+// variable sets takes the value of the Config field of the same name (the names
+// settingNames translates), HERMES_BRIDGE_STORAGE and HERMES_BRIDGE_PRE_APPROVALS are
+// mapped to Storage and NoPreApprovals. Zero values keep the bridge's own defaults.
+func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
+	bc := bridge.Config{Storage: jetstream.FileStorage, NoPreApprovals: !c.PreApprovals, Endpoints: eps}
 	if c.Storage == "memory" {
-		return jetstream.MemoryStorage
+		bc.Storage = jetstream.MemoryStorage
 	}
-	return jetstream.FileStorage
+	c.copyTo(&bc, func(field) bool { return true })
+	bc.ReplicaID = replicaID
+	return bc
 }
 
-// BridgeConfig maps c and the endpoints onto bridge.Config. Zero values keep the
-// bridge's own defaults.
-func (c *Config) BridgeConfig(eps []bridge.Endpoint, replicaID string) bridge.Config {
-	return bridge.Config{
-		Prefix:               c.Prefix,
-		ActionsStream:        c.ActionsStream,
-		OutputStream:         c.OutputStream,
-		DLQStream:            c.DLQStream,
-		Consumer:             c.Consumer,
-		Bucket:               c.Bucket,
-		KeysBucket:           c.KeysBucket,
-		ObjectBucket:         c.ObjectBucket,
-		OutputMaxAge:         c.OutputMaxAge,
-		DLQMaxAge:            c.DLQMaxAge,
-		ActionsMaxBytes:      int64(c.ActionsMaxBytes),
-		OutputMaxBytes:       int64(c.OutputMaxBytes),
-		DLQMaxBytes:          int64(c.DLQMaxBytes),
-		IdempotencyTTL:       c.IdempotencyTTL,
-		Storage:              c.storageType(),
-		Replicas:             c.Replicas,
-		Provision:            c.Provision,
-		AllowRetentionShrink: c.AllowRetentionShrink,
-		AckWait:              c.AckWait,
-		Heartbeat:            c.Heartbeat,
-		MaxDeliver:           c.MaxDeliver,
-		MaxAttempts:          c.MaxAttempts,
-		ApprovalTTL:          c.ApprovalTTL,
-		NoPreApprovals:       !c.PreApprovals,
-		BreakerThreshold:     c.BreakerThreshold,
-		BreakerCooldown:      c.BreakerCooldown,
-		BreakerMaxCooldown:   c.BreakerMaxCooldown,
-		Workers:              c.Workers,
-		MaxAckPending:        c.MaxAckPending,
-		ReplicaID:            replicaID,
-		ShutdownGrace:        c.ShutdownGrace,
-		Endpoints:            eps,
+// copyTo sets each field of bc named like a field f of Config that keep(f) accepts to
+// that field's value (converted: a byteSize to int64).
+func (c *Config) copyTo(bc *bridge.Config, keep func(field) bool) {
+	from, to := reflect.ValueOf(c).Elem(), reflect.ValueOf(bc).Elem()
+	for _, f := range configFields() {
+		v, dst := from.FieldByName(f.Name), to.FieldByName(f.Name)
+		if dst.IsValid() && keep(f) && v.Type().ConvertibleTo(dst.Type()) {
+			dst.Set(v.Convert(dst.Type()))
+		}
 	}
 }
 
@@ -602,18 +574,11 @@ func ReadEndpointsFile(path string) ([]EndpointSpec, error) {
 
 func parseEndpoints(data []byte, ext string) ([]EndpointSpec, error) {
 	trimmed := bytes.TrimSpace(data)
-	isJSON := false
-	switch strings.ToLower(ext) {
-	case ".json":
-		isJSON = true
-	case ".yaml", ".yml":
-	default:
-		isJSON = len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
-	}
 	if len(trimmed) == 0 {
 		return nil, errors.New("file is empty")
 	}
-	if !isJSON {
+	ext = strings.ToLower(ext)
+	if ext == ".yaml" || ext == ".yml" || ext != ".json" && trimmed[0] != '{' && trimmed[0] != '[' {
 		j, err := yaml.YAMLToJSON(data)
 		if err != nil {
 			return nil, fmt.Errorf("not valid YAML: %s", firstLine(err.Error()))
@@ -664,7 +629,7 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // EndpointSpecs returns the endpoints `run` serves: the endpoints file, the
 // HERMES_URL shortcut, or the default local Hermes (defaulted reports that case).
 func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err error) {
-	var p problems
+	var p ConfigError
 	shortcutKeys := []struct{ key, v string }{
 		{"HERMES_API_KEY", c.HermesAPIKey}, {"HERMES_API_KEY_FILE", c.HermesAPIKeyFile},
 		{"HERMES_TENANT_ID", c.HermesTenantID},
@@ -678,8 +643,8 @@ func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err erro
 				p.add("%s is set with HERMES_ENDPOINTS_FILE: it applies only to the single endpoint of HERMES_URL; set api_key_file, api_key_env or tenant_id in the file", k.key)
 			}
 		}
-		if len(p) > 0 {
-			return nil, false, p.err()
+		if err := p.err(); err != nil {
+			return nil, false, err
 		}
 		specs, err := ReadEndpointsFile(c.EndpointsFile)
 		if err != nil {
@@ -706,7 +671,7 @@ func (c *Config) EndpointSpecs() (specs []EndpointSpec, defaulted bool, err erro
 // validateSpecs checks what only the command knows of the endpoints: where their keys
 // come from (bridge.Config.Validate checks the rest, see validateBridge).
 func validateSpecs(specs []EndpointSpec, fromFile bool, environ map[string]string) error {
-	var p problems
+	var p ConfigError
 	for i, s := range specs {
 		if !fromFile {
 			if s.apiKey != "" {
@@ -778,10 +743,8 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 			out[key] = "[redacted]"
 		case fv.Kind() == reflect.String && (strings.HasSuffix(key, "_URL") || strings.HasSuffix(key, "_ENDPOINT")):
 			out[key] = redactURLs(fv.String())
-		case fv.Type() == reflect.TypeFor[time.Duration]():
-			out[key] = fv.Interface().(time.Duration).String()
-		case fv.Type() == reflect.TypeFor[byteSize]():
-			out[key] = fv.Interface().(byteSize).String()
+		case fv.Type().Implements(reflect.TypeFor[fmt.Stringer]()): // durations, sizes
+			out[key] = fv.Interface().(fmt.Stringer).String()
 		default:
 			out[key] = fv.Interface()
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,11 +45,7 @@ func crashHook(environ map[string]string) (func(bridge.Point, string), error) {
 		}
 	}
 	point := bridge.Point(name)
-	known := false
-	for _, p := range bridge.Points() {
-		known = known || p == point
-	}
-	if !known {
+	if !slices.Contains(bridge.Points(), point) {
 		return nil, fmt.Errorf("%s=%s: unknown point (one of %v)", crashEnv, v, bridge.Points())
 	}
 	var seen atomic.Int64

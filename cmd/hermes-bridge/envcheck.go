@@ -19,22 +19,23 @@ var ownPrefixes = []string{"HERMES_", "NATS_"}
 
 // unknownVariables returns, sorted by name, the variables of environ that start with
 // an own prefix and that no setting reads. The known names are the env tags of Config,
-// the variables of test builds (testBuildVariables) and extra (the api_key_env names
-// of the endpoints file).
-func unknownVariables(environ map[string]string, extra []string) []unknownVar {
-	var known []string
+// the variables of test builds (testBuildVariables) and the api_key_env names of the
+// endpoints specs.
+func unknownVariables(environ map[string]string, specs []EndpointSpec) []unknownVar {
+	known := slices.Clone(testBuildVariables)
 	for _, f := range configFields() {
 		known = append(known, f.Key)
 	}
-	known = append(known, testBuildVariables...)
-	known = append(known, extra...)
+	for _, s := range specs {
+		known = append(known, s.APIKeyEnv)
+	}
 	var out []unknownVar
 	for name := range environ {
 		if !slices.ContainsFunc(ownPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) ||
 			slices.Contains(known, name) {
 			continue
 		}
-		out = append(out, unknownVar{Name: name, Suggest: closestSetting(name, configFields())})
+		out = append(out, unknownVar{Name: name, Suggest: closestSetting(name)})
 	}
 	slices.SortFunc(out, func(a, b unknownVar) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -44,9 +45,9 @@ func unknownVariables(environ map[string]string, extra []string) []unknownVar {
 // are compared whole and without their HERMES_BRIDGE_ or HERMES_ prefix (so that
 // HERMES_NATS_PORT finds HERMES_BRIDGE_NATS_PORT), by edit distance with transpositions,
 // allowing 1 edit for short names, 2 up to 10 characters and 3 beyond.
-func closestSetting(name string, fields []field) string {
+func closestSetting(name string) string {
 	best, bestD := "", -1
-	for _, f := range fields {
+	for _, f := range configFields() {
 		d := editDistance(name, f.Key)
 		for _, a := range cores(name) {
 			for _, b := range cores(f.Key) {
@@ -108,18 +109,6 @@ func editDistance(a, b string) int {
 		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
-}
-
-// unknownOf returns the unknown variables of environ for `run` with endpoints specs
-// (whose api_key_env names are known).
-func unknownOf(environ map[string]string, specs []EndpointSpec) []unknownVar {
-	var extra []string
-	for _, s := range specs {
-		if s.APIKeyEnv != "" {
-			extra = append(extra, s.APIKeyEnv)
-		}
-	}
-	return unknownVariables(environ, extra)
 }
 
 // logUnknownVariables logs one warning per unknown variable: its name and the likely

@@ -26,7 +26,7 @@ func TestUnknownVariables(t *testing.T) {
 		"hermes_url":              "http://x",    // not ours (names are case-sensitive)
 		"HERMES_BRIDGE_LOG_LEVEL": "debug",       // known
 	}
-	got := unknownVariables(environ, []string{"HERMES_RESEARCH_KEY"})
+	got := unknownVariables(environ, []EndpointSpec{{APIKeyEnv: "HERMES_RESEARCH_KEY"}})
 	want := []unknownVar{
 		{"HERMES_APIKEY", "HERMES_API_KEY"},
 		{"HERMES_BRIDGE_ACK_WIAT", "HERMES_BRIDGE_ACK_WAIT"},

@@ -153,23 +153,13 @@ func cmdHelp(args []string, io stdio) int {
 		fmt.Fprint(io.out, usageTop)
 		return exitOK
 	}
+	if c, ok := clientCommands[args[0]]; ok {
+		c.help(io.out, args[0])
+		return exitOK
+	}
 	switch args[0] {
 	case "run":
 		printRunHelp(io.out)
-	case "call":
-		printFlagsHelp(io.out, usageCall, callFlags(&callOptions{}), examplesCall)
-	case "watch":
-		printFlagsHelp(io.out, usageWatch, watchFlags(&callOptions{}), examplesWatch)
-	case "pending":
-		printFlagsHelp(io.out, usagePending, pendingFlags(&approveOptions{}), examplesPending)
-	case "approve":
-		printFlagsHelp(io.out, usageApprove, approveFlags(&approveOptions{}), examplesApprove)
-	case "deny":
-		printFlagsHelp(io.out, usageDeny, denyFlags(&approveOptions{}), examplesDeny)
-	case "cancel":
-		printFlagsHelp(io.out, usageCancel, cancelFlags(&approveOptions{}), examplesCancel)
-	case "status":
-		printFlagsHelp(io.out, usageStatus, statusFlags(&statusOptions{}), examplesStatus)
 	case "version":
 		fmt.Fprint(io.out, usageVersion)
 	case "help":
@@ -332,16 +322,6 @@ func flagValueError(fs *flag.FlagSet, msg string) string {
 		return msg
 	}
 	return fmt.Sprintf("invalid %svalue %s for flag -%s: %s", m[1], m[2], m[3], want) // usageError writes --
-}
-
-// parseNoArgs is parseCommand for a command that takes no positional argument; hint is
-// appended to the error for one ("" or " (...)").
-func parseNoArgs(cmd string, fs *flag.FlagSet, args []string, sio stdio, help func(), hint string) (code int, ok bool) {
-	pos, code, ok := parseCommand(cmd, fs, args, sio, help)
-	if ok && len(pos) > 0 {
-		return usageError(sio.err, cmd, fmt.Sprintf("unexpected argument %q%s", pos[0], hint)), false
-	}
-	return code, ok
 }
 
 // usageError prints msg and a hint, and returns exitUsage.

@@ -33,27 +33,15 @@ func (cl *clientConn) callHint(id string, ack *jetstream.PubAck) func(context.Co
 func (cl *clientConn) consumerState(ctx context.Context, id string, ack *jetstream.PubAck) string {
 	stream, name := ack.Stream, cl.cfg.Consumer
 	subject := "$JS.API.CONSUMER.INFO." + stream + "." + name
-	lctx, cancel := context.WithTimeout(ctx, hintLookupTimeout)
+	rctx, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	lctx, cancel := context.WithTimeout(rctx, hintLookupTimeout)
 	defer cancel()
-	refused := make(chan *permissionError, 1)
-	stop := cl.guard.tolerateOn(subject, func(pe *permissionError) {
-		select {
-		case refused <- pe:
-		default:
-		}
-		cancel()
-	})
-	defer stop()
+	defer cl.guard.tolerateOn(subject, refused)()
 	c, err := cl.js.Consumer(lctx, stream, name)
 	if err != nil {
-		select {
-		case pe := <-refused:
-			who := "this NATS user"
-			if pe.user != "" {
-				who = fmt.Sprintf("NATS user %q", pe.user)
-			}
-			return fmt.Sprintf("cannot tell: %s may not read the consumer's info (publish to %s)", who, subject)
-		default:
+		if pe := (*permissionError)(nil); errors.As(context.Cause(rctx), &pe) {
+			return fmt.Sprintf("cannot tell: %s may not read the consumer's info (publish to %s)", pe.who(), subject)
 		}
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Sprintf("none is consuming: stream %s has no consumer %s, so no 'hermes-bridge run' has started on it (with this HERMES_BRIDGE_CONSUMER); one that starts picks the action up", stream, name)

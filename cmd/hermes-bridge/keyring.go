@@ -32,7 +32,7 @@ func (k *keySource) Key() string { return *k.val.Load() }
 // unreadable or invalid key file is an error naming the endpoint and the file path.
 func newKeyring(specs []EndpointSpec, environ map[string]string) (*keyring, error) {
 	r := &keyring{}
-	var errs []string
+	var problems ConfigError
 	for _, s := range specs {
 		ks := &keySource{endpoint: s.ID, file: s.APIKeyFile}
 		v := s.apiKey
@@ -40,7 +40,7 @@ func newKeyring(specs []EndpointSpec, environ map[string]string) (*keyring, erro
 		case s.APIKeyFile != "":
 			var err error
 			if v, err = readKeyFile(s.APIKeyFile); err != nil {
-				errs = append(errs, fmt.Sprintf("endpoint %q: %v", s.ID, err))
+				problems.add("endpoint %q: %v", s.ID, err)
 				continue
 			}
 		case s.APIKeyEnv != "":
@@ -49,8 +49,8 @@ func newKeyring(specs []EndpointSpec, environ map[string]string) (*keyring, erro
 		ks.val.Store(&v)
 		r.keys = append(r.keys, ks)
 	}
-	if len(errs) > 0 {
-		return nil, &ConfigError{Problems: errs}
+	if err := problems.err(); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

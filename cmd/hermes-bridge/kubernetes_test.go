@@ -525,7 +525,7 @@ func TestKubernetesVariablesAreSettings(t *testing.T) {
 		case ok, strings.HasPrefix(e.Name, "OTEL_"), slices.Contains(k8sRuntimeVariables, e.Name):
 		default:
 			hint := ""
-			if s := closestSetting(e.Name, configFields()); s != "" {
+			if s := closestSetting(e.Name); s != "" {
 				hint = " (did you mean " + s + "?)"
 			}
 			t.Errorf("Deployment: %s is not a variable of Config in cmd/hermes-bridge/config.go%s", e.Name, hint)

@@ -15,14 +15,18 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/rs/zerolog"
+
+	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
 // Exit statuses.
@@ -50,24 +54,13 @@ func main() {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	stopped := make(chan struct{})
 	go func() {
-		defer close(stopped)
-		// After the first signal the default behaviour is back, so a second one kills
-		// the process even if the graceful shutdown hangs.
-		defer signal.Stop(sigs)
-		select {
-		case sig := <-sigs:
-			cancel(signalReceived{sig})
-		case <-done:
-		}
+		cancel(signalReceived{<-sigs})
+		// The default behaviour is back, so a second signal kills the process even if
+		// the graceful shutdown hangs.
+		signal.Stop(sigs)
 	}()
-	code := Main(ctx, os.Args[1:], env.ToMap(os.Environ()), stdio{os.Stdin, os.Stdout, os.Stderr})
-	close(done)
-	<-stopped
-	cancel(nil)
-	os.Exit(code)
+	os.Exit(Main(ctx, os.Args[1:], env.ToMap(os.Environ()), stdio{os.Stdin, os.Stdout, os.Stderr}))
 }
 
 // signalReceived is the cause of main's context when a signal stopped the process.
@@ -93,23 +86,12 @@ func Main(ctx context.Context, args []string, environ map[string]string, io stdi
 		return exitUsage
 	}
 	cmd, rest := args[0], args[1:]
+	if c, ok := clientCommands[cmd]; ok {
+		return c.main(ctx, cmd, rest, environ, io)
+	}
 	switch cmd {
 	case "run":
 		return cmdRun(ctx, rest, environ, io)
-	case "call":
-		return cmdCall(ctx, rest, environ, io)
-	case "watch":
-		return cmdWatch(ctx, rest, environ, io)
-	case "pending":
-		return cmdPending(ctx, rest, environ, io)
-	case "approve":
-		return cmdApprove(ctx, rest, environ, io)
-	case "deny":
-		return cmdDeny(ctx, rest, environ, io)
-	case "cancel":
-		return cmdCancel(ctx, rest, environ, io)
-	case "status":
-		return cmdStatus(ctx, rest, environ, io)
 	case "version", "--version":
 		return cmdVersion(rest, io)
 	case "help", "-h", "-help", "--help":
@@ -118,4 +100,74 @@ func Main(ctx context.Context, args []string, environ map[string]string, io stdi
 		fmt.Fprintf(io.err, "hermes-bridge: unknown command %q\nRun 'hermes-bridge --help' for the list of commands.\n", cmd)
 		return exitUsage
 	}
+}
+
+// cmdOptions are the flags of the client commands; each command registers those it
+// takes (clientCommand.flags).
+type cmdOptions struct {
+	endpoint, op, input, prompt, key, tenant, actionID string // call
+	reason, approver, choice                           string // approve and deny
+	decision                                           string // events.DecisionApprove or events.DecisionDeny
+	timeout, wait                                      time.Duration
+	structured, noFollow, jsonOut, eventsOut, yes      bool
+	conn                                               connFlags
+}
+
+// clientCommand is a command that connects to NATS: its help, its flags (besides the
+// connection flags every one takes) and what it does.
+type clientCommand struct {
+	usage, examples string
+	flags           func(*flag.FlagSet, *cmdOptions)
+	// takesID says the command takes one action id; one that takes none appends
+	// argHint to the error for a positional argument.
+	takesID bool
+	argHint string
+	// run does the command once its arguments are parsed; id is "" for a command that
+	// takes none.
+	run func(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int
+}
+
+var clientCommands = map[string]clientCommand{
+	"call":    {usage: usageCall, examples: examplesCall, flags: callFlags, argHint: " (use --prompt or --input for the input)", run: cmdCall},
+	"watch":   {usage: usageWatch, examples: examplesWatch, flags: followFlags, takesID: true, run: cmdWatch},
+	"pending": {usage: usagePending, examples: examplesPending, flags: pendingFlags, run: cmdPending},
+	"approve": {usage: usageApprove, examples: examplesApprove, flags: approveFlags, takesID: true, run: cmdApprove},
+	"deny":    {usage: usageDeny, examples: examplesDeny, flags: denyFlags, takesID: true, run: cmdDeny},
+	"cancel":  {usage: usageCancel, examples: examplesCancel, flags: cancelFlags, takesID: true, run: cmdCancel},
+	"status":  {usage: usageStatus, examples: examplesStatus, flags: statusFlags, takesID: true, run: cmdStatus},
+}
+
+// flagSet returns the command's flags, bound to o.
+func (c clientCommand) flagSet(name string, o *cmdOptions) *flag.FlagSet {
+	fs := newFlagSet(name)
+	c.flags(fs, o)
+	o.conn.register(fs)
+	return fs
+}
+
+// help prints the command's help.
+func (c clientCommand) help(w io.Writer, name string) {
+	printFlagsHelp(w, c.usage, c.flagSet(name, &cmdOptions{}), c.examples)
+}
+
+// main parses the arguments of command name (flags, and the action id when it takes
+// one) and runs it.
+func (c clientCommand) main(ctx context.Context, name string, args []string, environ map[string]string, sio stdio) int {
+	var o cmdOptions
+	pos, code, ok := parseCommand(name, c.flagSet(name, &o), args, sio, func() { c.help(sio.out, name) })
+	switch {
+	case !ok:
+		return code
+	case !c.takesID && len(pos) > 0:
+		return usageError(sio.err, name, fmt.Sprintf("unexpected argument %q%s", pos[0], c.argHint))
+	case !c.takesID:
+		return c.run(ctx, "", &o, environ, sio)
+	case len(pos) == 0:
+		return usageError(sio.err, name, "missing the action id")
+	case len(pos) > 1:
+		return usageError(sio.err, name, fmt.Sprintf("unexpected argument %q (%s takes one action id)", pos[1], name))
+	case !events.ValidActionID(pos[0]):
+		return usageError(sio.err, name, "the action id must match [A-Za-z0-9_-]{1,128}")
+	}
+	return c.run(ctx, pos[0], &o, environ, sio)
 }

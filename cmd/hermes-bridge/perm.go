@@ -23,12 +23,16 @@ type permissionError struct {
 	err     error  // nats.go's error, wrapping nats.ErrPermissionViolation
 }
 
-func (e *permissionError) Error() string {
-	who := "this NATS user"
-	if e.user != "" {
-		who = fmt.Sprintf("NATS user %q", e.user)
+// who names the NATS user refused: "NATS user \"dashboard\"", or "this NATS user".
+func (e *permissionError) who() string {
+	if e.user == "" {
+		return "this NATS user"
 	}
-	msg := fmt.Sprintf("permission denied on %s: %s may not %s to %q", e.Subject, who, e.Op, e.Subject)
+	return fmt.Sprintf("NATS user %q", e.user)
+}
+
+func (e *permissionError) Error() string {
+	msg := fmt.Sprintf("permission denied on %s: %s may not %s to %q", e.Subject, e.who(), e.Op, e.Subject)
 	switch {
 	case e.Op == "subscribe" && strings.HasPrefix(e.Subject, e.inbox+"."):
 		if e.inbox == defaultInbox {
@@ -62,7 +66,7 @@ type permGuard struct {
 	mu       sync.Mutex
 	first    *permissionError
 	reported bool
-	tolerate map[string]func(*permissionError)
+	tolerate map[string]func(error)
 }
 
 // parse returns err as a permissionError, or nil if it is not a permission violation.
@@ -102,13 +106,14 @@ func (g *permGuard) handle(err error) bool {
 	return true
 }
 
-// tolerateOn makes a violation on subject call f instead of failing the command, until
-// the returned function is called (after which such a violation is ignored).
-func (g *permGuard) tolerateOn(subject string, f func(*permissionError)) (stop func()) {
+// tolerateOn makes a violation on subject call f with its *permissionError instead of
+// failing the command, until the returned function is called (after which such a
+// violation is ignored). f may be the cancel function of a context.WithCancelCause.
+func (g *permGuard) tolerateOn(subject string, f func(error)) (stop func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.tolerate == nil {
-		g.tolerate = map[string]func(*permissionError){}
+		g.tolerate = map[string]func(error){}
 	}
 	g.tolerate[subject] = f
 	return func() {

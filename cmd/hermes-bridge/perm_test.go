@@ -29,7 +29,7 @@ func TestPermGuard(t *testing.T) {
 
 	// A tolerated subject calls its handler and leaves the command alone.
 	var tolerated *permissionError
-	stop := g.tolerateOn("$JS.API.CONSUMER.INFO.HERMES_ACTIONS.hermes-bridge", func(pe *permissionError) { tolerated = pe })
+	stop := g.tolerateOn("$JS.API.CONSUMER.INFO.HERMES_ACTIONS.hermes-bridge", func(err error) { errors.As(err, &tolerated) })
 	if !g.handle(violation(`Permissions Violation for Publish to "$JS.API.CONSUMER.INFO.HERMES_ACTIONS.hermes-bridge"`)) {
 		t.Fatal("violation not recognised")
 	}

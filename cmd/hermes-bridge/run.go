@@ -36,9 +36,12 @@ const (
 )
 
 func cmdRun(ctx context.Context, args []string, environ map[string]string, io stdio) int {
-	if code, ok := parseNoArgs("run", newFlagSet("run"), args, io, func() { printRunHelp(io.out) },
-		" (run takes no arguments; configure it with environment variables)"); !ok {
+	pos, code, ok := parseCommand("run", newFlagSet("run"), args, io, func() { printRunHelp(io.out) })
+	switch {
+	case !ok:
 		return code
+	case len(pos) > 0:
+		return usageError(io.err, "run", fmt.Sprintf("unexpected argument %q (run takes no arguments; configure it with environment variables)", pos[0]))
 	}
 
 	p, err := prepareRun(environ)
@@ -84,7 +87,7 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	} else {
 		all.merge(validateSpecs(specs, cfg.EndpointsFile != "", environ))
 	}
-	if err := problems(all.Problems).err(); err != nil {
+	if err := all.err(); err != nil {
 		return nil, err
 	}
 	keys, err := newKeyring(specs, environ)
@@ -109,16 +112,13 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	bc.Hook = hook
 	bc.Version = versionString()
 	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc,
-		unknown: unknownOf(environ, specs)}, nil
+		unknown: unknownVariables(environ, specs)}, nil
 }
 
 // newLogger returns the root logger: JSON (or console) lines on w with the service
-// and replica fields.
+// and replica fields. cfg is validated (its log level parses).
 func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
-	if err != nil || lvl == zerolog.NoLevel {
-		lvl = zerolog.InfoLevel
-	}
+	lvl, _ := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
 	out := w
 	if cfg.LogFormat == "console" {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}

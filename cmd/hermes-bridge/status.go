@@ -19,29 +19,15 @@ import (
 // defaultStatusTimeout bounds the wait for a bridge's answer to a status request.
 const defaultStatusTimeout = 5 * time.Second
 
-type statusOptions struct {
-	jsonOut bool
-	timeout time.Duration
-	conn    connFlags
-}
-
-func statusFlags(o *statusOptions) *flag.FlagSet {
-	fs := newFlagSet("status")
+func statusFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print the bridge's reply as JSON")
 	fs.DurationVar(&o.timeout, "timeout", defaultStatusTimeout, "how long to wait for the bridge's answer")
-	o.conn.register(fs)
-	return fs
 }
 
 // cmdStatus asks the bridges' status endpoint (<prefix>.status) what the ledger knows
 // about an action and prints it. Exit status: 0 when the action is known, 1 when it is
 // unknown, 2 when no bridge answered, the request was refused or for usage errors.
-func cmdStatus(ctx context.Context, args []string, environ map[string]string, sio stdio) int {
-	var o statusOptions
-	id, code := parseIDArgs("status", statusFlags(&o), args, sio, usageStatus, examplesStatus)
-	if id == "" {
-		return code
-	}
+func cmdStatus(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	if o.timeout <= 0 {
 		return usageError(sio.err, "status", "--timeout must be positive")
 	}

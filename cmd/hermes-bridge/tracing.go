@@ -65,7 +65,7 @@ func (c *Config) traceProtocol() (key, value string) {
 
 // validateTracing checks the tracing variables when tracing is on. Messages name the
 // variable and never show a header's content.
-func (c *Config) validateTracing(p *problems) {
+func (c *Config) validateTracing(p *ConfigError) {
 	if !c.tracingEnabled() {
 		return
 	}

@@ -27,7 +27,7 @@ func (c *Config) uiEnabled() bool {
 	return false
 }
 
-func (c *Config) validateUI(p *problems) {
+func (c *Config) validateUI(p *ConfigError) {
 	switch c.UI {
 	case "auto", "true", "false":
 	default:

@@ -47,9 +47,9 @@ func TestValidateUI(t *testing.T) {
 		{map[string]string{"HERMES_BRIDGE_UI_NATS_USER": "dashboard", "HERMES_BRIDGE_UI_NATS_PASSWORD_FILE": pw}, ""},
 		{map[string]string{"HERMES_BRIDGE_UI_INBOX_PREFIX": "_INBOX.>"}, "HERMES_BRIDGE_UI_INBOX_PREFIX"},
 	} {
-		var p problems
+		var p ConfigError
 		mustLoadConfig(t, tc.env).validateUI(&p)
-		got := strings.Join(p, "\n")
+		got := strings.Join(p.Problems, "\n")
 		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 			t.Errorf("%v: problems %q, want %q", tc.env, got, tc.want)
 		}
