@@ -56,7 +56,6 @@ type driver struct {
 	ending  bool   // the job ended: a yield now is not a wait
 	waited  bool   // the job gave its slot back to wait: counted in the waiting gauge
 
-	running   *running           // this driver in the cancel registry
 	replyMu   sync.Mutex         // one cancel request at a time
 	onReply   func(state string) // answers the cancel request being stepped (EvCancel, KindCancel)
 	beating   bool
@@ -86,7 +85,7 @@ func (b *Bridge) newDriver(kind core.JobKind, id string, msg jetstream.Msg, md *
 func (d *driver) run(ctx context.Context, s *core.Start) {
 	d.spanCtx = ctx
 	s.Owner, s.Seed = d.owner, seed()
-	d.running = d.b.register(d)
+	d.b.register(d)
 	if m := d.b.metrics; m != nil {
 		m.inFlight.Inc()
 		if d.md != nil && d.md.NumDelivered > 1 {
