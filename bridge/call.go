@@ -238,7 +238,7 @@ func (d *driver) call(ctx context.Context) core.Event {
 		onEvent = pub.publish
 	}
 	hctx, hspan := b.tracing.startCall(ctx, d)
-	espan := b.tracing.startEvents(ctx, d)
+	espan := b.tracing.startEvents(d)
 	d.sent = time.Now()
 	res, err := ep.client.Send(hctx, d.prepared, onEvent)
 	b.metrics.observeCall(d, d.sent, res, err)
