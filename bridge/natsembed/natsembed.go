@@ -106,9 +106,7 @@ func Start(opts Options) (*Server, error) {
 	if opts.StoreDir == "" {
 		return nil, errors.New("natsembed: StoreDir is required")
 	}
-	if opts.Host == "" {
-		opts.Host = "127.0.0.1"
-	}
+	opts.Host = cmp.Or(opts.Host, "127.0.0.1")
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
 	}
@@ -147,9 +145,7 @@ func serverOptions(o Options, port, wsPort int) (*server.Options, error) {
 	if o.MaxPayload > 0 {
 		so.MaxPayload = o.MaxPayload
 	}
-	if o.ServerName != "" {
-		so.ServerName = o.ServerName
-	}
+	so.ServerName = cmp.Or(o.ServerName, so.ServerName)
 	if wsPort != 0 {
 		so.Websocket.Host = o.Host
 		so.Websocket.Port = wsPort
