@@ -38,14 +38,9 @@ func (b *breaker) abandon() {
 
 // done records the outcome of a call that allow let through.
 func (b *breaker) done(now time.Time, err error) {
-	failed, code := endpointFailure(err), ""
-	var he *hermes.Error
-	if errors.As(err, &he) {
-		code = he.Code
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.b.Done(now, failed, code) && b.onOpen != nil {
+	if b.b.Done(now, endpointFailure(err), errorCode(err)) && b.onOpen != nil {
 		b.onOpen()
 	}
 }
@@ -57,13 +52,8 @@ func (b *breaker) state(now time.Time) int {
 	return b.b.State(now)
 }
 
-// pausedFor reports whether the endpoint is paused at now, and for how long.
-func (b *breaker) pausedFor(now time.Time) (bool, time.Duration) {
-	ok, wait, _ := b.pause(now)
-	return ok, wait
-}
-
-// pause is pausedFor plus the error code of the failures that caused the pause.
+// pause reports whether the endpoint is paused at now, for how long, and the error
+// code of the failures that caused the pause.
 func (b *breaker) pause(now time.Time) (bool, time.Duration, string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

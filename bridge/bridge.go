@@ -169,19 +169,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	defer stopService()
 	// Heartbeats outlive the work context: deliveries finishing within the shutdown grace
 	// still need them. They stop once every handler has returned (drain).
-	beatCtx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
-	beatsDone := make(chan struct{})
-	go func() {
-		defer close(beatsDone)
-		b.beats.run(beatCtx)
-	}()
-	defer func() { stopBeats(); <-beatsDone }()
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		(&sweeper{b: b}).run(ctx)
-	}()
-	defer func() { <-sweepDone }()
+	defer goUntil(context.WithoutCancel(ctx), b.beats.run)()
+	defer goUntil(ctx, (&sweeper{b: b}).run)()
 
 	// pullHeartbeat bounds a delivery stall seen under bursts (1,000 actions at once): the
 	// iterator stopped asking for messages with none outstanding on the server, until it
@@ -208,13 +197,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info().Str("consumer", b.cfg.Consumer).Int("workers", b.cfg.Workers).
 		Int("endpoints", len(b.eps)).Msg("bridge started")
 	b.readyOnce.Do(func() { close(b.ready) })
-	sampleCtx, stopSample := context.WithCancel(ctx)
-	sampleDone := make(chan struct{})
-	go func() {
-		defer close(sampleDone)
-		b.metrics.sampleConsumer(sampleCtx, cons, b.cfg.MetricsInterval)
-	}()
-	defer func() { stopSample(); <-sampleDone }()
+	defer goUntil(ctx, func(ctx context.Context) { b.metrics.sampleConsumer(ctx, cons, b.cfg.MetricsInterval) })()
 
 	stop := context.AfterFunc(ctx, func() { b.draining.Store(true); it.Drain() })
 	defer stop()
@@ -258,6 +241,18 @@ loop:
 	pool.stop()
 	b.drain()
 	return nil
+}
+
+// goUntil runs f in a goroutine of its own with a context derived from ctx, and returns
+// the function that cancels that context and waits for f to return.
+func goUntil(ctx context.Context, f func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	return func() { cancel(); <-done }
 }
 
 // handBack stops the iterator and hands the deliveries it had prefetched back to the

@@ -221,11 +221,11 @@ func TestBreaker(t *testing.T) {
 		}
 		b.done(now, fail)
 	}
-	if paused, _ := b.pausedFor(now); paused {
+	if paused, _, _ := b.pause(now); paused {
 		t.Fatal("paused after 2 failures, threshold is 3")
 	}
 	b.done(now, fail)
-	paused, wait := b.pausedFor(now)
+	paused, wait, _ := b.pause(now)
 	if !paused || wait != time.Second {
 		t.Fatalf("after 3 failures: paused %v for %s, want 1s", paused, wait)
 	}
@@ -241,7 +241,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("half-open breaker let a second call through")
 	}
 	b.done(later, fail) // the probe fails: reopen with twice the cooldown
-	if _, wait := b.pausedFor(later); wait != 2*time.Second {
+	if _, wait, _ := b.pause(later); wait != 2*time.Second {
 		t.Fatalf("reopened for %s, want 2s", wait)
 	}
 	_, _, code := b.pause(later)
@@ -253,7 +253,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("second probe refused")
 	}
 	b.done(later, nil) // the probe succeeds: closed again
-	if paused, _ := b.pausedFor(later); paused {
+	if paused, _, _ := b.pause(later); paused {
 		t.Fatal("still paused after a successful probe")
 	}
 	if ok, _ := b.allow(later); !ok {

@@ -53,7 +53,7 @@ func timeoutFor(spec hermes.Spec, a *events.Action) time.Duration {
 func (a *actionInfo) identify(b *Bridge, ep, op string, perr, decodeErr error, data []byte, since time.Time) {
 	a.endpointID, a.op = ep, op
 	a.capID = events.CapabilityID(ep, op)
-	a.spec, _ = lookupOp(op)
+	a.spec, _ = LookupOperation(op)
 	a.ep = b.eps[ep]
 	var attrErr *events.AttributeError
 	switch {
@@ -109,7 +109,7 @@ func (d *driver) validate() *events.ErrorInfo {
 	if a.ep == nil {
 		return invalidAction("subject", fmt.Sprintf("unknown endpoint %q", a.endpointID))
 	}
-	if _, ok := lookupOp(a.op); !ok {
+	if _, ok := LookupOperation(a.op); !ok {
 		return invalidAction("subject", fmt.Sprintf("unknown operation %q", a.op))
 	}
 	act := a.action
@@ -169,7 +169,7 @@ func (d *driver) resume(e *core.Effect) core.Event {
 	}
 	d.act = actionInfo{env: &events.Envelope{ID: d.id, Data: raw}}
 	d.act.identify(d.b, ep, op, nil, nil, raw, d.b.now())
-	if _, known := lookupOp(op); !ok || !known || d.act.ep == nil || err != nil || d.act.action == nil {
+	if _, known := LookupOperation(op); !ok || !known || d.act.ep == nil || err != nil || d.act.action == nil {
 		d.act.invalid = invalidAction("", "the parked action cannot be resumed")
 	}
 	ev.Invalid = d.validate()
@@ -238,7 +238,7 @@ func (d *driver) call(ctx context.Context) core.Event {
 		onEvent = pub.publish
 	}
 	hctx, hspan := b.tracing.startCall(ctx, d)
-	espan := b.tracing.startEvents(ctx, d)
+	espan := b.tracing.startEvents(d)
 	d.sent = time.Now()
 	res, err := ep.client.Send(hctx, d.prepared, onEvent)
 	b.metrics.observeCall(d, d.sent, res, err)

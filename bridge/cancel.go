@@ -3,6 +3,8 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,14 +44,10 @@ const (
 // tombstoneRate is the sustained rate of stored cancels for unknown ids: 1,000 a minute.
 var tombstoneRate = rate.Every(60 * time.Millisecond)
 
-// running is a job being served by this replica.
-type running struct {
-	d *driver
-}
-
+// registry holds the jobs this replica runs, by action id, for cancel requests.
 type registry struct {
 	mu   sync.Mutex
-	jobs map[string][]*running
+	jobs map[string][]*driver
 	// answered holds the reply subjects this replica answered in the last
 	// answeredFor: both subscriptions may want to answer one request, and the
 	// deploy/ roles allow a replica one reply per request.
@@ -85,28 +83,20 @@ func (g *registry) firstAnswer(reply string) bool {
 }
 
 // register records d as running until unregister.
-func (b *Bridge) register(d *driver) *running {
-	r := &running{d: d}
+func (b *Bridge) register(d *driver) {
 	b.inflight.mu.Lock()
+	defer b.inflight.mu.Unlock()
 	if b.inflight.jobs == nil {
-		b.inflight.jobs = map[string][]*running{}
+		b.inflight.jobs = map[string][]*driver{}
 	}
-	b.inflight.jobs[d.id] = append(b.inflight.jobs[d.id], r)
-	b.inflight.mu.Unlock()
-	return r
+	b.inflight.jobs[d.id] = append(b.inflight.jobs[d.id], d)
 }
 
 // unregister takes d off the registry.
 func (b *Bridge) unregister(d *driver) {
 	b.inflight.mu.Lock()
 	defer b.inflight.mu.Unlock()
-	list := b.inflight.jobs[d.id]
-	for i, x := range list {
-		if x == d.running {
-			list = append(list[:i], list[i+1:]...)
-			break
-		}
-	}
+	list := slices.DeleteFunc(b.inflight.jobs[d.id], func(x *driver) bool { return x == d })
 	if len(list) == 0 {
 		delete(b.inflight.jobs, d.id)
 	} else {
@@ -118,16 +108,10 @@ func (b *Bridge) unregister(d *driver) {
 func (b *Bridge) drivers(id string) []*driver {
 	b.inflight.mu.Lock()
 	defer b.inflight.mu.Unlock()
-	var out []*driver
-	for k, list := range b.inflight.jobs {
-		if id != "" && k != id {
-			continue
-		}
-		for _, r := range list {
-			out = append(out, r.d)
-		}
+	if id != "" {
+		return slices.Clone(b.inflight.jobs[id])
 	}
-	return out
+	return slices.Concat(slices.Collect(maps.Values(b.inflight.jobs))...)
 }
 
 // cancelLocal passes a cancel request to this replica's jobs of id. It returns the

@@ -34,7 +34,7 @@ func TestCancelAnsweredOnceWhateverTheHandlersOrder(t *testing.T) {
 			b := &Bridge{nc: nc, subjects: events.Subjects{}, beats: newHeartbeats(time.Hour)}
 			id := "job-" + nats.NewInbox()[len("_INBOX."):]
 			d := newSteppedDriver(t, b, id)
-			d.running = b.register(d.driver)
+			b.register(d.driver)
 			unregister := func() { b.unregister(d.driver) }
 			defer unregister()
 			d.toSettling(t)

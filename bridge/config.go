@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -226,14 +227,12 @@ func (c Config) WithDefaults() Config {
 	def(&c.BreakerCooldown, 2*time.Second)
 	def(&c.ApprovalTTL, 15*time.Minute)
 	def(&c.BreakerMaxCooldown, time.Minute)
-	eps := make([]Endpoint, len(c.Endpoints))
-	copy(eps, c.Endpoints)
+	c.Endpoints = slices.Clone(c.Endpoints)
 	total := 0
-	for i := range eps {
-		def(&eps[i].MaxConcurrency, 10)
-		total += max(eps[i].MaxConcurrency, 0) // a negative one is refused by Validate
+	for i := range c.Endpoints {
+		def(&c.Endpoints[i].MaxConcurrency, 10)
+		total += max(c.Endpoints[i].MaxConcurrency, 0) // a negative one is refused by Validate
 	}
-	c.Endpoints = eps
 	def(&c.Workers, max(total, 1))
 	def(&c.MaxAckPending, DefaultMaxAckPending(c.Workers))
 	return c

@@ -44,7 +44,7 @@ func (b *Bridge) handle(ctx context.Context, msg jetstream.Msg, yield func()) {
 	s := &core.Start{Kind: core.KindAction, Action: d.act.core(env.ID), Delivery: int(md.NumDelivered),
 		Final: b.cfg.MaxDeliver > 0 && int(md.NumDelivered) >= b.cfg.MaxDeliver}
 	if d.act.ep != nil && d.act.invalid == nil {
-		if paused, wait := d.act.ep.brk.pausedFor(b.now()); paused {
+		if paused, wait, _ := d.act.ep.brk.pause(b.now()); paused {
 			s.PausedFor = wait
 		}
 	}

@@ -45,7 +45,7 @@ type driver struct {
 
 	mu       sync.Mutex
 	job      *core.Job
-	ops      map[uint64]opHandle // async operations in flight, for Abort
+	ops      map[uint64]stopOp // async operations in flight, for Abort
 	finished bool
 	fin      core.Effect // the job's EffFinish
 	done     chan struct{}
@@ -56,7 +56,6 @@ type driver struct {
 	ending  bool   // the job ended: a yield now is not a wait
 	waited  bool   // the job gave its slot back to wait: counted in the waiting gauge
 
-	running   *running           // this driver in the cancel registry
 	replyMu   sync.Mutex         // one cancel request at a time
 	onReply   func(state string) // answers the cancel request being stepped (EvCancel, KindCancel)
 	beating   bool
@@ -68,11 +67,9 @@ type driver struct {
 	pubEvents int64 // events the call published
 }
 
-// opHandle stops an async operation: its context, or its timer.
-type opHandle struct {
-	cancel context.CancelFunc
-	timer  *time.Timer
-}
+// stopOp stops an async operation: it cancels its context, or stops its timer and
+// reports whether the timer had not fired yet.
+type stopOp func() bool
 
 // newDriver returns the driver of a job of kind about action id.
 func (b *Bridge) newDriver(kind core.JobKind, id string, msg jetstream.Msg, md *jetstream.MsgMetadata) *driver {
@@ -86,7 +83,7 @@ func (b *Bridge) newDriver(kind core.JobKind, id string, msg jetstream.Msg, md *
 func (d *driver) run(ctx context.Context, s *core.Start) {
 	d.spanCtx = ctx
 	s.Owner, s.Seed = d.owner, seed()
-	d.running = d.b.register(d)
+	d.b.register(d)
 	if m := d.b.metrics; m != nil {
 		m.inFlight.Inc()
 		if d.md != nil && d.md.NumDelivered > 1 {
@@ -178,37 +175,25 @@ func (d *driver) step(ev core.Event, out []core.Effect) []core.Effect {
 	for _, e := range effs {
 		switch e.Kind {
 		case core.EffAbort:
-			if h, ok := d.ops[e.Op]; ok {
+			if stop, ok := d.ops[e.Op]; ok {
 				delete(d.ops, e.Op)
-				d.stop(e.Op, h)
+				// A timer that had not fired answers Aborted here; the other
+				// operations answer when they see their context cancelled.
+				if stop() {
+					go d.deliver(core.Event{Kind: core.EvTimer, Op: e.Op, Status: core.Aborted}, false)
+				}
 			}
 			continue
 		case core.EffFinish:
 			d.finished = true
-			for op, h := range d.ops {
-				delete(d.ops, op)
-				if h.cancel != nil {
-					h.cancel()
-				} else if h.timer != nil {
-					h.timer.Stop()
-				}
+			for _, stop := range d.ops {
+				stop()
 			}
+			clear(d.ops)
 		}
 		out = append(out, e)
 	}
 	return out
-}
-
-// stop aborts the operation op (under mu). A timer that had not fired answers
-// Aborted itself; the other operations answer when they see their context cancelled.
-func (d *driver) stop(op uint64, h opHandle) {
-	if h.cancel != nil {
-		h.cancel()
-		return
-	}
-	if h.timer != nil && h.timer.Stop() {
-		go d.deliver(core.Event{Kind: core.EvTimer, Op: op, Status: core.Aborted}, false)
-	}
 }
 
 // async registers op and returns its context (ended by Abort or the job's end), or
@@ -226,21 +211,16 @@ func (d *driver) async(op uint64, deadline time.Time) (context.Context, bool) {
 	} else {
 		ctx, cancel = context.WithDeadline(context.Background(), deadline)
 	}
-	if d.ops == nil {
-		d.ops = map[uint64]opHandle{}
-	}
-	d.ops[op] = opHandle{cancel: cancel}
+	d.addOp(op, func() bool { cancel(); return false })
 	return ctx, true
 }
 
 // opDone forgets op once it answered.
 func (d *driver) opDone(op uint64) {
 	d.mu.Lock()
-	if h, ok := d.ops[op]; ok {
+	if stop, ok := d.ops[op]; ok {
 		delete(d.ops, op)
-		if h.cancel != nil {
-			h.cancel()
-		}
+		stop()
 	}
 	d.mu.Unlock()
 }
@@ -279,13 +259,18 @@ func (d *driver) timer(e *core.Effect) {
 		return
 	}
 	op, t := e.Op, e.Timer
-	if d.ops == nil {
-		d.ops = map[uint64]opHandle{}
-	}
-	d.ops[op] = opHandle{timer: time.AfterFunc(max(time.Until(e.Until), 0), func() {
+	d.addOp(op, time.AfterFunc(max(time.Until(e.Until), 0), func() {
 		d.opDone(op)
 		d.deliver(core.Event{Kind: core.EvTimer, Op: op, Timer: t, Status: core.OK}, false)
-	})}
+	}).Stop)
+}
+
+// addOp registers the async operation op (under mu).
+func (d *driver) addOp(op uint64, stop stopOp) {
+	if d.ops == nil {
+		d.ops = map[uint64]stopOp{}
+	}
+	d.ops[op] = stop
 }
 
 // exec carries out e; an effect answered at once returns its answer.

@@ -31,7 +31,7 @@ func newSteppedDriver(t testing.TB, b *Bridge, id string) *steppedDriver {
 	}
 	d.act = actionInfo{endpointID: "primary", op: "session_chat", capID: "cap:hermes_agent:primary:session_chat",
 		deadline: time.Now().Add(time.Minute), env: &events.Envelope{ID: id}, action: act}
-	d.act.spec, _ = lookupOp(d.act.op)
+	d.act.spec, _ = LookupOperation(d.act.op)
 	s := &steppedDriver{driver: d}
 	s.feed(core.Event{Kind: core.EvDeliver, Start: &core.Start{Kind: core.KindAction, Owner: d.owner, Seed: 1,
 		Delivery: 1, Action: d.act.core(id)}})

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -97,12 +98,7 @@ const dlqMargin = 4 << 10
 // position, so a retried copy is stored once).
 func (b *Bridge) publishDLQ(msg jetstream.Msg, md *jetstream.MsgMetadata, reason string) error {
 	h := nats.Header{}
-	for k, v := range msg.Headers() {
-		if k == jetstream.MsgIDHeader {
-			continue
-		}
-		h[k] = v
-	}
+	maps.Copy(h, msg.Headers()) // its Nats-Msg-Id is replaced below
 	seq := fmt.Sprint(md.Sequence.Stream)
 	h.Set(events.HeaderDLQReason, reason)
 	h.Set(events.HeaderDLQSubject, msg.Subject())

@@ -194,7 +194,7 @@ func (m *metrics) settledAction(d *driver, status, code string) {
 	if _, known := d.b.eps[ep]; !known {
 		ep = "unknown"
 	}
-	if _, known := lookupOp(op); !known {
+	if _, known := LookupOperation(op); !known {
 		op = "unknown"
 	}
 	m.settled.WithLabelValues(ep, op, status, code).Inc()

@@ -19,8 +19,8 @@ const outputMargin = 16 << 10
 // the server's max payload and the bucket's max value size.
 func outputLimit(maxPayload, maxValue int) int {
 	limit := maxPayload
-	if maxValue > 0 && maxValue < limit {
-		limit = maxValue
+	if maxValue > 0 {
+		limit = min(limit, maxValue)
 	}
 	return max(limit-outputMargin, 1024)
 }

@@ -30,8 +30,9 @@ func Operations() []hermes.Spec {
 	return append(ops, runSpec)
 }
 
-// lookupOp returns the Spec of an operation the bridge serves and whether there is one.
-func lookupOp(op string) (hermes.Spec, bool) {
+// LookupOperation returns the Spec of an operation the bridge serves and whether there
+// is one.
+func LookupOperation(op string) (hermes.Spec, bool) {
 	if s, ok := hermes.Lookup(op); ok {
 		return s, true
 	}
@@ -43,6 +44,3 @@ func lookupOp(op string) (hermes.Spec, bool) {
 	}
 	return hermes.Spec{}, false
 }
-
-// LookupOperation is lookupOp for the command line.
-func LookupOperation(op string) (hermes.Spec, bool) { return lookupOp(op) }

@@ -51,9 +51,10 @@ type eventPublisher struct {
 	ctx  context.Context
 	stop context.CancelFunc
 
-	pending []jetstream.PubAckFuture // ring of outstanding futures, oldest at head
-	head    int
-	n       int
+	// pending holds the outstanding futures, oldest first, at most eventWindow. It
+	// grows with append: most streams are short, and a thousand concurrent streams
+	// should not each hold a full window.
+	pending []jetstream.PubAckFuture
 	ordered bool // after a failure: one confirmed publish at a time
 }
 
@@ -119,15 +120,6 @@ func (p *eventPublisher) fallBack(ctx context.Context, err error) error {
 	return nil
 }
 
-// grow doubles the ring (up to eventWindow), keeping the outstanding futures in order.
-func (p *eventPublisher) grow() {
-	next := make([]jetstream.PubAckFuture, min(2*len(p.pending), eventWindow))
-	for i := 0; i < p.n; i++ {
-		next[i] = p.pending[(p.head+i)%len(p.pending)]
-	}
-	p.pending, p.head = next, 0
-}
-
 // publish sends ev as event number p.seq. It blocks only when the window is full, or
 // after a failure (see eventPublisher and fastbatch.Publisher.Add).
 func (p *eventPublisher) publish(ev hermes.Event) error {
@@ -172,52 +164,31 @@ func (p *eventPublisher) publishAsync(ctx context.Context, m *nats.Msg) error {
 	if !p.ordered && p.d.b.nc.Status() != nats.CONNECTED {
 		p.ordered = true
 	}
-	if p.ordered {
-		if err := p.settle(ctx); err != nil {
+	if !p.ordered && len(p.pending) == eventWindow {
+		if err := p.awaitOldest(ctx); err != nil { // a failed oldest sets ordered
 			return err
 		}
-		return publishRetry(ctx, p.js, m)
 	}
-	// The ring starts small and grows up to eventWindow: most streams are short, and
-	// a thousand concurrent streams should not each hold a full window.
-	if p.pending == nil {
-		p.pending = make([]jetstream.PubAckFuture, 16)
-	}
-	if p.n == len(p.pending) && len(p.pending) < eventWindow {
-		p.grow()
-	}
-	if p.n == len(p.pending) {
-		if err := p.awaitOldest(ctx); err != nil {
-			return err
+	if !p.ordered {
+		f, err := p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
+		if err == nil {
+			p.pending = append(p.pending, f)
+			return nil
 		}
-		if p.ordered { // the oldest failed: no more pipelining
-			if err := p.settle(ctx); err != nil {
-				return err
-			}
-			return publishRetry(ctx, p.js, m)
-		}
+		p.ordered = true // could not even queue it: publish in order from now on
 	}
-	f, err := p.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
-	if err != nil {
-		// Could not even queue it: settle what is outstanding, then publish in order.
-		p.ordered = true
-		if err := p.settle(ctx); err != nil {
-			return err
-		}
-		return publishRetry(ctx, p.js, m)
+	if err := p.settle(ctx); err != nil {
+		return err
 	}
-	p.pending[(p.head+p.n)%len(p.pending)] = f
-	p.n++
-	return nil
+	return publishRetry(ctx, p.js, m)
 }
 
 // awaitOldest waits for the oldest outstanding publish; a failed one is republished
 // synchronously and switches the publisher to ordered mode.
 func (p *eventPublisher) awaitOldest(ctx context.Context) error {
-	f := p.pending[p.head]
-	p.pending[p.head] = nil
-	p.head = (p.head + 1) % len(p.pending)
-	p.n--
+	f := p.pending[0]
+	p.pending[0] = nil
+	p.pending = p.pending[1:]
 	select {
 	case <-f.Ok():
 		return nil
@@ -260,7 +231,7 @@ func (p *eventPublisher) flush(ctx context.Context) error {
 
 // settle waits until every asynchronous publish so far is stored, oldest first.
 func (p *eventPublisher) settle(ctx context.Context) error {
-	for p.n > 0 {
+	for len(p.pending) > 0 {
 		if err := p.awaitOldest(ctx); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
@@ -55,9 +56,7 @@ func clientErrorInfo(err error, safe bool) *events.ErrorInfo {
 	}
 	if len(he.Details) > 0 || he.RemoteCode != "" {
 		info.Details = make(map[string]any, len(he.Details)+1)
-		for k, v := range he.Details {
-			info.Details[k] = v
-		}
+		maps.Copy(info.Details, he.Details)
 		if he.RemoteCode != "" {
 			info.Details["remote_code"] = he.RemoteCode
 		}

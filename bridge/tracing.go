@@ -341,7 +341,7 @@ func endCall(span trace.Span, res *hermes.Result, err error) {
 
 // startEvents starts the span of publishing d's stream events (one span for all of
 // them) under the action's span.
-func (t *tracing) startEvents(_ context.Context, d *driver) trace.Span {
+func (t *tracing) startEvents(d *driver) trace.Span {
 	if !d.act.spec.Stream {
 		return nil
 	}

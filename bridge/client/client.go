@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -132,7 +133,7 @@ func (c *Client) Publish(ctx context.Context, endpoint, op string, a events.Acti
 // handed over whole; a failure to fetch one wraps [events.ErrRef].
 func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*events.EventData) error, onPending func(*events.Result)) (*events.Result, error) {
 	if !events.ValidActionID(actionID) {
-		return nil, fmt.Errorf("client: follow: action id must match [A-Za-z0-9_-]{1,128}")
+		return nil, invalidID("follow")
 	}
 	evSubj, resSubj := c.subjects.Events(actionID), c.subjects.Results(actionID)
 	cons, err := c.js.OrderedConsumer(ctx, c.stream, jetstream.OrderedConsumerConfig{
@@ -157,14 +158,11 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*even
 	defer it.Stop()
 	// Events are handed over in sequence order: after a NATS outage the stream may hold
 	// an event after later ones (see the bridge's event publisher); duplicates are dropped.
+	if onEvent == nil {
+		onEvent = func(*events.EventData) error { return nil }
+	}
 	var next int64
 	held := map[int64]*events.EventData{}
-	emit := func(ev *events.EventData) error {
-		if onEvent == nil {
-			return nil
-		}
-		return onEvent(ev)
-	}
 	deliver := func(ev *events.EventData) error {
 		switch {
 		case ev.Sequence < next:
@@ -175,7 +173,7 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*even
 		}
 		for ; ev != nil; ev = held[next] {
 			delete(held, ev.Sequence)
-			if err := emit(ev); err != nil {
+			if err := onEvent(ev); err != nil {
 				return err
 			}
 			next++
@@ -183,13 +181,8 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*even
 		return nil
 	}
 	flushHeld := func() error {
-		seqs := make([]int64, 0, len(held))
-		for q := range held {
-			seqs = append(seqs, q)
-		}
-		slices.Sort(seqs)
-		for _, q := range seqs {
-			if err := emit(held[q]); err != nil {
+		for _, q := range slices.Sorted(maps.Keys(held)) {
+			if err := onEvent(held[q]); err != nil {
 				return err
 			}
 		}
@@ -236,6 +229,11 @@ func (c *Client) Follow(ctx context.Context, actionID string, onEvent func(*even
 	}
 }
 
+// invalidID is the error of an operation given an action id that is not valid.
+func invalidID(op string) error {
+	return errors.New("client: " + op + ": action id must match [A-Za-z0-9_-]{1,128}")
+}
+
 // followInactive is the inactivity threshold of a follower's consumer.
 const followInactive = 30 * time.Second
 
@@ -263,7 +261,7 @@ func latest(m jetstream.Msg) bool {
 // NATS request/reply) and returns the bridge's reply. ctx bounds the wait.
 func (c *Client) Cancel(ctx context.Context, actionID string) (*events.CancelReply, error) {
 	if !events.ValidActionID(actionID) {
-		return nil, fmt.Errorf("client: cancel: action id must match [A-Za-z0-9_-]{1,128}")
+		return nil, invalidID("cancel")
 	}
 	m, err := c.js.Conn().RequestWithContext(ctx, c.subjects.Cancel(actionID), nil)
 	if err != nil {
@@ -281,7 +279,7 @@ func (c *Client) Cancel(ctx context.Context, actionID string) (*events.CancelRep
 // CloudEvent id). ap.DecidedAt defaults to now.
 func (c *Client) Decide(ctx context.Context, actionID string, ap events.Approval) error {
 	if !events.ValidActionID(actionID) {
-		return fmt.Errorf("client: decide: action id must match [A-Za-z0-9_-]{1,128}")
+		return invalidID("decide")
 	}
 	if ap.DecidedAt == nil {
 		now := time.Now().UTC()

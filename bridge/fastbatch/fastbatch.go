@@ -1,9 +1,11 @@
 package fastbatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -108,9 +110,9 @@ type Publisher struct {
 	replies chan *nats.Msg // the subscription's messages
 	timer   *time.Timer    // wait's, reused
 
-	// queue holds the events not yet confirmed stored: event number stored+i is
-	// queue.at(i); next is the number of the next event to come.
-	queue  msgQueue
+	// queue holds the events not yet confirmed stored, oldest first: event number
+	// stored+i is queue[i]; next is the number of the next event to come.
+	queue  []*nats.Msg
 	stored int64
 	next   int64
 	// failed is an event the server refused in a batch (-1: none): it is published
@@ -148,11 +150,8 @@ func New(nc *nats.Conn, cfg Config) *Publisher {
 // not possible: the caller publishes the events of Unconfirmed (m among them) another
 // way.
 func (b *Publisher) Add(ctx context.Context, m *nats.Msg) error {
-	if b.refused != nil {
-		return b.refused
-	}
-	if b.stalled != nil {
-		return b.stalled
+	if err := cmp.Or(b.refused, b.stalled); err != nil {
+		return err
 	}
 	if b.sub == nil {
 		// A channel subscription of our own size: a synchronous one would allocate
@@ -165,7 +164,7 @@ func (b *Publisher) Add(ctx context.Context, m *nats.Msg) error {
 		}
 		b.sub = sub
 	}
-	b.queue.push(m)
+	b.queue = append(b.queue, m)
 	b.next++
 	if b.refused != nil {
 		return b.refused
@@ -179,11 +178,8 @@ func (b *Publisher) Add(ctx context.Context, m *nats.Msg) error {
 // Flush returns once every event added is stored, in the order added, after ending the
 // batch; or an error (one wrapping ErrRefused: see Add).
 func (b *Publisher) Flush(ctx context.Context) error {
-	if b.refused != nil {
-		return b.refused
-	}
-	if b.stalled != nil {
-		return b.stalled
+	if err := cmp.Or(b.refused, b.stalled); err != nil {
+		return err
 	}
 	if b.sub == nil {
 		return nil // nothing was added
@@ -202,7 +198,7 @@ func (b *Publisher) Close() {
 }
 
 // Unconfirmed returns the events added and not confirmed stored, oldest first.
-func (b *Publisher) Unconfirmed() []*nats.Msg { return b.queue.all() }
+func (b *Publisher) Unconfirmed() []*nats.Msg { return slices.Clone(b.queue) }
 
 // window is how many messages of the batch may await their ack: batchAcksAhead flows
 // (the server's flow is at most the batchFlow asked for), at least batchMinWindow.
@@ -241,7 +237,7 @@ func (b *Publisher) drive(ctx context.Context, commit bool) error {
 			case at == b.failed:
 				b.end("an event was refused") // it is published alone once the batch ended
 			case b.sent-b.acked < b.window():
-				if err := b.send(ctx, b.queue.at(int(at-b.stored))); err != nil {
+				if err := b.send(ctx, b.queue[at-b.stored]); err != nil {
 					return err
 				}
 			default:
@@ -374,7 +370,7 @@ func (b *Publisher) confirm(n uint64) {
 	n = min(n, b.sent)
 	b.acked = max(b.acked, n)
 	if to := b.first + int64(n); to > b.stored {
-		b.queue.drop(int(to - b.stored))
+		b.drop(int(to - b.stored))
 		b.stored = to
 		if b.failed >= 0 && b.failed < b.stored {
 			b.failed = -1 // stored after all
@@ -392,14 +388,20 @@ func (b *Publisher) closeBatch() {
 	b.id = ""
 }
 
+// drop forgets the n oldest events of the queue (confirmed stored).
+func (b *Publisher) drop(n int) {
+	clear(b.queue[:n])
+	b.queue = b.queue[n:]
+}
+
 // publishFailed publishes the refused event alone (Config.Alone).
 func (b *Publisher) publishFailed(ctx context.Context) error {
-	m := b.queue.at(0)
+	m := b.queue[0]
 	m.Reply = ""
 	if err := b.cfg.Alone(ctx, m); err != nil {
 		return err
 	}
-	b.queue.drop(1)
+	b.drop(1)
 	b.stored++
 	b.failed = -1
 	return nil

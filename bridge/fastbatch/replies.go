@@ -126,28 +126,3 @@ func (b *Publisher) parseReply(subject string) (id string, seq uint64, op int, o
 	op, err2 := strconv.Atoi(o)
 	return id, seq, op, err == nil && err2 == nil
 }
-
-// msgQueue is a FIFO of messages.
-type msgQueue struct {
-	msgs []*nats.Msg
-	head int
-}
-
-func (q *msgQueue) push(m *nats.Msg) { q.msgs = append(q.msgs, m) }
-
-func (q *msgQueue) at(i int) *nats.Msg { return q.msgs[q.head+i] }
-
-// drop removes the n oldest messages.
-func (q *msgQueue) drop(n int) {
-	clear(q.msgs[q.head : q.head+n])
-	q.head += n
-	if q.head == len(q.msgs) {
-		q.msgs, q.head = q.msgs[:0], 0
-	} else if q.head >= 1024 && q.head*2 >= len(q.msgs) {
-		k := copy(q.msgs, q.msgs[q.head:])
-		clear(q.msgs[k:])
-		q.msgs, q.head = q.msgs[:k], 0
-	}
-}
-
-func (q *msgQueue) all() []*nats.Msg { return append([]*nats.Msg(nil), q.msgs[q.head:]...) }

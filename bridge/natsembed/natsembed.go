@@ -69,9 +69,6 @@ type Options struct {
 	// Logger receives the server's log lines. The zero value discards them.
 	// Fatal lines are logged at error level; they never exit the process.
 	Logger zerolog.Logger
-	// Debug and Trace enable the server's debug and protocol trace lines
-	// (both off by default; trace is very verbose).
-	Debug, Trace bool
 	// ReadyTimeout bounds the wait for readiness; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	// WebSocketPort, when not 0, enables a NATS WebSocket listener without TLS on Host
@@ -109,9 +106,7 @@ func Start(opts Options) (*Server, error) {
 	if opts.StoreDir == "" {
 		return nil, errors.New("natsembed: StoreDir is required")
 	}
-	if opts.Host == "" {
-		opts.Host = "127.0.0.1"
-	}
+	opts.Host = cmp.Or(opts.Host, "127.0.0.1")
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = DefaultReadyTimeout
 	}
@@ -150,18 +145,16 @@ func serverOptions(o Options, port, wsPort int) (*server.Options, error) {
 	if o.MaxPayload > 0 {
 		so.MaxPayload = o.MaxPayload
 	}
-	if o.ServerName != "" {
-		so.ServerName = o.ServerName
-	}
+	so.ServerName = cmp.Or(o.ServerName, so.ServerName)
 	if wsPort != 0 {
 		so.Websocket.Host = o.Host
 		so.Websocket.Port = wsPort
 		so.Websocket.NoTLS = true
 		so.Websocket.AllowedOrigins = o.WebSocketAllowedOrigins
 	}
-	so.NoSigs = true // the embedding process owns signals
-	so.NoLog = true  // logging goes through our adapter only
-	so.Debug, so.Trace = o.Debug, o.Trace
+	so.NoSigs = true                  // the embedding process owns signals
+	so.NoLog = true                   // logging goes through our adapter only
+	so.Debug, so.Trace = false, false // no debug or protocol trace lines, whatever the config file says
 	return so, nil
 }
 
@@ -176,7 +169,7 @@ func start(o Options, port, wsPort int) (*server.Server, int, error) {
 		return nil, 0, fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	lg := &logAdapter{l: o.Logger}
-	ns.SetLoggerV2(lg, o.Debug, o.Trace, false)
+	ns.SetLoggerV2(lg, false, false, false)
 
 	// Start is synchronous up to the accept loop: a listen failure or a
 	// JetStream failure has been reported through Fatalf when it returns.

@@ -16,6 +16,7 @@ package ui
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -119,9 +120,7 @@ func (h *Handler) Set(c Config) {
 	if c.HistoryMinutes <= 0 {
 		c.HistoryMinutes = DefaultHistoryMinutes
 	}
-	if c.InboxPrefix == "" {
-		c.InboxPrefix = DefaultInboxPrefix
-	}
+	c.InboxPrefix = cmp.Or(c.InboxPrefix, DefaultInboxPrefix)
 	c.Servers = append([]string(nil), c.Servers...)
 	h.cfg.Store(&c)
 }
