@@ -11,8 +11,6 @@ type cancelReq struct {
 	id      string
 	at      time.Time
 	replies []cancelReply
-	// stored: a KindCancel job answered it from the records.
-	stored *job
 }
 
 // cancelReply is one reply to a cancel request.
@@ -54,7 +52,6 @@ func (w *World) cancel(c *cancelReq) {
 	a := w.scen.byID[c.id]
 	j := w.newJob(q.inc, core.KindCancel, a, nil)
 	j.req = c
-	c.stored = j
 	w.post(j, core.Event{Kind: core.EvDeliver, Start: &core.Start{Kind: core.KindCancel, Owner: j.owner,
 		Seed: w.rnd.Uint64(), Action: &core.Action{ID: c.id}, AllowTombstone: !w.chance(0.05)}})
 }

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -167,26 +166,23 @@ func (w *World) note(j *job, e core.Effect) {
 	}
 }
 
-// deadLetter copies j's message to the DLQ (a write that may fail).
+// deadLetter copies j's message to the DLQ (a write that may fail), and counts the
+// decisions dead-lettered.
 func (w *World) deadLetter(j *job, e core.Effect) {
 	j.addOp(e)
 	w.after(w.storeLatency(), func() {
 		st := core.OK
-		if w.faults() && w.chance(w.p.pFailWrite) {
+		switch d := j.msg.dec; {
+		case w.faults() && w.chance(w.p.pFailWrite):
 			st = core.Failed
 			w.stats.FailedWrites++
-		} else {
-			w.js.dlq = append(w.js.dlq, fmt.Sprintf("%s %s: %s", j.kind, j.act.id, e.Reason))
-			if d := j.msg.dec; d != nil && !strings.HasPrefix(e.Reason, "panic") {
-				switch {
-				case strings.HasPrefix(d.MsgID, "stray-"):
-					w.stats.StrayDeadLettered++
-				case strings.Contains(d.MsgID, ":pending:"):
-					w.stats.RunDecisionsDeadLettered++
-				default:
-					w.stats.DecisionsDeadLettered++
-				}
-			}
+		case d == nil || strings.HasPrefix(e.Reason, "panic"):
+		case strings.HasPrefix(d.MsgID, "stray-"):
+			w.stats.StrayDeadLettered++
+		case strings.Contains(d.MsgID, ":pending:"):
+			w.stats.RunDecisionsDeadLettered++
+		default:
+			w.stats.DecisionsDeadLettered++
 		}
 		w.after(w.storeLatency(), func() { w.answer(j, e.Op, core.Event{Kind: core.EvDeadLettered, Status: st}) })
 	})

@@ -9,28 +9,24 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
-// hermes is the simulated Hermes Agent API. It counts the requests it receives (sends)
-// and the work it does (executions) per action id and, for unsafe operations, per
-// scoped idempotency key. A request may be refused by the 429 concurrency gate (no work
+// hermes is the simulated Hermes Agent API. It records the work it does (executions)
+// per action id and, for unsafe operations, per scoped idempotency key. A request may be refused by the 429 concurrency gate (no work
 // done), its connection refused (nothing sent), or its connection reset after the work
 // (the caller cannot know whether it ran). Governed runs (runs.go) are posted, followed
 // and stopped.
 type hermes struct {
-	w        *World
-	sends    map[string]int
-	execs    map[string]int
-	keyExecs map[string]int
-	// keyExecAt is when each execution under a scoped key happened.
-	keyExecAt map[string][]time.Time
+	w *World
+	// execAt is when each execution of an action happened, keyExecAt each one under a
+	// scoped key.
 	execAt    map[string][]time.Duration
+	keyExecAt map[string][]time.Time
 	runs      map[string]*hrun
 	runByKey  map[string]*hrun
-	runList   []*hrun
 }
 
 func newHermes(w *World) *hermes {
-	return &hermes{w: w, sends: map[string]int{}, execs: map[string]int{}, keyExecs: map[string]int{}, keyExecAt: map[string][]time.Time{},
-		execAt: map[string][]time.Duration{}, runs: map[string]*hrun{}, runByKey: map[string]*hrun{}}
+	return &hermes{w: w, execAt: map[string][]time.Duration{}, keyExecAt: map[string][]time.Time{},
+		runs: map[string]*hrun{}, runByKey: map[string]*hrun{}}
 }
 
 // netLatency is one way between a replica and Hermes.
@@ -38,22 +34,20 @@ func (h *hermes) netLatency() time.Duration {
 	return h.w.between(time.Millisecond, 20*time.Millisecond)
 }
 
-// executed counts the work done for a.
+// executed records the work done for a, and returns how many times it was done.
 func (h *hermes) executed(a *action) int {
 	n := 1
 	if h.w.sabotage == "double_exec" && !a.op.Safe {
 		n = 2
 	}
 	for range n {
-		h.execs[a.id]++
 		h.execAt[a.id] = append(h.execAt[a.id], rel(h.w.now).Round(time.Millisecond))
 		h.w.stats.Executions++
 		if !a.op.Safe && a.scoped != "" {
-			h.keyExecs[a.scoped]++
 			h.keyExecAt[a.scoped] = append(h.keyExecAt[a.scoped], h.w.now)
 		}
 	}
-	return h.execs[a.id]
+	return len(h.execAt[a.id])
 }
 
 // call carries out j's Call: the request reaches Hermes after a latency (a request
@@ -104,7 +98,6 @@ func (h *hermes) call(j *job, e core.Effect) {
 				Result: a.failed("transport", "connection refused", true, false)}, true, "transport")
 			return
 		}
-		h.sends[a.id]++
 		w.stats.Sends++
 		if w.faults() && w.chance(w.p.pRefuse) {
 			w.stats.Refusals++
@@ -214,7 +207,6 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			fail(&core.CallAnswer{NotStarted: true, Retryable: true, Result: a.failed("transport", "connection refused", true, false)}, true)
 			return
 		}
-		h.sends[a.id]++
 		w.stats.Sends++
 		if w.faults() && w.chance(w.p.pRefuse) {
 			w.stats.Refusals++

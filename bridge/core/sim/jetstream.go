@@ -16,7 +16,6 @@ import (
 type jetStream struct {
 	w      *World
 	msgs   []*message
-	dlq    []string
 	queued bool // a pump is scheduled
 }
 

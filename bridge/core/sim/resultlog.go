@@ -105,10 +105,9 @@ func (l *resultLog) all(id string) []*logMsg { return l.subjects[id] }
 // eventLog is the simulated events subjects: per action id, the numbers of the events
 // stored (Nats-Msg-Id <id>:<n> deduplicates a republish), in the order stored.
 type eventLog struct {
-	seq     *uint64
-	stored  map[string]map[int64]bool
-	order   map[string][]int64
-	publish int // publishes, duplicates included
+	seq    *uint64
+	stored map[string]map[int64]bool
+	order  map[string][]int64
 }
 
 func newEventLog(seq *uint64) *eventLog {
@@ -117,7 +116,6 @@ func newEventLog(seq *uint64) *eventLog {
 
 // put stores event n of id unless it is stored.
 func (e *eventLog) put(id string, n int64) {
-	e.publish++
 	s := e.stored[id]
 	if s == nil {
 		s = map[int64]bool{}

@@ -51,7 +51,7 @@ type runReader struct {
 func (h *hermes) startRun(a *action) *hrun {
 	w := h.w
 	h.executed(a)
-	r := &hrun{id: fmt.Sprintf("run-%s-%d", a.id, len(h.runList)+1), act: a, final: "completed"}
+	r := &hrun{id: fmt.Sprintf("run-%s-%d", a.id, len(h.runs)+1), act: a, final: "completed"}
 	if w.faults() && w.chance(w.p.pRunFail) {
 		w.stats.RunFails++
 		r.final = pick(&w.sched, "failed", "failed", "interrupted")
@@ -65,7 +65,6 @@ func (h *hermes) startRun(a *action) *hrun {
 		}
 	}
 	h.runs[r.id] = r
-	h.runList = append(h.runList, r)
 	if a.scoped != "" {
 		h.runByKey[a.scoped] = r
 	}

@@ -106,7 +106,6 @@ type scenario struct {
 	answered map[string]bool
 	// pendingDecisions counts decisions the approver scheduled and has not published.
 	pendingDecisions int
-	decisions        int
 }
 
 func newScenario(w *World) *scenario {
@@ -246,7 +245,6 @@ func (s *scenario) onPending(m *logMsg) {
 		n = 2
 	}
 	for i := range n {
-		s.decisions++
 		dec := &core.Decision{MsgID: fmt.Sprintf("dec-%s-%d", m.id, i), Approver: "ann", InputSHA256: out.InputSHA256}
 		kind := pick(&w.sched, "approve", "approve", "approve", "deny", "deny", "mismatch")
 		switch kind {

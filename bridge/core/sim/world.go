@@ -28,9 +28,6 @@ type Report struct {
 	Trace    []string
 }
 
-// Failed reports whether an invariant broke.
-func (r *Report) Failed() bool { return len(r.Failures) > 0 }
-
 // String is the report of a failing seed: failures, parameters, scenario and trace.
 func (r *Report) String() string {
 	var b strings.Builder
@@ -82,9 +79,8 @@ type World struct {
 func Run(seed uint64, opt Options) *Report {
 	w := newWorld(seed, opt)
 	w.run()
-	r := &Report{Seed: seed, Failures: w.failures, Stats: w.stats, Params: w.p.String(), Scenario: w.scen.lines,
+	return &Report{Seed: seed, Failures: w.failures, Stats: w.stats, Params: w.p.String(), Scenario: w.scen.lines,
 		Trace: w.tr.lines}
-	return r
 }
 
 func newWorld(seed uint64, opt Options) *World {
