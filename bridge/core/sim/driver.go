@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -73,12 +74,7 @@ func (j *job) findOp(op uint64) *pendingOp {
 }
 
 func (j *job) removeOp(p *pendingOp) {
-	for i, q := range j.ops {
-		if q == p {
-			j.ops = append(j.ops[:i], j.ops[i+1:]...)
-			return
-		}
-	}
+	j.ops = slices.DeleteFunc(j.ops, func(q *pendingOp) bool { return q == p })
 }
 
 // held reports whether j's events wait: j or its replica is paused.

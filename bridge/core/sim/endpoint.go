@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 )
 
@@ -27,7 +29,7 @@ func (w *World) admit(j *job, e core.Effect) {
 	ep := j.inc.ep
 	p := j.addOp(e)
 	p.ep = ep
-	ep.prune()
+	ep.waiters = slices.DeleteFunc(ep.waiters, func(wa *admitWait) bool { return wa.done || !wa.j.alive() })
 	if ep.inUse < ep.max && len(ep.waiters) == 0 {
 		w.grant(j, p, true)
 		return
@@ -73,19 +75,6 @@ func (w *World) grant(j *job, p *pendingOp, now bool) {
 	}
 	p.grant = ev.Status == core.OK
 	w.after(0, func() { w.answer(j, p.op, ev) })
-}
-
-// prune drops the waiters that stopped waiting (aborted, expired, or whose job ended).
-func (ep *endpoint) prune() {
-	n := 0
-	for _, wa := range ep.waiters {
-		if !wa.done && wa.j.alive() {
-			ep.waiters[n] = wa
-			n++
-		}
-	}
-	clear(ep.waiters[n:])
-	ep.waiters = ep.waiters[:n]
 }
 
 // free gives a slot back and grants it to the first admit waiting.

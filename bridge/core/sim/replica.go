@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -102,12 +103,7 @@ func (inc *incarnation) freeWorker(w *World) {
 }
 
 func (inc *incarnation) unregister(j *job) {
-	for i, x := range inc.jobs {
-		if x == j {
-			inc.jobs = append(inc.jobs[:i], inc.jobs[i+1:]...)
-			return
-		}
-	}
+	inc.jobs = slices.DeleteFunc(inc.jobs, func(x *job) bool { return x == j })
 }
 
 // replicaFault pauses, crashes or shuts down a random replica, and schedules the next

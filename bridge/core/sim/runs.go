@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -199,7 +200,7 @@ func (h *hermes) show(r *hrun, rd *runReader) {
 			break
 		}
 	}
-	h.dropReaders(r)
+	r.readers = slices.DeleteFunc(r.readers, func(rd *runReader) bool { return rd.done })
 }
 
 // ask shows the reader's job tool approval k (EvRunApproval: not an answer).
@@ -225,16 +226,4 @@ func (h *hermes) finishRead(r *hrun, rd *runReader, streamed bool) {
 		a.Status, a.Output, a.ErrText = r.status, r.output, r.errText
 	}
 	h.w.answer(rd.j, rd.op, core.Event{Kind: core.EvRun, Status: core.OK, Run: a})
-}
-
-func (h *hermes) dropReaders(r *hrun) {
-	n := 0
-	for _, rd := range r.readers {
-		if !rd.done {
-			r.readers[n] = rd
-			n++
-		}
-	}
-	clear(r.readers[n:])
-	r.readers = r.readers[:n]
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -232,19 +233,7 @@ func (w *World) fire(wa *watch, ev core.Event) {
 	}
 	wa.done = true
 	w.after(w.between(0, 2*time.Millisecond), func() { w.answer(wa.j, wa.op, ev) })
-	w.compactWatches()
-}
-
-func (w *World) compactWatches() {
-	n := 0
-	for _, wa := range w.watches {
-		if !wa.done {
-			w.watches[n] = wa
-			n++
-		}
-	}
-	clear(w.watches[n:])
-	w.watches = w.watches[:n]
+	w.watches = slices.DeleteFunc(w.watches, func(wa *watch) bool { return wa.done })
 }
 
 // onKVWrite wakes the watches of key.
