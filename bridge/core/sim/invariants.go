@@ -238,7 +238,7 @@ func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.T
 func (w *World) checkCancels(a *action, r *events.Result, execs int) {
 	start := w.lifeStart(a) // a life before it is forgotten
 	var h []kvVersion
-	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
+	for _, v := range w.kv.versions[kvstore.ActionKey(a.id)] {
 		if !v.written.Before(start) {
 			h = append(h, v)
 		}
@@ -277,7 +277,7 @@ func (w *World) checkCancels(a *action, r *events.Result, execs int) {
 // with an owner): a released or parked record has no owner to outwait.
 func (w *World) checkLeases() {
 	for _, k := range w.kv.everKeys("act.") {
-		vs := w.kv.history(k)
+		vs := w.kv.versions[k]
 		for i := 1; i < len(vs); i++ {
 			prev, cur := vs[i-1], vs[i]
 			switch {

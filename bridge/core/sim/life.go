@@ -34,27 +34,15 @@ func (w *World) terminal(id string) *logMsg {
 // result, and the record outlives the result). A message of it after that runs anew.
 func (w *World) lifeStart(a *action) time.Time {
 	key := kvstore.ActionKey(a.id)
-	vs := w.kv.history(key)
-	var terms []*logMsg
-	for _, m := range w.log.all(a.id) {
-		if m.terminal() {
-			terms = append(terms, m)
-		}
-	}
+	vs := w.kv.versions[key]
 	start := origin
-	for i, v := range vs {
-		if v.deleted {
-			continue
-		}
-		end := v.written.Add(w.kv.ttlOf(key))
-		if i+1 < len(vs) && vs[i+1].written.Before(end) {
-			continue // rewritten before it expired
-		}
+	for _, end := range w.kv.expiries(key) {
 		kept := false
-		for _, t := range terms {
-			kept = kept || (!t.at.After(end) && end.Before(t.at.Add(w.p.logMaxAge)))
+		for _, t := range w.log.all(a.id) {
+			kept = kept || (t.terminal() && !t.at.After(end) && end.Before(t.at.Add(w.p.logMaxAge)))
 		}
-		if !kept && i+1 < len(vs) && end.After(start) {
+		recreated := !vs[len(vs)-1].written.Before(end)
+		if !kept && recreated && end.After(start) {
 			start = end
 		}
 	}
@@ -91,7 +79,7 @@ func (w *World) explained(a *action) string {
 // written before end, that carries one.
 func (w *World) firstDecision(a *action, end time.Time) string {
 	start := w.lifeStart(a)
-	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
+	for _, v := range w.kv.versions[kvstore.ActionKey(a.id)] {
 		if !v.deleted && v.rec.Decision != "" && !v.written.Before(start) && v.written.Before(end) {
 			return v.rec.Decision
 		}
@@ -109,7 +97,7 @@ func (w *World) everRecordBefore(id string, end time.Time, f func(kvstore.Record
 	if a := w.scen.byID[id]; a != nil {
 		start = w.lifeStart(a) // in its life as the bridge remembers it
 	}
-	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
+	for _, v := range w.kv.versions[kvstore.ActionKey(id)] {
 		if !v.deleted && !v.written.Before(start) && (end.IsZero() || v.written.Before(end)) && f(v.rec) {
 			return true
 		}
