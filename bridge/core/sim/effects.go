@@ -15,9 +15,9 @@ import (
 func (w *World) apply(j *job, e core.Effect) {
 	switch e.Kind {
 	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete:
-		w.kvOp(j, e)
+		w.storeOp(j, e, w.applyKV)
 	case core.EffReadLog, core.EffAppend:
-		w.logOp(j, e)
+		w.storeOp(j, e, w.applyLog)
 	case core.EffAwaitMove, core.EffWaitTerminal:
 		w.await(j, e)
 	case core.EffAdmit:
@@ -49,7 +49,7 @@ func (w *World) apply(j *job, e core.Effect) {
 	case core.EffNote:
 		w.note(j, e)
 	case core.EffDeadLetter:
-		w.deadLetter(j, e)
+		w.storeOp(j, e, w.deadLetter)
 	case core.EffReplyCancel:
 		w.replyCancel(j, e.State)
 	case core.EffFinish:
@@ -166,24 +166,21 @@ func (w *World) note(j *job, e core.Effect) {
 	}
 }
 
-// deadLetter copies j's message to the DLQ (a write that may fail), and counts the
-// decisions dead-lettered.
-func (w *World) deadLetter(j *job, e core.Effect) {
-	j.addOp(e)
-	w.after(w.storeLatency(), func() {
-		st := core.OK
-		switch d := j.msg.dec; {
-		case w.faults() && w.chance(w.p.pFailWrite):
-			st = core.Failed
-			w.stats.FailedWrites++
-		case d == nil || strings.HasPrefix(e.Reason, "panic"):
-		case strings.HasPrefix(d.MsgID, "stray-"):
-			w.stats.StrayDeadLettered++
-		case strings.Contains(d.MsgID, ":pending:"):
-			w.stats.RunDecisionsDeadLettered++
-		default:
-			w.stats.DecisionsDeadLettered++
-		}
-		w.after(w.storeLatency(), func() { w.answer(j, e.Op, core.Event{Kind: core.EvDeadLettered, Status: st}) })
-	})
+// deadLetter copies j's message to the DLQ at the server (a write that may fail), and
+// counts the decisions dead-lettered.
+func (w *World) deadLetter(j *job, e core.Effect) core.Event {
+	ev := core.Event{Kind: core.EvDeadLettered, Status: core.OK}
+	switch d := j.msg.dec; {
+	case w.faults() && w.chance(w.p.pFailWrite):
+		ev.Status = core.Failed
+		w.stats.FailedWrites++
+	case d == nil || strings.HasPrefix(e.Reason, "panic"):
+	case strings.HasPrefix(d.MsgID, "stray-"):
+		w.stats.StrayDeadLettered++
+	case strings.Contains(d.MsgID, ":pending:"):
+		w.stats.RunDecisionsDeadLettered++
+	default:
+		w.stats.DecisionsDeadLettered++
+	}
+	return ev
 }
