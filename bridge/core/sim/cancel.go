@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -27,7 +28,7 @@ type cancelReply struct {
 // where another replica runs it (the record's cancel flag then reaches its owner).
 func (w *World) cancel(c *cancelReq) {
 	w.tr.printf("cancel", "request for %s", c.id)
-	q := w.readyReplica()
+	q := w.readyReplica(false)
 	for _, r := range w.reps {
 		if !r.inc.up {
 			continue
@@ -58,10 +59,7 @@ func (w *World) cancel(c *cancelReq) {
 
 // replyCancel records j's reply to the cancel request it handles.
 func (w *World) replyCancel(j *job, state string) {
-	c := j.answering
-	if c == nil {
-		c = j.req
-	}
+	c := cmp.Or(j.answering, j.req)
 	if c == nil {
 		w.failf("%s: EffReplyCancel %s with no cancel request to answer", j.owner, state)
 		return

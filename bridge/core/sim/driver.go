@@ -142,34 +142,29 @@ func (w *World) step(j *job, ev core.Event) {
 	w.exec(j, append([]core.Effect(nil), effs...), false)
 }
 
-func isStoreOp(k core.EffectKind) bool {
-	switch k {
-	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffReadLog, core.EffAppend:
-		return true
-	}
-	return false
-}
+// storeOps are the effects a job may crash or pause right before.
+var storeOps = []core.EffectKind{core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffReadLog, core.EffAppend}
 
 // exec carries out effs in order. A job may crash or pause right before a store
 // operation, and crash, pause or panic at a hook; a pause holds the rest of the batch
 // until it ends.
 func (w *World) exec(j *job, effs []core.Effect, skip bool) {
 	for i, e := range effs {
-		if isStoreOp(e.Kind) && !(i == 0 && skip) && w.faults() {
+		if slices.Contains(storeOps, e.Kind) && !(i == 0 && skip) && w.faults() {
 			switch {
 			case w.chance(w.p.pOpCrash):
-				w.crash(j, "before "+fmtEffect(e))
+				w.crash(j, "before "+form.Effect(e))
 				return
 			case w.chance(w.p.pOpPause):
-				w.pause(j, effs[i:], true, "before "+fmtEffect(e))
+				w.pause(j, effs[i:], true, "before "+form.Effect(e))
 				return
 			}
 		}
-		w.tr.printf(j.owner, "← %s", fmtEffect(e))
+		w.tr.printf(j.owner, "← %s", form.Effect(e))
 		w.apply(j, e)
 		if !j.alive() {
 			if i < len(effs)-1 && !j.dead {
-				w.failf("%s: effects after finish: %s", j.owner, fmtEffect(effs[i+1]))
+				w.failf("%s: effects after finish: %s", j.owner, form.Effect(effs[i+1]))
 			}
 			return
 		}
@@ -243,9 +238,7 @@ func (w *World) panicJob(j *job, point string, rest []core.Effect) {
 	w.dropOps(j)
 	for _, e := range rest {
 		if e.Kind == core.EffCall && j.slots > 0 {
-			j.slots--
-			j.inc.ep.brk.Abandon()
-			j.inc.ep.free(w)
+			w.unadmit(j)
 		}
 	}
 	j.q = append([]item{{ev: core.Event{Kind: core.EvPanic}}}, j.q...)
@@ -271,9 +264,7 @@ func (w *World) withdraw(j *job, p *pendingOp) {
 	}
 	if p.grant {
 		p.grant = false
-		j.slots--
-		p.ep.brk.Abandon()
-		p.ep.free(w)
+		w.unadmit(j)
 	}
 }
 
@@ -281,9 +272,8 @@ func (w *World) withdraw(j *job, p *pendingOp) {
 func (w *World) release(j *job) {
 	w.dropOps(j)
 	j.beatOn = false
-	for ; j.slots > 0; j.slots-- {
-		j.inc.ep.brk.Abandon()
-		j.inc.ep.free(w)
+	for j.slots > 0 {
+		w.unadmit(j)
 	}
 	if j.worker {
 		j.worker = false

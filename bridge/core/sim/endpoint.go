@@ -91,8 +91,8 @@ func (ep *endpoint) free(w *World) {
 	}
 }
 
-// unadmit carries out j's Unadmit: a slot no call used goes back, and the breaker
-// forgets the admission.
+// unadmit carries out j's Unadmit, and gives back what a job ending or panicking holds:
+// a slot no call used goes back, and the breaker forgets the admission.
 func (w *World) unadmit(j *job) {
 	if j.slots == 0 {
 		w.failf("%s: EffUnadmit without an endpoint slot", j.owner)

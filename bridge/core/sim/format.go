@@ -5,16 +5,12 @@ import (
 	"strings"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
-	"github.com/hermes-bridge/hermes-bridge/events"
-	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // The trace's one-line forms of events, effects, records and results.
 
 // form is how the trace shows effects and records.
 var form = core.Form{Origin: origin, Short: short}
-
-func fmtRec(r kvstore.Record) string { return form.Record(r) }
 
 // short shortens a hash or hashed key for the trace.
 func short(s string) string {
@@ -27,13 +23,9 @@ func short(s string) string {
 	return s
 }
 
-func fmtResult(r *events.Result) string { return core.FormatResult(r) }
-
 func fmtLog(le core.LogEntry) string {
-	return fmt.Sprintf("seq=%d by=%s %s", le.Seq, le.By, fmtResult(le.Result))
+	return fmt.Sprintf("seq=%d by=%s %s", le.Seq, le.By, core.FormatResult(le.Result))
 }
-
-func fmtEffect(e core.Effect) string { return form.Effect(e) }
 
 func fmtEvent(ev core.Event) string {
 	op := ""
@@ -67,7 +59,7 @@ func fmtEvent(ev core.Event) string {
 			s += fmt.Sprintf(" rev=%d", ev.Rev)
 		}
 		if ev.Entry.Key != "" {
-			s += fmt.Sprintf(" %s@%d %s", short(ev.Entry.Key), ev.Entry.Revision, fmtRec(ev.Entry.Record))
+			s += fmt.Sprintf(" %s@%d %s", short(ev.Entry.Key), ev.Entry.Revision, form.Record(ev.Entry.Record))
 		}
 	case core.EvLog, core.EvWait:
 		s += " " + ev.Status.String()
@@ -113,7 +105,7 @@ func fmtCall(c *core.CallAnswer) string {
 	if c.RetryAfter > 0 {
 		f = append(f, "retry_after="+c.RetryAfter.String())
 	}
-	return strings.Join(append(f, fmtResult(c.Result)), " ")
+	return strings.Join(append(f, core.FormatResult(c.Result)), " ")
 }
 
 func fmtRun(a *core.RunAnswer) string {

@@ -154,29 +154,19 @@ func (h *hermes) run(j *job, e core.Effect) {
 		w.after(h.netLatency(), func() {
 			ev := core.Event{Kind: core.EvRun, Status: core.OK, Run: &core.RunAnswer{}}
 			r := h.runs[req.RunID]
-			switch req.Op {
-			case core.RunCapabilities:
+			switch {
+			case req.Op == core.RunCapabilities:
 				ev.Run.Durable = w.p.durableRuns
-			case core.RunStoredEvents:
+			case req.Op == core.RunStoredEvents:
 				ev.Run.Next = w.evs.next(j.act.id)
-			case core.RunStatus:
-				if r == nil {
-					ev.Status = core.NotFound
-					break
-				}
+			case r == nil: // RunStatus, RunStop, RunApprove
+				ev.Status = core.NotFound
+			case req.Op == core.RunStatus:
 				ev.Run.Status, ev.Run.Output, ev.Run.ErrText = r.status, r.output, r.errText
 				ev.Run.LastEvent, ev.Run.ToolsRan = r.lastEvent, r.toolsRan
-			case core.RunStop:
-				if r == nil {
-					ev.Status = core.NotFound
-					break
-				}
+			case req.Op == core.RunStop:
 				h.stop(r)
-			case core.RunApprove:
-				if r == nil {
-					ev.Status = core.NotFound
-					break
-				}
+			case req.Op == core.RunApprove:
 				h.approve(r, req.Choice)
 			}
 			w.after(h.netLatency(), func() { w.answer(j, e.Op, ev) })

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
@@ -39,7 +40,7 @@ func (w *World) check() {
 		for _, rep := range c.replies {
 			if rep.state == "cancelled" && t != nil && t.result.Status != events.StatusCancelled {
 				w.stats.CancelsIgnored++
-				w.tr.printf("check", "a cancel of %s was answered cancelled by %s, but it settled %s", c.id, rep.by, fmtResult(t.result))
+				w.tr.printf("check", "a cancel of %s was answered cancelled by %s, but it settled %s", c.id, rep.by, core.FormatResult(t.result))
 				break
 			}
 		}
@@ -94,7 +95,7 @@ func (w *World) checkAction(a *action) {
 		// A second one after the first aged out (its record still kept: a delivery then
 		// says what the record knows) is not two at once.
 		w.failf("%s: %d terminal results stored: %s by %s and %s by %s", a.id, len(terms),
-			fmtResult(terms[0].result), terms[0].by, fmtResult(terms[1].result), terms[1].by)
+			core.FormatResult(terms[0].result), terms[0].by, core.FormatResult(terms[1].result), terms[1].by)
 	}
 	// A pending result stored while a terminal one was kept fails (one after that aged
 	// out belongs to a run of an action the records say never ran: a replay's).
@@ -112,7 +113,7 @@ func (w *World) checkAction(a *action) {
 		w.stats.Parked++
 	}
 	unsafe := !a.op.Safe
-	if n := w.execsInLife(a); unsafe && n > 1 {
+	if n := w.execsBefore(a, time.Time{}); unsafe && n > 1 {
 		w.failf("%s: an unsafe action executed %d times%s", a.id, n, w.republished(a))
 	}
 	// What r says is judged by the executions until it aged out (a delivery after that
@@ -137,13 +138,13 @@ func (w *World) checkAction(a *action) {
 		}
 	case !uncertain(r):
 		if unsafe && execs != 0 && !w.checkRunTruth(a, r) {
-			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), execs, w.republished(a))
+			w.failf("%s: certain %s, but executed %d times%s", a.id, core.FormatResult(r), execs, w.republished(a))
 		}
 	}
 	if a.invalid != 0 && (execs != 0 || r.Error == nil ||
 		(r.Error.Code != "invalid_action" && r.Status != events.StatusCancelled && details(r)["reason"] != "panic")) {
 		w.failf("%s: an invalid action (%s) executed %d times and settled %s", a.id,
-			[...]string{"", "envelope", "validation"}[a.invalid], execs, fmtResult(r))
+			[...]string{"", "envelope", "validation"}[a.invalid], execs, core.FormatResult(r))
 	}
 	w.checkApproval(a, r, execs, terms[0].at.Add(w.p.logMaxAge))
 	w.checkCancels(a, r, execs)
@@ -204,7 +205,7 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 		w.failf("%s: reports run %s %q, but it ended %q", a.id, id, status, run.status)
 	case status == "cancelled" && run.toolsRan && !uncertain(r):
 		// The core's rule: a cancelled run is uncertain when its tools ran.
-		w.failf("%s: run %s was cancelled after its tools ran, but settled certain %s", a.id, id, fmtResult(r))
+		w.failf("%s: run %s was cancelled after its tools ran, but settled certain %s", a.id, id, core.FormatResult(r))
 	}
 	return true
 }
@@ -214,7 +215,7 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 // settles the action (or a cancel flag that came after it does).
 func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.Time) {
 	first := w.firstDecision(a, end)
-	parked := w.everRecord(a.id, func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
+	parked := w.everRecordBefore(a.id, time.Time{}, func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
 	if a.op.Approval && execs > 0 {
 		switch {
 		case parked && first != kvstore.DecisionApprove:
@@ -226,9 +227,9 @@ func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.T
 	if first != "" && first != kvstore.DecisionApprove {
 		// Settled by that decision, or by a cancel request that came after it (through
 		// the record's flag or a replica's job), or by a panic.
-		want := decisionCode(first)
+		want := decisionCodes[first]
 		if r.Error == nil || (r.Error.Code != want && !(r.Error.Code == "cancelled" && w.cancelled(a)) && !panicked(r)) {
-			w.failf("%s: first decision %s, but settled %s", a.id, first, fmtResult(r))
+			w.failf("%s: first decision %s, but settled %s", a.id, first, core.FormatResult(r))
 		}
 	}
 }
@@ -248,7 +249,7 @@ func (w *World) checkCancels(a *action, r *events.Result, execs int) {
 	}
 	if h[0].rec.State == kvstore.StateSettled {
 		if execs != 0 || (r.Status != events.StatusCancelled && !panicked(r)) {
-			w.failf("%s: cancelled before it came, but executed %d times and settled %s%s", a.id, execs, fmtResult(r), w.republished(a))
+			w.failf("%s: cancelled before it came, but executed %d times and settled %s%s", a.id, execs, core.FormatResult(r), w.republished(a))
 		}
 		return
 	}
@@ -339,7 +340,7 @@ func (w *World) checkKeys() {
 			}
 			or := ot.result
 			if or.Status != r.Status || string(or.Output) != string(r.Output) || errJSON(or.Error) != errJSON(r.Error) {
-				w.failf("%s replays %s as %s, but %s settled %s", a.id, o.id, fmtResult(r), o.id, fmtResult(or))
+				w.failf("%s replays %s as %s, but %s settled %s", a.id, o.id, core.FormatResult(r), o.id, core.FormatResult(or))
 			}
 		case r.Error != nil && r.Error.Code == "idempotency_conflict":
 			w.stats.Conflicts++
@@ -378,7 +379,7 @@ func (w *World) checkLive() {
 		}
 		switch {
 		case t != nil && v.rec.State == kvstore.StateParked:
-			w.failf("%s: record left parked after its result %s", id, fmtResult(t.result))
+			w.failf("%s: record left parked after its result %s", id, core.FormatResult(t.result))
 		case t == nil && v.rec.State != kvstore.StateSettled && w.explained(a) == "":
 			w.failf("%s: record left %s with no result", id, v.rec.State)
 		}

@@ -49,9 +49,6 @@ func (w *World) lifeStart(a *action) time.Time {
 	return start
 }
 
-// execsInLife counts a's executions since its life began (lifeStart).
-func (w *World) execsInLife(a *action) int { return w.execsBefore(a, time.Time{}) }
-
 // execsBefore counts a's executions since its life began and before end (zero: all).
 func (w *World) execsBefore(a *action, end time.Time) int {
 	since := rel(w.lifeStart(a))
@@ -87,11 +84,8 @@ func (w *World) firstDecision(a *action, end time.Time) string {
 	return ""
 }
 
-func (w *World) everRecord(id string, f func(kvstore.Record) bool) bool {
-	return w.everRecordBefore(id, time.Time{}, f)
-}
-
-// everRecordBefore is everRecord for the versions written before end (zero: all).
+// everRecordBefore reports whether a version of id's record in its life (lifeStart),
+// written before end (zero: any), satisfies f.
 func (w *World) everRecordBefore(id string, end time.Time, f func(kvstore.Record) bool) bool {
 	start := origin
 	if a := w.scen.byID[id]; a != nil {
@@ -105,20 +99,9 @@ func (w *World) everRecordBefore(id string, end time.Time, f func(kvstore.Record
 	return false
 }
 
-// decisionCode is the error code a first decision other than approve settles with.
-func decisionCode(d string) string {
-	switch d {
-	case kvstore.DecisionDeny:
-		return "approval_denied"
-	case kvstore.DecisionExpired:
-		return "approval_expired"
-	case kvstore.DecisionMismatch:
-		return "approval_mismatch"
-	case kvstore.DecisionCancel:
-		return "cancelled"
-	}
-	return ""
-}
+// decisionCodes are the error codes a first decision other than approve settles with.
+var decisionCodes = map[string]string{kvstore.DecisionDeny: "approval_denied", kvstore.DecisionExpired: "approval_expired",
+	kvstore.DecisionMismatch: "approval_mismatch", kvstore.DecisionCancel: "cancelled"}
 
 func uncertain(r *events.Result) bool { return r.Error != nil && r.Error.UncertainOutcome }
 

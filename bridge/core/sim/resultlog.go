@@ -15,10 +15,9 @@ import (
 // ever stored is kept (aged out or not) for the invariants, and every stored message,
 // and only those, is handed to the live subscribers as it is stored.
 type resultLog struct {
-	maxAge    time.Duration
-	dupWindow time.Duration
-	seq       *uint64 // the output stream's sequence, shared with the events
-	subjects  map[string][]*logMsg
+	maxAge   time.Duration
+	seq      *uint64 // the output stream's sequence, shared with the events
+	subjects map[string][]*logMsg
 	// live receives each message as it is stored (the approver, the watchers).
 	live func(m *logMsg)
 	// noCAS ignores the expected sequence (a sabotage for the tests).
@@ -38,8 +37,8 @@ type logMsg struct {
 
 func (m *logMsg) terminal() bool { return m.result.Status != events.StatusPendingApproval }
 
-func newResultLog(maxAge, dupWindow time.Duration, seq *uint64) *resultLog {
-	return &resultLog{maxAge: maxAge, dupWindow: dupWindow, seq: seq, subjects: map[string][]*logMsg{}}
+func newResultLog(maxAge time.Duration, seq *uint64) *resultLog {
+	return &resultLog{maxAge: maxAge, seq: seq, subjects: map[string][]*logMsg{}}
 }
 
 // kept reports whether m is still in the stream at now.
@@ -61,7 +60,7 @@ func (l *resultLog) last(id string, now time.Time) *logMsg {
 // compares the stored message's owner header).
 func (l *resultLog) append(id string, r *events.Result, msgID string, expect uint64, owner string, now time.Time) (core.Status, uint64) {
 	for _, m := range l.subjects[id] {
-		if m.id == msgID && now.Sub(m.at) < l.dupWindow {
+		if m.id == msgID && now.Sub(m.at) < dupWindow {
 			if m.by == owner {
 				return core.OK, m.seq
 			}

@@ -25,7 +25,6 @@ type hrun struct {
 	errText  string
 	toolsRan bool
 	waiting  int // the tool approval it waits for (0: none)
-	asked    int
 	stopping bool
 	readers  []*runReader
 	// lastEvent is the kind of the last event emitted.
@@ -61,8 +60,7 @@ func (h *hermes) startRun(a *action) *hrun {
 	for i := range n {
 		r.plan = append(r.plan, runEv{kind: "message.delta"})
 		if i < a.tools {
-			r.asked++
-			r.plan = append(r.plan, runEv{kind: "approval.request", approval: r.asked})
+			r.plan = append(r.plan, runEv{kind: "approval.request", approval: i + 1})
 		}
 	}
 	h.runs[r.id] = r

@@ -89,12 +89,12 @@ func newWorld(seed uint64, opt Options) *World {
 	w.p = drawParams(&w.sched)
 	w.cfg = coreConfig(w.p.maxAttempts)
 	w.kv = newBucket(w.p.ttl, w.p.recordsTTL)
-	w.log = newResultLog(w.p.logMaxAge, dupWindow, &w.streamq)
+	w.log = newResultLog(w.p.logMaxAge, &w.streamq)
 	w.log.noCAS = w.sabotage == "no_cas"
 	w.log.live = w.onStored
 	w.evs = newEventLog(&w.streamq)
 	w.herm = newHermes(w)
-	w.js = newJetStream(w)
+	w.js = &jetStream{w: w}
 	for i := range w.p.replicas {
 		w.reps = append(w.reps, newReplica(w, i))
 	}
@@ -149,16 +149,11 @@ func (w *World) run() {
 // terminated or exhausted, no job runs, the approver has nothing left to send, and
 // every action has its terminal result or an explanation.
 func (w *World) quiescent() bool {
-	if w.now.Before(w.lastPlanned) || w.scen.pendingDecisions > 0 {
+	if w.now.Before(w.lastPlanned) || w.scen.pendingDecisions > 0 || !w.noJobs() {
 		return false
 	}
 	for _, m := range w.js.msgs {
 		if !m.done {
-			return false
-		}
-	}
-	for _, j := range w.jobs {
-		if j.alive() {
 			return false
 		}
 	}
@@ -186,7 +181,7 @@ func (w *World) pending() string {
 	for _, a := range w.scen.actions {
 		if w.terminal(a.id) == nil && w.explained(a) == "" {
 			v, _ := w.kv.live("act."+a.id, w.now)
-			out = append(out, fmt.Sprintf("%s unsettled (record %s)", a.id, fmtRec(v.rec)))
+			out = append(out, fmt.Sprintf("%s unsettled (record %s)", a.id, form.Record(v.rec)))
 		}
 	}
 	if w.scen.pendingDecisions > 0 {
@@ -217,11 +212,12 @@ func (w *World) noJobs() bool {
 	return true
 }
 
-// readyReplica returns a random replica that is up and not paused, nil if none is.
-func (w *World) readyReplica() *replica {
+// readyReplica returns a random replica that is up, not paused and not shutting down
+// (with a free worker slot, when workers), nil if none is.
+func (w *World) readyReplica(workers bool) *replica {
 	var rs []*replica
 	for _, r := range w.reps {
-		if r.ready() {
+		if r.ready() && (!workers || r.inc.workers > 0) {
 			rs = append(rs, r)
 		}
 	}
