@@ -96,16 +96,15 @@ func (w *World) post(j *job, ev core.Event) {
 	w.kick(j)
 }
 
+// kick handles j's queue, unless j's events are being handled already.
 func (w *World) kick(j *job) {
-	switch {
-	case w.driving == nil:
+	if w.driving != j {
 		w.drive(j)
-	case w.driving != j:
-		w.after(0, func() { w.drive(j) })
 	}
 }
 
-// drive handles j's queue until it is empty, j ends, or j is held.
+// drive handles j's queue until it is empty, j ends, or j is held; while another job's
+// events are being handled, right after them.
 func (w *World) drive(j *job) {
 	if w.driving != nil {
 		w.after(0, func() { w.drive(j) })

@@ -370,16 +370,11 @@ func (w *World) checkLive() {
 			w.failf("record %s of an action never published", k)
 			continue
 		}
-		t := w.terminal(id)
-		switch v.rec.State {
-		case kvstore.StateClaimed, kvstore.StateDispatched, kvstore.StateSettling, kvstore.StateReleased:
-			if t != nil {
-				w.stats.RecordsLeftOpen++ // by design: the result log, not the record, is terminal
-			}
-		}
-		switch {
+		switch t := w.terminal(id); {
 		case t != nil && v.rec.State == kvstore.StateParked:
 			w.failf("%s: record left parked after its result %s", id, core.FormatResult(t.result))
+		case t != nil && v.rec.State != kvstore.StateSettled:
+			w.stats.RecordsLeftOpen++ // by design: the result log, not the record, is terminal
 		case t == nil && v.rec.State != kvstore.StateSettled && w.explained(a) == "":
 			w.failf("%s: record left %s with no result", id, v.rec.State)
 		}

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,12 +111,7 @@ func panicked(r *events.Result) bool { return r.Error != nil && details(r)["reas
 
 // cancelled reports whether a cancel request was sent for a.
 func (w *World) cancelled(a *action) bool {
-	for _, c := range w.scen.cancels {
-		if c.id == a.id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(w.scen.cancels, func(c *cancelReq) bool { return c.id == a.id })
 }
 
 // republished says, for a failure about a's executions, when they happened relative to

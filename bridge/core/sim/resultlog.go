@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -104,35 +105,23 @@ func (l *resultLog) all(id string) []*logMsg { return l.subjects[id] }
 // eventLog is the simulated events subjects: per action id, the numbers of the events
 // stored (Nats-Msg-Id <id>:<n> deduplicates a republish), in the order stored.
 type eventLog struct {
-	seq    *uint64
-	stored map[string]map[int64]bool
-	order  map[string][]int64
-}
-
-func newEventLog(seq *uint64) *eventLog {
-	return &eventLog{seq: seq, stored: map[string]map[int64]bool{}, order: map[string][]int64{}}
+	seq   *uint64
+	order map[string][]int64
 }
 
 // put stores event n of id unless it is stored.
 func (e *eventLog) put(id string, n int64) {
-	s := e.stored[id]
-	if s == nil {
-		s = map[int64]bool{}
-		e.stored[id] = s
+	if !slices.Contains(e.order[id], n) {
+		*e.seq++
+		e.order[id] = append(e.order[id], n)
 	}
-	if s[n] {
-		return
-	}
-	s[n] = true
-	*e.seq++
-	e.order[id] = append(e.order[id], n)
 }
 
 // next is the number of the first event of id not stored after the contiguous prefix
 // from 0 (what RunStoredEvents answers).
 func (e *eventLog) next(id string) int64 {
 	var n int64
-	for e.stored[id][n] {
+	for slices.Contains(e.order[id], n) {
 		n++
 	}
 	return n

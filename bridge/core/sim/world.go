@@ -92,7 +92,7 @@ func newWorld(seed uint64, opt Options) *World {
 	w.log = newResultLog(w.p.logMaxAge, &w.streamq)
 	w.log.noCAS = w.sabotage == "no_cas"
 	w.log.live = w.onStored
-	w.evs = newEventLog(&w.streamq)
+	w.evs = &eventLog{seq: &w.streamq, order: map[string][]int64{}}
 	w.herm = newHermes(w)
 	w.js = &jetStream{w: w}
 	for i := range w.p.replicas {
