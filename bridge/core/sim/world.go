@@ -145,27 +145,12 @@ func (w *World) run() {
 	w.stats.Jobs = len(w.jobs)
 }
 
-// quiescent: every scheduled publish and cancel happened, every message is acked,
-// terminated or exhausted, no job runs, the approver has nothing left to send, and
-// every action has its terminal result or an explanation.
-func (w *World) quiescent() bool {
-	if w.now.Before(w.lastPlanned) || w.scen.pendingDecisions > 0 || !w.noJobs() {
-		return false
-	}
-	for _, m := range w.js.msgs {
-		if !m.done {
-			return false
-		}
-	}
-	for _, a := range w.scen.actions {
-		if w.terminal(a.id) == nil && w.explained(a) == "" {
-			return false
-		}
-	}
-	return true
-}
+// quiescent: every scheduled publish and cancel happened, and nothing is pending.
+func (w *World) quiescent() bool { return !w.now.Before(w.lastPlanned) && w.pending() == "" }
 
-// pending says what keeps a run from quiescence.
+// pending says what keeps a run from quiescence: a message not yet acked, terminated
+// or exhausted, a job that runs, an action with no terminal result and no
+// explanation, a decision the approver has yet to send.
 func (w *World) pending() string {
 	var out []string
 	for _, m := range w.js.msgs {
