@@ -160,7 +160,7 @@ func (w *World) checkAction(a *action) {
 			// Bound before the result was stored, by this action (a replay reports the
 			// run of the action it replays; a later life may bind a run of its own).
 			bound := func(rec kvstore.Record) bool { return rec.RunID != "" }
-			if r.ReplayOf == nil && w.everRecordBefore(a.id, terms[0].at, bound) {
+			if r.ReplayOf == nil && everRecord(w.lifeRecords(a, terms[0].at), bound) {
 				w.failf("%s: a run settled outcome_unknown (%v) although a delivery had bound its run id", a.id, details(r)["reason"])
 			}
 		}
@@ -215,7 +215,7 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 // settles the action (or a cancel flag that came after it does).
 func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.Time) {
 	first := w.firstDecision(a, end)
-	parked := w.everRecordBefore(a.id, time.Time{}, func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
+	parked := everRecord(w.lifeRecords(a, time.Time{}), func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
 	if a.op.Approval && execs > 0 {
 		switch {
 		case parked && first != kvstore.DecisionApprove:
@@ -237,13 +237,7 @@ func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.T
 // checkCancels: a cancel that came before the action (its record's first version is
 // the cancelled result) or flagged it before its dispatch kept it from Hermes.
 func (w *World) checkCancels(a *action, r *events.Result, execs int) {
-	start := w.lifeStart(a) // a life before it is forgotten
-	var h []kvVersion
-	for _, v := range w.kv.versions[kvstore.ActionKey(a.id)] {
-		if !v.written.Before(start) {
-			h = append(h, v)
-		}
-	}
+	h := w.lifeRecords(a, time.Time{}) // a life before it is forgotten does not count
 	if len(h) == 0 {
 		return
 	}

@@ -73,31 +73,33 @@ func (w *World) explained(a *action) string {
 	return ""
 }
 
+// lifeRecords returns the versions of a's record written in its life (since
+// lifeStart) and before end (zero: any), deletions included, oldest first.
+func (w *World) lifeRecords(a *action, end time.Time) []kvVersion {
+	start := w.lifeStart(a)
+	var out []kvVersion
+	for _, v := range w.kv.versions[kvstore.ActionKey(a.id)] {
+		if !v.written.Before(start) && (end.IsZero() || v.written.Before(end)) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// everRecord reports whether a version of a's record in vs (not a deletion) satisfies f.
+func everRecord(vs []kvVersion, f func(kvstore.Record) bool) bool {
+	return slices.ContainsFunc(vs, func(v kvVersion) bool { return !v.deleted && f(v.rec) })
+}
+
 // firstDecision is the decision of the first version of a's record in its life,
 // written before end, that carries one.
 func (w *World) firstDecision(a *action, end time.Time) string {
-	start := w.lifeStart(a)
-	for _, v := range w.kv.versions[kvstore.ActionKey(a.id)] {
-		if !v.deleted && v.rec.Decision != "" && !v.written.Before(start) && v.written.Before(end) {
+	for _, v := range w.lifeRecords(a, end) {
+		if !v.deleted && v.rec.Decision != "" {
 			return v.rec.Decision
 		}
 	}
 	return ""
-}
-
-// everRecordBefore reports whether a version of id's record in its life (lifeStart),
-// written before end (zero: any), satisfies f.
-func (w *World) everRecordBefore(id string, end time.Time, f func(kvstore.Record) bool) bool {
-	start := origin
-	if a := w.scen.byID[id]; a != nil {
-		start = w.lifeStart(a) // in its life as the bridge remembers it
-	}
-	for _, v := range w.kv.versions[kvstore.ActionKey(id)] {
-		if !v.deleted && !v.written.Before(start) && (end.IsZero() || v.written.Before(end)) && f(v.rec) {
-			return true
-		}
-	}
-	return false
 }
 
 // decisionCodes are the error codes a first decision other than approve settles with.
