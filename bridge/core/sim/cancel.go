@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -23,9 +24,8 @@ type cancelReply struct {
 // that is up hands it to its jobs of that action (EvCancel; a paused job or replica
 // handles it when it wakes, and replies late), and one replica of the queue group,
 // chosen among those up and not paused, answers from the records (a KindCancel job)
-// unless one of its own jobs replied. The brief's reading ("when none of them is
-// running it") is the case where no replica runs it; the bridge's also covers the one
-// where another replica runs it (the record's cancel flag then reaches its owner).
+// unless one of its own jobs replied (where another replica runs the action, the
+// record's cancel flag reaches its owner).
 func (w *World) cancel(c *cancelReq) {
 	w.tr.printf("cancel", "request for %s", c.id)
 	q := w.readyReplica(false)
@@ -45,10 +45,8 @@ func (w *World) cancel(c *cancelReq) {
 		w.tr.printf("cancel", "no replica answers the request for %s", c.id)
 		return
 	}
-	for _, rep := range c.replies {
-		if rep.by == q.name() {
-			return
-		}
+	if slices.ContainsFunc(c.replies, func(rep cancelReply) bool { return rep.by == q.name() }) {
+		return
 	}
 	a := w.scen.byID[c.id]
 	j := w.newJob(q.inc, core.KindCancel, a, nil)

@@ -12,14 +12,13 @@ import (
 // time (held while the job or its replica is paused) and carries out the effects the job
 // returns, as bridge/core/io.go says a driver must.
 type job struct {
-	id       int
-	owner    string
-	kind     core.JobKind
-	act      *action // the scenario action the job is about
-	inc      *incarnation
-	msg      *message // nil for the sweeper's expiries and cancels
-	delivery int
-	c        *core.Job
+	id    int
+	owner string
+	kind  core.JobKind
+	act   *action // the scenario action the job is about
+	inc   *incarnation
+	msg   *message // nil for the sweeper's expiries and cancels
+	c     *core.Job
 
 	dead    bool // crashed: vanished with its replica or at a fault point
 	done    bool // finished (EffFinish)
@@ -134,11 +133,7 @@ func (w *World) drive(j *job) {
 func (w *World) step(j *job, ev core.Event) {
 	ev.Now = w.now
 	w.tr.printf(j.owner, "→ %s", fmtEvent(ev))
-	effs := j.c.Step(ev)
-	if len(effs) == 0 {
-		return
-	}
-	w.exec(j, append([]core.Effect(nil), effs...), false)
+	w.exec(j, slices.Clone(j.c.Step(ev)), false)
 }
 
 // storeOps are the effects a job may crash or pause right before.

@@ -141,11 +141,8 @@ func (w *World) resume(j *job, e core.Effect) {
 		Sim string `json:"sim"`
 	}
 	ev := core.Event{Kind: core.EvResumed, Op: e.Op}
-	var a *action
-	if json.Unmarshal(e.Rec.Action, &raw) == nil {
-		a = w.scen.byID[raw.Sim]
-	}
-	if a == nil {
+	_ = json.Unmarshal(e.Rec.Action, &raw) // what does not decode names no action
+	if a := w.scen.byID[raw.Sim]; a == nil {
 		ev.Invalid = &events.ErrorInfo{Code: "invalid_action", Category: "permanent", Message: "unresumable"}
 	} else {
 		ev.Action = a.coreAction(w.now, w.now)

@@ -67,13 +67,13 @@ func (h *hermes) call(j *job, e core.Effect) {
 	aborted, answered := false, false
 	p.stop = func() { aborted = true }
 	ep := p.ep
-	respond := func(d time.Duration, c *core.CallAnswer, endpointFailed bool, code string) {
+	respond := func(d time.Duration, c *core.CallAnswer, endpointFailed bool) {
 		w.after(d, func() {
 			if answered {
 				return
 			}
 			answered = true
-			ep.brk.Done(w.now, endpointFailed, code)
+			ep.brk.Done(w.now, endpointFailed, "transport")
 			w.answer(j, e.Op, core.Event{Kind: core.EvCall, Call: c})
 		})
 	}
@@ -95,7 +95,7 @@ func (h *hermes) call(j *job, e core.Effect) {
 			w.stats.ConnRefused++
 			w.tr.printf("hermes", "%s: connection of %s refused", a.id, j.owner)
 			respond(0, &core.CallAnswer{NotStarted: true, Retryable: true,
-				Result: a.failed("transport", "connection refused", true, false)}, true, "transport")
+				Result: a.failed("transport", "connection refused", true, false)}, true)
 			return
 		}
 		w.stats.Sends++
@@ -104,13 +104,13 @@ func (h *hermes) call(j *job, e core.Effect) {
 			w.tr.printf("hermes", "%s: request of %s refused (429)", a.id, j.owner)
 			if w.sabotage == "lie" {
 				respond(h.netLatency(), &core.CallAnswer{Responded: true, Result: &events.Result{ActionID: a.id,
-					CapabilityID: a.cap, Status: events.StatusCompleted, Output: json.RawMessage(`{"lie":true}`)}}, false, "")
+					CapabilityID: a.cap, Status: events.StatusCompleted, Output: json.RawMessage(`{"lie":true}`)}}, false)
 				return
 			}
 			ra := w.between(0, 3*time.Second)
 			r := a.failed("remote_unavailable", "Hermes is at its concurrency limit", true, false)
 			r.Error.HTTPStatus, r.Error.RetryAfterMS = 429, ra.Milliseconds()
-			respond(h.netLatency(), &core.CallAnswer{NotStarted: true, Retryable: true, RetryAfter: ra, Result: r}, false, "")
+			respond(h.netLatency(), &core.CallAnswer{NotStarted: true, Retryable: true, RetryAfter: ra, Result: r}, false)
 			return
 		}
 		n := h.executed(a)
@@ -129,12 +129,12 @@ func (h *hermes) call(j *job, e core.Effect) {
 				w.stats.HermesUncertain++
 				w.tr.printf("hermes", "%s: connection of %s reset after the work", a.id, j.owner)
 				respond(h.netLatency(), &core.CallAnswer{Retryable: a.op.Safe,
-					Result: a.failed("transport", "connection reset", false, !a.op.Safe)}, true, "transport")
+					Result: a.failed("transport", "connection reset", false, !a.op.Safe)}, true)
 				return
 			}
 			out, _ := json.Marshal(map[string]any{"exec": fmt.Sprintf("%s#%d", a.id, n)})
 			respond(h.netLatency(), &core.CallAnswer{Responded: true, Result: &events.Result{ActionID: a.id,
-				CapabilityID: a.cap, Status: events.StatusCompleted, Output: out}}, false, "")
+				CapabilityID: a.cap, Status: events.StatusCompleted, Output: out}}, false)
 		})
 	})
 }
@@ -182,11 +182,14 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 	ep := j.inc.ep
 	aborted := false
 	p.stop = func() { aborted = true }
-	fail := func(c *core.CallAnswer, endpointFailed bool) {
+	reply := func(st core.Status, ra *core.RunAnswer, endpointFailed bool) {
 		w.after(h.netLatency(), func() {
 			ep.brk.Done(w.now, endpointFailed, "transport")
-			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.Failed, Run: &core.RunAnswer{Call: c}})
+			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: st, Run: ra})
 		})
+	}
+	fail := func(c *core.CallAnswer, endpointFailed bool) {
+		reply(core.Failed, &core.RunAnswer{Call: c}, endpointFailed)
 	}
 	w.after(h.netLatency(), func() {
 		if aborted && w.chance(0.5) {
@@ -211,11 +214,7 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			w.tr.printf("hermes", "%s: post of %s conflicts with run %s (409 idempotency_key_conflict)", a.id, j.owner, r.id)
 			res := a.failed("remote_rejected", "Idempotency-Key was already used with a different request payload", false, false)
 			res.Error.HTTPStatus = 409
-			w.after(h.netLatency(), func() {
-				ep.brk.Done(w.now, false, "")
-				w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.Failed,
-					Run: &core.RunAnswer{Call: &core.CallAnswer{Responded: true, NotStarted: true, Result: res}}})
-			})
+			fail(&core.CallAnswer{Responded: true, NotStarted: true, Result: res}, false)
 			return
 		case r != nil && w.p.durableRuns:
 			w.tr.printf("hermes", "%s: post of %s names run %s again (durable idempotency)", a.id, j.owner, r.id)
@@ -229,9 +228,6 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			fail(&core.CallAnswer{Result: a.failed("transport", "connection reset", false, true)}, true)
 			return
 		}
-		w.after(h.netLatency(), func() {
-			ep.brk.Done(w.now, false, "")
-			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.OK, Run: &core.RunAnswer{RunID: r.id}})
-		})
+		reply(core.OK, &core.RunAnswer{RunID: r.id}, false)
 	})
 }

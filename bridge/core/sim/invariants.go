@@ -56,12 +56,7 @@ func (w *World) check() {
 func (w *World) checkAction(a *action) {
 	// Only its life since the bridge last forgot it counts (lifeStart).
 	start := w.lifeStart(a)
-	var msgs []*logMsg
-	for _, m := range w.log.all(a.id) {
-		if !m.at.Before(start) {
-			msgs = append(msgs, m)
-		}
-	}
+	msgs := slices.DeleteFunc(slices.Clone(w.log.all(a.id)), func(m *logMsg) bool { return m.at.Before(start) })
 	if start.After(origin) {
 		w.stats.Forgotten++
 	}
@@ -338,11 +333,9 @@ func (w *World) checkKeys() {
 			}
 		case r.Error != nil && r.Error.Code == "idempotency_conflict":
 			w.stats.Conflicts++
-			other := false
-			for _, o := range w.scen.actions {
-				other = other || (o.id != a.id && o.scoped == a.scoped && o.input != a.input)
-			}
-			if !other {
+			if !slices.ContainsFunc(w.scen.actions, func(o *action) bool {
+				return o.id != a.id && o.scoped == a.scoped && o.input != a.input
+			}) {
 				w.failf("%s settled idempotency_conflict with no other input under its key", a.id)
 			}
 		}

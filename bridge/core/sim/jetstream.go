@@ -94,7 +94,6 @@ func (js *jetStream) deliver(m *message, r *replica) {
 		kind = core.KindDecision
 	}
 	j := w.newJob(inc, kind, m.act, m)
-	j.delivery = m.deliveries
 	j.worker = true
 	inc.workers--
 	m.cur = j

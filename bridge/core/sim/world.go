@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,19 +183,10 @@ func (w *World) finalSweep() {
 	w.final = true
 	limit := w.now.Add(approvalTTL + 4*lease)
 	for w.events < maxEvents && w.next(limit) {
-		if w.events%64 == 0 && len(w.kv.list("park.", w.now)) == 0 && w.noJobs() {
+		if w.events%64 == 0 && len(w.kv.list("park.", w.now)) == 0 && !slices.ContainsFunc(w.jobs, (*job).alive) {
 			break
 		}
 	}
-}
-
-func (w *World) noJobs() bool {
-	for _, j := range w.jobs {
-		if j.alive() {
-			return false
-		}
-	}
-	return true
 }
 
 // readyReplica returns a random replica that is up, not paused and not shutting down
