@@ -12,7 +12,6 @@ import (
 // time (held while the job or its replica is paused) and carries out the effects the job
 // returns, as bridge/core/io.go says a driver must.
 type job struct {
-	id    int
 	owner string
 	kind  core.JobKind
 	act   *action // the scenario action the job is about
@@ -64,10 +63,8 @@ func (j *job) addOp(e core.Effect) *pendingOp {
 }
 
 func (j *job) findOp(op uint64) *pendingOp {
-	for _, p := range j.ops {
-		if p.op == op {
-			return p
-		}
+	if i := slices.IndexFunc(j.ops, func(p *pendingOp) bool { return p.op == op }); i >= 0 {
+		return j.ops[i]
 	}
 	return nil
 }
@@ -81,8 +78,8 @@ func (w *World) held(j *job) bool { return j.paused || j.inc.paused }
 
 // newJob makes a job on incarnation inc and registers it there.
 func (w *World) newJob(inc *incarnation, kind core.JobKind, a *action, msg *message) *job {
-	j := &job{id: len(w.jobs) + 1, kind: kind, act: a, inc: inc, msg: msg, c: core.NewJob(w.cfg)}
-	j.owner = fmt.Sprintf("r%d/j%d.%s", inc.r.n, j.id, a.id)
+	j := &job{owner: fmt.Sprintf("r%d/j%d.%s", inc.r.n, len(w.jobs)+1, a.id), kind: kind, act: a, inc: inc, msg: msg,
+		c: core.NewJob(w.cfg)}
 	w.jobs = append(w.jobs, j)
 	inc.jobs = append(inc.jobs, j)
 	return j

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -61,12 +62,7 @@ func (w *World) apply(j *job, e core.Effect) {
 
 // timer sets j's timer e.Timer to fire at e.Until, replacing the one of that name.
 func (w *World) timer(j *job, e core.Effect) {
-	for _, p := range j.ops {
-		if p.eff.Kind == core.EffTimer && p.eff.Timer == e.Timer {
-			j.removeOp(p)
-			break
-		}
-	}
+	j.ops = slices.DeleteFunc(j.ops, func(p *pendingOp) bool { return p.eff.Kind == core.EffTimer && p.eff.Timer == e.Timer })
 	j.addOp(e)
 	w.at(e.Until, func() {
 		w.answer(j, e.Op, core.Event{Kind: core.EvTimer, Timer: e.Timer, Status: core.OK})

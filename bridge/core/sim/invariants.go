@@ -56,7 +56,7 @@ func (w *World) check() {
 func (w *World) checkAction(a *action) {
 	// Only its life since the bridge last forgot it counts (lifeStart).
 	start := w.lifeStart(a)
-	msgs := slices.DeleteFunc(slices.Clone(w.log.all(a.id)), func(m *logMsg) bool { return m.at.Before(start) })
+	msgs := slices.DeleteFunc(slices.Clone(w.log.subjects[a.id]), func(m *logMsg) bool { return m.at.Before(start) })
 	if start.After(origin) {
 		w.stats.Forgotten++
 	}
@@ -318,7 +318,7 @@ func (w *World) checkKeys() {
 			// read (the append may come later, after a pause: recordMargin bounds that;
 			// a holder forgotten later may have settled again since).
 			var ot *logMsg
-			for _, m := range w.log.all(o.id) {
+			for _, m := range w.log.subjects[o.id] {
 				if m.terminal() && !m.at.After(t.at) && t.at.Before(m.at.Add(w.p.logMaxAge+recordMargin)) {
 					ot = m
 				}
@@ -380,7 +380,7 @@ func (w *World) checkLive() {
 // that no result is stored, so the bridge may send the call without reading the log).
 func (w *World) checkRecordsOutlive() {
 	for _, id := range slices.Sorted(maps.Keys(w.log.subjects)) {
-		for _, m := range w.log.all(id) {
+		for _, m := range w.log.subjects[id] {
 			if !m.terminal() {
 				continue
 			}
@@ -401,7 +401,7 @@ func (w *World) checkRecordsOutlive() {
 func (w *World) checkStored() {
 	var stored []*logMsg
 	for _, a := range w.scen.actions {
-		stored = append(stored, w.log.all(a.id)...)
+		stored = append(stored, w.log.subjects[a.id]...)
 	}
 	sort.Slice(stored, func(i, j int) bool { return stored[i].seq < stored[j].seq })
 	if len(stored) != len(w.scen.seen) {
@@ -416,11 +416,8 @@ func (w *World) checkStored() {
 	}
 	for _, a := range w.scen.actions {
 		ns := w.evs.order[a.id]
-		for _, n := range ns {
-			if n < 0 || n >= int64(len(ns)) {
-				w.failf("%s: events stored are not numbered 0 to %d (event %d)", a.id, len(ns)-1, n)
-				break
-			}
+		if i := slices.IndexFunc(ns, func(n int64) bool { return n < 0 || n >= int64(len(ns)) }); i >= 0 {
+			w.failf("%s: events stored are not numbered 0 to %d (event %d)", a.id, len(ns)-1, ns[i])
 		}
 	}
 }

@@ -20,7 +20,7 @@ func (w *World) terminal(id string) *logMsg {
 	if a := w.scen.byID[id]; a != nil {
 		start = w.lifeStart(a)
 	}
-	for _, m := range w.log.all(id) {
+	for _, m := range w.log.subjects[id] {
 		if m.terminal() && !m.at.Before(start) {
 			return m
 		}
@@ -39,7 +39,7 @@ func (w *World) lifeStart(a *action) time.Time {
 	start := origin
 	for _, end := range w.kv.expiries(key) {
 		kept := false
-		for _, t := range w.log.all(a.id) {
+		for _, t := range w.log.subjects[a.id] {
 			kept = kept || (t.terminal() && !t.at.After(end) && end.Before(t.at.Add(w.p.logMaxAge)))
 		}
 		recreated := !vs[len(vs)-1].written.Before(end)

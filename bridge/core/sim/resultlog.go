@@ -18,6 +18,7 @@ import (
 type resultLog struct {
 	maxAge   time.Duration
 	seq      *uint64 // the output stream's sequence, shared with the events
+	// subjects holds every message ever stored per action id, aged out or not.
 	subjects map[string][]*logMsg
 	// live receives each message as it is stored (the approver, the watchers).
 	live func(m *logMsg)
@@ -42,13 +43,10 @@ func newResultLog(maxAge time.Duration, seq *uint64) *resultLog {
 	return &resultLog{maxAge: maxAge, seq: seq, subjects: map[string][]*logMsg{}}
 }
 
-// kept reports whether m is still in the stream at now.
-func (l *resultLog) kept(m *logMsg, now time.Time) bool { return now.Before(m.at.Add(l.maxAge)) }
-
 // last returns the subject's last message still kept at now.
 func (l *resultLog) last(id string, now time.Time) *logMsg {
 	ms := l.subjects[id]
-	if len(ms) == 0 || !l.kept(ms[len(ms)-1], now) {
+	if len(ms) == 0 || !now.Before(ms[len(ms)-1].at.Add(l.maxAge)) {
 		return nil
 	}
 	return ms[len(ms)-1]
@@ -84,9 +82,7 @@ func (l *resultLog) append(id string, r *events.Result, msgID string, expect uin
 	*l.seq++
 	m := &logMsg{seq: *l.seq, id: msgID, action: id, result: &stored, data: data, by: owner, at: now}
 	l.subjects[id] = append(l.subjects[id], m)
-	if l.live != nil {
-		l.live(m)
-	}
+	l.live(m)
 	return core.OK, m.seq
 }
 
@@ -98,9 +94,6 @@ func entryOf(m *logMsg) core.LogEntry {
 	}
 	return core.LogEntry{Seq: m.seq, Result: &r, By: m.by, MsgID: m.id}
 }
-
-// all returns every message ever stored for id, aged out or not.
-func (l *resultLog) all(id string) []*logMsg { return l.subjects[id] }
 
 // eventLog is the simulated events subjects: per action id, the numbers of the events
 // stored (Nats-Msg-Id <id>:<n> deduplicates a republish), in the order stored.
