@@ -16,8 +16,8 @@ import (
 // ever stored is kept (aged out or not) for the invariants, and every stored message,
 // and only those, is handed to the live subscribers as it is stored.
 type resultLog struct {
-	maxAge   time.Duration
-	seq      *uint64 // the output stream's sequence, shared with the events
+	maxAge time.Duration
+	seq    *uint64 // the output stream's sequence, shared with the events
 	// subjects holds every message ever stored per action id, aged out or not.
 	subjects map[string][]*logMsg
 	// live receives each message as it is stored (the approver, the watchers).
