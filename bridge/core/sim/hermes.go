@@ -24,11 +24,6 @@ type hermes struct {
 	runByKey  map[string]*hrun
 }
 
-func newHermes(w *World) *hermes {
-	return &hermes{w: w, execAt: map[string][]time.Duration{}, keyExecAt: map[string][]time.Time{},
-		runs: map[string]*hrun{}, runByKey: map[string]*hrun{}}
-}
-
 // netLatency is one way between a replica and Hermes.
 func (h *hermes) netLatency() time.Duration {
 	return h.w.between(time.Millisecond, 20*time.Millisecond)

@@ -39,10 +39,6 @@ type logMsg struct {
 
 func (m *logMsg) terminal() bool { return m.result.Status != events.StatusPendingApproval }
 
-func newResultLog(maxAge time.Duration, seq *uint64) *resultLog {
-	return &resultLog{maxAge: maxAge, seq: seq, subjects: map[string][]*logMsg{}}
-}
-
 // last returns the subject's last message still kept at now.
 func (l *resultLog) last(id string, now time.Time) *logMsg {
 	ms := l.subjects[id]

@@ -99,10 +99,6 @@ type scenario struct {
 	pendingDecisions int
 }
 
-func newScenario(w *World) *scenario {
-	return &scenario{w: w, byID: map[string]*action{}, answered: map[string]bool{}}
-}
-
 func (s *scenario) logf(format string, args ...any) {
 	s.lines = append(s.lines, fmt.Sprintf(format, args...))
 }

@@ -38,10 +38,6 @@ type kvVersion struct {
 	written time.Time
 }
 
-func newBucket(keysTTL, recordsTTL time.Duration) *bucket {
-	return &bucket{keysTTL: keysTTL, recordsTTL: recordsTTL, versions: map[string][]kvVersion{}}
-}
-
 // live returns the key's current value at now: none when it was never written, was
 // deleted, or its last write is older than the TTL.
 func (b *bucket) live(key string, now time.Time) (kvVersion, bool) {

@@ -89,17 +89,17 @@ func newWorld(seed uint64, opt Options) *World {
 	w.tr = tracer{on: opt.Trace, now: &w.now}
 	w.p = drawParams(&w.sched)
 	w.cfg = coreConfig(w.p.maxAttempts)
-	w.kv = newBucket(w.p.ttl, w.p.recordsTTL)
-	w.log = newResultLog(w.p.logMaxAge, &w.streamq)
-	w.log.noCAS = w.sabotage == "no_cas"
-	w.log.live = w.onStored
+	w.kv = &bucket{keysTTL: w.p.ttl, recordsTTL: w.p.recordsTTL, versions: map[string][]kvVersion{}}
+	w.log = &resultLog{maxAge: w.p.logMaxAge, seq: &w.streamq, subjects: map[string][]*logMsg{},
+		live: w.onStored, noCAS: w.sabotage == "no_cas"}
 	w.evs = &eventLog{seq: &w.streamq, order: map[string][]int64{}}
-	w.herm = newHermes(w)
+	w.herm = &hermes{w: w, execAt: map[string][]time.Duration{}, keyExecAt: map[string][]time.Time{},
+		runs: map[string]*hrun{}, runByKey: map[string]*hrun{}}
 	w.js = &jetStream{w: w}
 	for i := range w.p.replicas {
 		w.reps = append(w.reps, newReplica(w, i))
 	}
-	w.scen = newScenario(w)
+	w.scen = &scenario{w: w, byID: map[string]*action{}, answered: map[string]bool{}}
 	return w
 }
 
@@ -124,17 +124,12 @@ func (w *World) run() {
 		w.after(w.between(w.p.replicaEvery/2, w.p.replicaEvery*3/2), w.replicaFault)
 	}
 	limit := w.lastPlanned.Add(horizon)
-	quiet := false
-	for w.events < maxEvents {
-		if !w.next(limit) {
-			break
-		}
+	for w.events < maxEvents && w.next(limit) {
 		if w.now.After(w.lastPlanned) && w.events%64 == 0 && w.quiescent() {
-			quiet = true
 			break
 		}
 	}
-	if !quiet && !w.quiescent() {
+	if !w.quiescent() {
 		w.failf("not quiescent at %s after %d events: %s", rel(w.now), w.events, w.pending())
 	}
 	w.checkLive()
