@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -320,7 +321,7 @@ func (w *World) finish(j *job, e core.Effect) {
 	if e.Ack == core.TermIt {
 		w.stats.Terms++
 	}
-	if len(o.Status) > len("superseded:") && o.Status[:len("superseded:")] == "superseded:" {
+	if strings.HasPrefix(o.Status, "superseded:") {
 		w.stats.Superseded++
 	}
 	w.tr.printf(j.owner, "= done: %s %s", o.Status, o.Code)

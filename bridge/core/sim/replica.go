@@ -46,12 +46,6 @@ func (r *replica) newIncarnation(n int) *incarnation {
 // ready reports whether the replica fetches messages and answers requests now.
 func (r *replica) ready() bool { return r.inc.up && !r.inc.paused && !r.inc.draining }
 
-// start begins the replica's sweeper.
-func (r *replica) start() {
-	w := r.w
-	w.after(w.between(0, sweepEvery), r.sweepLoop)
-}
-
 func (r *replica) sweepLoop() {
 	if r.ready() {
 		r.sweep()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -188,7 +189,7 @@ func (h *hermes) show(r *hrun, rd *runReader) {
 		case "approval.request":
 			h.ask(r, rd, ev.approval)
 		}
-		if len(ev.kind) > 4 && ev.kind[:4] == "run." {
+		if strings.HasPrefix(ev.kind, "run.") {
 			h.finishRead(r, rd, true)
 			break
 		}

@@ -118,7 +118,7 @@ func (w *World) run() {
 	w.scen.plan()
 	w.faultsUntil = w.lastPlanned.Add(10 * time.Minute)
 	for _, r := range w.reps {
-		r.start()
+		w.after(w.between(0, sweepEvery), r.sweepLoop) // its sweeper
 	}
 	if w.p.replicaEvery > 0 {
 		w.after(w.between(w.p.replicaEvery/2, w.p.replicaEvery*3/2), w.replicaFault)
