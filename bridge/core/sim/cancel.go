@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -11,8 +13,6 @@ type cancelReq struct {
 	id      string
 	at      time.Time
 	replies []cancelReply
-	// stored: a KindCancel job answered it from the records.
-	stored *job
 }
 
 // cancelReply is one reply to a cancel request.
@@ -24,12 +24,11 @@ type cancelReply struct {
 // that is up hands it to its jobs of that action (EvCancel; a paused job or replica
 // handles it when it wakes, and replies late), and one replica of the queue group,
 // chosen among those up and not paused, answers from the records (a KindCancel job)
-// unless one of its own jobs replied. The brief's reading ("when none of them is
-// running it") is the case where no replica runs it; the bridge's also covers the one
-// where another replica runs it (the record's cancel flag then reaches its owner).
+// unless one of its own jobs replied (where another replica runs the action, the
+// record's cancel flag reaches its owner).
 func (w *World) cancel(c *cancelReq) {
 	w.tr.printf("cancel", "request for %s", c.id)
-	q := w.readyReplica()
+	q := w.readyReplica(false)
 	for _, r := range w.reps {
 		if !r.inc.up {
 			continue
@@ -46,25 +45,19 @@ func (w *World) cancel(c *cancelReq) {
 		w.tr.printf("cancel", "no replica answers the request for %s", c.id)
 		return
 	}
-	for _, rep := range c.replies {
-		if rep.by == q.name() {
-			return
-		}
+	if slices.ContainsFunc(c.replies, func(rep cancelReply) bool { return rep.by == q.name() }) {
+		return
 	}
 	a := w.scen.byID[c.id]
 	j := w.newJob(q.inc, core.KindCancel, a, nil)
 	j.req = c
-	c.stored = j
 	w.post(j, core.Event{Kind: core.EvDeliver, Start: &core.Start{Kind: core.KindCancel, Owner: j.owner,
 		Seed: w.rnd.Uint64(), Action: &core.Action{ID: c.id}, AllowTombstone: !w.chance(0.05)}})
 }
 
 // replyCancel records j's reply to the cancel request it handles.
 func (w *World) replyCancel(j *job, state string) {
-	c := j.answering
-	if c == nil {
-		c = j.req
-	}
+	c := cmp.Or(j.answering, j.req)
 	if c == nil {
 		w.failf("%s: EffReplyCancel %s with no cancel request to answer", j.owner, state)
 		return

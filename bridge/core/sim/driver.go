@@ -2,6 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -11,14 +13,12 @@ import (
 // time (held while the job or its replica is paused) and carries out the effects the job
 // returns, as bridge/core/io.go says a driver must.
 type job struct {
-	id       int
-	owner    string
-	kind     core.JobKind
-	act      *action // the scenario action the job is about
-	inc      *incarnation
-	msg      *message // nil for the sweeper's expiries and cancels
-	delivery int
-	c        *core.Job
+	owner string
+	kind  core.JobKind
+	act   *action // the scenario action the job is about
+	inc   *incarnation
+	msg   *message // nil for the sweeper's expiries and cancels
+	c     *core.Job
 
 	dead    bool // crashed: vanished with its replica or at a fault point
 	done    bool // finished (EffFinish)
@@ -64,21 +64,14 @@ func (j *job) addOp(e core.Effect) *pendingOp {
 }
 
 func (j *job) findOp(op uint64) *pendingOp {
-	for _, p := range j.ops {
-		if p.op == op {
-			return p
-		}
+	if i := slices.IndexFunc(j.ops, func(p *pendingOp) bool { return p.op == op }); i >= 0 {
+		return j.ops[i]
 	}
 	return nil
 }
 
 func (j *job) removeOp(p *pendingOp) {
-	for i, q := range j.ops {
-		if q == p {
-			j.ops = append(j.ops[:i], j.ops[i+1:]...)
-			return
-		}
-	}
+	j.ops = slices.DeleteFunc(j.ops, func(q *pendingOp) bool { return q == p })
 }
 
 // held reports whether j's events wait: j or its replica is paused.
@@ -86,8 +79,8 @@ func (w *World) held(j *job) bool { return j.paused || j.inc.paused }
 
 // newJob makes a job on incarnation inc and registers it there.
 func (w *World) newJob(inc *incarnation, kind core.JobKind, a *action, msg *message) *job {
-	j := &job{id: len(w.jobs) + 1, kind: kind, act: a, inc: inc, msg: msg, c: core.NewJob(w.cfg)}
-	j.owner = fmt.Sprintf("r%d/j%d.%s", inc.r.n, j.id, a.id)
+	j := &job{owner: fmt.Sprintf("r%d/j%d.%s", inc.r.n, len(w.jobs)+1, a.id), kind: kind, act: a, inc: inc, msg: msg,
+		c: core.NewJob(w.cfg)}
 	w.jobs = append(w.jobs, j)
 	inc.jobs = append(inc.jobs, j)
 	return j
@@ -100,16 +93,15 @@ func (w *World) post(j *job, ev core.Event) {
 	w.kick(j)
 }
 
+// kick handles j's queue, unless j's events are being handled already.
 func (w *World) kick(j *job) {
-	switch {
-	case w.driving == nil:
+	if w.driving != j {
 		w.drive(j)
-	case w.driving != j:
-		w.after(0, func() { w.drive(j) })
 	}
 }
 
-// drive handles j's queue until it is empty, j ends, or j is held.
+// drive handles j's queue until it is empty, j ends, or j is held; while another job's
+// events are being handled, right after them.
 func (w *World) drive(j *job) {
 	if w.driving != nil {
 		w.after(0, func() { w.drive(j) })
@@ -139,41 +131,32 @@ func (w *World) drive(j *job) {
 func (w *World) step(j *job, ev core.Event) {
 	ev.Now = w.now
 	w.tr.printf(j.owner, "→ %s", fmtEvent(ev))
-	effs := j.c.Step(ev)
-	if len(effs) == 0 {
-		return
-	}
-	w.exec(j, append([]core.Effect(nil), effs...), false)
+	w.exec(j, slices.Clone(j.c.Step(ev)), false)
 }
 
-func isStoreOp(k core.EffectKind) bool {
-	switch k {
-	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffReadLog, core.EffAppend:
-		return true
-	}
-	return false
-}
+// storeOps are the effects a job may crash or pause right before.
+var storeOps = []core.EffectKind{core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffReadLog, core.EffAppend}
 
 // exec carries out effs in order. A job may crash or pause right before a store
 // operation, and crash, pause or panic at a hook; a pause holds the rest of the batch
 // until it ends.
 func (w *World) exec(j *job, effs []core.Effect, skip bool) {
 	for i, e := range effs {
-		if isStoreOp(e.Kind) && !(i == 0 && skip) && w.faults() {
+		if slices.Contains(storeOps, e.Kind) && !(i == 0 && skip) && w.faults() {
 			switch {
 			case w.chance(w.p.pOpCrash):
-				w.crash(j, "before "+fmtEffect(e))
+				w.crash(j, "before "+form.Effect(e))
 				return
 			case w.chance(w.p.pOpPause):
-				w.pause(j, effs[i:], true, "before "+fmtEffect(e))
+				w.pause(j, effs[i:], true, "before "+form.Effect(e))
 				return
 			}
 		}
-		w.tr.printf(j.owner, "← %s", fmtEffect(e))
+		w.tr.printf(j.owner, "← %s", form.Effect(e))
 		w.apply(j, e)
 		if !j.alive() {
 			if i < len(effs)-1 && !j.dead {
-				w.failf("%s: effects after finish: %s", j.owner, fmtEffect(effs[i+1]))
+				w.failf("%s: effects after finish: %s", j.owner, form.Effect(effs[i+1]))
 			}
 			return
 		}
@@ -247,9 +230,7 @@ func (w *World) panicJob(j *job, point string, rest []core.Effect) {
 	w.dropOps(j)
 	for _, e := range rest {
 		if e.Kind == core.EffCall && j.slots > 0 {
-			j.slots--
-			j.inc.ep.brk.Abandon()
-			j.inc.ep.free(w)
+			w.unadmit(j)
 		}
 	}
 	j.q = append([]item{{ev: core.Event{Kind: core.EvPanic}}}, j.q...)
@@ -275,9 +256,7 @@ func (w *World) withdraw(j *job, p *pendingOp) {
 	}
 	if p.grant {
 		p.grant = false
-		j.slots--
-		p.ep.brk.Abandon()
-		p.ep.free(w)
+		w.unadmit(j)
 	}
 }
 
@@ -285,9 +264,8 @@ func (w *World) withdraw(j *job, p *pendingOp) {
 func (w *World) release(j *job) {
 	w.dropOps(j)
 	j.beatOn = false
-	for ; j.slots > 0; j.slots-- {
-		j.inc.ep.brk.Abandon()
-		j.inc.ep.free(w)
+	for j.slots > 0 {
+		w.unadmit(j)
 	}
 	if j.worker {
 		j.worker = false
@@ -343,7 +321,7 @@ func (w *World) finish(j *job, e core.Effect) {
 	if e.Ack == core.TermIt {
 		w.stats.Terms++
 	}
-	if len(o.Status) > len("superseded:") && o.Status[:len("superseded:")] == "superseded:" {
+	if strings.HasPrefix(o.Status, "superseded:") {
 		w.stats.Superseded++
 	}
 	w.tr.printf(j.owner, "= done: %s %s", o.Status, o.Code)

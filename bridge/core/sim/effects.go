@@ -2,7 +2,7 @@ package sim
 
 import (
 	"encoding/json"
-	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -16,9 +16,9 @@ import (
 func (w *World) apply(j *job, e core.Effect) {
 	switch e.Kind {
 	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete:
-		w.kvOp(j, e)
+		w.storeOp(j, e, w.applyKV)
 	case core.EffReadLog, core.EffAppend:
-		w.logOp(j, e)
+		w.storeOp(j, e, w.applyLog)
 	case core.EffAwaitMove, core.EffWaitTerminal:
 		w.await(j, e)
 	case core.EffAdmit:
@@ -50,7 +50,7 @@ func (w *World) apply(j *job, e core.Effect) {
 	case core.EffNote:
 		w.note(j, e)
 	case core.EffDeadLetter:
-		w.deadLetter(j, e)
+		w.storeOp(j, e, w.deadLetter)
 	case core.EffReplyCancel:
 		w.replyCancel(j, e.State)
 	case core.EffFinish:
@@ -62,12 +62,7 @@ func (w *World) apply(j *job, e core.Effect) {
 
 // timer sets j's timer e.Timer to fire at e.Until, replacing the one of that name.
 func (w *World) timer(j *job, e core.Effect) {
-	for _, p := range j.ops {
-		if p.eff.Kind == core.EffTimer && p.eff.Timer == e.Timer {
-			j.removeOp(p)
-			break
-		}
-	}
+	j.ops = slices.DeleteFunc(j.ops, func(p *pendingOp) bool { return p.eff.Kind == core.EffTimer && p.eff.Timer == e.Timer })
 	j.addOp(e)
 	w.at(e.Until, func() {
 		w.answer(j, e.Op, core.Event{Kind: core.EvTimer, Timer: e.Timer, Status: core.OK})
@@ -142,11 +137,8 @@ func (w *World) resume(j *job, e core.Effect) {
 		Sim string `json:"sim"`
 	}
 	ev := core.Event{Kind: core.EvResumed, Op: e.Op}
-	var a *action
-	if json.Unmarshal(e.Rec.Action, &raw) == nil {
-		a = w.scen.byID[raw.Sim]
-	}
-	if a == nil {
+	_ = json.Unmarshal(e.Rec.Action, &raw) // what does not decode names no action
+	if a := w.scen.byID[raw.Sim]; a == nil {
 		ev.Invalid = &events.ErrorInfo{Code: "invalid_action", Category: "permanent", Message: "unresumable"}
 	} else {
 		ev.Action = a.coreAction(w.now, w.now)
@@ -167,27 +159,21 @@ func (w *World) note(j *job, e core.Effect) {
 	}
 }
 
-// deadLetter copies j's message to the DLQ (a write that may fail).
-func (w *World) deadLetter(j *job, e core.Effect) {
-	j.addOp(e)
-	w.after(w.storeLatency(), func() {
-		st := core.OK
-		if w.faults() && w.chance(w.p.pFailWrite) {
-			st = core.Failed
-			w.stats.FailedWrites++
-		} else {
-			w.js.dlq = append(w.js.dlq, fmt.Sprintf("%s %s: %s", j.kind, j.act.id, e.Reason))
-			if d := j.msg.dec; d != nil && !strings.HasPrefix(e.Reason, "panic") {
-				switch {
-				case strings.HasPrefix(d.MsgID, "stray-"):
-					w.stats.StrayDeadLettered++
-				case strings.Contains(d.MsgID, ":pending:"):
-					w.stats.RunDecisionsDeadLettered++
-				default:
-					w.stats.DecisionsDeadLettered++
-				}
-			}
-		}
-		w.after(w.storeLatency(), func() { w.answer(j, e.Op, core.Event{Kind: core.EvDeadLettered, Status: st}) })
-	})
+// deadLetter copies j's message to the DLQ at the server (a write that may fail), and
+// counts the decisions dead-lettered.
+func (w *World) deadLetter(j *job, e core.Effect) core.Event {
+	ev := core.Event{Kind: core.EvDeadLettered, Status: core.OK}
+	switch d := j.msg.dec; {
+	case w.faults() && w.chance(w.p.pFailWrite):
+		ev.Status = core.Failed
+		w.stats.FailedWrites++
+	case d == nil || strings.HasPrefix(e.Reason, "panic"):
+	case strings.HasPrefix(d.MsgID, "stray-"):
+		w.stats.StrayDeadLettered++
+	case strings.Contains(d.MsgID, ":pending:"):
+		w.stats.RunDecisionsDeadLettered++
+	default:
+		w.stats.DecisionsDeadLettered++
+	}
+	return ev
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 )
 
@@ -25,67 +27,43 @@ type admitWait struct {
 // endpoint is given back at once: Paused.
 func (w *World) admit(j *job, e core.Effect) {
 	ep := j.inc.ep
-	p := j.addOp(e)
-	p.ep = ep
-	ep.prune()
-	if ep.inUse < ep.max && len(ep.waiters) == 0 {
-		w.grant(j, p, true)
+	ep.waiters = slices.DeleteFunc(ep.waiters, func(wa *admitWait) bool { return wa.done || !wa.j.alive() })
+	var ev core.Event
+	switch {
+	case ep.inUse < ep.max && len(ep.waiters) == 0:
+		ev = w.grant(j)
+	case !e.Wait:
+		ev = core.Event{Kind: core.EvAdmit, Status: core.Busy}
+	case !w.now.Before(e.Until):
+		ev = core.Event{Kind: core.EvAdmit, Status: core.Expired}
+	default:
+		wa := &admitWait{j: j, p: j.addOp(e)}
+		ep.waiters = append(ep.waiters, wa)
+		wa.p.stop = func() { wa.done = true }
+		w.at(e.Until, func() {
+			if wa.done {
+				return
+			}
+			wa.done = true
+			w.answer(j, e.Op, core.Event{Kind: core.EvAdmit, Status: core.Expired})
+		})
 		return
 	}
-	if !e.Wait {
-		j.removeOp(p)
-		w.answerNow(j, core.Event{Kind: core.EvAdmit, Op: e.Op, Status: core.Busy})
-		return
-	}
-	if !w.now.Before(e.Until) {
-		j.removeOp(p)
-		w.answerNow(j, core.Event{Kind: core.EvAdmit, Op: e.Op, Status: core.Expired})
-		return
-	}
-	wa := &admitWait{j: j, p: p}
-	ep.waiters = append(ep.waiters, wa)
-	p.stop = func() { wa.done = true }
-	w.at(e.Until, func() {
-		if wa.done {
-			return
-		}
-		wa.done = true
-		w.answer(j, e.Op, core.Event{Kind: core.EvAdmit, Status: core.Expired})
-	})
+	ev.Op = e.Op
+	w.answerNow(j, ev)
 }
 
-// grant gives p's job a slot (or Paused, when the breaker holds the endpoint); now
-// says the job is being handled (its answer is immediate), else it is scheduled.
-func (w *World) grant(j *job, p *pendingOp, now bool) {
-	ep := p.ep
-	ev := core.Event{Kind: core.EvAdmit, Op: p.op, Status: core.OK}
+// grant gives j a slot of its endpoint, and answers OK (or Paused, when the breaker
+// holds the endpoint).
+func (w *World) grant(j *job) core.Event {
+	ep := j.inc.ep
 	if ok, wait := ep.brk.Allow(w.now); !ok {
 		_, code := ep.brk.Pause(w.now)
-		ev.Status, ev.Wait, ev.Code = core.Paused, wait, code
-	} else {
-		ep.inUse++
-		j.slots++
+		return core.Event{Kind: core.EvAdmit, Status: core.Paused, Wait: wait, Code: code}
 	}
-	if now {
-		j.removeOp(p)
-		w.answerNow(j, ev)
-		return
-	}
-	p.grant = ev.Status == core.OK
-	w.after(0, func() { w.answer(j, p.op, ev) })
-}
-
-// prune drops the waiters that stopped waiting (aborted, expired, or whose job ended).
-func (ep *endpoint) prune() {
-	n := 0
-	for _, wa := range ep.waiters {
-		if !wa.done && wa.j.alive() {
-			ep.waiters[n] = wa
-			n++
-		}
-	}
-	clear(ep.waiters[n:])
-	ep.waiters = ep.waiters[:n]
+	ep.inUse++
+	j.slots++
+	return core.Event{Kind: core.EvAdmit, Status: core.OK}
 }
 
 // free gives a slot back and grants it to the first admit waiting.
@@ -98,12 +76,14 @@ func (ep *endpoint) free(w *World) {
 			continue
 		}
 		wa.done = true
-		w.grant(wa.j, wa.p, false)
+		ev := w.grant(wa.j)
+		wa.p.grant = ev.Status == core.OK
+		w.after(0, func() { w.answer(wa.j, wa.p.op, ev) })
 	}
 }
 
-// unadmit carries out j's Unadmit: a slot no call used goes back, and the breaker
-// forgets the admission.
+// unadmit carries out j's Unadmit, and gives back what a job ending or panicking holds:
+// a slot no call used goes back, and the breaker forgets the admission.
 func (w *World) unadmit(j *job) {
 	if j.slots == 0 {
 		w.failf("%s: EffUnadmit without an endpoint slot", j.owner)

@@ -5,16 +5,12 @@ import (
 	"strings"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
-	"github.com/hermes-bridge/hermes-bridge/events"
-	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // The trace's one-line forms of events, effects, records and results.
 
 // form is how the trace shows effects and records.
 var form = core.Form{Origin: origin, Short: short}
-
-func fmtRec(r kvstore.Record) string { return form.Record(r) }
 
 // short shortens a hash or hashed key for the trace.
 func short(s string) string {
@@ -27,123 +23,95 @@ func short(s string) string {
 	return s
 }
 
-func fmtResult(r *events.Result) string { return core.FormatResult(r) }
+// words is a line of the trace being written: words joined by spaces.
+type words []string
 
-func fmtLog(le core.LogEntry) string {
-	return fmt.Sprintf("seq=%d by=%s %s", le.Seq, le.By, fmtResult(le.Result))
+// add appends s when on.
+func (f *words) add(on bool, s string) {
+	if on {
+		*f = append(*f, s)
+	}
 }
 
-func fmtEffect(e core.Effect) string { return form.Effect(e) }
+func (f words) String() string { return strings.Join(f, " ") }
 
 func fmtEvent(ev core.Event) string {
-	op := ""
-	if ev.Op != 0 {
-		op = fmt.Sprintf(" #%d", ev.Op)
-	}
-	s := ev.Kind.String() + op
+	f := words{ev.Kind.String()}
+	f.add(ev.Op != 0, fmt.Sprintf("#%d", ev.Op))
 	switch ev.Kind {
 	case core.EvDeliver:
 		st := ev.Start
-		s += " " + st.Kind.String() + " " + st.Owner
+		f = append(f, st.Kind.String(), st.Owner)
 		if st.Action != nil {
-			s += " " + st.Action.ID
+			f = append(f, st.Action.ID)
 		}
 		if st.Kind == core.KindAction || st.Kind == core.KindDecision {
-			s += fmt.Sprintf(" delivery=%d", st.Delivery)
-			if st.Final {
-				s += " final"
-			}
+			f = append(f, fmt.Sprintf("delivery=%d", st.Delivery))
+			f.add(st.Final, "final")
 		}
-		if st.PausedFor > 0 {
-			s += " paused_for=" + st.PausedFor.String()
-		}
+		f.add(st.PausedFor > 0, "paused_for="+st.PausedFor.String())
 		if d := st.Decision; d != nil {
-			s += fmt.Sprintf(" decision=%s choice=%s sha=%s msg=%s", d.Decision, d.Choice, short(d.InputSHA256), d.MsgID)
+			f = append(f, fmt.Sprintf("decision=%s choice=%s sha=%s msg=%s", d.Decision, d.Choice, short(d.InputSHA256), d.MsgID))
 		}
-		return s
 	case core.EvStore:
-		s += " " + ev.Status.String()
-		if ev.Rev != 0 {
-			s += fmt.Sprintf(" rev=%d", ev.Rev)
-		}
-		if ev.Entry.Key != "" {
-			s += fmt.Sprintf(" %s@%d %s", short(ev.Entry.Key), ev.Entry.Revision, fmtRec(ev.Entry.Record))
+		f = append(f, ev.Status.String())
+		f.add(ev.Rev != 0, fmt.Sprintf("rev=%d", ev.Rev))
+		if k := ev.Entry.Key; k != "" {
+			f = append(f, fmt.Sprintf("%s@%d %s", short(k), ev.Entry.Revision, form.Record(ev.Entry.Record)))
 		}
 	case core.EvLog, core.EvWait:
-		s += " " + ev.Status.String()
-		if ev.Log.Seq != 0 || ev.Log.Result != nil {
-			s += " " + fmtLog(ev.Log)
+		f = append(f, ev.Status.String())
+		if le := ev.Log; le.Seq != 0 || le.Result != nil {
+			f = append(f, fmt.Sprintf("seq=%d by=%s %s", le.Seq, le.By, core.FormatResult(le.Result)))
 		}
 	case core.EvAdmit:
-		s += " " + ev.Status.String()
-		if ev.Wait != 0 {
-			s += fmt.Sprintf(" wait=%s code=%s", ev.Wait, ev.Code)
-		}
+		f = append(f, ev.Status.String())
+		f.add(ev.Wait != 0, fmt.Sprintf("wait=%s code=%s", ev.Wait, ev.Code))
 	case core.EvValidated, core.EvResumed:
 		if ev.Invalid != nil {
-			s += " invalid=" + ev.Invalid.Code
+			f = append(f, "invalid="+ev.Invalid.Code)
 		}
 	case core.EvCall:
-		if c := ev.Call; c != nil {
-			s += " " + fmtCall(c)
+		if ev.Call != nil {
+			f = append(f, fmtCall(ev.Call))
 		}
 	case core.EvRun, core.EvRunApproval:
-		s += " " + ev.Status.String()
-		if a := ev.Run; a != nil {
-			s += " " + fmtRun(a)
+		f = append(f, ev.Status.String())
+		if ev.Run != nil {
+			f = append(f, fmtRun(ev.Run))
 		}
 	case core.EvTimer:
-		s += " " + ev.Timer.String() + " " + ev.Status.String()
+		f = append(f, ev.Timer.String(), ev.Status.String())
 	case core.EvDeadLettered:
-		s += " " + ev.Status.String()
+		f = append(f, ev.Status.String())
 	}
-	return s
+	return f.String()
 }
 
 func fmtCall(c *core.CallAnswer) string {
-	var f []string
-	for _, b := range []struct {
-		on   bool
-		name string
-	}{{c.Responded, "responded"}, {c.Aborted, "aborted"}, {c.NotStarted, "not_started"}, {c.Retryable, "retryable"}} {
-		if b.on {
-			f = append(f, b.name)
-		}
-	}
-	if c.RetryAfter > 0 {
-		f = append(f, "retry_after="+c.RetryAfter.String())
-	}
-	return strings.Join(append(f, fmtResult(c.Result)), " ")
+	var f words
+	f.add(c.Responded, "responded")
+	f.add(c.Aborted, "aborted")
+	f.add(c.NotStarted, "not_started")
+	f.add(c.Retryable, "retryable")
+	f.add(c.RetryAfter > 0, "retry_after="+c.RetryAfter.String())
+	return append(f, core.FormatResult(c.Result)).String()
 }
 
 func fmtRun(a *core.RunAnswer) string {
-	var f []string
-	if a.RunID != "" {
-		f = append(f, "run_id="+a.RunID)
-	}
+	var f words
+	f.add(a.RunID != "", "run_id="+a.RunID)
 	if a.Call != nil {
 		f = append(f, "call{"+fmtCall(a.Call)+"}")
 	}
-	if a.Durable {
-		f = append(f, "durable")
-	}
-	if a.Next != 0 {
-		f = append(f, fmt.Sprintf("next=%d", a.Next))
-	}
-	if a.Status != "" {
-		f = append(f, "status="+a.Status)
-	}
-	if a.ToolsRan {
-		f = append(f, "tools_ran")
-	}
-	if a.Streamed {
-		f = append(f, "streamed")
-	}
-	if a.PublishFailed {
-		f = append(f, "publish_failed")
-	}
+	f.add(a.Durable, "durable")
+	f.add(a.Next != 0, fmt.Sprintf("next=%d", a.Next))
+	f.add(a.Status != "", "status="+a.Status)
+	f.add(a.ToolsRan, "tools_ran")
+	f.add(a.Streamed, "streamed")
+	f.add(a.PublishFailed, "publish_failed")
 	if a.Approval != nil {
 		f = append(f, "approval sha="+short(a.Approval.SHA256))
 	}
-	return strings.Join(f, " ")
+	return f.String()
 }

@@ -9,28 +9,19 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
-// hermes is the simulated Hermes Agent API. It counts the requests it receives (sends)
-// and the work it does (executions) per action id and, for unsafe operations, per
-// scoped idempotency key. A request may be refused by the 429 concurrency gate (no work
+// hermes is the simulated Hermes Agent API. It records the work it does (executions)
+// per action id and, for unsafe operations, per scoped idempotency key. A request may be refused by the 429 concurrency gate (no work
 // done), its connection refused (nothing sent), or its connection reset after the work
 // (the caller cannot know whether it ran). Governed runs (runs.go) are posted, followed
 // and stopped.
 type hermes struct {
-	w        *World
-	sends    map[string]int
-	execs    map[string]int
-	keyExecs map[string]int
-	// keyExecAt is when each execution under a scoped key happened.
-	keyExecAt map[string][]time.Time
+	w *World
+	// execAt is when each execution of an action happened, keyExecAt each one under a
+	// scoped key.
 	execAt    map[string][]time.Duration
+	keyExecAt map[string][]time.Time
 	runs      map[string]*hrun
 	runByKey  map[string]*hrun
-	runList   []*hrun
-}
-
-func newHermes(w *World) *hermes {
-	return &hermes{w: w, sends: map[string]int{}, execs: map[string]int{}, keyExecs: map[string]int{}, keyExecAt: map[string][]time.Time{},
-		execAt: map[string][]time.Duration{}, runs: map[string]*hrun{}, runByKey: map[string]*hrun{}}
 }
 
 // netLatency is one way between a replica and Hermes.
@@ -38,22 +29,20 @@ func (h *hermes) netLatency() time.Duration {
 	return h.w.between(time.Millisecond, 20*time.Millisecond)
 }
 
-// executed counts the work done for a.
+// executed records the work done for a, and returns how many times it was done.
 func (h *hermes) executed(a *action) int {
 	n := 1
 	if h.w.sabotage == "double_exec" && !a.op.Safe {
 		n = 2
 	}
 	for range n {
-		h.execs[a.id]++
 		h.execAt[a.id] = append(h.execAt[a.id], rel(h.w.now).Round(time.Millisecond))
 		h.w.stats.Executions++
 		if !a.op.Safe && a.scoped != "" {
-			h.keyExecs[a.scoped]++
 			h.keyExecAt[a.scoped] = append(h.keyExecAt[a.scoped], h.w.now)
 		}
 	}
-	return h.execs[a.id]
+	return len(h.execAt[a.id])
 }
 
 // call carries out j's Call: the request reaches Hermes after a latency (a request
@@ -73,13 +62,13 @@ func (h *hermes) call(j *job, e core.Effect) {
 	aborted, answered := false, false
 	p.stop = func() { aborted = true }
 	ep := p.ep
-	respond := func(d time.Duration, c *core.CallAnswer, endpointFailed bool, code string) {
+	respond := func(d time.Duration, c *core.CallAnswer, endpointFailed bool) {
 		w.after(d, func() {
 			if answered {
 				return
 			}
 			answered = true
-			ep.brk.Done(w.now, endpointFailed, code)
+			ep.brk.Done(w.now, endpointFailed, "transport")
 			w.answer(j, e.Op, core.Event{Kind: core.EvCall, Call: c})
 		})
 	}
@@ -101,23 +90,22 @@ func (h *hermes) call(j *job, e core.Effect) {
 			w.stats.ConnRefused++
 			w.tr.printf("hermes", "%s: connection of %s refused", a.id, j.owner)
 			respond(0, &core.CallAnswer{NotStarted: true, Retryable: true,
-				Result: a.failed("transport", "connection refused", true, false)}, true, "transport")
+				Result: a.failed("transport", "connection refused", true, false)}, true)
 			return
 		}
-		h.sends[a.id]++
 		w.stats.Sends++
 		if w.faults() && w.chance(w.p.pRefuse) {
 			w.stats.Refusals++
 			w.tr.printf("hermes", "%s: request of %s refused (429)", a.id, j.owner)
 			if w.sabotage == "lie" {
 				respond(h.netLatency(), &core.CallAnswer{Responded: true, Result: &events.Result{ActionID: a.id,
-					CapabilityID: a.cap, Status: events.StatusCompleted, Output: json.RawMessage(`{"lie":true}`)}}, false, "")
+					CapabilityID: a.cap, Status: events.StatusCompleted, Output: json.RawMessage(`{"lie":true}`)}}, false)
 				return
 			}
 			ra := w.between(0, 3*time.Second)
 			r := a.failed("remote_unavailable", "Hermes is at its concurrency limit", true, false)
 			r.Error.HTTPStatus, r.Error.RetryAfterMS = 429, ra.Milliseconds()
-			respond(h.netLatency(), &core.CallAnswer{NotStarted: true, Retryable: true, RetryAfter: ra, Result: r}, false, "")
+			respond(h.netLatency(), &core.CallAnswer{NotStarted: true, Retryable: true, RetryAfter: ra, Result: r}, false)
 			return
 		}
 		n := h.executed(a)
@@ -136,12 +124,12 @@ func (h *hermes) call(j *job, e core.Effect) {
 				w.stats.HermesUncertain++
 				w.tr.printf("hermes", "%s: connection of %s reset after the work", a.id, j.owner)
 				respond(h.netLatency(), &core.CallAnswer{Retryable: a.op.Safe,
-					Result: a.failed("transport", "connection reset", false, !a.op.Safe)}, true, "transport")
+					Result: a.failed("transport", "connection reset", false, !a.op.Safe)}, true)
 				return
 			}
 			out, _ := json.Marshal(map[string]any{"exec": fmt.Sprintf("%s#%d", a.id, n)})
 			respond(h.netLatency(), &core.CallAnswer{Responded: true, Result: &events.Result{ActionID: a.id,
-				CapabilityID: a.cap, Status: events.StatusCompleted, Output: out}}, false, "")
+				CapabilityID: a.cap, Status: events.StatusCompleted, Output: out}}, false)
 		})
 	})
 }
@@ -161,29 +149,19 @@ func (h *hermes) run(j *job, e core.Effect) {
 		w.after(h.netLatency(), func() {
 			ev := core.Event{Kind: core.EvRun, Status: core.OK, Run: &core.RunAnswer{}}
 			r := h.runs[req.RunID]
-			switch req.Op {
-			case core.RunCapabilities:
+			switch {
+			case req.Op == core.RunCapabilities:
 				ev.Run.Durable = w.p.durableRuns
-			case core.RunStoredEvents:
+			case req.Op == core.RunStoredEvents:
 				ev.Run.Next = w.evs.next(j.act.id)
-			case core.RunStatus:
-				if r == nil {
-					ev.Status = core.NotFound
-					break
-				}
+			case r == nil: // RunStatus, RunStop, RunApprove
+				ev.Status = core.NotFound
+			case req.Op == core.RunStatus:
 				ev.Run.Status, ev.Run.Output, ev.Run.ErrText = r.status, r.output, r.errText
 				ev.Run.LastEvent, ev.Run.ToolsRan = r.lastEvent, r.toolsRan
-			case core.RunStop:
-				if r == nil {
-					ev.Status = core.NotFound
-					break
-				}
+			case req.Op == core.RunStop:
 				h.stop(r)
-			case core.RunApprove:
-				if r == nil {
-					ev.Status = core.NotFound
-					break
-				}
+			case req.Op == core.RunApprove:
 				h.approve(r, req.Choice)
 			}
 			w.after(h.netLatency(), func() { w.answer(j, e.Op, ev) })
@@ -199,11 +177,14 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 	ep := j.inc.ep
 	aborted := false
 	p.stop = func() { aborted = true }
-	fail := func(c *core.CallAnswer, endpointFailed bool) {
+	reply := func(st core.Status, ra *core.RunAnswer, endpointFailed bool) {
 		w.after(h.netLatency(), func() {
 			ep.brk.Done(w.now, endpointFailed, "transport")
-			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.Failed, Run: &core.RunAnswer{Call: c}})
+			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: st, Run: ra})
 		})
+	}
+	fail := func(c *core.CallAnswer, endpointFailed bool) {
+		reply(core.Failed, &core.RunAnswer{Call: c}, endpointFailed)
 	}
 	w.after(h.netLatency(), func() {
 		if aborted && w.chance(0.5) {
@@ -214,7 +195,6 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			fail(&core.CallAnswer{NotStarted: true, Retryable: true, Result: a.failed("transport", "connection refused", true, false)}, true)
 			return
 		}
-		h.sends[a.id]++
 		w.stats.Sends++
 		if w.faults() && w.chance(w.p.pRefuse) {
 			w.stats.Refusals++
@@ -229,11 +209,7 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			w.tr.printf("hermes", "%s: post of %s conflicts with run %s (409 idempotency_key_conflict)", a.id, j.owner, r.id)
 			res := a.failed("remote_rejected", "Idempotency-Key was already used with a different request payload", false, false)
 			res.Error.HTTPStatus = 409
-			w.after(h.netLatency(), func() {
-				ep.brk.Done(w.now, false, "")
-				w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.Failed,
-					Run: &core.RunAnswer{Call: &core.CallAnswer{Responded: true, NotStarted: true, Result: res}}})
-			})
+			fail(&core.CallAnswer{Responded: true, NotStarted: true, Result: res}, false)
 			return
 		case r != nil && w.p.durableRuns:
 			w.tr.printf("hermes", "%s: post of %s names run %s again (durable idempotency)", a.id, j.owner, r.id)
@@ -247,9 +223,6 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 			fail(&core.CallAnswer{Result: a.failed("transport", "connection reset", false, true)}, true)
 			return
 		}
-		w.after(h.netLatency(), func() {
-			ep.brk.Done(w.now, false, "")
-			w.answer(j, e.Op, core.Event{Kind: core.EvRun, Status: core.OK, Run: &core.RunAnswer{RunID: r.id}})
-		})
+		reply(core.OK, &core.RunAnswer{RunID: r.id}, false)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
@@ -39,7 +40,7 @@ func (w *World) check() {
 		for _, rep := range c.replies {
 			if rep.state == "cancelled" && t != nil && t.result.Status != events.StatusCancelled {
 				w.stats.CancelsIgnored++
-				w.tr.printf("check", "a cancel of %s was answered cancelled by %s, but it settled %s", c.id, rep.by, fmtResult(t.result))
+				w.tr.printf("check", "a cancel of %s was answered cancelled by %s, but it settled %s", c.id, rep.by, core.FormatResult(t.result))
 				break
 			}
 		}
@@ -55,12 +56,7 @@ func (w *World) check() {
 func (w *World) checkAction(a *action) {
 	// Only its life since the bridge last forgot it counts (lifeStart).
 	start := w.lifeStart(a)
-	var msgs []*logMsg
-	for _, m := range w.log.all(a.id) {
-		if !m.at.Before(start) {
-			msgs = append(msgs, m)
-		}
-	}
+	msgs := slices.DeleteFunc(slices.Clone(w.log.subjects[a.id]), func(m *logMsg) bool { return m.at.Before(start) })
 	if start.After(origin) {
 		w.stats.Forgotten++
 	}
@@ -94,7 +90,7 @@ func (w *World) checkAction(a *action) {
 		// A second one after the first aged out (its record still kept: a delivery then
 		// says what the record knows) is not two at once.
 		w.failf("%s: %d terminal results stored: %s by %s and %s by %s", a.id, len(terms),
-			fmtResult(terms[0].result), terms[0].by, fmtResult(terms[1].result), terms[1].by)
+			core.FormatResult(terms[0].result), terms[0].by, core.FormatResult(terms[1].result), terms[1].by)
 	}
 	// A pending result stored while a terminal one was kept fails (one after that aged
 	// out belongs to a run of an action the records say never ran: a replay's).
@@ -112,7 +108,7 @@ func (w *World) checkAction(a *action) {
 		w.stats.Parked++
 	}
 	unsafe := !a.op.Safe
-	if n := w.execsInLife(a); unsafe && n > 1 {
+	if n := w.execsBefore(a, time.Time{}); unsafe && n > 1 {
 		w.failf("%s: an unsafe action executed %d times%s", a.id, n, w.republished(a))
 	}
 	// What r says is judged by the executions until it aged out (a delivery after that
@@ -137,13 +133,13 @@ func (w *World) checkAction(a *action) {
 		}
 	case !uncertain(r):
 		if unsafe && execs != 0 && !w.checkRunTruth(a, r) {
-			w.failf("%s: certain %s, but executed %d times%s", a.id, fmtResult(r), execs, w.republished(a))
+			w.failf("%s: certain %s, but executed %d times%s", a.id, core.FormatResult(r), execs, w.republished(a))
 		}
 	}
 	if a.invalid != 0 && (execs != 0 || r.Error == nil ||
 		(r.Error.Code != "invalid_action" && r.Status != events.StatusCancelled && details(r)["reason"] != "panic")) {
 		w.failf("%s: an invalid action (%s) executed %d times and settled %s", a.id,
-			[...]string{"", "envelope", "validation"}[a.invalid], execs, fmtResult(r))
+			[...]string{"", "envelope", "validation"}[a.invalid], execs, core.FormatResult(r))
 	}
 	w.checkApproval(a, r, execs, terms[0].at.Add(w.p.logMaxAge))
 	w.checkCancels(a, r, execs)
@@ -159,7 +155,7 @@ func (w *World) checkAction(a *action) {
 			// Bound before the result was stored, by this action (a replay reports the
 			// run of the action it replays; a later life may bind a run of its own).
 			bound := func(rec kvstore.Record) bool { return rec.RunID != "" }
-			if r.ReplayOf == nil && w.everRecordBefore(a.id, terms[0].at, bound) {
+			if r.ReplayOf == nil && everRecord(w.lifeRecords(a, terms[0].at), bound) {
 				w.failf("%s: a run settled outcome_unknown (%v) although a delivery had bound its run id", a.id, details(r)["reason"])
 			}
 		}
@@ -204,7 +200,7 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 		w.failf("%s: reports run %s %q, but it ended %q", a.id, id, status, run.status)
 	case status == "cancelled" && run.toolsRan && !uncertain(r):
 		// The core's rule: a cancelled run is uncertain when its tools ran.
-		w.failf("%s: run %s was cancelled after its tools ran, but settled certain %s", a.id, id, fmtResult(r))
+		w.failf("%s: run %s was cancelled after its tools ran, but settled certain %s", a.id, id, core.FormatResult(r))
 	}
 	return true
 }
@@ -214,7 +210,7 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 // settles the action (or a cancel flag that came after it does).
 func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.Time) {
 	first := w.firstDecision(a, end)
-	parked := w.everRecord(a.id, func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
+	parked := everRecord(w.lifeRecords(a, time.Time{}), func(r kvstore.Record) bool { return r.State == kvstore.StateParked })
 	if a.op.Approval && execs > 0 {
 		switch {
 		case parked && first != kvstore.DecisionApprove:
@@ -226,9 +222,9 @@ func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.T
 	if first != "" && first != kvstore.DecisionApprove {
 		// Settled by that decision, or by a cancel request that came after it (through
 		// the record's flag or a replica's job), or by a panic.
-		want := decisionCode(first)
+		want := decisionCodes[first]
 		if r.Error == nil || (r.Error.Code != want && !(r.Error.Code == "cancelled" && w.cancelled(a)) && !panicked(r)) {
-			w.failf("%s: first decision %s, but settled %s", a.id, first, fmtResult(r))
+			w.failf("%s: first decision %s, but settled %s", a.id, first, core.FormatResult(r))
 		}
 	}
 }
@@ -236,19 +232,13 @@ func (w *World) checkApproval(a *action, r *events.Result, execs int, end time.T
 // checkCancels: a cancel that came before the action (its record's first version is
 // the cancelled result) or flagged it before its dispatch kept it from Hermes.
 func (w *World) checkCancels(a *action, r *events.Result, execs int) {
-	start := w.lifeStart(a) // a life before it is forgotten
-	var h []kvVersion
-	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
-		if !v.written.Before(start) {
-			h = append(h, v)
-		}
-	}
+	h := w.lifeRecords(a, time.Time{}) // a life before it is forgotten does not count
 	if len(h) == 0 {
 		return
 	}
 	if h[0].rec.State == kvstore.StateSettled {
 		if execs != 0 || (r.Status != events.StatusCancelled && !panicked(r)) {
-			w.failf("%s: cancelled before it came, but executed %d times and settled %s%s", a.id, execs, fmtResult(r), w.republished(a))
+			w.failf("%s: cancelled before it came, but executed %d times and settled %s%s", a.id, execs, core.FormatResult(r), w.republished(a))
 		}
 		return
 	}
@@ -277,7 +267,7 @@ func (w *World) checkCancels(a *action, r *events.Result, execs int) {
 // with an owner): a released or parked record has no owner to outwait.
 func (w *World) checkLeases() {
 	for _, k := range w.kv.everKeys("act.") {
-		vs := w.kv.history(k)
+		vs := w.kv.versions[k]
 		for i := 1; i < len(vs); i++ {
 			prev, cur := vs[i-1], vs[i]
 			switch {
@@ -299,13 +289,13 @@ func (w *World) checkLeases() {
 // the result of a same-key same-input action; conflicts have a different input under
 // the key.
 func (w *World) checkKeys() {
-	for _, k := range slices.Sorted(maps.Keys(w.herm.keyExecs)) {
+	for _, k := range slices.Sorted(maps.Keys(w.herm.keyExecAt)) {
 		// Idempotency lasts as long as the key record (CONTRACT §5: the bucket TTL): an
 		// execution after the record of the key expired is another key's.
 		at := w.herm.keyExecAt[k]
 		for i := 1; i < len(at); i++ {
 			if !w.kv.expiredBetween(k, at[i-1], at[i]) {
-				w.failf("scoped key %s executed %d times (at %v)", short(k), w.herm.keyExecs[k], at)
+				w.failf("scoped key %s executed %d times (at %v)", short(k), len(at), at)
 				break
 			}
 		}
@@ -328,7 +318,7 @@ func (w *World) checkKeys() {
 			// read (the append may come later, after a pause: recordMargin bounds that;
 			// a holder forgotten later may have settled again since).
 			var ot *logMsg
-			for _, m := range w.log.all(o.id) {
+			for _, m := range w.log.subjects[o.id] {
 				if m.terminal() && !m.at.After(t.at) && t.at.Before(m.at.Add(w.p.logMaxAge+recordMargin)) {
 					ot = m
 				}
@@ -339,15 +329,13 @@ func (w *World) checkKeys() {
 			}
 			or := ot.result
 			if or.Status != r.Status || string(or.Output) != string(r.Output) || errJSON(or.Error) != errJSON(r.Error) {
-				w.failf("%s replays %s as %s, but %s settled %s", a.id, o.id, fmtResult(r), o.id, fmtResult(or))
+				w.failf("%s replays %s as %s, but %s settled %s", a.id, o.id, core.FormatResult(r), o.id, core.FormatResult(or))
 			}
 		case r.Error != nil && r.Error.Code == "idempotency_conflict":
 			w.stats.Conflicts++
-			other := false
-			for _, o := range w.scen.actions {
-				other = other || (o.id != a.id && o.scoped == a.scoped && o.input != a.input)
-			}
-			if !other {
+			if !slices.ContainsFunc(w.scen.actions, func(o *action) bool {
+				return o.id != a.id && o.scoped == a.scoped && o.input != a.input
+			}) {
 				w.failf("%s settled idempotency_conflict with no other input under its key", a.id)
 			}
 		}
@@ -369,16 +357,11 @@ func (w *World) checkLive() {
 			w.failf("record %s of an action never published", k)
 			continue
 		}
-		t := w.terminal(id)
-		switch v.rec.State {
-		case kvstore.StateClaimed, kvstore.StateDispatched, kvstore.StateSettling, kvstore.StateReleased:
-			if t != nil {
-				w.stats.RecordsLeftOpen++ // by design: the result log, not the record, is terminal
-			}
-		}
-		switch {
+		switch t := w.terminal(id); {
 		case t != nil && v.rec.State == kvstore.StateParked:
-			w.failf("%s: record left parked after its result %s", id, fmtResult(t.result))
+			w.failf("%s: record left parked after its result %s", id, core.FormatResult(t.result))
+		case t != nil && v.rec.State != kvstore.StateSettled:
+			w.stats.RecordsLeftOpen++ // by design: the result log, not the record, is terminal
 		case t == nil && v.rec.State != kvstore.StateSettled && w.explained(a) == "":
 			w.failf("%s: record left %s with no result", id, v.rec.State)
 		}
@@ -397,7 +380,7 @@ func (w *World) checkLive() {
 // that no result is stored, so the bridge may send the call without reading the log).
 func (w *World) checkRecordsOutlive() {
 	for _, id := range slices.Sorted(maps.Keys(w.log.subjects)) {
-		for _, m := range w.log.all(id) {
+		for _, m := range w.log.subjects[id] {
 			if !m.terminal() {
 				continue
 			}
@@ -418,7 +401,7 @@ func (w *World) checkRecordsOutlive() {
 func (w *World) checkStored() {
 	var stored []*logMsg
 	for _, a := range w.scen.actions {
-		stored = append(stored, w.log.all(a.id)...)
+		stored = append(stored, w.log.subjects[a.id]...)
 	}
 	sort.Slice(stored, func(i, j int) bool { return stored[i].seq < stored[j].seq })
 	if len(stored) != len(w.scen.seen) {
@@ -433,11 +416,8 @@ func (w *World) checkStored() {
 	}
 	for _, a := range w.scen.actions {
 		ns := w.evs.order[a.id]
-		for _, n := range ns {
-			if n < 0 || n >= int64(len(ns)) {
-				w.failf("%s: events stored are not numbered 0 to %d (event %d)", a.id, len(ns)-1, n)
-				break
-			}
+		if i := slices.IndexFunc(ns, func(n int64) bool { return n < 0 || n >= int64(len(ns)) }); i >= 0 {
+			w.failf("%s: events stored are not numbered 0 to %d (event %d)", a.id, len(ns)-1, ns[i])
 		}
 	}
 }

@@ -16,7 +16,6 @@ import (
 type jetStream struct {
 	w      *World
 	msgs   []*message
-	dlq    []string
 	queued bool // a pump is scheduled
 }
 
@@ -43,8 +42,6 @@ func (m *message) String() string {
 	}
 	return fmt.Sprintf("action message %d (%s)", m.n, m.act.id)
 }
-
-func newJetStream(w *World) *jetStream { return &jetStream{w: w} }
 
 // publish adds m, deliverable from at.
 func (js *jetStream) publish(m *message, at time.Time) {
@@ -78,16 +75,11 @@ func (js *jetStream) pump() {
 			w.tr.printf("js", "%s exhausted after %d deliveries", m, m.deliveries)
 			continue
 		}
-		var rs []*replica
-		for _, r := range w.reps {
-			if r.ready() && r.inc.workers > 0 {
-				rs = append(rs, r)
-			}
-		}
-		if len(rs) == 0 {
+		r := w.readyReplica(true)
+		if r == nil {
 			return
 		}
-		js.deliver(m, rs[w.intN(len(rs))])
+		js.deliver(m, r)
 	}
 }
 
@@ -102,7 +94,6 @@ func (js *jetStream) deliver(m *message, r *replica) {
 		kind = core.KindDecision
 	}
 	j := w.newJob(inc, kind, m.act, m)
-	j.delivery = m.deliveries
 	j.worker = true
 	inc.workers--
 	m.cur = j

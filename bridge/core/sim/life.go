@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ func (w *World) terminal(id string) *logMsg {
 	if a := w.scen.byID[id]; a != nil {
 		start = w.lifeStart(a)
 	}
-	for _, m := range w.log.all(id) {
+	for _, m := range w.log.subjects[id] {
 		if m.terminal() && !m.at.Before(start) {
 			return m
 		}
@@ -34,35 +35,20 @@ func (w *World) terminal(id string) *logMsg {
 // result, and the record outlives the result). A message of it after that runs anew.
 func (w *World) lifeStart(a *action) time.Time {
 	key := kvstore.ActionKey(a.id)
-	vs := w.kv.history(key)
-	var terms []*logMsg
-	for _, m := range w.log.all(a.id) {
-		if m.terminal() {
-			terms = append(terms, m)
-		}
-	}
+	vs := w.kv.versions[key]
 	start := origin
-	for i, v := range vs {
-		if v.deleted {
-			continue
-		}
-		end := v.written.Add(w.kv.ttlOf(key))
-		if i+1 < len(vs) && vs[i+1].written.Before(end) {
-			continue // rewritten before it expired
-		}
+	for _, end := range w.kv.expiries(key) {
 		kept := false
-		for _, t := range terms {
-			kept = kept || (!t.at.After(end) && end.Before(t.at.Add(w.p.logMaxAge)))
+		for _, t := range w.log.subjects[a.id] {
+			kept = kept || (t.terminal() && !t.at.After(end) && end.Before(t.at.Add(w.p.logMaxAge)))
 		}
-		if !kept && i+1 < len(vs) && end.After(start) {
+		recreated := !vs[len(vs)-1].written.Before(end)
+		if !kept && recreated && end.After(start) {
 			start = end
 		}
 	}
 	return start
 }
-
-// execsInLife counts a's executions since its life began (lifeStart).
-func (w *World) execsInLife(a *action) int { return w.execsBefore(a, time.Time{}) }
 
 // execsBefore counts a's executions since its life began and before end (zero: all).
 func (w *World) execsBefore(a *action, end time.Time) int {
@@ -87,50 +73,38 @@ func (w *World) explained(a *action) string {
 	return ""
 }
 
+// lifeRecords returns the versions of a's record written in its life (since
+// lifeStart) and before end (zero: any), deletions included, oldest first.
+func (w *World) lifeRecords(a *action, end time.Time) []kvVersion {
+	start := w.lifeStart(a)
+	var out []kvVersion
+	for _, v := range w.kv.versions[kvstore.ActionKey(a.id)] {
+		if !v.written.Before(start) && (end.IsZero() || v.written.Before(end)) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// everRecord reports whether a version of a's record in vs (not a deletion) satisfies f.
+func everRecord(vs []kvVersion, f func(kvstore.Record) bool) bool {
+	return slices.ContainsFunc(vs, func(v kvVersion) bool { return !v.deleted && f(v.rec) })
+}
+
 // firstDecision is the decision of the first version of a's record in its life,
 // written before end, that carries one.
 func (w *World) firstDecision(a *action, end time.Time) string {
-	start := w.lifeStart(a)
-	for _, v := range w.kv.history(kvstore.ActionKey(a.id)) {
-		if !v.deleted && v.rec.Decision != "" && !v.written.Before(start) && v.written.Before(end) {
+	for _, v := range w.lifeRecords(a, end) {
+		if !v.deleted && v.rec.Decision != "" {
 			return v.rec.Decision
 		}
 	}
 	return ""
 }
 
-func (w *World) everRecord(id string, f func(kvstore.Record) bool) bool {
-	return w.everRecordBefore(id, time.Time{}, f)
-}
-
-// everRecordBefore is everRecord for the versions written before end (zero: all).
-func (w *World) everRecordBefore(id string, end time.Time, f func(kvstore.Record) bool) bool {
-	start := origin
-	if a := w.scen.byID[id]; a != nil {
-		start = w.lifeStart(a) // in its life as the bridge remembers it
-	}
-	for _, v := range w.kv.history(kvstore.ActionKey(id)) {
-		if !v.deleted && !v.written.Before(start) && (end.IsZero() || v.written.Before(end)) && f(v.rec) {
-			return true
-		}
-	}
-	return false
-}
-
-// decisionCode is the error code a first decision other than approve settles with.
-func decisionCode(d string) string {
-	switch d {
-	case kvstore.DecisionDeny:
-		return "approval_denied"
-	case kvstore.DecisionExpired:
-		return "approval_expired"
-	case kvstore.DecisionMismatch:
-		return "approval_mismatch"
-	case kvstore.DecisionCancel:
-		return "cancelled"
-	}
-	return ""
-}
+// decisionCodes are the error codes a first decision other than approve settles with.
+var decisionCodes = map[string]string{kvstore.DecisionDeny: "approval_denied", kvstore.DecisionExpired: "approval_expired",
+	kvstore.DecisionMismatch: "approval_mismatch", kvstore.DecisionCancel: "cancelled"}
 
 func uncertain(r *events.Result) bool { return r.Error != nil && r.Error.UncertainOutcome }
 
@@ -139,12 +113,7 @@ func panicked(r *events.Result) bool { return r.Error != nil && details(r)["reas
 
 // cancelled reports whether a cancel request was sent for a.
 func (w *World) cancelled(a *action) bool {
-	for _, c := range w.scen.cancels {
-		if c.id == a.id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(w.scen.cancels, func(c *cancelReq) bool { return c.id == a.id })
 }
 
 // republished says, for a failure about a's executions, when they happened relative to

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,12 +45,6 @@ func (r *replica) newIncarnation(n int) *incarnation {
 
 // ready reports whether the replica fetches messages and answers requests now.
 func (r *replica) ready() bool { return r.inc.up && !r.inc.paused && !r.inc.draining }
-
-// start begins the replica's sweeper.
-func (r *replica) start() {
-	w := r.w
-	w.after(w.between(0, sweepEvery), r.sweepLoop)
-}
 
 func (r *replica) sweepLoop() {
 	if r.ready() {
@@ -102,12 +97,7 @@ func (inc *incarnation) freeWorker(w *World) {
 }
 
 func (inc *incarnation) unregister(j *job) {
-	for i, x := range inc.jobs {
-		if x == j {
-			inc.jobs = append(inc.jobs[:i], inc.jobs[i+1:]...)
-			return
-		}
-	}
+	inc.jobs = slices.DeleteFunc(inc.jobs, func(x *job) bool { return x == j })
 }
 
 // replicaFault pauses, crashes or shuts down a random replica, and schedules the next

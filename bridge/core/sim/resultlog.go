@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -15,10 +16,10 @@ import (
 // ever stored is kept (aged out or not) for the invariants, and every stored message,
 // and only those, is handed to the live subscribers as it is stored.
 type resultLog struct {
-	maxAge    time.Duration
-	dupWindow time.Duration
-	seq       *uint64 // the output stream's sequence, shared with the events
-	subjects  map[string][]*logMsg
+	maxAge time.Duration
+	seq    *uint64 // the output stream's sequence, shared with the events
+	// subjects holds every message ever stored per action id, aged out or not.
+	subjects map[string][]*logMsg
 	// live receives each message as it is stored (the approver, the watchers).
 	live func(m *logMsg)
 	// noCAS ignores the expected sequence (a sabotage for the tests).
@@ -38,17 +39,10 @@ type logMsg struct {
 
 func (m *logMsg) terminal() bool { return m.result.Status != events.StatusPendingApproval }
 
-func newResultLog(maxAge, dupWindow time.Duration, seq *uint64) *resultLog {
-	return &resultLog{maxAge: maxAge, dupWindow: dupWindow, seq: seq, subjects: map[string][]*logMsg{}}
-}
-
-// kept reports whether m is still in the stream at now.
-func (l *resultLog) kept(m *logMsg, now time.Time) bool { return now.Before(m.at.Add(l.maxAge)) }
-
 // last returns the subject's last message still kept at now.
 func (l *resultLog) last(id string, now time.Time) *logMsg {
 	ms := l.subjects[id]
-	if len(ms) == 0 || !l.kept(ms[len(ms)-1], now) {
+	if len(ms) == 0 || !now.Before(ms[len(ms)-1].at.Add(l.maxAge)) {
 		return nil
 	}
 	return ms[len(ms)-1]
@@ -61,7 +55,7 @@ func (l *resultLog) last(id string, now time.Time) *logMsg {
 // compares the stored message's owner header).
 func (l *resultLog) append(id string, r *events.Result, msgID string, expect uint64, owner string, now time.Time) (core.Status, uint64) {
 	for _, m := range l.subjects[id] {
-		if m.id == msgID && now.Sub(m.at) < l.dupWindow {
+		if m.id == msgID && now.Sub(m.at) < dupWindow {
 			if m.by == owner {
 				return core.OK, m.seq
 			}
@@ -84,9 +78,7 @@ func (l *resultLog) append(id string, r *events.Result, msgID string, expect uin
 	*l.seq++
 	m := &logMsg{seq: *l.seq, id: msgID, action: id, result: &stored, data: data, by: owner, at: now}
 	l.subjects[id] = append(l.subjects[id], m)
-	if l.live != nil {
-		l.live(m)
-	}
+	l.live(m)
 	return core.OK, m.seq
 }
 
@@ -99,43 +91,26 @@ func entryOf(m *logMsg) core.LogEntry {
 	return core.LogEntry{Seq: m.seq, Result: &r, By: m.by, MsgID: m.id}
 }
 
-// all returns every message ever stored for id, aged out or not.
-func (l *resultLog) all(id string) []*logMsg { return l.subjects[id] }
-
 // eventLog is the simulated events subjects: per action id, the numbers of the events
 // stored (Nats-Msg-Id <id>:<n> deduplicates a republish), in the order stored.
 type eventLog struct {
-	seq     *uint64
-	stored  map[string]map[int64]bool
-	order   map[string][]int64
-	publish int // publishes, duplicates included
-}
-
-func newEventLog(seq *uint64) *eventLog {
-	return &eventLog{seq: seq, stored: map[string]map[int64]bool{}, order: map[string][]int64{}}
+	seq   *uint64
+	order map[string][]int64
 }
 
 // put stores event n of id unless it is stored.
 func (e *eventLog) put(id string, n int64) {
-	e.publish++
-	s := e.stored[id]
-	if s == nil {
-		s = map[int64]bool{}
-		e.stored[id] = s
+	if !slices.Contains(e.order[id], n) {
+		*e.seq++
+		e.order[id] = append(e.order[id], n)
 	}
-	if s[n] {
-		return
-	}
-	s[n] = true
-	*e.seq++
-	e.order[id] = append(e.order[id], n)
 }
 
 // next is the number of the first event of id not stored after the contiguous prefix
 // from 0 (what RunStoredEvents answers).
 func (e *eventLog) next(id string) int64 {
 	var n int64
-	for e.stored[id][n] {
+	for slices.Contains(e.order[id], n) {
 		n++
 	}
 	return n

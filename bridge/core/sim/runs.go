@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -24,7 +26,6 @@ type hrun struct {
 	errText  string
 	toolsRan bool
 	waiting  int // the tool approval it waits for (0: none)
-	asked    int
 	stopping bool
 	readers  []*runReader
 	// lastEvent is the kind of the last event emitted.
@@ -51,7 +52,7 @@ type runReader struct {
 func (h *hermes) startRun(a *action) *hrun {
 	w := h.w
 	h.executed(a)
-	r := &hrun{id: fmt.Sprintf("run-%s-%d", a.id, len(h.runList)+1), act: a, final: "completed"}
+	r := &hrun{id: fmt.Sprintf("run-%s-%d", a.id, len(h.runs)+1), act: a, final: "completed"}
 	if w.faults() && w.chance(w.p.pRunFail) {
 		w.stats.RunFails++
 		r.final = pick(&w.sched, "failed", "failed", "interrupted")
@@ -60,12 +61,10 @@ func (h *hermes) startRun(a *action) *hrun {
 	for i := range n {
 		r.plan = append(r.plan, runEv{kind: "message.delta"})
 		if i < a.tools {
-			r.asked++
-			r.plan = append(r.plan, runEv{kind: "approval.request", approval: r.asked})
+			r.plan = append(r.plan, runEv{kind: "approval.request", approval: i + 1})
 		}
 	}
 	h.runs[r.id] = r
-	h.runList = append(h.runList, r)
 	if a.scoped != "" {
 		h.runByKey[a.scoped] = r
 	}
@@ -190,7 +189,7 @@ func (h *hermes) show(r *hrun, rd *runReader) {
 		case "approval.request":
 			h.ask(r, rd, ev.approval)
 		}
-		if len(ev.kind) > 4 && ev.kind[:4] == "run." {
+		if strings.HasPrefix(ev.kind, "run.") {
 			h.finishRead(r, rd, true)
 			break
 		}
@@ -200,7 +199,7 @@ func (h *hermes) show(r *hrun, rd *runReader) {
 			break
 		}
 	}
-	h.dropReaders(r)
+	r.readers = slices.DeleteFunc(r.readers, func(rd *runReader) bool { return rd.done })
 }
 
 // ask shows the reader's job tool approval k (EvRunApproval: not an answer).
@@ -226,16 +225,4 @@ func (h *hermes) finishRead(r *hrun, rd *runReader, streamed bool) {
 		a.Status, a.Output, a.ErrText = r.status, r.output, r.errText
 	}
 	h.w.answer(rd.j, rd.op, core.Event{Kind: core.EvRun, Status: core.OK, Run: a})
-}
-
-func (h *hermes) dropReaders(r *hrun) {
-	n := 0
-	for _, rd := range r.readers {
-		if !rd.done {
-			r.readers[n] = rd
-			n++
-		}
-	}
-	clear(r.readers[n:])
-	r.readers = r.readers[:n]
 }

@@ -40,22 +40,13 @@ type action struct {
 }
 
 func (a *action) String() string {
-	var f []string
-	f = append(f, a.op.Name)
-	if a.key != "" {
-		f = append(f, "key="+a.key)
-	}
+	f := words{a.id, a.op.Name}
+	f.add(a.key != "", "key="+a.key)
 	f = append(f, "input="+a.input[:1], "timeout="+a.timeout.String())
-	if a.pre {
-		f = append(f, "pre-approved")
-	}
-	if a.invalid != 0 {
-		f = append(f, fmt.Sprintf("invalid=%d", a.invalid))
-	}
-	if a.tools > 0 {
-		f = append(f, fmt.Sprintf("tools=%d", a.tools))
-	}
-	return a.id + " " + strings.Join(f, " ")
+	f.add(a.pre, "pre-approved")
+	f.add(a.invalid != 0, fmt.Sprintf("invalid=%d", a.invalid))
+	f.add(a.tools > 0, fmt.Sprintf("tools=%d", a.tools))
+	return f.String()
 }
 
 // coreAction is the action as the driver decodes it from its message, published at
@@ -106,11 +97,6 @@ type scenario struct {
 	answered map[string]bool
 	// pendingDecisions counts decisions the approver scheduled and has not published.
 	pendingDecisions int
-	decisions        int
-}
-
-func newScenario(w *World) *scenario {
-	return &scenario{w: w, byID: map[string]*action{}, answered: map[string]bool{}}
 }
 
 func (s *scenario) logf(format string, args ...any) {
@@ -246,7 +232,6 @@ func (s *scenario) onPending(m *logMsg) {
 		n = 2
 	}
 	for i := range n {
-		s.decisions++
 		dec := &core.Decision{MsgID: fmt.Sprintf("dec-%s-%d", m.id, i), Approver: "ann", InputSHA256: out.InputSHA256}
 		kind := pick(&w.sched, "approve", "approve", "approve", "deny", "deny", "mismatch")
 		switch kind {

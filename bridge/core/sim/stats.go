@@ -39,11 +39,8 @@ type Stats struct {
 func (s *Stats) Add(o *Stats) {
 	sv, ov := reflect.ValueOf(s).Elem(), reflect.ValueOf(o).Elem()
 	for i := range sv.NumField() {
-		f := sv.Field(i)
-		switch f.Kind() {
-		case reflect.Int, reflect.Int64:
-			f.SetInt(f.Int() + ov.Field(i).Int())
-		}
+		f := sv.Field(i) // every count is an int, and SimTime an int64
+		f.SetInt(f.Int() + ov.Field(i).Int())
 	}
 }
 

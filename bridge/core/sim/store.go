@@ -1,7 +1,7 @@
 package sim
 
 import (
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +18,8 @@ import (
 type bucket struct {
 	keysTTL, recordsTTL time.Duration
 	rev                 uint64
-	keys                map[string]*kvKey
+	// versions is the history of each key, oldest first.
+	versions map[string][]kvVersion
 }
 
 // ttlOf is the TTL of key's bucket.
@@ -29,11 +30,6 @@ func (b *bucket) ttlOf(key string) time.Duration {
 	return b.recordsTTL
 }
 
-// kvKey is the history of one key.
-type kvKey struct {
-	versions []kvVersion
-}
-
 // kvVersion is one write of a key: a value, or a deletion.
 type kvVersion struct {
 	rev     uint64
@@ -42,18 +38,14 @@ type kvVersion struct {
 	written time.Time
 }
 
-func newBucket(keysTTL, recordsTTL time.Duration) *bucket {
-	return &bucket{keysTTL: keysTTL, recordsTTL: recordsTTL, keys: map[string]*kvKey{}}
-}
-
 // live returns the key's current value at now: none when it was never written, was
 // deleted, or its last write is older than the TTL.
 func (b *bucket) live(key string, now time.Time) (kvVersion, bool) {
-	k := b.keys[key]
-	if k == nil || len(k.versions) == 0 {
+	vs := b.versions[key]
+	if len(vs) == 0 {
 		return kvVersion{}, false
 	}
-	v := k.versions[len(k.versions)-1]
+	v := vs[len(vs)-1]
 	if v.deleted || !now.Before(v.written.Add(b.ttlOf(key))) {
 		return kvVersion{}, false
 	}
@@ -63,12 +55,9 @@ func (b *bucket) live(key string, now time.Time) (kvVersion, bool) {
 // asOf returns the key's value as it was at time t (for a read that is behind), none
 // when it had none then.
 func (b *bucket) asOf(key string, t time.Time) (kvVersion, bool) {
-	k := b.keys[key]
-	if k == nil {
-		return kvVersion{}, false
-	}
-	for i := len(k.versions) - 1; i >= 0; i-- {
-		v := k.versions[i]
+	vs := b.versions[key]
+	for i := len(vs) - 1; i >= 0; i-- {
+		v := vs[i]
 		if v.written.After(t) {
 			continue
 		}
@@ -80,34 +69,28 @@ func (b *bucket) asOf(key string, t time.Time) (kvVersion, bool) {
 	return kvVersion{}, false
 }
 
-// expiredBetween reports whether key's record expired (its TTL passed without a write,
-// not a deletion) at some time in (from, to).
-func (b *bucket) expiredBetween(key string, from, to time.Time) bool {
-	k := b.keys[key]
-	if k == nil {
-		return false
-	}
-	for i, v := range k.versions {
-		if v.deleted {
-			continue
-		}
+// expiries returns the times at which key's values expired or will expire: their TTL
+// passed without a write (a deletion is not an expiry), oldest first.
+func (b *bucket) expiries(key string) []time.Time {
+	vs := b.versions[key]
+	var out []time.Time
+	for i, v := range vs {
 		end := v.written.Add(b.ttlOf(key))
-		if i+1 < len(k.versions) && k.versions[i+1].written.Before(end) {
-			continue // rewritten before it expired
-		}
-		if end.After(from) && end.Before(to) {
-			return true
+		if !v.deleted && (i+1 == len(vs) || !vs[i+1].written.Before(end)) {
+			out = append(out, end)
 		}
 	}
-	return false
+	return out
+}
+
+// expiredBetween reports whether key's record expired at some time in (from, to).
+func (b *bucket) expiredBetween(key string, from, to time.Time) bool {
+	return slices.ContainsFunc(b.expiries(key), func(end time.Time) bool { return end.After(from) && end.Before(to) })
 }
 
 // gapIn returns the first moment in [from, to) at which key had no live value, if any.
 func (b *bucket) gapIn(key string, from, to time.Time) (time.Time, bool) {
-	var vs []kvVersion
-	if k := b.keys[key]; k != nil {
-		vs = k.versions
-	}
+	vs := b.versions[key]
 	for t := from; t.Before(to); {
 		cur := -1
 		for i, v := range vs {
@@ -129,13 +112,9 @@ func (b *bucket) gapIn(key string, from, to time.Time) (time.Time, bool) {
 
 // older returns the values of key written before its current one, oldest first.
 func (b *bucket) older(key string, now time.Time) []kvVersion {
-	k := b.keys[key]
-	if k == nil {
-		return nil
-	}
 	cur, ok := b.live(key, now)
 	var out []kvVersion
-	for _, v := range k.versions {
+	for _, v := range b.versions[key] {
 		if !v.deleted && (!ok || v.rev < cur.rev) {
 			out = append(out, v)
 		}
@@ -144,13 +123,8 @@ func (b *bucket) older(key string, now time.Time) []kvVersion {
 }
 
 func (b *bucket) write(key string, rec kvstore.Record, deleted bool, now time.Time) uint64 {
-	k := b.keys[key]
-	if k == nil {
-		k = &kvKey{}
-		b.keys[key] = k
-	}
 	b.rev++
-	k.versions = append(k.versions, kvVersion{rev: b.rev, rec: rec, deleted: deleted, written: now})
+	b.versions[key] = append(b.versions[key], kvVersion{rev: b.rev, rec: rec, deleted: deleted, written: now})
 	return b.rev
 }
 
@@ -187,34 +161,20 @@ func entry(key string, v kvVersion) kvstore.Entry {
 
 // list returns the live keys with prefix, sorted.
 func (b *bucket) list(prefix string, now time.Time) []string {
-	var out []string
-	for k := range b.keys {
-		if strings.HasPrefix(k, prefix) {
-			if _, ok := b.live(k, now); ok {
-				out = append(out, k)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
+	return slices.DeleteFunc(b.everKeys(prefix), func(k string) bool {
+		_, ok := b.live(k, now)
+		return !ok
+	})
 }
 
 // everKeys returns every key with prefix ever written, live or not, sorted.
 func (b *bucket) everKeys(prefix string) []string {
 	var out []string
-	for k := range b.keys {
+	for k := range b.versions {
 		if strings.HasPrefix(k, prefix) {
 			out = append(out, k)
 		}
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
-}
-
-// history returns every version of key, oldest first.
-func (b *bucket) history(key string) []kvVersion {
-	if k := b.keys[key]; k != nil {
-		return k.versions
-	}
-	return nil
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -25,20 +27,33 @@ func (w *World) storeLatency() time.Duration {
 	return w.between(time.Millisecond, 3*time.Millisecond)
 }
 
-// writeFault draws the fault of a write: 0 none, 1 failed (not applied), 2 reply lost.
-func (w *World) writeFault() int {
-	if !w.faults() {
-		return 0
-	}
+// storeOp carries out j's operation e on the store, the log or the DLQ: it reaches the
+// server after a latency, is applied there whatever becomes of j, and its answer comes
+// back after another latency.
+func (w *World) storeOp(j *job, e core.Effect, apply func(*job, core.Effect) core.Event) {
+	j.addOp(e)
+	w.after(w.storeLatency(), func() {
+		ev := apply(j, e)
+		w.after(w.storeLatency(), func() { w.answer(j, e.Op, ev) })
+	})
+}
+
+// write applies a write of j (what names it in the trace) with its fault: one that
+// fails is not applied, one whose reply is lost is; both answer Failed.
+func (w *World) write(j *job, who, what string, kind core.EventKind, apply func() core.Event) core.Event {
 	switch {
+	case !w.faults():
 	case w.chance(w.p.pFailWrite):
 		w.stats.FailedWrites++
-		return 1
+		w.tr.printf(who, "%s for %s fails", what, j.owner)
+		return core.Event{Kind: kind, Status: core.Failed}
 	case w.chance(w.p.pLostReply):
 		w.stats.LostReplies++
-		return 2
+		apply()
+		w.tr.printf(who, "%s for %s: reply lost", what, j.owner)
+		return core.Event{Kind: kind, Status: core.Failed}
 	}
-	return 0
+	return apply()
 }
 
 // staleAt draws whether a read is behind, and to when: the time the read sees, or
@@ -73,109 +88,77 @@ func (w *World) behindPick(key string, old []kvVersion) kvVersion {
 	return old[w.intN(len(old))]
 }
 
-// kvOp carries out a Create, Get, Update or Delete of j.
-func (w *World) kvOp(j *job, e core.Effect) {
-	j.addOp(e)
-	w.after(w.storeLatency(), func() {
-		ev := w.applyKV(j, e)
-		w.after(w.storeLatency(), func() { w.answer(j, e.Op, ev) })
-	})
-}
-
+// applyKV carries out a Create, Get, Update or Delete of j at the server.
 func (w *World) applyKV(j *job, e core.Effect) core.Event {
-	ev := core.Event{Kind: core.EvStore}
 	if e.Kind == core.EffGet {
-		at, stale := w.staleAt()
-		var v kvVersion
-		var ok bool
-		switch {
-		case !stale:
-			v, ok = w.kv.live(e.Key, w.now)
-		case !at.IsZero():
-			v, ok = w.kv.asOf(e.Key, at)
-		default:
-			if old := w.kv.older(e.Key, w.now); len(old) > 0 && w.chance(0.6) {
-				v, ok = w.behindPick(e.Key, old), true
+		return w.getKV(j, e)
+	}
+	return w.write(j, "kv", fmt.Sprintf("%s %s", e.Kind, short(e.Key)), core.EvStore, func() core.Event {
+		ev := core.Event{Kind: core.EvStore}
+		switch e.Kind {
+		case core.EffCreate:
+			ev.Status, ev.Rev = w.kv.create(e.Key, *e.Rec, w.now)
+		case core.EffUpdate:
+			ev.Status, ev.Rev = w.kv.update(e.Key, *e.Rec, e.Rev, w.now)
+		case core.EffDelete:
+			ev.Status = w.kv.del(e.Key, e.Rev, w.now)
+		}
+		w.tr.printf("kv", "%s %s for %s: %s rev %d", e.Kind, short(e.Key), j.owner, ev.Status, ev.Rev)
+		if ev.Status == core.OK {
+			w.onKVWrite(e.Key)
+			if e.Kind == core.EffCreate && e.Rec.State == "dispatched" {
+				w.stats.Starts++
 			}
 		}
-		if ok && !w.now.Before(v.written.Add(w.kv.ttlOf(e.Key))) {
-			// Each replica ages messages out by its own clock: one that is behind
-			// lacks newer writes, but keeps nothing past its TTL.
-			ok = false
-		}
-		if stale {
-			w.tr.printf("kv", "get %s for %s is behind: %v rev %d", short(e.Key), j.owner, ok, v.rev)
-		}
-		if !ok {
-			ev.Status = core.NotFound
-			return ev
-		}
-		ev.Status, ev.Entry = core.OK, entry(e.Key, v)
 		return ev
-	}
-	fault := w.writeFault()
-	if fault == 1 {
-		w.tr.printf("kv", "%s %s for %s fails", e.Kind, short(e.Key), j.owner)
-		ev.Status = core.Failed
-		return ev
-	}
-	switch e.Kind {
-	case core.EffCreate:
-		ev.Status, ev.Rev = w.kv.create(e.Key, *e.Rec, w.now)
-	case core.EffUpdate:
-		ev.Status, ev.Rev = w.kv.update(e.Key, *e.Rec, e.Rev, w.now)
-	case core.EffDelete:
-		ev.Status = w.kv.del(e.Key, e.Rev, w.now)
-	}
-	w.tr.printf("kv", "%s %s for %s: %s rev %d", e.Kind, short(e.Key), j.owner, ev.Status, ev.Rev)
-	if ev.Status == core.OK {
-		w.onKVWrite(e.Key)
-		if e.Kind == core.EffCreate && e.Rec.State == "dispatched" {
-			w.stats.Starts++
-		}
-	}
-	if fault == 2 {
-		w.tr.printf("kv", "%s %s for %s: reply lost", e.Kind, short(e.Key), j.owner)
-		return core.Event{Kind: core.EvStore, Status: core.Failed}
-	}
-	return ev
-}
-
-// logOp carries out a ReadLog or Append of j.
-func (w *World) logOp(j *job, e core.Effect) {
-	j.addOp(e)
-	w.after(w.storeLatency(), func() {
-		ev := w.applyLog(j, e)
-		w.after(w.storeLatency(), func() { w.answer(j, e.Op, ev) })
 	})
 }
 
+// getKV answers a Get, maybe from a replica that is behind.
+func (w *World) getKV(j *job, e core.Effect) core.Event {
+	at, stale := w.staleAt()
+	var v kvVersion
+	var ok bool
+	switch {
+	case !stale:
+		v, ok = w.kv.live(e.Key, w.now)
+	case !at.IsZero():
+		v, ok = w.kv.asOf(e.Key, at)
+	default:
+		if old := w.kv.older(e.Key, w.now); len(old) > 0 && w.chance(0.6) {
+			v, ok = w.behindPick(e.Key, old), true
+		}
+	}
+	if ok && !w.now.Before(v.written.Add(w.kv.ttlOf(e.Key))) {
+		// Each replica ages messages out by its own clock: one that is behind
+		// lacks newer writes, but keeps nothing past its TTL.
+		ok = false
+	}
+	if stale {
+		w.tr.printf("kv", "get %s for %s is behind: %v rev %d", short(e.Key), j.owner, ok, v.rev)
+	}
+	if !ok {
+		return core.Event{Kind: core.EvStore, Status: core.NotFound}
+	}
+	return core.Event{Kind: core.EvStore, Status: core.OK, Entry: entry(e.Key, v)}
+}
+
+// applyLog carries out a ReadLog or Append of j at the server.
 func (w *World) applyLog(j *job, e core.Effect) core.Event {
-	ev := core.Event{Kind: core.EvLog}
 	if e.Kind == core.EffReadLog {
 		// A log read is answered by the stream's leader (the output stream has no direct
 		// gets): it is never behind what the stream acknowledged.
-		m := w.log.last(e.ActionID, w.now)
-		if m == nil {
-			ev.Status = core.NotFound
-			return ev
+		if m := w.log.last(e.ActionID, w.now); m != nil {
+			return core.Event{Kind: core.EvLog, Status: core.OK, Log: entryOf(m)}
 		}
-		ev.Status, ev.Log = core.OK, entryOf(m)
+		return core.Event{Kind: core.EvLog, Status: core.NotFound}
+	}
+	return w.write(j, "log", "append "+e.MsgID, core.EvLog, func() core.Event {
+		ev := core.Event{Kind: core.EvLog}
+		ev.Status, ev.Log.Seq = w.log.append(e.ActionID, e.Result, e.MsgID, e.Expect, j.owner, w.now)
+		w.tr.printf("log", "append %s after %d for %s: %s seq %d", e.MsgID, e.Expect, j.owner, ev.Status, ev.Log.Seq)
 		return ev
-	}
-	fault := w.writeFault()
-	if fault == 1 {
-		w.tr.printf("log", "append %s for %s fails", e.MsgID, j.owner)
-		ev.Status = core.Failed
-		return ev
-	}
-	ev.Status, ev.Log.Seq = w.log.append(e.ActionID, e.Result, e.MsgID, e.Expect, j.owner, w.now)
-	w.tr.printf("log", "append %s after %d for %s: %s seq %d", e.MsgID, e.Expect, j.owner, ev.Status, ev.Log.Seq)
-	if fault == 2 {
-		w.tr.printf("log", "append %s for %s: reply lost", e.MsgID, j.owner)
-		return core.Event{Kind: core.EvLog, Status: core.Failed}
-	}
-	return ev
+	})
 }
 
 // watch is a job's AwaitMove or WaitTerminal.
@@ -232,19 +215,7 @@ func (w *World) fire(wa *watch, ev core.Event) {
 	}
 	wa.done = true
 	w.after(w.between(0, 2*time.Millisecond), func() { w.answer(wa.j, wa.op, ev) })
-	w.compactWatches()
-}
-
-func (w *World) compactWatches() {
-	n := 0
-	for _, wa := range w.watches {
-		if !wa.done {
-			w.watches[n] = wa
-			n++
-		}
-	}
-	clear(w.watches[n:])
-	w.watches = w.watches[:n]
+	w.watches = slices.DeleteFunc(w.watches, func(wa *watch) bool { return wa.done })
 }
 
 // onKVWrite wakes the watches of key.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +28,6 @@ type Report struct {
 	Scenario []string
 	Trace    []string
 }
-
-// Failed reports whether an invariant broke.
-func (r *Report) Failed() bool { return len(r.Failures) > 0 }
 
 // String is the report of a failing seed: failures, parameters, scenario and trace.
 func (r *Report) String() string {
@@ -82,9 +80,8 @@ type World struct {
 func Run(seed uint64, opt Options) *Report {
 	w := newWorld(seed, opt)
 	w.run()
-	r := &Report{Seed: seed, Failures: w.failures, Stats: w.stats, Params: w.p.String(), Scenario: w.scen.lines,
+	return &Report{Seed: seed, Failures: w.failures, Stats: w.stats, Params: w.p.String(), Scenario: w.scen.lines,
 		Trace: w.tr.lines}
-	return r
 }
 
 func newWorld(seed uint64, opt Options) *World {
@@ -92,17 +89,17 @@ func newWorld(seed uint64, opt Options) *World {
 	w.tr = tracer{on: opt.Trace, now: &w.now}
 	w.p = drawParams(&w.sched)
 	w.cfg = coreConfig(w.p.maxAttempts)
-	w.kv = newBucket(w.p.ttl, w.p.recordsTTL)
-	w.log = newResultLog(w.p.logMaxAge, dupWindow, &w.streamq)
-	w.log.noCAS = w.sabotage == "no_cas"
-	w.log.live = w.onStored
-	w.evs = newEventLog(&w.streamq)
-	w.herm = newHermes(w)
-	w.js = newJetStream(w)
+	w.kv = &bucket{keysTTL: w.p.ttl, recordsTTL: w.p.recordsTTL, versions: map[string][]kvVersion{}}
+	w.log = &resultLog{maxAge: w.p.logMaxAge, seq: &w.streamq, subjects: map[string][]*logMsg{},
+		live: w.onStored, noCAS: w.sabotage == "no_cas"}
+	w.evs = &eventLog{seq: &w.streamq, order: map[string][]int64{}}
+	w.herm = &hermes{w: w, execAt: map[string][]time.Duration{}, keyExecAt: map[string][]time.Time{},
+		runs: map[string]*hrun{}, runByKey: map[string]*hrun{}}
+	w.js = &jetStream{w: w}
 	for i := range w.p.replicas {
 		w.reps = append(w.reps, newReplica(w, i))
 	}
-	w.scen = newScenario(w)
+	w.scen = &scenario{w: w, byID: map[string]*action{}, answered: map[string]bool{}}
 	return w
 }
 
@@ -121,23 +118,18 @@ func (w *World) run() {
 	w.scen.plan()
 	w.faultsUntil = w.lastPlanned.Add(10 * time.Minute)
 	for _, r := range w.reps {
-		r.start()
+		w.after(w.between(0, sweepEvery), r.sweepLoop) // its sweeper
 	}
 	if w.p.replicaEvery > 0 {
 		w.after(w.between(w.p.replicaEvery/2, w.p.replicaEvery*3/2), w.replicaFault)
 	}
 	limit := w.lastPlanned.Add(horizon)
-	quiet := false
-	for w.events < maxEvents {
-		if !w.next(limit) {
-			break
-		}
+	for w.events < maxEvents && w.next(limit) {
 		if w.now.After(w.lastPlanned) && w.events%64 == 0 && w.quiescent() {
-			quiet = true
 			break
 		}
 	}
-	if !quiet && !w.quiescent() {
+	if !w.quiescent() {
 		w.failf("not quiescent at %s after %d events: %s", rel(w.now), w.events, w.pending())
 	}
 	w.checkLive()
@@ -149,32 +141,12 @@ func (w *World) run() {
 	w.stats.Jobs = len(w.jobs)
 }
 
-// quiescent: every scheduled publish and cancel happened, every message is acked,
-// terminated or exhausted, no job runs, the approver has nothing left to send, and
-// every action has its terminal result or an explanation.
-func (w *World) quiescent() bool {
-	if w.now.Before(w.lastPlanned) || w.scen.pendingDecisions > 0 {
-		return false
-	}
-	for _, m := range w.js.msgs {
-		if !m.done {
-			return false
-		}
-	}
-	for _, j := range w.jobs {
-		if j.alive() {
-			return false
-		}
-	}
-	for _, a := range w.scen.actions {
-		if w.terminal(a.id) == nil && w.explained(a) == "" {
-			return false
-		}
-	}
-	return true
-}
+// quiescent: every scheduled publish and cancel happened, and nothing is pending.
+func (w *World) quiescent() bool { return !w.now.Before(w.lastPlanned) && w.pending() == "" }
 
-// pending says what keeps a run from quiescence.
+// pending says what keeps a run from quiescence: a message not yet acked, terminated
+// or exhausted, a job that runs, an action with no terminal result and no
+// explanation, a decision the approver has yet to send.
 func (w *World) pending() string {
 	var out []string
 	for _, m := range w.js.msgs {
@@ -190,7 +162,7 @@ func (w *World) pending() string {
 	for _, a := range w.scen.actions {
 		if w.terminal(a.id) == nil && w.explained(a) == "" {
 			v, _ := w.kv.live("act."+a.id, w.now)
-			out = append(out, fmt.Sprintf("%s unsettled (record %s)", a.id, fmtRec(v.rec)))
+			out = append(out, fmt.Sprintf("%s unsettled (record %s)", a.id, form.Record(v.rec)))
 		}
 	}
 	if w.scen.pendingDecisions > 0 {
@@ -206,26 +178,18 @@ func (w *World) finalSweep() {
 	w.final = true
 	limit := w.now.Add(approvalTTL + 4*lease)
 	for w.events < maxEvents && w.next(limit) {
-		if w.events%64 == 0 && len(w.kv.list("park.", w.now)) == 0 && w.noJobs() {
+		if w.events%64 == 0 && len(w.kv.list("park.", w.now)) == 0 && !slices.ContainsFunc(w.jobs, (*job).alive) {
 			break
 		}
 	}
 }
 
-func (w *World) noJobs() bool {
-	for _, j := range w.jobs {
-		if j.alive() {
-			return false
-		}
-	}
-	return true
-}
-
-// readyReplica returns a random replica that is up and not paused, nil if none is.
-func (w *World) readyReplica() *replica {
+// readyReplica returns a random replica that is up, not paused and not shutting down
+// (with a free worker slot, when workers), nil if none is.
+func (w *World) readyReplica(workers bool) *replica {
 	var rs []*replica
 	for _, r := range w.reps {
-		if r.ready() {
+		if r.ready() && (!workers || r.inc.workers > 0) {
 			rs = append(rs, r)
 		}
 	}
