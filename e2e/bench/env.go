@@ -65,10 +65,7 @@ type env struct {
 	ncBridge, ncClient, ncFloor *nats.Conn
 	js                          jetstream.JetStream // client side (bench publishers)
 	jsFloor                     jetstream.JetStream // minimal loop side (its result publishes)
-	client, floorClient         *client.Client
-	hub, floorHub               *hub
-	kvClient                    *client.Client // the contract-writes loop
-	kvHub                       *hub
+	bridge, floor, kv           pipeline            // the bridge, the minimal loop, the contract-writes loop
 	floorKV                     jetstream.KeyValue
 	httpc                       *http.Client
 
@@ -173,12 +170,6 @@ func newEnv(ctx context.Context, o options, st *statusLog) (_ *env, err error) {
 	if e.jsFloor, err = jetstream.New(e.ncFloor); err != nil {
 		return nil, err
 	}
-	e.client = client.New(e.js, client.WithSource("hermes-bench"))
-	e.floorClient = client.New(e.js, client.WithSource("hermes-bench"),
-		client.WithSubjects(events.Subjects{Prefix: floorPrefix}))
-	e.kvClient = client.New(e.js, client.WithSource("hermes-bench"),
-		client.WithSubjects(events.Subjects{Prefix: kvPrefix}))
-
 	e.fake = hermestest.NewServer(hermestest.WithAgent(e.agent), hermestest.WithMaxConcurrentRuns(0),
 		hermestest.WithKeepalive(time.Minute))
 	e.key = e.fake.APIKey()
@@ -187,14 +178,15 @@ func newEnv(ctx context.Context, o options, st *statusLog) (_ *env, err error) {
 	tr.MaxIdleConnsPerHost = e.workers
 	e.httpc = &http.Client{Transport: tr}
 
-	if e.hub, err = newHub(e.ncClient, "hermes.results.", decodeBridgeResult); err != nil {
-		return nil, err
-	}
-	if e.floorHub, err = newHub(e.ncClient, floorPrefix+".results.", decodeFloorResult); err != nil {
-		return nil, err
-	}
-	if e.kvHub, err = newHub(e.ncClient, kvPrefix+".results.", decodeFloorResult); err != nil {
-		return nil, err
+	for _, p := range []struct {
+		dst    *pipeline
+		prefix string
+		decode func(*nats.Msg) (outcome, bool)
+	}{{&e.bridge, events.DefaultPrefix, decodeBridgeResult}, {&e.floor, floorPrefix, decodeFloorResult}, {&e.kv, kvPrefix, decodeFloorResult}} {
+		p.dst.client = client.New(e.js, client.WithSource("hermes-bench"), client.WithSubjects(events.Subjects{Prefix: p.prefix}))
+		if p.dst.hub, err = newHub(e.ncClient, p.prefix+".results.", p.decode); err != nil {
+			return nil, err
+		}
 	}
 	if err = e.startBridge(ctx); err != nil {
 		return nil, err
@@ -405,59 +397,53 @@ func chatBody(prompt string, stream bool) []byte {
 	return b
 }
 
-// httpChat posts a non-streaming chat to the fake and returns the response body.
-func (e *env) httpChat(ctx context.Context, prompt, key string) ([]byte, error) {
+// postChat posts a chat to the fake (with an Idempotency-Key unless key is "") and
+// returns the response of status 200 for the caller to read and close.
+func (e *env) postChat(ctx context.Context, prompt, key string, stream bool) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.fake.URL+"/v1/chat/completions",
-		bytes.NewReader(chatBody(prompt, false)))
+		bytes.NewReader(chatBody(prompt, stream)))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+e.key)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
+	accept := "application/json"
+	if stream {
+		accept = "text/event-stream"
+	}
+	req.Header.Set("Accept", accept)
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := e.httpc.Do(req)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("fake answered %d", resp.StatusCode)
+	}
+	return resp, err
+}
+
+// httpChat posts a non-streaming chat to the fake and returns the response body.
+func (e *env) httpChat(ctx context.Context, prompt, key string) ([]byte, error) {
+	resp, err := e.postChat(ctx, prompt, key, false)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fake answered %d", resp.StatusCode)
-	}
-	return body, nil
+	return io.ReadAll(resp.Body)
 }
 
 // httpStream posts a streaming chat and counts its SSE events (data: lines) without
 // republishing anything.
 func (e *env) httpStream(ctx context.Context, prompt string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.fake.URL+"/v1/chat/completions",
-		bytes.NewReader(chatBody(prompt, true)))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := e.httpc.Do(req)
+	resp, err := e.postChat(ctx, prompt, "", true)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("fake answered %d", resp.StatusCode)
-	}
 	return countSSE(resp.Body)
 }
 
-// resetFake frees what the fake keeps between passes: the recorded requests and call
-// counters, and the sessions and responses it persisted (it stores every chat, as Hermes
-// does). Without it every pass would run with the live heap of all the passes before it.
 // purgeStreams empties every stream on the server (the bridge's, its bucket and the
 // floors'), runs the GC and reports the heap left. The bridge and the loops are idle
 // between scenarios; their consumers carry on from the purged sequence.
@@ -489,6 +475,9 @@ func (e *env) purgeStreams(ctx context.Context) error {
 	return nil
 }
 
+// resetFake frees what the fake keeps between passes: the recorded requests and call
+// counters, and the sessions and responses it persisted (it stores every chat, as Hermes
+// does). Without it every pass would run with the live heap of all the passes before it.
 func (e *env) resetFake() {
 	e.fake.ResetCounters()
 	e.fake.ForgetSessions()
@@ -508,9 +497,9 @@ func (e *env) close() {
 	if e.stopTracing != nil {
 		e.stopTracing()
 	}
-	for _, h := range []*hub{e.hub, e.floorHub, e.kvHub} {
-		if h != nil {
-			_ = h.sub.Unsubscribe()
+	for _, p := range []pipeline{e.bridge, e.floor, e.kv} {
+		if p.hub != nil {
+			_ = p.hub.sub.Unsubscribe()
 		}
 	}
 	for _, nc := range []*nats.Conn{e.ncBridge, e.ncClient, e.ncFloor} {

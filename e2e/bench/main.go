@@ -222,7 +222,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the bridge logged %d warn/error lines; last: %s", n, e.blog.last))
 		e.blog.mu.Unlock()
 	}
-	if n := e.hub.stray.Load(); n > 0 {
+	if n := e.bridge.hub.stray.Load(); n > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d results arrived that no client waited for (late or duplicate)", n))
 	}
 	if name, err := writeMutex(); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge/client"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -33,7 +34,44 @@ type outcome struct {
 	err    error
 }
 
-func (o outcome) ok() bool { return o.err == nil && o.status == events.StatusCompleted }
+// failure says why the action did not complete; nil when it did.
+func (o outcome) failure() error {
+	if o.err == nil && o.status == events.StatusCompleted {
+		return nil
+	}
+	return fmt.Errorf("result %s: %v", o.status, o.err)
+}
+
+// pipeline is one path an action can take: the client that publishes it and the hub
+// that receives its result.
+type pipeline struct {
+	client *client.Client
+	hub    *hub
+}
+
+// roundTrip publishes action id through p and waits up to resultTimeout for its terminal
+// result; t0 is taken just before the publish.
+func (p pipeline) roundTrip(ctx context.Context, id, op string, in json.RawMessage, key string) (outcome, time.Time, error) {
+	ch := make(chan outcome, 1)
+	p.hub.expectFunc(id, func(o outcome) { ch <- o })
+	t0 := time.Now()
+	if _, err := p.client.Publish(ctx, endpointID, op, events.Action{Input: in, IdempotencyKey: key}, client.WithActionID(id)); err != nil {
+		p.hub.forget(id)
+		return outcome{}, t0, err
+	}
+	t := time.NewTimer(resultTimeout)
+	defer t.Stop()
+	select {
+	case o := <-ch:
+		return o, t0, nil
+	case <-t.C:
+		p.hub.forget(id)
+		return outcome{}, t0, fmt.Errorf("no result for %s within %s", id, resultTimeout)
+	case <-ctx.Done():
+		p.hub.forget(id)
+		return outcome{}, t0, ctx.Err()
+	}
+}
 
 // hub is one core NATS subscription on <prefix>> that hands each terminal result to the
 // waiter registered for its action id.
@@ -84,33 +122,10 @@ func (h *hub) expectFunc(id string, f func(outcome)) {
 	h.mu.Unlock()
 }
 
-// expect registers a channel that receives the result of id.
-func (h *hub) expect(id string) <-chan outcome {
-	ch := make(chan outcome, 1)
-	h.expectFunc(id, func(o outcome) { ch <- o })
-	return ch
-}
-
 func (h *hub) forget(id string) {
 	h.mu.Lock()
 	delete(h.waiters, id)
 	h.mu.Unlock()
-}
-
-// await waits for the result registered as ch.
-func (h *hub) await(ctx context.Context, id string, ch <-chan outcome) (outcome, error) {
-	t := time.NewTimer(resultTimeout)
-	defer t.Stop()
-	select {
-	case o := <-ch:
-		return o, nil
-	case <-t.C:
-		h.forget(id)
-		return outcome{}, fmt.Errorf("no result for %s within %s", id, resultTimeout)
-	case <-ctx.Done():
-		h.forget(id)
-		return outcome{}, ctx.Err()
-	}
 }
 
 func decodeBridgeResult(m *nats.Msg) (outcome, bool) {
@@ -342,7 +357,6 @@ type sampler struct {
 	done     chan struct{}
 	peak     memSample
 	peakFly  int64
-	samples  int
 	onSample func(inflight int64)
 }
 
@@ -367,7 +381,6 @@ func startSampler(interval time.Duration, inflight func() int64, onSample func(i
 
 func (s *sampler) take(fly int64) {
 	m := readMem()
-	s.samples++
 	s.peak.heapInuse = max(s.peak.heapInuse, m.heapInuse)
 	s.peak.heapAlloc = max(s.peak.heapAlloc, m.heapAlloc)
 	s.peak.rss = max(s.peak.rss, m.rss)
@@ -393,7 +406,6 @@ func cpuModel() string {
 	return ""
 }
 
-// cpuTime is the process' user+system CPU time so far.
 // heapAllocated is the cumulative count of bytes and of objects the process has allocated
 // on the heap (runtime/metrics /gc/heap/allocs:bytes and :objects; cheap to read, no
 // stop-the-world).
@@ -406,6 +418,7 @@ func heapAllocated() (bytes, objects uint64) {
 	return s[0].Value.Uint64(), s[1].Value.Uint64()
 }
 
+// cpuTime is the process' user+system CPU time so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
@@ -418,17 +431,6 @@ func cpuTime() time.Duration {
 // varz counters (every client, system and JetStream-internal traffic included).
 type serverTraffic struct {
 	inMsgs, outMsgs, inBytes, outBytes int64
-}
-
-func (t serverTraffic) minus(o serverTraffic) serverTraffic {
-	return serverTraffic{t.inMsgs - o.inMsgs, t.outMsgs - o.outMsgs, t.inBytes - o.inBytes, t.outBytes - o.outBytes}
-}
-
-func (t *serverTraffic) add(o serverTraffic) {
-	t.inMsgs += o.inMsgs
-	t.outMsgs += o.outMsgs
-	t.inBytes += o.inBytes
-	t.outBytes += o.outBytes
 }
 
 // traffic reads the server's counters now.
@@ -449,7 +451,11 @@ func (e *env) countTraffic(onStart, onEnd func(), v0, sum *serverTraffic) (func(
 			}
 			*v0 = e.traffic()
 		}, func() {
-			sum.add(e.traffic().minus(*v0))
+			v1 := e.traffic()
+			sum.inMsgs += v1.inMsgs - v0.inMsgs
+			sum.outMsgs += v1.outMsgs - v0.outMsgs
+			sum.inBytes += v1.inBytes - v0.inBytes
+			sum.outBytes += v1.outBytes - v0.outBytes
 			if onEnd != nil {
 				onEnd()
 			}

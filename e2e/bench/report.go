@@ -105,6 +105,11 @@ func machine() Machine {
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUModel: cpuModel()}
 }
 
+// String describes the machine: cores, GOMAXPROCS, Go version, platform and CPU model.
+func (m Machine) String() string {
+	return fmt.Sprintf("%d cores (GOMAXPROCS %d), %s %s/%s, %s", m.Cores, m.GOMAXPROCS, m.GoVersion, m.GOOS, m.GOARCH, m.CPUModel)
+}
+
 // failed lists the figures that missed their target.
 func (r *Report) failed() []string {
 	var out []string
@@ -141,9 +146,7 @@ func fmtVal(v float64, unit string) string {
 
 // writeTable prints the aligned table.
 func (r *Report) writeTable(w io.Writer) {
-	m := r.Machine
-	fmt.Fprintf(w, "hermes-bridge bench: %d cores (GOMAXPROCS %d), %s %s/%s, %s; JetStream store: %s\n\n",
-		m.Cores, m.GOMAXPROCS, m.GoVersion, m.GOOS, m.GOARCH, m.CPUModel, r.Store)
+	fmt.Fprintf(w, "hermes-bridge bench: %s; JetStream store: %s\n\n", r.Machine, r.Store)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(tableHeader, "\t")+"\t")
 	for _, s := range r.Scenarios {
@@ -191,9 +194,7 @@ func (f Row) cells() []string {
 // section shows), preceded by a line naming the machine and followed by the notes.
 func (r *Report) writeMarkdown(path string) error {
 	var b strings.Builder
-	m := r.Machine
-	fmt.Fprintf(&b, "%d cores (GOMAXPROCS %d), %s %s/%s, %s; JetStream store: %s; %s\n\n",
-		m.Cores, m.GOMAXPROCS, m.GoVersion, m.GOOS, m.GOARCH, m.CPUModel, r.Store, r.StartedAt.UTC().Format(time.DateOnly))
+	fmt.Fprintf(&b, "%s; JetStream store: %s; %s\n\n", r.Machine, r.Store, r.StartedAt.UTC().Format(time.DateOnly))
 	b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
 	b.WriteString(strings.Repeat("|---", len(tableHeader)) + "|\n")
 	for _, s := range r.Scenarios {

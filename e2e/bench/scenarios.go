@@ -23,20 +23,20 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // ---- scenario 1: chat throughput ----
 
-// opBridge publishes one chat action with a unique idempotency key and waits for its
-// result; the latency runs from just before the publish to the subscriber's receipt.
-func (e *env) opBridge(ctx context.Context, _ int) (time.Duration, error) {
-	return e.publishAndWait(ctx, e.client, e.hub, "c", "chat", "", "")
-}
-
-// opFloorLoop is the same action through the minimal JetStream loop.
-func (e *env) opFloorLoop(ctx context.Context, _ int) (time.Duration, error) {
-	return e.publishAndWait(ctx, e.floorClient, e.floorHub, "f", "chat", "", "")
-}
-
-// opKVLoop is the same action through the loop that also makes the contract's writes.
-func (e *env) opKVLoop(ctx context.Context, _ int) (time.Duration, error) {
-	return e.publishAndWait(ctx, e.kvClient, e.kvHub, "k", "chat", "", "")
+// chatOp returns scenario 1's operation through p: one chat action with a unique
+// idempotency key, timed from just before the publish to the subscriber's receipt of
+// its result.
+func (e *env) chatOp(p pipeline, tag string) func(context.Context, int) (time.Duration, error) {
+	return func(ctx context.Context, _ int) (time.Duration, error) {
+		o, t0, err := e.chat(ctx, p, tag, "", "")
+		if err == nil {
+			err = o.failure()
+		}
+		if err != nil {
+			return 0, err
+		}
+		return o.at.Sub(t0), nil
+	}
 }
 
 // opHTTP is the same request straight to the fake.
@@ -56,20 +56,9 @@ func (e *env) opHTTP(ctx context.Context, _ int) (time.Duration, error) {
 	return time.Since(t0), nil
 }
 
-// publishAndWait publishes one action (prompt "bench <id>" and key "k-<id>" unless given)
-// and waits for its terminal result.
-func (e *env) publishAndWait(ctx context.Context, c *client.Client, h *hub, tag, op, prompt, key string) (time.Duration, error) {
-	o, t0, err := e.publishOutcome(ctx, c, h, tag, op, prompt, key)
-	if err != nil {
-		return 0, err
-	}
-	if !o.ok() {
-		return 0, fmt.Errorf("result %s: %v", o.status, o.err)
-	}
-	return o.at.Sub(t0), nil
-}
-
-func (e *env) publishOutcome(ctx context.Context, c *client.Client, h *hub, tag, op, prompt, key string) (outcome, time.Time, error) {
+// chat publishes one chat action through p (prompt "bench <id>" and key "k-<id>" unless
+// given) and waits for its terminal result.
+func (e *env) chat(ctx context.Context, p pipeline, tag, prompt, key string) (outcome, time.Time, error) {
 	id := e.newID(tag)
 	if prompt == "" {
 		prompt = "bench " + id
@@ -78,14 +67,7 @@ func (e *env) publishOutcome(ctx context.Context, c *client.Client, h *hub, tag,
 		key = "k-" + id
 	}
 	in, _ := json.Marshal(map[string]string{"prompt": prompt})
-	ch := h.expect(id)
-	t0 := time.Now()
-	if _, err := c.Publish(ctx, endpointID, op, events.Action{Input: in, IdempotencyKey: key}, client.WithActionID(id)); err != nil {
-		h.forget(id)
-		return outcome{}, t0, err
-	}
-	o, err := h.await(ctx, id, ch)
-	return o, t0, err
+	return p.roundTrip(ctx, id, "chat", in, key)
 }
 
 func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
@@ -95,14 +77,15 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 	type mode struct {
 		name   string
 		op     func(context.Context, int) (time.Duration, error)
+		prof   string // CPU profile tag before the round number; "" for none
 		stats  loopStats
 		rounds []float64 // actions/s of each round
 		server serverTraffic
 	}
 	httpM := &mode{name: "http", op: e.opHTTP}
-	loopM := &mode{name: "js-loop", op: e.opFloorLoop}
-	kvM := &mode{name: "js-loop+kv", op: e.opKVLoop}
-	bridgeM := &mode{name: "bridge", op: e.opBridge}
+	loopM := &mode{name: "js-loop", op: e.chatOp(e.floor, "f"), prof: "chat-loop-r"}
+	kvM := &mode{name: "js-loop+kv", op: e.chatOp(e.kv, "k"), prof: "chat-loopkv-r"}
+	bridgeM := &mode{name: "bridge", op: e.chatOp(e.bridge, "c"), prof: "chat-r"}
 	modes := []*mode{httpM, loopM, kvM, bridgeM}
 	window := o.Duration / time.Duration(o.Rounds)
 	for r := 1; r <= o.Rounds; r++ {
@@ -112,14 +95,8 @@ func (e *env) scenarioChat(ctx context.Context, prof *profiler) ScenarioReport {
 				warm = o.Warmup / 4
 			}
 			var onStart, onEnd func()
-			if m != httpM { // the bridge, and the JetStream loop to compare it with
-				tag := "chat-r" + strconv.Itoa(r)
-				switch m {
-				case loopM:
-					tag = "chat-loop-r" + strconv.Itoa(r)
-				case kvM:
-					tag = "chat-loopkv-r" + strconv.Itoa(r)
-				}
+			if m.prof != "" { // the bridge, and the JetStream loops to compare it with
+				tag := m.prof + strconv.Itoa(r)
 				onStart, onEnd = func() { prof.startCPU(tag) }, prof.stopCPU
 			}
 			var v0 serverTraffic
@@ -219,14 +196,7 @@ func (e *env) bridgeStream(ctx context.Context, n int) streamRun {
 	}
 	defer arr.stop()
 	in, _ := json.Marshal(map[string]any{"prompt": streamPrompt(n, id), "max_events": min(n+1, 100000)})
-	ch := e.hub.expect(id)
-	t0 := time.Now()
-	if _, err := e.client.Publish(ctx, endpointID, "chat_stream", events.Action{Input: in, IdempotencyKey: "k-" + id},
-		client.WithActionID(id)); err != nil {
-		e.hub.forget(id)
-		return streamRun{err: err}
-	}
-	o, err := e.hub.await(ctx, id, ch)
+	o, t0, err := e.bridge.roundTrip(ctx, id, "chat_stream", in, "k-"+id)
 	if err != nil {
 		return streamRun{err: err, got: arr.got.Load()}
 	}
@@ -639,12 +609,12 @@ func (e *env) manyBridge(ctx context.Context, n, k int, hold bool, prof *profile
 					return
 				}
 				id := tag + "-" + strconv.FormatInt(i, 10)
-				e.hub.expectFunc(id, func(o outcome) {
+				e.bridge.hub.expectFunc(id, func(o outcome) {
 					mu.Lock()
-					if !o.ok() {
+					if err := o.failure(); err != nil {
 						failed.Add(1)
 						if run.errMsg == "" {
-							run.errMsg = fmt.Sprintf("result %s: %v", o.status, o.err)
+							run.errMsg = err.Error()
 						}
 					}
 					last = later(last, o.at)
@@ -653,9 +623,9 @@ func (e *env) manyBridge(ctx context.Context, n, k int, hold bool, prof *profile
 					wg.Done()
 				})
 				in, _ := json.Marshal(map[string]any{"prompt": prefix + streamPrompt(k, id)})
-				if _, err := e.client.Publish(ctx, endpointID, "chat_stream", events.Action{Input: in, IdempotencyKey: "k-" + id},
+				if _, err := e.bridge.client.Publish(ctx, endpointID, "chat_stream", events.Action{Input: in, IdempotencyKey: "k-" + id},
 					client.WithActionID(id)); err != nil {
-					e.hub.forget(id)
+					e.bridge.hub.forget(id)
 					failed.Add(1)
 					mu.Lock()
 					run.errMsg = "publish: " + err.Error()
@@ -815,8 +785,8 @@ func countLoop(ctx context.Context, c, total int, op func(ctx context.Context, i
 				o, err := op(ctx, i)
 				mu.Lock()
 				run.n++
-				if err == nil && !o.ok() {
-					err = fmt.Errorf("result %s: %v", o.status, o.err)
+				if err == nil {
+					err = o.failure()
 				}
 				if err != nil {
 					run.failed++
@@ -844,13 +814,13 @@ func (e *env) scenarioDup(ctx context.Context, prof *profiler) ScenarioReport {
 	c := e.o.Concurrency
 	e.status.printf("4 dup: warm-up")
 	warm := min(e.o.Warmup, time.Second)
-	_ = closedLoop(ctx, c, 0, warm, nil, nil, e.opFloorLoop)
-	_ = closedLoop(ctx, c, 0, warm, nil, nil, e.opBridge)
+	_ = closedLoop(ctx, c, 0, warm, nil, nil, e.chatOp(e.floor, "f"))
+	_ = closedLoop(ctx, c, 0, warm, nil, nil, e.chatOp(e.bridge, "c"))
 
 	e.status.printf("4 dup: floor, %d actions through the minimal js loop (no dedup: every one calls Hermes)", a)
 	e.resetFake()
 	f := countLoop(ctx, c, a, func(ctx context.Context, i int) (outcome, error) {
-		o, _, err := e.publishOutcome(ctx, e.floorClient, e.floorHub, "fd", "chat", "", "")
+		o, _, err := e.chat(ctx, e.floor, "fd", "", "")
 		return o, err
 	})
 	floorCalls := e.fake.Calls("chat")
@@ -862,7 +832,7 @@ func (e *env) scenarioDup(ctx context.Context, prof *profiler) ScenarioReport {
 	prof.startCPU("dup")
 	b := countLoop(ctx, c, a, func(ctx context.Context, i int) (outcome, error) {
 		key := tag + "-" + strconv.Itoa(i%k)
-		o, _, err := e.publishOutcome(ctx, e.client, e.hub, "d", "chat", "dup "+key, key)
+		o, _, err := e.chat(ctx, e.bridge, "d", "dup "+key, key)
 		return o, err
 	})
 	prof.stopCPU()

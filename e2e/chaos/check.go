@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,15 +23,12 @@ type roundResult struct {
 	actions          int
 	kinds            [kinds]int
 	messages         int
-	results          int // terminal result messages of the round's ids
-	missing          int // ids without a terminal result
-	duplicated       int // ids with more than one terminal result
-	unexpected       int // results or events of ids never published
-	dupCallsID       int // extra Hermes calls of one action's input (unsafe routes)
-	dupCallsKey      int // extra Hermes calls with one idempotency key
-	calls            map[string]int
-	completed        int
-	replays          int
+	results          int            // terminal result messages of the round's ids
+	missing          int            // ids without a terminal result
+	duplicated       int            // ids with more than one terminal result
+	unexpected       int            // results or events of ids never published
+	dupCallsID       int            // extra Hermes calls of one action's input (unsafe routes)
+	dupCallsKey      int            // extra Hermes calls with one idempotency key
 	outcomeUnknown   int            // non-replay outcome_unknown results
 	explained        int            // of which a call was in flight on a killed or paused-past-lease replica
 	causes           map[string]int // outcome_unknown by "explanation: error message (details)"
@@ -142,12 +140,10 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 
 	calls := w.calls.snapshot()
 	byOwner, byKey := map[string][]hermesCall{}, map[string]int{}
-	rr.calls = map[string]int{}
 	for _, c := range calls {
 		if !strings.HasPrefix(c.owner, prefix) && !strings.HasPrefix(c.key, "k-"+prefix) {
 			continue
 		}
-		rr.calls[c.route]++
 		if c.route != "chat" && c.route != "chat_stream" && c.route != "run" {
 			continue
 		}
@@ -179,18 +175,10 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 		}
 	}
 
-	// models calls are counted for the round by time (they carry no id).
-	rr.calls["models"] = 0
-	for _, c := range calls {
-		if c.route == "models" && !c.start.Before(l.start) && !c.start.After(rr.settled) {
-			rr.calls["models"]++
-		}
-	}
-
 	actions := l.all()
 	known := map[string]action{}
 	groups := map[string][]action{}
-	kills := w.replicaFaults(l.round)
+	kills := slices.DeleteFunc(slices.Clone(rr.faults), func(f fault) bool { return f.kind != faultBridgeKill && f.kind != faultBridgeLong })
 	for _, a := range actions {
 		rr.actions++
 		rr.kinds[a.kind]++
@@ -224,9 +212,6 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 			code = res.Error.Code
 		}
 		ok := res.Status == events.StatusCompleted && res.Error == nil
-		if ok {
-			rr.completed++
-		}
 		if a.kind == kRun && res.ReplayOf == nil {
 			var out struct {
 				RunID      string `json:"run_id"`
@@ -241,9 +226,6 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 					rr.runsReattached++
 				}
 			}
-		}
-		if res.ReplayOf != nil {
-			rr.replays++
 		}
 		switch {
 		case ok:
@@ -281,18 +263,13 @@ func (w *world) check(ctx context.Context, l *load, rr *roundResult) error {
 			continue
 		}
 		inOrder := true
+		seqs := make([]int64, len(ev))
 		for k, e := range ev {
-			if e.Sequence != int64(k) {
-				inOrder = false
-				break
-			}
+			seqs[k] = e.Sequence
+			inOrder = inOrder && e.Sequence == int64(k)
 		}
 		if !inOrder {
 			rr.outOfOrder++
-			seqs := make([]int64, len(ev))
-			for k, e := range ev {
-				seqs[k] = e.Sequence
-			}
 			at := evAt[a.id]
 			v.add("out_of_order", a.id, "%s (%s): event sequences in stream order %v, stored %s to %s",
 				a.id, kindNames[a.kind], seqs, at[0].Format("15:04:05.000"), at[len(at)-1].Format("15:04:05.000"))

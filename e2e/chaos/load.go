@@ -30,14 +30,13 @@ var kindNames = [kinds]string{"chat", "chat_stream", "models", "dup_key", "run"}
 
 // action is one planned action; everything about it follows from (seed, round, index).
 type action struct {
-	round, i int
-	kind     kind
-	id       string
-	op       string
-	key      string
-	owner    string // the action id its prompt names (an earlier one for kDupKey)
-	orig     int    // kDupKey: the index duplicated
-	input    json.RawMessage
+	i     int
+	kind  kind
+	id    string
+	op    string
+	key   string
+	owner string // the action id its prompt names (an earlier one for kDupKey)
+	input json.RawMessage
 	// republish: the index of an earlier action of the round whose message is published
 	// again (a raw copy without Nats-Msg-Id, which JetStream does not deduplicate) right
 	// after this one; -1 for none.
@@ -48,14 +47,14 @@ func actionID(round, i int) string { return fmt.Sprintf("r%d-%06d", round, i) }
 
 func plan(seed uint64, round, i int) action {
 	rng := rand.New(rand.NewPCG(seed, uint64(round)<<32|uint64(i)))
-	a := action{round: round, i: i, id: actionID(round, i), orig: -1, republish: -1}
+	a := action{i: i, id: actionID(round, i), republish: -1}
 	x := rng.Float64()
 	switch {
 	case x < 0.10 && i > 0:
 		// ~10%: the key and input of an earlier keyed action, often one still in flight.
 		for j := i - 1 - rng.IntN(min(i, 30)); j >= 0; j-- {
 			if o := plan(seed, round, j); o.kind == kChat || o.kind == kStream {
-				a.kind, a.orig, a.op, a.key, a.owner, a.input = kDupKey, j, o.op, o.key, o.owner, o.input
+				a.kind, a.op, a.key, a.owner, a.input = kDupKey, o.op, o.key, o.owner, o.input
 				break
 			}
 		}
@@ -91,7 +90,6 @@ func plan(seed uint64, round, i int) action {
 type load struct {
 	w     *world
 	round int
-	rate  float64
 	start time.Time
 
 	next      atomic.Int64
@@ -105,7 +103,7 @@ type load struct {
 func (l *load) publisher(stop <-chan struct{}) error {
 	for {
 		i := int(l.next.Add(1) - 1)
-		at := l.start.Add(time.Duration(float64(i) / l.rate * float64(time.Second)))
+		at := l.start.Add(time.Duration(float64(i) / l.w.opt.rate * float64(time.Second)))
 		tm := time.NewTimer(time.Until(at))
 		select {
 		case <-tm.C:

@@ -30,7 +30,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,13 +67,12 @@ type world struct {
 
 	nodes   []*natsNode
 	bridges []*bridgeSlot
-	inst    *instances
 
-	fake     *hermestest.Server
-	fakeURL  string
-	httpSrv  *http.Server
-	httpDone chan struct{}
-	calls    *callLog
+	fake        *hermestest.Server
+	httpSrv     *http.Server
+	fakePorts   sync.Map // port of the fake -> the bridge process given it (b1#2)
+	fakeServing sync.WaitGroup
+	calls       *callLog
 
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -130,7 +129,7 @@ func run(o options) int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	w := &world{opt: o, dir: dir, start: time.Now(), inst: &instances{byPID: map[int]string{}, live: map[int]bool{}}, calls: &callLog{}}
+	w := &world{opt: o, dir: dir, start: time.Now(), calls: &callLog{}}
 	code := 2
 	defer func() {
 		w.close()
@@ -188,11 +187,9 @@ func (w *world) setup(ctx context.Context) error {
 	}
 	w.natsBin = filepath.Join(w.dir, "nats-server")
 	w.bridgeBin = filepath.Join(w.dir, "hermes-bridge")
-	builds := [][]string{{"build", "-o", w.natsBin, "github.com/nats-io/nats-server/v2"}}
+	builds := [][]string{{"build", "-o", w.natsBin, "github.com/nats-io/nats-server/v2"}, {"build", "-o", w.bridgeBin, "./cmd/hermes-bridge"}}
 	if w.opt.race {
-		builds = append(builds, []string{"build", "-race", "-o", w.bridgeBin, "./cmd/hermes-bridge"})
-	} else {
-		builds = append(builds, []string{"build", "-o", w.bridgeBin, "./cmd/hermes-bridge"})
+		builds[1] = slices.Insert(builds[1], 1, "-race")
 	}
 	for _, args := range builds {
 		cmd := exec.CommandContext(ctx, "go", args...)
@@ -202,9 +199,7 @@ func (w *world) setup(ctx context.Context) error {
 		}
 	}
 	w.logf("built nats-server and hermes-bridge in %s", w.dir)
-	if err := w.startFake(); err != nil {
-		return err
-	}
+	w.startFake()
 	if w.nodes, err = setupNodes(w.dir, 3); err != nil {
 		return err
 	}
@@ -241,7 +236,7 @@ func (w *world) setup(ctx context.Context) error {
 	if err := w.poll(ctx, 120*time.Second, "cluster healthy", w.healthy); err != nil {
 		return err
 	}
-	w.logf("3 nats-server nodes, 3 bridge replicas, fake Hermes at %s", w.fakeURL)
+	w.logf("3 nats-server nodes, 3 bridge replicas, fake Hermes on a loopback port per bridge process")
 	return nil
 }
 
@@ -356,15 +351,13 @@ var leaderAssets = []string{"HERMES_ACTIONS", "HERMES_OUTPUT", "KV_HERMES_IDEMPO
 // leaders returns the leader of each stream asset and of the consumer (missing ones omitted).
 func (w *world) leaders(ctx context.Context) map[string]string {
 	out := map[string]string{}
-	for _, a := range append(slicesClone(leaderAssets), "consumer") {
+	for _, a := range slices.Concat(leaderAssets, []string{"consumer"}) {
 		if ci, err := w.assetInfo(ctx, a); err == nil && ci != nil && ci.Leader != "" {
 			out[a] = ci.Leader
 		}
 	}
 	return out
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 func (w *world) node(name string) *natsNode {
 	for _, nd := range w.nodes {
@@ -386,29 +379,11 @@ func (w *world) addFault(f fault) {
 	w.logf("r%d fault: %s %s%s, recovered after %s%s", f.round, f.kind, f.target, leads, f.end.Sub(f.at).Round(time.Millisecond), f.note)
 }
 
-// replicaFaults returns round r's bridge kills and pauses past the lease.
-func (w *world) replicaFaults(r int) []fault {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []fault
-	for _, f := range w.faults {
-		if f.round == r && (f.kind == faultBridgeKill || f.kind == faultBridgeLong) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
+// roundFaults returns round r's faults.
 func (w *world) roundFaults(r int) []fault {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []fault
-	for _, f := range w.faults {
-		if f.round == r {
-			out = append(out, f)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(w.faults), func(f fault) bool { return f.round != r })
 }
 
 // pickNode chooses a NATS node: the leader of a random asset, or a random node.
@@ -429,7 +404,7 @@ func (w *world) pickNode(ctx context.Context, rng *rand.Rand) (*natsNode, []stri
 			leads = append(leads, a)
 		}
 	}
-	sort.Strings(leads)
+	slices.Sort(leads)
 	return nd, leads
 }
 
@@ -449,95 +424,75 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// inject runs one fault of kind through its recovery (a NATS fault: until the cluster
-// is healthy again; a bridge fault: until the replica runs again).
+// inject runs one fault of kind through its recovery: it takes the target down (kill,
+// stop or terminate), waits, brings it back (start or continue), then, for a NATS fault,
+// waits until the cluster is healthy again.
 func (w *world) inject(ctx context.Context, r int, kind string, rng *rand.Rand) (fault, error) {
 	f := fault{round: r, kind: kind}
 	lease := 2 * w.opt.ackWait
+	var down, up func() error
+	var d time.Duration // between down and up
 	switch kind {
 	case faultNATSKill, faultNATSStop:
 		nd, leads := w.pickNode(ctx, rng)
-		f.target, f.leads, f.at = nd.name, leads, time.Now()
+		f.target, f.leads = nd.name, leads
 		if kind == faultNATSKill {
-			nd.proc.kill()
-			if err := sleep(ctx, jitter(rng, time.Second, 3*time.Second)); err != nil {
-				return f, err
-			}
-			if err := w.startNode(ctx, nd); err != nil {
-				return f, err
-			}
+			down, up = func() error { nd.proc.kill(); return nil }, func() error { return w.startNode(ctx, nd) }
+			d = jitter(rng, time.Second, 3*time.Second)
 		} else {
-			if err := nd.proc.pause(); err != nil {
-				return f, err
-			}
 			// Shorter than ack wait + lease, so that no bridge loses a claim only because its
 			// connection is stuck on the paused node.
-			if err := sleep(ctx, jitter(rng, 1500*time.Millisecond, 4*time.Second)); err != nil {
-				return f, err
-			}
-			if err := nd.proc.resume(); err != nil {
-				return f, err
-			}
+			down, up = nd.proc.pause, nd.proc.resume
+			d = jitter(rng, 1500*time.Millisecond, 4*time.Second)
 		}
 	case faultFullRestart:
-		f.target, f.at = "n0+n1+n2", time.Now()
-		var wg sync.WaitGroup
-		for _, nd := range w.nodes {
-			wg.Go(func() { nd.proc.terminate(30 * time.Second) })
+		f.target = "n0+n1+n2"
+		down = func() error {
+			var wg sync.WaitGroup
+			for _, nd := range w.nodes {
+				wg.Go(func() { nd.proc.terminate(30 * time.Second) })
+			}
+			wg.Wait()
+			return nil
 		}
-		wg.Wait()
-		if err := sleep(ctx, jitter(rng, time.Second, 3*time.Second)); err != nil {
-			return f, err
-		}
-		if err := w.startNodes(ctx); err != nil {
-			return f, err
-		}
-	default:
+		up, d = func() error { return w.startNodes(ctx) }, jitter(rng, time.Second, 3*time.Second)
+	case faultBridgeKill, faultBridgeStop, faultBridgeLong:
 		b := w.bridges[rng.IntN(len(w.bridges))]
-		f.target, f.at = fmt.Sprintf("%s#%d", b.id, b.instance), time.Now()
+		f.target = fmt.Sprintf("%s#%d", b.id, b.instance)
 		all, on := w.calls.inFlight(f.target)
 		f.note = fmt.Sprintf(", Hermes calls in flight on it %s (%d on every replica)", mapString(on), all)
-		switch kind {
-		case faultBridgeKill:
-			b.proc.kill()
-			if err := sleep(ctx, jitter(rng, 500*time.Millisecond, 2*time.Second)); err != nil {
-				return f, err
-			}
-			if err := w.startBridge(ctx, b); err != nil {
-				return f, err
-			}
-		case faultBridgeStop, faultBridgeLong:
-			d := jitter(rng, 500*time.Millisecond, w.opt.ackWait/2)
-			if kind == faultBridgeLong {
-				d = jitter(rng, w.opt.ackWait+lease+2*time.Second, w.opt.ackWait+lease+4*time.Second)
-			}
-			if err := b.proc.pause(); err != nil {
-				return f, err
-			}
-			if err := sleep(ctx, d); err != nil {
-				return f, err
-			}
-			if err := b.proc.resume(); err != nil {
-				return f, err
-			}
-			f.note += fmt.Sprintf(", paused %s", d.Round(time.Millisecond))
+		if kind == faultBridgeKill {
+			down, up = func() error { b.proc.kill(); return nil }, func() error { return w.startBridge(ctx, b) }
+			d = jitter(rng, 500*time.Millisecond, 2*time.Second)
+			break
 		}
+		d = jitter(rng, 500*time.Millisecond, w.opt.ackWait/2)
+		if kind == faultBridgeLong {
+			d = jitter(rng, w.opt.ackWait+lease+2*time.Second, w.opt.ackWait+lease+4*time.Second)
+		}
+		down, up = b.proc.pause, b.proc.resume
+		f.note += fmt.Sprintf(", paused %s", d.Round(time.Millisecond))
 	}
-	if kind == faultNATSKill || kind == faultNATSStop || kind == faultFullRestart {
-		if err := w.poll(ctx, 120*time.Second, "cluster healthy after "+kind+" "+f.target, w.healthy); err != nil {
-			f.end = time.Now()
-			return f, err
-		}
+	f.at = time.Now()
+	err := down()
+	if err == nil {
+		err = sleep(ctx, d)
+	}
+	if err == nil {
+		err = up()
+	}
+	if err == nil && (kind == faultNATSKill || kind == faultNATSStop || kind == faultFullRestart) {
+		err = w.poll(ctx, 120*time.Second, "cluster healthy after "+kind+" "+f.target, w.healthy)
 	}
 	f.end = time.Now()
-	return f, nil
+	return f, err
 }
 
 // round runs one round: load and faults for the duration, then settlement and checks.
 func (w *world) round(ctx context.Context, r int, fullRestart bool) (*roundResult, error) {
 	rng := rand.New(rand.NewPCG(w.opt.seed, uint64(r)))
 	rr := &roundResult{round: r, causes: map[string]int{}, otherFailed: map[string]int{}}
-	l := &load{w: w, round: r, rate: w.opt.rate, start: time.Now(), published: map[string]time.Time{}}
+	l := &load{w: w, round: r, start: time.Now(), published: map[string]time.Time{}}
 	w.logf("round %d: %s of load at %.0f actions/s%s", r, w.opt.duration, w.opt.rate, map[bool]string{true: ", with a full cluster restart", false: ""}[fullRestart])
 	stop := make(chan struct{})
 	pubErr := make(chan error, 4)

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -57,8 +56,6 @@ func (p *proc) exited() bool {
 	}
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
 // pause sends SIGSTOP; resume SIGCONT.
 func (p *proc) pause() error {
 	p.paused.Store(true)
@@ -99,37 +96,32 @@ func (p *proc) terminate(timeout time.Duration) {
 	}
 }
 
-// waitLog polls the process's log file until it contains sub.
-func (p *proc) waitLog(ctx context.Context, timeout time.Duration, sub string) error {
+// waitFor polls ready every 50ms until it reports true; it fails when the process
+// exits first or timeout passes. what says what ready waits for.
+func (p *proc) waitFor(ctx context.Context, timeout time.Duration, what string, ready func() bool) error {
 	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile(p.logPath)
-		if err == nil && strings.Contains(string(b), sub) {
-			return nil
-		}
+	for !ready() {
 		if p.exited() {
-			return fmt.Errorf("%s exited before logging %q (log %s)", p.name, sub, p.logPath)
+			return fmt.Errorf("%s exited before %s (log %s)", p.name, what, p.logPath)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not log %q within %s (log %s)", p.name, sub, timeout, p.logPath)
+			return fmt.Errorf("%s: not %s within %s (log %s)", p.name, what, timeout, p.logPath)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // ---- NATS nodes ----
 
 type natsNode struct {
-	name       string
-	port       int // client port
-	conf       string
-	dir        string
-	proc       *proc
-	generation int
+	name string
+	port int // client port
+	conf string
+	dir  string
+	proc *proc
 }
 
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
@@ -186,32 +178,20 @@ cluster { name: chaos, listen: "127.0.0.1:%d", routes: [%s] }
 
 // start starts the node's server and waits until its client port accepts connections.
 func (w *world) startNode(ctx context.Context, nd *natsNode) error {
-	nd.generation++
 	p, err := startProc(nd.name, w.natsBin, []string{"-c", nd.conf}, []string{"PATH=" + os.Getenv("PATH")},
 		filepath.Join(nd.dir, "server.log"))
 	if err != nil {
 		return err
 	}
 	nd.proc = p
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", nd.port), time.Second)
+	addr := fmt.Sprintf("127.0.0.1:%d", nd.port)
+	return p.waitFor(ctx, 30*time.Second, "its client port was open", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.Close()
-			return nil
 		}
-		if p.exited() {
-			return fmt.Errorf("%s exited at start (log %s)", nd.name, p.logPath)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: client port not open after 30s: %w", nd.name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return err == nil
+	})
 }
 
 // ---- bridge replicas ----
@@ -223,36 +203,6 @@ type bridgeSlot struct {
 	proc     *proc
 }
 
-// instances maps the pid of every bridge process ever started to its name (b1#2).
-type instances struct {
-	mu    sync.Mutex
-	byPID map[int]string
-	live  map[int]bool
-}
-
-func (in *instances) add(pid int, name string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.byPID[pid] = name
-	in.live[pid] = true
-}
-
-func (in *instances) gone(pid int) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	delete(in.live, pid)
-}
-
-func (in *instances) livePIDs() map[int]string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	out := map[int]string{}
-	for pid := range in.live {
-		out[pid] = in.byPID[pid]
-	}
-	return out
-}
-
 // startBridge starts a new instance of a replica slot and waits until it has bound
 // the consumer.
 func (w *world) startBridge(ctx context.Context, b *bridgeSlot) error {
@@ -262,12 +212,16 @@ func (w *world) startBridge(ctx context.Context, b *bridgeSlot) error {
 	for i := range w.nodes {
 		urls = append(urls, w.nodes[(b.slot+i)%len(w.nodes)].url())
 	}
+	fakeURL, err := w.fakeURL(name)
+	if err != nil {
+		return err
+	}
 	workers := fmt.Sprint(w.opt.workers)
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"NATS_URL=" + strings.Join(urls, ","),
-		"HERMES_URL=" + w.fakeURL,
+		"HERMES_URL=" + fakeURL,
 		"HERMES_API_KEY=" + w.fake.APIKey(),
 		"HERMES_BRIDGE_REPLICAS=3",
 		"HERMES_BRIDGE_REPLICA_ID=" + b.id,
@@ -284,10 +238,9 @@ func (w *world) startBridge(ctx context.Context, b *bridgeSlot) error {
 		return err
 	}
 	b.proc = p
-	w.inst.add(p.pid(), name)
-	go func() {
-		<-p.done
-		w.inst.gone(p.pid())
-	}()
-	return p.waitLog(ctx, 60*time.Second, `"message":"bridge started"`)
+	const started = `"message":"bridge started"`
+	return p.waitFor(ctx, 60*time.Second, "it logged "+started, func() bool {
+		b, err := os.ReadFile(p.logPath)
+		return err == nil && strings.Contains(string(b), started)
+	})
 }

@@ -43,10 +43,7 @@ func printTable(w io.Writer, o options, rounds []*roundResult) {
 	fmt.Fprintln(w, "| round | faults | actions | results | missing | duplicated | dup calls id/key | outcome_unknown (explained) | out of order | other failures | settle after last fault | target met |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rounds {
-		other := len(r.otherFailed) + r.replayErrors + r.eventErrors + r.unexpected
-		if len(r.problems) > 0 {
-			other += len(r.problems)
-		}
+		other := len(r.otherFailed) + r.replayErrors + r.eventErrors + r.unexpected + len(r.problems)
 		fmt.Fprintf(w, "| %d | %d | %d | %d | %d | %d | %d/%d | %d (%d) | %d | %d | %.1fs%s | %s |\n",
 			r.round, len(r.faults), r.actions, r.results, r.missing, r.duplicated, r.dupCallsID, r.dupCallsKey,
 			r.outcomeUnknown, r.explained, r.outOfOrder, other, r.settleAfterFault.Seconds(),
