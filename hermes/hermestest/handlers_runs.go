@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 )
 
 func runNotFound(id string) obj {
@@ -351,8 +350,6 @@ func (s *Server) handleRunEvents(c *call) {
 		s.notify()
 	}()
 	sw := s.startSSE(c, nil)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
 	for {
 		st.mu.Lock()
 		var item []byte
@@ -377,23 +374,8 @@ func (s *Server) handleRunEvents(c *call) {
 			_ = sw.comment("stream closed")
 			return
 		}
-		if item != nil {
-			continue
-		}
-		if sw.flush() != nil {
-			return
-		}
-		if sw.ka > 0 {
-			t.Reset(max(time.Until(sw.last.Add(sw.ka)), 0))
-		} else {
-			t.Reset(time.Hour)
-		}
-		select {
-		case <-ch:
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			if sw.ka > 0 && sw.comment("keepalive") != nil {
+		if item == nil {
+			if _, ok := idle(sw, ch); !ok {
 				return
 			}
 		}

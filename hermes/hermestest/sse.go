@@ -130,63 +130,33 @@ func (sw *sseWriter) wait(d time.Duration) bool {
 	if d <= 0 {
 		return sw.err == nil && sw.c.ctx.Err() == nil
 	}
-	if sw.flush() != nil {
-		return false
-	}
-	deadline := time.Now().Add(d)
-	return sw.idle(deadline, nil, nil)
+	_, ok := idle(sw, time.After(d))
+	return ok
 }
 
 // waitReply flushes and waits for the agent reply, sending keepalives.
-func (sw *sseWriter) waitReply(ch <-chan Reply) (Reply, bool) {
-	if sw.flush() != nil {
-		return Reply{}, false
-	}
-	var got Reply
-	ok := sw.idle(time.Time{}, ch, &got)
-	return got, ok
-}
+func (sw *sseWriter) waitReply(ch <-chan Reply) (Reply, bool) { return idle(sw, ch) }
 
-// idle is the keepalive loop. Either deadline (non-zero) or ch ends it.
-func (sw *sseWriter) idle(deadline time.Time, ch <-chan Reply, out *Reply) bool {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
+// idle flushes, then waits for a value on ch, writing ": keepalive" whenever
+// the stream has been quiet for the keepalive interval; ok is false when the
+// stream is gone (client disconnect, Close, write error).
+func idle[T any](sw *sseWriter, ch <-chan T) (v T, ok bool) {
+	if sw.flush() != nil {
+		return v, false
+	}
 	for {
-		now := time.Now()
-		next := time.Time{}
+		var keepalive <-chan time.Time
 		if sw.ka > 0 {
-			next = sw.last.Add(sw.ka)
-		}
-		end := false
-		var wake time.Time
-		switch {
-		case !deadline.IsZero() && (next.IsZero() || !deadline.After(next)):
-			wake, end = deadline, true
-		case !next.IsZero():
-			wake = next
-		}
-		if wake.IsZero() {
-			t.Reset(time.Hour)
-		} else {
-			t.Reset(max(wake.Sub(now), 0))
+			keepalive = time.After(time.Until(sw.last.Add(sw.ka)))
 		}
 		select {
-		case r := <-ch:
-			if out != nil {
-				*out = r
-			}
-			return true
+		case v = <-ch:
+			return v, true
 		case <-sw.c.ctx.Done():
-			return false
-		case <-t.C:
-			if wake.IsZero() {
-				continue
-			}
-			if end {
-				return true
-			}
+			return v, false
+		case <-keepalive:
 			if sw.comment("keepalive") != nil {
-				return false
+				return v, false
 			}
 		}
 	}
