@@ -165,11 +165,35 @@ func (r Reply) fullText() string {
 	return r.Text
 }
 
-func (r Reply) usage(prompt string) (in, out int) {
+// usage is the token usage of the reply to t: Usage when scripted, else
+// derived from the prompt (user text and instructions) and the reply text.
+func (r Reply) usage(t Turn) (in, out int) {
 	if r.Usage.Input != 0 || r.Usage.Output != 0 {
 		return r.Usage.Input, r.Usage.Output
 	}
-	in = 570 + len(prompt)/4
+	in = 570 + len(t.UserText+t.Instructions)/4
 	out = len(strings.Fields(r.fullText())) + 2
 	return in, out
+}
+
+// deltas emits text split into n deltas (see splitDeltas), waiting DeltaDelay
+// between them; false as soon as wait or emit fails.
+func (r Reply) deltas(text string, n int, wait func(time.Duration) bool, emit func(string) bool) bool {
+	for i, d := range splitDeltas(text, n) {
+		if (i > 0 && !wait(r.DeltaDelay)) || !emit(d) {
+			return false
+		}
+	}
+	return true
+}
+
+// padding emits the Events extra deltas of PadText, each after DeltaDelay;
+// false as soon as wait or emit fails.
+func (r Reply) padding(wait func(time.Duration) bool, emit func(string) bool) bool {
+	for range r.Events {
+		if (r.DeltaDelay > 0 && !wait(r.DeltaDelay)) || !emit(r.PadText) {
+			return false
+		}
+	}
+	return true
 }

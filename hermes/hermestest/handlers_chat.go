@@ -125,17 +125,17 @@ func (s *Server) handleChat(c *call) {
 	created := s.now().Unix()
 	hdr := echoHeaders(c.r, sessionID)
 	if c.route.key == "chat_stream" {
-		s.chatStream(c, turn, id, created, model, hdr, system)
+		s.chatStream(c, turn, id, created, hdr)
 		return
 	}
-	rep, ok := s.runTurn(c, turn)
+	rep, ok := s.runAgent(c, turn, nil)
 	if !ok {
 		return
 	}
 	oc := rep.outcome()
 	text := rep.fullText()
-	in, out := rep.usage(user + system)
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	in, out := rep.usage(turn)
+	s.sessions.persistTurn(turn, rep, text)
 	if s.jsonFault(c) {
 		return
 	}
@@ -177,7 +177,8 @@ func hermesBlock(oc outcome) obj {
 	return obj{{"completed", oc.completed}, {"partial", oc.partial}, {"failed", oc.failed}, {"error", oc.err}, {"error_code", oc.errorCode}}
 }
 
-func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model string, hdr http.Header, system string) {
+func (s *Server) chatStream(c *call, turn Turn, id string, created int64, hdr http.Header) {
+	model := turn.Model
 	sw := s.startSSE(c, hdr)
 	prefix := dumps(obj{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}}, true)
 	prefix = append(prefix[:len(prefix)-1], `, "choices": [{"index": 0, "delta": `...)
@@ -187,11 +188,10 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	if sw.frame("", b) != nil {
 		return
 	}
-	rep, ok := s.runAgent(c.ctx, turn, sw.waitReply)
-	if !ok || !sw.wait(rep.Delay) {
+	rep, ok := s.runAgent(c, turn, sw)
+	if !ok {
 		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
 	content := func(d string) bool {
 		b = append(b[:0], prefix...)
 		b = append(b, `{"content": `...)
@@ -200,16 +200,8 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 		b = append(b, nullFinish...)
 		return sw.frame("", b) == nil
 	}
-	deltas := func(text string, n int) bool {
-		for i, d := range splitDeltas(text, n) {
-			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !content(d) {
-				return false
-			}
-		}
-		return true
-	}
 	for _, t := range rep.Tools {
-		if t.Text != "" && !deltas(t.Text, 0) {
+		if !rep.deltas(t.Text, 0, sw.wait, content) {
 			return
 		}
 		if strings.HasPrefix(t.Name, "_") {
@@ -221,16 +213,11 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 			return
 		}
 	}
-	if !deltas(rep.Text, rep.Deltas) {
+	if !rep.deltas(rep.Text, rep.Deltas, sw.wait, content) || !rep.padding(sw.wait, content) {
 		return
 	}
-	for i := 0; i < rep.Events; i++ {
-		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !content(rep.PadText) {
-			return
-		}
-	}
 	oc := rep.outcome()
-	in, out := rep.usage(turn.UserText + system)
+	in, out := rep.usage(turn)
 	fin := obj{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
 		{"choices", []any{obj{{"index", 0}, {"delta", obj{}}, {"finish_reason", oc.finish}}}},
 		{"usage", obj{{"prompt_tokens", in}, {"completion_tokens", out}, {"total_tokens", in + out}}}}
@@ -240,7 +227,7 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	if sw.frame("", dumps(fin, true)) != nil {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: rep.fullText(), finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turn, rep, rep.fullText())
 	if sw.frame("", []byte("[DONE]")) != nil {
 		return
 	}

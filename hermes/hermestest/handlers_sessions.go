@@ -226,7 +226,7 @@ func (s *Server) handleSessionChat(c *call) {
 		s.sessionStream(c, turn, norm, hdr)
 		return
 	}
-	rep, ok := s.runTurn(c, turn)
+	rep, ok := s.runAgent(c, turn, nil)
 	if !ok {
 		return
 	}
@@ -234,10 +234,9 @@ func (s *Server) handleSessionChat(c *call) {
 		writeText(c.w, 500, "500 Internal Server Error\n\nServer got itself in trouble")
 		return
 	}
-	oc := rep.outcome()
 	full := rep.fullText()
-	in, out := rep.usage(text + system)
-	s.sessions.persistTurn(turnRecord{sessionID: id, userContent: text, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	in, out := rep.usage(turn)
+	s.sessions.persistTurn(turn, rep, full)
 	if s.jsonFault(c) {
 		return
 	}
@@ -271,19 +270,11 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 		!emit("message.started", obj{{"message", obj{{"id", msgID}, {"role", "assistant"}}}}) {
 		return
 	}
-	rep, ok := s.runAgent(c.ctx, turn, sw.waitReply)
-	if !ok || !sw.wait(rep.Delay) {
+	rep, ok := s.runAgent(c, turn, sw)
+	if !ok {
 		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
-	deltas := func(t string, n int) bool {
-		for i, d := range splitDeltas(t, n) {
-			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) {
-				return false
-			}
-		}
-		return true
-	}
+	delta := func(d string) bool { return emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) }
 	thinking := func(t string) bool {
 		if t == "" {
 			return true
@@ -292,7 +283,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	}
 	var msgs []any
 	for _, t := range rep.Tools {
-		if !deltas(t.Text, 0) || !thinking(t.Text) ||
+		if !rep.deltas(t.Text, 0, sw.wait, delta) || !thinking(t.Text) ||
 			!emit("tool.started", obj{{"message_id", msgID}, {"tool_name", t.Name}, {"preview", t.Label}, {"args", argsObj(t)}}) ||
 			!sw.wait(rep.DeltaDelay) ||
 			!emit("tool.completed", obj{{"message_id", msgID}, {"tool_name", t.Name}, {"preview", nil}, {"args", nil}}) {
@@ -302,13 +293,8 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 			obj{{"role", "assistant"}, {"content", t.Text}, {"tool_calls", []any{toolCallObj(t)}}, {"finish_reason", "tool_calls"}, {"reasoning", nil}},
 			obj{{"role", "tool"}, {"content", t.Output}, {"tool_call_id", t.CallID}})
 	}
-	if !deltas(rep.Text, rep.Deltas) {
+	if !rep.deltas(rep.Text, rep.Deltas, sw.wait, delta) || !rep.padding(sw.wait, delta) {
 		return
-	}
-	for i := 0; i < rep.Events; i++ {
-		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", rep.PadText}}) {
-			return
-		}
 	}
 	if rep.Fail != "" {
 		if emit("error", obj{{"message", rep.Fail}}) && emit("done", obj{}) {
@@ -318,11 +304,11 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	}
 	full := rep.fullText()
 	oc := rep.outcome()
-	in, out := rep.usage(turn.UserText + turn.Instructions)
+	in, out := rep.usage(turn)
 	if !thinking(full) {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turn, rep, full)
 	msgs = append(msgs, obj{{"role", "assistant"}, {"content", full}, {"finish_reason", oc.finish}, {"reasoning", nil}})
 	if !emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) ||
 		!emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) ||

@@ -3,6 +3,7 @@ package hermestest
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -251,19 +252,16 @@ func (s *Server) handleResponses(c *call) {
 		sessionID = uuid4()
 	}
 	sv, _ := body.get("store")
-	store := boolish(sv, true)
 	model := s.requestModel(body)
-	user := items[len(items)-1].Content
-	turn := Turn{Route: c.route.key, UserText: user, History: history, SessionID: sessionID,
+	turn := Turn{Route: c.route.key, UserText: items[len(items)-1].Content, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
-	rc := &respRun{s: s, c: c, id: "resp_" + randHex(28), created: s.now().Unix(), model: model, turn: turn,
-		store: store, conv: convName, instructions: instructions}
+	rc := &respRun{s: s, c: c, id: "resp_" + randHex(28), created: s.now().Unix(), turn: turn, store: boolish(sv, true), conv: convName}
 	hdr := echoHeaders(c.r, sessionID)
 	if c.route.key == "responses_stream" {
 		rc.stream(hdr)
 		return
 	}
-	rep, ok := s.runTurn(c, turn)
+	rep, ok := s.runAgent(c, turn, nil)
 	if !ok {
 		return
 	}
@@ -276,7 +274,7 @@ func (s *Server) handleResponses(c *call) {
 			text = "(No response generated)"
 		}
 	}
-	in, out := rep.usage(user + instructions)
+	in, out := rep.usage(turn)
 	output := []any{}
 	for _, t := range rep.Tools {
 		output = append(output,
@@ -284,9 +282,8 @@ func (s *Server) handleResponses(c *call) {
 			obj{{"type", "function_call_output"}, {"call_id", t.CallID}, {"output", t.Output}})
 	}
 	output = append(output, messageItem(text))
-	resp := obj{{"id", rc.id}, {"object", "response"}, {"status", "completed"}, {"created_at", rc.created}, {"model", model},
-		{"output", output}, {"usage", respUsage(in, out)}}
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	resp := append(rc.snapshot("completed", output), kv{"usage", respUsage(in, out)})
+	s.sessions.persistTurn(turn, rep, text)
 	rc.save(resp, rep, text)
 	if s.jsonFault(c) {
 		return
@@ -302,16 +299,32 @@ func respUsage(in, out int) obj {
 	return obj{{"input_tokens", in}, {"output_tokens", out}, {"total_tokens", in + out}}
 }
 
+// respRun is one POST /v1/responses turn: the response id and what storing
+// it needs.
 type respRun struct {
-	s            *Server
-	c            *call
-	id           string
-	created      int64
-	model        string
-	turn         Turn
-	store        bool
-	conv         string
-	instructions string
+	s       *Server
+	c       *call
+	id      string
+	created int64
+	turn    Turn
+	store   bool   // the request's "store"
+	conv    string // the request's conversation name ("" when none)
+}
+
+// snapshot is the response object with status and output (no usage).
+func (rc *respRun) snapshot(status string, output []any) obj {
+	return obj{{"id", rc.id}, {"object", "response"}, {"status", status}, {"created_at", rc.created}, {"model", rc.turn.Model}, {"output", output}}
+}
+
+// put stores resp, with the turn's history, its user message and then more,
+// when the request asked to store.
+func (rc *respRun) put(resp obj, more ...Message) {
+	if !rc.store {
+		return
+	}
+	hist := append(slices.Clone(rc.turn.History), Message{Role: "user", Content: rc.turn.UserText})
+	hist = append(hist, more...)
+	rc.s.responses.put(rc.id, &storedResponse{response: resp, history: hist, instructions: rc.turn.Instructions, sessionID: rc.turn.SessionID})
 }
 
 // save stores the response record and moves the conversation pointer.
@@ -319,13 +332,11 @@ func (rc *respRun) save(resp obj, rep Reply, text string) {
 	if !rc.store {
 		return
 	}
-	hist := append([]Message(nil), rc.turn.History...)
-	hist = append(hist, Message{Role: "user", Content: rc.turn.UserText})
+	var more []Message
 	for _, t := range rep.Tools {
-		hist = append(hist, Message{Role: "assistant", Content: t.Text}, Message{Role: "tool", Content: t.Output})
+		more = append(more, Message{Role: "assistant", Content: t.Text}, Message{Role: "tool", Content: t.Output})
 	}
-	hist = append(hist, Message{Role: "assistant", Content: text})
-	rc.s.responses.put(rc.id, &storedResponse{response: resp, history: hist, instructions: rc.instructions, sessionID: rc.turn.SessionID})
+	rc.put(resp, append(more, Message{Role: "assistant", Content: text})...)
 	if rc.conv != "" {
 		rc.s.responses.setConversation(rc.conv, rc.id)
 	}
@@ -362,9 +373,10 @@ func trimOutput(s string) string {
 	return string(r[:500]) + fmt.Sprintf("...[%d more chars]", n-500)
 }
 
+// stream answers the turn as a Responses SSE stream; when the stream is cut
+// short after response.created, the stored response becomes "incomplete".
 func (rc *respRun) stream(hdr http.Header) {
-	s, c := rc.s, rc.c
-	sw := s.startSSE(c, hdr)
+	sw := rc.s.startSSE(rc.c, hdr)
 	seq := 0
 	var b []byte
 	emit := func(typ string, o obj) bool {
@@ -373,24 +385,22 @@ func (rc *respRun) stream(hdr http.Header) {
 		b = appendJSON(b[:0], append(obj{{"type", typ}}, o...), true)
 		return sw.frame(typ, b) == nil
 	}
-	snapshot := func(status string, output []any) obj {
-		return obj{{"id", rc.id}, {"object", "response"}, {"status", status}, {"created_at", rc.created}, {"model", rc.model}, {"output", output}}
-	}
-	if rc.store {
-		s.responses.put(rc.id, &storedResponse{response: snapshot("in_progress", []any{}), history: append(append([]Message(nil), rc.turn.History...), Message{Role: "user", Content: rc.turn.UserText}), instructions: rc.instructions, sessionID: rc.turn.SessionID})
-	}
-	if !emit("response.created", obj{{"response", snapshot("in_progress", []any{})}}) {
-		return
-	}
-	rep, ok := s.runAgent(c.ctx, rc.turn, sw.waitReply)
-	if !ok || !sw.wait(rep.Delay) {
+	rc.put(rc.snapshot("in_progress", []any{}))
+	if emit("response.created", obj{{"response", rc.snapshot("in_progress", []any{})}}) && !rc.play(sw, emit) {
 		rc.incomplete()
-		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
+}
+
+// play runs the agent and streams its reply through emit; false when the
+// stream ended before the final event.
+func (rc *respRun) play(sw *sseWriter, emit func(typ string, o obj) bool) bool {
+	s := rc.s
+	rep, ok := s.runAgent(rc.c, rc.turn, sw)
+	if !ok {
+		return false
+	}
 	nextIndex := 0
 	msgID, msgIndex := "", -1
-	streamed := ""
 	var final []any // completed output tool items
 	openMsg := func() bool {
 		if msgID != "" {
@@ -402,12 +412,10 @@ func (rc *respRun) stream(hdr http.Header) {
 		return emit("response.output_item.added", obj{{"output_index", msgIndex}, {"item", obj{{"id", msgID}, {"type", "message"}, {"status", "in_progress"}, {"role", "assistant"}, {"content", []any{}}}}})
 	}
 	delta := func(d string) bool {
-		if !openMsg() {
-			return false
-		}
-		streamed += d
-		return emit("response.output_text.delta", obj{{"item_id", msgID}, {"output_index", msgIndex}, {"content_index", 0}, {"delta", d}, {"logprobs", []any{}}})
+		return openMsg() && emit("response.output_text.delta", obj{{"item_id", msgID}, {"output_index", msgIndex}, {"content_index", 0}, {"delta", d}, {"logprobs", []any{}}})
 	}
+	// Text deltas are batched: a delta waits for more text until it is
+	// responsesBatch old, or a tool call or the end comes.
 	pending, pendingAge := "", time.Duration(0)
 	flushPending := func() bool {
 		if pending == "" {
@@ -436,13 +444,8 @@ func (rc *respRun) stream(hdr http.Header) {
 		return true
 	}
 	for _, t := range rep.Tools {
-		if t.Text != "" && !text(t.Text, 0) {
-			rc.incomplete()
-			return
-		}
-		if !flushPending() {
-			rc.incomplete()
-			return
+		if !text(t.Text, 0) || !flushPending() {
+			return false
 		}
 		fcID, fcoID := "fc_"+randHex(24), "fco_"+randHex(24)
 		idx := nextIndex
@@ -452,79 +455,57 @@ func (rc *respRun) stream(hdr http.Header) {
 		}
 		if !emit("response.output_item.added", obj{{"output_index", idx}, {"item", fc("in_progress")}}) || !sw.wait(rep.DeltaDelay) ||
 			!emit("response.output_item.done", obj{{"output_index", idx}, {"item", fc("completed")}}) {
-			rc.incomplete()
-			return
+			return false
 		}
 		oidx := nextIndex
 		nextIndex++
 		fco := obj{{"id", fcoID}, {"type", "function_call_output"}, {"call_id", t.CallID}, {"output", []any{obj{{"type", "input_text"}, {"text", t.Output}}}}, {"status", "completed"}}
 		if !emit("response.output_item.added", obj{{"output_index", oidx}, {"item", fco}}) ||
 			!emit("response.output_item.done", obj{{"output_index", oidx}, {"item", fco}}) {
-			rc.incomplete()
-			return
+			return false
 		}
 		final = append(final,
 			obj{{"type", "function_call"}, {"name", t.Name}, {"arguments", trimArgs(t.Args)}, {"call_id", t.CallID}},
 			obj{{"type", "function_call_output"}, {"call_id", t.CallID}, {"output", []any{obj{{"type", "input_text"}, {"text", trimOutput(t.Output)}}}}})
 	}
-	if !text(rep.Text, rep.Deltas) || !flushPending() {
-		rc.incomplete()
-		return
-	}
-	for i := 0; i < rep.Events; i++ {
-		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
-			rc.incomplete()
-			return
-		}
-		if !delta(rep.PadText) {
-			rc.incomplete()
-			return
-		}
+	if !text(rep.Text, rep.Deltas) || !flushPending() || !rep.padding(sw.wait, delta) {
+		return false
 	}
 	oc := rep.outcome()
 	full := rep.fullText()
-	in, out := rep.usage(rc.turn.UserText + rc.instructions)
+	in, out := rep.usage(rc.turn)
 	if oc.failed && full == "" {
-		output := append(final, messageItem(oc.err))
-		resp := snapshot("failed", output)
+		resp := rc.snapshot("failed", append(final, messageItem(oc.err)))
 		resp = append(resp, kv{"error", obj{{"message", oc.err}, {"type", "server_error"}}}, kv{"usage", respUsage(in, out)})
-		s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: "", finish: oc.finish, in: in, out: out})
+		s.sessions.persistTurn(rc.turn, rep, "")
 		rc.save(resp, rep, oc.err)
 		if emit("response.failed", obj{{"response", resp}}) {
 			_ = sw.flush()
 		}
-		return
+		return true
 	}
-	if full != "" && msgID == "" {
-		if !delta(full) { // fallback delta when text was not streamed
-			rc.incomplete()
-			return
-		}
+	if full != "" && msgID == "" && !delta(full) { // fallback delta when text was not streamed
+		return false
 	}
 	if msgID != "" {
 		if !emit("response.output_text.done", obj{{"item_id", msgID}, {"output_index", msgIndex}, {"content_index", 0}, {"text", full}, {"logprobs", []any{}}}) ||
 			!emit("response.output_item.done", obj{{"output_index", msgIndex}, {"item", obj{{"id", msgID}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"}, {"content", []any{obj{{"type", "output_text"}, {"text", full}}}}}}}) {
-			rc.incomplete()
-			return
+			return false
 		}
 	}
-	output := append(final, messageItem(full))
-	resp := snapshot("completed", output)
-	resp = append(resp, kv{"usage", respUsage(in, out)})
-	s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	resp := append(rc.snapshot("completed", append(final, messageItem(full))), kv{"usage", respUsage(in, out)})
+	s.sessions.persistTurn(rc.turn, rep, full)
 	rc.save(resp, rep, full)
 	if emit("response.completed", obj{{"response", resp}}) {
 		_ = sw.flush()
 	}
+	return true
 }
 
-// incomplete stores a status "incomplete" snapshot after a disconnect.
+// incomplete stores a status "incomplete" snapshot after a disconnect, when
+// the response is still stored.
 func (rc *respRun) incomplete() {
-	if !rc.store {
-		return
-	}
-	if r, ok := rc.s.responses.get(rc.id); ok {
-		snap := obj{{"id", rc.id}, {"object", "response"}, {"status", "incomplete"}, {"created_at", rc.created}, {"model", rc.model}, {"output", []any{}}}
-		rc.s.responses.put(rc.id, &storedResponse{response: snap, history: r.history, instructions: r.instructions, sessionID: r.sessionID})
+	if _, ok := rc.s.responses.get(rc.id); ok {
+		rc.put(rc.snapshot("incomplete", []any{}))
 	}
 }

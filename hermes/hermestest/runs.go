@@ -300,17 +300,12 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 		s.endCancelled(r)
 		return
 	}
-	deltas := func(text string, n int) bool {
-		for i, d := range splitDeltas(text, n) {
-			if i > 0 && !wait(rep.DeltaDelay) {
-				return false
-			}
-			if !alive() {
-				return false
-			}
-			s.push(r, "message.delta", nil, obj{{"delta", d}})
+	delta := func(d string) bool {
+		if !alive() {
+			return false
 		}
-		return alive()
+		s.push(r, "message.delta", nil, obj{{"delta", d}})
+		return true
 	}
 	reasoning := func(text string) {
 		if text != "" {
@@ -318,7 +313,7 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 		}
 	}
 	for _, t := range rep.Tools {
-		if !deltas(t.Text, 0) {
+		if !rep.deltas(t.Text, 0, wait, delta) || !alive() {
 			s.endCancelled(r)
 			return
 		}
@@ -349,16 +344,9 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 		dur := math.Round(s.now().Sub(start).Seconds()*1000) / 1000
 		s.push(r, "tool.completed", nil, obj{{"tool", t.Name}, {"duration", pyFloat(dur)}, {"error", denied}})
 	}
-	if !deltas(rep.Text, rep.Deltas) {
+	if !rep.deltas(rep.Text, rep.Deltas, wait, delta) || !alive() || !rep.padding(wait, delta) {
 		s.endCancelled(r)
 		return
-	}
-	for i := 0; i < rep.Events; i++ {
-		if (rep.DeltaDelay > 0 && !wait(rep.DeltaDelay)) || !alive() {
-			s.endCancelled(r)
-			return
-		}
-		s.push(r, "message.delta", nil, obj{{"delta", rep.PadText}})
 	}
 	if rep.Fail != "" {
 		s.runs.mu.Lock()
@@ -371,10 +359,8 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 	}
 	full := rep.fullText()
 	reasoning(full)
-	in, out := rep.usage(turn.UserText + turn.Instructions)
-	oc := rep.outcome()
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText,
-		tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	in, out := rep.usage(turn)
+	s.sessions.persistTurn(turn, rep, full)
 	s.runs.mu.Lock()
 	if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
 		s.endCancelledLocked(r)

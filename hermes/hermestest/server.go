@@ -512,17 +512,6 @@ func (s *Server) InFlight() int {
 
 // ---- agent invocation ----
 
-// runTurn runs the agent for a non-streaming turn and waits out its scripted delay, and
-// returns the reply with its tools prepared; ok is false when the request ended first.
-func (s *Server) runTurn(c *call, turn Turn) (Reply, bool) {
-	rep, ok := s.runAgent(c.ctx, turn, nil)
-	if !ok || !sleepCtx(c.ctx, rep.Delay) {
-		return Reply{}, false
-	}
-	rep.Tools = prepareTools(rep.Tools)
-	return rep, true
-}
-
 // requestModel is the request body's model when it is a non-empty string, else the
 // configured one.
 func (s *Server) requestModel(body obj) string {
@@ -534,24 +523,30 @@ func (s *Server) requestModel(body obj) string {
 	return serverModel
 }
 
-// runAgent calls the agent on an owned goroutine and waits for its reply;
-// wait is called with the reply channel so streams can send keepalives.
-func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (Reply, bool)) (Reply, bool) {
-	actx, cancel := context.WithCancel(ctx)
+// runAgent calls the agent for turn on an owned goroutine, waits for its reply
+// and then its scripted Delay (sending keepalives when sw is the request's
+// stream, else plainly), and returns the reply with its tools prepared; ok is
+// false when the request or stream ended first.
+func (s *Server) runAgent(c *call, turn Turn, sw *sseWriter) (rep Reply, ok bool) {
+	actx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	ch := make(chan Reply, 1)
-	s.wg.Go(func() { ch <- s.cfg.agent(actx, t) })
-	if wait == nil {
-		wait = func(ch <-chan Reply) (Reply, bool) {
-			select {
-			case r := <-ch:
-				return r, true
-			case <-ctx.Done():
-				return Reply{}, false
-			}
+	s.wg.Go(func() { ch <- s.cfg.agent(actx, turn) })
+	if sw != nil {
+		rep, ok = idle(sw, ch)
+		ok = ok && sw.wait(rep.Delay)
+	} else {
+		select {
+		case rep = <-ch:
+			ok = sleepCtx(c.ctx, rep.Delay)
+		case <-c.ctx.Done():
 		}
 	}
-	return wait(ch)
+	if !ok {
+		return Reply{}, false
+	}
+	rep.Tools = prepareTools(rep.Tools)
+	return rep, true
 }
 
 // cancelOnClose calls cancel when the fake closes; it returns then or once

@@ -422,16 +422,6 @@ func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, t
 	return db.object(c, false), nil
 }
 
-// turnRecord is what an agent run persists.
-type turnRecord struct {
-	sessionID   string
-	userContent string
-	tools       []Tool
-	final       string
-	finish      string
-	in, out     int
-}
-
 // history returns the stored conversation of a session (user/assistant/tool).
 func (db *sessionDB) history(id string) []Message {
 	db.mu.Lock()
@@ -451,30 +441,33 @@ func (db *sessionDB) addMsg(id string, m *message) {
 	db.msgs[id] = append(db.msgs[id], m)
 }
 
-// persistTurn creates the session when missing, appends the user message,
-// tool exchanges and final assistant message, and updates the session counters the agent maintains.
-func (db *sessionDB) persistTurn(t turnRecord) {
+// persistTurn stores the agent's reply to turn t with final as the last
+// assistant message: it creates the session when missing, appends the user
+// message, tool exchanges and final message, and updates the session counters
+// the agent maintains.
+func (db *sessionDB) persistTurn(t Turn, rep Reply, final string) {
+	in, out := rep.usage(t)
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	x, ok := db.rows[t.sessionID]
+	x, ok := db.rows[t.SessionID]
 	if !ok { // an agent run creates its session row (source api_server)
-		x = &session{id: t.sessionID, source: "api_server", startedAt: db.ts()}
+		x = &session{id: t.SessionID, source: "api_server", startedAt: db.ts()}
 		db.insert(x)
 	}
 	x.model = agentModel
 	x.hasSystem = true
 	x.modelConfig = true
 	x.estimatedCost = true
-	x.apiCallCount += 1 + len(t.tools)
-	x.inputTokens += t.in
-	x.outputTokens += t.out
-	x.toolCallCount += len(t.tools)
-	db.addMsg(t.sessionID, &message{role: "user", content: t.userContent})
-	for _, tl := range t.tools {
-		db.addMsg(t.sessionID, &message{role: "assistant", content: tl.Text, toolCalls: []any{toolCallObj(tl)}, finishReason: "tool_calls"})
-		db.addMsg(t.sessionID, &message{role: "tool", content: tl.Output, toolCallID: tl.CallID, toolName: tl.Name})
+	x.apiCallCount += 1 + len(rep.Tools)
+	x.inputTokens += in
+	x.outputTokens += out
+	x.toolCallCount += len(rep.Tools)
+	db.addMsg(t.SessionID, &message{role: "user", content: t.UserText})
+	for _, tl := range rep.Tools {
+		db.addMsg(t.SessionID, &message{role: "assistant", content: tl.Text, toolCalls: []any{toolCallObj(tl)}, finishReason: "tool_calls"})
+		db.addMsg(t.SessionID, &message{role: "tool", content: tl.Output, toolCallID: tl.CallID, toolName: tl.Name})
 	}
-	db.addMsg(t.sessionID, &message{role: "assistant", content: t.final, finishReason: t.finish})
+	db.addMsg(t.SessionID, &message{role: "assistant", content: final, finishReason: rep.outcome().finish})
 }
 
 func toolCallObj(t Tool) obj {

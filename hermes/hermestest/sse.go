@@ -134,9 +134,6 @@ func (sw *sseWriter) wait(d time.Duration) bool {
 	return ok
 }
 
-// waitReply flushes and waits for the agent reply, sending keepalives.
-func (sw *sseWriter) waitReply(ch <-chan Reply) (Reply, bool) { return idle(sw, ch) }
-
 // idle flushes, then waits for a value on ch, writing ": keepalive" whenever
 // the stream has been quiet for the keepalive interval; ok is false when the
 // stream is gone (client disconnect, Close, write error).
