@@ -119,12 +119,12 @@ func (s *Server) handleChat(c *call) {
 	}
 	model := s.requestModel(body)
 	user := kept[len(kept)-1].Content
-	turn := Turn{Route: c.route.key, UserText: user, History: history, SessionID: sessionID,
+	turn := Turn{Route: c.key, UserText: user, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: model}
 	id := "chatcmpl-" + randHex(29)
 	created := s.now().Unix()
 	hdr := echoHeaders(c.r, sessionID)
-	if c.route.key == "chat_stream" {
+	if c.key == "chat_stream" {
 		s.chatStream(c, turn, id, created, hdr)
 		return
 	}

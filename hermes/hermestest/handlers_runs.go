@@ -169,7 +169,7 @@ func (s *Server) handleRunStart(c *call) {
 	turn := Turn{Route: "run_start", UserText: user, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(s.ctx) // cancelled by stop or Close
 	r := &fakeRun{id: id, key: key, created: s.now(), live: true, cancel: cancel, approved: map[string]bool{}, sessionID: sessionID}
 	r.status = obj{{"object", "hermes.run"}, {"run_id", id}}
 	st := s.runs
@@ -199,7 +199,6 @@ func (s *Server) handleRunStart(c *call) {
 	st.tasks++
 	st.mu.Unlock()
 	started = true
-	s.wg.Go(func() { s.cancelOnClose(ctx, cancel) })
 	s.wg.Go(func() {
 		defer cancel()
 		s.runTask(ctx, r, turn, release)
@@ -215,7 +214,7 @@ func (s *Server) handleRunStart(c *call) {
 
 // handleRunStatus is GET /v1/runs/{run_id}.
 func (s *Server) handleRunStatus(c *call) {
-	id := c.route.id
+	id := c.id
 	s.runs.mu.Lock()
 	r := s.lookupRunLocked(id)
 	var body []byte
@@ -233,7 +232,7 @@ func (s *Server) handleRunStatus(c *call) {
 // handleRunStop is POST /v1/runs/{run_id}/stop: 200 stopping while the run's
 // task is live, else 404 (the check is the live task, not the status).
 func (s *Server) handleRunStop(c *call) {
-	id := c.route.id
+	id := c.id
 	s.runs.mu.Lock()
 	r := s.runs.runs[id]
 	if r == nil || !r.live {
@@ -251,7 +250,7 @@ func (s *Server) handleRunStop(c *call) {
 
 // handleRunApproval is POST /v1/runs/{run_id}/approval.
 func (s *Server) handleRunApproval(c *call) {
-	id := c.route.id
+	id := c.id
 	s.runs.mu.Lock()
 	r := s.lookupRunLocked(id)
 	s.runs.mu.Unlock()
@@ -322,7 +321,7 @@ func (s *Server) handleRunApproval(c *call) {
 // disconnect) the queue is gone and a later subscription is 404. A queue
 // nobody subscribed to is swept RunStreamTTL after the run was created.
 func (s *Server) handleRunEvents(c *call) {
-	id := c.route.id
+	id := c.id
 	st := s.runs
 	st.mu.Lock()
 	q := st.queues[id]

@@ -77,7 +77,7 @@ func (s *Server) handleSessionCreate(c *call) {
 }
 
 func (s *Server) handleSessionGet(c *call) {
-	id := c.route.id
+	id := c.id
 	o, ok := s.sessions.get(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
@@ -120,7 +120,7 @@ func (s *Server) sessionExists(c *call, id string) bool {
 }
 
 func (s *Server) handleSessionPatch(c *call) {
-	id := c.route.id
+	id := c.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -133,7 +133,7 @@ func (s *Server) handleSessionPatch(c *call) {
 }
 
 func (s *Server) handleSessionDelete(c *call) {
-	id := c.route.id
+	id := c.id
 	if !s.sessions.delete(id) {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
 		return
@@ -142,7 +142,7 @@ func (s *Server) handleSessionDelete(c *call) {
 }
 
 func (s *Server) handleSessionMessages(c *call) {
-	id := c.route.id
+	id := c.id
 	data, ok := s.sessions.messages(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
@@ -152,7 +152,7 @@ func (s *Server) handleSessionMessages(c *call) {
 }
 
 func (s *Server) handleSessionFork(c *call) {
-	id := c.route.id
+	id := c.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -178,7 +178,7 @@ func (s *Server) handleSessionChat(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	id := c.route.id
+	id := c.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -219,10 +219,10 @@ func (s *Server) handleSessionChat(c *call) {
 			break
 		}
 	}
-	turn := Turn{Route: c.route.key, UserText: text, History: s.sessions.history(id), SessionID: id,
+	turn := Turn{Route: c.key, UserText: text, History: s.sessions.history(id), SessionID: id,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: serverModel}
 	hdr := echoHeaders(c.r, id)
-	if c.route.key == "session_chat_stream" {
+	if c.key == "session_chat_stream" {
 		s.sessionStream(c, turn, norm, hdr)
 		return
 	}

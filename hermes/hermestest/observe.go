@@ -127,7 +127,7 @@ func (s *Server) waitFor(ctx context.Context, cond func() bool) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.quit:
+		case <-s.ctx.Done():
 			return context.Canceled
 		}
 	}

@@ -114,7 +114,7 @@ func notFoundResponse(id string) obj {
 }
 
 func (s *Server) handleResponseGet(c *call) {
-	id := c.route.id
+	id := c.id
 	r, ok := s.responses.get(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, notFoundResponse(id))
@@ -124,7 +124,7 @@ func (s *Server) handleResponseGet(c *call) {
 }
 
 func (s *Server) handleResponseDelete(c *call) {
-	id := c.route.id
+	id := c.id
 	if !s.responses.delete(id) {
 		writeJSON(c.w, 404, nil, notFoundResponse(id))
 		return
@@ -253,11 +253,11 @@ func (s *Server) handleResponses(c *call) {
 	}
 	sv, _ := body.get("store")
 	model := s.requestModel(body)
-	turn := Turn{Route: c.route.key, UserText: items[len(items)-1].Content, History: history, SessionID: sessionID,
+	turn := Turn{Route: c.key, UserText: items[len(items)-1].Content, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
 	rc := &respRun{s: s, c: c, id: "resp_" + randHex(28), created: s.now().Unix(), turn: turn, store: boolish(sv, true), conv: convName}
 	hdr := echoHeaders(c.r, sessionID)
-	if c.route.key == "responses_stream" {
+	if c.key == "responses_stream" {
 		rc.stream(hdr)
 		return
 	}

@@ -129,7 +129,8 @@ type Server struct {
 
 	cfg  config
 	ts   *httptest.Server
-	quit chan struct{}
+	ctx  context.Context // done once the fake closes
+	stop context.CancelFunc
 	once sync.Once
 	wg   sync.WaitGroup // agent goroutines
 
@@ -173,10 +174,10 @@ func NewUnstartedServer(opts ...Option) *Server {
 	c.maxRuns = max(c.maxRuns, 0)
 	s := &Server{
 		cfg:     c,
-		quit:    make(chan struct{}),
 		calls:   map[string]int{},
 		changed: make(chan struct{}),
 	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.sessions = newSessionDB(s)
 	s.responses = newResponseStore(c.maxResponses)
 	s.runs = newRunStore()
@@ -201,7 +202,7 @@ func (s *Server) APIKey() string { return s.cfg.key }
 // connections are closed. Safe to call more than once.
 func (s *Server) Close() {
 	s.once.Do(func() {
-		close(s.quit)
+		s.stop()
 		if s.URL != "" {
 			s.ts.CloseClientConnections()
 			s.ts.Close()
@@ -222,13 +223,6 @@ func (s *Server) SetDraining(on bool) {
 func (s *Server) now() time.Time { return s.cfg.clock() }
 
 // ---- routing ----
-
-// route is a matched request: its route key (what faults, counters and
-// records name) and the {id} path segment, if the pattern has one.
-type route struct {
-	key string
-	id  string
-}
 
 // endpoint is one method and path pattern ("{id}" matches any non-empty
 // segment) with its route key and handler.
@@ -327,8 +321,9 @@ func splitPath(escaped string) ([]string, bool) {
 type call struct {
 	w      http.ResponseWriter
 	r      *http.Request
-	ctx    context.Context
-	route  route
+	ctx    context.Context // done when the client goes or the fake closes
+	key    string          // the route key (what faults, counters and records name)
+	id     string          // the {id} path segment, if the pattern has one
 	body   []byte
 	tooBig bool
 	fault  *Fault
@@ -374,9 +369,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var e *endpoint
 	var allow []string
-	rt := route{}
+	c := &call{w: w, r: r, body: body, tooBig: tooBig}
 	if okPath {
-		e, rt.id, allow = match(r.Method, segs)
+		e, c.id, allow = match(r.Method, segs)
 	}
 	if e == nil {
 		s.record(r, "", body, false)
@@ -388,24 +383,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	rt.key = e.key
-	if (rt.key == "chat" || rt.key == "responses") && len(body) > 0 && !tooBig {
-		if v, err := loads(body); err == nil {
-			if o, ok := v.(obj); ok {
-				if sv, _ := o.get("stream"); boolish(sv, false) {
-					rt.key += "_stream"
-				}
+	c.key = e.key
+	if c.key == "chat" || c.key == "responses" {
+		if o, _ := c.bodyObject(); o != nil {
+			if sv, _ := o.get("stream"); boolish(sv, false) {
+				c.key += "_stream"
 			}
 		}
 	}
 	authOK := s.checkAuth(r)
-	f := s.takeFault(rt.key)
-	s.record(r, rt.key, body, authOK)
+	f := s.takeFault(c.key)
+	s.record(r, c.key, body, authOK)
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	go s.cancelOnClose(ctx, cancel)
-	c := &call{w: w, r: r, ctx: ctx, route: rt, body: body, tooBig: tooBig, fault: f}
+	defer context.AfterFunc(s.ctx, cancel)()
+	c.ctx, c.fault = ctx, f
 	if f != nil {
 		if f.Delay > 0 && !sleepCtx(ctx, f.Delay) {
 			return
@@ -419,16 +412,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if f.streamEffect() && !agentRoute(rt.key) {
+	handle := func() {
+		if c.key != "health" && !authOK && !(c.key == "health_detailed" && s.cfg.version == Version016) {
+			s.authError(c.w)
+			return
+		}
+		e.handle(s, c)
+	}
+	if f.streamEffect() && !agentRoute(c.key) {
 		// Plain JSON route: do the work, then ruin the response.
-		real := c.w
 		c.w = httptest.NewRecorder()
-		s.dispatch(c, e, authOK)
-		c.w = real
+		handle()
+		c.w = w
 		s.jsonFault(c)
 		return
 	}
-	s.dispatch(c, e, authOK)
+	handle()
 }
 
 // agentRoute reports whether the route applies stream/JSON fault effects itself.
@@ -453,15 +452,6 @@ func (s *Server) authError(w http.ResponseWriter) {
 		body = obj{{"error", obj{{"message", "Invalid gateway API key (API_SERVER_KEY)"}, {"type", "gateway_auth_error"}, {"code", "gateway_auth_failed"}}}}
 	}
 	writeJSON(w, http.StatusUnauthorized, nil, body)
-}
-
-func (s *Server) dispatch(c *call, e *endpoint, authOK bool) {
-	key := c.route.key
-	if key != "health" && !authOK && !(key == "health_detailed" && s.cfg.version == Version016) {
-		s.authError(c.w)
-		return
-	}
-	e.handle(s, c)
 }
 
 // ---- concurrency gate ----
@@ -547,16 +537,6 @@ func (s *Server) runAgent(c *call, turn Turn, sw *sseWriter) (rep Reply, ok bool
 	}
 	rep.Tools = prepareTools(rep.Tools)
 	return rep, true
-}
-
-// cancelOnClose calls cancel when the fake closes; it returns then or once
-// ctx is done.
-func (s *Server) cancelOnClose(ctx context.Context, cancel context.CancelFunc) {
-	select {
-	case <-s.quit:
-		cancel()
-	case <-ctx.Done():
-	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
