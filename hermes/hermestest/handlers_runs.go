@@ -59,13 +59,7 @@ func (s *Server) handleRunStart(c *call) {
 		e, ok := s.runs.idem[key]
 		s.runs.mu.Unlock()
 		if ok {
-			if e.fp != fp {
-				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
-				return
-			}
-			h := echoHeaders(c.r, "")
-			h.Set("Idempotency-Replayed", "true")
-			writeJSON(c.w, http.StatusAccepted, h, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
+			replayRun(c, e, fp)
 			return
 		}
 	}
@@ -119,28 +113,13 @@ func (s *Server) handleRunStart(c *call) {
 		writeJSON(c.w, 400, nil, openaiError("No user message found in input", "invalid_request_error", nil))
 		return
 	}
-	if hv, ok := body.get("conversation_history"); ok && hv != nil {
-		arr, ok := hv.([]any)
-		if !ok {
-			writeJSON(c.w, 400, nil, openaiError("'conversation_history' must be an array of message objects", "invalid_request_error", nil))
-			return
-		}
-		explicit := make([]Message, 0, len(arr))
-		for i, e := range arr {
-			eo, ok := e.(obj)
-			rv, okr := eo.get("role")
-			cv, okc := eo.get("content")
-			if !ok || !okr || !okc {
-				writeJSON(c.w, 400, nil, openaiError(fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i), "invalid_request_error", nil))
-				return
-			}
-			role, _ := rv.(string)
-			text, _, _, _ := normContent(cv, "")
-			explicit = append(explicit, Message{Role: role, Content: text})
-		}
-		if len(explicit) > 0 {
-			history = explicit
-		}
+	explicit, reason := conversationHistory(body)
+	if reason != "" {
+		writeJSON(c.w, 400, nil, openaiError(reason, "invalid_request_error", nil))
+		return
+	}
+	if len(explicit) > 0 {
+		history = explicit
 	}
 	id := "run_" + randHex(32)
 	sessionID := id
@@ -178,11 +157,7 @@ func (s *Server) handleRunStart(c *call) {
 		if e, ok := st.idem[key]; ok { // a concurrent twin won the reservation
 			st.mu.Unlock()
 			cancel()
-			if e.fp != fp {
-				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
-				return
-			}
-			writeJSON(c.w, http.StatusAccepted, http.Header{"Idempotency-Replayed": {"true"}}, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
+			replayRun(c, e, fp)
 			return
 		}
 		st.idem[key] = idemEntry{runID: id, fp: fp}
@@ -210,6 +185,18 @@ func (s *Server) handleRunStart(c *call) {
 		resp = append(resp, kv{"replayed", false})
 	}
 	writeJSON(c.w, http.StatusAccepted, h, resp)
+}
+
+// replayRun answers a POST /v1/runs whose Idempotency-Key reserved run e: 202
+// with e's run_id when the body's fingerprint fp matches, else 409.
+func replayRun(c *call, e idemEntry, fp [32]byte) {
+	if e.fp != fp {
+		writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
+		return
+	}
+	h := echoHeaders(c.r, "")
+	h.Set("Idempotency-Replayed", "true")
+	writeJSON(c.w, http.StatusAccepted, h, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
 }
 
 // handleRunStatus is GET /v1/runs/{run_id}.

@@ -192,27 +192,10 @@ func (s *Server) handleResponses(c *call) {
 		writeJSON(c.w, 400, nil, adhocError("Cannot use both 'conversation' and 'previous_response_id'"))
 		return
 	}
-	var explicit []Message
-	hasExplicit := false
-	if hv, ok := body.get("conversation_history"); ok && hv != nil {
-		arr, ok := hv.([]any)
-		if !ok {
-			writeJSON(c.w, 400, nil, adhocError("'conversation_history' must be an array of message objects"))
-			return
-		}
-		for i, e := range arr {
-			eo, ok := e.(obj)
-			rv, okr := eo.get("role")
-			cv, okc := eo.get("content")
-			if !ok || !okr || !okc {
-				writeJSON(c.w, 400, nil, adhocError(fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i)))
-				return
-			}
-			role, _ := rv.(string)
-			text, _, _, _ := normContent(cv, "")
-			explicit = append(explicit, Message{Role: role, Content: text})
-		}
-		hasExplicit = len(arr) > 0
+	explicit, reason := conversationHistory(body)
+	if reason != "" {
+		writeJSON(c.w, 400, nil, adhocError(reason))
+		return
 	}
 	convName, _ := convV.(string)
 	prevID, _ := prevV.(string)
@@ -241,7 +224,7 @@ func (s *Server) handleResponses(c *call) {
 			instructions = prev.instructions
 		}
 	}
-	if hasExplicit {
+	if len(explicit) > 0 {
 		history = explicit
 	}
 	history = append(history, items[:len(items)-1]...)
@@ -289,6 +272,31 @@ func (s *Server) handleResponses(c *call) {
 		return
 	}
 	writeJSON(c.w, 200, hdr, resp)
+}
+
+// conversationHistory decodes the body's conversation_history (nil when it is
+// absent or null); reason says why a malformed one is a 400.
+func conversationHistory(body obj) (history []Message, reason string) {
+	hv, _ := body.get("conversation_history")
+	if hv == nil {
+		return nil, ""
+	}
+	arr, ok := hv.([]any)
+	if !ok {
+		return nil, "'conversation_history' must be an array of message objects"
+	}
+	for i, e := range arr {
+		eo, ok := e.(obj)
+		rv, okr := eo.get("role")
+		cv, okc := eo.get("content")
+		if !ok || !okr || !okc {
+			return nil, fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i)
+		}
+		role, _ := rv.(string)
+		text, _, _, _ := normContent(cv, "")
+		history = append(history, Message{Role: role, Content: text})
+	}
+	return history, ""
 }
 
 func messageItem(text string) obj {
