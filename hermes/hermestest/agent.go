@@ -86,43 +86,34 @@ func splitDeltas(text string, n int) []string {
 	if text == "" {
 		return nil
 	}
+	var out []string
 	if n <= 0 {
-		var out []string
-		start := 0
-		inWord := false
-		for i, r := range text {
-			space := r == ' ' || r == '\n' || r == '\t'
-			if !space && !inWord && i > 0 && start < i {
-				// word begins: previous piece ends before the whitespace run
-				// preceding this word.
-				j := i
-				for j > start && (text[j-1] == ' ' || text[j-1] == '\n' || text[j-1] == '\t') {
-					j--
+		// A piece ends where the whitespace run before the next word begins.
+		start, run := 0, -1 // run: start of the current whitespace run, -1 in a word
+		for i := 0; i < len(text); i++ {
+			if c := text[i]; c == ' ' || c == '\n' || c == '\t' {
+				if run < 0 {
+					run = i
 				}
-				if j > start {
-					out = append(out, text[start:j])
-					start = j
-				}
+				continue
 			}
-			inWord = !space
+			if run > start {
+				out = append(out, text[start:run])
+				start = run
+			}
+			run = -1
 		}
 		return append(out, text[start:])
 	}
 	runes := []rune(text)
-	if n > len(runes) {
-		n = len(runes)
-	}
-	out := make([]string, 0, n)
-	per := len(runes) / n
-	rem := len(runes) % n
-	pos := 0
-	for i := 0; i < n; i++ {
-		sz := per
-		if i < rem {
-			sz++
+	n = min(n, len(runes))
+	for i, pos := 0, 0; i < n; i++ {
+		size := len(runes) / n
+		if i < len(runes)%n {
+			size++
 		}
-		out = append(out, string(runes[pos:pos+sz]))
-		pos += sz
+		out = append(out, string(runes[pos:pos+size]))
+		pos += size
 	}
 	return out
 }
@@ -141,18 +132,12 @@ func (r Reply) outcome() outcome {
 		o.err = "Response truncated due to output length limit"
 	}
 	o.completed = !o.failed && !o.partial
+	o.finish, o.errorCode = "stop", "agent_error"
 	switch {
 	case o.partial && strings.Contains(strings.ToLower(o.err), "truncat"):
-		o.finish = "length"
-	case o.failed || (!o.completed && o.err != ""):
+		o.finish, o.errorCode = "length", "output_truncated"
+	case !o.completed:
 		o.finish = "error"
-	default:
-		o.finish = "stop"
-	}
-	if o.finish == "length" {
-		o.errorCode = "output_truncated"
-	} else {
-		o.errorCode = "agent_error"
 	}
 	return o
 }

@@ -139,36 +139,28 @@ func (s *Server) handleChat(c *call) {
 	if s.jsonFault(c) {
 		return
 	}
-	if text == "" && (oc.failed || oc.partial) {
-		hdr.Set("X-Hermes-Completed", "false")
-		hdr.Set("X-Hermes-Partial", strconv.FormatBool(oc.partial))
-		writeJSON(c.w, http.StatusBadGateway, hdr, obj{{"error", obj{
-			{"message", oc.err}, {"type", "server_error"}, {"param", nil}, {"code", "agent_incomplete"},
-			{"hermes", obj{{"completed", false}, {"partial", oc.partial}, {"failed", oc.failed}}},
-		}}})
-		return
-	}
 	resp := obj{
 		{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
 		{"choices", []any{obj{{"index", 0}, {"message", obj{{"role", "assistant"}, {"content", text}}}, {"finish_reason", oc.finish}}}},
 		{"usage", obj{{"prompt_tokens", in}, {"completion_tokens", out}, {"total_tokens", in + out}}},
 	}
-	if !oc.completed {
-		resp = append(resp, kv{"hermes", hermesBlock(oc)})
+	if !oc.completed { // failed or partial: oc.err is set
 		hdr.Set("X-Hermes-Completed", "false")
 		hdr.Set("X-Hermes-Partial", strconv.FormatBool(oc.partial))
-		if oc.err != "" {
-			e := oc.err
-			if len(e) > 200 {
-				e = e[:200]
-			}
-			hdr.Set("X-Hermes-Error", strings.Map(func(r rune) rune {
-				if r < 0x20 || r > 0x7e {
-					return ' '
-				}
-				return r
-			}, e))
+		if text == "" {
+			writeJSON(c.w, http.StatusBadGateway, hdr, obj{{"error", obj{
+				{"message", oc.err}, {"type", "server_error"}, {"param", nil}, {"code", "agent_incomplete"},
+				{"hermes", obj{{"completed", false}, {"partial", oc.partial}, {"failed", oc.failed}}},
+			}}})
+			return
 		}
+		resp = append(resp, kv{"hermes", hermesBlock(oc)})
+		hdr.Set("X-Hermes-Error", strings.Map(func(r rune) rune {
+			if r < 0x20 || r > 0x7e {
+				return ' '
+			}
+			return r
+		}, oc.err[:min(len(oc.err), 200)]))
 	}
 	writeJSON(c.w, http.StatusOK, hdr, resp)
 }

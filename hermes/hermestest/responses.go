@@ -2,6 +2,7 @@ package hermestest
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -68,11 +69,7 @@ func (rs *responseStore) deleteLocked(id string) bool {
 		return false
 	}
 	delete(rs.m, id)
-	for name, rid := range rs.conv {
-		if rid == id {
-			delete(rs.conv, name)
-		}
-	}
+	maps.DeleteFunc(rs.conv, func(_, rid string) bool { return rid == id })
 	return true
 }
 

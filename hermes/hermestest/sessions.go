@@ -183,12 +183,7 @@ func (db *sessionDB) insert(x *session) {
 func (db *sessionDB) remove(id string) {
 	delete(db.rows, id)
 	delete(db.msgs, id)
-	for i, o := range db.order {
-		if o == id {
-			db.order = append(db.order[:i:i], db.order[i+1:]...)
-			break
-		}
-	}
+	db.order = slices.DeleteFunc(db.order, func(o string) bool { return o == id })
 }
 
 // ---- operations (callers hold no lock) ----
@@ -209,17 +204,15 @@ func (db *sessionDB) create(id string, title any, model string, systemPrompt str
 		return nil, &dbErr{409, "Session already exists: " + id, "session_exists"}
 	}
 	x := &session{id: id, source: "api_server", model: model, startedAt: db.ts(), hasSystem: systemPrompt != ""}
-	db.insert(x)
 	if ts, ok := title.(string); ok {
-		t := sanitizeTitle(ts)
-		if t != "" {
-			if e := db.checkTitle(t, id); e != nil {
-				db.remove(id)
-				return nil, e
-			}
-			x.title = t
+		x.title = sanitizeTitle(ts)
+	}
+	if x.title != "" {
+		if e := db.checkTitle(x.title, id); e != nil {
+			return nil, e
 		}
 	}
+	db.insert(x)
 	return db.object(x, false), nil
 }
 
