@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strconv"
@@ -48,7 +49,9 @@ type rawJSON []byte
 type pyFloat float64
 
 // dumps encodes v like Python's json.dumps with default separators.
-// ascii selects ensure_ascii=True.
+// ascii selects ensure_ascii=True. v is built of nil, bool, string, int,
+// int64, float64, pyFloat, json.Number, rawJSON, obj, []any and []string;
+// any other type is a bug of the fake (panic).
 func dumps(v any, ascii bool) []byte {
 	return appendJSON(nil, v, ascii)
 }
@@ -101,22 +104,10 @@ func appendJSON(b []byte, v any, ascii bool) []byte {
 		return append(b, '}')
 	case []any:
 		return appendList(b, x, ascii, appendJSON)
-	case []obj:
-		return appendList(b, x, ascii, func(b []byte, e obj, ascii bool) []byte { return appendJSON(b, e, ascii) })
 	case []string:
 		return appendList(b, x, ascii, appendString)
-	default:
-		// Fall back to encoding/json for anything else (not expected).
-		raw, err := json.Marshal(x)
-		if err != nil {
-			return append(b, "null"...)
-		}
-		dv, err := loads(raw)
-		if err != nil {
-			return append(b, raw...)
-		}
-		return appendJSON(b, dv, ascii)
 	}
+	panic(fmt.Sprintf("hermestest: no Python-style JSON encoding for %T", v))
 }
 
 // appendFloat formats f like Python's float repr.

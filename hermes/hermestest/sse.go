@@ -14,16 +14,14 @@ var errStreamGone = errors.New("hermestest: stream ended")
 // sseWriter writes SSE frames through a buffered writer, flushing only
 // before waits and at the end, and emits ": keepalive" comments while idle.
 type sseWriter struct {
-	s         *Server
-	c         *call
-	rc        *http.ResponseController
-	bw        *bufio.Writer
-	ka        time.Duration
-	last      time.Time
-	n         int
-	fault     *Fault
-	faultDone bool
-	err       error
+	c     *call
+	rc    *http.ResponseController
+	bw    *bufio.Writer
+	ka    time.Duration
+	last  time.Time // of the last flush
+	n     int       // frames written
+	fault *Fault    // the stream effect still to apply, nil when none
+	err   error
 }
 
 // startSSE writes the SSE response headers (no security headers, as in Hermes).
@@ -34,16 +32,9 @@ func (s *Server) startSSE(c *call, extra http.Header) *sseWriter {
 	h.Set("X-Accel-Buffering", "no")
 	maps.Copy(h, extra)
 	c.w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{
-		s:     s,
-		c:     c,
-		rc:    http.NewResponseController(c.w),
-		bw:    bufio.NewWriterSize(c.w, 32<<10),
-		ka:    s.cfg.keepalive,
-		last:  time.Now(),
-		fault: c.fault,
-		// faultDone: nothing left to apply when the fault has no stream effect.
-		faultDone: !c.fault.streamEffect(),
+	sw := &sseWriter{c: c, rc: http.NewResponseController(c.w), bw: bufio.NewWriterSize(c.w, 32<<10), ka: s.cfg.keepalive, last: time.Now()}
+	if c.fault.streamEffect() {
+		sw.fault = c.fault
 	}
 	_ = sw.flush()
 	return sw
@@ -70,9 +61,9 @@ func (sw *sseWriter) frame(event string, data []byte) error {
 	if sw.err != nil {
 		return sw.err
 	}
-	if !sw.faultDone && sw.n >= sw.fault.AfterEvents {
-		sw.faultDone = true
-		if err := sw.applyFault(); err != nil {
+	if f := sw.fault; f != nil && sw.n >= f.AfterEvents {
+		sw.fault = nil
+		if err := sw.applyFault(f); err != nil {
 			return err
 		}
 	}
@@ -91,8 +82,8 @@ func (sw *sseWriter) frame(event string, data []byte) error {
 	return sw.err
 }
 
-func (sw *sseWriter) applyFault() error {
-	f := sw.fault
+// applyFault applies f's stream effect before the next frame.
+func (sw *sseWriter) applyFault(f *Fault) error {
 	switch {
 	case f.Drop:
 		_ = sw.flush()
