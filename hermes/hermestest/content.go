@@ -44,9 +44,7 @@ func normContent(v any, param string) (text string, image bool, norm any, err *c
 			}
 			switch pp := p.(type) {
 			case obj:
-				tv, _ := pp.get("type")
-				typ, _ := tv.(string)
-				switch typ {
+				switch typ := pp.str("type"); typ {
 				case "text", "input_text", "output_text":
 					t, _ := pp.get("text")
 					ts, ok := t.(string)
@@ -65,8 +63,7 @@ func normContent(v any, param string) (text string, image bool, norm any, err *c
 					case string:
 						url = u
 					case obj:
-						uv, _ := u.get("url")
-						url, _ = uv.(string)
+						url = u.str("url")
 					}
 					switch {
 					case strings.HasPrefix(url, "http://"), strings.HasPrefix(url, "https://"), strings.HasPrefix(url, "data:image/"):

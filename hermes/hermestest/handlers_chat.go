@@ -77,8 +77,7 @@ func (s *Server) handleChat(c *call) {
 	haveFirstUser := false
 	for i, m := range msgs {
 		mo, _ := m.(obj)
-		rv, _ := mo.get("role")
-		role, _ := rv.(string)
+		role := mo.str("role")
 		cv, _ := mo.get("content")
 		text, img, _, cerr := normContent(cv, "messages["+strconv.Itoa(i)+"].content")
 		if cerr != nil {

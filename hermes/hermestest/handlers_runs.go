@@ -1,6 +1,7 @@
 package hermestest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -96,8 +97,7 @@ func (s *Server) handleRunStart(c *call) {
 				writeText(c.w, 500, "500 Internal Server Error\n\nServer got itself in trouble")
 				return
 			}
-			rv, _ := eo.get("role")
-			role, _ := rv.(string)
+			role := eo.str("role")
 			cv, _ := eo.get("content")
 			text, _, _, _ := normContent(cv, "")
 			if i == len(x)-1 {
@@ -123,27 +123,14 @@ func (s *Server) handleRunStart(c *call) {
 	}
 	id := "run_" + randHex(32)
 	sessionID := id
-	if pv, _ := body.get("previous_response_id"); pv != nil {
-		if pid, ok := pv.(string); ok && pid != "" {
-			if sr, ok := s.responses.get(pid); ok {
-				if len(history) == 0 {
-					history = append([]Message(nil), sr.history...)
-				}
-				if sr.sessionID != "" {
-					sessionID = sr.sessionID
-				}
-			}
+	if sr, ok := s.responses.get(body.str("previous_response_id")); ok {
+		if len(history) == 0 {
+			history = append([]Message(nil), sr.history...)
 		}
+		sessionID = cmp.Or(sr.sessionID, sessionID)
 	}
-	if sv, _ := body.get("session_id"); sv != nil {
-		if sid, ok := sv.(string); ok && sid != "" {
-			sessionID = sid
-		}
-	}
-	instructions := ""
-	if iv, _ := body.get("instructions"); iv != nil {
-		instructions, _ = iv.(string)
-	}
+	sessionID = cmp.Or(body.str("session_id"), sessionID)
+	instructions := body.str("instructions")
 	model := s.requestModel(body)
 	turn := Turn{Route: "run_start", UserText: user, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
@@ -253,9 +240,7 @@ func (s *Server) handleRunApproval(c *call) {
 			return
 		}
 	}
-	cv, _ := body.get("choice")
-	choice, _ := cv.(string)
-	choice = strings.ToLower(strings.TrimSpace(choice))
+	choice := strings.ToLower(strings.TrimSpace(body.str("choice")))
 	switch choice {
 	case "approve", "approved", "allow":
 		choice = "once"

@@ -31,6 +31,13 @@ func (o obj) get(k string) (any, bool) {
 	return nil, false
 }
 
+// str returns the value of key k when it is a string, else "".
+func (o obj) str(k string) string {
+	v, _ := o.get(k)
+	s, _ := v.(string)
+	return s
+}
+
 // set replaces the value of k in place or appends it.
 func (o obj) set(k string, v any) obj {
 	for i := range o {

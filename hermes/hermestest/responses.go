@@ -1,6 +1,7 @@
 package hermestest
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/http"
@@ -158,12 +159,7 @@ func (s *Server) handleResponses(c *call) {
 		case string:
 			items = append(items, Message{Role: "user", Content: y})
 		case obj:
-			role := "user"
-			if rv, ok := y.get("role"); ok {
-				if rs, ok := rv.(string); ok && rs != "" {
-					role = rs
-				}
-			}
+			role := cmp.Or(y.str("role"), "user")
 			cv, _ := y.get("content")
 			text, _, _, cerr := normContent(cv, "input["+strconv.Itoa(i)+"].content")
 			if cerr != nil {
@@ -194,8 +190,8 @@ func (s *Server) handleResponses(c *call) {
 		writeJSON(c.w, 400, nil, adhocError(reason))
 		return
 	}
-	convName, _ := convV.(string)
-	prevID, _ := prevV.(string)
+	convName := body.str("conversation")
+	prevID := body.str("previous_response_id")
 	if convName != "" {
 		if id, ok := s.responses.conversation(convName); ok {
 			prevID = id
@@ -284,14 +280,13 @@ func conversationHistory(body obj) (history []Message, reason string) {
 	}
 	for i, e := range arr {
 		eo, ok := e.(obj)
-		rv, okr := eo.get("role")
+		_, okr := eo.get("role")
 		cv, okc := eo.get("content")
 		if !ok || !okr || !okc {
 			return nil, fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i)
 		}
-		role, _ := rv.(string)
 		text, _, _, _ := normContent(cv, "")
-		history = append(history, Message{Role: role, Content: text})
+		history = append(history, Message{Role: eo.str("role"), Content: text})
 	}
 	return history, ""
 }

@@ -45,6 +45,7 @@
 package hermestest
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"io"
@@ -505,12 +506,7 @@ func (s *Server) InFlight() int {
 // requestModel is the request body's model when it is a non-empty string, else the
 // configured one.
 func (s *Server) requestModel(body obj) string {
-	if m, ok := body.get("model"); ok {
-		if ms, ok := m.(string); ok && ms != "" {
-			return ms
-		}
-	}
-	return serverModel
+	return cmp.Or(body.str("model"), serverModel)
 }
 
 // runAgent calls the agent for turn on an owned goroutine, waits for its reply
