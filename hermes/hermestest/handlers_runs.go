@@ -136,7 +136,7 @@ func (s *Server) handleRunStart(c *call) {
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
 
 	ctx, cancel := context.WithCancel(s.ctx) // cancelled by stop or Close
-	r := &fakeRun{id: id, key: key, created: s.now(), live: true, cancel: cancel, approved: map[string]bool{}, sessionID: sessionID}
+	r := &fakeRun{id: id, key: key, created: s.now(), live: true, cancel: cancel, approved: map[string]bool{}}
 	r.status = obj{{"object", "hermes.run"}, {"run_id", id}}
 	st := s.runs
 	st.mu.Lock()
@@ -222,6 +222,10 @@ func (s *Server) handleRunStop(c *call) {
 	writeJSON(c.w, http.StatusOK, nil, obj{{"run_id", id}, {"status", "stopping"}})
 }
 
+// approvalChoices maps the accepted approval choices to the ones Hermes acts on.
+var approvalChoices = map[string]string{"once": "once", "session": "session", "always": "always", "deny": "deny",
+	"approve": "once", "approved": "once", "allow": "once"}
+
 // handleRunApproval is POST /v1/runs/{run_id}/approval.
 func (s *Server) handleRunApproval(c *call) {
 	id := c.id
@@ -240,14 +244,8 @@ func (s *Server) handleRunApproval(c *call) {
 			return
 		}
 	}
-	choice := strings.ToLower(strings.TrimSpace(body.str("choice")))
-	switch choice {
-	case "approve", "approved", "allow":
-		choice = "once"
-	}
-	switch choice {
-	case "once", "session", "always", "deny":
-	default:
+	choice, ok := approvalChoices[strings.ToLower(strings.TrimSpace(body.str("choice")))]
+	if !ok {
 		writeJSON(c.w, 400, nil, openaiParamError("Invalid approval choice. Use one of: once, session, always, deny", "invalid_request_error", "choice", "invalid_approval_choice"))
 		return
 	}
@@ -308,7 +306,7 @@ func (s *Server) handleRunEvents(c *call) {
 	}
 	q.subscribed = true
 	if r := st.runs[id]; r != nil {
-		r.subscribe = true
+		r.subscribed = true
 	}
 	st.mu.Unlock()
 	s.notify()

@@ -1,6 +1,7 @@
 package hermestest
 
 import (
+	"cmp"
 	"encoding/hex"
 	"math/rand/v2"
 )
@@ -33,18 +34,13 @@ func prepareTools(tools []Tool) []Tool {
 		if t.CallID == "" {
 			t.CallID = "call_" + randHex(24)
 		}
-		args := obj{}
-		if t.Args != "" {
-			if v, err := loads([]byte(t.Args)); err == nil {
-				if o, ok := v.(obj); ok {
-					args = o
-				}
-			}
+		v, _ := loads([]byte(t.Args)) // "" or not an object: {}
+		args, ok := v.(obj)
+		if !ok {
+			args = obj{}
 		}
 		t.Args = string(dumps(args, true))
-		if t.Emoji == "" {
-			t.Emoji = "\U0001F4BB"
-		}
+		t.Emoji = cmp.Or(t.Emoji, "\U0001F4BB")
 		if t.Label == "" {
 			t.Label = t.Name
 			for _, m := range args {

@@ -1,6 +1,7 @@
 package hermestest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -58,21 +59,18 @@ type pendingApproval struct {
 
 // fakeRun is one run's state. Guarded by runStore.mu.
 type fakeRun struct {
-	id        string
-	key       string
-	status    obj // the GET /v1/runs/{id} object, in Hermes's key order
-	created   time.Time
-	ended     time.Time
-	terminal  bool
-	live      bool // the task has not finished: stop and approvals apply
-	stopping  bool
-	cancel    context.CancelFunc
-	pending   []*pendingApproval
-	approved  map[string]bool // session-scope approvals
-	subscribe bool
-	output    string
-	errText   string
-	sessionID string
+	id         string
+	key        string
+	status     obj // the GET /v1/runs/{id} object, in Hermes's key order
+	created    time.Time
+	ended      time.Time
+	terminal   bool
+	live       bool // the task has not finished: stop and approvals apply
+	stopping   bool
+	cancel     context.CancelFunc
+	pending    []*pendingApproval
+	approved   map[string]bool // session-scope approvals
+	subscribed bool            // an events subscriber has taken the queue
 }
 
 // runQueue is a run's event queue (one asyncio.Queue in Hermes). Guarded by
@@ -153,10 +151,8 @@ func (s *Server) Run(id string) (RunInfo, bool) {
 	if !ok {
 		return RunInfo{}, false
 	}
-	st, _ := r.status.get("status")
-	q := s.runs.queues[id]
-	return RunInfo{ID: r.id, Status: st.(string), IdempotencyKey: r.key, SessionID: r.sessionID, Output: r.output,
-		Error: r.errText, PendingApprovals: len(r.pending), Subscribed: r.subscribe || (q != nil && q.subscribed)}, true
+	return RunInfo{ID: r.id, Status: r.status.str("status"), IdempotencyKey: r.key, SessionID: r.status.str("session_id"),
+		Output: r.status.str("output"), Error: r.status.str("error"), PendingApprovals: len(r.pending), Subscribed: r.subscribed}, true
 }
 
 // RunIDs returns the ids of the runs the fake still knows (see Run), oldest first.
@@ -350,7 +346,6 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 	}
 	if rep.Fail != "" {
 		s.runs.mu.Lock()
-		r.errText = rep.Fail
 		s.endLocked(r, "failed", kv{"error", rep.Fail})
 		s.pushLocked(r, "run.failed", nil, obj{{"error", rep.Fail}})
 		s.runs.mu.Unlock()
@@ -365,7 +360,6 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 	if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
 		s.endCancelledLocked(r)
 	} else {
-		r.output = full
 		s.endLocked(r, "completed", kv{"output", full}, kv{"usage", respUsage(in, out)})
 		s.pushLocked(r, "run.completed", nil, obj{{"output", full}, {"usage", respUsage(in, out)}})
 	}
@@ -408,15 +402,9 @@ func (s *Server) endCancelled(r *fakeRun) {
 // ok is false when the run was stopped (or the server closed) first.
 func (s *Server) awaitApproval(ctx context.Context, r *fakeRun, t Tool) (choice string, ok bool) {
 	a := *t.Approval
-	if a.Command == "" {
-		a.Command = t.Label
-	}
-	if a.PatternKey == "" {
-		a.PatternKey = "dangerous_command"
-	}
-	if a.Description == "" {
-		a.Description = "dangerous command"
-	}
+	a.Command = cmp.Or(a.Command, t.Label)
+	a.PatternKey = cmp.Or(a.PatternKey, "dangerous_command")
+	a.Description = cmp.Or(a.Description, "dangerous command")
 	s.runs.mu.Lock()
 	if r.approved[a.PatternKey] || s.runs.always[a.PatternKey] {
 		s.runs.mu.Unlock()

@@ -129,27 +129,18 @@ func validSessionID(id string) bool {
 	if t == "" || utf8.RuneCountInString(t) > 256 {
 		return false
 	}
-	for _, r := range t {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	if strings.Contains(t, "..") || strings.ContainsAny(t, `/\`) || driveRe.MatchString(t) {
-		return false
-	}
-	return true
+	return !strings.ContainsFunc(t, unicode.IsControl) && !strings.Contains(t, "..") && !strings.ContainsAny(t, `/\`) && !driveRe.MatchString(t)
 }
 
 // sanitizeTitle trims, strips control characters and collapses whitespace.
 func sanitizeTitle(t string) string {
-	var b strings.Builder
-	for _, r := range t {
+	t = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
-			continue
+			return -1
 		}
-		b.WriteRune(r)
-	}
-	return strings.Join(strings.Fields(b.String()), " ")
+		return r
+	}, t)
+	return strings.Join(strings.Fields(t), " ")
 }
 
 type dbErr struct {
