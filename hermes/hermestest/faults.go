@@ -74,9 +74,7 @@ func (s *Server) ClearFaults() {
 
 // PendingFaults returns how many queued faults are not fully consumed.
 func (s *Server) PendingFaults() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.faults)
+	return locked(&s.mu, func() int { return len(s.faults) })
 }
 
 // takeFault consumes one use of the first fault matching key.

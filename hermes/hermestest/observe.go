@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,16 +68,12 @@ func (s *Server) notify() {
 
 // Calls returns how many requests the route key received (see package doc).
 func (s *Server) Calls(route string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls[route]
+	return locked(&s.mu, func() int { return s.calls[route] })
 }
 
 // Requests returns a copy of every recorded request, in arrival order.
 func (s *Server) Requests() []Recorded {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Recorded(nil), s.requests...)
+	return locked(&s.mu, func() []Recorded { return slices.Clone(s.requests) })
 }
 
 // ResetCounters clears Calls and Requests (not sessions, responses or faults).

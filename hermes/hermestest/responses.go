@@ -97,9 +97,7 @@ func (rs *responseStore) setConversation(name, id string) {
 
 // StoredResponses reports how many Responses objects are stored.
 func (s *Server) StoredResponses() int {
-	s.responses.mu.Lock()
-	defer s.responses.mu.Unlock()
-	return len(s.responses.m)
+	return locked(&s.responses.mu, func() int { return len(s.responses.m) })
 }
 
 // ConversationPointer returns the response id a conversation name points at.

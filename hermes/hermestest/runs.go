@@ -121,24 +121,18 @@ func WithRunsIdempotency() Option { return func(c *config) { c.runsIdem = true }
 
 // RunsStarted returns how many runs POST /v1/runs started (replays excluded).
 func (s *Server) RunsStarted() int {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	return s.runs.started
+	return locked(&s.runs.mu, func() int { return s.runs.started })
 }
 
 // RunsStartedFor returns how many runs were started with this Idempotency-Key.
 func (s *Server) RunsStartedFor(key string) int {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	return s.runs.byKey[key]
+	return locked(&s.runs.mu, func() int { return s.runs.byKey[key] })
 }
 
 // ToolRuns returns how many times a scripted tool of this name actually ran
 // in a /v1/runs run (a denied or stopped tool does not count).
 func (s *Server) ToolRuns(name string) int {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	return s.runs.toolRuns[name]
+	return locked(&s.runs.mu, func() int { return s.runs.toolRuns[name] })
 }
 
 // Run returns the fake's view of run id, also after its status expired for

@@ -496,9 +496,14 @@ func tooManyRuns(n int, typ string) obj {
 // InFlight reports the number of admitted agent runs (chat, responses and
 // session chat requests currently holding a concurrency slot).
 func (s *Server) InFlight() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active
+	return locked(&s.mu, func() int { return s.active })
+}
+
+// locked returns f's result computed with mu held.
+func locked[T any](mu *sync.Mutex, f func() T) T {
+	mu.Lock()
+	defer mu.Unlock()
+	return f()
 }
 
 // ---- agent invocation ----

@@ -149,7 +149,12 @@ type dbErr struct {
 	code   string
 }
 
+// checkTitle rejects a title that is too long or used by another session
+// than self; "" (null) is always accepted.
 func (db *sessionDB) checkTitle(title, self string) *dbErr {
+	if title == "" {
+		return nil
+	}
 	if utf8.RuneCountInString(title) > 100 {
 		return &dbErr{400, fmt.Sprintf("Title too long (%d chars, max 100)", utf8.RuneCountInString(title)), "invalid_title"}
 	}
@@ -198,10 +203,8 @@ func (db *sessionDB) create(id string, title any, model string, systemPrompt str
 	if ts, ok := title.(string); ok {
 		x.title = sanitizeTitle(ts)
 	}
-	if x.title != "" {
-		if e := db.checkTitle(x.title, id); e != nil {
-			return nil, e
-		}
+	if e := db.checkTitle(x.title, id); e != nil {
+		return nil, e
 	}
 	db.insert(x)
 	return db.object(x, false), nil
@@ -218,10 +221,7 @@ func (db *sessionDB) get(id string) (obj, bool) {
 }
 
 func (db *sessionDB) exists(id string) bool {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	_, ok := db.rows[id]
-	return ok
+	return locked(&db.mu, func() bool { return db.rows[id] != nil })
 }
 
 // list implements list_sessions_rich.
@@ -276,10 +276,8 @@ func (db *sessionDB) patch(id string, body obj) (obj, *dbErr) {
 			x.title = ""
 		case string:
 			st := sanitizeTitle(t)
-			if st != "" {
-				if e := db.checkTitle(st, id); e != nil {
-					return nil, e
-				}
+			if e := db.checkTitle(st, id); e != nil {
+				return nil, e
 			}
 			x.title = st
 		default:
@@ -387,10 +385,8 @@ func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, t
 			return nil, &dbErr{400, "Title must be a string or null", "invalid_title"}
 		}
 		t := sanitizeTitle(ts)
-		if t != "" {
-			if e := db.checkTitle(t, childID); e != nil {
-				return nil, e // non-atomic: source ended, child and messages kept
-			}
+		if e := db.checkTitle(t, childID); e != nil {
+			return nil, e // non-atomic: source ended, child and messages kept
 		}
 		c.title = t
 	} else if x.title != "" {
