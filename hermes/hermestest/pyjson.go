@@ -141,68 +141,35 @@ func appendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString writes a JSON string literal like Python's json encoder.
+// appendString writes a JSON string literal like Python's json encoder:
+// short escapes for " \ \n \r \t \b \f, \u00XX for other control
+// characters and, with ascii, \uXXXX (surrogate pairs above U+FFFF) for
+// everything from DEL up. Invalid UTF-8 reads as U+FFFD.
 func appendString(b []byte, s string, ascii bool) []byte {
 	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (c != 0x7f || !ascii) {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"':
-				b = append(b, '\\', '"')
-			case '\\':
-				b = append(b, '\\', '\\')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			if ascii {
-				b = append(b, `\ufffd`...)
-			} else {
-				b = append(b, "\uFFFD"...)
-			}
-			i += size
-			start = i
-			continue
-		}
-		if !ascii {
-			i += size
-			continue
-		}
-		b = append(b, s[start:i]...)
-		if r >= 0x10000 {
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r == '\n':
+			b = append(b, `\n`...)
+		case r == '\r':
+			b = append(b, `\r`...)
+		case r == '\t':
+			b = append(b, `\t`...)
+		case r == '\b':
+			b = append(b, `\b`...)
+		case r == '\f':
+			b = append(b, `\f`...)
+		case r >= 0x10000 && ascii:
 			r1, r2 := utf16.EncodeRune(r)
-			b = appendU(b, r1)
-			b = appendU(b, r2)
-		} else {
+			b = appendU(appendU(b, r1), r2)
+		case r < 0x20 || (r >= 0x7f && ascii):
 			b = appendU(b, r)
+		default:
+			b = utf8.AppendRune(b, r)
 		}
-		i += size
-		start = i
 	}
-	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 
