@@ -23,18 +23,10 @@ func (s *Server) admitRun(c *call) (func(), bool) {
 	if s.cfg.maxRunsSet {
 		limit = s.cfg.maxRuns
 	}
-	s.mu.Lock()
-	draining := s.draining
-	s.mu.Unlock()
-	if !draining && limit > 0 {
-		s.runs.mu.Lock()
-		full := s.runs.tasks >= limit
-		s.runs.mu.Unlock()
-		if full {
-			writeJSON(c.w, http.StatusTooManyRequests, nil,
-				tooManyRuns(limit, "invalid_request_error"))
-			return nil, false
-		}
+	draining := locked(&s.mu, func() bool { return s.draining })
+	if !draining && limit > 0 && locked(&s.runs.mu, func() bool { return s.runs.tasks >= limit }) {
+		writeJSON(c.w, http.StatusTooManyRequests, nil, tooManyRuns(limit, "invalid_request_error"))
+		return nil, false
 	}
 	return s.admit(c, false)
 }
@@ -44,9 +36,7 @@ func (s *Server) handleRunStart(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	s.mu.Lock()
-	draining := s.draining
-	s.mu.Unlock()
+	draining := locked(&s.mu, func() bool { return s.draining })
 	key := c.r.Header.Get("Idempotency-Key")
 	idem := s.cfg.runsIdem && key != "" && !draining
 	var fp [32]byte
@@ -56,10 +46,7 @@ func (s *Server) handleRunStart(c *call) {
 			return
 		}
 		fp = fingerprint(c.body)
-		s.runs.mu.Lock()
-		e, ok := s.runs.idem[key]
-		s.runs.mu.Unlock()
-		if ok {
+		if e := locked(&s.runs.mu, func() idemEntry { return s.runs.idem[key] }); e.runID != "" {
 			replayRun(c, e, fp)
 			return
 		}
@@ -189,14 +176,13 @@ func replayRun(c *call, e idemEntry, fp [32]byte) {
 // handleRunStatus is GET /v1/runs/{run_id}.
 func (s *Server) handleRunStatus(c *call) {
 	id := c.id
-	s.runs.mu.Lock()
-	r := s.lookupRunLocked(id)
-	var body []byte
-	if r != nil {
-		body = dumps(r.status, true)
-	}
-	s.runs.mu.Unlock()
-	if r == nil {
+	body := locked(&s.runs.mu, func() []byte {
+		if r := s.lookupRunLocked(id); r != nil {
+			return dumps(r.status, true)
+		}
+		return nil
+	})
+	if body == nil {
 		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
 		return
 	}
@@ -229,9 +215,7 @@ var approvalChoices = map[string]string{"once": "once", "session": "session", "a
 // handleRunApproval is POST /v1/runs/{run_id}/approval.
 func (s *Server) handleRunApproval(c *call) {
 	id := c.id
-	s.runs.mu.Lock()
-	r := s.lookupRunLocked(id)
-	s.runs.mu.Unlock()
+	r := locked(&s.runs.mu, func() *fakeRun { return s.lookupRunLocked(id) })
 	if r == nil {
 		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
 		return
@@ -310,14 +294,11 @@ func (s *Server) handleRunEvents(c *call) {
 	}
 	st.mu.Unlock()
 	s.notify()
-	defer func() {
-		st.mu.Lock()
+	defer s.updateRuns(func() {
 		if st.queues[id] == q {
 			delete(st.queues, id)
 		}
-		st.mu.Unlock()
-		s.notify()
-	}()
+	})
 	sw := s.startSSE(c, nil)
 	for {
 		st.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -64,7 +65,6 @@ type fakeRun struct {
 	status     obj // the GET /v1/runs/{id} object, in Hermes's key order
 	created    time.Time
 	ended      time.Time
-	terminal   bool
 	live       bool // the task has not finished: stop and approvals apply
 	stopping   bool
 	cancel     context.CancelFunc
@@ -208,8 +208,13 @@ func isRunTerminal(name string) bool {
 
 // push is pushLocked under the lock, then wakes waiters.
 func (s *Server) push(r *fakeRun, name string, head, fields obj) {
+	s.updateRuns(func() { s.pushLocked(r, name, head, fields) })
+}
+
+// updateRuns calls f with the runs lock held, then wakes waiters.
+func (s *Server) updateRuns(f func()) {
 	s.runs.mu.Lock()
-	s.pushLocked(r, name, head, fields)
+	f()
 	s.runs.mu.Unlock()
 	s.notify()
 }
@@ -217,7 +222,7 @@ func (s *Server) push(r *fakeRun, name string, head, fields obj) {
 // expired reports whether the run's status is gone for HTTP clients:
 // RunStatusTTL after it ended.
 func (r *fakeRun) expired(now time.Time) bool {
-	return r.terminal && !now.Before(r.ended.Add(RunStatusTTL))
+	return !r.ended.IsZero() && !now.Before(r.ended.Add(RunStatusTTL))
 }
 
 // expired reports whether nobody subscribed to the queue within RunStreamTTL.
@@ -255,40 +260,37 @@ func fingerprint(body []byte) [32]byte {
 	return sha256.Sum256(body)
 }
 
+// validIdemKey reports whether k is 1-255 visible ASCII characters.
 func validIdemKey(k string) bool {
-	if len(k) < 1 || len(k) > 255 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] <= 0x20 || k[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
+	return len(k) >= 1 && len(k) <= 255 && !strings.ContainsFunc(k, func(r rune) bool { return r <= 0x20 || r >= 0x7f })
 }
 
 // runTask is the background run (_run_and_close): it calls the agent and
 // plays its reply as run events. It owns one concurrency slot (release).
 func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release func()) {
 	defer release()
-	defer func() {
-		s.runs.mu.Lock()
-		s.runs.tasks--
-		s.runs.mu.Unlock()
-		s.notify()
-	}()
-	s.runs.mu.Lock()
-	s.setStatusLocked(r, "running")
-	s.runs.mu.Unlock()
-	s.notify()
+	defer s.updateRuns(func() { s.runs.tasks-- })
+	s.updateRuns(func() { s.setStatusLocked(r, "running") })
+	if !s.playRun(ctx, r, turn) {
+		s.updateRuns(func() {
+			if r.stopping {
+				s.endCancelledLocked(r)
+			} else {
+				s.endLocked(r, "cancelled") // the server is closing: no event
+			}
+		})
+	}
+}
 
+// playRun plays the agent's reply to turn as run r's events and ends r as
+// failed or completed; false when ctx was done first (r not ended).
+func (s *Server) playRun(ctx context.Context, r *fakeRun, turn Turn) bool {
 	rep := s.cfg.agent(ctx, turn)
 	rep.Tools = prepareTools(rep.Tools)
 	alive := func() bool { return ctx.Err() == nil }
 	wait := func(d time.Duration) bool { return sleepCtx(ctx, d) }
 	if !alive() || !wait(rep.Delay) {
-		s.endCancelled(r)
-		return
+		return false
 	}
 	delta := func(d string) bool {
 		if !alive() {
@@ -304,11 +306,10 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 	}
 	for _, t := range rep.Tools {
 		if !rep.deltas(t.Text, 0, wait, delta) || !alive() {
-			s.endCancelled(r)
-			return
+			return false
 		}
 		reasoning(t.Text)
-		if len(t.Name) > 0 && t.Name[0] == '_' {
+		if strings.HasPrefix(t.Name, "_") {
 			continue
 		}
 		start := s.now()
@@ -317,54 +318,48 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 		if t.Approval != nil {
 			choice, ok := s.awaitApproval(ctx, r, t)
 			if !ok {
-				s.endCancelled(r)
-				return
+				return false
 			}
 			denied = choice == "deny"
 		}
 		if !denied {
-			s.runs.mu.Lock()
-			s.runs.toolRuns[t.Name]++
-			s.runs.mu.Unlock()
+			s.updateRuns(func() { s.runs.toolRuns[t.Name]++ })
 		}
 		if !wait(rep.DeltaDelay) {
-			s.endCancelled(r)
-			return
+			return false
 		}
 		dur := math.Round(s.now().Sub(start).Seconds()*1000) / 1000
 		s.push(r, "tool.completed", nil, obj{{"tool", t.Name}, {"duration", pyFloat(dur)}, {"error", denied}})
 	}
 	if !rep.deltas(rep.Text, rep.Deltas, wait, delta) || !alive() || !rep.padding(wait, delta) {
-		s.endCancelled(r)
-		return
+		return false
 	}
 	if rep.Fail != "" {
-		s.runs.mu.Lock()
-		s.endLocked(r, "failed", kv{"error", rep.Fail})
-		s.pushLocked(r, "run.failed", nil, obj{{"error", rep.Fail}})
-		s.runs.mu.Unlock()
-		s.notify()
-		return
+		s.updateRuns(func() {
+			s.endLocked(r, "failed", kv{"error", rep.Fail})
+			s.pushLocked(r, "run.failed", nil, obj{{"error", rep.Fail}})
+		})
+		return true
 	}
 	full := rep.fullText()
 	reasoning(full)
 	in, out := rep.usage(turn)
 	s.sessions.persistTurn(turn, rep, full)
-	s.runs.mu.Lock()
-	if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
-		s.endCancelledLocked(r)
-	} else {
-		s.endLocked(r, "completed", kv{"output", full}, kv{"usage", respUsage(in, out)})
-		s.pushLocked(r, "run.completed", nil, obj{{"output", full}, {"usage", respUsage(in, out)}})
-	}
-	s.runs.mu.Unlock()
-	s.notify()
+	s.updateRuns(func() {
+		if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
+			s.endCancelledLocked(r)
+		} else {
+			s.endLocked(r, "completed", kv{"output", full}, kv{"usage", respUsage(in, out)})
+			s.pushLocked(r, "run.completed", nil, obj{{"output", full}, {"usage", respUsage(in, out)}})
+		}
+	})
+	return true
 }
 
 // endLocked makes the run terminal; stop and approvals no longer apply.
 func (s *Server) endLocked(r *fakeRun, status string, fields ...kv) {
 	s.setStatusLocked(r, status, fields...)
-	r.terminal, r.live, r.ended = true, false, s.now()
+	r.live, r.ended = false, s.now()
 	for _, p := range r.pending {
 		select {
 		case p.done <- "deny":
@@ -377,19 +372,6 @@ func (s *Server) endLocked(r *fakeRun, status string, fields ...kv) {
 func (s *Server) endCancelledLocked(r *fakeRun) {
 	s.endLocked(r, "cancelled")
 	s.pushLocked(r, "run.cancelled", nil, nil)
-}
-
-// endCancelled ends a run whose ctx is done: cancelled after a stop, and
-// silently (no event, the server is closing) otherwise.
-func (s *Server) endCancelled(r *fakeRun) {
-	s.runs.mu.Lock()
-	if r.stopping {
-		s.endCancelledLocked(r)
-	} else {
-		s.endLocked(r, "cancelled")
-	}
-	s.runs.mu.Unlock()
-	s.notify()
 }
 
 // awaitApproval emits approval.request for tool t and waits for a decision;
