@@ -62,14 +62,11 @@ func (s *Server) handleSessionCreate(c *call) {
 	if !ok {
 		return
 	}
-	sp := ""
-	if v, ok := body.get("system_prompt"); ok && v != nil {
-		str, isStr := v.(string)
-		if !isStr {
-			writeJSON(c.w, 400, nil, openaiError("system_prompt must be a string", "invalid_request_error", "invalid_system_prompt"))
-			return
-		}
-		sp = str
+	v, _ := body.get("system_prompt")
+	sp, isStr := v.(string)
+	if v != nil && !isStr {
+		writeJSON(c.w, 400, nil, openaiError("system_prompt must be a string", "invalid_request_error", "invalid_system_prompt"))
+		return
 	}
 	title, _ := body.get("title")
 	o, e := s.sessions.create(id, title, s.requestModel(body), sp)
@@ -190,27 +187,20 @@ func (s *Server) handleSessionChat(c *call) {
 	if !truthy(mv) {
 		mv, _ = body.get("input")
 	}
-	if !truthy(mv) {
-		writeJSON(c.w, 400, nil, openaiError("Missing 'message' field", "invalid_request_error", "missing_message"))
-		return
-	}
 	text, img, norm, cerr := normContent(mv, "message")
-	if cerr != nil {
+	if truthy(mv) && cerr != nil {
 		writeJSON(c.w, 400, nil, cerr.body())
 		return
 	}
-	if strings.TrimSpace(text) == "" && !img {
+	if !truthy(mv) || (strings.TrimSpace(text) == "" && !img) {
 		writeJSON(c.w, 400, nil, openaiError("Missing 'message' field", "invalid_request_error", "missing_message"))
 		return
 	}
 	system := ""
 	for _, k := range []string{"system_message", "instructions"} {
-		v, ok := body.get(k)
-		if !ok || v == nil {
-			continue
-		}
+		v, _ := body.get(k)
 		str, isStr := v.(string)
-		if !isStr {
+		if v != nil && !isStr {
 			writeJSON(c.w, 400, nil, openaiError(k+" must be a string", "invalid_request_error", "invalid_system_message"))
 			return
 		}

@@ -190,17 +190,11 @@ func (s *Server) handleResponses(c *call) {
 	}
 	convName := body.str("conversation")
 	prevID := body.str("previous_response_id")
-	if convName != "" {
-		if id, ok := s.responses.conversation(convName); ok {
-			prevID = id
-		}
+	if id, ok := s.responses.conversation(convName); ok { // no conversation is named ""
+		prevID = id
 	}
-	instructions := ""
-	instrSet := false
-	if v, ok := body.get("instructions"); ok && v != nil {
-		instructions, _ = v.(string)
-		instrSet = true
-	}
+	instrV, _ := body.get("instructions")
+	instructions := body.str("instructions")
 	var history []Message
 	sessionID := ""
 	if prevID != "" {
@@ -211,7 +205,7 @@ func (s *Server) handleResponses(c *call) {
 		}
 		history = append(history, prev.history...)
 		sessionID = prev.sessionID
-		if !instrSet {
+		if instrV == nil {
 			instructions = prev.instructions
 		}
 	}
