@@ -72,7 +72,7 @@ func (s *Server) handleChat(c *call) {
 	}
 	var systems []string
 	var kept []Message
-	var keptImage []bool
+	lastImage := false // the last kept message has an image
 	firstUser := ""
 	haveFirstUser := false
 	for i, m := range msgs {
@@ -89,13 +89,13 @@ func (s *Server) handleChat(c *call) {
 			systems = append(systems, text)
 		case "user", "assistant":
 			kept = append(kept, Message{Role: role, Content: text})
-			keptImage = append(keptImage, img)
+			lastImage = img
 			if role == "user" && !haveFirstUser {
 				firstUser, haveFirstUser = text, true
 			}
 		}
 	}
-	if len(kept) == 0 || (strings.TrimSpace(kept[len(kept)-1].Content) == "" && !keptImage[len(kept)-1]) {
+	if len(kept) == 0 || (strings.TrimSpace(kept[len(kept)-1].Content) == "" && !lastImage) {
 		writeJSON(c.w, 400, nil, adhocError("No user message found in messages"))
 		return
 	}
@@ -103,16 +103,14 @@ func (s *Server) handleChat(c *call) {
 		return
 	}
 	system := strings.Join(systems, "\n")
-	hdrID := c.r.Header.Get("X-Hermes-Session-Id")
-	var sessionID string
+	sessionID := c.r.Header.Get("X-Hermes-Session-Id")
 	history := kept[:len(kept)-1]
-	if hdrID != "" {
-		if e := sessionIDError(hdrID); e != "" {
+	if sessionID != "" {
+		if e := sessionIDError(sessionID); e != "" {
 			writeJSON(c.w, 400, nil, adhocError(e))
 			return
 		}
-		sessionID = hdrID
-		history = s.sessions.history(hdrID)
+		history = s.sessions.history(sessionID)
 	} else {
 		sessionID = derivedChatSessionID(system, firstUser)
 	}

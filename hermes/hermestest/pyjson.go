@@ -191,53 +191,39 @@ func loads(data []byte) (any, error) {
 	return v, nil
 }
 
+// decodeValue reads one value. The Decoder's tokens are syntax-checked: an
+// object's keys are strings and every '{' or '[' has its closing token.
 func decodeValue(dec *json.Decoder) (any, error) {
 	t, err := dec.Token()
-	if err != nil {
+	if err != nil || (t != json.Delim('{') && t != json.Delim('[')) {
+		return t, err
+	}
+	isObj := t == json.Delim('{')
+	o, a := obj{}, []any{}
+	for dec.More() {
+		var k json.Token
+		if isObj {
+			if k, err = dec.Token(); err != nil {
+				return nil, err
+			}
+		}
+		v, err := decodeValue(dec)
+		if err != nil {
+			return nil, err
+		}
+		if isObj {
+			o = o.set(k.(string), v)
+		} else {
+			a = append(a, v)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
 		return nil, err
 	}
-	switch x := t.(type) {
-	case json.Delim:
-		switch x {
-		case '{':
-			o := obj{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return nil, errors.New("object key is not a string")
-				}
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				o = o.set(k, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return o, nil
-		case '[':
-			a := []any{}
-			for dec.More() {
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				a = append(a, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return a, nil
-		}
-		return nil, errors.New("unexpected delimiter")
-	default:
-		return x, nil
+	if isObj {
+		return o, nil
 	}
+	return a, nil
 }
 
 // truthy mirrors Python truthiness for decoded JSON values.
