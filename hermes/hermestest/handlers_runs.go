@@ -294,7 +294,7 @@ func (s *Server) handleRunEvents(c *call) {
 	}
 	st.mu.Unlock()
 	s.notify()
-	defer s.updateRuns(func() {
+	defer s.update(&s.runs.mu, func() {
 		if st.queues[id] == q {
 			delete(st.queues, id)
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,10 +52,17 @@ func (s *Server) record(r *http.Request, key string, body []byte, authOK bool) {
 		SessionID:      r.Header.Get("X-Hermes-Session-Id"),
 		SessionKey:     r.Header.Get("X-Hermes-Session-Key"),
 	}
-	s.mu.Lock()
-	s.calls[key]++
-	s.requests = append(s.requests, rec)
-	s.mu.Unlock()
+	s.update(&s.mu, func() {
+		s.calls[key]++
+		s.requests = append(s.requests, rec)
+	})
+}
+
+// update calls f with mu held, then wakes waiters (notify).
+func (s *Server) update(mu *sync.Mutex, f func()) {
+	mu.Lock()
+	f()
+	mu.Unlock()
 	s.notify()
 }
 
@@ -78,11 +86,7 @@ func (s *Server) Requests() []Recorded {
 
 // ResetCounters clears Calls and Requests (not sessions, responses or faults).
 func (s *Server) ResetCounters() {
-	s.mu.Lock()
-	s.calls = map[string]int{}
-	s.requests = nil
-	s.mu.Unlock()
-	s.notify()
+	s.update(&s.mu, func() { s.calls, s.requests = map[string]int{}, nil })
 }
 
 // ForgetSessions drops every stored session, message and stored response, as if the
@@ -90,14 +94,9 @@ func (s *Server) ResetCounters() {
 // Benchmarks call it between passes, so that the chats one pass persisted (the fake,
 // like Hermes, stores every chat) do not weigh on the next one's memory and GC.
 func (s *Server) ForgetSessions() {
-	db := s.sessions
-	db.mu.Lock()
-	db.rows, db.order, db.msgs = map[string]*session{}, nil, map[string][]*message{}
-	db.mu.Unlock()
-	rs := s.responses
-	rs.mu.Lock()
-	rs.m, rs.conv = map[string]*storedResponse{}, map[string]string{}
-	rs.mu.Unlock()
+	db, rs := s.sessions, s.responses
+	s.update(&db.mu, func() { db.rows, db.order, db.msgs = map[string]*session{}, nil, map[string][]*message{} })
+	s.update(&rs.mu, func() { rs.m, rs.conv = map[string]*storedResponse{}, map[string]string{} })
 }
 
 // WaitCalls blocks until Calls(route) >= n or ctx is done.
@@ -114,9 +113,7 @@ func (s *Server) WaitInFlight(ctx context.Context, n int) error {
 // again on every change of the fake, or until ctx is done or the fake closes.
 func (s *Server) waitFor(ctx context.Context, cond func() bool) error {
 	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
+		ch := locked(&s.mu, func() chan struct{} { return s.changed })
 		if cond() {
 			return nil
 		}

@@ -208,15 +208,7 @@ func isRunTerminal(name string) bool {
 
 // push is pushLocked under the lock, then wakes waiters.
 func (s *Server) push(r *fakeRun, name string, head, fields obj) {
-	s.updateRuns(func() { s.pushLocked(r, name, head, fields) })
-}
-
-// updateRuns calls f with the runs lock held, then wakes waiters.
-func (s *Server) updateRuns(f func()) {
-	s.runs.mu.Lock()
-	f()
-	s.runs.mu.Unlock()
-	s.notify()
+	s.update(&s.runs.mu, func() { s.pushLocked(r, name, head, fields) })
 }
 
 // expired reports whether the run's status is gone for HTTP clients:
@@ -269,10 +261,10 @@ func validIdemKey(k string) bool {
 // plays its reply as run events. It owns one concurrency slot (release).
 func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release func()) {
 	defer release()
-	defer s.updateRuns(func() { s.runs.tasks-- })
-	s.updateRuns(func() { s.setStatusLocked(r, "running") })
+	defer s.update(&s.runs.mu, func() { s.runs.tasks-- })
+	s.update(&s.runs.mu, func() { s.setStatusLocked(r, "running") })
 	if !s.playRun(ctx, r, turn) {
-		s.updateRuns(func() {
+		s.update(&s.runs.mu, func() {
 			if r.stopping {
 				s.endCancelledLocked(r)
 			} else {
@@ -323,7 +315,7 @@ func (s *Server) playRun(ctx context.Context, r *fakeRun, turn Turn) bool {
 			denied = choice == "deny"
 		}
 		if !denied {
-			s.updateRuns(func() { s.runs.toolRuns[t.Name]++ })
+			s.update(&s.runs.mu, func() { s.runs.toolRuns[t.Name]++ })
 		}
 		if !wait(rep.DeltaDelay) {
 			return false
@@ -335,7 +327,7 @@ func (s *Server) playRun(ctx context.Context, r *fakeRun, turn Turn) bool {
 		return false
 	}
 	if rep.Fail != "" {
-		s.updateRuns(func() {
+		s.update(&s.runs.mu, func() {
 			s.endLocked(r, "failed", kv{"error", rep.Fail})
 			s.pushLocked(r, "run.failed", nil, obj{{"error", rep.Fail}})
 		})
@@ -345,7 +337,7 @@ func (s *Server) playRun(ctx context.Context, r *fakeRun, turn Turn) bool {
 	reasoning(full)
 	in, out := rep.usage(turn)
 	s.sessions.persistTurn(turn, rep, full)
-	s.updateRuns(func() {
+	s.update(&s.runs.mu, func() {
 		if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
 			s.endCancelledLocked(r)
 		} else {

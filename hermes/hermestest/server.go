@@ -216,9 +216,7 @@ func (s *Server) Close() {
 
 // SetDraining makes agent routes answer 503 gateway_draining (after auth).
 func (s *Server) SetDraining(on bool) {
-	s.mu.Lock()
-	s.draining = on
-	s.mu.Unlock()
+	s.update(&s.mu, func() { s.draining = on })
 }
 
 func (s *Server) now() time.Time { return s.cfg.clock() }
@@ -474,12 +472,7 @@ func (s *Server) admit(c *call, gate bool) (release func(), ok bool) {
 	s.active++
 	s.mu.Unlock()
 	s.notify()
-	return sync.OnceFunc(func() {
-		s.mu.Lock()
-		s.active--
-		s.mu.Unlock()
-		s.notify()
-	}), true
+	return sync.OnceFunc(func() { s.update(&s.mu, func() { s.active-- }) }), true
 }
 
 // drainingError is the 503 body of a draining gateway.
