@@ -217,8 +217,7 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, hdr ht
 		return
 	}
 	s.sessions.persistTurn(turn, rep, rep.fullText())
-	if sw.frame("", []byte("[DONE]")) != nil {
-		return
+	if sw.frame("", []byte("[DONE]")) == nil {
+		_ = sw.flush()
 	}
-	_ = sw.flush()
 }

@@ -2,6 +2,7 @@ package hermestest
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -98,11 +99,7 @@ func (s *Server) handleSessionsList(c *call) {
 	q := c.r.URL.Query()
 	limit := queryInt(q.Get("limit"), 50, 200)
 	offset := queryInt(q.Get("offset"), 0, 1_000_000)
-	children := false
-	switch strings.ToLower(q.Get("include_children")) {
-	case "1", "true", "yes", "on":
-		children = true
-	}
+	children := slices.Contains([]string{"1", "true", "yes", "on"}, strings.ToLower(q.Get("include_children")))
 	data := s.sessions.list(limit, offset, q.Get("source"), children)
 	writeJSON(c.w, 200, nil, obj{{"object", "list"}, {"data", data}, {"limit", limit}, {"offset", offset}, {"has_more", len(data) == limit}})
 }
@@ -300,10 +297,9 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	}
 	s.sessions.persistTurn(turn, rep, full)
 	msgs = append(msgs, obj{{"role", "assistant"}, {"content", full}, {"finish_reason", oc.finish}, {"reasoning", nil}})
-	if !emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) ||
-		!emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) ||
-		!emit("done", obj{}) {
-		return
+	if emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) &&
+		emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) &&
+		emit("done", obj{}) {
+		_ = sw.flush()
 	}
-	_ = sw.flush()
 }
