@@ -40,18 +40,18 @@ func (s *Server) parseObject(c *call, emptyOK bool) (obj, bool) {
 	return o, true
 }
 
-// pickID returns the first truthy of id/session_id; given reports there was
-// one. When it is not a string it answers 400 and returns ok false.
-func pickID(c *call, body obj) (id string, given bool, ok bool) {
+// pickID returns the first truthy of id/session_id ("" when neither is).
+// When it is not a string it answers 400 and returns ok false.
+func pickID(c *call, body obj) (id string, ok bool) {
 	for _, k := range []string{"id", "session_id"} {
 		if v, _ := body.get(k); truthy(v) {
 			if id, ok = v.(string); !ok {
 				writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
 			}
-			return id, true, ok
+			return id, ok
 		}
 	}
-	return "", false, true
+	return "", true
 }
 
 func (s *Server) handleSessionCreate(c *call) {
@@ -59,7 +59,7 @@ func (s *Server) handleSessionCreate(c *call) {
 	if !ok {
 		return
 	}
-	id, _, ok := pickID(c, body)
+	id, ok := pickID(c, body)
 	if !ok {
 		return
 	}
@@ -154,12 +154,12 @@ func (s *Server) handleSessionFork(c *call) {
 	if !ok {
 		return
 	}
-	child, given, ok := pickID(c, body)
+	child, ok := pickID(c, body)
 	if !ok {
 		return
 	}
-	title, titleGiven := body.get("title")
-	o, e := s.sessions.fork(id, child, given, title, titleGiven)
+	title, _ := body.get("title")
+	o, e := s.sessions.fork(id, child, title)
 	writeSession(c, http.StatusCreated, o, e)
 }
 

@@ -345,16 +345,17 @@ func (db *sessionDB) nextLineageTitle(title string) string {
 	return fmt.Sprintf("%s #%d", base, maxN+1)
 }
 
-// fork implements the non-atomic fork: end source, create child, copy
-// messages, then validate the title.
-func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, titleGiven bool) (obj, *dbErr) {
+// fork implements the non-atomic fork: end source, create child (childID, or
+// a new id when ""), copy messages, then validate the title (nil: derived
+// from the source's).
+func (db *sessionDB) fork(src, childID string, title any) (obj, *dbErr) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	x, ok := db.rows[src]
 	if !ok {
 		return nil, &dbErr{404, "Session not found: " + src, "session_not_found"}
 	}
-	if idGiven {
+	if childID != "" {
 		if strings.TrimSpace(childID) == "" || strings.ContainsAny(childID, "\r\n\x00") {
 			return nil, &dbErr{400, "Invalid session id", "invalid_session_id"}
 		}
@@ -379,7 +380,7 @@ func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, t
 		cp.sessionID = childID
 		db.msgs[childID] = append(db.msgs[childID], &cp)
 	}
-	if titleGiven && title != nil {
+	if title != nil {
 		ts, ok := title.(string)
 		if !ok {
 			return nil, &dbErr{400, "Title must be a string or null", "invalid_title"}
