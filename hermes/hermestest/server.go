@@ -342,25 +342,19 @@ func (c *call) bodyObject() (o obj, ok bool) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// body_limit_middleware (outermost of the ones we model; no security headers).
-	if r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
-		if r.ContentLength > MaxRequestBytes {
-			s.record(r, "", nil, false)
-			writeRaw(w, http.StatusRequestEntityTooLarge, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
-			return
-		}
+	if (r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH") && r.ContentLength > MaxRequestBytes {
+		s.record(r, "", nil, false)
+		writeRaw(w, http.StatusRequestEntityTooLarge, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
+		return
 	}
-	var body []byte
+	var body []byte // nil when unreadable
 	tooBig := false
-	if r.Body != nil && r.Method != "GET" && r.Method != "HEAD" {
+	if r.Method != "GET" && r.Method != "HEAD" {
 		b, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
 		if err == nil {
 			body = b
-			if len(b) > MaxRequestBytes {
-				tooBig = true
-			}
-		} else {
-			tooBig = true
 		}
+		tooBig = err != nil || len(b) > MaxRequestBytes
 	}
 	segs, okPath := splitPath(r.URL.EscapedPath())
 	if okPath && s.cfg.version != Version016 && len(segs) >= 2 && segs[0] == "p" {
