@@ -96,7 +96,7 @@ func (s *Server) ResetCounters() {
 func (s *Server) ForgetSessions() {
 	db, rs := s.sessions, s.responses
 	s.update(&db.mu, func() { db.rows, db.order, db.msgs = map[string]*session{}, nil, map[string][]*message{} })
-	s.update(&rs.mu, func() { rs.m, rs.conv = map[string]*storedResponse{}, map[string]string{} })
+	s.update(&rs.mu, func() { rs.m, rs.lru, rs.conv = map[string]*storedResponse{}, nil, map[string]string{} })
 }
 
 // WaitCalls blocks until Calls(route) >= n or ctx is done.

@@ -17,7 +17,6 @@ type storedResponse struct {
 	history      []Message
 	instructions string
 	sessionID    string
-	access       uint64
 }
 
 // responseStore is the in-memory ResponseStore: LRU over max entries plus
@@ -26,8 +25,8 @@ type responseStore struct {
 	mu   sync.Mutex
 	max  int
 	m    map[string]*storedResponse
+	lru  []string // the ids in m, least recently used first
 	conv map[string]string
-	tick uint64
 }
 
 func newResponseStore(max int) *responseStore {
@@ -42,8 +41,7 @@ func (rs *responseStore) get(id string) (*storedResponse, bool) {
 	defer rs.mu.Unlock()
 	r, ok := rs.m[id]
 	if ok {
-		rs.tick++
-		r.access = rs.tick
+		rs.lru = append(slices.DeleteFunc(rs.lru, func(k string) bool { return k == id }), id)
 	}
 	return r, ok
 }
@@ -51,17 +49,10 @@ func (rs *responseStore) get(id string) (*storedResponse, bool) {
 func (rs *responseStore) put(id string, r *storedResponse) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.tick++
-	r.access = rs.tick
+	rs.lru = append(slices.DeleteFunc(rs.lru, func(k string) bool { return k == id }), id)
 	rs.m[id] = r
 	for len(rs.m) > rs.max {
-		oldest, oa := "", uint64(0)
-		for k, v := range rs.m {
-			if oldest == "" || v.access < oa {
-				oldest, oa = k, v.access
-			}
-		}
-		rs.deleteLocked(oldest)
+		rs.deleteLocked(rs.lru[0])
 	}
 }
 
@@ -70,6 +61,7 @@ func (rs *responseStore) deleteLocked(id string) bool {
 		return false
 	}
 	delete(rs.m, id)
+	rs.lru = slices.DeleteFunc(rs.lru, func(k string) bool { return k == id })
 	maps.DeleteFunc(rs.conv, func(_, rid string) bool { return rid == id })
 	return true
 }
