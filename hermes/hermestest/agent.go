@@ -144,10 +144,7 @@ func (r Reply) outcome() outcome {
 
 // fullText is the final assistant text including padding.
 func (r Reply) fullText() string {
-	if r.Events > 0 && r.PadText != "" {
-		return r.Text + strings.Repeat(r.PadText, r.Events)
-	}
-	return r.Text
+	return r.Text + strings.Repeat(r.PadText, max(r.Events, 0))
 }
 
 // usage is the token usage of the reply to t: Usage when scripted, else

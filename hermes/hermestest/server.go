@@ -269,34 +269,28 @@ var endpoints = []endpoint{
 // match resolves method+path to its endpoint and {id}. When none matches it
 // returns nil and the methods the path does allow (empty for 404, else 405).
 func match(method string, segs []string) (e *endpoint, id string, allow []string) {
+next:
 	for i := range endpoints {
 		d := &endpoints[i]
-		pid, ok := d.matches(segs)
-		if !ok {
+		if len(segs) != len(d.path) {
 			continue
 		}
+		id = ""
+		for j, p := range d.path {
+			switch {
+			case p == "{id}" && segs[j] != "":
+				id = segs[j]
+			case p != segs[j]:
+				continue next
+			}
+		}
 		if d.method == method {
-			return d, pid, nil
+			return d, id, nil
 		}
 		allow = append(allow, d.method)
 	}
 	slices.Sort(allow)
 	return nil, "", allow
-}
-
-func (e *endpoint) matches(segs []string) (id string, ok bool) {
-	if len(segs) != len(e.path) {
-		return "", false
-	}
-	for i, p := range e.path {
-		switch {
-		case p == "{id}" && segs[i] != "":
-			id = segs[i]
-		case p != segs[i]:
-			return "", false
-		}
-	}
-	return id, true
 }
 
 // splitPath splits an escaped path into unescaped segments.

@@ -176,12 +176,6 @@ func (db *sessionDB) insert(x *session) {
 	db.order = append(db.order, x.id)
 }
 
-func (db *sessionDB) remove(id string) {
-	delete(db.rows, id)
-	delete(db.msgs, id)
-	db.order = slices.DeleteFunc(db.order, func(o string) bool { return o == id })
-}
-
 // ---- operations (callers hold no lock) ----
 
 // create implements POST /api/sessions after body parsing.
@@ -301,7 +295,9 @@ func (db *sessionDB) delete(id string) bool {
 	if _, ok := db.rows[id]; !ok {
 		return false
 	}
-	db.remove(id)
+	delete(db.rows, id)
+	delete(db.msgs, id)
+	db.order = slices.DeleteFunc(db.order, func(o string) bool { return o == id })
 	for _, x := range db.rows {
 		if x.parent == id {
 			x.parent = ""
