@@ -81,7 +81,7 @@ func (s *Server) handleChat(c *call) {
 		cv, _ := mo.get("content")
 		text, img, _, cerr := normContent(cv, "messages["+strconv.Itoa(i)+"].content")
 		if cerr != nil {
-			writeJSON(c.w, 400, nil, cerr.body())
+			writeJSON(c.w, 400, nil, cerr)
 			return
 		}
 		switch role {

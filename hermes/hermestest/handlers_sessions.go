@@ -186,7 +186,7 @@ func (s *Server) handleSessionChat(c *call) {
 	}
 	text, img, norm, cerr := normContent(mv, "message")
 	if truthy(mv) && cerr != nil {
-		writeJSON(c.w, 400, nil, cerr.body())
+		writeJSON(c.w, 400, nil, cerr)
 		return
 	}
 	if !truthy(mv) || (strings.TrimSpace(text) == "" && !img) {

@@ -153,7 +153,7 @@ func (s *Server) handleResponses(c *call) {
 			cv, _ := y.get("content")
 			text, _, _, cerr := normContent(cv, "input["+strconv.Itoa(i)+"].content")
 			if cerr != nil {
-				writeJSON(c.w, 400, nil, cerr.body())
+				writeJSON(c.w, 400, nil, cerr)
 				return
 			}
 			items = append(items, Message{Role: role, Content: text})

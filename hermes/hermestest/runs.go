@@ -151,15 +151,7 @@ func (s *Server) Run(id string) (RunInfo, bool) {
 
 // RunIDs returns the ids of the runs the fake still knows (see Run), oldest first.
 func (s *Server) RunIDs() []string {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	out := make([]string, 0, len(s.runs.runs))
-	for _, id := range s.runs.order {
-		if _, ok := s.runs.runs[id]; ok {
-			out = append(out, id)
-		}
-	}
-	return out
+	return locked(&s.runs.mu, func() []string { return slices.DeleteFunc(slices.Clone(s.runs.order), s.runs.swept) })
 }
 
 // WaitRun blocks until cond holds for run id's RunInfo (polling on every
@@ -237,9 +229,12 @@ func (s *Server) sweepLocked() {
 	maps.DeleteFunc(s.runs.queues, func(_ string, q *runQueue) bool { return q.expired(now) })
 	maps.DeleteFunc(s.runs.runs, func(_ string, r *fakeRun) bool { return r.expired(now) })
 	if len(s.runs.order) > 2*len(s.runs.runs)+64 {
-		s.runs.order = slices.DeleteFunc(s.runs.order, func(id string) bool { _, ok := s.runs.runs[id]; return !ok })
+		s.runs.order = slices.DeleteFunc(s.runs.order, s.runs.swept)
 	}
 }
+
+// swept reports whether run id is no longer known (its status was swept).
+func (st *runStore) swept(id string) bool { return st.runs[id] == nil }
 
 // fingerprint identifies a run request body for idempotency.
 func fingerprint(body []byte) [32]byte {

@@ -68,9 +68,7 @@ func (sw *sseWriter) frame(event string, data []byte) error {
 		}
 	}
 	if event != "" {
-		_, _ = sw.bw.WriteString("event: ")
-		_, _ = sw.bw.WriteString(event)
-		_ = sw.bw.WriteByte('\n')
+		_, _ = sw.bw.WriteString("event: " + event + "\n")
 	}
 	_, _ = sw.bw.WriteString("data: ")
 	_, _ = sw.bw.Write(data)
@@ -109,9 +107,7 @@ func (sw *sseWriter) comment(text string) error {
 	if sw.err != nil {
 		return sw.err
 	}
-	_, _ = sw.bw.WriteString(": ")
-	_, _ = sw.bw.WriteString(text)
-	_, _ = sw.bw.WriteString("\n\n")
+	_, _ = sw.bw.WriteString(": " + text + "\n\n")
 	return sw.flush()
 }
 
