@@ -73,7 +73,7 @@ func normContent(v any, param string) (text string, image bool, norm any, errBod
 					if typ == "" {
 						return bad("Content part is missing 'type'", "invalid_content_part")
 					}
-					return bad("Unsupported content type: " + typ, "unsupported_content_type")
+					return bad("Unsupported content type: "+typ, "unsupported_content_type")
 				}
 			default:
 				return bad("Invalid content part", "invalid_content_part")
