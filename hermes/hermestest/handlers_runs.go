@@ -182,11 +182,7 @@ func (s *Server) handleRunStatus(c *call) {
 		}
 		return nil
 	})
-	if body == nil {
-		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
-		return
-	}
-	writeJSON(c.w, http.StatusOK, nil, rawJSON(body))
+	writeFound(c, body != nil, rawJSON(body), runNotFound)
 }
 
 // handleRunStop is POST /v1/runs/{run_id}/stop: 200 stopping while the run's

@@ -75,13 +75,8 @@ func (s *Server) handleSessionCreate(c *call) {
 }
 
 func (s *Server) handleSessionGet(c *call) {
-	id := c.id
-	o, ok := s.sessions.get(id)
-	if !ok {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	o, ok := s.sessions.get(c.id)
+	writeFound(c, ok, obj{{"object", "hermes.session"}, {"session", o}}, sessionNotFound)
 }
 
 func queryInt(v string, def, maxV int) int {
@@ -127,22 +122,13 @@ func (s *Server) handleSessionPatch(c *call) {
 }
 
 func (s *Server) handleSessionDelete(c *call) {
-	id := c.id
-	if !s.sessions.delete(id) {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session.deleted"}, {"id", id}, {"deleted", true}})
+	ok := s.sessions.delete(c.id)
+	writeFound(c, ok, obj{{"object", "hermes.session.deleted"}, {"id", c.id}, {"deleted", true}}, sessionNotFound)
 }
 
 func (s *Server) handleSessionMessages(c *call) {
-	id := c.id
-	data, ok := s.sessions.messages(id)
-	if !ok {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "list"}, {"session_id", id}, {"data", data}})
+	data, ok := s.sessions.messages(c.id)
+	writeFound(c, ok, obj{{"object", "list"}, {"session_id", c.id}, {"data", data}}, sessionNotFound)
 }
 
 func (s *Server) handleSessionFork(c *call) {

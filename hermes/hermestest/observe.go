@@ -166,6 +166,15 @@ func writeText(w http.ResponseWriter, status int, text string) {
 	writeRaw(w, status, []byte(text))
 }
 
+// writeFound answers 200 with body when found, else 404 with notFound(c.id).
+func writeFound(c *call, found bool, body any, notFound func(id string) obj) {
+	if !found {
+		writeJSON(c.w, http.StatusNotFound, nil, notFound(c.id))
+		return
+	}
+	writeJSON(c.w, http.StatusOK, nil, body)
+}
+
 // openaiError is the _openai_error envelope (with param null).
 func openaiError(msg, typ string, code any) obj {
 	return obj{{"error", obj{{"message", msg}, {"type", typ}, {"param", nil}, {"code", code}}}}

@@ -112,12 +112,8 @@ func (s *Server) handleResponseGet(c *call) {
 }
 
 func (s *Server) handleResponseDelete(c *call) {
-	id := c.id
-	if !s.responses.delete(id) {
-		writeJSON(c.w, 404, nil, notFoundResponse(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"id", id}, {"object", "response"}, {"deleted", true}})
+	ok := s.responses.delete(c.id)
+	writeFound(c, ok, obj{{"id", c.id}, {"object", "response"}, {"deleted", true}}, notFoundResponse)
 }
 
 func (s *Server) handleResponses(c *call) {
