@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -73,8 +74,6 @@ func (s *Server) handleChat(c *call) {
 	var systems []string
 	var kept []Message
 	lastImage := false // the last kept message has an image
-	firstUser := ""
-	haveFirstUser := false
 	for i, m := range msgs {
 		mo, _ := m.(obj)
 		role := mo.str("role")
@@ -90,9 +89,6 @@ func (s *Server) handleChat(c *call) {
 		case "user", "assistant":
 			kept = append(kept, Message{Role: role, Content: text})
 			lastImage = img
-			if role == "user" && !haveFirstUser {
-				firstUser, haveFirstUser = text, true
-			}
 		}
 	}
 	if len(kept) == 0 || (strings.TrimSpace(kept[len(kept)-1].Content) == "" && !lastImage) {
@@ -103,6 +99,10 @@ func (s *Server) handleChat(c *call) {
 		return
 	}
 	system := strings.Join(systems, "\n")
+	firstUser := ""
+	if i := slices.IndexFunc(kept, func(m Message) bool { return m.Role == "user" }); i >= 0 {
+		firstUser = kept[i].Content
+	}
 	sessionID := c.r.Header.Get("X-Hermes-Session-Id")
 	history := kept[:len(kept)-1]
 	if sessionID != "" {

@@ -188,20 +188,15 @@ func (s *Server) handleRunStatus(c *call) {
 // handleRunStop is POST /v1/runs/{run_id}/stop: 200 stopping while the run's
 // task is live, else 404 (the check is the live task, not the status).
 func (s *Server) handleRunStop(c *call) {
-	id := c.id
-	s.runs.mu.Lock()
-	r := s.runs.runs[id]
-	if r == nil || !r.live {
-		s.runs.mu.Unlock()
-		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
-		return
-	}
-	r.stopping = true
-	s.setStatusLocked(r, "stopping")
-	r.cancel()
-	s.runs.mu.Unlock()
-	s.notify()
-	writeJSON(c.w, http.StatusOK, nil, obj{{"run_id", id}, {"status", "stopping"}})
+	stopping := false
+	s.update(&s.runs.mu, func() {
+		if r := s.runs.runs[c.id]; r != nil && r.live {
+			r.stopping, stopping = true, true
+			s.setStatusLocked(r, "stopping")
+			r.cancel()
+		}
+	})
+	writeFound(c, stopping, obj{{"run_id", c.id}, {"status", "stopping"}}, runNotFound)
 }
 
 // approvalChoices maps the accepted approval choices to the ones Hermes acts on.

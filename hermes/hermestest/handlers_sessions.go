@@ -217,6 +217,8 @@ func (s *Server) handleSessionChat(c *call) {
 		{"message", obj{{"role", "assistant"}, {"content", full}}}, {"usage", respUsage(in, out)}})
 }
 
+// thinkingCopy is the first 500 characters of s (the copy of assistant text
+// reported as thinking or reasoning).
 func thinkingCopy(s string) string {
 	if utf8.RuneCountInString(s) > 500 {
 		return string([]rune(s)[:500])

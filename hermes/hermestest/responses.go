@@ -349,8 +349,7 @@ func trimOutput(s string) string {
 	if n <= 1000 {
 		return s
 	}
-	r := []rune(s)
-	return string(r[:500]) + fmt.Sprintf("...[%d more chars]", n-500)
+	return thinkingCopy(s) + fmt.Sprintf("...[%d more chars]", n-500)
 }
 
 // stream answers the turn as a Responses SSE stream; when the stream is cut
