@@ -187,15 +187,9 @@ func (s *Server) pushLocked(r *fakeRun, name string, head, fields obj) {
 		return
 	}
 	q.items = append(q.items, dumps(ev, true))
-	if isRunTerminal(name) {
-		q.closed = true
-	}
+	q.closed = name == "run.completed" || name == "run.failed" || name == "run.cancelled"
 	close(q.ch)
 	q.ch = make(chan struct{})
-}
-
-func isRunTerminal(name string) bool {
-	return name == "run.completed" || name == "run.failed" || name == "run.cancelled"
 }
 
 // push is pushLocked under the lock, then wakes waiters.

@@ -419,11 +419,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // agentRoute reports whether the route applies stream/JSON fault effects itself.
 func agentRoute(key string) bool {
-	switch key {
-	case "chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events":
-		return true
-	}
-	return false
+	return slices.Contains([]string{"chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events"}, key)
 }
 
 func (s *Server) checkAuth(r *http.Request) bool {

@@ -204,14 +204,13 @@ func (db *sessionDB) create(id string, title any, model string, systemPrompt str
 	return db.object(x, false), nil
 }
 
-func (db *sessionDB) get(id string) (obj, bool) {
+func (db *sessionDB) get(id string) (o obj, ok bool) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	x, ok := db.rows[id]
-	if !ok {
-		return nil, false
+	if x := db.rows[id]; x != nil {
+		return db.object(x, false), true
 	}
-	return db.object(x, false), true
+	return nil, false
 }
 
 func (db *sessionDB) exists(id string) bool {
