@@ -101,7 +101,7 @@ func (s *Server) handleSessionsList(c *call) {
 
 // sessionExists answers 404 and reports false when session id does not exist.
 func (s *Server) sessionExists(c *call, id string) bool {
-	if !s.sessions.exists(id) {
+	if !locked(&s.sessions.mu, func() bool { return s.sessions.rows[id] != nil }) {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
 		return false
 	}

@@ -331,17 +331,12 @@ func trimArgs(args string) string {
 	if err != nil || !ok {
 		return args
 	}
-	changed := false
 	for i, m := range o {
 		if s, ok := m.v.(string); ok && trimKeys[m.k] && utf8.RuneCountInString(s) > 500 {
 			o[i].v = fmt.Sprintf("[%d chars \u2014 truncated for response.completed]", utf8.RuneCountInString(s))
-			changed = true
 		}
 	}
-	if !changed {
-		return args
-	}
-	return string(dumps(o, true))
+	return string(dumps(o, true)) // args as prepareTools encoded them: unchanged members keep their bytes
 }
 
 func trimOutput(s string) string {

@@ -213,10 +213,6 @@ func (db *sessionDB) get(id string) (o obj, ok bool) {
 	return nil, false
 }
 
-func (db *sessionDB) exists(id string) bool {
-	return locked(&db.mu, func() bool { return db.rows[id] != nil })
-}
-
 // list implements list_sessions_rich.
 func (db *sessionDB) list(limit, offset int, source string, children bool) []any {
 	db.mu.Lock()

@@ -2,14 +2,11 @@ package hermestest
 
 import (
 	"bufio"
-	"errors"
 	"maps"
 	"net/http"
 	"strings"
 	"time"
 )
-
-var errStreamGone = errors.New("hermestest: stream ended")
 
 // sseWriter writes SSE frames through a buffered writer, flushing only
 // before waits and at the end, and emits ": keepalive" comments while idle.
@@ -89,7 +86,7 @@ func (sw *sseWriter) applyFault(f *Fault) error {
 	case f.Stall:
 		_ = sw.flush()
 		<-sw.c.ctx.Done()
-		sw.err = errStreamGone
+		sw.err = sw.c.ctx.Err() // the stream is gone
 		return sw.err
 	}
 	if f.Malformed {
