@@ -86,43 +86,34 @@ func splitDeltas(text string, n int) []string {
 	if text == "" {
 		return nil
 	}
+	var out []string
 	if n <= 0 {
-		var out []string
-		start := 0
-		inWord := false
-		for i, r := range text {
-			space := r == ' ' || r == '\n' || r == '\t'
-			if !space && !inWord && i > 0 && start < i {
-				// word begins: previous piece ends before the whitespace run
-				// preceding this word.
-				j := i
-				for j > start && (text[j-1] == ' ' || text[j-1] == '\n' || text[j-1] == '\t') {
-					j--
+		// A piece ends where the whitespace run before the next word begins.
+		start, run := 0, -1 // run: start of the current whitespace run, -1 in a word
+		for i := 0; i < len(text); i++ {
+			if c := text[i]; c == ' ' || c == '\n' || c == '\t' {
+				if run < 0 {
+					run = i
 				}
-				if j > start {
-					out = append(out, text[start:j])
-					start = j
-				}
+				continue
 			}
-			inWord = !space
+			if run > start {
+				out = append(out, text[start:run])
+				start = run
+			}
+			run = -1
 		}
 		return append(out, text[start:])
 	}
 	runes := []rune(text)
-	if n > len(runes) {
-		n = len(runes)
-	}
-	out := make([]string, 0, n)
-	per := len(runes) / n
-	rem := len(runes) % n
-	pos := 0
-	for i := 0; i < n; i++ {
-		sz := per
-		if i < rem {
-			sz++
+	n = min(n, len(runes))
+	for i, pos := 0, 0; i < n; i++ {
+		size := len(runes) / n
+		if i < len(runes)%n {
+			size++
 		}
-		out = append(out, string(runes[pos:pos+sz]))
-		pos += sz
+		out = append(out, string(runes[pos:pos+size]))
+		pos += size
 	}
 	return out
 }
@@ -141,35 +132,50 @@ func (r Reply) outcome() outcome {
 		o.err = "Response truncated due to output length limit"
 	}
 	o.completed = !o.failed && !o.partial
+	o.finish, o.errorCode = "stop", "agent_error"
 	switch {
 	case o.partial && strings.Contains(strings.ToLower(o.err), "truncat"):
-		o.finish = "length"
-	case o.failed || (!o.completed && o.err != ""):
+		o.finish, o.errorCode = "length", "output_truncated"
+	case !o.completed:
 		o.finish = "error"
-	default:
-		o.finish = "stop"
-	}
-	if o.finish == "length" {
-		o.errorCode = "output_truncated"
-	} else {
-		o.errorCode = "agent_error"
 	}
 	return o
 }
 
 // fullText is the final assistant text including padding.
 func (r Reply) fullText() string {
-	if r.Events > 0 && r.PadText != "" {
-		return r.Text + strings.Repeat(r.PadText, r.Events)
-	}
-	return r.Text
+	return r.Text + strings.Repeat(r.PadText, max(r.Events, 0))
 }
 
-func (r Reply) usage(prompt string) (in, out int) {
+// usage is the token usage of the reply to t: Usage when scripted, else
+// derived from the prompt (user text and instructions) and the reply text.
+func (r Reply) usage(t Turn) (in, out int) {
 	if r.Usage.Input != 0 || r.Usage.Output != 0 {
 		return r.Usage.Input, r.Usage.Output
 	}
-	in = 570 + len(prompt)/4
+	in = 570 + len(t.UserText+t.Instructions)/4
 	out = len(strings.Fields(r.fullText())) + 2
 	return in, out
+}
+
+// deltas emits text split into n deltas (see splitDeltas), waiting DeltaDelay
+// between them; false as soon as wait or emit fails.
+func (r Reply) deltas(text string, n int, wait func(time.Duration) bool, emit func(string) bool) bool {
+	for i, d := range splitDeltas(text, n) {
+		if (i > 0 && !wait(r.DeltaDelay)) || !emit(d) {
+			return false
+		}
+	}
+	return true
+}
+
+// padding emits the Events extra deltas of PadText, each after DeltaDelay;
+// false as soon as wait or emit fails.
+func (r Reply) padding(wait func(time.Duration) bool, emit func(string) bool) bool {
+	for range r.Events {
+		if (r.DeltaDelay > 0 && !wait(r.DeltaDelay)) || !emit(r.PadText) {
+			return false
+		}
+	}
+	return true
 }

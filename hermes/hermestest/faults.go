@@ -60,23 +60,17 @@ func (s *Server) InjectFault(f Fault) {
 	if f.Times <= 0 {
 		f.Times = 1
 	}
-	s.mu.Lock()
-	s.faults = append(s.faults, &f)
-	s.mu.Unlock()
+	s.update(&s.mu, func() { s.faults = append(s.faults, &f) })
 }
 
 // ClearFaults drops all queued faults.
 func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	s.faults = nil
-	s.mu.Unlock()
+	s.update(&s.mu, func() { s.faults = nil })
 }
 
 // PendingFaults returns how many queued faults are not fully consumed.
 func (s *Server) PendingFaults() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.faults)
+	return locked(&s.mu, func() int { return len(s.faults) })
 }
 
 // takeFault consumes one use of the first fault matching key.

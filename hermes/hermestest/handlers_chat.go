@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -72,17 +73,14 @@ func (s *Server) handleChat(c *call) {
 	}
 	var systems []string
 	var kept []Message
-	var keptImage []bool
-	firstUser := ""
-	haveFirstUser := false
+	lastImage := false // the last kept message has an image
 	for i, m := range msgs {
 		mo, _ := m.(obj)
-		rv, _ := mo.get("role")
-		role, _ := rv.(string)
+		role := mo.str("role")
 		cv, _ := mo.get("content")
 		text, img, _, cerr := normContent(cv, "messages["+strconv.Itoa(i)+"].content")
 		if cerr != nil {
-			writeJSON(c.w, 400, nil, cerr.body())
+			writeJSON(c.w, 400, nil, cerr)
 			return
 		}
 		switch role {
@@ -90,13 +88,10 @@ func (s *Server) handleChat(c *call) {
 			systems = append(systems, text)
 		case "user", "assistant":
 			kept = append(kept, Message{Role: role, Content: text})
-			keptImage = append(keptImage, img)
-			if role == "user" && !haveFirstUser {
-				firstUser, haveFirstUser = text, true
-			}
+			lastImage = img
 		}
 	}
-	if len(kept) == 0 || (strings.TrimSpace(kept[len(kept)-1].Content) == "" && !keptImage[len(kept)-1]) {
+	if len(kept) == 0 || (strings.TrimSpace(kept[len(kept)-1].Content) == "" && !lastImage) {
 		writeJSON(c.w, 400, nil, adhocError("No user message found in messages"))
 		return
 	}
@@ -104,48 +99,41 @@ func (s *Server) handleChat(c *call) {
 		return
 	}
 	system := strings.Join(systems, "\n")
-	hdrID := c.r.Header.Get("X-Hermes-Session-Id")
-	var sessionID string
+	firstUser := ""
+	if i := slices.IndexFunc(kept, func(m Message) bool { return m.Role == "user" }); i >= 0 {
+		firstUser = kept[i].Content
+	}
+	sessionID := c.r.Header.Get("X-Hermes-Session-Id")
 	history := kept[:len(kept)-1]
-	if hdrID != "" {
-		if e := sessionIDError(hdrID); e != "" {
+	if sessionID != "" {
+		if e := sessionIDError(sessionID); e != "" {
 			writeJSON(c.w, 400, nil, adhocError(e))
 			return
 		}
-		sessionID = hdrID
-		history = s.sessions.history(hdrID)
+		history = s.sessions.history(sessionID)
 	} else {
 		sessionID = derivedChatSessionID(system, firstUser)
 	}
 	model := s.requestModel(body)
 	user := kept[len(kept)-1].Content
-	turn := Turn{Route: c.route.key, UserText: user, History: history, SessionID: sessionID,
+	turn := Turn{Route: c.key, UserText: user, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: model}
 	id := "chatcmpl-" + randHex(29)
 	created := s.now().Unix()
 	hdr := echoHeaders(c.r, sessionID)
-	if c.route.key == "chat_stream" {
-		s.chatStream(c, turn, id, created, model, hdr, system)
+	if c.key == "chat_stream" {
+		s.chatStream(c, turn, id, created, hdr)
 		return
 	}
-	rep, ok := s.runTurn(c, turn)
+	rep, ok := s.runAgent(c, turn, nil)
 	if !ok {
 		return
 	}
 	oc := rep.outcome()
 	text := rep.fullText()
-	in, out := rep.usage(user + system)
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	in, out := rep.usage(turn)
+	s.sessions.persistTurn(turn, rep, text)
 	if s.jsonFault(c) {
-		return
-	}
-	if text == "" && (oc.failed || oc.partial) {
-		hdr.Set("X-Hermes-Completed", "false")
-		hdr.Set("X-Hermes-Partial", strconv.FormatBool(oc.partial))
-		writeJSON(c.w, http.StatusBadGateway, hdr, obj{{"error", obj{
-			{"message", oc.err}, {"type", "server_error"}, {"param", nil}, {"code", "agent_incomplete"},
-			{"hermes", obj{{"completed", false}, {"partial", oc.partial}, {"failed", oc.failed}}},
-		}}})
 		return
 	}
 	resp := obj{
@@ -153,22 +141,23 @@ func (s *Server) handleChat(c *call) {
 		{"choices", []any{obj{{"index", 0}, {"message", obj{{"role", "assistant"}, {"content", text}}}, {"finish_reason", oc.finish}}}},
 		{"usage", obj{{"prompt_tokens", in}, {"completion_tokens", out}, {"total_tokens", in + out}}},
 	}
-	if !oc.completed {
-		resp = append(resp, kv{"hermes", hermesBlock(oc)})
+	if !oc.completed { // failed or partial: oc.err is set
 		hdr.Set("X-Hermes-Completed", "false")
 		hdr.Set("X-Hermes-Partial", strconv.FormatBool(oc.partial))
-		if oc.err != "" {
-			e := oc.err
-			if len(e) > 200 {
-				e = e[:200]
-			}
-			hdr.Set("X-Hermes-Error", strings.Map(func(r rune) rune {
-				if r < 0x20 || r > 0x7e {
-					return ' '
-				}
-				return r
-			}, e))
+		if text == "" {
+			writeJSON(c.w, http.StatusBadGateway, hdr, obj{{"error", obj{
+				{"message", oc.err}, {"type", "server_error"}, {"param", nil}, {"code", "agent_incomplete"},
+				{"hermes", obj{{"completed", false}, {"partial", oc.partial}, {"failed", oc.failed}}},
+			}}})
+			return
 		}
+		resp = append(resp, kv{"hermes", hermesBlock(oc)})
+		hdr.Set("X-Hermes-Error", strings.Map(func(r rune) rune {
+			if r < 0x20 || r > 0x7e {
+				return ' '
+			}
+			return r
+		}, oc.err[:min(len(oc.err), 200)]))
 	}
 	writeJSON(c.w, http.StatusOK, hdr, resp)
 }
@@ -177,7 +166,8 @@ func hermesBlock(oc outcome) obj {
 	return obj{{"completed", oc.completed}, {"partial", oc.partial}, {"failed", oc.failed}, {"error", oc.err}, {"error_code", oc.errorCode}}
 }
 
-func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model string, hdr http.Header, system string) {
+func (s *Server) chatStream(c *call, turn Turn, id string, created int64, hdr http.Header) {
+	model := turn.Model
 	sw := s.startSSE(c, hdr)
 	prefix := dumps(obj{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}}, true)
 	prefix = append(prefix[:len(prefix)-1], `, "choices": [{"index": 0, "delta": `...)
@@ -187,11 +177,10 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	if sw.frame("", b) != nil {
 		return
 	}
-	rep, ok := s.runAgent(c.ctx, turn, sw.waitReply)
-	if !ok || !sw.wait(rep.Delay) {
+	rep, ok := s.runAgent(c, turn, sw)
+	if !ok {
 		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
 	content := func(d string) bool {
 		b = append(b[:0], prefix...)
 		b = append(b, `{"content": `...)
@@ -200,16 +189,8 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 		b = append(b, nullFinish...)
 		return sw.frame("", b) == nil
 	}
-	deltas := func(text string, n int) bool {
-		for i, d := range splitDeltas(text, n) {
-			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !content(d) {
-				return false
-			}
-		}
-		return true
-	}
 	for _, t := range rep.Tools {
-		if t.Text != "" && !deltas(t.Text, 0) {
+		if !rep.deltas(t.Text, 0, sw.wait, content) {
 			return
 		}
 		if strings.HasPrefix(t.Name, "_") {
@@ -221,16 +202,11 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 			return
 		}
 	}
-	if !deltas(rep.Text, rep.Deltas) {
+	if !rep.deltas(rep.Text, rep.Deltas, sw.wait, content) || !rep.padding(sw.wait, content) {
 		return
 	}
-	for i := 0; i < rep.Events; i++ {
-		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !content(rep.PadText) {
-			return
-		}
-	}
 	oc := rep.outcome()
-	in, out := rep.usage(turn.UserText + system)
+	in, out := rep.usage(turn)
 	fin := obj{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
 		{"choices", []any{obj{{"index", 0}, {"delta", obj{}}, {"finish_reason", oc.finish}}}},
 		{"usage", obj{{"prompt_tokens", in}, {"completion_tokens", out}, {"total_tokens", in + out}}}}
@@ -240,9 +216,8 @@ func (s *Server) chatStream(c *call, turn Turn, id string, created int64, model 
 	if sw.frame("", dumps(fin, true)) != nil {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: rep.fullText(), finish: oc.finish, in: in, out: out})
-	if sw.frame("", []byte("[DONE]")) != nil {
-		return
+	s.sessions.persistTurn(turn, rep, rep.fullText())
+	if sw.frame("", []byte("[DONE]")) == nil {
+		_ = sw.flush()
 	}
-	_ = sw.flush()
 }

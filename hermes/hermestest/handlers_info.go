@@ -46,10 +46,9 @@ func (s *Server) handleHealthDetailed(c *call) {
 }
 
 func (s *Server) handleModels(c *call) {
-	m := serverModel
 	writeJSON(c.w, http.StatusOK, nil, obj{{"object", "list"}, {"data", []any{obj{
-		{"id", m}, {"object", "model"}, {"created", s.now().Unix()}, {"owned_by", "hermes"},
-		{"permission", []any{}}, {"root", m}, {"parent", nil},
+		{"id", serverModel}, {"object", "model"}, {"created", s.now().Unix()}, {"owned_by", "hermes"},
+		{"permission", []any{}}, {"root", serverModel}, {"parent", nil},
 	}}}})
 }
 

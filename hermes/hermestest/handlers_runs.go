@@ -1,11 +1,11 @@
 package hermestest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 )
 
 func runNotFound(id string) obj {
@@ -23,18 +23,10 @@ func (s *Server) admitRun(c *call) (func(), bool) {
 	if s.cfg.maxRunsSet {
 		limit = s.cfg.maxRuns
 	}
-	s.mu.Lock()
-	draining := s.draining
-	s.mu.Unlock()
-	if !draining && limit > 0 {
-		s.runs.mu.Lock()
-		full := s.runs.tasks >= limit
-		s.runs.mu.Unlock()
-		if full {
-			writeJSON(c.w, http.StatusTooManyRequests, nil,
-				tooManyRuns(limit, "invalid_request_error"))
-			return nil, false
-		}
+	draining := locked(&s.mu, func() bool { return s.draining })
+	if !draining && limit > 0 && locked(&s.runs.mu, func() bool { return s.runs.tasks >= limit }) {
+		writeJSON(c.w, http.StatusTooManyRequests, nil, tooManyRuns(limit, "invalid_request_error"))
+		return nil, false
 	}
 	return s.admit(c, false)
 }
@@ -44,9 +36,7 @@ func (s *Server) handleRunStart(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	s.mu.Lock()
-	draining := s.draining
-	s.mu.Unlock()
+	draining := locked(&s.mu, func() bool { return s.draining })
 	key := c.r.Header.Get("Idempotency-Key")
 	idem := s.cfg.runsIdem && key != "" && !draining
 	var fp [32]byte
@@ -56,17 +46,8 @@ func (s *Server) handleRunStart(c *call) {
 			return
 		}
 		fp = fingerprint(c.body)
-		s.runs.mu.Lock()
-		e, ok := s.runs.idem[key]
-		s.runs.mu.Unlock()
-		if ok {
-			if e.fp != fp {
-				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
-				return
-			}
-			h := echoHeaders(c.r, "")
-			h.Set("Idempotency-Replayed", "true")
-			writeJSON(c.w, http.StatusAccepted, h, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
+		if e := locked(&s.runs.mu, func() idemEntry { return s.runs.idem[key] }); e.runID != "" {
+			replayRun(c, e, fp)
 			return
 		}
 	}
@@ -103,8 +84,7 @@ func (s *Server) handleRunStart(c *call) {
 				writeText(c.w, 500, "500 Internal Server Error\n\nServer got itself in trouble")
 				return
 			}
-			rv, _ := eo.get("role")
-			role, _ := rv.(string)
+			role := eo.str("role")
 			cv, _ := eo.get("content")
 			text, _, _, _ := normContent(cv, "")
 			if i == len(x)-1 {
@@ -120,58 +100,30 @@ func (s *Server) handleRunStart(c *call) {
 		writeJSON(c.w, 400, nil, openaiError("No user message found in input", "invalid_request_error", nil))
 		return
 	}
-	if hv, ok := body.get("conversation_history"); ok && hv != nil {
-		arr, ok := hv.([]any)
-		if !ok {
-			writeJSON(c.w, 400, nil, openaiError("'conversation_history' must be an array of message objects", "invalid_request_error", nil))
-			return
-		}
-		explicit := make([]Message, 0, len(arr))
-		for i, e := range arr {
-			eo, ok := e.(obj)
-			rv, okr := eo.get("role")
-			cv, okc := eo.get("content")
-			if !ok || !okr || !okc {
-				writeJSON(c.w, 400, nil, openaiError(fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i), "invalid_request_error", nil))
-				return
-			}
-			role, _ := rv.(string)
-			text, _, _, _ := normContent(cv, "")
-			explicit = append(explicit, Message{Role: role, Content: text})
-		}
-		if len(explicit) > 0 {
-			history = explicit
-		}
+	explicit, reason := conversationHistory(body)
+	if reason != "" {
+		writeJSON(c.w, 400, nil, openaiError(reason, "invalid_request_error", nil))
+		return
+	}
+	if len(explicit) > 0 {
+		history = explicit
 	}
 	id := "run_" + randHex(32)
 	sessionID := id
-	if pv, _ := body.get("previous_response_id"); pv != nil {
-		if pid, ok := pv.(string); ok && pid != "" {
-			if sr, ok := s.responses.get(pid); ok {
-				if len(history) == 0 {
-					history = append([]Message(nil), sr.history...)
-				}
-				if sr.sessionID != "" {
-					sessionID = sr.sessionID
-				}
-			}
+	if sr, ok := s.responses.get(body.str("previous_response_id")); ok {
+		if len(history) == 0 {
+			history = append([]Message(nil), sr.history...)
 		}
+		sessionID = cmp.Or(sr.sessionID, sessionID)
 	}
-	if sv, _ := body.get("session_id"); sv != nil {
-		if sid, ok := sv.(string); ok && sid != "" {
-			sessionID = sid
-		}
-	}
-	instructions := ""
-	if iv, _ := body.get("instructions"); iv != nil {
-		instructions, _ = iv.(string)
-	}
+	sessionID = cmp.Or(body.str("session_id"), sessionID)
+	instructions := body.str("instructions")
 	model := s.requestModel(body)
 	turn := Turn{Route: "run_start", UserText: user, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &fakeRun{id: id, key: key, created: s.now(), live: true, cancel: cancel, approved: map[string]bool{}, sessionID: sessionID}
+	ctx, cancel := context.WithCancel(s.ctx) // cancelled by stop or Close
+	r := &fakeRun{id: id, key: key, created: s.now(), live: true, cancel: cancel, approved: map[string]bool{}}
 	r.status = obj{{"object", "hermes.run"}, {"run_id", id}}
 	st := s.runs
 	st.mu.Lock()
@@ -179,11 +131,7 @@ func (s *Server) handleRunStart(c *call) {
 		if e, ok := st.idem[key]; ok { // a concurrent twin won the reservation
 			st.mu.Unlock()
 			cancel()
-			if e.fp != fp {
-				writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
-				return
-			}
-			writeJSON(c.w, http.StatusAccepted, http.Header{"Idempotency-Replayed": {"true"}}, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
+			replayRun(c, e, fp)
 			return
 		}
 		st.idem[key] = idemEntry{runID: id, fp: fp}
@@ -200,7 +148,6 @@ func (s *Server) handleRunStart(c *call) {
 	st.tasks++
 	st.mu.Unlock()
 	started = true
-	s.wg.Go(func() { s.cancelOnClose(ctx, cancel) })
 	s.wg.Go(func() {
 		defer cancel()
 		s.runTask(ctx, r, turn, release)
@@ -214,48 +161,52 @@ func (s *Server) handleRunStart(c *call) {
 	writeJSON(c.w, http.StatusAccepted, h, resp)
 }
 
-// handleRunStatus is GET /v1/runs/{run_id}.
-func (s *Server) handleRunStatus(c *call) {
-	id := c.route.id
-	s.runs.mu.Lock()
-	r := s.lookupRunLocked(id)
-	var body []byte
-	if r != nil {
-		body = dumps(r.status, true)
-	}
-	s.runs.mu.Unlock()
-	if r == nil {
-		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
+// replayRun answers a POST /v1/runs whose Idempotency-Key reserved run e: 202
+// with e's run_id when the body's fingerprint fp matches, else 409.
+func replayRun(c *call, e idemEntry, fp [32]byte) {
+	if e.fp != fp {
+		writeJSON(c.w, http.StatusConflict, nil, openaiError("Idempotency-Key was already used with a different request", "invalid_request_error", "idempotency_key_conflict"))
 		return
 	}
-	writeJSON(c.w, http.StatusOK, nil, rawJSON(body))
+	h := echoHeaders(c.r, "")
+	h.Set("Idempotency-Replayed", "true")
+	writeJSON(c.w, http.StatusAccepted, h, obj{{"run_id", e.runID}, {"status", "started"}, {"replayed", true}})
+}
+
+// handleRunStatus is GET /v1/runs/{run_id}.
+func (s *Server) handleRunStatus(c *call) {
+	id := c.id
+	body := locked(&s.runs.mu, func() []byte {
+		if r := s.lookupRunLocked(id); r != nil {
+			return dumps(r.status, true)
+		}
+		return nil
+	})
+	writeFound(c, body != nil, rawJSON(body), runNotFound)
 }
 
 // handleRunStop is POST /v1/runs/{run_id}/stop: 200 stopping while the run's
 // task is live, else 404 (the check is the live task, not the status).
 func (s *Server) handleRunStop(c *call) {
-	id := c.route.id
-	s.runs.mu.Lock()
-	r := s.runs.runs[id]
-	if r == nil || !r.live {
-		s.runs.mu.Unlock()
-		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
-		return
-	}
-	r.stopping = true
-	s.setStatusLocked(r, "stopping")
-	r.cancel()
-	s.runs.mu.Unlock()
-	s.notify()
-	writeJSON(c.w, http.StatusOK, nil, obj{{"run_id", id}, {"status", "stopping"}})
+	stopping := false
+	s.update(&s.runs.mu, func() {
+		if r := s.runs.runs[c.id]; r != nil && r.live {
+			r.stopping, stopping = true, true
+			s.setStatusLocked(r, "stopping")
+			r.cancel()
+		}
+	})
+	writeFound(c, stopping, obj{{"run_id", c.id}, {"status", "stopping"}}, runNotFound)
 }
+
+// approvalChoices maps the accepted approval choices to the ones Hermes acts on.
+var approvalChoices = map[string]string{"once": "once", "session": "session", "always": "always", "deny": "deny",
+	"approve": "once", "approved": "once", "allow": "once"}
 
 // handleRunApproval is POST /v1/runs/{run_id}/approval.
 func (s *Server) handleRunApproval(c *call) {
-	id := c.route.id
-	s.runs.mu.Lock()
-	r := s.lookupRunLocked(id)
-	s.runs.mu.Unlock()
+	id := c.id
+	r := locked(&s.runs.mu, func() *fakeRun { return s.lookupRunLocked(id) })
 	if r == nil {
 		writeJSON(c.w, http.StatusNotFound, nil, runNotFound(id))
 		return
@@ -268,16 +219,8 @@ func (s *Server) handleRunApproval(c *call) {
 			return
 		}
 	}
-	cv, _ := body.get("choice")
-	choice, _ := cv.(string)
-	choice = strings.ToLower(strings.TrimSpace(choice))
-	switch choice {
-	case "approve", "approved", "allow":
-		choice = "once"
-	}
-	switch choice {
-	case "once", "session", "always", "deny":
-	default:
+	choice, ok := approvalChoices[strings.ToLower(strings.TrimSpace(body.str("choice")))]
+	if !ok {
 		writeJSON(c.w, 400, nil, openaiParamError("Invalid approval choice. Use one of: once, session, always, deny", "invalid_request_error", "choice", "invalid_approval_choice"))
 		return
 	}
@@ -323,7 +266,7 @@ func (s *Server) handleRunApproval(c *call) {
 // disconnect) the queue is gone and a later subscription is 404. A queue
 // nobody subscribed to is swept RunStreamTTL after the run was created.
 func (s *Server) handleRunEvents(c *call) {
-	id := c.route.id
+	id := c.id
 	st := s.runs
 	st.mu.Lock()
 	q := st.queues[id]
@@ -338,21 +281,16 @@ func (s *Server) handleRunEvents(c *call) {
 	}
 	q.subscribed = true
 	if r := st.runs[id]; r != nil {
-		r.subscribe = true
+		r.subscribed = true
 	}
 	st.mu.Unlock()
 	s.notify()
-	defer func() {
-		st.mu.Lock()
+	defer s.update(&s.runs.mu, func() {
 		if st.queues[id] == q {
 			delete(st.queues, id)
 		}
-		st.mu.Unlock()
-		s.notify()
-	}()
+	})
 	sw := s.startSSE(c, nil)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
 	for {
 		st.mu.Lock()
 		var item []byte
@@ -377,23 +315,8 @@ func (s *Server) handleRunEvents(c *call) {
 			_ = sw.comment("stream closed")
 			return
 		}
-		if item != nil {
-			continue
-		}
-		if sw.flush() != nil {
-			return
-		}
-		if sw.ka > 0 {
-			t.Reset(max(time.Until(sw.last.Add(sw.ka)), 0))
-		} else {
-			t.Reset(time.Hour)
-		}
-		select {
-		case <-ch:
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			if sw.ka > 0 && sw.comment("keepalive") != nil {
+		if item == nil {
+			if _, ok := idle(sw, ch); !ok {
 				return
 			}
 		}

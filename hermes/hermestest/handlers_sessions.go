@@ -2,6 +2,7 @@ package hermestest
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -39,18 +40,18 @@ func (s *Server) parseObject(c *call, emptyOK bool) (obj, bool) {
 	return o, true
 }
 
-// pickID returns the first truthy of id/session_id; given reports there was
-// one. When it is not a string it answers 400 and returns ok false.
-func pickID(c *call, body obj) (id string, given bool, ok bool) {
+// pickID returns the first truthy of id/session_id ("" when neither is).
+// When it is not a string it answers 400 and returns ok false.
+func pickID(c *call, body obj) (id string, ok bool) {
 	for _, k := range []string{"id", "session_id"} {
 		if v, _ := body.get(k); truthy(v) {
 			if id, ok = v.(string); !ok {
 				writeJSON(c.w, 400, nil, openaiError("Invalid session id", "invalid_request_error", "invalid_session_id"))
 			}
-			return id, true, ok
+			return id, ok
 		}
 	}
-	return "", false, true
+	return "", true
 }
 
 func (s *Server) handleSessionCreate(c *call) {
@@ -58,18 +59,15 @@ func (s *Server) handleSessionCreate(c *call) {
 	if !ok {
 		return
 	}
-	id, _, ok := pickID(c, body)
+	id, ok := pickID(c, body)
 	if !ok {
 		return
 	}
-	sp := ""
-	if v, ok := body.get("system_prompt"); ok && v != nil {
-		str, isStr := v.(string)
-		if !isStr {
-			writeJSON(c.w, 400, nil, openaiError("system_prompt must be a string", "invalid_request_error", "invalid_system_prompt"))
-			return
-		}
-		sp = str
+	v, _ := body.get("system_prompt")
+	sp, isStr := v.(string)
+	if v != nil && !isStr {
+		writeJSON(c.w, 400, nil, openaiError("system_prompt must be a string", "invalid_request_error", "invalid_system_prompt"))
+		return
 	}
 	title, _ := body.get("title")
 	o, e := s.sessions.create(id, title, s.requestModel(body), sp)
@@ -77,13 +75,8 @@ func (s *Server) handleSessionCreate(c *call) {
 }
 
 func (s *Server) handleSessionGet(c *call) {
-	id := c.route.id
-	o, ok := s.sessions.get(id)
-	if !ok {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session"}, {"session", o}})
+	o, ok := s.sessions.get(c.id)
+	writeFound(c, ok, obj{{"object", "hermes.session"}, {"session", o}}, sessionNotFound)
 }
 
 func queryInt(v string, def, maxV int) int {
@@ -101,18 +94,14 @@ func (s *Server) handleSessionsList(c *call) {
 	q := c.r.URL.Query()
 	limit := queryInt(q.Get("limit"), 50, 200)
 	offset := queryInt(q.Get("offset"), 0, 1_000_000)
-	children := false
-	switch strings.ToLower(q.Get("include_children")) {
-	case "1", "true", "yes", "on":
-		children = true
-	}
+	children := slices.Contains([]string{"1", "true", "yes", "on"}, strings.ToLower(q.Get("include_children")))
 	data := s.sessions.list(limit, offset, q.Get("source"), children)
 	writeJSON(c.w, 200, nil, obj{{"object", "list"}, {"data", data}, {"limit", limit}, {"offset", offset}, {"has_more", len(data) == limit}})
 }
 
 // sessionExists answers 404 and reports false when session id does not exist.
 func (s *Server) sessionExists(c *call, id string) bool {
-	if !s.sessions.exists(id) {
+	if !locked(&s.sessions.mu, func() bool { return s.sessions.rows[id] != nil }) {
 		writeJSON(c.w, 404, nil, sessionNotFound(id))
 		return false
 	}
@@ -120,7 +109,7 @@ func (s *Server) sessionExists(c *call, id string) bool {
 }
 
 func (s *Server) handleSessionPatch(c *call) {
-	id := c.route.id
+	id := c.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -133,26 +122,17 @@ func (s *Server) handleSessionPatch(c *call) {
 }
 
 func (s *Server) handleSessionDelete(c *call) {
-	id := c.route.id
-	if !s.sessions.delete(id) {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "hermes.session.deleted"}, {"id", id}, {"deleted", true}})
+	ok := s.sessions.delete(c.id)
+	writeFound(c, ok, obj{{"object", "hermes.session.deleted"}, {"id", c.id}, {"deleted", true}}, sessionNotFound)
 }
 
 func (s *Server) handleSessionMessages(c *call) {
-	id := c.route.id
-	data, ok := s.sessions.messages(id)
-	if !ok {
-		writeJSON(c.w, 404, nil, sessionNotFound(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"object", "list"}, {"session_id", id}, {"data", data}})
+	data, ok := s.sessions.messages(c.id)
+	writeFound(c, ok, obj{{"object", "list"}, {"session_id", c.id}, {"data", data}}, sessionNotFound)
 }
 
 func (s *Server) handleSessionFork(c *call) {
-	id := c.route.id
+	id := c.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -160,12 +140,12 @@ func (s *Server) handleSessionFork(c *call) {
 	if !ok {
 		return
 	}
-	child, given, ok := pickID(c, body)
+	child, ok := pickID(c, body)
 	if !ok {
 		return
 	}
-	title, titleGiven := body.get("title")
-	o, e := s.sessions.fork(id, child, given, title, titleGiven)
+	title, _ := body.get("title")
+	o, e := s.sessions.fork(id, child, title)
 	writeSession(c, http.StatusCreated, o, e)
 }
 
@@ -178,7 +158,7 @@ func (s *Server) handleSessionChat(c *call) {
 	if !validSessionKey(c) {
 		return
 	}
-	id := c.route.id
+	id := c.id
 	if !s.sessionExists(c, id) {
 		return
 	}
@@ -190,27 +170,20 @@ func (s *Server) handleSessionChat(c *call) {
 	if !truthy(mv) {
 		mv, _ = body.get("input")
 	}
-	if !truthy(mv) {
-		writeJSON(c.w, 400, nil, openaiError("Missing 'message' field", "invalid_request_error", "missing_message"))
-		return
-	}
 	text, img, norm, cerr := normContent(mv, "message")
-	if cerr != nil {
-		writeJSON(c.w, 400, nil, cerr.body())
+	if truthy(mv) && cerr != nil {
+		writeJSON(c.w, 400, nil, cerr)
 		return
 	}
-	if strings.TrimSpace(text) == "" && !img {
+	if !truthy(mv) || (strings.TrimSpace(text) == "" && !img) {
 		writeJSON(c.w, 400, nil, openaiError("Missing 'message' field", "invalid_request_error", "missing_message"))
 		return
 	}
 	system := ""
 	for _, k := range []string{"system_message", "instructions"} {
-		v, ok := body.get(k)
-		if !ok || v == nil {
-			continue
-		}
+		v, _ := body.get(k)
 		str, isStr := v.(string)
-		if !isStr {
+		if v != nil && !isStr {
 			writeJSON(c.w, 400, nil, openaiError(k+" must be a string", "invalid_request_error", "invalid_system_message"))
 			return
 		}
@@ -219,14 +192,14 @@ func (s *Server) handleSessionChat(c *call) {
 			break
 		}
 	}
-	turn := Turn{Route: c.route.key, UserText: text, History: s.sessions.history(id), SessionID: id,
+	turn := Turn{Route: c.key, UserText: text, History: s.sessions.history(id), SessionID: id,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: system, Model: serverModel}
 	hdr := echoHeaders(c.r, id)
-	if c.route.key == "session_chat_stream" {
+	if c.key == "session_chat_stream" {
 		s.sessionStream(c, turn, norm, hdr)
 		return
 	}
-	rep, ok := s.runTurn(c, turn)
+	rep, ok := s.runAgent(c, turn, nil)
 	if !ok {
 		return
 	}
@@ -234,10 +207,9 @@ func (s *Server) handleSessionChat(c *call) {
 		writeText(c.w, 500, "500 Internal Server Error\n\nServer got itself in trouble")
 		return
 	}
-	oc := rep.outcome()
 	full := rep.fullText()
-	in, out := rep.usage(text + system)
-	s.sessions.persistTurn(turnRecord{sessionID: id, userContent: text, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	in, out := rep.usage(turn)
+	s.sessions.persistTurn(turn, rep, full)
 	if s.jsonFault(c) {
 		return
 	}
@@ -245,6 +217,8 @@ func (s *Server) handleSessionChat(c *call) {
 		{"message", obj{{"role", "assistant"}, {"content", full}}}, {"usage", respUsage(in, out)}})
 }
 
+// thinkingCopy is the first 500 characters of s (the copy of assistant text
+// reported as thinking or reasoning).
 func thinkingCopy(s string) string {
 	if utf8.RuneCountInString(s) > 500 {
 		return string([]rune(s)[:500])
@@ -271,19 +245,11 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 		!emit("message.started", obj{{"message", obj{{"id", msgID}, {"role", "assistant"}}}}) {
 		return
 	}
-	rep, ok := s.runAgent(c.ctx, turn, sw.waitReply)
-	if !ok || !sw.wait(rep.Delay) {
+	rep, ok := s.runAgent(c, turn, sw)
+	if !ok {
 		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
-	deltas := func(t string, n int) bool {
-		for i, d := range splitDeltas(t, n) {
-			if (i > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) {
-				return false
-			}
-		}
-		return true
-	}
+	delta := func(d string) bool { return emit("assistant.delta", obj{{"message_id", msgID}, {"delta", d}}) }
 	thinking := func(t string) bool {
 		if t == "" {
 			return true
@@ -292,7 +258,7 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	}
 	var msgs []any
 	for _, t := range rep.Tools {
-		if !deltas(t.Text, 0) || !thinking(t.Text) ||
+		if !rep.deltas(t.Text, 0, sw.wait, delta) || !thinking(t.Text) ||
 			!emit("tool.started", obj{{"message_id", msgID}, {"tool_name", t.Name}, {"preview", t.Label}, {"args", argsObj(t)}}) ||
 			!sw.wait(rep.DeltaDelay) ||
 			!emit("tool.completed", obj{{"message_id", msgID}, {"tool_name", t.Name}, {"preview", nil}, {"args", nil}}) {
@@ -302,13 +268,8 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 			obj{{"role", "assistant"}, {"content", t.Text}, {"tool_calls", []any{toolCallObj(t)}}, {"finish_reason", "tool_calls"}, {"reasoning", nil}},
 			obj{{"role", "tool"}, {"content", t.Output}, {"tool_call_id", t.CallID}})
 	}
-	if !deltas(rep.Text, rep.Deltas) {
+	if !rep.deltas(rep.Text, rep.Deltas, sw.wait, delta) || !rep.padding(sw.wait, delta) {
 		return
-	}
-	for i := 0; i < rep.Events; i++ {
-		if (rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay)) || !emit("assistant.delta", obj{{"message_id", msgID}, {"delta", rep.PadText}}) {
-			return
-		}
 	}
 	if rep.Fail != "" {
 		if emit("error", obj{{"message", rep.Fail}}) && emit("done", obj{}) {
@@ -318,16 +279,15 @@ func (s *Server) sessionStream(c *call, turn Turn, norm any, hdr http.Header) {
 	}
 	full := rep.fullText()
 	oc := rep.outcome()
-	in, out := rep.usage(turn.UserText + turn.Instructions)
+	in, out := rep.usage(turn)
 	if !thinking(full) {
 		return
 	}
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	s.sessions.persistTurn(turn, rep, full)
 	msgs = append(msgs, obj{{"role", "assistant"}, {"content", full}, {"finish_reason", oc.finish}, {"reasoning", nil}})
-	if !emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) ||
-		!emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) ||
-		!emit("done", obj{}) {
-		return
+	if emit("assistant.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"content", full}, {"completed", true}, {"partial", false}, {"interrupted", false}}) &&
+		emit("run.completed", obj{{"session_id", turn.SessionID}, {"message_id", msgID}, {"completed", true}, {"messages", msgs}, {"usage", respUsage(in, out)}}) &&
+		emit("done", obj{}) {
+		_ = sw.flush()
 	}
-	_ = sw.flush()
 }

@@ -1,25 +1,22 @@
 package hermestest
 
 import (
+	"cmp"
+	"crypto/rand"
 	"encoding/hex"
-	"math/rand/v2"
 )
 
 // randHex returns n lowercase hex characters.
 func randHex(n int) string {
 	b := make([]byte, (n+1)/2)
-	for i := range b {
-		b[i] = byte(rand.Uint32())
-	}
+	_, _ = rand.Read(b) // never fails
 	return hex.EncodeToString(b)[:n]
 }
 
 // uuid4 returns a random RFC 4122 version 4 UUID string.
 func uuid4() string {
 	var b [16]byte
-	for i := range b {
-		b[i] = byte(rand.Uint32())
-	}
+	_, _ = rand.Read(b[:]) // never fails
 	b[6] = (b[6] & 0x0f) | 0x40
 	b[8] = (b[8] & 0x3f) | 0x80
 	h := hex.EncodeToString(b[:])
@@ -33,18 +30,13 @@ func prepareTools(tools []Tool) []Tool {
 		if t.CallID == "" {
 			t.CallID = "call_" + randHex(24)
 		}
-		args := obj{}
-		if t.Args != "" {
-			if v, err := loads([]byte(t.Args)); err == nil {
-				if o, ok := v.(obj); ok {
-					args = o
-				}
-			}
+		v, _ := loads([]byte(t.Args)) // "" or not an object: {}
+		args, ok := v.(obj)
+		if !ok {
+			args = obj{}
 		}
 		t.Args = string(dumps(args, true))
-		if t.Emoji == "" {
-			t.Emoji = "\U0001F4BB"
-		}
+		t.Emoji = cmp.Or(t.Emoji, "\U0001F4BB")
 		if t.Label == "" {
 			t.Label = t.Name
 			for _, m := range args {

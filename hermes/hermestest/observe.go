@@ -5,8 +5,10 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -50,10 +52,17 @@ func (s *Server) record(r *http.Request, key string, body []byte, authOK bool) {
 		SessionID:      r.Header.Get("X-Hermes-Session-Id"),
 		SessionKey:     r.Header.Get("X-Hermes-Session-Key"),
 	}
-	s.mu.Lock()
-	s.calls[key]++
-	s.requests = append(s.requests, rec)
-	s.mu.Unlock()
+	s.update(&s.mu, func() {
+		s.calls[key]++
+		s.requests = append(s.requests, rec)
+	})
+}
+
+// update calls f with mu held, then wakes waiters (notify).
+func (s *Server) update(mu *sync.Mutex, f func()) {
+	mu.Lock()
+	f()
+	mu.Unlock()
 	s.notify()
 }
 
@@ -67,25 +76,17 @@ func (s *Server) notify() {
 
 // Calls returns how many requests the route key received (see package doc).
 func (s *Server) Calls(route string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls[route]
+	return locked(&s.mu, func() int { return s.calls[route] })
 }
 
 // Requests returns a copy of every recorded request, in arrival order.
 func (s *Server) Requests() []Recorded {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Recorded(nil), s.requests...)
+	return locked(&s.mu, func() []Recorded { return slices.Clone(s.requests) })
 }
 
 // ResetCounters clears Calls and Requests (not sessions, responses or faults).
 func (s *Server) ResetCounters() {
-	s.mu.Lock()
-	s.calls = map[string]int{}
-	s.requests = nil
-	s.mu.Unlock()
-	s.notify()
+	s.update(&s.mu, func() { s.calls, s.requests = map[string]int{}, nil })
 }
 
 // ForgetSessions drops every stored session, message and stored response, as if the
@@ -93,14 +94,9 @@ func (s *Server) ResetCounters() {
 // Benchmarks call it between passes, so that the chats one pass persisted (the fake,
 // like Hermes, stores every chat) do not weigh on the next one's memory and GC.
 func (s *Server) ForgetSessions() {
-	db := s.sessions
-	db.mu.Lock()
-	db.rows, db.order, db.msgs = map[string]*session{}, nil, map[string][]*message{}
-	db.mu.Unlock()
-	rs := s.responses
-	rs.mu.Lock()
-	rs.m, rs.conv = map[string]*storedResponse{}, map[string]string{}
-	rs.mu.Unlock()
+	db, rs := s.sessions, s.responses
+	s.update(&db.mu, func() { db.rows, db.order, db.msgs = map[string]*session{}, nil, map[string][]*message{} })
+	s.update(&rs.mu, func() { rs.m, rs.lru, rs.conv = map[string]*storedResponse{}, nil, map[string]string{} })
 }
 
 // WaitCalls blocks until Calls(route) >= n or ctx is done.
@@ -117,9 +113,7 @@ func (s *Server) WaitInFlight(ctx context.Context, n int) error {
 // again on every change of the fake, or until ctx is done or the fake closes.
 func (s *Server) waitFor(ctx context.Context, cond func() bool) error {
 	for {
-		s.mu.Lock()
-		ch := s.changed
-		s.mu.Unlock()
+		ch := locked(&s.mu, func() chan struct{} { return s.changed })
 		if cond() {
 			return nil
 		}
@@ -127,7 +121,7 @@ func (s *Server) waitFor(ctx context.Context, cond func() bool) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.quit:
+		case <-s.ctx.Done():
 			return context.Canceled
 		}
 	}
@@ -170,6 +164,15 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 func writeText(w http.ResponseWriter, status int, text string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	writeRaw(w, status, []byte(text))
+}
+
+// writeFound answers 200 with body when found, else 404 with notFound(c.id).
+func writeFound(c *call, found bool, body any, notFound func(id string) obj) {
+	if !found {
+		writeJSON(c.w, http.StatusNotFound, nil, notFound(c.id))
+		return
+	}
+	writeJSON(c.w, http.StatusOK, nil, body)
 }
 
 // openaiError is the _openai_error envelope (with param null).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strconv"
@@ -30,6 +31,13 @@ func (o obj) get(k string) (any, bool) {
 	return nil, false
 }
 
+// str returns the value of key k when it is a string, else "".
+func (o obj) str(k string) string {
+	v, _ := o.get(k)
+	s, _ := v.(string)
+	return s
+}
+
 // set replaces the value of k in place or appends it.
 func (o obj) set(k string, v any) obj {
 	for i := range o {
@@ -48,7 +56,9 @@ type rawJSON []byte
 type pyFloat float64
 
 // dumps encodes v like Python's json.dumps with default separators.
-// ascii selects ensure_ascii=True.
+// ascii selects ensure_ascii=True. v is built of nil, bool, string, int,
+// int64, float64, pyFloat, json.Number, rawJSON, obj, []any and []string;
+// any other type is a bug of the fake (panic).
 func dumps(v any, ascii bool) []byte {
 	return appendJSON(nil, v, ascii)
 }
@@ -101,22 +111,10 @@ func appendJSON(b []byte, v any, ascii bool) []byte {
 		return append(b, '}')
 	case []any:
 		return appendList(b, x, ascii, appendJSON)
-	case []obj:
-		return appendList(b, x, ascii, func(b []byte, e obj, ascii bool) []byte { return appendJSON(b, e, ascii) })
 	case []string:
 		return appendList(b, x, ascii, appendString)
-	default:
-		// Fall back to encoding/json for anything else (not expected).
-		raw, err := json.Marshal(x)
-		if err != nil {
-			return append(b, "null"...)
-		}
-		dv, err := loads(raw)
-		if err != nil {
-			return append(b, raw...)
-		}
-		return appendJSON(b, dv, ascii)
 	}
+	panic(fmt.Sprintf("hermestest: no Python-style JSON encoding for %T", v))
 }
 
 // appendFloat formats f like Python's float repr.
@@ -143,68 +141,35 @@ func appendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString writes a JSON string literal like Python's json encoder.
+// appendString writes a JSON string literal like Python's json encoder:
+// short escapes for " \ \n \r \t \b \f, \u00XX for other control
+// characters and, with ascii, \uXXXX (surrogate pairs above U+FFFF) for
+// everything from DEL up. Invalid UTF-8 reads as U+FFFD.
 func appendString(b []byte, s string, ascii bool) []byte {
 	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (c != 0x7f || !ascii) {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"':
-				b = append(b, '\\', '"')
-			case '\\':
-				b = append(b, '\\', '\\')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			if ascii {
-				b = append(b, `\ufffd`...)
-			} else {
-				b = append(b, "\uFFFD"...)
-			}
-			i += size
-			start = i
-			continue
-		}
-		if !ascii {
-			i += size
-			continue
-		}
-		b = append(b, s[start:i]...)
-		if r >= 0x10000 {
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r == '\n':
+			b = append(b, `\n`...)
+		case r == '\r':
+			b = append(b, `\r`...)
+		case r == '\t':
+			b = append(b, `\t`...)
+		case r == '\b':
+			b = append(b, `\b`...)
+		case r == '\f':
+			b = append(b, `\f`...)
+		case r >= 0x10000 && ascii:
 			r1, r2 := utf16.EncodeRune(r)
-			b = appendU(b, r1)
-			b = appendU(b, r2)
-		} else {
+			b = appendU(appendU(b, r1), r2)
+		case r < 0x20 || (r >= 0x7f && ascii):
 			b = appendU(b, r)
+		default:
+			b = utf8.AppendRune(b, r)
 		}
-		i += size
-		start = i
 	}
-	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 
@@ -226,53 +191,39 @@ func loads(data []byte) (any, error) {
 	return v, nil
 }
 
+// decodeValue reads one value. The Decoder's tokens are syntax-checked: an
+// object's keys are strings and every '{' or '[' has its closing token.
 func decodeValue(dec *json.Decoder) (any, error) {
 	t, err := dec.Token()
-	if err != nil {
+	if err != nil || (t != json.Delim('{') && t != json.Delim('[')) {
+		return t, err
+	}
+	isObj := t == json.Delim('{')
+	o, a := obj{}, []any{}
+	for dec.More() {
+		var k json.Token
+		if isObj {
+			if k, err = dec.Token(); err != nil {
+				return nil, err
+			}
+		}
+		v, err := decodeValue(dec)
+		if err != nil {
+			return nil, err
+		}
+		if isObj {
+			o = o.set(k.(string), v)
+		} else {
+			a = append(a, v)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
 		return nil, err
 	}
-	switch x := t.(type) {
-	case json.Delim:
-		switch x {
-		case '{':
-			o := obj{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return nil, errors.New("object key is not a string")
-				}
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				o = o.set(k, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return o, nil
-		case '[':
-			a := []any{}
-			for dec.More() {
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				a = append(a, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return a, nil
-		}
-		return nil, errors.New("unexpected delimiter")
-	default:
-		return x, nil
+	if isObj {
+		return o, nil
 	}
+	return a, nil
 }
 
 // truthy mirrors Python truthiness for decoded JSON values.

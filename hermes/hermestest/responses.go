@@ -1,8 +1,11 @@
 package hermestest
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,7 +17,6 @@ type storedResponse struct {
 	history      []Message
 	instructions string
 	sessionID    string
-	access       uint64
 }
 
 // responseStore is the in-memory ResponseStore: LRU over max entries plus
@@ -23,8 +25,8 @@ type responseStore struct {
 	mu   sync.Mutex
 	max  int
 	m    map[string]*storedResponse
+	lru  []string // the ids in m, least recently used first
 	conv map[string]string
-	tick uint64
 }
 
 func newResponseStore(max int) *responseStore {
@@ -39,8 +41,7 @@ func (rs *responseStore) get(id string) (*storedResponse, bool) {
 	defer rs.mu.Unlock()
 	r, ok := rs.m[id]
 	if ok {
-		rs.tick++
-		r.access = rs.tick
+		rs.lru = append(slices.DeleteFunc(rs.lru, func(k string) bool { return k == id }), id)
 	}
 	return r, ok
 }
@@ -48,17 +49,10 @@ func (rs *responseStore) get(id string) (*storedResponse, bool) {
 func (rs *responseStore) put(id string, r *storedResponse) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	rs.tick++
-	r.access = rs.tick
+	rs.lru = append(slices.DeleteFunc(rs.lru, func(k string) bool { return k == id }), id)
 	rs.m[id] = r
 	for len(rs.m) > rs.max {
-		oldest, oa := "", uint64(0)
-		for k, v := range rs.m {
-			if oldest == "" || v.access < oa {
-				oldest, oa = k, v.access
-			}
-		}
-		rs.deleteLocked(oldest)
+		rs.deleteLocked(rs.lru[0])
 	}
 }
 
@@ -67,11 +61,8 @@ func (rs *responseStore) deleteLocked(id string) bool {
 		return false
 	}
 	delete(rs.m, id)
-	for name, rid := range rs.conv {
-		if rid == id {
-			delete(rs.conv, name)
-		}
-	}
+	rs.lru = slices.DeleteFunc(rs.lru, func(k string) bool { return k == id })
+	maps.DeleteFunc(rs.conv, func(_, rid string) bool { return rid == id })
 	return true
 }
 
@@ -98,9 +89,7 @@ func (rs *responseStore) setConversation(name, id string) {
 
 // StoredResponses reports how many Responses objects are stored.
 func (s *Server) StoredResponses() int {
-	s.responses.mu.Lock()
-	defer s.responses.mu.Unlock()
-	return len(s.responses.m)
+	return locked(&s.responses.mu, func() int { return len(s.responses.m) })
 }
 
 // ConversationPointer returns the response id a conversation name points at.
@@ -113,7 +102,7 @@ func notFoundResponse(id string) obj {
 }
 
 func (s *Server) handleResponseGet(c *call) {
-	id := c.route.id
+	id := c.id
 	r, ok := s.responses.get(id)
 	if !ok {
 		writeJSON(c.w, 404, nil, notFoundResponse(id))
@@ -123,12 +112,8 @@ func (s *Server) handleResponseGet(c *call) {
 }
 
 func (s *Server) handleResponseDelete(c *call) {
-	id := c.route.id
-	if !s.responses.delete(id) {
-		writeJSON(c.w, 404, nil, notFoundResponse(id))
-		return
-	}
-	writeJSON(c.w, 200, nil, obj{{"id", id}, {"object", "response"}, {"deleted", true}})
+	ok := s.responses.delete(c.id)
+	writeFound(c, ok, obj{{"id", c.id}, {"object", "response"}, {"deleted", true}}, notFoundResponse)
 }
 
 func (s *Server) handleResponses(c *call) {
@@ -160,16 +145,11 @@ func (s *Server) handleResponses(c *call) {
 		case string:
 			items = append(items, Message{Role: "user", Content: y})
 		case obj:
-			role := "user"
-			if rv, ok := y.get("role"); ok {
-				if rs, ok := rv.(string); ok && rs != "" {
-					role = rs
-				}
-			}
+			role := cmp.Or(y.str("role"), "user")
 			cv, _ := y.get("content")
 			text, _, _, cerr := normContent(cv, "input["+strconv.Itoa(i)+"].content")
 			if cerr != nil {
-				writeJSON(c.w, 400, nil, cerr.body())
+				writeJSON(c.w, 400, nil, cerr)
 				return
 			}
 			items = append(items, Message{Role: role, Content: text})
@@ -191,41 +171,18 @@ func (s *Server) handleResponses(c *call) {
 		writeJSON(c.w, 400, nil, adhocError("Cannot use both 'conversation' and 'previous_response_id'"))
 		return
 	}
-	var explicit []Message
-	hasExplicit := false
-	if hv, ok := body.get("conversation_history"); ok && hv != nil {
-		arr, ok := hv.([]any)
-		if !ok {
-			writeJSON(c.w, 400, nil, adhocError("'conversation_history' must be an array of message objects"))
-			return
-		}
-		for i, e := range arr {
-			eo, ok := e.(obj)
-			rv, okr := eo.get("role")
-			cv, okc := eo.get("content")
-			if !ok || !okr || !okc {
-				writeJSON(c.w, 400, nil, adhocError(fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i)))
-				return
-			}
-			role, _ := rv.(string)
-			text, _, _, _ := normContent(cv, "")
-			explicit = append(explicit, Message{Role: role, Content: text})
-		}
-		hasExplicit = len(arr) > 0
+	explicit, reason := conversationHistory(body)
+	if reason != "" {
+		writeJSON(c.w, 400, nil, adhocError(reason))
+		return
 	}
-	convName, _ := convV.(string)
-	prevID, _ := prevV.(string)
-	if convName != "" {
-		if id, ok := s.responses.conversation(convName); ok {
-			prevID = id
-		}
+	convName := body.str("conversation")
+	prevID := body.str("previous_response_id")
+	if id, ok := s.responses.conversation(convName); ok { // no conversation is named ""
+		prevID = id
 	}
-	instructions := ""
-	instrSet := false
-	if v, ok := body.get("instructions"); ok && v != nil {
-		instructions, _ = v.(string)
-		instrSet = true
-	}
+	instrV, _ := body.get("instructions")
+	instructions := body.str("instructions")
 	var history []Message
 	sessionID := ""
 	if prevID != "" {
@@ -236,11 +193,11 @@ func (s *Server) handleResponses(c *call) {
 		}
 		history = append(history, prev.history...)
 		sessionID = prev.sessionID
-		if !instrSet {
+		if instrV == nil {
 			instructions = prev.instructions
 		}
 	}
-	if hasExplicit {
+	if len(explicit) > 0 {
 		history = explicit
 	}
 	history = append(history, items[:len(items)-1]...)
@@ -251,19 +208,16 @@ func (s *Server) handleResponses(c *call) {
 		sessionID = uuid4()
 	}
 	sv, _ := body.get("store")
-	store := boolish(sv, true)
 	model := s.requestModel(body)
-	user := items[len(items)-1].Content
-	turn := Turn{Route: c.route.key, UserText: user, History: history, SessionID: sessionID,
+	turn := Turn{Route: c.key, UserText: items[len(items)-1].Content, History: history, SessionID: sessionID,
 		SessionKey: c.r.Header.Get("X-Hermes-Session-Key"), Instructions: instructions, Model: model}
-	rc := &respRun{s: s, c: c, id: "resp_" + randHex(28), created: s.now().Unix(), model: model, turn: turn,
-		store: store, conv: convName, instructions: instructions}
+	rc := &respRun{s: s, c: c, id: "resp_" + randHex(28), created: s.now().Unix(), turn: turn, store: boolish(sv, true), conv: convName}
 	hdr := echoHeaders(c.r, sessionID)
-	if c.route.key == "responses_stream" {
+	if c.key == "responses_stream" {
 		rc.stream(hdr)
 		return
 	}
-	rep, ok := s.runTurn(c, turn)
+	rep, ok := s.runAgent(c, turn, nil)
 	if !ok {
 		return
 	}
@@ -276,7 +230,7 @@ func (s *Server) handleResponses(c *call) {
 			text = "(No response generated)"
 		}
 	}
-	in, out := rep.usage(user + instructions)
+	in, out := rep.usage(turn)
 	output := []any{}
 	for _, t := range rep.Tools {
 		output = append(output,
@@ -284,14 +238,37 @@ func (s *Server) handleResponses(c *call) {
 			obj{{"type", "function_call_output"}, {"call_id", t.CallID}, {"output", t.Output}})
 	}
 	output = append(output, messageItem(text))
-	resp := obj{{"id", rc.id}, {"object", "response"}, {"status", "completed"}, {"created_at", rc.created}, {"model", model},
-		{"output", output}, {"usage", respUsage(in, out)}}
-	s.sessions.persistTurn(turnRecord{sessionID: sessionID, userContent: user, tools: rep.Tools, final: text, finish: oc.finish, in: in, out: out})
+	resp := append(rc.snapshot("completed", output), kv{"usage", respUsage(in, out)})
+	s.sessions.persistTurn(turn, rep, text)
 	rc.save(resp, rep, text)
 	if s.jsonFault(c) {
 		return
 	}
 	writeJSON(c.w, 200, hdr, resp)
+}
+
+// conversationHistory decodes the body's conversation_history (nil when it is
+// absent or null); reason says why a malformed one is a 400.
+func conversationHistory(body obj) (history []Message, reason string) {
+	hv, _ := body.get("conversation_history")
+	if hv == nil {
+		return nil, ""
+	}
+	arr, ok := hv.([]any)
+	if !ok {
+		return nil, "'conversation_history' must be an array of message objects"
+	}
+	for i, e := range arr {
+		eo, ok := e.(obj)
+		_, okr := eo.get("role")
+		cv, okc := eo.get("content")
+		if !ok || !okr || !okc {
+			return nil, fmt.Sprintf("conversation_history[%d] must have 'role' and 'content'", i)
+		}
+		text, _, _, _ := normContent(cv, "")
+		history = append(history, Message{Role: eo.str("role"), Content: text})
+	}
+	return history, ""
 }
 
 func messageItem(text string) obj {
@@ -302,16 +279,32 @@ func respUsage(in, out int) obj {
 	return obj{{"input_tokens", in}, {"output_tokens", out}, {"total_tokens", in + out}}
 }
 
+// respRun is one POST /v1/responses turn: the response id and what storing
+// it needs.
 type respRun struct {
-	s            *Server
-	c            *call
-	id           string
-	created      int64
-	model        string
-	turn         Turn
-	store        bool
-	conv         string
-	instructions string
+	s       *Server
+	c       *call
+	id      string
+	created int64
+	turn    Turn
+	store   bool   // the request's "store"
+	conv    string // the request's conversation name ("" when none)
+}
+
+// snapshot is the response object with status and output (no usage).
+func (rc *respRun) snapshot(status string, output []any) obj {
+	return obj{{"id", rc.id}, {"object", "response"}, {"status", status}, {"created_at", rc.created}, {"model", rc.turn.Model}, {"output", output}}
+}
+
+// put stores resp, with the turn's history, its user message and then more,
+// when the request asked to store.
+func (rc *respRun) put(resp obj, more ...Message) {
+	if !rc.store {
+		return
+	}
+	hist := append(slices.Clone(rc.turn.History), Message{Role: "user", Content: rc.turn.UserText})
+	hist = append(hist, more...)
+	rc.s.responses.put(rc.id, &storedResponse{response: resp, history: hist, instructions: rc.turn.Instructions, sessionID: rc.turn.SessionID})
 }
 
 // save stores the response record and moves the conversation pointer.
@@ -319,13 +312,11 @@ func (rc *respRun) save(resp obj, rep Reply, text string) {
 	if !rc.store {
 		return
 	}
-	hist := append([]Message(nil), rc.turn.History...)
-	hist = append(hist, Message{Role: "user", Content: rc.turn.UserText})
+	var more []Message
 	for _, t := range rep.Tools {
-		hist = append(hist, Message{Role: "assistant", Content: t.Text}, Message{Role: "tool", Content: t.Output})
+		more = append(more, Message{Role: "assistant", Content: t.Text}, Message{Role: "tool", Content: t.Output})
 	}
-	hist = append(hist, Message{Role: "assistant", Content: text})
-	rc.s.responses.put(rc.id, &storedResponse{response: resp, history: hist, instructions: rc.instructions, sessionID: rc.turn.SessionID})
+	rc.put(resp, append(more, Message{Role: "assistant", Content: text})...)
 	if rc.conv != "" {
 		rc.s.responses.setConversation(rc.conv, rc.id)
 	}
@@ -340,17 +331,12 @@ func trimArgs(args string) string {
 	if err != nil || !ok {
 		return args
 	}
-	changed := false
 	for i, m := range o {
 		if s, ok := m.v.(string); ok && trimKeys[m.k] && utf8.RuneCountInString(s) > 500 {
 			o[i].v = fmt.Sprintf("[%d chars \u2014 truncated for response.completed]", utf8.RuneCountInString(s))
-			changed = true
 		}
 	}
-	if !changed {
-		return args
-	}
-	return string(dumps(o, true))
+	return string(dumps(o, true)) // args as prepareTools encoded them: unchanged members keep their bytes
 }
 
 func trimOutput(s string) string {
@@ -358,13 +344,13 @@ func trimOutput(s string) string {
 	if n <= 1000 {
 		return s
 	}
-	r := []rune(s)
-	return string(r[:500]) + fmt.Sprintf("...[%d more chars]", n-500)
+	return thinkingCopy(s) + fmt.Sprintf("...[%d more chars]", n-500)
 }
 
+// stream answers the turn as a Responses SSE stream; when the stream is cut
+// short after response.created, the stored response becomes "incomplete".
 func (rc *respRun) stream(hdr http.Header) {
-	s, c := rc.s, rc.c
-	sw := s.startSSE(c, hdr)
+	sw := rc.s.startSSE(rc.c, hdr)
 	seq := 0
 	var b []byte
 	emit := func(typ string, o obj) bool {
@@ -373,24 +359,22 @@ func (rc *respRun) stream(hdr http.Header) {
 		b = appendJSON(b[:0], append(obj{{"type", typ}}, o...), true)
 		return sw.frame(typ, b) == nil
 	}
-	snapshot := func(status string, output []any) obj {
-		return obj{{"id", rc.id}, {"object", "response"}, {"status", status}, {"created_at", rc.created}, {"model", rc.model}, {"output", output}}
-	}
-	if rc.store {
-		s.responses.put(rc.id, &storedResponse{response: snapshot("in_progress", []any{}), history: append(append([]Message(nil), rc.turn.History...), Message{Role: "user", Content: rc.turn.UserText}), instructions: rc.instructions, sessionID: rc.turn.SessionID})
-	}
-	if !emit("response.created", obj{{"response", snapshot("in_progress", []any{})}}) {
-		return
-	}
-	rep, ok := s.runAgent(c.ctx, rc.turn, sw.waitReply)
-	if !ok || !sw.wait(rep.Delay) {
+	rc.put(rc.snapshot("in_progress", []any{}))
+	if emit("response.created", obj{{"response", rc.snapshot("in_progress", []any{})}}) && !rc.play(sw, emit) {
 		rc.incomplete()
-		return
 	}
-	rep.Tools = prepareTools(rep.Tools)
+}
+
+// play runs the agent and streams its reply through emit; false when the
+// stream ended before the final event.
+func (rc *respRun) play(sw *sseWriter, emit func(typ string, o obj) bool) bool {
+	s := rc.s
+	rep, ok := s.runAgent(rc.c, rc.turn, sw)
+	if !ok {
+		return false
+	}
 	nextIndex := 0
 	msgID, msgIndex := "", -1
-	streamed := ""
 	var final []any // completed output tool items
 	openMsg := func() bool {
 		if msgID != "" {
@@ -402,12 +386,10 @@ func (rc *respRun) stream(hdr http.Header) {
 		return emit("response.output_item.added", obj{{"output_index", msgIndex}, {"item", obj{{"id", msgID}, {"type", "message"}, {"status", "in_progress"}, {"role", "assistant"}, {"content", []any{}}}}})
 	}
 	delta := func(d string) bool {
-		if !openMsg() {
-			return false
-		}
-		streamed += d
-		return emit("response.output_text.delta", obj{{"item_id", msgID}, {"output_index", msgIndex}, {"content_index", 0}, {"delta", d}, {"logprobs", []any{}}})
+		return openMsg() && emit("response.output_text.delta", obj{{"item_id", msgID}, {"output_index", msgIndex}, {"content_index", 0}, {"delta", d}, {"logprobs", []any{}}})
 	}
+	// Text deltas are batched: a delta waits for more text until it is
+	// responsesBatch old, or a tool call or the end comes.
 	pending, pendingAge := "", time.Duration(0)
 	flushPending := func() bool {
 		if pending == "" {
@@ -436,13 +418,8 @@ func (rc *respRun) stream(hdr http.Header) {
 		return true
 	}
 	for _, t := range rep.Tools {
-		if t.Text != "" && !text(t.Text, 0) {
-			rc.incomplete()
-			return
-		}
-		if !flushPending() {
-			rc.incomplete()
-			return
+		if !text(t.Text, 0) || !flushPending() {
+			return false
 		}
 		fcID, fcoID := "fc_"+randHex(24), "fco_"+randHex(24)
 		idx := nextIndex
@@ -452,79 +429,57 @@ func (rc *respRun) stream(hdr http.Header) {
 		}
 		if !emit("response.output_item.added", obj{{"output_index", idx}, {"item", fc("in_progress")}}) || !sw.wait(rep.DeltaDelay) ||
 			!emit("response.output_item.done", obj{{"output_index", idx}, {"item", fc("completed")}}) {
-			rc.incomplete()
-			return
+			return false
 		}
 		oidx := nextIndex
 		nextIndex++
 		fco := obj{{"id", fcoID}, {"type", "function_call_output"}, {"call_id", t.CallID}, {"output", []any{obj{{"type", "input_text"}, {"text", t.Output}}}}, {"status", "completed"}}
 		if !emit("response.output_item.added", obj{{"output_index", oidx}, {"item", fco}}) ||
 			!emit("response.output_item.done", obj{{"output_index", oidx}, {"item", fco}}) {
-			rc.incomplete()
-			return
+			return false
 		}
 		final = append(final,
 			obj{{"type", "function_call"}, {"name", t.Name}, {"arguments", trimArgs(t.Args)}, {"call_id", t.CallID}},
 			obj{{"type", "function_call_output"}, {"call_id", t.CallID}, {"output", []any{obj{{"type", "input_text"}, {"text", trimOutput(t.Output)}}}}})
 	}
-	if !text(rep.Text, rep.Deltas) || !flushPending() {
-		rc.incomplete()
-		return
-	}
-	for i := 0; i < rep.Events; i++ {
-		if rep.DeltaDelay > 0 && !sw.wait(rep.DeltaDelay) {
-			rc.incomplete()
-			return
-		}
-		if !delta(rep.PadText) {
-			rc.incomplete()
-			return
-		}
+	if !text(rep.Text, rep.Deltas) || !flushPending() || !rep.padding(sw.wait, delta) {
+		return false
 	}
 	oc := rep.outcome()
 	full := rep.fullText()
-	in, out := rep.usage(rc.turn.UserText + rc.instructions)
+	in, out := rep.usage(rc.turn)
 	if oc.failed && full == "" {
-		output := append(final, messageItem(oc.err))
-		resp := snapshot("failed", output)
+		resp := rc.snapshot("failed", append(final, messageItem(oc.err)))
 		resp = append(resp, kv{"error", obj{{"message", oc.err}, {"type", "server_error"}}}, kv{"usage", respUsage(in, out)})
-		s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: "", finish: oc.finish, in: in, out: out})
+		s.sessions.persistTurn(rc.turn, rep, "")
 		rc.save(resp, rep, oc.err)
 		if emit("response.failed", obj{{"response", resp}}) {
 			_ = sw.flush()
 		}
-		return
+		return true
 	}
-	if full != "" && msgID == "" {
-		if !delta(full) { // fallback delta when text was not streamed
-			rc.incomplete()
-			return
-		}
+	if full != "" && msgID == "" && !delta(full) { // fallback delta when text was not streamed
+		return false
 	}
 	if msgID != "" {
 		if !emit("response.output_text.done", obj{{"item_id", msgID}, {"output_index", msgIndex}, {"content_index", 0}, {"text", full}, {"logprobs", []any{}}}) ||
 			!emit("response.output_item.done", obj{{"output_index", msgIndex}, {"item", obj{{"id", msgID}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"}, {"content", []any{obj{{"type", "output_text"}, {"text", full}}}}}}}) {
-			rc.incomplete()
-			return
+			return false
 		}
 	}
-	output := append(final, messageItem(full))
-	resp := snapshot("completed", output)
-	resp = append(resp, kv{"usage", respUsage(in, out)})
-	s.sessions.persistTurn(turnRecord{sessionID: rc.turn.SessionID, userContent: rc.turn.UserText, tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
+	resp := append(rc.snapshot("completed", append(final, messageItem(full))), kv{"usage", respUsage(in, out)})
+	s.sessions.persistTurn(rc.turn, rep, full)
 	rc.save(resp, rep, full)
 	if emit("response.completed", obj{{"response", resp}}) {
 		_ = sw.flush()
 	}
+	return true
 }
 
-// incomplete stores a status "incomplete" snapshot after a disconnect.
+// incomplete stores a status "incomplete" snapshot after a disconnect, when
+// the response is still stored.
 func (rc *respRun) incomplete() {
-	if !rc.store {
-		return
-	}
-	if r, ok := rc.s.responses.get(rc.id); ok {
-		snap := obj{{"id", rc.id}, {"object", "response"}, {"status", "incomplete"}, {"created_at", rc.created}, {"model", rc.model}, {"output", []any{}}}
-		rc.s.responses.put(rc.id, &storedResponse{response: snap, history: r.history, instructions: r.instructions, sessionID: r.sessionID})
+	if _, ok := rc.s.responses.get(rc.id); ok {
+		rc.put(rc.snapshot("incomplete", []any{}))
 	}
 }

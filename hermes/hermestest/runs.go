@@ -1,12 +1,14 @@
 package hermestest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -58,21 +60,17 @@ type pendingApproval struct {
 
 // fakeRun is one run's state. Guarded by runStore.mu.
 type fakeRun struct {
-	id        string
-	key       string
-	status    obj // the GET /v1/runs/{id} object, in Hermes's key order
-	created   time.Time
-	ended     time.Time
-	terminal  bool
-	live      bool // the task has not finished: stop and approvals apply
-	stopping  bool
-	cancel    context.CancelFunc
-	pending   []*pendingApproval
-	approved  map[string]bool // session-scope approvals
-	subscribe bool
-	output    string
-	errText   string
-	sessionID string
+	id         string
+	key        string
+	status     obj // the GET /v1/runs/{id} object, in Hermes's key order
+	created    time.Time
+	ended      time.Time
+	live       bool // the task has not finished: stop and approvals apply
+	stopping   bool
+	cancel     context.CancelFunc
+	pending    []*pendingApproval
+	approved   map[string]bool // session-scope approvals
+	subscribed bool            // an events subscriber has taken the queue
 }
 
 // runQueue is a run's event queue (one asyncio.Queue in Hermes). Guarded by
@@ -123,24 +121,18 @@ func WithRunsIdempotency() Option { return func(c *config) { c.runsIdem = true }
 
 // RunsStarted returns how many runs POST /v1/runs started (replays excluded).
 func (s *Server) RunsStarted() int {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	return s.runs.started
+	return locked(&s.runs.mu, func() int { return s.runs.started })
 }
 
 // RunsStartedFor returns how many runs were started with this Idempotency-Key.
 func (s *Server) RunsStartedFor(key string) int {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	return s.runs.byKey[key]
+	return locked(&s.runs.mu, func() int { return s.runs.byKey[key] })
 }
 
 // ToolRuns returns how many times a scripted tool of this name actually ran
 // in a /v1/runs run (a denied or stopped tool does not count).
 func (s *Server) ToolRuns(name string) int {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	return s.runs.toolRuns[name]
+	return locked(&s.runs.mu, func() int { return s.runs.toolRuns[name] })
 }
 
 // Run returns the fake's view of run id, also after its status expired for
@@ -153,23 +145,13 @@ func (s *Server) Run(id string) (RunInfo, bool) {
 	if !ok {
 		return RunInfo{}, false
 	}
-	st, _ := r.status.get("status")
-	q := s.runs.queues[id]
-	return RunInfo{ID: r.id, Status: st.(string), IdempotencyKey: r.key, SessionID: r.sessionID, Output: r.output,
-		Error: r.errText, PendingApprovals: len(r.pending), Subscribed: r.subscribe || (q != nil && q.subscribed)}, true
+	return RunInfo{ID: r.id, Status: r.status.str("status"), IdempotencyKey: r.key, SessionID: r.status.str("session_id"),
+		Output: r.status.str("output"), Error: r.status.str("error"), PendingApprovals: len(r.pending), Subscribed: r.subscribed}, true
 }
 
 // RunIDs returns the ids of the runs the fake still knows (see Run), oldest first.
 func (s *Server) RunIDs() []string {
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
-	out := make([]string, 0, len(s.runs.runs))
-	for _, id := range s.runs.order {
-		if _, ok := s.runs.runs[id]; ok {
-			out = append(out, id)
-		}
-	}
-	return out
+	return locked(&s.runs.mu, func() []string { return slices.DeleteFunc(slices.Clone(s.runs.order), s.runs.swept) })
 }
 
 // WaitRun blocks until cond holds for run id's RunInfo (polling on every
@@ -205,29 +187,20 @@ func (s *Server) pushLocked(r *fakeRun, name string, head, fields obj) {
 		return
 	}
 	q.items = append(q.items, dumps(ev, true))
-	if isRunTerminal(name) {
-		q.closed = true
-	}
+	q.closed = name == "run.completed" || name == "run.failed" || name == "run.cancelled"
 	close(q.ch)
 	q.ch = make(chan struct{})
 }
 
-func isRunTerminal(name string) bool {
-	return name == "run.completed" || name == "run.failed" || name == "run.cancelled"
-}
-
 // push is pushLocked under the lock, then wakes waiters.
 func (s *Server) push(r *fakeRun, name string, head, fields obj) {
-	s.runs.mu.Lock()
-	s.pushLocked(r, name, head, fields)
-	s.runs.mu.Unlock()
-	s.notify()
+	s.update(&s.runs.mu, func() { s.pushLocked(r, name, head, fields) })
 }
 
 // expired reports whether the run's status is gone for HTTP clients:
 // RunStatusTTL after it ended.
 func (r *fakeRun) expired(now time.Time) bool {
-	return r.terminal && !now.Before(r.ended.Add(RunStatusTTL))
+	return !r.ended.IsZero() && !now.Before(r.ended.Add(RunStatusTTL))
 }
 
 // expired reports whether nobody subscribed to the queue within RunStreamTTL.
@@ -250,9 +223,12 @@ func (s *Server) sweepLocked() {
 	maps.DeleteFunc(s.runs.queues, func(_ string, q *runQueue) bool { return q.expired(now) })
 	maps.DeleteFunc(s.runs.runs, func(_ string, r *fakeRun) bool { return r.expired(now) })
 	if len(s.runs.order) > 2*len(s.runs.runs)+64 {
-		s.runs.order = slices.DeleteFunc(s.runs.order, func(id string) bool { _, ok := s.runs.runs[id]; return !ok })
+		s.runs.order = slices.DeleteFunc(s.runs.order, s.runs.swept)
 	}
 }
+
+// swept reports whether run id is no longer known (its status was swept).
+func (st *runStore) swept(id string) bool { return st.runs[id] == nil }
 
 // fingerprint identifies a run request body for idempotency.
 func fingerprint(body []byte) [32]byte {
@@ -265,52 +241,44 @@ func fingerprint(body []byte) [32]byte {
 	return sha256.Sum256(body)
 }
 
+// validIdemKey reports whether k is 1-255 visible ASCII characters.
 func validIdemKey(k string) bool {
-	if len(k) < 1 || len(k) > 255 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] <= 0x20 || k[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
+	return len(k) >= 1 && len(k) <= 255 && !strings.ContainsFunc(k, func(r rune) bool { return r <= 0x20 || r >= 0x7f })
 }
 
 // runTask is the background run (_run_and_close): it calls the agent and
 // plays its reply as run events. It owns one concurrency slot (release).
 func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release func()) {
 	defer release()
-	defer func() {
-		s.runs.mu.Lock()
-		s.runs.tasks--
-		s.runs.mu.Unlock()
-		s.notify()
-	}()
-	s.runs.mu.Lock()
-	s.setStatusLocked(r, "running")
-	s.runs.mu.Unlock()
-	s.notify()
+	defer s.update(&s.runs.mu, func() { s.runs.tasks-- })
+	s.update(&s.runs.mu, func() { s.setStatusLocked(r, "running") })
+	if !s.playRun(ctx, r, turn) {
+		s.update(&s.runs.mu, func() {
+			if r.stopping {
+				s.endCancelledLocked(r)
+			} else {
+				s.endLocked(r, "cancelled") // the server is closing: no event
+			}
+		})
+	}
+}
 
+// playRun plays the agent's reply to turn as run r's events and ends r as
+// failed or completed; false when ctx was done first (r not ended).
+func (s *Server) playRun(ctx context.Context, r *fakeRun, turn Turn) bool {
 	rep := s.cfg.agent(ctx, turn)
 	rep.Tools = prepareTools(rep.Tools)
 	alive := func() bool { return ctx.Err() == nil }
 	wait := func(d time.Duration) bool { return sleepCtx(ctx, d) }
 	if !alive() || !wait(rep.Delay) {
-		s.endCancelled(r)
-		return
+		return false
 	}
-	deltas := func(text string, n int) bool {
-		for i, d := range splitDeltas(text, n) {
-			if i > 0 && !wait(rep.DeltaDelay) {
-				return false
-			}
-			if !alive() {
-				return false
-			}
-			s.push(r, "message.delta", nil, obj{{"delta", d}})
+	delta := func(d string) bool {
+		if !alive() {
+			return false
 		}
-		return alive()
+		s.push(r, "message.delta", nil, obj{{"delta", d}})
+		return true
 	}
 	reasoning := func(text string) {
 		if text != "" {
@@ -318,12 +286,11 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 		}
 	}
 	for _, t := range rep.Tools {
-		if !deltas(t.Text, 0) {
-			s.endCancelled(r)
-			return
+		if !rep.deltas(t.Text, 0, wait, delta) || !alive() {
+			return false
 		}
 		reasoning(t.Text)
-		if len(t.Name) > 0 && t.Name[0] == '_' {
+		if strings.HasPrefix(t.Name, "_") {
 			continue
 		}
 		start := s.now()
@@ -332,65 +299,48 @@ func (s *Server) runTask(ctx context.Context, r *fakeRun, turn Turn, release fun
 		if t.Approval != nil {
 			choice, ok := s.awaitApproval(ctx, r, t)
 			if !ok {
-				s.endCancelled(r)
-				return
+				return false
 			}
 			denied = choice == "deny"
 		}
 		if !denied {
-			s.runs.mu.Lock()
-			s.runs.toolRuns[t.Name]++
-			s.runs.mu.Unlock()
+			s.update(&s.runs.mu, func() { s.runs.toolRuns[t.Name]++ })
 		}
 		if !wait(rep.DeltaDelay) {
-			s.endCancelled(r)
-			return
+			return false
 		}
 		dur := math.Round(s.now().Sub(start).Seconds()*1000) / 1000
 		s.push(r, "tool.completed", nil, obj{{"tool", t.Name}, {"duration", pyFloat(dur)}, {"error", denied}})
 	}
-	if !deltas(rep.Text, rep.Deltas) {
-		s.endCancelled(r)
-		return
-	}
-	for i := 0; i < rep.Events; i++ {
-		if (rep.DeltaDelay > 0 && !wait(rep.DeltaDelay)) || !alive() {
-			s.endCancelled(r)
-			return
-		}
-		s.push(r, "message.delta", nil, obj{{"delta", rep.PadText}})
+	if !rep.deltas(rep.Text, rep.Deltas, wait, delta) || !alive() || !rep.padding(wait, delta) {
+		return false
 	}
 	if rep.Fail != "" {
-		s.runs.mu.Lock()
-		r.errText = rep.Fail
-		s.endLocked(r, "failed", kv{"error", rep.Fail})
-		s.pushLocked(r, "run.failed", nil, obj{{"error", rep.Fail}})
-		s.runs.mu.Unlock()
-		s.notify()
-		return
+		s.update(&s.runs.mu, func() {
+			s.endLocked(r, "failed", kv{"error", rep.Fail})
+			s.pushLocked(r, "run.failed", nil, obj{{"error", rep.Fail}})
+		})
+		return true
 	}
 	full := rep.fullText()
 	reasoning(full)
-	in, out := rep.usage(turn.UserText + turn.Instructions)
-	oc := rep.outcome()
-	s.sessions.persistTurn(turnRecord{sessionID: turn.SessionID, userContent: turn.UserText,
-		tools: rep.Tools, final: full, finish: oc.finish, in: in, out: out})
-	s.runs.mu.Lock()
-	if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
-		s.endCancelledLocked(r)
-	} else {
-		r.output = full
-		s.endLocked(r, "completed", kv{"output", full}, kv{"usage", respUsage(in, out)})
-		s.pushLocked(r, "run.completed", nil, obj{{"output", full}, {"usage", respUsage(in, out)}})
-	}
-	s.runs.mu.Unlock()
-	s.notify()
+	in, out := rep.usage(turn)
+	s.sessions.persistTurn(turn, rep, full)
+	s.update(&s.runs.mu, func() {
+		if r.stopping { // a stop that raced the last step still cancels, as agent.interrupt would
+			s.endCancelledLocked(r)
+		} else {
+			s.endLocked(r, "completed", kv{"output", full}, kv{"usage", respUsage(in, out)})
+			s.pushLocked(r, "run.completed", nil, obj{{"output", full}, {"usage", respUsage(in, out)}})
+		}
+	})
+	return true
 }
 
 // endLocked makes the run terminal; stop and approvals no longer apply.
 func (s *Server) endLocked(r *fakeRun, status string, fields ...kv) {
 	s.setStatusLocked(r, status, fields...)
-	r.terminal, r.live, r.ended = true, false, s.now()
+	r.live, r.ended = false, s.now()
 	for _, p := range r.pending {
 		select {
 		case p.done <- "deny":
@@ -405,32 +355,13 @@ func (s *Server) endCancelledLocked(r *fakeRun) {
 	s.pushLocked(r, "run.cancelled", nil, nil)
 }
 
-// endCancelled ends a run whose ctx is done: cancelled after a stop, and
-// silently (no event, the server is closing) otherwise.
-func (s *Server) endCancelled(r *fakeRun) {
-	s.runs.mu.Lock()
-	if r.stopping {
-		s.endCancelledLocked(r)
-	} else {
-		s.endLocked(r, "cancelled")
-	}
-	s.runs.mu.Unlock()
-	s.notify()
-}
-
 // awaitApproval emits approval.request for tool t and waits for a decision;
 // ok is false when the run was stopped (or the server closed) first.
 func (s *Server) awaitApproval(ctx context.Context, r *fakeRun, t Tool) (choice string, ok bool) {
 	a := *t.Approval
-	if a.Command == "" {
-		a.Command = t.Label
-	}
-	if a.PatternKey == "" {
-		a.PatternKey = "dangerous_command"
-	}
-	if a.Description == "" {
-		a.Description = "dangerous command"
-	}
+	a.Command = cmp.Or(a.Command, t.Label)
+	a.PatternKey = cmp.Or(a.PatternKey, "dangerous_command")
+	a.Description = cmp.Or(a.Description, "dangerous command")
 	s.runs.mu.Lock()
 	if r.approved[a.PatternKey] || s.runs.always[a.PatternKey] {
 		s.runs.mu.Unlock()

@@ -45,6 +45,7 @@
 package hermestest
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"io"
@@ -129,7 +130,8 @@ type Server struct {
 
 	cfg  config
 	ts   *httptest.Server
-	quit chan struct{}
+	ctx  context.Context // done once the fake closes
+	stop context.CancelFunc
 	once sync.Once
 	wg   sync.WaitGroup // agent goroutines
 
@@ -173,10 +175,10 @@ func NewUnstartedServer(opts ...Option) *Server {
 	c.maxRuns = max(c.maxRuns, 0)
 	s := &Server{
 		cfg:     c,
-		quit:    make(chan struct{}),
 		calls:   map[string]int{},
 		changed: make(chan struct{}),
 	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.sessions = newSessionDB(s)
 	s.responses = newResponseStore(c.maxResponses)
 	s.runs = newRunStore()
@@ -201,7 +203,7 @@ func (s *Server) APIKey() string { return s.cfg.key }
 // connections are closed. Safe to call more than once.
 func (s *Server) Close() {
 	s.once.Do(func() {
-		close(s.quit)
+		s.stop()
 		if s.URL != "" {
 			s.ts.CloseClientConnections()
 			s.ts.Close()
@@ -214,21 +216,12 @@ func (s *Server) Close() {
 
 // SetDraining makes agent routes answer 503 gateway_draining (after auth).
 func (s *Server) SetDraining(on bool) {
-	s.mu.Lock()
-	s.draining = on
-	s.mu.Unlock()
+	s.update(&s.mu, func() { s.draining = on })
 }
 
 func (s *Server) now() time.Time { return s.cfg.clock() }
 
 // ---- routing ----
-
-// route is a matched request: its route key (what faults, counters and
-// records name) and the {id} path segment, if the pattern has one.
-type route struct {
-	key string
-	id  string
-}
 
 // endpoint is one method and path pattern ("{id}" matches any non-empty
 // segment) with its route key and handler.
@@ -276,34 +269,28 @@ var endpoints = []endpoint{
 // match resolves method+path to its endpoint and {id}. When none matches it
 // returns nil and the methods the path does allow (empty for 404, else 405).
 func match(method string, segs []string) (e *endpoint, id string, allow []string) {
+next:
 	for i := range endpoints {
 		d := &endpoints[i]
-		pid, ok := d.matches(segs)
-		if !ok {
+		if len(segs) != len(d.path) {
 			continue
 		}
+		id = ""
+		for j, p := range d.path {
+			switch {
+			case p == "{id}" && segs[j] != "":
+				id = segs[j]
+			case p != segs[j]:
+				continue next
+			}
+		}
 		if d.method == method {
-			return d, pid, nil
+			return d, id, nil
 		}
 		allow = append(allow, d.method)
 	}
 	slices.Sort(allow)
 	return nil, "", allow
-}
-
-func (e *endpoint) matches(segs []string) (id string, ok bool) {
-	if len(segs) != len(e.path) {
-		return "", false
-	}
-	for i, p := range e.path {
-		switch {
-		case p == "{id}" && segs[i] != "":
-			id = segs[i]
-		case p != segs[i]:
-			return "", false
-		}
-	}
-	return id, true
 }
 
 // splitPath splits an escaped path into unescaped segments.
@@ -327,8 +314,9 @@ func splitPath(escaped string) ([]string, bool) {
 type call struct {
 	w      http.ResponseWriter
 	r      *http.Request
-	ctx    context.Context
-	route  route
+	ctx    context.Context // done when the client goes or the fake closes
+	key    string          // the route key (what faults, counters and records name)
+	id     string          // the {id} path segment, if the pattern has one
 	body   []byte
 	tooBig bool
 	fault  *Fault
@@ -348,25 +336,19 @@ func (c *call) bodyObject() (o obj, ok bool) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// body_limit_middleware (outermost of the ones we model; no security headers).
-	if r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
-		if r.ContentLength > MaxRequestBytes {
-			s.record(r, "", nil, false)
-			writeRaw(w, http.StatusRequestEntityTooLarge, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
-			return
-		}
+	if (r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH") && r.ContentLength > MaxRequestBytes {
+		s.record(r, "", nil, false)
+		writeRaw(w, http.StatusRequestEntityTooLarge, dumps(openaiError("Request body too large.", "invalid_request_error", "body_too_large"), true))
+		return
 	}
-	var body []byte
+	var body []byte // nil when unreadable
 	tooBig := false
-	if r.Body != nil && r.Method != "GET" && r.Method != "HEAD" {
+	if r.Method != "GET" && r.Method != "HEAD" {
 		b, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
 		if err == nil {
 			body = b
-			if len(b) > MaxRequestBytes {
-				tooBig = true
-			}
-		} else {
-			tooBig = true
 		}
+		tooBig = err != nil || len(b) > MaxRequestBytes
 	}
 	segs, okPath := splitPath(r.URL.EscapedPath())
 	if okPath && s.cfg.version != Version016 && len(segs) >= 2 && segs[0] == "p" {
@@ -374,9 +356,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var e *endpoint
 	var allow []string
-	rt := route{}
+	c := &call{w: w, r: r, body: body, tooBig: tooBig}
 	if okPath {
-		e, rt.id, allow = match(r.Method, segs)
+		e, c.id, allow = match(r.Method, segs)
 	}
 	if e == nil {
 		s.record(r, "", body, false)
@@ -388,24 +370,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	rt.key = e.key
-	if (rt.key == "chat" || rt.key == "responses") && len(body) > 0 && !tooBig {
-		if v, err := loads(body); err == nil {
-			if o, ok := v.(obj); ok {
-				if sv, _ := o.get("stream"); boolish(sv, false) {
-					rt.key += "_stream"
-				}
+	c.key = e.key
+	if c.key == "chat" || c.key == "responses" {
+		if o, _ := c.bodyObject(); o != nil {
+			if sv, _ := o.get("stream"); boolish(sv, false) {
+				c.key += "_stream"
 			}
 		}
 	}
 	authOK := s.checkAuth(r)
-	f := s.takeFault(rt.key)
-	s.record(r, rt.key, body, authOK)
+	f := s.takeFault(c.key)
+	s.record(r, c.key, body, authOK)
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	go s.cancelOnClose(ctx, cancel)
-	c := &call{w: w, r: r, ctx: ctx, route: rt, body: body, tooBig: tooBig, fault: f}
+	defer context.AfterFunc(s.ctx, cancel)()
+	c.ctx, c.fault = ctx, f
 	if f != nil {
 		if f.Delay > 0 && !sleepCtx(ctx, f.Delay) {
 			return
@@ -419,25 +399,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if f.streamEffect() && !agentRoute(rt.key) {
+	handle := func() {
+		if c.key != "health" && !authOK && !(c.key == "health_detailed" && s.cfg.version == Version016) {
+			s.authError(c.w)
+			return
+		}
+		e.handle(s, c)
+	}
+	if f.streamEffect() && !agentRoute(c.key) {
 		// Plain JSON route: do the work, then ruin the response.
-		real := c.w
 		c.w = httptest.NewRecorder()
-		s.dispatch(c, e, authOK)
-		c.w = real
+		handle()
+		c.w = w
 		s.jsonFault(c)
 		return
 	}
-	s.dispatch(c, e, authOK)
+	handle()
 }
 
 // agentRoute reports whether the route applies stream/JSON fault effects itself.
 func agentRoute(key string) bool {
-	switch key {
-	case "chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events":
-		return true
-	}
-	return false
+	return slices.Contains([]string{"chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events"}, key)
 }
 
 func (s *Server) checkAuth(r *http.Request) bool {
@@ -453,15 +435,6 @@ func (s *Server) authError(w http.ResponseWriter) {
 		body = obj{{"error", obj{{"message", "Invalid gateway API key (API_SERVER_KEY)"}, {"type", "gateway_auth_error"}, {"code", "gateway_auth_failed"}}}}
 	}
 	writeJSON(w, http.StatusUnauthorized, nil, body)
-}
-
-func (s *Server) dispatch(c *call, e *endpoint, authOK bool) {
-	key := c.route.key
-	if key != "health" && !authOK && !(key == "health_detailed" && s.cfg.version == Version016) {
-		s.authError(c.w)
-		return
-	}
-	e.handle(s, c)
 }
 
 // ---- concurrency gate ----
@@ -483,12 +456,7 @@ func (s *Server) admit(c *call, gate bool) (release func(), ok bool) {
 	s.active++
 	s.mu.Unlock()
 	s.notify()
-	return sync.OnceFunc(func() {
-		s.mu.Lock()
-		s.active--
-		s.mu.Unlock()
-		s.notify()
-	}), true
+	return sync.OnceFunc(func() { s.update(&s.mu, func() { s.active-- }) }), true
 }
 
 // drainingError is the 503 body of a draining gateway.
@@ -505,63 +473,48 @@ func tooManyRuns(n int, typ string) obj {
 // InFlight reports the number of admitted agent runs (chat, responses and
 // session chat requests currently holding a concurrency slot).
 func (s *Server) InFlight() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active
+	return locked(&s.mu, func() int { return s.active })
+}
+
+// locked returns f's result computed with mu held.
+func locked[T any](mu *sync.Mutex, f func() T) T {
+	mu.Lock()
+	defer mu.Unlock()
+	return f()
 }
 
 // ---- agent invocation ----
 
-// runTurn runs the agent for a non-streaming turn and waits out its scripted delay, and
-// returns the reply with its tools prepared; ok is false when the request ended first.
-func (s *Server) runTurn(c *call, turn Turn) (Reply, bool) {
-	rep, ok := s.runAgent(c.ctx, turn, nil)
-	if !ok || !sleepCtx(c.ctx, rep.Delay) {
+// requestModel is the request body's model when it is a non-empty string, else the
+// configured one.
+func (s *Server) requestModel(body obj) string {
+	return cmp.Or(body.str("model"), serverModel)
+}
+
+// runAgent calls the agent for turn on an owned goroutine, waits for its reply
+// and then its scripted Delay (sending keepalives when sw is the request's
+// stream, else plainly), and returns the reply with its tools prepared; ok is
+// false when the request or stream ended first.
+func (s *Server) runAgent(c *call, turn Turn, sw *sseWriter) (rep Reply, ok bool) {
+	actx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	ch := make(chan Reply, 1)
+	s.wg.Go(func() { ch <- s.cfg.agent(actx, turn) })
+	if sw != nil {
+		rep, ok = idle(sw, ch)
+		ok = ok && sw.wait(rep.Delay)
+	} else {
+		select {
+		case rep = <-ch:
+			ok = sleepCtx(c.ctx, rep.Delay)
+		case <-c.ctx.Done():
+		}
+	}
+	if !ok {
 		return Reply{}, false
 	}
 	rep.Tools = prepareTools(rep.Tools)
 	return rep, true
-}
-
-// requestModel is the request body's model when it is a non-empty string, else the
-// configured one.
-func (s *Server) requestModel(body obj) string {
-	if m, ok := body.get("model"); ok {
-		if ms, ok := m.(string); ok && ms != "" {
-			return ms
-		}
-	}
-	return serverModel
-}
-
-// runAgent calls the agent on an owned goroutine and waits for its reply;
-// wait is called with the reply channel so streams can send keepalives.
-func (s *Server) runAgent(ctx context.Context, t Turn, wait func(<-chan Reply) (Reply, bool)) (Reply, bool) {
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch := make(chan Reply, 1)
-	s.wg.Go(func() { ch <- s.cfg.agent(actx, t) })
-	if wait == nil {
-		wait = func(ch <-chan Reply) (Reply, bool) {
-			select {
-			case r := <-ch:
-				return r, true
-			case <-ctx.Done():
-				return Reply{}, false
-			}
-		}
-	}
-	return wait(ch)
-}
-
-// cancelOnClose calls cancel when the fake closes; it returns then or once
-// ctx is done.
-func (s *Server) cancelOnClose(ctx context.Context, cancel context.CancelFunc) {
-	select {
-	case <-s.quit:
-		cancel()
-	case <-ctx.Done():
-	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

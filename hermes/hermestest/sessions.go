@@ -129,27 +129,18 @@ func validSessionID(id string) bool {
 	if t == "" || utf8.RuneCountInString(t) > 256 {
 		return false
 	}
-	for _, r := range t {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	if strings.Contains(t, "..") || strings.ContainsAny(t, `/\`) || driveRe.MatchString(t) {
-		return false
-	}
-	return true
+	return !strings.ContainsFunc(t, unicode.IsControl) && !strings.Contains(t, "..") && !strings.ContainsAny(t, `/\`) && !driveRe.MatchString(t)
 }
 
 // sanitizeTitle trims, strips control characters and collapses whitespace.
 func sanitizeTitle(t string) string {
-	var b strings.Builder
-	for _, r := range t {
+	t = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
-			continue
+			return -1
 		}
-		b.WriteRune(r)
-	}
-	return strings.Join(strings.Fields(b.String()), " ")
+		return r
+	}, t)
+	return strings.Join(strings.Fields(t), " ")
 }
 
 type dbErr struct {
@@ -158,7 +149,12 @@ type dbErr struct {
 	code   string
 }
 
+// checkTitle rejects a title that is too long or used by another session
+// than self; "" (null) is always accepted.
 func (db *sessionDB) checkTitle(title, self string) *dbErr {
+	if title == "" {
+		return nil
+	}
 	if utf8.RuneCountInString(title) > 100 {
 		return &dbErr{400, fmt.Sprintf("Title too long (%d chars, max 100)", utf8.RuneCountInString(title)), "invalid_title"}
 	}
@@ -180,17 +176,6 @@ func (db *sessionDB) insert(x *session) {
 	db.order = append(db.order, x.id)
 }
 
-func (db *sessionDB) remove(id string) {
-	delete(db.rows, id)
-	delete(db.msgs, id)
-	for i, o := range db.order {
-		if o == id {
-			db.order = append(db.order[:i:i], db.order[i+1:]...)
-			break
-		}
-	}
-}
-
 // ---- operations (callers hold no lock) ----
 
 // create implements POST /api/sessions after body parsing.
@@ -209,35 +194,23 @@ func (db *sessionDB) create(id string, title any, model string, systemPrompt str
 		return nil, &dbErr{409, "Session already exists: " + id, "session_exists"}
 	}
 	x := &session{id: id, source: "api_server", model: model, startedAt: db.ts(), hasSystem: systemPrompt != ""}
-	db.insert(x)
 	if ts, ok := title.(string); ok {
-		t := sanitizeTitle(ts)
-		if t != "" {
-			if e := db.checkTitle(t, id); e != nil {
-				db.remove(id)
-				return nil, e
-			}
-			x.title = t
-		}
+		x.title = sanitizeTitle(ts)
 	}
+	if e := db.checkTitle(x.title, id); e != nil {
+		return nil, e
+	}
+	db.insert(x)
 	return db.object(x, false), nil
 }
 
-func (db *sessionDB) get(id string) (obj, bool) {
+func (db *sessionDB) get(id string) (o obj, ok bool) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	x, ok := db.rows[id]
-	if !ok {
-		return nil, false
+	if x := db.rows[id]; x != nil {
+		return db.object(x, false), true
 	}
-	return db.object(x, false), true
-}
-
-func (db *sessionDB) exists(id string) bool {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	_, ok := db.rows[id]
-	return ok
+	return nil, false
 }
 
 // list implements list_sessions_rich.
@@ -292,10 +265,8 @@ func (db *sessionDB) patch(id string, body obj) (obj, *dbErr) {
 			x.title = ""
 		case string:
 			st := sanitizeTitle(t)
-			if st != "" {
-				if e := db.checkTitle(st, id); e != nil {
-					return nil, e
-				}
+			if e := db.checkTitle(st, id); e != nil {
+				return nil, e
 			}
 			x.title = st
 		default:
@@ -319,7 +290,9 @@ func (db *sessionDB) delete(id string) bool {
 	if _, ok := db.rows[id]; !ok {
 		return false
 	}
-	db.remove(id)
+	delete(db.rows, id)
+	delete(db.msgs, id)
+	db.order = slices.DeleteFunc(db.order, func(o string) bool { return o == id })
 	for _, x := range db.rows {
 		if x.parent == id {
 			x.parent = ""
@@ -363,16 +336,17 @@ func (db *sessionDB) nextLineageTitle(title string) string {
 	return fmt.Sprintf("%s #%d", base, maxN+1)
 }
 
-// fork implements the non-atomic fork: end source, create child, copy
-// messages, then validate the title.
-func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, titleGiven bool) (obj, *dbErr) {
+// fork implements the non-atomic fork: end source, create child (childID, or
+// a new id when ""), copy messages, then validate the title (nil: derived
+// from the source's).
+func (db *sessionDB) fork(src, childID string, title any) (obj, *dbErr) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	x, ok := db.rows[src]
 	if !ok {
 		return nil, &dbErr{404, "Session not found: " + src, "session_not_found"}
 	}
-	if idGiven {
+	if childID != "" {
 		if strings.TrimSpace(childID) == "" || strings.ContainsAny(childID, "\r\n\x00") {
 			return nil, &dbErr{400, "Invalid session id", "invalid_session_id"}
 		}
@@ -397,16 +371,14 @@ func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, t
 		cp.sessionID = childID
 		db.msgs[childID] = append(db.msgs[childID], &cp)
 	}
-	if titleGiven && title != nil {
+	if title != nil {
 		ts, ok := title.(string)
 		if !ok {
 			return nil, &dbErr{400, "Title must be a string or null", "invalid_title"}
 		}
 		t := sanitizeTitle(ts)
-		if t != "" {
-			if e := db.checkTitle(t, childID); e != nil {
-				return nil, e // non-atomic: source ended, child and messages kept
-			}
+		if e := db.checkTitle(t, childID); e != nil {
+			return nil, e // non-atomic: source ended, child and messages kept
 		}
 		c.title = t
 	} else if x.title != "" {
@@ -420,16 +392,6 @@ func (db *sessionDB) fork(src string, childID string, idGiven bool, title any, t
 		c.title = t
 	}
 	return db.object(c, false), nil
-}
-
-// turnRecord is what an agent run persists.
-type turnRecord struct {
-	sessionID   string
-	userContent string
-	tools       []Tool
-	final       string
-	finish      string
-	in, out     int
 }
 
 // history returns the stored conversation of a session (user/assistant/tool).
@@ -451,30 +413,33 @@ func (db *sessionDB) addMsg(id string, m *message) {
 	db.msgs[id] = append(db.msgs[id], m)
 }
 
-// persistTurn creates the session when missing, appends the user message,
-// tool exchanges and final assistant message, and updates the session counters the agent maintains.
-func (db *sessionDB) persistTurn(t turnRecord) {
+// persistTurn stores the agent's reply to turn t with final as the last
+// assistant message: it creates the session when missing, appends the user
+// message, tool exchanges and final message, and updates the session counters
+// the agent maintains.
+func (db *sessionDB) persistTurn(t Turn, rep Reply, final string) {
+	in, out := rep.usage(t)
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	x, ok := db.rows[t.sessionID]
+	x, ok := db.rows[t.SessionID]
 	if !ok { // an agent run creates its session row (source api_server)
-		x = &session{id: t.sessionID, source: "api_server", startedAt: db.ts()}
+		x = &session{id: t.SessionID, source: "api_server", startedAt: db.ts()}
 		db.insert(x)
 	}
 	x.model = agentModel
 	x.hasSystem = true
 	x.modelConfig = true
 	x.estimatedCost = true
-	x.apiCallCount += 1 + len(t.tools)
-	x.inputTokens += t.in
-	x.outputTokens += t.out
-	x.toolCallCount += len(t.tools)
-	db.addMsg(t.sessionID, &message{role: "user", content: t.userContent})
-	for _, tl := range t.tools {
-		db.addMsg(t.sessionID, &message{role: "assistant", content: tl.Text, toolCalls: []any{toolCallObj(tl)}, finishReason: "tool_calls"})
-		db.addMsg(t.sessionID, &message{role: "tool", content: tl.Output, toolCallID: tl.CallID, toolName: tl.Name})
+	x.apiCallCount += 1 + len(rep.Tools)
+	x.inputTokens += in
+	x.outputTokens += out
+	x.toolCallCount += len(rep.Tools)
+	db.addMsg(t.SessionID, &message{role: "user", content: t.UserText})
+	for _, tl := range rep.Tools {
+		db.addMsg(t.SessionID, &message{role: "assistant", content: tl.Text, toolCalls: []any{toolCallObj(tl)}, finishReason: "tool_calls"})
+		db.addMsg(t.SessionID, &message{role: "tool", content: tl.Output, toolCallID: tl.CallID, toolName: tl.Name})
 	}
-	db.addMsg(t.sessionID, &message{role: "assistant", content: t.final, finishReason: t.finish})
+	db.addMsg(t.SessionID, &message{role: "assistant", content: final, finishReason: rep.outcome().finish})
 }
 
 func toolCallObj(t Tool) obj {

@@ -2,28 +2,23 @@ package hermestest
 
 import (
 	"bufio"
-	"errors"
 	"maps"
 	"net/http"
 	"strings"
 	"time"
 )
 
-var errStreamGone = errors.New("hermestest: stream ended")
-
 // sseWriter writes SSE frames through a buffered writer, flushing only
 // before waits and at the end, and emits ": keepalive" comments while idle.
 type sseWriter struct {
-	s         *Server
-	c         *call
-	rc        *http.ResponseController
-	bw        *bufio.Writer
-	ka        time.Duration
-	last      time.Time
-	n         int
-	fault     *Fault
-	faultDone bool
-	err       error
+	c     *call
+	rc    *http.ResponseController
+	bw    *bufio.Writer
+	ka    time.Duration
+	last  time.Time // of the last flush
+	n     int       // frames written
+	fault *Fault    // the stream effect still to apply, nil when none
+	err   error
 }
 
 // startSSE writes the SSE response headers (no security headers, as in Hermes).
@@ -34,16 +29,9 @@ func (s *Server) startSSE(c *call, extra http.Header) *sseWriter {
 	h.Set("X-Accel-Buffering", "no")
 	maps.Copy(h, extra)
 	c.w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{
-		s:     s,
-		c:     c,
-		rc:    http.NewResponseController(c.w),
-		bw:    bufio.NewWriterSize(c.w, 32<<10),
-		ka:    s.cfg.keepalive,
-		last:  time.Now(),
-		fault: c.fault,
-		// faultDone: nothing left to apply when the fault has no stream effect.
-		faultDone: !c.fault.streamEffect(),
+	sw := &sseWriter{c: c, rc: http.NewResponseController(c.w), bw: bufio.NewWriterSize(c.w, 32<<10), ka: s.cfg.keepalive, last: time.Now()}
+	if c.fault.streamEffect() {
+		sw.fault = c.fault
 	}
 	_ = sw.flush()
 	return sw
@@ -70,16 +58,14 @@ func (sw *sseWriter) frame(event string, data []byte) error {
 	if sw.err != nil {
 		return sw.err
 	}
-	if !sw.faultDone && sw.n >= sw.fault.AfterEvents {
-		sw.faultDone = true
-		if err := sw.applyFault(); err != nil {
+	if f := sw.fault; f != nil && sw.n >= f.AfterEvents {
+		sw.fault = nil
+		if err := sw.applyFault(f); err != nil {
 			return err
 		}
 	}
 	if event != "" {
-		_, _ = sw.bw.WriteString("event: ")
-		_, _ = sw.bw.WriteString(event)
-		_ = sw.bw.WriteByte('\n')
+		_, _ = sw.bw.WriteString("event: " + event + "\n")
 	}
 	_, _ = sw.bw.WriteString("data: ")
 	_, _ = sw.bw.Write(data)
@@ -91,8 +77,8 @@ func (sw *sseWriter) frame(event string, data []byte) error {
 	return sw.err
 }
 
-func (sw *sseWriter) applyFault() error {
-	f := sw.fault
+// applyFault applies f's stream effect before the next frame.
+func (sw *sseWriter) applyFault(f *Fault) error {
 	switch {
 	case f.Drop:
 		_ = sw.flush()
@@ -100,7 +86,7 @@ func (sw *sseWriter) applyFault() error {
 	case f.Stall:
 		_ = sw.flush()
 		<-sw.c.ctx.Done()
-		sw.err = errStreamGone
+		sw.err = sw.c.ctx.Err() // the stream is gone
 		return sw.err
 	}
 	if f.Malformed {
@@ -118,9 +104,7 @@ func (sw *sseWriter) comment(text string) error {
 	if sw.err != nil {
 		return sw.err
 	}
-	_, _ = sw.bw.WriteString(": ")
-	_, _ = sw.bw.WriteString(text)
-	_, _ = sw.bw.WriteString("\n\n")
+	_, _ = sw.bw.WriteString(": " + text + "\n\n")
 	return sw.flush()
 }
 
@@ -130,63 +114,30 @@ func (sw *sseWriter) wait(d time.Duration) bool {
 	if d <= 0 {
 		return sw.err == nil && sw.c.ctx.Err() == nil
 	}
-	if sw.flush() != nil {
-		return false
-	}
-	deadline := time.Now().Add(d)
-	return sw.idle(deadline, nil, nil)
+	_, ok := idle(sw, time.After(d))
+	return ok
 }
 
-// waitReply flushes and waits for the agent reply, sending keepalives.
-func (sw *sseWriter) waitReply(ch <-chan Reply) (Reply, bool) {
+// idle flushes, then waits for a value on ch, writing ": keepalive" whenever
+// the stream has been quiet for the keepalive interval; ok is false when the
+// stream is gone (client disconnect, Close, write error).
+func idle[T any](sw *sseWriter, ch <-chan T) (v T, ok bool) {
 	if sw.flush() != nil {
-		return Reply{}, false
+		return v, false
 	}
-	var got Reply
-	ok := sw.idle(time.Time{}, ch, &got)
-	return got, ok
-}
-
-// idle is the keepalive loop. Either deadline (non-zero) or ch ends it.
-func (sw *sseWriter) idle(deadline time.Time, ch <-chan Reply, out *Reply) bool {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
 	for {
-		now := time.Now()
-		next := time.Time{}
+		var keepalive <-chan time.Time
 		if sw.ka > 0 {
-			next = sw.last.Add(sw.ka)
-		}
-		end := false
-		var wake time.Time
-		switch {
-		case !deadline.IsZero() && (next.IsZero() || !deadline.After(next)):
-			wake, end = deadline, true
-		case !next.IsZero():
-			wake = next
-		}
-		if wake.IsZero() {
-			t.Reset(time.Hour)
-		} else {
-			t.Reset(max(wake.Sub(now), 0))
+			keepalive = time.After(time.Until(sw.last.Add(sw.ka)))
 		}
 		select {
-		case r := <-ch:
-			if out != nil {
-				*out = r
-			}
-			return true
+		case v = <-ch:
+			return v, true
 		case <-sw.c.ctx.Done():
-			return false
-		case <-t.C:
-			if wake.IsZero() {
-				continue
-			}
-			if end {
-				return true
-			}
+			return v, false
+		case <-keepalive:
 			if sw.comment("keepalive") != nil {
-				return false
+				return v, false
 			}
 		}
 	}
