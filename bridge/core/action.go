@@ -270,9 +270,7 @@ func (j *Job) lastAttempt() bool { return j.attempt >= j.cfg.MaxAttempts || j.fi
 // notSent ends an action that a cancel or shutdown stopped before its request was sent:
 // a cancel settles it cancelled (certain); shutdown releases it to another replica.
 func (j *Job) notSent() {
-	if j.slot {
-		j.unadmit()
-	}
+	j.freeSlot()
 	if j.cancelReq {
 		j.settle(cancelledResult(j, false))
 		return
@@ -307,9 +305,7 @@ func (j *Job) lostClaim() {
 	j.lost = true
 	j.setStatus("taken_over", "")
 	j.note(NoteTakenOver, "")
-	if j.slot {
-		j.unadmit()
-	}
+	j.freeSlot()
 	j.emit(Effect{Kind: EffYield})
 	j.abortWhy = abortNone
 	j.async(kLostWait, Effect{Kind: EffWaitTerminal, ActionID: j.act.ID, Until: j.now.Add(j.waitLimit())})

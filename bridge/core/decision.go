@@ -391,9 +391,7 @@ func (j *Job) onPanicDLQ(Event) { j.settlePanic() }
 // or owned by another delivery that settles it); a decision that holds none is only
 // dead-lettered.
 func (j *Job) settlePanic() {
-	if j.slot {
-		j.unadmit()
-	}
+	j.freeSlot()
 	info := &events.ErrorInfo{Code: "internal", Category: "connector",
 		UncertainOutcome: j.claimed && j.rec.State == kvstore.StateDispatched && !j.act.Op.Safe,
 		Message:          "the bridge failed while handling the action", Details: map[string]any{"reason": "panic"}}

@@ -153,7 +153,6 @@ func (j *Job) onRunExpired(ev Event) {
 		return
 	}
 	j.note(NoteRunApprovalExpired, strconv.Itoa(ch.n))
-	j.approvalsExpired++
 	j.emit(Effect{Kind: EffRun, Op: j.op(), Run: &RunRequest{Op: RunApprove, CapabilityID: j.act.CapabilityID,
 		RunID: j.run.runID, Choice: events.ChoiceDeny}})
 }

@@ -8,7 +8,7 @@ import (
 
 // deliver starts a job.
 func (j *Job) deliver(s *Start) {
-	j.kind, j.owner, j.begun = s.Kind, s.Owner, j.now
+	j.kind, j.owner = s.Kind, s.Owner
 	j.rng = newRand(s.Seed)
 	if s.Action != nil {
 		j.act = *s.Action
@@ -115,7 +115,7 @@ func (j *Job) onStartKeyCreate(ev Event) {
 	case Exists:
 		j.store(kStartKeyGet, Effect{Kind: EffGet, Key: j.act.IdemKey})
 	default:
-		j.giveWay()
+		j.freeSlot()
 		j.infra(ev, "claiming the idempotency key")
 	}
 }
@@ -132,10 +132,10 @@ func (j *Job) onStartKeyGet(ev Event) {
 		}
 		seen := ev.Entry
 		j.keySeen = &seen
-		j.giveWay()
+		j.freeSlot()
 		j.begin()
 	default:
-		j.giveWay()
+		j.freeSlot()
 		j.infra(ev, "reading the idempotency key")
 	}
 }
@@ -170,12 +170,12 @@ func (j *Job) onStartRecord(ev Event) {
 		j.hook(PointDispatched)
 		j.call()
 	case Exists:
-		j.giveWay()
+		j.freeSlot()
 		j.begin()
 	default:
 		// A lost reply may have left the record dispatched: the next delivery then
 		// settles outcome_unknown, as after a lost reply of the mark.
-		j.giveWay()
+		j.freeSlot()
 		j.infra(ev, "creating the action record")
 	}
 }
@@ -184,19 +184,12 @@ func (j *Job) onStartRecord(ev Event) {
 // another replica (nothing was claimed); otherwise (busy, paused, a cancel) the
 // ordinary path claims the action first and decides.
 func (j *Job) stopStart() {
-	j.giveWay()
+	j.freeSlot()
 	if j.shutdown {
 		j.nak(j.cfg.RetryBase)
 		return
 	}
 	j.begin()
-}
-
-// giveWay gives back the slot of a start that does not go on.
-func (j *Job) giveWay() {
-	if j.slot {
-		j.unadmit()
-	}
 }
 
 // intentRecord is the action record a claim of this job creates.
