@@ -44,7 +44,7 @@ var chNames = [...]string{"", "renew", "dispatch", "fence", "release", "prove", 
 func (c *change) String() string { return chNames[c.kind] }
 
 // apply returns r with the change.
-func (c *change) apply(r kvstore.Record, j *Job) kvstore.Record {
+func (c *change) apply(r kvstore.Record) kvstore.Record {
 	switch c.kind {
 	case chDispatch:
 		r.State = kvstore.StateDispatched
@@ -165,7 +165,7 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 		}
 	}
 	r.reconcile = false
-	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec, j)), Rev: j.rev}
+	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec)), Rev: j.rev}
 	j.send(r)
 }
 

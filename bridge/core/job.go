@@ -253,7 +253,7 @@ func (j *Job) pump() {
 				j.cont(r.k, Event{Kind: EvStore, Status: Lost})
 				continue
 			}
-			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec, j)), Rev: j.rev}
+			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec)), Rev: j.rev}
 		}
 		j.send(r)
 	}
