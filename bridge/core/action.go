@@ -190,12 +190,7 @@ func (j *Job) dispatch() {
 func (j *Job) onDispatched(ev Event) {
 	switch ev.Status {
 	case OK:
-		if j.cancelReq || j.shutdown {
-			j.notSent() // marked, but nothing sent
-			return
-		}
-		j.hook(PointDispatched)
-		j.call()
+		j.sendMarked()
 	case CancelFlag:
 		j.notSent()
 	case Lost:
@@ -205,6 +200,17 @@ func (j *Job) onDispatched(ev Event) {
 		j.unadmit()
 		j.infra(ev, "marking the action dispatched")
 	}
+}
+
+// sendMarked sends the request once its write-ahead mark is stored, unless a cancel or
+// shutdown came meanwhile (marked, but nothing sent).
+func (j *Job) sendMarked() {
+	if j.cancelReq || j.shutdown {
+		j.notSent()
+		return
+	}
+	j.hook(PointDispatched)
+	j.call()
 }
 
 // call sends the request under the slot taken (the call gives it back; a run holds it
@@ -247,11 +253,7 @@ func (j *Job) onCallAnswer(c *CallAnswer) {
 	if !c.Responded && c.Retryable && !j.unboundRun {
 		delay := j.backoff(c.RetryAfter)
 		if !j.lastAttempt() && delay < j.remaining() {
-			code := ""
-			if c.Result != nil && c.Result.Error != nil {
-				code = c.Result.Error.Code
-			}
-			j.setStatus("retrying", code)
+			j.setStatus("retrying", errCode(c.Result))
 			j.release(true, delay)
 			return
 		}

@@ -238,9 +238,13 @@ func (j *Job) statusFrom(r *events.Result, prefix string) {
 		j.setStatus(prefix+"unreadable", "")
 		return
 	}
-	code := ""
-	if r.Error != nil {
-		code = r.Error.Code
+	j.setStatus(prefix+r.Status, errCode(r))
+}
+
+// errCode is r's error code, "" for none.
+func errCode(r *events.Result) string {
+	if r == nil || r.Error == nil {
+		return ""
 	}
-	j.setStatus(prefix+r.Status, code)
+	return r.Error.Code
 }

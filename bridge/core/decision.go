@@ -300,16 +300,7 @@ func (j *Job) onCanGet(ev Event) {
 	}
 }
 
-func (j *Job) onCanTomb(ev Event) {
-	switch ev.Status {
-	case OK:
-		j.reply(events.CancelUnknown)
-	case Exists:
-		j.cancelFromRecords()
-	default:
-		j.ack()
-	}
-}
+func (j *Job) onCanTomb(ev Event) { j.cancelWritten(ev, events.CancelUnknown) }
 
 func (j *Job) onCanLog(ev Event) {
 	switch {
@@ -351,11 +342,16 @@ func (j *Job) onCanPark(ev Event) {
 	}
 }
 
-func (j *Job) onCanFlag(ev Event) {
+func (j *Job) onCanFlag(ev Event) { j.cancelWritten(ev, events.CancelCancelled) }
+
+// cancelWritten answers state once a cancel's write of the record is stored; a write
+// that lost its race (the record was created or moved meanwhile) looks again; a failure
+// answers nothing.
+func (j *Job) cancelWritten(ev Event, state string) {
 	switch ev.Status {
 	case OK:
-		j.reply(events.CancelCancelled)
-	case Conflict:
+		j.reply(state)
+	case Exists, Conflict:
 		j.cancelFromRecords()
 	default:
 		j.ack()

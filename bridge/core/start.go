@@ -163,12 +163,7 @@ func (j *Job) onStartRecord(ev Event) {
 		r := j.intentRecord()
 		r.State = kvstore.StateDispatched
 		j.take(ev.Rev, r, VerdictFresh)
-		if j.cancelReq || j.shutdown {
-			j.notSent() // marked, but nothing sent
-			return
-		}
-		j.hook(PointDispatched)
-		j.call()
+		j.sendMarked()
 	case Exists:
 		j.freeSlot()
 		j.begin()
