@@ -242,10 +242,10 @@ func decodeResult(raw json.RawMessage) *events.Result {
 	return &r
 }
 
-// keyRecord is the key record naming action id as the holder of its key.
-func keyRecord(a *Action, owner string) kvstore.Record {
-	return kvstore.Record{State: kvstore.StateClaimed, ActionID: a.ID, CapabilityID: a.CapabilityID,
-		InputSHA256: a.InputSHA256, Owner: owner}
+// keyRecord is the key record naming the job's action as the holder of its key.
+func (j *Job) keyRecord() kvstore.Record {
+	return kvstore.Record{State: kvstore.StateClaimed, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+		InputSHA256: j.act.InputSHA256, Owner: j.owner}
 }
 
 // recordOf returns a pointer to a copy of r, for an Effect.

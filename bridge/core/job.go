@@ -359,6 +359,11 @@ func (j *Job) freeSlot() {
 	}
 }
 
+// backoffN is the delay before try n of an operation of the job's own.
+func (j *Job) backoffN(n int) time.Duration {
+	return Backoff(j.cfg.RetryBase, j.cfg.RetryMax, n, 0, j.rand())
+}
+
 // unadmit gives back an endpoint slot no call used.
 func (j *Job) unadmit() {
 	j.slot = false

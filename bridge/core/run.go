@@ -265,10 +265,6 @@ func (j *Job) onRunBound(ev Event) {
 
 func (j *Job) onRunBindRetry(Event) { j.bind() }
 
-func (j *Job) backoffN(n int) time.Duration {
-	return Backoff(j.cfg.RetryBase, j.cfg.RetryMax, n, 0, j.rand())
-}
-
 // follow reads the run's events until its end, then polls its status if the events did
 // not show the end, stopping the run on cancellation or at the deadline.
 func (j *Job) follow() {

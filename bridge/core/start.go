@@ -104,13 +104,13 @@ func (j *Job) startKey() {
 		j.startRecord()
 		return
 	}
-	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(keyRecord(&j.act, j.owner))})
+	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(j.keyRecord())})
 }
 
 func (j *Job) onStartKeyCreate(ev Event) {
 	switch ev.Status {
 	case OK:
-		j.hold(ev.Rev, keyRecord(&j.act, j.owner))
+		j.hold(ev.Rev, j.keyRecord())
 		j.startRecord()
 	case Exists:
 		j.store(kStartKeyGet, Effect{Kind: EffGet, Key: j.act.IdemKey})
@@ -149,8 +149,7 @@ func (j *Job) startRecord() {
 		j.stopStart()
 		return
 	}
-	r := j.intentRecord()
-	r.State = kvstore.StateDispatched
+	r := j.intentRecord(kvstore.StateDispatched)
 	j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r)})
 }
 
@@ -160,9 +159,7 @@ func (j *Job) startRecord() {
 func (j *Job) onStartRecord(ev Event) {
 	switch ev.Status {
 	case OK:
-		r := j.intentRecord()
-		r.State = kvstore.StateDispatched
-		j.take(ev.Rev, r, VerdictFresh)
+		j.take(ev.Rev, j.intentRecord(kvstore.StateDispatched), VerdictFresh)
 		j.sendMarked()
 	case Exists:
 		j.freeSlot()
@@ -187,8 +184,8 @@ func (j *Job) stopStart() {
 	j.begin()
 }
 
-// intentRecord is the action record a claim of this job creates.
-func (j *Job) intentRecord() kvstore.Record {
-	return kvstore.Record{State: kvstore.StateClaimed, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+// intentRecord is the action record in state s that a claim of this job creates.
+func (j *Job) intentRecord(s kvstore.State) kvstore.Record {
+	return kvstore.Record{State: s, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
 		InputSHA256: j.act.InputSHA256, Owner: j.owner, Attempt: 1, IdemKey: j.act.IdemKey}
 }
