@@ -54,32 +54,28 @@ func (j *Job) proceed() {
 	switch j.rec.Decision {
 	case kvstore.DecisionApprove:
 		j.execute()
-		return
 	case kvstore.DecisionDeny:
 		j.settle(j.failed(approvalDenied(j.rec.Reason)))
-		return
 	case kvstore.DecisionMismatch:
 		j.settle(j.failed(approvalMismatch()))
-		return
 	case kvstore.DecisionExpired:
 		j.settle(j.failed(approvalExpired()))
-		return
 	case kvstore.DecisionCancel:
 		j.settle(cancelledResult(j, false))
-		return
-	}
-	if j.act.Op.Approval {
-		ok, info := j.preApproval()
-		switch {
-		case info != nil:
-			j.settle(j.failed(info))
-			return
-		case !ok:
-			j.park()
+	default:
+		if !j.act.Op.Approval {
+			j.execute()
 			return
 		}
+		switch ok, info := j.preApproval(); {
+		case info != nil:
+			j.settle(j.failed(info))
+		case !ok:
+			j.park()
+		default:
+			j.execute()
+		}
 	}
-	j.execute()
 }
 
 // preApproval checks an action's own approval: ok means run now; a non-nil info is the

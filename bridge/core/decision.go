@@ -30,10 +30,8 @@ func (j *Job) onDecGet(ev Event) {
 		j.decisionRetry(ev, "reading the action record")
 		return
 	}
-	e := ev.Entry
-	j.seen = e
-	r := e.Record
-	if r.State == kvstore.StateSettled {
+	j.seen = ev.Entry
+	if ev.Entry.Record.State == kvstore.StateSettled {
 		j.decisionMoot()
 		return
 	}

@@ -54,7 +54,6 @@ type Job struct {
 	replay      bool // the result settled is a replay of the key holder's
 	unboundRun  bool // a run taken over unbound and posted again: no failure is certain
 	result      *events.Result
-	frees       bool
 	settleUntil time.Time
 	tries       int  // attempts of the main flow's current operation
 	stored      bool // the result settled was held in a settled record (no claim)
