@@ -54,16 +54,11 @@ const (
 	KindCancel
 )
 
+var jobKindNames = [...]string{"none", "action", "decision", "expire", "cancel"}
+
 func (k JobKind) String() string {
-	switch k {
-	case KindAction:
-		return "action"
-	case KindDecision:
-		return "decision"
-	case KindExpire:
-		return "expire"
-	case KindCancel:
-		return "cancel"
+	if int(k) < len(jobKindNames) {
+		return jobKindNames[k]
 	}
 	return "none"
 }
@@ -230,16 +225,6 @@ func Backoff(base, maxDelay time.Duration, attempt int, retryAfter time.Duration
 		d = maxDelay
 	}
 	return max(d/2+time.Duration(u*float64(d/2+1)), retryAfter)
-}
-
-// decodeResult decodes a result stored in a record (a cancel that came before its
-// action); nil when it is unreadable.
-func decodeResult(raw json.RawMessage) *events.Result {
-	var r events.Result
-	if json.Unmarshal(raw, &r) != nil {
-		return nil
-	}
-	return &r
 }
 
 // keyRecord is the key record naming the job's action as the holder of its key.

@@ -27,7 +27,7 @@ func (j *Job) onDecGet(ev Event) {
 		return
 	case OK:
 	default:
-		j.decisionRetry(ev, "reading the action record")
+		j.decisionRetry("reading the action record")
 		return
 	}
 	j.seen = ev.Entry
@@ -46,7 +46,7 @@ func (j *Job) onDecLog(ev Event) {
 		j.decisionMoot()
 		return
 	case ev.Status != OK && ev.Status != NotFound:
-		j.decisionRetry(ev, "reading the action's result")
+		j.decisionRetry("reading the action's result")
 		return
 	}
 	e := j.seen
@@ -129,7 +129,7 @@ func (j *Job) onDecided(ev Event) {
 	case Conflict:
 		j.decide()
 	default:
-		j.decisionRetry(ev, "recording the decision")
+		j.decisionRetry("recording the decision")
 	}
 }
 
@@ -196,7 +196,7 @@ func (j *Job) decisionOrphan() {
 }
 
 // decisionRetry naks a decision (or an expiry) whose store operation failed.
-func (j *Job) decisionRetry(ev Event, what string) {
+func (j *Job) decisionRetry(what string) {
 	j.note(NoteStoreFailed, what)
 	j.setStatus("retrying", "")
 	j.nak(j.backoff(0))
@@ -251,7 +251,7 @@ func (j *Job) onRunAnswered(ev Event) {
 	case Conflict:
 		j.decide() // answered meanwhile (by another decision, or expired): read again
 	default:
-		j.decisionRetry(ev, "recording the approval answer")
+		j.decisionRetry("recording the approval answer")
 	}
 }
 

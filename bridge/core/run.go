@@ -180,9 +180,8 @@ func (j *Job) startRun() {
 }
 
 func (j *Job) onRunStarted(ev Event) {
-	f := j.runS()
 	if ev.Status == OK && ev.Run != nil {
-		f.runID = ev.Run.RunID
+		j.run.runID = ev.Run.RunID
 		j.hook(PointRunStarted)
 		j.tries = 0
 		j.bind()
@@ -289,13 +288,12 @@ func (j *Job) onRunStored(ev Event) {
 }
 
 func (j *Job) readEvents() {
-	f := j.run
 	if j.rec.Cancel || j.cancelReq {
 		j.cancelReq = true
 		j.stopRun()
 		return
 	}
-	j.async(kRunEvents, Effect{Kind: EffRun, Run: &RunRequest{Op: RunEvents, RunID: f.runID, From: f.next},
+	j.async(kRunEvents, Effect{Kind: EffRun, Run: &RunRequest{Op: RunEvents, RunID: j.run.runID, From: j.run.next},
 		Until: j.act.Deadline})
 }
 

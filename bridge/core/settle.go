@@ -222,8 +222,8 @@ func (j *Job) settled() {
 // settleStored settles the action with the result its settled record holds (a cancel
 // that came before the action): no claim is needed, since nothing can run it.
 func (j *Job) settleStored(rec kvstore.Record) {
-	r := decodeResult(rec.Result)
-	if r == nil {
+	r := new(events.Result)
+	if json.Unmarshal(rec.Result, r) != nil {
 		j.infra(Event{Status: Failed}, "reading the stored result")
 		return
 	}
