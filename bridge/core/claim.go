@@ -39,10 +39,6 @@ const (
 	chExpire                     // a run's tool approval n expired unanswered
 )
 
-var chNames = [...]string{"", "renew", "dispatch", "fence", "release", "prove", "park", "bind", "ask", "expire"}
-
-func (c *change) String() string { return chNames[c.kind] }
-
 // apply returns r with the change.
 func (c *change) apply(r kvstore.Record) kvstore.Record {
 	switch c.kind {

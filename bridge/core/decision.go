@@ -371,8 +371,7 @@ func (j *Job) onPanic() {
 	}
 	j.panicked = true
 	if j.kind == KindAction || j.kind == KindDecision {
-		j.dlqReason = "panic while handling the message"
-		j.async(kPanicDLQ, Effect{Kind: EffDeadLetter, Reason: j.dlqReason})
+		j.async(kPanicDLQ, Effect{Kind: EffDeadLetter, Reason: "panic while handling the message"})
 		return
 	}
 	j.settlePanic()
