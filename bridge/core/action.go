@@ -145,15 +145,14 @@ func (j *Job) onAdmit(ev Event) {
 		j.setStatus("paused", "")
 		j.release(false, j.pauseDelay(ev.Wait))
 	case Expired, Aborted:
-		if j.following() {
+		switch {
+		case j.following():
 			j.call() // without a slot: the run is stopped (cancel, deadline) or handed back
-			return
-		}
-		if ev.Status == Expired {
+		case ev.Status == Expired:
 			j.settle(j.failed(deadlineExceeded(false)))
-			return
+		default:
+			j.interrupted()
 		}
-		j.interrupted()
 	default:
 		j.interrupted()
 	}
