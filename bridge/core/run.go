@@ -279,8 +279,8 @@ func (j *Job) onRunStored(ev Event) {
 	if ev.Status == OK && ev.Run != nil {
 		f.next = ev.Run.Next
 	}
-	// A tool approval the run still waits for gets its expiry again.
 	f.asked = j.rec.ApprovalSeq
+	// A tool approval the run still waits for gets its expiry again.
 	if r := j.rec; r.ApprovalSeq > r.ApprovalAnswered {
 		j.armApproval(r.ApprovalSeq, r.ExpiresAt)
 	}
