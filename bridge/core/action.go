@@ -54,32 +54,28 @@ func (j *Job) proceed() {
 	switch j.rec.Decision {
 	case kvstore.DecisionApprove:
 		j.execute()
-		return
 	case kvstore.DecisionDeny:
 		j.settle(j.failed(approvalDenied(j.rec.Reason)))
-		return
 	case kvstore.DecisionMismatch:
 		j.settle(j.failed(approvalMismatch()))
-		return
 	case kvstore.DecisionExpired:
 		j.settle(j.failed(approvalExpired()))
-		return
 	case kvstore.DecisionCancel:
 		j.settle(cancelledResult(j, false))
-		return
-	}
-	if j.act.Op.Approval {
-		ok, info := j.preApproval()
-		switch {
-		case info != nil:
-			j.settle(j.failed(info))
-			return
-		case !ok:
-			j.park()
+	default:
+		if !j.act.Op.Approval {
+			j.execute()
 			return
 		}
+		switch ok, info := j.preApproval(); {
+		case info != nil:
+			j.settle(j.failed(info))
+		case !ok:
+			j.park()
+		default:
+			j.execute()
+		}
 	}
-	j.execute()
 }
 
 // preApproval checks an action's own approval: ok means run now; a non-nil info is the
@@ -149,15 +145,14 @@ func (j *Job) onAdmit(ev Event) {
 		j.setStatus("paused", "")
 		j.release(false, j.pauseDelay(ev.Wait))
 	case Expired, Aborted:
-		if j.following() {
+		switch {
+		case j.following():
 			j.call() // without a slot: the run is stopped (cancel, deadline) or handed back
-			return
-		}
-		if ev.Status == Expired {
+		case ev.Status == Expired:
 			j.settle(j.failed(deadlineExceeded(false)))
-			return
+		default:
+			j.interrupted()
 		}
-		j.interrupted()
 	default:
 		j.interrupted()
 	}
@@ -190,12 +185,7 @@ func (j *Job) dispatch() {
 func (j *Job) onDispatched(ev Event) {
 	switch ev.Status {
 	case OK:
-		if j.cancelReq || j.shutdown {
-			j.notSent() // marked, but nothing sent
-			return
-		}
-		j.hook(PointDispatched)
-		j.call()
+		j.sendMarked()
 	case CancelFlag:
 		j.notSent()
 	case Lost:
@@ -205,6 +195,17 @@ func (j *Job) onDispatched(ev Event) {
 		j.unadmit()
 		j.infra(ev, "marking the action dispatched")
 	}
+}
+
+// sendMarked sends the request once its write-ahead mark is stored, unless a cancel or
+// shutdown came meanwhile (marked, but nothing sent).
+func (j *Job) sendMarked() {
+	if j.cancelReq || j.shutdown {
+		j.notSent()
+		return
+	}
+	j.hook(PointDispatched)
+	j.call()
 }
 
 // call sends the request under the slot taken (the call gives it back; a run holds it
@@ -247,11 +248,7 @@ func (j *Job) onCallAnswer(c *CallAnswer) {
 	if !c.Responded && c.Retryable && !j.unboundRun {
 		delay := j.backoff(c.RetryAfter)
 		if !j.lastAttempt() && delay < j.remaining() {
-			code := ""
-			if c.Result != nil && c.Result.Error != nil {
-				code = c.Result.Error.Code
-			}
-			j.setStatus("retrying", code)
+			j.setStatus("retrying", errCode(c.Result))
 			j.release(true, delay)
 			return
 		}
@@ -270,9 +267,7 @@ func (j *Job) lastAttempt() bool { return j.attempt >= j.cfg.MaxAttempts || j.fi
 // notSent ends an action that a cancel or shutdown stopped before its request was sent:
 // a cancel settles it cancelled (certain); shutdown releases it to another replica.
 func (j *Job) notSent() {
-	if j.slot {
-		j.unadmit()
-	}
+	j.freeSlot()
 	if j.cancelReq {
 		j.settle(cancelledResult(j, false))
 		return
@@ -307,9 +302,7 @@ func (j *Job) lostClaim() {
 	j.lost = true
 	j.setStatus("taken_over", "")
 	j.note(NoteTakenOver, "")
-	if j.slot {
-		j.unadmit()
-	}
+	j.freeSlot()
 	j.emit(Effect{Kind: EffYield})
 	j.abortWhy = abortNone
 	j.async(kLostWait, Effect{Kind: EffWaitTerminal, ActionID: j.act.ID, Until: j.now.Add(j.waitLimit())})

@@ -14,7 +14,7 @@ func (j *Job) begin() {
 	if j.waitUntil.IsZero() {
 		j.waitUntil = j.now.Add(j.waitLimit())
 	}
-	j.store(kBeginCreate, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(j.intentRecord())})
+	j.store(kBeginCreate, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(j.intentRecord(kvstore.StateClaimed))})
 }
 
 // waitLimit bounds a wait on another delivery: the action's remaining time plus two
@@ -26,7 +26,7 @@ func (j *Job) onBeginCreate(ev Event) {
 	case OK:
 		// Created afresh: no record of the action exists, so no result of it is stored
 		// either (records outlive results: see the package doc).
-		j.take(ev.Rev, j.intentRecord(), VerdictFresh)
+		j.take(ev.Rev, j.intentRecord(kvstore.StateClaimed), VerdictFresh)
 		j.claimedGo()
 	case Exists:
 		j.examine()
@@ -84,7 +84,7 @@ func (j *Job) rereadBehind() {
 		return
 	}
 	j.tries++
-	j.sleep(kExamineReread, min(Backoff(j.cfg.RetryBase, j.cfg.RetryMax, j.tries, 0, j.rand()), j.waitUntil.Sub(j.now)))
+	j.sleep(kExamineReread, min(j.backoffN(j.tries), j.waitUntil.Sub(j.now)))
 }
 
 func (j *Job) onExamineReread(ev Event) {
@@ -110,9 +110,7 @@ func (j *Job) onExamineLog(ev Event) {
 		j.setStatus("duplicate:"+events.StatusPendingApproval, "")
 		j.ack()
 	case kvstore.StateReleased:
-		r := e.Record
-		r.State, r.Owner, r.Attempt = kvstore.StateClaimed, j.owner, e.Record.Attempt+1
-		j.store(kTakeReleased, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(r), Rev: e.Revision})
+		j.takeClaim(kTakeReleased, kvstore.StateClaimed)
 	default:
 		// Claimed, dispatched or settling by another delivery: wait for it to end, or
 		// for its revision to stand still for a lease.
@@ -132,9 +130,7 @@ func (j *Job) onExamineLog(ev Event) {
 func (j *Job) onTakeReleased(ev Event) {
 	switch ev.Status {
 	case OK:
-		r := j.seen.Record
-		r.State, r.Owner, r.Attempt = kvstore.StateClaimed, j.owner, j.seen.Record.Attempt+1
-		j.take(ev.Rev, r, VerdictReleased)
+		j.take(ev.Rev, j.claimOf(kvstore.StateClaimed), VerdictReleased)
 		j.claimedGo()
 	case Conflict:
 		j.examine()
@@ -172,14 +168,11 @@ func (j *Job) onLeaseLog(ev Event) {
 	case ev.Status == OK && ev.Log.Terminal():
 		j.doneWith(ev.Log)
 	case ev.Status == OK, ev.Status == NotFound:
-		e := j.seen
-		r := e.Record
-		r.Owner, r.Attempt = j.owner, e.Record.Attempt+1
-		j.store(kTakeOver, Effect{Kind: EffUpdate, Key: e.Key, Rec: recordOf(r), Rev: e.Revision})
+		j.takeClaim(kTakeOver, j.seen.Record.State)
 	case j.now.Before(j.waitUntil):
 		j.tries++
 		j.note(NoteStoreFailed, "reading the action's result after the lease")
-		j.sleep(kLeaseLogRetry, min(Backoff(j.cfg.RetryBase, j.cfg.RetryMax, j.tries, 0, j.rand()), j.waitUntil.Sub(j.now)))
+		j.sleep(kLeaseLogRetry, min(j.backoffN(j.tries), j.waitUntil.Sub(j.now)))
 	default:
 		j.gaveUp()
 	}
@@ -199,9 +192,7 @@ func (j *Job) onTakeOver(ev Event) {
 	switch ev.Status {
 	case OK:
 		e := j.seen
-		r := e.Record
-		r.Owner, r.Attempt = j.owner, e.Record.Attempt+1
-		j.take(ev.Rev, r, VerdictTakeover)
+		j.take(ev.Rev, j.claimOf(e.Record.State), VerdictTakeover)
 		j.tookOver = true
 		j.uncertain = e.Record.State == kvstore.StateDispatched
 		j.fenced = e.Record.State == kvstore.StateSettling
@@ -211,6 +202,20 @@ func (j *Job) onTakeOver(ev Event) {
 	default:
 		j.infra(ev, "taking the action over")
 	}
+}
+
+// takeClaim takes the claim of the record the job read (j.seen), in state s, with a
+// compare-and-set on its revision; the answer goes to k.
+func (j *Job) takeClaim(k K, s kvstore.State) {
+	j.store(k, Effect{Kind: EffUpdate, Key: j.seen.Key, Rec: recordOf(j.claimOf(s)), Rev: j.seen.Revision})
+}
+
+// claimOf is the record the job read (j.seen) as this job's claim in state s: its
+// owner, one attempt more.
+func (j *Job) claimOf(s kvstore.State) kvstore.Record {
+	r := j.seen.Record
+	r.State, r.Owner, r.Attempt = s, j.owner, r.Attempt+1
+	return r
 }
 
 // gaveUp ends a wait for another delivery that reached its limit: that delivery keeps
@@ -238,9 +243,13 @@ func (j *Job) statusFrom(r *events.Result, prefix string) {
 		j.setStatus(prefix+"unreadable", "")
 		return
 	}
-	code := ""
-	if r.Error != nil {
-		code = r.Error.Code
+	j.setStatus(prefix+r.Status, errCode(r))
+}
+
+// errCode is r's error code, "" for none.
+func errCode(r *events.Result) string {
+	if r == nil || r.Error == nil {
+		return ""
 	}
-	j.setStatus(prefix+r.Status, code)
+	return r.Error.Code
 }

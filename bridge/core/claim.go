@@ -39,12 +39,8 @@ const (
 	chExpire                     // a run's tool approval n expired unanswered
 )
 
-var chNames = [...]string{"", "renew", "dispatch", "fence", "release", "prove", "park", "bind", "ask", "expire"}
-
-func (c *change) String() string { return chNames[c.kind] }
-
 // apply returns r with the change.
-func (c *change) apply(r kvstore.Record, j *Job) kvstore.Record {
+func (c *change) apply(r kvstore.Record) kvstore.Record {
 	switch c.kind {
 	case chDispatch:
 		r.State = kvstore.StateDispatched
@@ -134,24 +130,14 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 	}
 	e := ev.Entry
 	cur := j.rec
-	switch {
-	case e.Revision < j.rev:
+	if e.Revision < j.rev {
 		// A read that is behind the revision this job holds: it says nothing. Unknown,
 		// not lost: the caller retries.
 		j.cont(r.k, Event{Kind: EvStore, Status: Failed})
 		return
-	case r.ch.landed(e.Record, cur):
-		j.rev, j.rec = e.Revision, e.Record
-		if e.Record.Cancel {
-			j.cancelled()
-			if r.ch.stopOnCancel && !cur.Cancel {
-				j.cont(r.k, Event{Kind: EvStore, Status: CancelFlag})
-				return
-			}
-		}
-		j.cont(r.k, Event{Kind: EvStore, Status: OK})
-		return
-	case e.Record.Owner != cur.Owner || e.Record.State != cur.State:
+	}
+	landed := r.ch.landed(e.Record, cur)
+	if !landed && (e.Record.Owner != cur.Owner || e.Record.State != cur.State) {
 		j.setLost()
 		j.cont(r.k, Event{Kind: EvStore, Status: Lost})
 		return
@@ -159,13 +145,18 @@ func (j *Job) onClaimUpdate(r storeReq, ev Event) {
 	j.rev, j.rec = e.Revision, e.Record
 	if e.Record.Cancel {
 		j.cancelled()
-		if r.ch.stopOnCancel {
+		// A change written over a flag the job held already adopted it: it goes on.
+		if r.ch.stopOnCancel && !(landed && cur.Cancel) {
 			j.cont(r.k, Event{Kind: EvStore, Status: CancelFlag})
 			return
 		}
 	}
+	if landed {
+		j.cont(r.k, Event{Kind: EvStore, Status: OK})
+		return
+	}
 	r.reconcile = false
-	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec, j)), Rev: j.rev}
+	r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec)), Rev: j.rev}
 	j.send(r)
 }
 

@@ -54,16 +54,11 @@ const (
 	KindCancel
 )
 
+var jobKindNames = [...]string{"none", "action", "decision", "expire", "cancel"}
+
 func (k JobKind) String() string {
-	switch k {
-	case KindAction:
-		return "action"
-	case KindDecision:
-		return "decision"
-	case KindExpire:
-		return "expire"
-	case KindCancel:
-		return "cancel"
+	if int(k) < len(jobKindNames) {
+		return jobKindNames[k]
 	}
 	return "none"
 }
@@ -148,11 +143,14 @@ const (
 var statusNames = [...]string{"ok", "exists", "conflict", "not_found", "too_large", "failed", "moved",
 	"terminal", "expired", "aborted", "busy", "paused", "lost", "cancel_flag"}
 
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
+func (s Status) String() string { return nameOf(statusNames[:], s, "status") }
+
+// nameOf returns names[v], or kind(v) for a value past the names.
+func nameOf[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("status(%d)", s)
+	return fmt.Sprintf("%s(%d)", kind, v)
 }
 
 // LogEntry is one result message of an action in the result log, as the core reads it.
@@ -222,34 +220,17 @@ func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x
 // Backoff is bounded exponential backoff with full jitter on attempt (1-based), never
 // shorter than retryAfter; u is a uniform draw in [0, 1).
 func Backoff(base, maxDelay time.Duration, attempt int, retryAfter time.Duration, u float64) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	d := base << min(attempt-1, 20)
+	d := base << min(max(attempt, 1)-1, 20)
 	if d > maxDelay || d <= 0 {
 		d = maxDelay
 	}
-	d = d/2 + time.Duration(u*float64(d/2+1))
-	if d < retryAfter {
-		d = retryAfter
-	}
-	return d
+	return max(d/2+time.Duration(u*float64(d/2+1)), retryAfter)
 }
 
-// decodeResult decodes a result stored in a record (a cancel that came before its
-// action); nil when it is unreadable.
-func decodeResult(raw json.RawMessage) *events.Result {
-	var r events.Result
-	if json.Unmarshal(raw, &r) != nil {
-		return nil
-	}
-	return &r
-}
-
-// keyRecord is the key record naming action id as the holder of its key.
-func keyRecord(a *Action, owner string) kvstore.Record {
-	return kvstore.Record{State: kvstore.StateClaimed, ActionID: a.ID, CapabilityID: a.CapabilityID,
-		InputSHA256: a.InputSHA256, Owner: owner}
+// keyRecord is the key record naming the job's action as the holder of its key.
+func (j *Job) keyRecord() kvstore.Record {
+	return kvstore.Record{State: kvstore.StateClaimed, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+		InputSHA256: j.act.InputSHA256, Owner: j.owner}
 }
 
 // recordOf returns a pointer to a copy of r, for an Effect.

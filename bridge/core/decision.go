@@ -27,13 +27,11 @@ func (j *Job) onDecGet(ev Event) {
 		return
 	case OK:
 	default:
-		j.decisionRetry(ev, "reading the action record")
+		j.decisionRetry("reading the action record")
 		return
 	}
-	e := ev.Entry
-	j.seen = e
-	r := e.Record
-	if r.State == kvstore.StateSettled {
+	j.seen = ev.Entry
+	if ev.Entry.Record.State == kvstore.StateSettled {
 		j.decisionMoot()
 		return
 	}
@@ -48,7 +46,7 @@ func (j *Job) onDecLog(ev Event) {
 		j.decisionMoot()
 		return
 	case ev.Status != OK && ev.Status != NotFound:
-		j.decisionRetry(ev, "reading the action's result")
+		j.decisionRetry("reading the action's result")
 		return
 	}
 	e := j.seen
@@ -131,7 +129,7 @@ func (j *Job) onDecided(ev Event) {
 	case Conflict:
 		j.decide()
 	default:
-		j.decisionRetry(ev, "recording the decision")
+		j.decisionRetry("recording the decision")
 	}
 }
 
@@ -198,7 +196,7 @@ func (j *Job) decisionOrphan() {
 }
 
 // decisionRetry naks a decision (or an expiry) whose store operation failed.
-func (j *Job) decisionRetry(ev Event, what string) {
+func (j *Job) decisionRetry(what string) {
 	j.note(NoteStoreFailed, what)
 	j.setStatus("retrying", "")
 	j.nak(j.backoff(0))
@@ -253,7 +251,7 @@ func (j *Job) onRunAnswered(ev Event) {
 	case Conflict:
 		j.decide() // answered meanwhile (by another decision, or expired): read again
 	default:
-		j.decisionRetry(ev, "recording the approval answer")
+		j.decisionRetry("recording the approval answer")
 	}
 }
 
@@ -300,16 +298,7 @@ func (j *Job) onCanGet(ev Event) {
 	}
 }
 
-func (j *Job) onCanTomb(ev Event) {
-	switch ev.Status {
-	case OK:
-		j.reply(events.CancelUnknown)
-	case Exists:
-		j.cancelFromRecords()
-	default:
-		j.ack()
-	}
-}
+func (j *Job) onCanTomb(ev Event) { j.cancelWritten(ev, events.CancelUnknown) }
 
 func (j *Job) onCanLog(ev Event) {
 	switch {
@@ -351,11 +340,16 @@ func (j *Job) onCanPark(ev Event) {
 	}
 }
 
-func (j *Job) onCanFlag(ev Event) {
+func (j *Job) onCanFlag(ev Event) { j.cancelWritten(ev, events.CancelCancelled) }
+
+// cancelWritten answers state once a cancel's write of the record is stored; a write
+// that lost its race (the record was created or moved meanwhile) looks again; a failure
+// answers nothing.
+func (j *Job) cancelWritten(ev Event, state string) {
 	switch ev.Status {
 	case OK:
-		j.reply(events.CancelCancelled)
-	case Conflict:
+		j.reply(state)
+	case Exists, Conflict:
 		j.cancelFromRecords()
 	default:
 		j.ack()
@@ -377,8 +371,7 @@ func (j *Job) onPanic() {
 	}
 	j.panicked = true
 	if j.kind == KindAction || j.kind == KindDecision {
-		j.dlqReason = "panic while handling the message"
-		j.async(kPanicDLQ, Effect{Kind: EffDeadLetter, Reason: j.dlqReason})
+		j.async(kPanicDLQ, Effect{Kind: EffDeadLetter, Reason: "panic while handling the message"})
 		return
 	}
 	j.settlePanic()
@@ -391,9 +384,7 @@ func (j *Job) onPanicDLQ(Event) { j.settlePanic() }
 // or owned by another delivery that settles it); a decision that holds none is only
 // dead-lettered.
 func (j *Job) settlePanic() {
-	if j.slot {
-		j.unadmit()
-	}
+	j.freeSlot()
 	info := &events.ErrorInfo{Code: "internal", Category: "connector",
 		UncertainOutcome: j.claimed && j.rec.State == kvstore.StateDispatched && !j.act.Op.Safe,
 		Message:          "the bridge failed while handling the action", Details: map[string]any{"reason": "panic"}}

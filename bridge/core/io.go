@@ -54,12 +54,7 @@ const (
 var eventNames = [...]string{"none", "deliver", "store", "log", "wait", "admit", "validated", "resumed", "call",
 	"run", "run_approval", "timer", "beat", "cancel", "shutdown", "panic", "dead_lettered"}
 
-func (k EventKind) String() string {
-	if int(k) < len(eventNames) {
-		return eventNames[k]
-	}
-	return fmt.Sprintf("event(%d)", k)
-}
+func (k EventKind) String() string { return nameOf(eventNames[:], k, "event") }
 
 // Event is one input of a job.
 type Event struct {
@@ -182,12 +177,7 @@ var effectNames = [...]string{"none", "create", "get", "update", "delete", "read
 	"wait_terminal", "admit", "unadmit", "validate", "resume", "call", "run", "timer", "abort", "beat",
 	"in_progress", "yield", "hook", "note", "dead_letter", "reply_cancel", "finish"}
 
-func (k EffectKind) String() string {
-	if int(k) < len(effectNames) {
-		return effectNames[k]
-	}
-	return fmt.Sprintf("effect(%d)", k)
-}
+func (k EffectKind) String() string { return nameOf(effectNames[:], k, "effect") }
 
 // Effect is one thing a job asks its driver to do.
 type Effect struct {
@@ -302,12 +292,7 @@ var noteNames = [...]string{"none", "gave_up_waiting", "taken_over", "store_fail
 	"run_approval_asked", "run_approval_expired", "run_not_followed", "run_lost", "unresumable", "key_lost",
 	"result_unstored"}
 
-func (n Note) String() string {
-	if int(n) < len(noteNames) {
-		return noteNames[n]
-	}
-	return fmt.Sprintf("note(%d)", n)
-}
+func (n Note) String() string { return nameOf(noteNames[:], n, "note") }
 
 // Timer names a timer of a job.
 type Timer struct {

@@ -18,7 +18,6 @@ type Job struct {
 	owner string
 	rng   *rand.Rand
 	now   time.Time
-	begun time.Time
 
 	act       Action
 	delivery  int
@@ -55,7 +54,6 @@ type Job struct {
 	replay      bool // the result settled is a replay of the key holder's
 	unboundRun  bool // a run taken over unbound and posted again: no failure is certain
 	result      *events.Result
-	frees       bool
 	settleUntil time.Time
 	tries       int  // attempts of the main flow's current operation
 	stored      bool // the result settled was held in a settled record (no claim)
@@ -65,24 +63,23 @@ type Job struct {
 	shutdown  bool
 	abortWhy  abortCause
 
-	run              *runState
-	asks             []runAsk       // tool approvals being asked, in order
-	lastStart        *CallAnswer    // a failed post of the run, while it may be posted again
-	approvalsExpired int            // tool approvals this job expired
-	decided          kvstore.Record // the record a decision (or cancel) writes
-	waitedParking    bool           // a decision waited once for a parking under way
-	resumeFirst      bool           // the claim came from a decision: Resume before anything
-	approval         string         // a decision's outcome, for its metric
-	runChoice        string         // the choice a decision forwards to a run
-	dlqReason        string         // why the message goes to the DLQ
-	panicked         bool           // the job panicked once
-	releaseDelay     time.Duration  // the nak after a release
-	settledByMe      bool           // this job stored the action's terminal result
-	appendAfter      uint64         // the sequence the result's append expects
-	pendingSeq       uint64         // the last pending message this job appended (a run's approval)
-	wasParked        bool           // this job parked, or claimed a parked, action
-	parkUntil        time.Time      // the parking's expiry
-	claimedHooked    bool           // PointClaimed was emitted on the ordinary path
+	run           *runState
+	asks          []runAsk       // tool approvals being asked, in order
+	lastStart     *CallAnswer    // a failed post of the run, while it may be posted again
+	decided       kvstore.Record // the record a decision (or cancel) writes
+	waitedParking bool           // a decision waited once for a parking under way
+	resumeFirst   bool           // the claim came from a decision: Resume before anything
+	approval      string         // a decision's outcome, for its metric
+	runChoice     string         // the choice a decision forwards to a run
+	dlqReason     string         // why the message goes to the DLQ
+	panicked      bool           // the job panicked once
+	releaseDelay  time.Duration  // the nak after a release
+	settledByMe   bool           // this job stored the action's terminal result
+	appendAfter   uint64         // the sequence the result's append expects
+	pendingSeq    uint64         // the last pending message this job appended (a run's approval)
+	wasParked     bool           // this job parked, or claimed a parked, action
+	parkUntil     time.Time      // the parking's expiry
+	claimedHooked bool           // PointClaimed was emitted on the ordinary path
 
 	// The main flow awaits one answer at a time.
 	await   K
@@ -255,7 +252,7 @@ func (j *Job) pump() {
 				j.cont(r.k, Event{Kind: EvStore, Status: Lost})
 				continue
 			}
-			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec, j)), Rev: j.rev}
+			r.eff = Effect{Kind: EffUpdate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r.ch.apply(j.rec)), Rev: j.rev}
 		}
 		j.send(r)
 	}
@@ -299,7 +296,7 @@ func (j *Job) onBeat() {
 	if j.kind == KindAction || j.kind == KindDecision {
 		j.emit(Effect{Kind: EffInProgress})
 	}
-	if j.claimed && !j.lost && !j.renewQueued && !j.endOfClaim() {
+	if j.claimed && !j.lost && !j.renewQueued {
 		j.renewQueued = true
 		j.queue = append(j.queue, storeReq{k: kRenewed, ch: &change{kind: chRenew}})
 		j.pump()
@@ -333,14 +330,9 @@ func (j *Job) onShutdown() {
 	j.abortMain(abortShutdown)
 }
 
-// endOfClaim reports whether the claim is past the point where renewing it matters.
-func (j *Job) endOfClaim() bool { return j.done }
-
 // finish ends the job.
 func (j *Job) finish(a Ack, delay time.Duration, reason string) {
-	if j.slot {
-		j.unadmit()
-	}
+	j.freeSlot()
 	j.done = true
 	j.emit(Effect{Kind: EffFinish, Ack: a, Delay: delay, Reason: reason})
 }
@@ -357,6 +349,18 @@ func (j *Job) rand() float64            { return j.rng.Float64() }
 // backoff is the delay before this action's next attempt.
 func (j *Job) backoff(retryAfter time.Duration) time.Duration {
 	return Backoff(j.cfg.RetryBase, j.cfg.RetryMax, max(j.attempt, 1), retryAfter, j.rand())
+}
+
+// freeSlot gives back the endpoint slot the job holds, if it holds one no call used.
+func (j *Job) freeSlot() {
+	if j.slot {
+		j.unadmit()
+	}
+}
+
+// backoffN is the delay before try n of an operation of the job's own.
+func (j *Job) backoffN(n int) time.Duration {
+	return Backoff(j.cfg.RetryBase, j.cfg.RetryMax, n, 0, j.rand())
 }
 
 // unadmit gives back an endpoint slot no call used.

@@ -18,13 +18,13 @@ func (j *Job) claimKey() {
 		j.examineKey(e)
 		return
 	}
-	j.store(kKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(keyRecord(&j.act, j.owner))})
+	j.store(kKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(j.keyRecord())})
 }
 
 func (j *Job) onKeyCreate(ev Event) {
 	switch ev.Status {
 	case OK:
-		j.hold(ev.Rev, keyRecord(&j.act, j.owner))
+		j.hold(ev.Rev, j.keyRecord())
 		j.admit()
 	case Exists:
 		j.store(kKeyGet, Effect{Kind: EffGet, Key: j.act.IdemKey})

@@ -180,9 +180,8 @@ func (j *Job) startRun() {
 }
 
 func (j *Job) onRunStarted(ev Event) {
-	f := j.runS()
 	if ev.Status == OK && ev.Run != nil {
-		f.runID = ev.Run.RunID
+		j.run.runID = ev.Run.RunID
 		j.hook(PointRunStarted)
 		j.tries = 0
 		j.bind()
@@ -265,15 +264,10 @@ func (j *Job) onRunBound(ev Event) {
 
 func (j *Job) onRunBindRetry(Event) { j.bind() }
 
-func (j *Job) backoffN(n int) time.Duration {
-	return Backoff(j.cfg.RetryBase, j.cfg.RetryMax, n, 0, j.rand())
-}
-
 // follow reads the run's events until its end, then polls its status if the events did
 // not show the end, stopping the run on cancellation or at the deadline.
 func (j *Job) follow() {
-	f := j.run
-	if f.reattached {
+	if j.run.reattached {
 		j.async(kRunStored, Effect{Kind: EffRun, Run: &RunRequest{Op: RunStoredEvents}})
 		return
 	}
@@ -285,29 +279,21 @@ func (j *Job) onRunStored(ev Event) {
 	if ev.Status == OK && ev.Run != nil {
 		f.next = ev.Run.Next
 	}
+	f.asked = j.rec.ApprovalSeq
 	// A tool approval the run still waits for gets its expiry again.
 	if r := j.rec; r.ApprovalSeq > r.ApprovalAnswered {
-		f.asked = r.ApprovalSeq
 		j.armApproval(r.ApprovalSeq, r.ExpiresAt)
-	} else {
-		f.asked = j.rec.ApprovalSeq
-	}
-	if j.rec.Cancel || j.cancelReq {
-		j.cancelReq = true
-		j.stopRun()
-		return
 	}
 	j.readEvents()
 }
 
 func (j *Job) readEvents() {
-	f := j.run
 	if j.rec.Cancel || j.cancelReq {
 		j.cancelReq = true
 		j.stopRun()
 		return
 	}
-	j.async(kRunEvents, Effect{Kind: EffRun, Run: &RunRequest{Op: RunEvents, RunID: f.runID, From: f.next},
+	j.async(kRunEvents, Effect{Kind: EffRun, Run: &RunRequest{Op: RunEvents, RunID: j.run.runID, From: j.run.next},
 		Until: j.act.Deadline})
 }
 
@@ -377,19 +363,12 @@ func (j *Job) pollNow() {
 func (j *Job) pollLater() {
 	f := j.run
 	f.poll = min(max(2*f.poll, runPollMin), runPollMax)
-	d := f.poll
-	if end := j.pollEnd(); end.Sub(j.now) < d {
-		d = max(end.Sub(j.now), 0)
+	// Polling stops at the deadline, or at the end of the stop's grace.
+	end := j.act.Deadline
+	if f.stopping {
+		end = f.stopUntil
 	}
-	j.sleep(kRunPollWait, d)
-}
-
-// pollEnd is when polling stops: the deadline, or the stop's grace.
-func (j *Job) pollEnd() time.Time {
-	if j.run.stopping {
-		return j.run.stopUntil
-	}
-	return j.act.Deadline
+	j.sleep(kRunPollWait, max(min(f.poll, end.Sub(j.now)), 0))
 }
 
 func (j *Job) onRunPollWait(ev Event) {

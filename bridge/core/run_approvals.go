@@ -94,14 +94,11 @@ func (j *Job) appendAsk() {
 func (j *Job) onRunAskAppended(ev Event) {
 	switch ev.Status {
 	case OK:
-		j.pendingSeq = ev.Log.Seq
-		j.note(NoteRunApprovalAsked, strconv.Itoa(j.asks[0].n))
-		j.nextAsk()
+		j.asked(ev.Log.Seq)
 	case Conflict:
 		j.store(kRunAskLog, Effect{Kind: EffReadLog, ActionID: j.act.ID})
 	default:
-		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits for its expiry")
-		j.nextAsk()
+		j.askUnpublished()
 	}
 }
 
@@ -114,16 +111,26 @@ func (j *Job) onRunAskLog(ev Event) {
 	case ev.Status == OK && ev.Log.Terminal():
 		j.nextAsk()
 	case ev.Status == OK && ev.Log.MsgID == j.askID(*a) && ev.Log.By == j.owner:
-		j.pendingSeq = ev.Log.Seq
-		j.note(NoteRunApprovalAsked, strconv.Itoa(a.n))
-		j.nextAsk()
+		j.asked(ev.Log.Seq)
 	case ev.Status == OK && ev.Log.Seq != a.expect && ev.Log.MsgID != j.askID(*a):
 		a.expect = ev.Log.Seq
 		j.appendAsk()
 	default:
-		j.note(NoteStoreFailed, "publishing the run's approval request; the run waits for its expiry")
-		j.nextAsk()
+		j.askUnpublished()
 	}
+}
+
+// asked follows asks[0]'s pending message, stored with sequence seq.
+func (j *Job) asked(seq uint64) {
+	j.pendingSeq = seq
+	j.note(NoteRunApprovalAsked, strconv.Itoa(j.asks[0].n))
+	j.nextAsk()
+}
+
+// askUnpublished gives asks[0]'s pending message up: the run waits for its expiry.
+func (j *Job) askUnpublished() {
+	j.note(NoteStoreFailed, "publishing the run's approval request; the run waits for its expiry")
+	j.nextAsk()
 }
 
 func (j *Job) nextAsk() {
@@ -153,7 +160,6 @@ func (j *Job) onRunExpired(ev Event) {
 		return
 	}
 	j.note(NoteRunApprovalExpired, strconv.Itoa(ch.n))
-	j.approvalsExpired++
 	j.emit(Effect{Kind: EffRun, Op: j.op(), Run: &RunRequest{Op: RunApprove, CapabilityID: j.act.CapabilityID,
 		RunID: j.run.runID, Choice: events.ChoiceDeny}})
 }

@@ -39,7 +39,6 @@ func (j *Job) settle(r *events.Result) {
 	}
 	j.settling, j.result = true, r
 	j.statusFrom(r, "")
-	j.frees = FreesKey(r)
 	j.settleUntil = j.now.Add(j.cfg.SettleFor)
 	if j.act.Deadline.After(j.settleUntil) {
 		j.settleUntil = j.act.Deadline
@@ -176,7 +175,7 @@ func (j *Job) retrySettle(ev Event, k K) {
 func (j *Job) published() {
 	j.settledByMe = true
 	j.hook(PointPublished)
-	if j.frees && j.keyRev != 0 {
+	if FreesKey(j.result) && j.keyRev != 0 {
 		j.store(kKeyFreed, Effect{Kind: EffDelete, Key: j.act.IdemKey, Rev: j.keyRev})
 		return
 	}
@@ -223,8 +222,8 @@ func (j *Job) settled() {
 // settleStored settles the action with the result its settled record holds (a cancel
 // that came before the action): no claim is needed, since nothing can run it.
 func (j *Job) settleStored(rec kvstore.Record) {
-	r := decodeResult(rec.Result)
-	if r == nil {
+	r := new(events.Result)
+	if json.Unmarshal(rec.Result, r) != nil {
 		j.infra(Event{Status: Failed}, "reading the stored result")
 		return
 	}
@@ -289,8 +288,7 @@ func (j *Job) onParkPendingLog(ev Event) {
 	switch {
 	case ev.Status == OK && ev.Log.Terminal():
 		j.parking = false
-		j.statusFrom(ev.Log.Result, "duplicate:")
-		j.ack() // settled before it parked
+		j.doneWith(ev.Log) // settled before it parked
 	case ev.Status == OK:
 		j.parkRecord(ev.Log.Seq) // an earlier parking published it
 	default:

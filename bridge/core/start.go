@@ -8,7 +8,7 @@ import (
 
 // deliver starts a job.
 func (j *Job) deliver(s *Start) {
-	j.kind, j.owner, j.begun = s.Kind, s.Owner, j.now
+	j.kind, j.owner = s.Kind, s.Owner
 	j.rng = newRand(s.Seed)
 	if s.Action != nil {
 		j.act = *s.Action
@@ -104,18 +104,18 @@ func (j *Job) startKey() {
 		j.startRecord()
 		return
 	}
-	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(keyRecord(&j.act, j.owner))})
+	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(j.keyRecord())})
 }
 
 func (j *Job) onStartKeyCreate(ev Event) {
 	switch ev.Status {
 	case OK:
-		j.hold(ev.Rev, keyRecord(&j.act, j.owner))
+		j.hold(ev.Rev, j.keyRecord())
 		j.startRecord()
 	case Exists:
 		j.store(kStartKeyGet, Effect{Kind: EffGet, Key: j.act.IdemKey})
 	default:
-		j.giveWay()
+		j.freeSlot()
 		j.infra(ev, "claiming the idempotency key")
 	}
 }
@@ -132,10 +132,10 @@ func (j *Job) onStartKeyGet(ev Event) {
 		}
 		seen := ev.Entry
 		j.keySeen = &seen
-		j.giveWay()
+		j.freeSlot()
 		j.begin()
 	default:
-		j.giveWay()
+		j.freeSlot()
 		j.infra(ev, "reading the idempotency key")
 	}
 }
@@ -149,8 +149,7 @@ func (j *Job) startRecord() {
 		j.stopStart()
 		return
 	}
-	r := j.intentRecord()
-	r.State = kvstore.StateDispatched
+	r := j.intentRecord(kvstore.StateDispatched)
 	j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r)})
 }
 
@@ -160,22 +159,15 @@ func (j *Job) startRecord() {
 func (j *Job) onStartRecord(ev Event) {
 	switch ev.Status {
 	case OK:
-		r := j.intentRecord()
-		r.State = kvstore.StateDispatched
-		j.take(ev.Rev, r, VerdictFresh)
-		if j.cancelReq || j.shutdown {
-			j.notSent() // marked, but nothing sent
-			return
-		}
-		j.hook(PointDispatched)
-		j.call()
+		j.take(ev.Rev, j.intentRecord(kvstore.StateDispatched), VerdictFresh)
+		j.sendMarked()
 	case Exists:
-		j.giveWay()
+		j.freeSlot()
 		j.begin()
 	default:
 		// A lost reply may have left the record dispatched: the next delivery then
 		// settles outcome_unknown, as after a lost reply of the mark.
-		j.giveWay()
+		j.freeSlot()
 		j.infra(ev, "creating the action record")
 	}
 }
@@ -184,7 +176,7 @@ func (j *Job) onStartRecord(ev Event) {
 // another replica (nothing was claimed); otherwise (busy, paused, a cancel) the
 // ordinary path claims the action first and decides.
 func (j *Job) stopStart() {
-	j.giveWay()
+	j.freeSlot()
 	if j.shutdown {
 		j.nak(j.cfg.RetryBase)
 		return
@@ -192,15 +184,8 @@ func (j *Job) stopStart() {
 	j.begin()
 }
 
-// giveWay gives back the slot of a start that does not go on.
-func (j *Job) giveWay() {
-	if j.slot {
-		j.unadmit()
-	}
-}
-
-// intentRecord is the action record a claim of this job creates.
-func (j *Job) intentRecord() kvstore.Record {
-	return kvstore.Record{State: kvstore.StateClaimed, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+// intentRecord is the action record in state s that a claim of this job creates.
+func (j *Job) intentRecord(s kvstore.State) kvstore.Record {
+	return kvstore.Record{State: s, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
 		InputSHA256: j.act.InputSHA256, Owner: j.owner, Attempt: 1, IdemKey: j.act.IdemKey}
 }

@@ -115,10 +115,8 @@ type row struct {
 // table maps each K to its step (filled by init: the steps refer to the table).
 var table [numK]row
 
-func init() { table = rows() }
-
-func rows() [numK]row {
-	return [numK]row{
+func init() {
+	table = [numK]row{
 		kValidateStart:   {"validate_start", (*Job).onValidateStart},
 		kAdmitStart:      {"admit_start", (*Job).onAdmitStart},
 		kStartKeyCreate:  {"start_key_create", (*Job).onStartKeyCreate},
