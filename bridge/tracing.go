@@ -191,9 +191,9 @@ func (t *tracing) child(ctx context.Context, name string, kind trace.SpanKind) (
 // spanOf names the child span that row belongs to, "" for none.
 func spanOf(row string) string {
 	switch row {
-	case "start_key_create", "start_key_get", "start_log", "start_record":
+	case "start_key_create", "start_key_get", "start_record":
 		return spanStart
-	case "begin_create", "fresh_log", "examine_get", "examine_log", "take_released", "owner_wait",
+	case "begin_create", "examine_get", "examine_log", "take_released", "owner_wait",
 		"lease_log", "lease_log_retry", "take_over":
 		return SpanClaim
 	case "key_create", "key_get", "key_holder_log", "key_holder_wait", "key_free":
