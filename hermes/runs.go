@@ -53,17 +53,17 @@ type RunStarted struct {
 
 // RunStatus is the answer of GET /v1/runs/{run_id}.
 type RunStatus struct {
-	RunID     string
-	Status    string // see the Run* constants; RunTerminal tells whether it is final
-	SessionID string
-	Model     string
-	LastEvent string  // name of the run's latest event ("" before the first)
-	Output    *string // completed runs
-	Error     *string // failed runs
-	Usage     *RunUsage
-	CreatedAt float64 // Unix seconds
-	UpdatedAt float64
-	Raw       json.RawMessage // the body verbatim
+	RunID     string          `json:"run_id"`
+	Status    string          `json:"status"` // see the Run* constants; RunTerminal tells whether it is final
+	SessionID string          `json:"session_id"`
+	Model     string          `json:"model"`
+	LastEvent string          `json:"last_event"` // name of the run's latest event ("" before the first)
+	Output    *string         `json:"output"`     // completed runs
+	Error     *string         `json:"error"`      // failed runs
+	Usage     *RunUsage       `json:"usage"`
+	CreatedAt float64         `json:"created_at"` // Unix seconds
+	UpdatedAt float64         `json:"updated_at"`
+	Raw       json.RawMessage `json:"-"` // the body verbatim
 }
 
 // Terminal reports whether the status is final.
@@ -71,17 +71,17 @@ func (s *RunStatus) Terminal() bool { return RunTerminal(s.Status) }
 
 // RunApprovalResult is the 200 answer of POST /v1/runs/{run_id}/approval.
 type RunApprovalResult struct {
-	RunID    string
-	Choice   string // as Hermes normalised it (approve/allow -> once)
-	Resolved int    // approvals resolved by this decision
-	Raw      json.RawMessage
+	RunID    string          `json:"run_id"`
+	Choice   string          `json:"choice"`   // as Hermes normalised it (approve/allow -> once)
+	Resolved int             `json:"resolved"` // approvals resolved by this decision
+	Raw      json.RawMessage `json:"-"`
 }
 
 // RunStopResult is the 200 answer of POST /v1/runs/{run_id}/stop.
 type RunStopResult struct {
-	RunID  string
-	Status string // "stopping"; a later Hermes answers a finished run's status object instead
-	Raw    json.RawMessage
+	RunID  string          `json:"run_id"`
+	Status string          `json:"status"` // "stopping"; a later Hermes answers a finished run's status object instead
+	Raw    json.RawMessage `json:"-"`
 }
 
 // RunApprovalRequest is the payload of an approval.request event.
@@ -367,28 +367,16 @@ func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error
 	if err != nil {
 		return nil, err
 	}
-	var body struct {
-		RunID     string    `json:"run_id"`
-		Status    string    `json:"status"`
-		SessionID string    `json:"session_id"`
-		Model     string    `json:"model"`
-		LastEvent string    `json:"last_event"`
-		Output    *string   `json:"output"`
-		Error     *string   `json:"error"`
-		Usage     *RunUsage `json:"usage"`
-		CreatedAt float64   `json:"created_at"`
-		UpdatedAt float64   `json:"updated_at"`
-	}
-	res, err := c.runJSON(ctx, p, &body)
+	rs := new(RunStatus)
+	res, err := c.runJSON(ctx, p, rs)
 	if err != nil {
 		return nil, err
 	}
-	if body.Status == "" {
+	if rs.Status == "" {
 		return nil, invalidResponse("run_status", "no_status", res.HTTPStatus)
 	}
-	return &RunStatus{RunID: body.RunID, Status: body.Status, SessionID: body.SessionID, Model: body.Model,
-		LastEvent: body.LastEvent, Output: body.Output, Error: body.Error, Usage: body.Usage,
-		CreatedAt: body.CreatedAt, UpdatedAt: body.UpdatedAt, Raw: res.Output}, nil
+	rs.Raw = res.Output
+	return rs, nil
 }
 
 // RunEvents subscribes to a run's events (GET /v1/runs/{run_id}/events) and returns the open
@@ -424,16 +412,13 @@ func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool
 	if err != nil {
 		return nil, err
 	}
-	var body struct {
-		RunID    string `json:"run_id"`
-		Choice   string `json:"choice"`
-		Resolved int    `json:"resolved"`
-	}
-	res, err := c.runJSON(ctx, p, &body)
+	ar := new(RunApprovalResult)
+	res, err := c.runJSON(ctx, p, ar)
 	if err != nil {
 		return nil, err
 	}
-	return &RunApprovalResult{RunID: body.RunID, Choice: body.Choice, Resolved: body.Resolved, Raw: res.Output}, nil
+	ar.Raw = res.Output
+	return ar, nil
 }
 
 // RunStop asks a live run to stop (POST /v1/runs/{run_id}/stop). Stopping is cooperative: the
@@ -445,15 +430,13 @@ func (c *Client) RunStop(ctx context.Context, runID string) (*RunStopResult, err
 	if err != nil {
 		return nil, err
 	}
-	var body struct {
-		RunID  string `json:"run_id"`
-		Status string `json:"status"`
-	}
-	res, err := c.runJSON(ctx, p, &body)
+	sr := new(RunStopResult)
+	res, err := c.runJSON(ctx, p, sr)
 	if err != nil {
 		return nil, err
 	}
-	return &RunStopResult{RunID: body.RunID, Status: body.Status, Raw: res.Output}, nil
+	sr.Raw = res.Output
+	return sr, nil
 }
 
 // RunsIdempotency is the runs_idempotency capability of later Hermes versions.
