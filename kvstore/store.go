@@ -201,19 +201,6 @@ func (s *Store) TTL() time.Duration { return s.ttl }
 // means none known).
 func (s *Store) MaxValueSize() int { return s.limit }
 
-// encode encodes r (only read) for key and checks it against the size limit.
-// Errors: ErrTooLarge.
-func (s *Store) encode(key string, r *Record) ([]byte, error) {
-	b, err := encodeRecord(r)
-	if err != nil {
-		return nil, fmt.Errorf("kvstore: encode %s: %w", key, err)
-	}
-	if s.limit > 0 && len(b) > s.limit {
-		return nil, &TooLargeError{Key: key, Size: len(b), Limit: s.limit}
-	}
-	return b, nil
-}
-
 // Create claims key with r and returns the new revision. It fails with
 // ErrExists when the key holds a live value; it succeeds over a deleted or
 // expired key, and when the write landed although its reply was lost (it then
@@ -226,22 +213,9 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 		r.CreatedAt = now
 	}
 	r.UpdatedAt = now
-	b, err := s.encode(key, &r)
-	if err != nil {
-		return 0, err
-	}
-	cctx, cancel := opCtx(ctx)
-	rev, err := s.kv.Create(cctx, key, b)
-	cancel()
-	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
-		// The write may have landed although its reply was lost (a timeout, a
-		// reconnect). If the key holds exactly these bytes (they name the writer and
-		// the nanosecond), they are this write: the claim is ours.
-		if rev, ok := s.ownWrite(ctx, key, b); ok {
-			return rev, nil
-		}
-	}
-	return rev, mapWriteErr("create", key, len(b), err, ErrExists)
+	return s.write(ctx, "create", key, &r, ErrExists, func(ctx context.Context, b []byte) (uint64, error) {
+		return s.kv.Create(ctx, key, b)
+	})
 }
 
 // lostReplyCheck bounds the read with which a failed Create or Update looks for its own
@@ -312,36 +286,38 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 		return 0, fmt.Errorf("%w: update %s: revision 0", ErrConflict, key)
 	}
 	r.UpdatedAt = s.now().UTC()
-	b, err := s.encode(key, &r)
-	if err != nil {
-		return 0, err
-	}
-	uctx, cancel := opCtx(ctx)
-	nrev, err := s.kv.Update(uctx, key, b, rev)
-	cancel()
-	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
-		// As in Create: a write whose reply was lost (a leader change, a reconnect) is
-		// found by its bytes, which name the writer and the nanosecond. Without this a
-		// lost reply of the write-ahead mark made its owner give the action up, and the
-		// next delivery settled outcome_unknown for a call that was never sent.
-		if nrev, ok := s.ownWrite(ctx, key, b); ok {
-			return nrev, nil
-		}
-	}
-	return nrev, mapWriteErr("update", key, len(b), err, ErrConflict)
+	return s.write(ctx, "update", key, &r, ErrConflict, func(ctx context.Context, b []byte) (uint64, error) {
+		return s.kv.Update(ctx, key, b, rev)
+	})
 }
 
-// ownWrite reports whether key holds exactly b (a write of this Store whose reply was
-// lost) and its revision. A read that is behind reports false: the caller then keeps
-// its error, as before.
-func (s *Store) ownWrite(ctx context.Context, key string, b []byte) (uint64, bool) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
-	defer cancel()
-	e, err := s.kv.Get(gctx, key)
-	if err != nil || !bytes.Equal(e.Value(), b) {
-		return 0, false
+// write encodes r (only read), checks it against the size limit (ErrTooLarge), runs put, the
+// Create or Update of the bytes b under key, and maps its error (casErr for a failed
+// compare-and-set). The write may have landed although its reply was lost (a
+// timeout, a leader change, a reconnect): if key then holds exactly b (the bytes name the
+// writer and the nanosecond), the write is this one and write returns its revision.
+// Without this a lost reply of the write-ahead mark made its owner give the action up, and
+// the next delivery settled outcome_unknown for a call that was never sent. A read that is
+// behind finds other bytes: the error stands.
+func (s *Store) write(ctx context.Context, op, key string, r *Record, casErr error, put func(context.Context, []byte) (uint64, error)) (uint64, error) {
+	b, err := encodeRecord(r)
+	if err != nil {
+		return 0, fmt.Errorf("kvstore: encode %s: %w", key, err)
 	}
-	return e.Revision(), true
+	if s.limit > 0 && len(b) > s.limit {
+		return 0, &TooLargeError{Key: key, Size: len(b), Limit: s.limit}
+	}
+	pctx, cancel := opCtx(ctx)
+	rev, err := put(pctx, b)
+	cancel()
+	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
+		defer cancel()
+		if e, gerr := s.kv.Get(gctx, key); gerr == nil && bytes.Equal(e.Value(), b) {
+			return e.Revision(), nil
+		}
+	}
+	return rev, mapWriteErr(op, key, len(b), err, casErr)
 }
 
 // Delete removes the record under key if its latest revision is rev,
