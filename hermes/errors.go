@@ -273,21 +273,13 @@ func transportError(ctx context.Context, op string, err error, status int) *Erro
 	if errors.As(err, &ue) {
 		err = ue.Err // the url.Error text contains the URL, and so maybe a session id
 	}
-	dial := isDialError(err)
-	var e *Error
-	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		e = newError(op, CodeDeadlineExceeded, "deadline exceeded")
-		e.Err = context.DeadlineExceeded
-	case ctx.Err() != nil:
-		e = newError(op, CodeCancelled, "cancelled")
-		e.Err = context.Canceled
-	default:
+	e := ctxEnded(ctx, op, "")
+	if e == nil {
 		e = newError(op, CodeTransport, "transport failure")
 		e.Err = err
 	}
 	e.HTTPStatus = status
-	e.NotStarted = dial && status == 0
+	e.NotStarted = isDialError(err) && status == 0
 	return e
 }
 
@@ -302,15 +294,23 @@ func isDialError(err error) bool {
 
 // ctxError reports a context that ended before the request was sent.
 func ctxError(ctx context.Context, op string) *Error {
+	e := ctxEnded(ctx, op, " before the request was sent")
+	e.NotStarted = true
+	return e
+}
+
+// ctxEnded returns the deadline_exceeded or cancelled *Error of a ctx that ended, its
+// message followed by when; nil while ctx is live.
+func ctxEnded(ctx context.Context, op, when string) *Error {
 	var e *Error
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		e = newError(op, CodeDeadlineExceeded, "deadline exceeded before the request was sent")
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		e = newError(op, CodeDeadlineExceeded, "deadline exceeded"+when)
 		e.Err = context.DeadlineExceeded
-	} else {
-		e = newError(op, CodeCancelled, "cancelled before the request was sent")
+	case ctx.Err() != nil:
+		e = newError(op, CodeCancelled, "cancelled"+when)
 		e.Err = context.Canceled
 	}
-	e.NotStarted = true
 	return e
 }
 
