@@ -57,45 +57,21 @@ func isFailureName(n string) bool {
 	return false
 }
 
-// internName returns a constant string for common event names, avoiding an allocation.
+// commonNames are the event names internName returns without allocating.
+var commonNames = []string{"done", "error", "hermes.tool.progress", "run.started", "run.completed",
+	"message.started", "assistant.delta", "assistant.completed", "tool.progress", "tool.started",
+	"tool.completed", "response.created", "response.output_text.delta", "response.output_text.done",
+	"response.output_item.added", "response.output_item.done", "response.completed"}
+
+// internName returns string(b), without allocating for "" and the common event names.
 func internName(b []byte) string {
-	switch string(b) {
-	case "":
+	if len(b) == 0 {
 		return ""
-	case "done":
-		return "done"
-	case "error":
-		return "error"
-	case "hermes.tool.progress":
-		return "hermes.tool.progress"
-	case "run.started":
-		return "run.started"
-	case "run.completed":
-		return "run.completed"
-	case "message.started":
-		return "message.started"
-	case "assistant.delta":
-		return "assistant.delta"
-	case "assistant.completed":
-		return "assistant.completed"
-	case "tool.progress":
-		return "tool.progress"
-	case "tool.started":
-		return "tool.started"
-	case "tool.completed":
-		return "tool.completed"
-	case "response.created":
-		return "response.created"
-	case "response.output_text.delta":
-		return "response.output_text.delta"
-	case "response.output_text.done":
-		return "response.output_text.done"
-	case "response.output_item.added":
-		return "response.output_item.added"
-	case "response.output_item.done":
-		return "response.output_item.done"
-	case "response.completed":
-		return "response.completed"
+	}
+	for _, n := range commonNames {
+		if string(b) == n {
+			return n
+		}
 	}
 	return string(b)
 }
