@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/net/http/httpguts"
 )
 
 func transcriptSeeds(f *testing.F) [][]byte {
@@ -172,7 +173,7 @@ func FuzzPrepare(f *testing.F) {
 		}
 		for k, vs := range p.Header {
 			for _, v := range vs {
-				if !validHeaderName(k) || !validHeaderValue(v) {
+				if !httpguts.ValidHeaderFieldName(k) || !validHeaderValue(v) {
 					t.Fatalf("bad header %q: %q", k, v)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Limits applied by Prepare.
@@ -305,29 +306,10 @@ func without(m map[string]any, keys ...string) map[string]any {
 
 // --- headers and paths ----------------------------------------------------------------------
 
+// validHeaderValue reports whether s is a header value (no control characters but tab) of
+// at most 16 KiB.
 func validHeaderValue(s string) bool {
-	if len(s) > maxHeaderValueBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
+	return len(s) <= maxHeaderValueBytes && httpguts.ValidHeaderFieldValue(s)
 }
 
 var reservedHeaders = []string{"Authorization", "Host", "Content-Length", "Content-Type", "Accept",
@@ -339,7 +321,7 @@ func copyExtraHeaders(dst, src http.Header) error {
 		if slices.Contains(reservedHeaders, cn) || strings.HasPrefix(cn, "X-Hermes-") {
 			continue
 		}
-		if !validHeaderName(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return inputErr("header", "invalid header name")
 		}
 		for _, v := range vals {
