@@ -462,8 +462,12 @@ type userMessage struct {
 	Role    string `json:"role"`
 }
 
-// listParams are the sessions_list parameters, in the order of the query string.
-var listParams = []string{"limit", "offset", "source", "include_children"}
+// listParams are the sessions_list parameters, in the order of the query string;
+// listDefaults the values of those always sent.
+var (
+	listParams   = []string{"limit", "offset", "source", "include_children"}
+	listDefaults = map[string]string{"limit": strconv.Itoa(defaultListLimit), "offset": "0"}
+)
 
 // listValue maps one sessions_list parameter to its query value.
 func listValue(k string, v any, field string) (string, error) {
@@ -514,11 +518,8 @@ func listQuery(in map[string]any) (string, error) {
 			}
 			val, found = s, true
 		}
-		if !found && k == "limit" {
-			val, found = strconv.Itoa(defaultListLimit), true
-		}
-		if !found && k == "offset" {
-			val, found = "0", true
+		if d, ok := listDefaults[k]; !found && ok {
+			val, found = d, true
 		}
 		if found {
 			b.WriteString("&" + k + "=" + escapeSegment(val))
