@@ -178,30 +178,23 @@ func DecodeAction(data []byte) (*Action, error) {
 			}
 			// A copy: the action must not share memory with data.
 			a.Input, a.Value = append(v1json.RawMessage(nil), input...), m
-		case "idempotency_key":
-			s, err := jsonString(k, v)
-			if err != nil {
+		case "idempotency_key", "tenant_id":
+			dst, minLen, maxLen := &a.IdempotencyKey, 1, MaxIdempotencyKeyLen
+			if k == "tenant_id" {
+				dst, minLen, maxLen = &a.TenantID, 0, MaxTenantIDLen
+			}
+			if *dst, err = jsonString(k, v); err != nil {
 				return nil, err
 			}
-			if reason := checkText(s, 1, MaxIdempotencyKeyLen); reason != "" {
+			if reason := checkText(*dst, minLen, maxLen); reason != "" {
 				return nil, &ActionError{Field: k, Reason: reason}
 			}
-			a.IdempotencyKey = s
 		case "timeout_ms":
 			n, ok := jsonInteger(v)
 			if !ok || n <= 0 || n > MaxTimeoutMS {
 				return nil, &ActionError{Field: k, Reason: "must be a positive integer no greater than 86400000"}
 			}
 			a.TimeoutMS = &n
-		case "tenant_id":
-			s, err := jsonString(k, v)
-			if err != nil {
-				return nil, err
-			}
-			if reason := checkText(s, 0, MaxTenantIDLen); reason != "" {
-				return nil, &ActionError{Field: k, Reason: reason}
-			}
-			a.TenantID = s
 		case "approval":
 			m, ok := v.(map[string]any)
 			if !ok {
