@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Run statuses reported by GET /v1/runs/{run_id}. RunInterrupted exists only in later Hermes
@@ -515,25 +517,20 @@ func ParseCapabilities(b []byte) (*Capabilities, error) {
 	if !ok {
 		ri = top["runs_idempotency"]
 	}
-	switch kindOf(ri) {
-	case 'b':
-		c.RunsIdempotency.Supported = string(bytes.TrimSpace(ri)) == "true"
+	switch jsontext.Value(ri).Kind() {
+	case 't':
+		c.RunsIdempotency.Supported = true
 	case '{':
-		var v struct {
-			Supported        *bool   `json:"supported"`
-			Durable          bool    `json:"durable"`
-			RetentionSeconds float64 `json:"retention_seconds"`
-		}
 		var m map[string]json.RawMessage
+		var retention float64
 		_ = json.Unmarshal(ri, &m)
-		_ = json.Unmarshal(m["supported"], &v.Supported)
-		_ = json.Unmarshal(m["durable"], &v.Durable)
-		_ = json.Unmarshal(m["retention_seconds"], &v.RetentionSeconds)
-		// An object without "supported" advertises support by its presence.
-		c.RunsIdempotency.Supported = v.Supported == nil || *v.Supported
-		c.RunsIdempotency.Durable = v.Durable && c.RunsIdempotency.Supported
-		if v.RetentionSeconds > 0 && v.RetentionSeconds < 1<<53 {
-			c.RunsIdempotency.RetentionSeconds = int64(v.RetentionSeconds)
+		_ = json.Unmarshal(m["retention_seconds"], &retention)
+		// An object without "supported" (or with a null one) advertises support by its presence.
+		supported := jsontext.Value(m["supported"]).Kind()
+		c.RunsIdempotency.Supported = supported == 0 || supported == 'n' || supported == 't'
+		c.RunsIdempotency.Durable = c.RunsIdempotency.Supported && jsontext.Value(m["durable"]).Kind() == 't'
+		if retention > 0 && retention < 1<<53 {
+			c.RunsIdempotency.RetentionSeconds = int64(retention)
 		}
 	}
 	return c, nil
