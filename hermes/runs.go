@@ -303,7 +303,7 @@ func (s *RunEventStream) Close() error {
 
 // runJSON sends a prepared JSON run operation and decodes its body into dst.
 func (c *Client) runJSON(ctx context.Context, p *Prepared, dst any) (*Result, error) {
-	res, err := c.send(ctx, p, nil)
+	res, err := c.Send(ctx, p, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -196,15 +196,20 @@ func eventText(p *probe, name string, textEmpty bool) string {
 	return ""
 }
 
-// errCallback wraps an error returned by the event callback.
-type errCallback struct{ err error }
+// callbackError wraps an error returned by the event callback of operation op.
+type callbackError struct {
+	op  string // set by the Client
+	err error
+}
 
-func (e *errCallback) Error() string { return "event callback: " + e.err.Error() }
-func (e *errCallback) Unwrap() error { return e.err }
+func (e *callbackError) Error() string {
+	return "hermes: " + e.op + ": event callback: " + e.err.Error()
+}
+func (e *callbackError) Unwrap() error { return e.err }
 
 // consumeStream reads SSE events from r, calls onEvent for each in order and stops at the first
 // terminal event, at maxEvents (truncated) or at EOF. Read errors are returned as they are
-// (*errSSE for an invalid stream); a callback error is returned as *errCallback.
+// (*errSSE for an invalid stream); a callback error is returned as *callbackError.
 // failedChunk reports a chat chunk with finish_reason "error".
 func consumeStream(r io.Reader, frameLimit int, streamLimit int64, maxEvents int, onEvent func(Event) error) (sum StreamSummary, failedChunk bool, err error) {
 	if maxEvents <= 0 {
@@ -229,7 +234,7 @@ func consumeStream(r io.Reader, frameLimit int, streamLimit int64, maxEvents int
 		st.terminal = ev.Terminal
 		if onEvent != nil {
 			if err := onEvent(ev); err != nil {
-				return st.summary(), st.failedChunk, &errCallback{err}
+				return st.summary(), st.failedChunk, &callbackError{err: err}
 			}
 		}
 		st.count++
