@@ -229,20 +229,20 @@ func DecodeApproval(data []byte) (*Approval, error) {
 // pre-approval: its errors' Fields start with "approval.", and input_sha256 and
 // decided_at are required.
 func approvalFrom(obj map[string]any, pre bool) (*Approval, error) {
-	prefix, names := "", approvalFields
+	prefix := ""
 	if pre {
-		prefix, names = "approval.", approvalFieldsInAction
+		prefix = "approval."
 	}
 	if k := firstUnknown(obj, approvalFields); k != "" {
 		return nil, &ActionError{Field: prefix + safeFieldName(k), Reason: "unknown field"}
 	}
 	ap := &Approval{}
-	for i, k := range approvalFields {
+	for _, k := range approvalFields {
 		v := obj[k]
 		if v == nil {
 			continue
 		}
-		f := names[i]
+		f := prefix + k
 		s, err := jsonString(f, v)
 		if err != nil {
 			return nil, err
@@ -293,14 +293,6 @@ func approvalFrom(obj map[string]any, pre bool) (*Approval, error) {
 var (
 	actionFields   = []string{"capability_id", "input", "idempotency_key", "timeout_ms", "tenant_id", "approval"}
 	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at", "choice"}
-	// approvalFieldsInAction are the Fields of a pre-approval's members: "approval." + name.
-	approvalFieldsInAction = func() []string {
-		names := make([]string, len(approvalFields))
-		for i, k := range approvalFields {
-			names[i] = "approval." + k
-		}
-		return names
-	}()
 )
 
 // firstUnknown returns the smallest member name not in known, or "" when all

@@ -218,21 +218,21 @@ func statusError(spec Spec, status int, header http.Header, body []byte) *Error 
 	case status == http.StatusTooManyRequests:
 		e = newError(spec.Name, CodeRemoteUnavailable, msg)
 		e.NotStarted = rc == "rate_limit_exceeded"
-		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	case status == http.StatusServiceUnavailable && rc == "gateway_draining":
 		e = newError(spec.Name, CodeRemoteUnavailable, msg)
 		e.NotStarted = true
-		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	case status == http.StatusBadGateway && rc == "agent_incomplete":
 		e = newError(spec.Name, CodeAgentIncomplete, msg)
 	case status >= 500:
 		e = newError(spec.Name, CodeRemoteUnavailable, msg)
-		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	default: // other 4xx (and 1xx/3xx, as redirects are not followed)
 		e = newError(spec.Name, CodeRemoteRejected, msg)
 		// The provider's fork is not atomic: it ends the source, creates the child and copies
 		// messages before validating the title, so invalid_title may follow durable changes.
 		e.NotStarted = !(spec.Name == "session_fork" && rc == "invalid_title")
+	}
+	if e.Code == CodeRemoteUnavailable { // 429, a draining 503, other 5xx but agent_incomplete
+		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	}
 	e.HTTPStatus = status
 	e.RemoteCode = rc
