@@ -225,26 +225,23 @@ func parseRunEvent(data []byte) (RunEvent, error) {
 // RunEventStream reads the events of one run. It is not safe for concurrent use; Close it
 // when done (closing early also ends the subscription: Hermes then drops the run's queue).
 type RunEventStream struct {
-	body      io.ReadCloser
-	rd        *sseReader
-	ctx       context.Context
-	maxEvents int
-	n         int
-	done      bool
-	err       error
+	body io.ReadCloser
+	rd   *sseReader
+	ctx  context.Context
+	done bool
+	err  error
 }
 
-// newRunEventStream reads run events from body; maxEvents <= 0 means no event limit.
-func newRunEventStream(ctx context.Context, body io.ReadCloser, frameLimit int, streamLimit int64, maxEvents int) *RunEventStream {
-	return &RunEventStream{body: body, rd: newSSEReader(body, frameLimit, streamLimit), ctx: ctx, maxEvents: maxEvents}
+// newRunEventStream reads run events from body, with no event limit.
+func newRunEventStream(ctx context.Context, body io.ReadCloser, frameLimit int, streamLimit int64) *RunEventStream {
+	return &RunEventStream{body: body, rd: newSSEReader(body, frameLimit, streamLimit), ctx: ctx}
 }
 
 // Next returns the next event. After a terminal event (run.completed, run.failed,
 // run.cancelled, run.interrupted) has been returned, Next returns io.EOF. A stream that ends
 // or breaks before a terminal event gives an *Error with Code stream_incomplete (follow the
 // status with RunStatus then); an invalid frame or a frame that is not a run event gives
-// invalid_response; more than the stream's event limit gives stream_truncated; a done ctx
-// gives cancelled or deadline_exceeded. Errors are sticky.
+// invalid_response; a done ctx gives cancelled or deadline_exceeded. Errors are sticky.
 func (s *RunEventStream) Next() (RunEvent, error) {
 	if s.err != nil {
 		return RunEvent{}, s.err
@@ -275,14 +272,6 @@ func (s *RunEventStream) Next() (RunEvent, error) {
 	ev, err := parseRunEvent(f.data)
 	if err != nil {
 		s.err = invalidResponse("run_events", errRunEvent.reason, http.StatusOK)
-		return RunEvent{}, s.err
-	}
-	s.n++
-	if s.maxEvents > 0 && s.n > s.maxEvents {
-		e := newError("run_events", CodeStreamTruncated, "run events stream exceeded max_events")
-		e.HTTPStatus = http.StatusOK
-		e.Details = map[string]any{"operation": "run_events", "max_events": s.maxEvents}
-		s.err = e
 		return RunEvent{}, s.err
 	}
 	if ev.Terminal {
@@ -397,7 +386,7 @@ func (c *Client) RunEvents(ctx context.Context, runID string) (*RunEventStream, 
 	if err != nil {
 		return nil, err
 	}
-	return newRunEventStream(ctx, resp.Body, c.o.frameLimit, c.o.streamLimit, 0), nil
+	return newRunEventStream(ctx, resp.Body, c.o.frameLimit, c.o.streamLimit), nil
 }
 
 // RunApproval answers the run's oldest pending approval, or every pending one when all is
