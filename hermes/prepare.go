@@ -1,6 +1,7 @@
 package hermes
 
 import (
+	"cmp"
 	v1json "encoding/json"
 	"errors"
 	"maps"
@@ -426,9 +427,7 @@ func chatBody(spec Spec, in map[string]any) ([]byte, error) {
 		}
 	}
 	model, _ := in["model"].(string)
-	if model == "" {
-		model = defaultModel
-	}
+	model = cmp.Or(model, defaultModel)
 	onlyPrompt := prompt != ""
 	for k := range in {
 		switch k {

@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,15 +78,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if js == nil {
 		return nil, errors.New("kvstore: nil JetStream")
 	}
-	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultBucket
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
+	cfg.Bucket = cmp.Or(cfg.Bucket, DefaultBucket)
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
 	switch {
 	case cfg.TTL < 0:
 		return nil, fmt.Errorf("kvstore: negative TTL %s", cfg.TTL)
@@ -111,19 +106,12 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		if err := checkTTL(ctx, js, cfg); err != nil {
 			return nil, err
 		}
-		maxValue := cfg.MaxValueSize
-		if maxValue == 0 {
-			maxValue = -1 // bound by the server's max payload
-			if maxPayload > 0 {
-				maxValue = int32(maxPayload)
-			}
-		}
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:       cfg.Bucket,
 			Description:  cfg.Description,
 			History:      1,
 			TTL:          cfg.TTL,
-			MaxValueSize: maxValue,
+			MaxValueSize: cmp.Or(cfg.MaxValueSize, int32(maxPayload), -1), // default: the server's max payload
 			Storage:      cfg.Storage,
 			Replicas:     cfg.Replicas,
 		})
