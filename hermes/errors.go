@@ -85,22 +85,18 @@ func (e *Error) Is(target error) bool {
 
 // Error returns "hermes: <op>: <code>: <message>" plus the status, remote code and cause.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("hermes: ")
+	s := "hermes: "
 	if e.Operation != "" {
-		b.WriteString(e.Operation)
-		b.WriteString(": ")
+		s += e.Operation + ": "
 	}
-	b.WriteString(e.Code)
+	s += e.Code
 	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
+		s += ": " + e.Message
 	}
 	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		s += ": " + e.Err.Error()
 	}
-	return b.String()
+	return s
 }
 
 // Unwrap returns the underlying cause.
