@@ -457,30 +457,16 @@ func checkText(s string, minLen, maxLen int) string {
 	return ""
 }
 
+// validSHA256Hex reports whether s is 64 lowercase hexadecimal digits.
 func validSHA256Hex(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // safeFieldName returns a member name fit for an error message: names that
 // are not short identifiers are replaced by a placeholder.
 func safeFieldName(k string) string {
-	if len(k) == 0 || len(k) > 64 {
+	if len(k) == 0 || len(k) > 64 || strings.Trim(k, idAlphabet+"_-.") != "" {
 		return "(unnamed field)"
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return "(unnamed field)"
-		}
 	}
 	return k
 }

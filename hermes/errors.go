@@ -181,16 +181,12 @@ func decodeRemoteError(body []byte) remoteError {
 	return r
 }
 
-// sanitizeCode keeps a remote error code only if it is a short identifier.
+// sanitizeCode keeps a remote error code only if it is a short identifier: 1 to 64 of
+// [A-Za-z0-9_.-].
 func sanitizeCode(s string) string {
-	if s == "" || len(s) > 64 {
+	const ident = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+	if s == "" || len(s) > 64 || strings.Trim(s, ident) != "" {
 		return ""
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return ""
-		}
 	}
 	return s
 }

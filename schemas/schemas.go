@@ -517,14 +517,9 @@ func ratString(r *big.Rat) string {
 // safeName keeps member names readable in errors without echoing arbitrary
 // input: names that are not short identifiers are replaced.
 func safeName(k string) string {
-	if k == "" || len(k) > 64 {
+	const ident = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+	if k == "" || len(k) > 64 || strings.Trim(k, ident) != "" {
 		return "(unnamed field)"
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return "(unnamed field)"
-		}
 	}
 	return k
 }
