@@ -29,11 +29,7 @@ const (
 // RunTerminal reports whether a run status is final: completed, failed, cancelled or
 // interrupted.
 func RunTerminal(status string) bool {
-	switch status {
-	case RunCompleted, RunFailed, RunCancelled, RunInterrupted:
-		return true
-	}
-	return false
+	return status == RunCompleted || status == RunFailed || status == RunCancelled || status == RunInterrupted
 }
 
 // RunUsage is the token usage of a finished run.
