@@ -54,7 +54,6 @@ type Store struct {
 	bucket string
 	ttl    time.Duration
 	limit  int // client-side size check; 0 = none
-	now    func() time.Time
 }
 
 // Entry is a record with its revision. Revision is the compare-and-set token
@@ -128,18 +127,15 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		}
 	}
 
-	s := &Store{kv: kv, bucket: cfg.Bucket, ttl: cfg.TTL, now: time.Now}
 	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
 	}
-	s.ttl = st.TTL()
 	var bucketMax int
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		bucketMax = int(bs.Config().MaxValueSize)
 	}
-	s.limit = minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)
-	return s, nil
+	return &Store{kv: kv, bucket: cfg.Bucket, ttl: st.TTL(), limit: minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)}, nil
 }
 
 // checkTTL refuses to shorten the TTL of an existing bucket that holds values,
@@ -196,7 +192,7 @@ func (s *Store) MaxValueSize() int { return s.limit }
 // key, exactly one succeeds. Create sets r.UpdatedAt to now, and r.CreatedAt when zero.
 // Errors: ErrExists, ErrTooLarge.
 func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error) {
-	now := s.now().UTC()
+	now := time.Now().UTC()
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = now
 	}
@@ -273,7 +269,7 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 	if rev == 0 {
 		return 0, fmt.Errorf("%w: update %s: revision 0", ErrConflict, key)
 	}
-	r.UpdatedAt = s.now().UTC()
+	r.UpdatedAt = time.Now().UTC()
 	return s.write(ctx, "update", key, &r, ErrConflict, func(ctx context.Context, b []byte) (uint64, error) {
 		return s.kv.Update(ctx, key, b, rev)
 	})
