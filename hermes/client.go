@@ -348,12 +348,8 @@ func (c *Client) aggregate(op string, status int, sum StreamSummary) *Result {
 }
 
 func (c *Client) health(raw json.RawMessage, status int) (*Result, error) {
-	var fields struct {
-		Status   any `json:"status"`
-		Platform any `json:"platform"`
-		Version  any `json:"version"`
-	}
-	_ = json.Unmarshal(raw, &fields) // non-objects leave the fields nil
+	var fields struct{ Status, Platform, Version any } // members matched by name, any case
+	_ = json.Unmarshal(raw, &fields)                   // non-objects leave the fields nil
 	str := func(v any) any {
 		if s, ok := v.(string); ok {
 			return s
