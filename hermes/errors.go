@@ -235,25 +235,11 @@ func statusError(spec Spec, status int, header http.Header, body []byte) *Error 
 // parseRetryAfter reads delay-seconds or an HTTP date; it returns 0 when absent or invalid.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return 0
-		}
-		if n > 86400 {
-			n = 86400
-		}
-		return time.Duration(n) * time.Second
+		return time.Duration(min(max(n, 0), 86400)) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			if d > 24*time.Hour {
-				d = 24 * time.Hour
-			}
-			return d
-		}
+		return min(max(t.Sub(now), 0), 24*time.Hour)
 	}
 	return 0
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -314,11 +313,8 @@ func (c *Client) RunStart(ctx context.Context, req Request) (*RunStarted, error)
 	if err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > p.Spec.Timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Spec.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, p.Spec.Timeout) // an earlier deadline of ctx stands
+	defer cancel()
 	resp, err := c.open(ctx, p)
 	if err != nil {
 		return nil, err
