@@ -280,9 +280,9 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 // compare-and-set). The write may have landed although its reply was lost (a
 // timeout, a leader change, a reconnect): if key then holds exactly b (the bytes name the
 // writer and the nanosecond), the write is this one and write returns its revision.
-// Without this a lost reply of the write-ahead mark made its owner give the action up, and
-// the next delivery settled outcome_unknown for a call that was never sent. A read that is
-// behind finds other bytes: the error stands.
+// So a lost reply of the write-ahead mark does not make its owner give the action up (the
+// next delivery would settle outcome_unknown for a call never sent). A read that is behind
+// finds other bytes: the error stands.
 func (s *Store) write(ctx context.Context, op, key string, r *Record, casErr error, put func(context.Context, []byte) (uint64, error)) (uint64, error) {
 	b, err := encodeRecord(r)
 	if err != nil {
