@@ -178,30 +178,23 @@ func DecodeAction(data []byte) (*Action, error) {
 			}
 			// A copy: the action must not share memory with data.
 			a.Input, a.Value = append(v1json.RawMessage(nil), input...), m
-		case "idempotency_key":
-			s, err := jsonString(k, v)
-			if err != nil {
+		case "idempotency_key", "tenant_id":
+			dst, minLen, maxLen := &a.IdempotencyKey, 1, MaxIdempotencyKeyLen
+			if k == "tenant_id" {
+				dst, minLen, maxLen = &a.TenantID, 0, MaxTenantIDLen
+			}
+			if *dst, err = jsonString(k, v); err != nil {
 				return nil, err
 			}
-			if reason := checkText(s, 1, MaxIdempotencyKeyLen); reason != "" {
+			if reason := checkText(*dst, minLen, maxLen); reason != "" {
 				return nil, &ActionError{Field: k, Reason: reason}
 			}
-			a.IdempotencyKey = s
 		case "timeout_ms":
 			n, ok := jsonInteger(v)
 			if !ok || n <= 0 || n > MaxTimeoutMS {
 				return nil, &ActionError{Field: k, Reason: "must be a positive integer no greater than 86400000"}
 			}
 			a.TimeoutMS = &n
-		case "tenant_id":
-			s, err := jsonString(k, v)
-			if err != nil {
-				return nil, err
-			}
-			if reason := checkText(s, 0, MaxTenantIDLen); reason != "" {
-				return nil, &ActionError{Field: k, Reason: reason}
-			}
-			a.TenantID = s
 		case "approval":
 			m, ok := v.(map[string]any)
 			if !ok {
@@ -236,20 +229,20 @@ func DecodeApproval(data []byte) (*Approval, error) {
 // pre-approval: its errors' Fields start with "approval.", and input_sha256 and
 // decided_at are required.
 func approvalFrom(obj map[string]any, pre bool) (*Approval, error) {
-	prefix, names := "", approvalFields
+	prefix := ""
 	if pre {
-		prefix, names = "approval.", approvalFieldsInAction
+		prefix = "approval."
 	}
 	if k := firstUnknown(obj, approvalFields); k != "" {
 		return nil, &ActionError{Field: prefix + safeFieldName(k), Reason: "unknown field"}
 	}
 	ap := &Approval{}
-	for i, k := range approvalFields {
+	for _, k := range approvalFields {
 		v := obj[k]
 		if v == nil {
 			continue
 		}
-		f := names[i]
+		f := prefix + k
 		s, err := jsonString(f, v)
 		if err != nil {
 			return nil, err
@@ -300,14 +293,6 @@ func approvalFrom(obj map[string]any, pre bool) (*Approval, error) {
 var (
 	actionFields   = []string{"capability_id", "input", "idempotency_key", "timeout_ms", "tenant_id", "approval"}
 	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at", "choice"}
-	// approvalFieldsInAction are the Fields of a pre-approval's members: "approval." + name.
-	approvalFieldsInAction = func() []string {
-		names := make([]string, len(approvalFields))
-		for i, k := range approvalFields {
-			names[i] = "approval." + k
-		}
-		return names
-	}()
 )
 
 // firstUnknown returns the smallest member name not in known, or "" when all
@@ -472,30 +457,16 @@ func checkText(s string, minLen, maxLen int) string {
 	return ""
 }
 
+// validSHA256Hex reports whether s is 64 lowercase hexadecimal digits.
 func validSHA256Hex(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // safeFieldName returns a member name fit for an error message: names that
 // are not short identifiers are replaced by a placeholder.
 func safeFieldName(k string) string {
-	if len(k) == 0 || len(k) > 64 {
+	if len(k) == 0 || len(k) > 64 || strings.Trim(k, idAlphabet+"_-.") != "" {
 		return "(unnamed field)"
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return "(unnamed field)"
-		}
 	}
 	return k
 }

@@ -62,11 +62,14 @@ func EncodeAction(src, id, endpoint, op string, a Action, trace TraceContext, st
 	ev.SetType(TypeAction)
 	ev.SetSubject(capID)
 	ev.SetTime(time.Now().UTC())
-	if trace.Traceparent != "" {
-		ev.SetExtension("traceparent", trace.Traceparent)
-	}
-	if trace.Tracestate != "" {
-		ev.SetExtension("tracestate", trace.Tracestate)
+	h := nats.Header{}
+	h.Set(HeaderContentType, ContentTypeCloudEventsJSON)
+	h.Set(HeaderMsgID, id)
+	for name, v := range map[string]string{HeaderW3CTraceparent: trace.Traceparent, HeaderW3CTracestate: trace.Tracestate} {
+		if v != "" {
+			ev.SetExtension(name, v) // the extensions are named as the W3C headers
+			h.Set(name, v)
+		}
 	}
 	if err := ev.SetData(ContentTypeJSON, json.RawMessage(data)); err != nil {
 		return nil, nil, fmt.Errorf("events: publish: %w", err)
@@ -74,15 +77,6 @@ func EncodeAction(src, id, endpoint, op string, a Action, trace TraceContext, st
 	body, err := json.Marshal(ev)
 	if err != nil {
 		return nil, nil, fmt.Errorf("events: publish: encode event: %w", err)
-	}
-	h := nats.Header{}
-	h.Set(HeaderContentType, ContentTypeCloudEventsJSON)
-	h.Set(HeaderMsgID, id)
-	if trace.Traceparent != "" {
-		h.Set(HeaderW3CTraceparent, trace.Traceparent)
-	}
-	if trace.Tracestate != "" {
-		h.Set(HeaderW3CTracestate, trace.Tracestate)
 	}
 	return h, body, nil
 }

@@ -327,21 +327,19 @@ func firstInvalid(ve event.ValidationError) error {
 // attrReason is the reason given for an attribute that fails CloudEvents validation; it
 // never echoes the value.
 func attrReason(k string) string {
-	switch k {
-	case "source":
-		return "source is required and must be a non-empty URI-reference"
-	case "type":
-		return "type is required"
-	case "subject":
-		return "subject, if present, must be non-empty"
-	case "time":
-		return "time must be an RFC 3339 timestamp"
-	case "datacontenttype":
-		return "datacontenttype must be an RFC 2046 media type"
-	case "dataschema":
-		return "dataschema must be an absolute URI"
+	if r, ok := attrReasons[k]; ok {
+		return r
 	}
 	return k + " is invalid"
+}
+
+var attrReasons = map[string]string{
+	"source":          "source is required and must be a non-empty URI-reference",
+	"type":            "type is required",
+	"subject":         "subject, if present, must be non-empty",
+	"time":            "time must be an RFC 3339 timestamp",
+	"datacontenttype": "datacontenttype must be an RFC 2046 media type",
+	"dataschema":      "dataschema must be an absolute URI",
 }
 
 func decodeStructured(hv *headerView, data []byte, rules *envelopeRules) (*Envelope, error) {

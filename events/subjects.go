@@ -85,17 +85,17 @@ func (s Subjects) Output(actionID string) []string {
 func (s Subjects) ParseAction(subject string) (endpoint, op string, err error) {
 	rest, ok := strings.CutPrefix(subject, s.prefix()+".actions.")
 	if !ok {
-		return "", "", subjectErr("not under the actions subject")
+		return "", "", subjectError("not under the actions subject")
 	}
 	endpoint, op, ok = strings.Cut(rest, ".")
 	if !ok {
-		return "", "", subjectErr("want <prefix>.actions.<endpoint_id>.<operation>")
+		return "", "", subjectError("want <prefix>.actions.<endpoint_id>.<operation>")
 	}
 	if !ValidEndpointID(endpoint) {
-		return "", "", subjectErr("endpoint id must match [a-z0-9_-]{1,128}")
+		return "", "", subjectError("endpoint id must match [a-z0-9_-]{1,128}")
 	}
 	if !validOpToken(op) {
-		return "", "", subjectErr("operation must match [a-z0-9_]{1,64}")
+		return "", "", subjectError("operation must match [a-z0-9_]{1,64}")
 	}
 	return endpoint, op, nil
 }
@@ -104,10 +104,10 @@ func (s Subjects) ParseAction(subject string) (endpoint, op string, err error) {
 func (s Subjects) parseIDSubject(kind, subject string) (string, error) {
 	id, ok := strings.CutPrefix(subject, s.prefix()+"."+kind+".")
 	if !ok {
-		return "", subjectErr("not a " + kind + " subject")
+		return "", subjectError("not a " + kind + " subject")
 	}
 	if !ValidActionID(id) {
-		return "", subjectErr("action id must match [A-Za-z0-9_-]{1,128}")
+		return "", subjectError("action id must match [A-Za-z0-9_-]{1,128}")
 	}
 	return id, nil
 }
@@ -126,8 +126,6 @@ type subjectError string
 
 func (e subjectError) Error() string        { return "events: invalid subject: " + string(e) }
 func (e subjectError) Is(target error) bool { return target == ErrInvalidSubject }
-
-func subjectErr(reason string) error { return subjectError(reason) }
 
 // CapabilityPrefix starts every capability id.
 const CapabilityPrefix = "cap:hermes_agent:"

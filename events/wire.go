@@ -42,10 +42,6 @@ func Terminal(status string) bool {
 // (bad action id, unknown status, malformed JSON, wrong CloudEvent type).
 var ErrInvalidOutput = errors.New("events: invalid output message")
 
-func outputErr(reason string) error {
-	return &outputError{reason}
-}
-
 type outputError struct{ reason string }
 
 func (e *outputError) Error() string        { return "events: invalid output message: " + e.reason }
@@ -121,7 +117,7 @@ func (r Result) MarshalJSON() ([]byte, error) { return marshalResult(&r) }
 func (e ErrorInfo) MarshalJSON() ([]byte, error) {
 	b, err := json.Marshal(&e, encodeOptions)
 	if err != nil {
-		return nil, outputErr("error details are not JSON-encodable")
+		return nil, &outputError{"error details are not JSON-encodable"}
 	}
 	return b, nil
 }
@@ -209,7 +205,7 @@ func errorJSON(e *ErrorInfo) *errorWire {
 func marshalEvent(e *EventData) ([]byte, error) {
 	b, err := json.Marshal((*eventWire)(e), encodeOptions)
 	if err != nil {
-		return nil, outputErr("event data is not valid JSON")
+		return nil, &outputError{"event data is not valid JSON"}
 	}
 	return b, nil
 }
@@ -219,9 +215,9 @@ func marshalResult(r *Result) ([]byte, error) {
 	b, err := json.Marshal((*resultWire)(r), encodeOptions)
 	switch {
 	case errors.Is(err, errRawNotJSON):
-		return nil, outputErr("result output is not valid JSON")
+		return nil, &outputError{"result output is not valid JSON"}
 	case err != nil:
-		return nil, outputErr("error details are not JSON-encodable")
+		return nil, &outputError{"error details are not JSON-encodable"}
 	}
 	return b, nil
 }
@@ -287,13 +283,13 @@ func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header 
 // kind, data that is not JSON) wrap [ErrInvalidOutput].
 func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []byte, error) {
 	if !ValidActionID(ev.ActionID) {
-		return nil, nil, outputErr("action id is not a valid action id token")
+		return nil, nil, &outputError{"action id is not a valid action id token"}
 	}
 	if ev.Sequence < 0 {
-		return nil, nil, outputErr("sequence must not be negative")
+		return nil, nil, &outputError{"sequence must not be negative"}
 	}
 	if ev.Kind == "" {
-		return nil, nil, outputErr("kind is required")
+		return nil, nil, &outputError{"kind is required"}
 	}
 	body, err := marshalEvent(ev)
 	if err != nil {
@@ -309,10 +305,10 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 // event's data. Errors wrap [ErrInvalidOutput].
 func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byte, error) {
 	if !ValidActionID(r.ActionID) {
-		return nil, nil, outputErr("action id is not a valid action id token")
+		return nil, nil, &outputError{"action id is not a valid action id token"}
 	}
 	if !Terminal(r.Status) && r.Status != StatusPendingApproval {
-		return nil, nil, outputErr("status must be completed, failed, cancelled or pending_approval")
+		return nil, nil, &outputError{"status must be completed, failed, cancelled or pending_approval"}
 	}
 	body, err := marshalResult(r)
 	if err != nil {
@@ -327,7 +323,7 @@ func checkOutputType(h nats.Header, want string) error {
 	for k, vs := range h {
 		if len(vs) > 0 && strings.EqualFold(k, HeaderType) {
 			if t, _ := decodeHeaderValue(vs[0]); t != "" && t != want {
-				return outputErr("CloudEvent type is not " + want)
+				return &outputError{"CloudEvent type is not " + want}
 			}
 		}
 	}
@@ -351,10 +347,10 @@ func DecodeEvent(h nats.Header, data []byte) (*EventData, error) {
 	}
 	var ev EventData
 	if jsontext.Value(data).Kind() != '{' || json.Unmarshal(data, &ev, decodeOptions) != nil {
-		return nil, outputErr("event data is not a JSON object of the event shape")
+		return nil, &outputError{"event data is not a JSON object of the event shape"}
 	}
 	if !ValidActionID(ev.ActionID) {
-		return nil, outputErr("action id is not a valid action id token")
+		return nil, &outputError{"action id is not a valid action id token"}
 	}
 	if len(ev.Event.Data) == 0 {
 		ev.Event.Data = v1json.RawMessage("null")
@@ -374,13 +370,13 @@ func DecodeResult(h nats.Header, data []byte) (*Result, error) {
 	}
 	r := new(Result)
 	if jsontext.Value(data).Kind() != '{' || json.Unmarshal(data, r, decodeOptions) != nil {
-		return nil, outputErr("result data is not a JSON object of the result shape")
+		return nil, &outputError{"result data is not a JSON object of the result shape"}
 	}
 	if !ValidActionID(r.ActionID) {
-		return nil, outputErr("action id is not a valid action id token")
+		return nil, &outputError{"action id is not a valid action id token"}
 	}
 	if !Terminal(r.Status) && r.Status != StatusPendingApproval {
-		return nil, outputErr("unknown result status")
+		return nil, &outputError{"unknown result status"}
 	}
 	if len(r.Output) == 0 {
 		r.Output = v1json.RawMessage("null")

@@ -197,13 +197,7 @@ func (c *Client) Call(ctx context.Context, req Request, onEvent func(Event) erro
 	if err != nil {
 		return nil, err
 	}
-	return c.send(ctx, p, onEvent)
-}
-
-// Send runs one exchange for a request that Prepare already mapped, with the same
-// contract as Call. It lets a caller validate input once and reuse the result.
-func (c *Client) Send(ctx context.Context, p *Prepared, onEvent func(Event) error) (*Result, error) {
-	return c.send(ctx, p, onEvent)
+	return c.Send(ctx, p, onEvent)
 }
 
 func (c *Client) key() string {
@@ -213,7 +207,9 @@ func (c *Client) key() string {
 	return c.o.apiKey
 }
 
-func (c *Client) send(ctx context.Context, p *Prepared, onEvent func(Event) error) (*Result, error) {
+// Send runs one exchange for a request that Prepare already mapped, with the same
+// contract as Call. It lets a caller validate input once and reuse the result.
+func (c *Client) Send(ctx context.Context, p *Prepared, onEvent func(Event) error) (*Result, error) {
 	spec := p.Spec
 	op := spec.Name
 	if dl, ok := ctx.Deadline(); spec.Timeout > 0 && (!ok || time.Until(dl) > spec.Timeout) {
@@ -307,11 +303,12 @@ func (c *Client) stream(ctx context.Context, p *Prepared, resp *http.Response, o
 	op, status := p.Spec.Name, resp.StatusCode
 	sum, failedChunk, err := consumeStream(resp.Body, c.o.frameLimit, c.o.streamLimit, p.MaxEvents, onEvent)
 	if err != nil {
-		var ce *errCallback
+		var ce *callbackError
 		var se *errSSE
 		switch {
 		case errors.As(err, &ce):
-			return nil, &callbackError{op: op, err: ce.err}
+			ce.op = op
+			return nil, ce
 		case errors.As(err, &se):
 			return nil, invalidResponse(op, se.reason, status)
 		case ctx.Err() != nil:
@@ -350,24 +347,9 @@ func (c *Client) aggregate(op string, status int, sum StreamSummary) *Result {
 	return &Result{Operation: op, HTTPStatus: status, Output: marshalNoEscape(agg), Stream: &sum}
 }
 
-// callbackError wraps an error returned by the onEvent callback.
-type callbackError struct {
-	op  string
-	err error
-}
-
-func (e *callbackError) Error() string {
-	return "hermes: " + e.op + ": event callback: " + e.err.Error()
-}
-func (e *callbackError) Unwrap() error { return e.err }
-
 func (c *Client) health(raw json.RawMessage, status int) (*Result, error) {
-	var fields struct {
-		Status   any `json:"status"`
-		Platform any `json:"platform"`
-		Version  any `json:"version"`
-	}
-	_ = json.Unmarshal(raw, &fields) // non-objects leave the fields nil
+	var fields struct{ Status, Platform, Version any } // members matched by name, any case
+	_ = json.Unmarshal(raw, &fields)                   // non-objects leave the fields nil
 	str := func(v any) any {
 		if s, ok := v.(string); ok {
 			return s

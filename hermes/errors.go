@@ -85,22 +85,18 @@ func (e *Error) Is(target error) bool {
 
 // Error returns "hermes: <op>: <code>: <message>" plus the status, remote code and cause.
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("hermes: ")
+	s := "hermes: "
 	if e.Operation != "" {
-		b.WriteString(e.Operation)
-		b.WriteString(": ")
+		s += e.Operation + ": "
 	}
-	b.WriteString(e.Code)
+	s += e.Code
 	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
+		s += ": " + e.Message
 	}
 	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		s += ": " + e.Err.Error()
 	}
-	return b.String()
+	return s
 }
 
 // Unwrap returns the underlying cause.
@@ -185,16 +181,12 @@ func decodeRemoteError(body []byte) remoteError {
 	return r
 }
 
-// sanitizeCode keeps a remote error code only if it is a short identifier.
+// sanitizeCode keeps a remote error code only if it is a short identifier: 1 to 64 of
+// [A-Za-z0-9_.-].
 func sanitizeCode(s string) string {
-	if s == "" || len(s) > 64 {
+	const ident = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+	if s == "" || len(s) > 64 || strings.Trim(s, ident) != "" {
 		return ""
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return ""
-		}
 	}
 	return s
 }
@@ -218,21 +210,21 @@ func statusError(spec Spec, status int, header http.Header, body []byte) *Error 
 	case status == http.StatusTooManyRequests:
 		e = newError(spec.Name, CodeRemoteUnavailable, msg)
 		e.NotStarted = rc == "rate_limit_exceeded"
-		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	case status == http.StatusServiceUnavailable && rc == "gateway_draining":
 		e = newError(spec.Name, CodeRemoteUnavailable, msg)
 		e.NotStarted = true
-		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	case status == http.StatusBadGateway && rc == "agent_incomplete":
 		e = newError(spec.Name, CodeAgentIncomplete, msg)
 	case status >= 500:
 		e = newError(spec.Name, CodeRemoteUnavailable, msg)
-		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	default: // other 4xx (and 1xx/3xx, as redirects are not followed)
 		e = newError(spec.Name, CodeRemoteRejected, msg)
 		// The provider's fork is not atomic: it ends the source, creates the child and copies
 		// messages before validating the title, so invalid_title may follow durable changes.
 		e.NotStarted = !(spec.Name == "session_fork" && rc == "invalid_title")
+	}
+	if e.Code == CodeRemoteUnavailable { // 429, a draining 503, other 5xx but agent_incomplete
+		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), time.Now())
 	}
 	e.HTTPStatus = status
 	e.RemoteCode = rc
@@ -243,25 +235,11 @@ func statusError(spec Spec, status int, header http.Header, body []byte) *Error 
 // parseRetryAfter reads delay-seconds or an HTTP date; it returns 0 when absent or invalid.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return 0
-		}
-		if n > 86400 {
-			n = 86400
-		}
-		return time.Duration(n) * time.Second
+		return time.Duration(min(max(n, 0), 86400)) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			if d > 24*time.Hour {
-				d = 24 * time.Hour
-			}
-			return d
-		}
+		return min(max(t.Sub(now), 0), 24*time.Hour)
 	}
 	return 0
 }
@@ -273,21 +251,13 @@ func transportError(ctx context.Context, op string, err error, status int) *Erro
 	if errors.As(err, &ue) {
 		err = ue.Err // the url.Error text contains the URL, and so maybe a session id
 	}
-	dial := isDialError(err)
-	var e *Error
-	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		e = newError(op, CodeDeadlineExceeded, "deadline exceeded")
-		e.Err = context.DeadlineExceeded
-	case ctx.Err() != nil:
-		e = newError(op, CodeCancelled, "cancelled")
-		e.Err = context.Canceled
-	default:
+	e := ctxEnded(ctx, op, "")
+	if e == nil {
 		e = newError(op, CodeTransport, "transport failure")
 		e.Err = err
 	}
 	e.HTTPStatus = status
-	e.NotStarted = dial && status == 0
+	e.NotStarted = isDialError(err) && status == 0
 	return e
 }
 
@@ -302,15 +272,23 @@ func isDialError(err error) bool {
 
 // ctxError reports a context that ended before the request was sent.
 func ctxError(ctx context.Context, op string) *Error {
+	e := ctxEnded(ctx, op, " before the request was sent")
+	e.NotStarted = true
+	return e
+}
+
+// ctxEnded returns the deadline_exceeded or cancelled *Error of a ctx that ended, its
+// message followed by when; nil while ctx is live.
+func ctxEnded(ctx context.Context, op, when string) *Error {
 	var e *Error
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		e = newError(op, CodeDeadlineExceeded, "deadline exceeded before the request was sent")
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		e = newError(op, CodeDeadlineExceeded, "deadline exceeded"+when)
 		e.Err = context.DeadlineExceeded
-	} else {
-		e = newError(op, CodeCancelled, "cancelled before the request was sent")
+	case ctx.Err() != nil:
+		e = newError(op, CodeCancelled, "cancelled"+when)
 		e.Err = context.Canceled
 	}
-	e.NotStarted = true
 	return e
 }
 

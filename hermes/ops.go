@@ -2,6 +2,7 @@ package hermes
 
 import (
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -62,11 +63,7 @@ var runOperations = []Spec{
 // RunOperations returns the five run operations (run_start, run_status, run_events,
 // run_approval, run_stop) in that order. The slice is a fresh copy. They are not part of
 // Operations or Lookup; use LookupRun.
-func RunOperations() []Spec {
-	out := make([]Spec, len(runOperations))
-	copy(out, runOperations)
-	return out
-}
+func RunOperations() []Spec { return slices.Clone(runOperations) }
 
 // LookupRun returns the Spec of the named run operation and whether it exists.
 func LookupRun(op string) (Spec, bool) {
@@ -86,26 +83,20 @@ func lookupAny(op string) (Spec, bool) {
 	return LookupRun(op)
 }
 
-var opIndex = func() map[string]int {
-	m := make(map[string]int, len(operations))
-	for i, s := range operations {
-		m[s.Name] = i
+// byName indexes operations by name.
+var byName = func() map[string]Spec {
+	m := make(map[string]Spec, len(operations))
+	for _, s := range operations {
+		m[s.Name] = s
 	}
 	return m
 }()
 
 // Lookup returns the Spec of the named operation and whether it exists.
 func Lookup(op string) (Spec, bool) {
-	i, ok := opIndex[op]
-	if !ok {
-		return Spec{}, false
-	}
-	return operations[i], true
+	s, ok := byName[op]
+	return s, ok
 }
 
 // Operations returns all 21 operations in table order. The slice is a fresh copy.
-func Operations() []Spec {
-	out := make([]Spec, len(operations))
-	copy(out, operations)
-	return out
-}
+func Operations() []Spec { return slices.Clone(operations) }

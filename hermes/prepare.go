@@ -1,6 +1,7 @@
 package hermes
 
 import (
+	"cmp"
 	v1json "encoding/json"
 	"errors"
 	"maps"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Limits applied by Prepare.
@@ -305,29 +307,10 @@ func without(m map[string]any, keys ...string) map[string]any {
 
 // --- headers and paths ----------------------------------------------------------------------
 
+// validHeaderValue reports whether s is a header value (no control characters but tab) of
+// at most 16 KiB.
 func validHeaderValue(s string) bool {
-	if len(s) > maxHeaderValueBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
+	return len(s) <= maxHeaderValueBytes && httpguts.ValidHeaderFieldValue(s)
 }
 
 var reservedHeaders = []string{"Authorization", "Host", "Content-Length", "Content-Type", "Accept",
@@ -339,7 +322,7 @@ func copyExtraHeaders(dst, src http.Header) error {
 		if slices.Contains(reservedHeaders, cn) || strings.HasPrefix(cn, "X-Hermes-") {
 			continue
 		}
-		if !validHeaderName(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return inputErr("header", "invalid header name")
 		}
 		for _, v := range vals {
@@ -444,9 +427,7 @@ func chatBody(spec Spec, in map[string]any) ([]byte, error) {
 		}
 	}
 	model, _ := in["model"].(string)
-	if model == "" {
-		model = defaultModel
-	}
+	model = cmp.Or(model, defaultModel)
 	onlyPrompt := prompt != ""
 	for k := range in {
 		switch k {
@@ -480,8 +461,12 @@ type userMessage struct {
 	Role    string `json:"role"`
 }
 
-// listParams are the sessions_list parameters, in the order of the query string.
-var listParams = []string{"limit", "offset", "source", "include_children"}
+// listParams are the sessions_list parameters, in the order of the query string;
+// listDefaults the values of those always sent.
+var (
+	listParams   = []string{"limit", "offset", "source", "include_children"}
+	listDefaults = map[string]string{"limit": strconv.Itoa(defaultListLimit), "offset": "0"}
+)
 
 // listValue maps one sessions_list parameter to its query value.
 func listValue(k string, v any, field string) (string, error) {
@@ -532,11 +517,8 @@ func listQuery(in map[string]any) (string, error) {
 			}
 			val, found = s, true
 		}
-		if !found && k == "limit" {
-			val, found = strconv.Itoa(defaultListLimit), true
-		}
-		if !found && k == "offset" {
-			val, found = "0", true
+		if d, ok := listDefaults[k]; !found && ok {
+			val, found = d, true
 		}
 		if found {
 			b.WriteString("&" + k + "=" + escapeSegment(val))

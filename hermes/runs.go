@@ -8,7 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Run statuses reported by GET /v1/runs/{run_id}. RunInterrupted exists only in later Hermes
@@ -27,11 +28,7 @@ const (
 // RunTerminal reports whether a run status is final: completed, failed, cancelled or
 // interrupted.
 func RunTerminal(status string) bool {
-	switch status {
-	case RunCompleted, RunFailed, RunCancelled, RunInterrupted:
-		return true
-	}
-	return false
+	return status == RunCompleted || status == RunFailed || status == RunCancelled || status == RunInterrupted
 }
 
 // RunUsage is the token usage of a finished run.
@@ -53,17 +50,17 @@ type RunStarted struct {
 
 // RunStatus is the answer of GET /v1/runs/{run_id}.
 type RunStatus struct {
-	RunID     string
-	Status    string // see the Run* constants; RunTerminal tells whether it is final
-	SessionID string
-	Model     string
-	LastEvent string  // name of the run's latest event ("" before the first)
-	Output    *string // completed runs
-	Error     *string // failed runs
-	Usage     *RunUsage
-	CreatedAt float64 // Unix seconds
-	UpdatedAt float64
-	Raw       json.RawMessage // the body verbatim
+	RunID     string          `json:"run_id"`
+	Status    string          `json:"status"` // see the Run* constants; RunTerminal tells whether it is final
+	SessionID string          `json:"session_id"`
+	Model     string          `json:"model"`
+	LastEvent string          `json:"last_event"` // name of the run's latest event ("" before the first)
+	Output    *string         `json:"output"`     // completed runs
+	Error     *string         `json:"error"`      // failed runs
+	Usage     *RunUsage       `json:"usage"`
+	CreatedAt float64         `json:"created_at"` // Unix seconds
+	UpdatedAt float64         `json:"updated_at"`
+	Raw       json.RawMessage `json:"-"` // the body verbatim
 }
 
 // Terminal reports whether the status is final.
@@ -71,17 +68,17 @@ func (s *RunStatus) Terminal() bool { return RunTerminal(s.Status) }
 
 // RunApprovalResult is the 200 answer of POST /v1/runs/{run_id}/approval.
 type RunApprovalResult struct {
-	RunID    string
-	Choice   string // as Hermes normalised it (approve/allow -> once)
-	Resolved int    // approvals resolved by this decision
-	Raw      json.RawMessage
+	RunID    string          `json:"run_id"`
+	Choice   string          `json:"choice"`   // as Hermes normalised it (approve/allow -> once)
+	Resolved int             `json:"resolved"` // approvals resolved by this decision
+	Raw      json.RawMessage `json:"-"`
 }
 
 // RunStopResult is the 200 answer of POST /v1/runs/{run_id}/stop.
 type RunStopResult struct {
-	RunID  string
-	Status string // "stopping"; a later Hermes answers a finished run's status object instead
-	Raw    json.RawMessage
+	RunID  string          `json:"run_id"`
+	Status string          `json:"status"` // "stopping"; a later Hermes answers a finished run's status object instead
+	Raw    json.RawMessage `json:"-"`
 }
 
 // RunApprovalRequest is the payload of an approval.request event.
@@ -223,26 +220,23 @@ func parseRunEvent(data []byte) (RunEvent, error) {
 // RunEventStream reads the events of one run. It is not safe for concurrent use; Close it
 // when done (closing early also ends the subscription: Hermes then drops the run's queue).
 type RunEventStream struct {
-	body      io.ReadCloser
-	rd        *sseReader
-	ctx       context.Context
-	maxEvents int
-	n         int
-	done      bool
-	err       error
+	body io.ReadCloser
+	rd   *sseReader
+	ctx  context.Context
+	done bool
+	err  error
 }
 
-// newRunEventStream reads run events from body; maxEvents <= 0 means no event limit.
-func newRunEventStream(ctx context.Context, body io.ReadCloser, frameLimit int, streamLimit int64, maxEvents int) *RunEventStream {
-	return &RunEventStream{body: body, rd: newSSEReader(body, frameLimit, streamLimit), ctx: ctx, maxEvents: maxEvents}
+// newRunEventStream reads run events from body, with no event limit.
+func newRunEventStream(ctx context.Context, body io.ReadCloser, frameLimit int, streamLimit int64) *RunEventStream {
+	return &RunEventStream{body: body, rd: newSSEReader(body, frameLimit, streamLimit), ctx: ctx}
 }
 
 // Next returns the next event. After a terminal event (run.completed, run.failed,
 // run.cancelled, run.interrupted) has been returned, Next returns io.EOF. A stream that ends
 // or breaks before a terminal event gives an *Error with Code stream_incomplete (follow the
 // status with RunStatus then); an invalid frame or a frame that is not a run event gives
-// invalid_response; more than the stream's event limit gives stream_truncated; a done ctx
-// gives cancelled or deadline_exceeded. Errors are sticky.
+// invalid_response; a done ctx gives cancelled or deadline_exceeded. Errors are sticky.
 func (s *RunEventStream) Next() (RunEvent, error) {
 	if s.err != nil {
 		return RunEvent{}, s.err
@@ -275,14 +269,6 @@ func (s *RunEventStream) Next() (RunEvent, error) {
 		s.err = invalidResponse("run_events", errRunEvent.reason, http.StatusOK)
 		return RunEvent{}, s.err
 	}
-	s.n++
-	if s.maxEvents > 0 && s.n > s.maxEvents {
-		e := newError("run_events", CodeStreamTruncated, "run events stream exceeded max_events")
-		e.HTTPStatus = http.StatusOK
-		e.Details = map[string]any{"operation": "run_events", "max_events": s.maxEvents}
-		s.err = e
-		return RunEvent{}, s.err
-	}
 	if ev.Terminal {
 		s.done = true
 	}
@@ -301,7 +287,7 @@ func (s *RunEventStream) Close() error {
 
 // runJSON sends a prepared JSON run operation and decodes its body into dst.
 func (c *Client) runJSON(ctx context.Context, p *Prepared, dst any) (*Result, error) {
-	res, err := c.send(ctx, p, nil)
+	res, err := c.Send(ctx, p, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -327,11 +313,8 @@ func (c *Client) RunStart(ctx context.Context, req Request) (*RunStarted, error)
 	if err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > p.Spec.Timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Spec.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, p.Spec.Timeout) // an earlier deadline of ctx stands
+	defer cancel()
 	resp, err := c.open(ctx, p)
 	if err != nil {
 		return nil, err
@@ -367,28 +350,16 @@ func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error
 	if err != nil {
 		return nil, err
 	}
-	var body struct {
-		RunID     string    `json:"run_id"`
-		Status    string    `json:"status"`
-		SessionID string    `json:"session_id"`
-		Model     string    `json:"model"`
-		LastEvent string    `json:"last_event"`
-		Output    *string   `json:"output"`
-		Error     *string   `json:"error"`
-		Usage     *RunUsage `json:"usage"`
-		CreatedAt float64   `json:"created_at"`
-		UpdatedAt float64   `json:"updated_at"`
-	}
-	res, err := c.runJSON(ctx, p, &body)
+	rs := new(RunStatus)
+	res, err := c.runJSON(ctx, p, rs)
 	if err != nil {
 		return nil, err
 	}
-	if body.Status == "" {
+	if rs.Status == "" {
 		return nil, invalidResponse("run_status", "no_status", res.HTTPStatus)
 	}
-	return &RunStatus{RunID: body.RunID, Status: body.Status, SessionID: body.SessionID, Model: body.Model,
-		LastEvent: body.LastEvent, Output: body.Output, Error: body.Error, Usage: body.Usage,
-		CreatedAt: body.CreatedAt, UpdatedAt: body.UpdatedAt, Raw: res.Output}, nil
+	rs.Raw = res.Output
+	return rs, nil
 }
 
 // RunEvents subscribes to a run's events (GET /v1/runs/{run_id}/events) and returns the open
@@ -407,7 +378,7 @@ func (c *Client) RunEvents(ctx context.Context, runID string) (*RunEventStream, 
 	if err != nil {
 		return nil, err
 	}
-	return newRunEventStream(ctx, resp.Body, c.o.frameLimit, c.o.streamLimit, 0), nil
+	return newRunEventStream(ctx, resp.Body, c.o.frameLimit, c.o.streamLimit), nil
 }
 
 // RunApproval answers the run's oldest pending approval, or every pending one when all is
@@ -424,16 +395,13 @@ func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool
 	if err != nil {
 		return nil, err
 	}
-	var body struct {
-		RunID    string `json:"run_id"`
-		Choice   string `json:"choice"`
-		Resolved int    `json:"resolved"`
-	}
-	res, err := c.runJSON(ctx, p, &body)
+	ar := new(RunApprovalResult)
+	res, err := c.runJSON(ctx, p, ar)
 	if err != nil {
 		return nil, err
 	}
-	return &RunApprovalResult{RunID: body.RunID, Choice: body.Choice, Resolved: body.Resolved, Raw: res.Output}, nil
+	ar.Raw = res.Output
+	return ar, nil
 }
 
 // RunStop asks a live run to stop (POST /v1/runs/{run_id}/stop). Stopping is cooperative: the
@@ -445,15 +413,13 @@ func (c *Client) RunStop(ctx context.Context, runID string) (*RunStopResult, err
 	if err != nil {
 		return nil, err
 	}
-	var body struct {
-		RunID  string `json:"run_id"`
-		Status string `json:"status"`
-	}
-	res, err := c.runJSON(ctx, p, &body)
+	sr := new(RunStopResult)
+	res, err := c.runJSON(ctx, p, sr)
 	if err != nil {
 		return nil, err
 	}
-	return &RunStopResult{RunID: body.RunID, Status: body.Status, Raw: res.Output}, nil
+	sr.Raw = res.Output
+	return sr, nil
 }
 
 // RunsIdempotency is the runs_idempotency capability of later Hermes versions.
@@ -532,25 +498,20 @@ func ParseCapabilities(b []byte) (*Capabilities, error) {
 	if !ok {
 		ri = top["runs_idempotency"]
 	}
-	switch kindOf(ri) {
-	case 'b':
-		c.RunsIdempotency.Supported = string(bytes.TrimSpace(ri)) == "true"
+	switch jsontext.Value(ri).Kind() {
+	case 't':
+		c.RunsIdempotency.Supported = true
 	case '{':
-		var v struct {
-			Supported        *bool   `json:"supported"`
-			Durable          bool    `json:"durable"`
-			RetentionSeconds float64 `json:"retention_seconds"`
-		}
 		var m map[string]json.RawMessage
+		var retention float64
 		_ = json.Unmarshal(ri, &m)
-		_ = json.Unmarshal(m["supported"], &v.Supported)
-		_ = json.Unmarshal(m["durable"], &v.Durable)
-		_ = json.Unmarshal(m["retention_seconds"], &v.RetentionSeconds)
-		// An object without "supported" advertises support by its presence.
-		c.RunsIdempotency.Supported = v.Supported == nil || *v.Supported
-		c.RunsIdempotency.Durable = v.Durable && c.RunsIdempotency.Supported
-		if v.RetentionSeconds > 0 && v.RetentionSeconds < 1<<53 {
-			c.RunsIdempotency.RetentionSeconds = int64(v.RetentionSeconds)
+		_ = json.Unmarshal(m["retention_seconds"], &retention)
+		// An object without "supported" (or with a null one) advertises support by its presence.
+		supported := jsontext.Value(m["supported"]).Kind()
+		c.RunsIdempotency.Supported = supported == 0 || supported == 'n' || supported == 't'
+		c.RunsIdempotency.Durable = c.RunsIdempotency.Supported && jsontext.Value(m["durable"]).Kind() == 't'
+		if retention > 0 && retention < 1<<53 {
+			c.RunsIdempotency.RetentionSeconds = int64(retention)
 		}
 	}
 	return c, nil

@@ -188,25 +188,6 @@ func jsonName(v []byte) (string, bool) {
 	return "", false
 }
 
-// kindOf returns the JSON kind of a raw value: '{', '[', '"', 'b' (bool), 'n' (null), '0'
-// (number) or 0 for an empty value.
-func kindOf(raw json.RawMessage) byte {
-	t := bytes.TrimLeft(raw, " \t\r\n")
-	if len(t) == 0 {
-		return 0
-	}
-	switch t[0] {
-	case '{', '[', '"':
-		return t[0]
-	case 't', 'f':
-		return 'b'
-	case 'n':
-		return 'n'
-	default:
-		return '0'
-	}
-}
-
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -57,45 +57,21 @@ func isFailureName(n string) bool {
 	return false
 }
 
-// internName returns a constant string for common event names, avoiding an allocation.
+// commonNames are the event names internName returns without allocating.
+var commonNames = []string{"done", "error", "hermes.tool.progress", "run.started", "run.completed",
+	"message.started", "assistant.delta", "assistant.completed", "tool.progress", "tool.started",
+	"tool.completed", "response.created", "response.output_text.delta", "response.output_text.done",
+	"response.output_item.added", "response.output_item.done", "response.completed"}
+
+// internName returns string(b), without allocating for "" and the common event names.
 func internName(b []byte) string {
-	switch string(b) {
-	case "":
+	if len(b) == 0 {
 		return ""
-	case "done":
-		return "done"
-	case "error":
-		return "error"
-	case "hermes.tool.progress":
-		return "hermes.tool.progress"
-	case "run.started":
-		return "run.started"
-	case "run.completed":
-		return "run.completed"
-	case "message.started":
-		return "message.started"
-	case "assistant.delta":
-		return "assistant.delta"
-	case "assistant.completed":
-		return "assistant.completed"
-	case "tool.progress":
-		return "tool.progress"
-	case "tool.started":
-		return "tool.started"
-	case "tool.completed":
-		return "tool.completed"
-	case "response.created":
-		return "response.created"
-	case "response.output_text.delta":
-		return "response.output_text.delta"
-	case "response.output_text.done":
-		return "response.output_text.done"
-	case "response.output_item.added":
-		return "response.output_item.added"
-	case "response.output_item.done":
-		return "response.output_item.done"
-	case "response.completed":
-		return "response.completed"
+	}
+	for _, n := range commonNames {
+		if string(b) == n {
+			return n
+		}
 	}
 	return string(b)
 }
@@ -220,15 +196,20 @@ func eventText(p *probe, name string, textEmpty bool) string {
 	return ""
 }
 
-// errCallback wraps an error returned by the event callback.
-type errCallback struct{ err error }
+// callbackError wraps an error returned by the event callback of operation op.
+type callbackError struct {
+	op  string // set by the Client
+	err error
+}
 
-func (e *errCallback) Error() string { return "event callback: " + e.err.Error() }
-func (e *errCallback) Unwrap() error { return e.err }
+func (e *callbackError) Error() string {
+	return "hermes: " + e.op + ": event callback: " + e.err.Error()
+}
+func (e *callbackError) Unwrap() error { return e.err }
 
 // consumeStream reads SSE events from r, calls onEvent for each in order and stops at the first
 // terminal event, at maxEvents (truncated) or at EOF. Read errors are returned as they are
-// (*errSSE for an invalid stream); a callback error is returned as *errCallback.
+// (*errSSE for an invalid stream); a callback error is returned as *callbackError.
 // failedChunk reports a chat chunk with finish_reason "error".
 func consumeStream(r io.Reader, frameLimit int, streamLimit int64, maxEvents int, onEvent func(Event) error) (sum StreamSummary, failedChunk bool, err error) {
 	if maxEvents <= 0 {
@@ -253,7 +234,7 @@ func consumeStream(r io.Reader, frameLimit int, streamLimit int64, maxEvents int
 		st.terminal = ev.Terminal
 		if onEvent != nil {
 			if err := onEvent(ev); err != nil {
-				return st.summary(), st.failedChunk, &errCallback{err}
+				return st.summary(), st.failedChunk, &callbackError{err: err}
 			}
 		}
 		st.count++

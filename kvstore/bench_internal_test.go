@@ -77,7 +77,7 @@ type nearDeadline struct {
 func (c nearDeadline) Deadline() (time.Time, bool) { return time.Now().Add(c.d), true }
 
 func benchClaimPathOverhead(b *testing.B, ctx context.Context) {
-	s := &Store{kv: &nullKV{}, bucket: DefaultBucket, ttl: DefaultTTL, limit: 1 << 20, now: time.Now}
+	s := &Store{kv: &nullKV{}, bucket: DefaultBucket, ttl: DefaultTTL, limit: 1 << 20}
 	log := NewJetStreamLog(&nullJS{}, nil, func(id string) string { return "bench.results." + id })
 	capID := "cap:hermes_agent:ep1:chat"
 	idem := IdempotencyKey(capID, "k")

@@ -93,12 +93,6 @@ func (e *bucketError) Error() string {
 
 func (e *bucketError) Unwrap() []error { return []error{ErrNoBucket, e.err} }
 
-var (
-	_ error = (*TooLargeError)(nil)
-	_ error = (*bucketError)(nil)
-	_ error = (*TTLShrinkError)(nil)
-)
-
 // isCASFailure reports whether err is a lost compare-and-set, whichever way
 // nats.go or the server reported it (10071 on R1, 10164 on replicated).
 func isCASFailure(err error) bool {

@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,7 +54,6 @@ type Store struct {
 	bucket string
 	ttl    time.Duration
 	limit  int // client-side size check; 0 = none
-	now    func() time.Time
 }
 
 // Entry is a record with its revision. Revision is the compare-and-set token
@@ -77,15 +77,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if js == nil {
 		return nil, errors.New("kvstore: nil JetStream")
 	}
-	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultBucket
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
+	cfg.Bucket = cmp.Or(cfg.Bucket, DefaultBucket)
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
 	switch {
 	case cfg.TTL < 0:
 		return nil, fmt.Errorf("kvstore: negative TTL %s", cfg.TTL)
@@ -111,19 +105,12 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		if err := checkTTL(ctx, js, cfg); err != nil {
 			return nil, err
 		}
-		maxValue := cfg.MaxValueSize
-		if maxValue == 0 {
-			maxValue = -1 // bound by the server's max payload
-			if maxPayload > 0 {
-				maxValue = int32(maxPayload)
-			}
-		}
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:       cfg.Bucket,
 			Description:  cfg.Description,
 			History:      1,
 			TTL:          cfg.TTL,
-			MaxValueSize: maxValue,
+			MaxValueSize: cmp.Or(cfg.MaxValueSize, int32(maxPayload), -1), // default: the server's max payload
 			Storage:      cfg.Storage,
 			Replicas:     cfg.Replicas,
 		})
@@ -140,18 +127,15 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		}
 	}
 
-	s := &Store{kv: kv, bucket: cfg.Bucket, ttl: cfg.TTL, now: time.Now}
 	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
 	}
-	s.ttl = st.TTL()
 	var bucketMax int
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		bucketMax = int(bs.Config().MaxValueSize)
 	}
-	s.limit = minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)
-	return s, nil
+	return &Store{kv: kv, bucket: cfg.Bucket, ttl: st.TTL(), limit: minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)}, nil
 }
 
 // checkTTL refuses to shorten the TTL of an existing bucket that holds values,
@@ -201,19 +185,6 @@ func (s *Store) TTL() time.Duration { return s.ttl }
 // means none known).
 func (s *Store) MaxValueSize() int { return s.limit }
 
-// encode encodes r (only read) for key and checks it against the size limit.
-// Errors: ErrTooLarge.
-func (s *Store) encode(key string, r *Record) ([]byte, error) {
-	b, err := encodeRecord(r)
-	if err != nil {
-		return nil, fmt.Errorf("kvstore: encode %s: %w", key, err)
-	}
-	if s.limit > 0 && len(b) > s.limit {
-		return nil, &TooLargeError{Key: key, Size: len(b), Limit: s.limit}
-	}
-	return b, nil
-}
-
 // Create claims key with r and returns the new revision. It fails with
 // ErrExists when the key holds a live value; it succeeds over a deleted or
 // expired key, and when the write landed although its reply was lost (it then
@@ -221,27 +192,14 @@ func (s *Store) encode(key string, r *Record) ([]byte, error) {
 // key, exactly one succeeds. Create sets r.UpdatedAt to now, and r.CreatedAt when zero.
 // Errors: ErrExists, ErrTooLarge.
 func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error) {
-	now := s.now().UTC()
+	now := time.Now().UTC()
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = now
 	}
 	r.UpdatedAt = now
-	b, err := s.encode(key, &r)
-	if err != nil {
-		return 0, err
-	}
-	cctx, cancel := opCtx(ctx)
-	rev, err := s.kv.Create(cctx, key, b)
-	cancel()
-	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
-		// The write may have landed although its reply was lost (a timeout, a
-		// reconnect). If the key holds exactly these bytes (they name the writer and
-		// the nanosecond), they are this write: the claim is ours.
-		if rev, ok := s.ownWrite(ctx, key, b); ok {
-			return rev, nil
-		}
-	}
-	return rev, mapWriteErr("create", key, len(b), err, ErrExists)
+	return s.write(ctx, "create", key, &r, ErrExists, func(ctx context.Context, b []byte) (uint64, error) {
+		return s.kv.Create(ctx, key, b)
+	})
 }
 
 // lostReplyCheck bounds the read with which a failed Create or Update looks for its own
@@ -311,37 +269,39 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 	if rev == 0 {
 		return 0, fmt.Errorf("%w: update %s: revision 0", ErrConflict, key)
 	}
-	r.UpdatedAt = s.now().UTC()
-	b, err := s.encode(key, &r)
-	if err != nil {
-		return 0, err
-	}
-	uctx, cancel := opCtx(ctx)
-	nrev, err := s.kv.Update(uctx, key, b, rev)
-	cancel()
-	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
-		// As in Create: a write whose reply was lost (a leader change, a reconnect) is
-		// found by its bytes, which name the writer and the nanosecond. Without this a
-		// lost reply of the write-ahead mark made its owner give the action up, and the
-		// next delivery settled outcome_unknown for a call that was never sent.
-		if nrev, ok := s.ownWrite(ctx, key, b); ok {
-			return nrev, nil
-		}
-	}
-	return nrev, mapWriteErr("update", key, len(b), err, ErrConflict)
+	r.UpdatedAt = time.Now().UTC()
+	return s.write(ctx, "update", key, &r, ErrConflict, func(ctx context.Context, b []byte) (uint64, error) {
+		return s.kv.Update(ctx, key, b, rev)
+	})
 }
 
-// ownWrite reports whether key holds exactly b (a write of this Store whose reply was
-// lost) and its revision. A read that is behind reports false: the caller then keeps
-// its error, as before.
-func (s *Store) ownWrite(ctx context.Context, key string, b []byte) (uint64, bool) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
-	defer cancel()
-	e, err := s.kv.Get(gctx, key)
-	if err != nil || !bytes.Equal(e.Value(), b) {
-		return 0, false
+// write encodes r (only read), checks it against the size limit (ErrTooLarge), runs put, the
+// Create or Update of the bytes b under key, and maps its error (casErr for a failed
+// compare-and-set). The write may have landed although its reply was lost (a
+// timeout, a leader change, a reconnect): if key then holds exactly b (the bytes name the
+// writer and the nanosecond), the write is this one and write returns its revision.
+// So a lost reply of the write-ahead mark does not make its owner give the action up (the
+// next delivery would settle outcome_unknown for a call never sent). A read that is behind
+// finds other bytes: the error stands.
+func (s *Store) write(ctx context.Context, op, key string, r *Record, casErr error, put func(context.Context, []byte) (uint64, error)) (uint64, error) {
+	b, err := encodeRecord(r)
+	if err != nil {
+		return 0, fmt.Errorf("kvstore: encode %s: %w", key, err)
 	}
-	return e.Revision(), true
+	if s.limit > 0 && len(b) > s.limit {
+		return 0, &TooLargeError{Key: key, Size: len(b), Limit: s.limit}
+	}
+	pctx, cancel := opCtx(ctx)
+	rev, err := put(pctx, b)
+	cancel()
+	if err != nil && !isCASFailure(err) && !isTooLarge(err) {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
+		defer cancel()
+		if e, gerr := s.kv.Get(gctx, key); gerr == nil && bytes.Equal(e.Value(), b) {
+			return e.Revision(), nil
+		}
+	}
+	return rev, mapWriteErr(op, key, len(b), err, casErr)
 }
 
 // Delete removes the record under key if its latest revision is rev,

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/big"
 	"slices"
 	"strconv"
@@ -80,28 +81,19 @@ func (e *ValidationError) Error() string {
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
 type compiled struct {
-	action, event, result, approval, cancelReply *jsonschema.Schema
-	inputs                                       map[string]*jsonschema.Schema
-	ops                                          []string
-	hints                                        map[string]string // schema location + "|" + keyword -> reason
+	files  map[string]*jsonschema.Schema // by file name
+	inputs map[string]*jsonschema.Schema // by operation: action.schema.json's $defs
+	hints  map[string]string             // schema location + "|" + keyword -> reason
 }
 
-var (
-	once    sync.Once
-	set     *compiled
-	initErr error
-)
-
-func load() (*compiled, error) {
-	once.Do(func() { set, initErr = compile() })
-	return set, initErr
-}
+// load compiles the schemas on first use.
+var load = sync.OnceValues(compile)
 
 func compile() (*compiled, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
-	out := &compiled{inputs: map[string]*jsonschema.Schema{}, hints: map[string]string{}}
+	out := &compiled{files: map[string]*jsonschema.Schema{}, inputs: map[string]*jsonschema.Schema{}, hints: map[string]string{}}
 	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
 		return nil, err
@@ -132,22 +124,16 @@ func compile() (*compiled, error) {
 		s, err = c.Compile(BaseURL + loc)
 		return s
 	}
-	out.action = mustCompile(ActionSchema)
-	out.event = mustCompile(EventSchema)
-	out.result = mustCompile(ResultSchema)
-	out.approval = mustCompile(ApprovalSchema)
-	out.cancelReply = mustCompile(CancelReplySchema)
-	mustCompile(ErrorCodesSchema)
-	mustCompile(DLQSchema)
+	for _, e := range entries {
+		out.files[e.Name()] = mustCompile(e.Name())
+	}
 	defs, _ := actionDoc["$defs"].(map[string]any)
 	for op := range defs {
 		out.inputs[op] = mustCompile(ActionSchema + "#/$defs/" + op)
-		out.ops = append(out.ops, op)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("schemas: compile: %w", err)
 	}
-	slices.Sort(out.ops)
 	return out, nil
 }
 
@@ -187,7 +173,7 @@ func Operations() []string {
 	if err != nil {
 		return nil
 	}
-	return slices.Clone(c.ops)
+	return slices.Sorted(maps.Keys(c.inputs))
 }
 
 // inputSchema returns the compiled schemas and the input schema of operation op.
@@ -230,7 +216,7 @@ func ValidateActionValue(op string, action any) error {
 	if err != nil {
 		return err
 	}
-	if err := c.validate(c.action, action, ""); err != nil {
+	if err := c.validate(c.files[ActionSchema], action, ""); err != nil {
 		return err
 	}
 	var input any
@@ -262,25 +248,25 @@ func ValidateInput(op string, input json.RawMessage) error {
 
 // ValidateEvent validates the data of an event CloudEvent against event.schema.json.
 func ValidateEvent(data []byte) error {
-	return validateWith(func(c *compiled) *jsonschema.Schema { return c.event }, data, "event")
+	return validateWith(EventSchema, data, "event")
 }
 
 // ValidateResult validates the data of a result CloudEvent against result.schema.json.
 func ValidateResult(data []byte) error {
-	return validateWith(func(c *compiled) *jsonschema.Schema { return c.result }, data, "result")
+	return validateWith(ResultSchema, data, "result")
 }
 
 // ValidateApproval validates the data of an approval CloudEvent against approval.schema.json.
 func ValidateApproval(data []byte) error {
-	return validateWith(func(c *compiled) *jsonschema.Schema { return c.approval }, data, "approval")
+	return validateWith(ApprovalSchema, data, "approval")
 }
 
 // ValidateCancelReply validates a cancel reply against cancel-reply.schema.json.
 func ValidateCancelReply(data []byte) error {
-	return validateWith(func(c *compiled) *jsonschema.Schema { return c.cancelReply }, data, "cancel reply")
+	return validateWith(CancelReplySchema, data, "cancel reply")
 }
 
-func validateWith(pick func(*compiled) *jsonschema.Schema, data []byte, what string) error {
+func validateWith(file string, data []byte, what string) error {
 	c, err := load()
 	if err != nil {
 		return err
@@ -289,7 +275,7 @@ func validateWith(pick func(*compiled) *jsonschema.Schema, data []byte, what str
 	if verr != nil {
 		return verr
 	}
-	return c.validate(pick(c), v, "")
+	return c.validate(c.files[file], v, "")
 }
 
 // numberAsJSONNumber decodes the numbers of a tree as json.Number holding the
@@ -531,14 +517,9 @@ func ratString(r *big.Rat) string {
 // safeName keeps member names readable in errors without echoing arbitrary
 // input: names that are not short identifiers are replaced.
 func safeName(k string) string {
-	if k == "" || len(k) > 64 {
+	const ident = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+	if k == "" || len(k) > 64 || strings.Trim(k, ident) != "" {
 		return "(unnamed field)"
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return "(unnamed field)"
-		}
 	}
 	return k
 }
