@@ -443,7 +443,7 @@ func (s *Server) handleRunSteer(c *call) {
 	accepted := false
 	s.update(&s.runs.mu, func() {
 		r := s.lookupRunLocked(c)
-		if r == nil || !r.live || r.detached || r.stopping {
+		if r == nil || !r.live || r.detached || r.status.str("status") != "running" {
 			return
 		}
 		accepted = true
