@@ -3,7 +3,9 @@
 //
 // It reproduces the routes, auth, error envelopes, concurrency gate, SSE
 // framing and byte-level JSON shapes (Python json.dumps separators,
-// ensure_ascii) recorded from real Hermes v0.16.0 and v0.19.0 servers, keeps
+// ensure_ascii) recorded from real Hermes v0.16.0 and v0.19.0 servers (and,
+// with WithVersion(Version021), the runs API of v0.21.3 as
+// hermes-runs-v0.21.md describes it from the upstream source), keeps
 // sessions and stored responses in memory, and lets tests script the agent
 // (Agent/Reply), inject faults (Fault) and observe calls (Calls, Requests,
 // WaitCalls, InFlight).
@@ -14,7 +16,7 @@
 // response_get, response_delete, sessions_list, session_create, session_get,
 // session_patch, session_delete, session_messages, session_fork,
 // session_chat, session_chat_stream, and for the runs API run_start,
-// run_status, run_events, run_approval, run_stop. chat vs chat_stream and responses vs
+// run_status, run_events, run_approval, run_stop, and on 0.21 run_steer. chat vs chat_stream and responses vs
 // responses_stream are decided by the request body's "stream" flag. Requests
 // to unknown paths or with a wrong method get the route key "" (Calls("")).
 //
@@ -42,6 +44,40 @@
 // stop or Close ends. RunsStarted, RunsStartedFor, ToolRuns, Run, RunIDs,
 // WaitRun and WaitRunStatus observe runs; WithRunsIdempotency turns on the
 // durable run idempotency of later Hermes versions.
+//
+// # Hermes 0.21
+//
+// WithVersion(Version021) keeps everything above (health reports 0.21.3)
+// and changes the runs API as hermes-runs-v0.21.md §2–§8 describe it:
+//
+//   - Durable runs idempotency is on (WithRunsIdempotencyMemory: the memory
+//     fallback, "durable": false), advertised right after run_submission,
+//     with run_steer in features and endpoints. POST /v1/runs validates the
+//     body first, then the Idempotency-Key (trimmed; 1–255 visible ASCII),
+//     then replays or conflicts before the concurrency gate, which only new
+//     runs pass. The fingerprint is the body with sorted keys plus
+//     X-Hermes-Session-Key. A replay says the run's current status.
+//   - Restart simulates a gateway restart: unsettled keyed runs become
+//     interrupted, keyless runs and all event streams are gone. Detach makes
+//     a live run another process's (stop 409 run_not_active).
+//   - POST /v1/runs/{id}/steer queues text for the agent (Turn.Steered) with a
+//     run.steered event; text never consumed comes back as pending_steer on
+//     run.completed and the status.
+//   - approval.request carries a request_id (RunInfo.ApprovalRequestID) and
+//     the status copies the event under "approval"; the approval POST takes
+//     request_id (400 invalid_approval_request; a wrong one is 409
+//     approval_not_pending) and answers and emits it with resolved.
+//   - Stop on a settled run answers 200 with its status object; a stopping
+//     run has last_event run.stopping.
+//   - Reply.Subagents play subagent.start and subagent.complete with tokens
+//     and cost. Keyed runs' statuses are kept RunsIdempotencyRetention.
+//
+// WithProfileKey gives a /p/<profile>/ prefix its own key, runs and
+// Idempotency-Keys (any version but 0.16).
+//
+// Not imitated: session_id loading SessionDB history, the ~1 s wait before
+// an events 404, steer_not_accepted and steer_failed, room grants, and what
+// the reference marks [later] (shutdown interrupts, replayable streams).
 package hermestest
 
 import (
