@@ -69,7 +69,7 @@ func (s *Server) handleRunStart(c *call) {
 			}
 		}
 		fp = fingerprint(c.body, c.r.Header.Get("X-Hermes-Session-Key"))
-		if e := locked(&s.runs.mu, func() idemEntry { return s.runs.idem[idemScopeKey(c.scope, key)] }); e.runID != "" {
+		if e := locked(&s.runs.mu, func() idemEntry { return s.idemLookupLocked(c.scope, key) }); e.runID != "" {
 			s.replayRun(c, e, fp)
 			return
 		}
@@ -101,7 +101,7 @@ func (s *Server) handleRunStart(c *call) {
 	st.mu.Lock()
 	if idem {
 		ik := idemScopeKey(c.scope, key)
-		if e, ok := st.idem[ik]; ok { // a concurrent twin won the reservation
+		if e := s.idemLookupLocked(c.scope, key); e.runID != "" { // a concurrent twin won the reservation
 			st.mu.Unlock()
 			cancel()
 			s.replayRun(c, e, fp)

@@ -291,6 +291,20 @@ func fingerprint(body []byte, sessionKey string) [32]byte {
 	return sha256.Sum256(append([]byte(sessionKey+"\x00"), body...))
 }
 
+// idemLookupLocked returns the reservation of Idempotency-Key key under
+// profile scope (zero when none). On Hermes 0.21 a reservation whose run's
+// status has expired is pruned first, as the store prunes settled records
+// after its retention.
+func (s *Server) idemLookupLocked(scope, key string) idemEntry {
+	ik := idemScopeKey(scope, key)
+	e := s.runs.idem[ik]
+	if r := s.runs.runs[e.runID]; e.runID != "" && s.v021() && (r == nil || s.expired(r, s.now())) {
+		delete(s.runs.idem, ik)
+		return idemEntry{}
+	}
+	return e
+}
+
 // idemScopeKey is the idempotency store's key of Idempotency-Key key under
 // profile scope.
 func idemScopeKey(scope, key string) string { return scope + "\x00" + key }

@@ -604,3 +604,27 @@ func TestV021OlderVersionsUnchanged(t *testing.T) {
 	noErr(t, srv.WaitRunStatus(testCtx(t), id, "completed"))
 	wantRunNotFound(t, do(t, srv, "POST", "/v1/runs/"+id+"/stop", ""), id)
 }
+
+// TestV021Retention: a keyed run's status outlives RunStatusTTL in the durable store, for
+// RunsIdempotencyRetention; then its key starts a new run. A keyless run's does not.
+func TestV021Retention(t *testing.T) {
+	clk := newClock()
+	srv := newV021(t, hermestest.WithClock(clk.now))
+	id, _ := post202(t, srv, `{"input":"hi"}`, false, "Idempotency-Key", ik)
+	plain, _ := post202(t, srv, `{"input":"hi"}`, false)
+	ctx := testCtx(t)
+	noErr(t, srv.WaitRunStatus(ctx, id, "completed"))
+	noErr(t, srv.WaitRunStatus(ctx, plain, "completed"))
+	clk.add(hermestest.RunStatusTTL)
+	wantRunNotFound(t, do(t, srv, "GET", "/v1/runs/"+plain, ""), plain)
+	runStatus(t, srv, id)
+	clk.add(hermestest.RunsIdempotencyRetention - hermestest.RunStatusTTL - time.Millisecond)
+	if _, st := post202(t, srv, `{"input":"hi"}`, true, "Idempotency-Key", ik); st != "completed" {
+		t.Fatalf("replay status %s", st)
+	}
+	clk.add(time.Millisecond)
+	wantRunNotFound(t, do(t, srv, "GET", "/v1/runs/"+id, ""), id)
+	if id2, _ := post202(t, srv, `{"input":"other"}`, false, "Idempotency-Key", ik); id2 == id {
+		t.Fatal("an expired key replayed")
+	}
+}
