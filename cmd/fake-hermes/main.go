@@ -45,6 +45,9 @@ Examples:
   # imitate Hermes 0.16.0 with an explicit key
   fake-hermes --version 0.16.0 --key my-long-test-key-0123456789
 
+  # imitate Hermes 0.21.3: durable runs idempotency, steer, approval request_id
+  fake-hermes --version 0.21.3
+
   # slow streams: 20 deltas, 200ms apart, keepalive every 2s, gate at 2 runs
   fake-hermes --deltas 20 --delta-delay 200ms --keepalive 2s --max-concurrent-runs 2
 
@@ -84,9 +87,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	fs.StringVar(&o.addr, "addr", "", "listen address (default: $FAKE_HERMES_ADDR when set, else "+defaultAddr+")")
 	fs.StringVar(&o.key, "key", "", "bearer API key, at least 16 characters (default: $FAKE_HERMES_KEY when set, else "+hermestest.DefaultAPIKey+")")
-	fs.StringVar(&o.version, "version", hermestest.Version019, "Hermes version to imitate: 0.19.0 or 0.16.0")
+	fs.StringVar(&o.version, "version", hermestest.Version019, "Hermes version to imitate: 0.19.0, 0.16.0 or 0.21.3")
 	o.maxRuns = -1
-	fs.Func("max-concurrent-runs", "concurrency gate on chat/responses: `n` runs at once, 0 disables (default: 10 for 0.19.0, off for 0.16.0)", func(s string) error {
+	fs.Func("max-concurrent-runs", "concurrency gate on chat/responses: `n` runs at once, 0 disables (default: 10 for 0.19.0 and 0.21.3, off for 0.16.0)", func(s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
 			return errors.New("must be a non-negative integer")
@@ -112,8 +115,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if o.version != hermestest.Version019 && o.version != hermestest.Version016 {
-		return o, fmt.Errorf("--version must be %s or %s", hermestest.Version019, hermestest.Version016)
+	switch o.version {
+	case hermestest.Version019, hermestest.Version016, hermestest.Version021:
+	default:
+		return o, fmt.Errorf("--version must be %s, %s or %s", hermestest.Version019, hermestest.Version016, hermestest.Version021)
 	}
 	if len(o.key) < 16 {
 		return o, errors.New("--key must be at least 16 characters (Hermes refuses shorter keys)")

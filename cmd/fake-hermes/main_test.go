@@ -27,6 +27,9 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || o.key != "flag-key-0123456789abcdef" || o.version != "0.16.0" || o.maxRuns != 3 || o.deltas != 4 || o.deltaDelay != 5*time.Millisecond {
 		t.Errorf("flags %+v %v", o, err)
 	}
+	if o, err = parseFlags([]string{"--version", "0.21.3"}, io.Discard); err != nil || o.version != "0.21.3" {
+		t.Errorf("--version 0.21.3: %+v %v", o, err)
+	}
 	for _, bad := range [][]string{{"--version", "1.0"}, {"--key", "short"}, {"extra"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
@@ -36,7 +39,7 @@ func TestParseFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"--help"}, &help); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("help err %v", err)
 	}
-	for _, want := range []string{"Examples:", "-addr", "-max-concurrent-runs", "FAKE_HERMES_KEY"} {
+	for _, want := range []string{"Examples:", "-addr", "-max-concurrent-runs", "FAKE_HERMES_KEY", "0.21.3"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, help.String())
 		}

@@ -26,6 +26,11 @@ type Turn struct {
 	SessionKey   string    // X-Hermes-Session-Key, "" when absent
 	Instructions string    // ephemeral system prompt ("" when none)
 	Model        string    // requested model name
+	// Steered, on a /v1/runs run of Hermes 0.21 (Version021), returns the
+	// texts POST /v1/runs/{id}/steer accepted since the last call and marks
+	// them consumed, as the agent applying them; texts never consumed come
+	// back as pending_steer on run.completed. nil on other routes and versions.
+	Steered func() []string
 }
 
 // Tool is one server-side tool call the fake pretends the agent made.
@@ -72,6 +77,19 @@ type Reply struct {
 	Events  int
 	PadText string
 	Usage   Usage
+	// Subagents, on a /v1/runs run of Hermes 0.21, are delegated subagents:
+	// each plays subagent.start and subagent.complete (with its tokens and
+	// cost) after the tools, before the final text. Ignored elsewhere.
+	Subagents []Subagent
+}
+
+// Subagent scripts one delegated subagent (see Reply.Subagents).
+type Subagent struct {
+	Goal, Summary string        // omitted from the events when ""
+	Duration      time.Duration // between subagent.start and subagent.complete
+	InputTokens   int
+	OutputTokens  int
+	CostUSD       float64
 }
 
 // StubAgent is the default agent: "stub reply: <last user text>", streamed

@@ -55,31 +55,46 @@ func (s *Server) handleModels(c *call) {
 func ep(method, path string) obj { return obj{{"method", method}, {"path", path}} }
 
 func (s *Server) handleCapabilities(c *call) {
+	v21 := s.v021()
+	idem := obj{{"supported", true}, {"durable", !s.cfg.idemMemory}, {"retention_seconds", int(RunsIdempotencyRetention / time.Second)}}
 	features := obj{
 		{"chat_completions", true}, {"chat_completions_streaming", true}, {"responses_api", true}, {"responses_streaming", true},
-		{"run_submission", true}, {"run_status", true}, {"run_events_sse", true}, {"run_stop", true}, {"run_approval_response", true},
+		{"run_submission", true}}
+	if v21 { // right after run_submission, as the 0.21 builder has it
+		features = append(features, kv{"runs_idempotency", idem})
+	}
+	features = append(features, obj{
+		{"run_status", true}, {"run_events_sse", true}, {"run_stop", true}, {"run_approval_response", true}}...)
+	if v21 {
+		features = append(features, kv{"run_steer", true})
+	}
+	features = append(features, obj{
 		{"tool_progress_events", true}, {"approval_events", true}, {"session_resources", true}, {"session_chat", true},
 		{"session_chat_streaming", true}, {"session_fork", true}, {"admin_config_rw", false}, {"jobs_admin", false},
 		{"memory_write_api", false}, {"skills_api", true}, {"audio_api", false}, {"realtime_voice", false},
 		{"session_continuity_header", "X-Hermes-Session-Id"}, {"session_key_header", "X-Hermes-Session-Key"},
 		{"cors", false},
-	}
-	if s.cfg.runsIdem {
-		features = append(features, kv{"runs_idempotency", obj{{"supported", true}, {"durable", true}, {"retention_seconds", int(RunsIdempotencyRetention / time.Second)}}})
+	}...)
+	if s.cfg.runsIdem && !v21 { // WithRunsIdempotency on an older version
+		features = append(features, kv{"runs_idempotency", idem})
 	}
 	endpoints := obj{
 		{"health", ep("GET", "/health")}, {"health_detailed", ep("GET", "/health/detailed")},
 		{"models", ep("GET", "/v1/models")}, {"chat_completions", ep("POST", "/v1/chat/completions")},
 		{"responses", ep("POST", "/v1/responses")}, {"runs", ep("POST", "/v1/runs")},
 		{"run_status", ep("GET", "/v1/runs/{run_id}")}, {"run_events", ep("GET", "/v1/runs/{run_id}/events")},
-		{"run_approval", ep("POST", "/v1/runs/{run_id}/approval")}, {"run_stop", ep("POST", "/v1/runs/{run_id}/stop")},
+		{"run_approval", ep("POST", "/v1/runs/{run_id}/approval")}}
+	if v21 {
+		endpoints = append(endpoints, kv{"run_steer", ep("POST", "/v1/runs/{run_id}/steer")})
+	}
+	endpoints = append(endpoints, obj{{"run_stop", ep("POST", "/v1/runs/{run_id}/stop")},
 		{"skills", ep("GET", "/v1/skills")}, {"toolsets", ep("GET", "/v1/toolsets")},
 		{"sessions", ep("GET", "/api/sessions")}, {"session_create", ep("POST", "/api/sessions")},
 		{"session", ep("GET", "/api/sessions/{session_id}")}, {"session_update", ep("PATCH", "/api/sessions/{session_id}")},
 		{"session_delete", ep("DELETE", "/api/sessions/{session_id}")}, {"session_messages", ep("GET", "/api/sessions/{session_id}/messages")},
 		{"session_fork", ep("POST", "/api/sessions/{session_id}/fork")}, {"session_chat", ep("POST", "/api/sessions/{session_id}/chat")},
 		{"session_chat_stream", ep("POST", "/api/sessions/{session_id}/chat/stream")},
-	}
+	}...)
 	writeJSON(c.w, http.StatusOK, nil, obj{
 		{"object", "hermes.api_server.capabilities"}, {"platform", "hermes-agent"}, {"model", serverModel},
 		{"auth", obj{{"type", "bearer"}, {"required", true}}},

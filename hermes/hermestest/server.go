@@ -3,7 +3,9 @@
 //
 // It reproduces the routes, auth, error envelopes, concurrency gate, SSE
 // framing and byte-level JSON shapes (Python json.dumps separators,
-// ensure_ascii) recorded from real Hermes v0.16.0 and v0.19.0 servers, keeps
+// ensure_ascii) recorded from real Hermes v0.16.0 and v0.19.0 servers (and,
+// with WithVersion(Version021), the runs API of v0.21.3 as
+// hermes-runs-v0.21.md describes it from the upstream source), keeps
 // sessions and stored responses in memory, and lets tests script the agent
 // (Agent/Reply), inject faults (Fault) and observe calls (Calls, Requests,
 // WaitCalls, InFlight).
@@ -14,7 +16,7 @@
 // response_get, response_delete, sessions_list, session_create, session_get,
 // session_patch, session_delete, session_messages, session_fork,
 // session_chat, session_chat_stream, and for the runs API run_start,
-// run_status, run_events, run_approval, run_stop. chat vs chat_stream and responses vs
+// run_status, run_events, run_approval, run_stop, and on 0.21 run_steer. chat vs chat_stream and responses vs
 // responses_stream are decided by the request body's "stream" flag. Requests
 // to unknown paths or with a wrong method get the route key "" (Calls("")).
 //
@@ -42,6 +44,40 @@
 // stop or Close ends. RunsStarted, RunsStartedFor, ToolRuns, Run, RunIDs,
 // WaitRun and WaitRunStatus observe runs; WithRunsIdempotency turns on the
 // durable run idempotency of later Hermes versions.
+//
+// # Hermes 0.21
+//
+// WithVersion(Version021) keeps everything above (health reports 0.21.3)
+// and changes the runs API as hermes-runs-v0.21.md §2–§8 describe it:
+//
+//   - Durable runs idempotency is on (WithRunsIdempotencyMemory: the memory
+//     fallback, "durable": false), advertised right after run_submission,
+//     with run_steer in features and endpoints. POST /v1/runs validates the
+//     body first, then the Idempotency-Key (trimmed; 1–255 visible ASCII),
+//     then replays or conflicts before the concurrency gate, which only new
+//     runs pass. The fingerprint is the body with sorted keys plus
+//     X-Hermes-Session-Key. A replay says the run's current status.
+//   - Restart simulates a gateway restart: unsettled keyed runs become
+//     interrupted, keyless runs and all event streams are gone. Detach makes
+//     a live run another process's (stop 409 run_not_active).
+//   - POST /v1/runs/{id}/steer queues text for the agent (Turn.Steered) with a
+//     run.steered event; text never consumed comes back as pending_steer on
+//     run.completed and the status.
+//   - approval.request carries a request_id (RunInfo.ApprovalRequestID) and
+//     the status copies the event under "approval"; the approval POST takes
+//     request_id (400 invalid_approval_request; a wrong one is 409
+//     approval_not_pending) and answers and emits it with resolved.
+//   - Stop on a settled run answers 200 with its status object; a stopping
+//     run has last_event run.stopping.
+//   - Reply.Subagents play subagent.start and subagent.complete with tokens
+//     and cost. Keyed runs' statuses are kept RunsIdempotencyRetention.
+//
+// WithProfileKey gives a /p/<profile>/ prefix its own key, runs and
+// Idempotency-Keys (any version but 0.16).
+//
+// Not imitated: session_id loading SessionDB history, the ~1 s wait before
+// an events 404, steer_not_accepted and steer_failed, room grants, and what
+// the reference marks [later] (shutdown interrupts, replayable streams).
 package hermestest
 
 import (
@@ -61,6 +97,7 @@ import (
 
 // Versions the fake can imitate.
 const (
+	Version021 = "0.21.3"
 	Version019 = "0.19.0"
 	Version016 = "0.16.0"
 )
@@ -84,6 +121,8 @@ type config struct {
 	clock        func() time.Time
 	maxResponses int
 	runsIdem     bool
+	idemMemory   bool              // the idempotency store fell back to memory: durable false
+	profiles     map[string]string // multiplex profile name -> its API key
 }
 
 // The model names of the API server and of its agent (stored with sessions), and how
@@ -97,11 +136,28 @@ const (
 // WithAPIKey sets the bearer key (default DefaultAPIKey).
 func WithAPIKey(key string) Option { return func(c *config) { c.key = key } }
 
-// WithVersion selects the imitated version: "0.19.0" (default) or "0.16.0".
+// WithVersion selects the imitated version: "0.19.0" (default), "0.16.0" or
+// "0.21.3".
 // 0.16.0: 401 invalid_api_key; /health without version; /health/detailed
 // unauthenticated and without version/readiness/busy fields; no concurrency
 // gate on chat/responses unless WithMaxConcurrentRuns is given.
+// 0.21.3: the runs API of hermes-runs-v0.21.md (see the package doc, "Hermes
+// 0.21"); durable runs idempotency is on without WithRunsIdempotency.
 func WithVersion(v string) Option { return func(c *config) { c.version = v } }
+
+// WithProfileKey configures a multiplex profile: requests under
+// /p/<profile>/ authenticate with key (any other key, the default one too,
+// is 401), and runs and Idempotency-Keys are per profile (another profile's
+// run is 404 run_not_found, the same key under another profile starts a new
+// run). Without it a /p/<profile>/ prefix is accepted and ignored.
+func WithProfileKey(profile, key string) Option {
+	return func(c *config) {
+		if c.profiles == nil {
+			c.profiles = map[string]string{}
+		}
+		c.profiles[profile] = key
+	}
+}
 
 // WithMaxConcurrentRuns sets gateway.api_server.max_concurrent_runs (default
 // 10; 0 or negative disables the gate).
@@ -169,6 +225,9 @@ func NewUnstartedServer(opts ...Option) *Server {
 	for _, o := range opts {
 		o(&c)
 	}
+	if c.version == Version021 || c.idemMemory {
+		c.runsIdem = true
+	}
 	if c.version == Version016 && !c.maxRunsSet {
 		c.maxRuns = 0
 	}
@@ -221,6 +280,9 @@ func (s *Server) SetDraining(on bool) {
 
 func (s *Server) now() time.Time { return s.cfg.clock() }
 
+// v021 reports whether the fake imitates Hermes 0.21.
+func (s *Server) v021() bool { return s.cfg.version == Version021 }
+
 // ---- routing ----
 
 // endpoint is one method and path pattern ("{id}" matches any non-empty
@@ -230,10 +292,11 @@ type endpoint struct {
 	path   []string
 	key    string
 	handle func(*Server, *call)
+	v021   bool // only Hermes 0.21 has it
 }
 
 func endpointOf(method, path, key string, h func(*Server, *call)) endpoint {
-	return endpoint{method, strings.Split(path, "/"), key, h}
+	return endpoint{method: method, path: strings.Split(path, "/"), key: key, handle: h}
 }
 
 // endpoints is the fake's API surface. chat and responses become
@@ -254,6 +317,7 @@ var endpoints = []endpoint{
 	endpointOf("GET", "v1/runs/{id}", "run_status", (*Server).handleRunStatus),
 	endpointOf("GET", "v1/runs/{id}/events", "run_events", (*Server).handleRunEvents),
 	endpointOf("POST", "v1/runs/{id}/approval", "run_approval", (*Server).handleRunApproval),
+	{method: "POST", path: []string{"v1", "runs", "{id}", "steer"}, key: "run_steer", handle: (*Server).handleRunSteer, v021: true},
 	endpointOf("POST", "v1/runs/{id}/stop", "run_stop", (*Server).handleRunStop),
 	endpointOf("GET", "api/sessions", "sessions_list", (*Server).handleSessionsList),
 	endpointOf("POST", "api/sessions", "session_create", (*Server).handleSessionCreate),
@@ -268,11 +332,12 @@ var endpoints = []endpoint{
 
 // match resolves method+path to its endpoint and {id}. When none matches it
 // returns nil and the methods the path does allow (empty for 404, else 405).
-func match(method string, segs []string) (e *endpoint, id string, allow []string) {
+// v021 selects the routes of Hermes 0.21.
+func match(method string, segs []string, v021 bool) (e *endpoint, id string, allow []string) {
 next:
 	for i := range endpoints {
 		d := &endpoints[i]
-		if len(segs) != len(d.path) {
+		if len(segs) != len(d.path) || (d.v021 && !v021) {
 			continue
 		}
 		id = ""
@@ -317,6 +382,7 @@ type call struct {
 	ctx    context.Context // done when the client goes or the fake closes
 	key    string          // the route key (what faults, counters and records name)
 	id     string          // the {id} path segment, if the pattern has one
+	scope  string          // the multiplex profile that owns what the call creates and sees
 	body   []byte
 	tooBig bool
 	fault  *Fault
@@ -351,14 +417,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tooBig = err != nil || len(b) > MaxRequestBytes
 	}
 	segs, okPath := splitPath(r.URL.EscapedPath())
+	c := &call{w: w, r: r, body: body, tooBig: tooBig, scope: "default"}
+	wantKey := s.cfg.key
 	if okPath && s.cfg.version != Version016 && len(segs) >= 2 && segs[0] == "p" {
+		if k, ok := s.cfg.profiles[segs[1]]; ok {
+			c.scope, wantKey = segs[1], k
+		}
 		segs = segs[2:] // /p/{profile}/ accepted and ignored without multiplexing
 	}
 	var e *endpoint
 	var allow []string
-	c := &call{w: w, r: r, body: body, tooBig: tooBig}
 	if okPath {
-		e, c.id, allow = match(r.Method, segs)
+		e, c.id, allow = match(r.Method, segs, s.v021())
 	}
 	if e == nil {
 		s.record(r, "", body, false)
@@ -378,7 +448,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	authOK := s.checkAuth(r)
+	authOK := checkAuth(r, wantKey)
 	f := s.takeFault(c.key)
 	s.record(r, c.key, body, authOK)
 
@@ -422,9 +492,10 @@ func agentRoute(key string) bool {
 	return slices.Contains([]string{"chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events"}, key)
 }
 
-func (s *Server) checkAuth(r *http.Request) bool {
+// checkAuth reports whether r carries the bearer key want.
+func checkAuth(r *http.Request, want string) bool {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.cfg.key)) == 1
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(want)) == 1
 }
 
 func (s *Server) authError(w http.ResponseWriter) {
