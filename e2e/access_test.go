@@ -193,7 +193,9 @@ func storedOn(t *testing.T, js jetstream.JetStream, stream, subject string) uint
 
 func followAs(t *testing.T, r *role, id string) (*events.Result, []*events.EventData) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	// 45 s: one of the followed actions has a 2.7 MB output (through the object store), which
+	// takes 2–13 s under -race on a loaded 2-core machine (6 copies of this test in parallel).
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	var evs []*events.EventData
 	res, err := r.client.Follow(ctx, id, func(e *events.EventData) error { evs = append(evs, e); return nil }, nil)
