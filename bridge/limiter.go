@@ -141,6 +141,10 @@ func (l *limiter) releaseLocked(s *slot) {
 func (l *limiter) succeeded(s *slot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if s.held && s.refused { // a run posted again under the same slot, admitted this time
+		s.refused = false
+		l.refusedHeld--
+	}
 	if !s.held || (l.inflight < l.limit && l.waiters.Len() == 0) {
 		return // the limit is not being used: a success says nothing about it
 	}

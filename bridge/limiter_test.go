@@ -170,6 +170,12 @@ func TestLimiterWaitersAndLowering(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not admitted after the slots were given back")
 	}
+	l.succeeded(&s[3])
+	l.refused(&s[3]) // a run posted again under its slot: refused, then admitted
+	l.succeeded(&s[3])
+	if l.refusedHeld != 0 {
+		t.Errorf("refusedHeld %d after the refused slot's call was admitted, want 0", l.refusedHeld)
+	}
 	l.release(&s[3])
 	l.release(&s[3]) // twice: ignored
 	if l.inflight != 0 || l.refusedHeld != 0 {
