@@ -61,7 +61,7 @@ type Bridge struct {
 type endpoint struct {
 	cfg    Endpoint
 	client caller
-	sem    chan struct{}
+	lim    *limiter // the learned concurrency gate (limiter.go), at most cfg.MaxConcurrency
 	brk    *breaker
 }
 
@@ -128,7 +128,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bridge: endpoint %q: %w", ep.ID, err)
 		}
-		b.eps[ep.ID] = &endpoint{cfg: ep, client: c, sem: make(chan struct{}, ep.MaxConcurrency),
+		b.eps[ep.ID] = &endpoint{cfg: ep, client: c, lim: newLimiter(ep.MaxConcurrency),
 			brk: newBreaker(cfg.BreakerThreshold, cfg.BreakerCooldown, cfg.BreakerMaxCooldown)}
 	}
 	if b.metrics, err = newMetrics(cfg.Metrics, b.eps); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
@@ -182,35 +183,36 @@ func (d *driver) resume(e *core.Effect) core.Event {
 func (d *driver) tryAdmit(e *core.Effect) (core.Event, bool) {
 	ep := d.act.ep
 	ev := core.Event{Kind: core.EvAdmit, Op: e.Op}
-	select {
-	case ep.sem <- struct{}{}:
-	default:
+	s, ok := ep.lim.tryAcquire()
+	if !ok {
 		if e.Wait {
 			return ev, false
 		}
 		ev.Status = core.Busy
 		return ev, true
 	}
+	d.slot = s
 	return d.admitted(ev), true
 }
 
-// admitWait waits for a slot until ctx ends (the action's deadline, or an Abort).
+// admitWait waits, in order, for a slot under the endpoint's learned limit until ctx
+// ends (the action's deadline, or an Abort).
 func (d *driver) admitWait(ctx context.Context) core.Event {
 	ev := core.Event{Kind: core.EvAdmit}
-	select {
-	case d.act.ep.sem <- struct{}{}:
-		return d.admitted(ev)
-	case <-ctx.Done():
-		ev.Status = waitEnd(ctx, ctx.Err()).Status
+	s, err := d.act.ep.lim.acquire(ctx)
+	if err != nil {
+		ev.Status = waitEnd(ctx, err).Status
 		return ev
 	}
+	d.slot = s
+	return d.admitted(ev)
 }
 
 // admitted asks the breaker once a slot is taken: a paused endpoint gives the slot back.
 func (d *driver) admitted(ev core.Event) core.Event {
 	ep := d.act.ep
 	if ok, wait := ep.brk.allow(d.b.now()); !ok {
-		<-ep.sem
+		ep.lim.release(&d.slot)
 		_, _, ev.Code = ep.brk.pause(d.b.now())
 		ev.Status, ev.Wait = core.Paused, wait
 		return ev
@@ -222,7 +224,7 @@ func (d *driver) admitted(ev core.Event) core.Event {
 // unadmit gives back a slot no call used; the breaker forgets the admission.
 func (d *driver) unadmit() {
 	ep := d.act.ep
-	<-ep.sem
+	ep.lim.release(&d.slot)
 	ep.brk.abandon()
 }
 
@@ -230,7 +232,7 @@ func (d *driver) unadmit() {
 // events while it runs; then gives the slot back and tells the breaker how it went.
 func (d *driver) call(ctx context.Context) core.Event {
 	b, ep := d.b, d.act.ep
-	defer func() { <-ep.sem }()
+	defer ep.lim.release(&d.slot)
 	var pub *eventPublisher
 	var onEvent func(hermes.Event) error
 	if d.act.spec.Stream {
@@ -252,6 +254,7 @@ func (d *driver) call(ctx context.Context) core.Event {
 		}
 	}
 	ep.brk.done(b.now(), err)
+	d.gateFeedback(err)
 	return core.Event{Kind: core.EvCall, Call: d.callAnswer(ctx, res, err)}
 }
 
@@ -261,9 +264,30 @@ func (d *driver) callAnswer(ctx context.Context, res *hermes.Result, err error) 
 	var he *hermes.Error
 	if errors.As(err, &he) {
 		c.NotStarted, c.RetryAfter = he.NotStarted, he.RetryAfter
+		c.Gated = gateRefused(he)
 		c.Retryable = res == nil && he.Retryable(d.act.spec.Safe)
 		c.Auth = he.Code == hermes.CodeAuthentication
 	}
 	c.Aborted = err != nil && res == nil && errors.Is(ctx.Err(), context.Canceled)
 	return c
+}
+
+// gateRefused reports whether he is Hermes's concurrency gate refusing a call: 429
+// rate_limit_exceeded, certain that nothing ran.
+func gateRefused(he *hermes.Error) bool {
+	return he.HTTPStatus == http.StatusTooManyRequests && he.NotStarted
+}
+
+// gateFeedback tells the endpoint's limiter how the call under the slot went: a gate
+// 429 decreases the learned limit, an answer without error may increase it, and other
+// failures say nothing about the gate.
+func (d *driver) gateFeedback(err error) {
+	lim := d.act.ep.lim
+	var he *hermes.Error
+	switch {
+	case err == nil:
+		lim.succeeded(&d.slot)
+	case errors.As(err, &he) && gateRefused(he):
+		lim.refused(&d.slot)
+	}
 }

@@ -32,7 +32,8 @@ type Endpoint struct {
 	Key func() string
 	// TenantID, when set, restricts the endpoint to actions carrying that tenant.
 	TenantID string
-	// MaxConcurrency bounds the calls in flight to this endpoint (default 10).
+	// MaxConcurrency bounds the calls in flight to this endpoint (default 10): the
+	// start and the ceiling of the limit learned from Hermes's 429 gate (limiter.go).
 	MaxConcurrency int
 	// KeyHint, when set, says where this endpoint's key comes from and what to set or
 	// check. It is added to the message of every authentication failure of the
@@ -103,8 +104,8 @@ type Config struct {
 	// against a message that crashes every replica.
 	MaxDeliver int
 	// MaxAttempts bounds the Hermes calls of one action that failed with a retryable
-	// error (default 5). Deliveries spent waiting (a paused endpoint, a busy claim) do
-	// not count.
+	// error (default 5). Deliveries spent waiting (a paused endpoint, a busy claim, a
+	// 429 of Hermes's concurrency gate) do not count.
 	MaxAttempts int
 
 	// BreakerThreshold consecutive endpoint failures (transport errors and 5xx) pause the

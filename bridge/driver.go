@@ -54,6 +54,7 @@ type driver struct {
 	yieldMu sync.Mutex
 	yield   func() // gives the dispatcher's worker slot back (once); nil when none is held
 	ending  bool   // the job ended: a yield now is not a wait
+	slot    slot   // the endpoint slot this delivery holds (limiter.go)
 	waited  bool   // the job gave its slot back to wait: counted in the waiting gauge
 
 	replyMu   sync.Mutex         // one cancel request at a time

@@ -57,6 +57,10 @@ const (
 	MetricKVSeconds       = "hermes_bridge_kv_operation_duration_seconds"
 	MetricCancels         = "hermes_bridge_cancel_requests_total"
 	MetricApprovals       = "hermes_bridge_approval_decisions_total"
+	// MetricConcurrencyLimit is an endpoint's learned concurrency limit (limiter.go);
+	// MetricGateRejections counts the 429 rate_limit_exceeded answers of its gate.
+	MetricConcurrencyLimit = "hermes_bridge_endpoint_concurrency_limit"
+	MetricGateRejections   = "hermes_bridge_gate_rejections_total"
 )
 
 // newMetrics registers the bridge's collectors on reg; nil when reg is nil. The breaker
@@ -116,6 +120,13 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBreakerState,
 			Help:        "State of the endpoint's circuit breaker: 0 closed, 1 open, 2 half-open (a probe may go out).",
 			ConstLabels: prometheus.Labels{"endpoint": id}}, func() float64 { return float64(brk.state(time.Now())) }))
+		lim := ep.lim
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricConcurrencyLimit,
+			Help:        "The endpoint's learned concurrency limit: calls admitted at a time, between 1 and its configured max_concurrency (AIMD on Hermes's 429 gate).",
+			ConstLabels: prometheus.Labels{"endpoint": id}}, func() float64 { return float64(lim.current()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricGateRejections,
+				Help:        "Calls Hermes's concurrency gate refused (429 rate_limit_exceeded: not run, retried without spending an attempt).",
+				ConstLabels: prometheus.Labels{"endpoint": id}}, func() float64 { return float64(lim.gateRejections()) }))
 		// Pre-resolve the label children of every configured capability, so that the
 		// series exist from the start (rate() sees the first increase) and lookups are
 		// cheap.

@@ -123,6 +123,7 @@ func (d *driver) runStart(ctx context.Context, rn runner) core.Event {
 	d.sent = time.Now()
 	st, err := rn.RunStart(sctx, d.request())
 	d.act.ep.brk.done(d.b.now(), err)
+	d.gateFeedback(err)
 	if err != nil {
 		d.b.metrics.observeCall(d, d.sent, nil, err)
 		ev.Status, ev.Run.Call = core.Failed, d.callAnswer(sctx, nil, err)

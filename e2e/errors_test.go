@@ -132,8 +132,10 @@ func TestErrorClasses(t *testing.T) {
 		for _, l := range lines {
 			retried = retried || l.str("status") == "retrying" && l.str("code") == "remote_unavailable"
 		}
-		if last := lines[len(lines)-1]; !retried || last.str("decision") != "ack" || last["attempt"] != 2.0 {
-			t.Errorf("action log lines %v, want a retry then attempt 2 acknowledged (a JetStream redelivery)", lines)
+		// The retry is a JetStream redelivery (delivery 2), but a gate 429 spends no
+		// attempt: the action completes at attempt 1.
+		if last := lines[len(lines)-1]; !retried || last.str("decision") != "ack" || last["delivery"] != 2.0 || last["attempt"] != 1.0 {
+			t.Errorf("action log lines %v, want a retry then delivery 2 acknowledged at attempt 1 (a gate 429 is no attempt)", lines)
 		}
 	})
 

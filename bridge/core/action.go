@@ -247,6 +247,12 @@ func (j *Job) onCallAnswer(c *CallAnswer) {
 	}
 	if !c.Responded && c.Retryable && !j.unboundRun {
 		delay := j.backoff(c.RetryAfter)
+		if c.Gated && c.NotStarted && !j.final && delay < j.remaining() {
+			// The gate refused it, so nothing ran: waiting for the gate is not an attempt.
+			j.setStatus("retrying", errCode(c.Result))
+			j.release(false, delay)
+			return
+		}
 		if !j.lastAttempt() && delay < j.remaining() {
 			j.setStatus("retrying", errCode(c.Result))
 			j.release(true, delay)

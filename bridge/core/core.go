@@ -191,6 +191,10 @@ type CallAnswer struct {
 	// NotStarted: certain that Hermes did not start the work (a refused connection, the
 	// 429 concurrency gate).
 	NotStarted bool
+	// Gated: Hermes's concurrency gate refused the call (429 rate_limit_exceeded; implies
+	// NotStarted). Waiting for the gate spends none of the action's attempts: the action
+	// is retried while its deadline allows, whatever MaxAttempts says.
+	Gated bool
 	// Retryable: the failure may be retried for this operation's safety.
 	Retryable  bool
 	RetryAfter time.Duration

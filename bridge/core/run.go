@@ -192,7 +192,9 @@ func (j *Job) onRunStarted(ev Event) {
 	if ev.Run != nil && ev.Run.Call != nil {
 		c = ev.Run.Call
 	}
-	j.tries++
+	if !c.Gated || !c.NotStarted {
+		j.tries++ // a post the gate refused is no try: nothing ran
+	}
 	if !c.NotStarted {
 		// This post may have started a run: from here no failure is certain, and the
 		// record is never released (a later post that certainly did not start says

@@ -141,7 +141,7 @@ func (h *harness) result(t *testing.T, td *datadriven.TestData, res string) *eve
 
 func (h *harness) callAnswer(t *testing.T, td *datadriven.TestData, sj *scriptJob) *CallAnswer {
 	c := &CallAnswer{Responded: td.HasArg("responded"), Aborted: td.HasArg("aborted"),
-		NotStarted: td.HasArg("not-started"), Retryable: td.HasArg("retryable"), Auth: td.HasArg("auth")}
+		NotStarted: td.HasArg("not-started"), Gated: td.HasArg("gated"), Retryable: td.HasArg("retryable"), Auth: td.HasArg("auth")}
 	var ra string
 	if td.MaybeScanArgs(t, "retry-after", &ra) {
 		c.RetryAfter, _ = time.ParseDuration(ra)

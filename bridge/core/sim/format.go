@@ -93,6 +93,7 @@ func fmtCall(c *core.CallAnswer) string {
 	f.add(c.Responded, "responded")
 	f.add(c.Aborted, "aborted")
 	f.add(c.NotStarted, "not_started")
+	f.add(c.Gated, "gated")
 	f.add(c.Retryable, "retryable")
 	f.add(c.RetryAfter > 0, "retry_after="+c.RetryAfter.String())
 	return append(f, core.FormatResult(c.Result)).String()

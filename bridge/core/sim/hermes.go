@@ -105,7 +105,7 @@ func (h *hermes) call(j *job, e core.Effect) {
 			ra := w.between(0, 3*time.Second)
 			r := a.failed("remote_unavailable", "Hermes is at its concurrency limit", true, false)
 			r.Error.HTTPStatus, r.Error.RetryAfterMS = 429, ra.Milliseconds()
-			respond(h.netLatency(), &core.CallAnswer{NotStarted: true, Retryable: true, RetryAfter: ra, Result: r}, false)
+			respond(h.netLatency(), &core.CallAnswer{NotStarted: true, Gated: true, Retryable: true, RetryAfter: ra, Result: r}, false)
 			return
 		}
 		n := h.executed(a)
@@ -198,8 +198,9 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 		w.stats.Sends++
 		if w.faults() && w.chance(w.p.pRefuse) {
 			w.stats.Refusals++
-			fail(&core.CallAnswer{NotStarted: true, Retryable: true, RetryAfter: time.Second,
-				Result: a.failed("remote_unavailable", "Hermes is at its concurrency limit", true, false)}, false)
+			r := a.failed("remote_unavailable", "Hermes is at its concurrency limit", true, false)
+			r.Error.HTTPStatus, r.Error.RetryAfterMS = 429, 1000
+			fail(&core.CallAnswer{NotStarted: true, Gated: true, Retryable: true, RetryAfter: time.Second, Result: r}, false)
 			return
 		}
 		r := h.runByKey[a.scoped]

@@ -120,6 +120,7 @@ func (w *World) checkAction(a *action) {
 	if r.Status == events.StatusCancelled {
 		w.stats.Cancelled++
 	}
+	w.checkGateBudget(a, r, terms[0].at)
 	switch {
 	case r.ReplayOf != nil:
 		if unsafe && execs != 0 {
@@ -419,5 +420,29 @@ func (w *World) checkStored() {
 		if i := slices.IndexFunc(ns, func(n int64) bool { return n < 0 || n >= int64(len(ns)) }); i >= 0 {
 			w.failf("%s: events stored are not numbered 0 to %d (event %d)", a.id, len(ns)-1, ns[i])
 		}
+	}
+}
+
+// checkGateBudget: a gate 429 (rate_limit_exceeded: certainly not run) spends none of the
+// action's attempts, so an action does not fail with one while its deadline still
+// allowed the longest wait before a retry (RetryMax, or the 429's Retry-After of at most
+// 3 s). A finite MaxDeliver may end it sooner; an uncertain result is another story
+// (an earlier post may have started a run).
+func (w *World) checkGateBudget(a *action, r *events.Result, at time.Time) {
+	e := r.Error
+	if e == nil || e.Code != "remote_unavailable" || e.HTTPStatus != 429 || e.UncertainOutcome || w.p.maxDeliver > 0 {
+		return
+	}
+	var pub time.Time
+	for _, m := range w.js.msgs {
+		if m.act == a && m.dec == nil && !m.republish && (pub.IsZero() || m.published.Before(pub)) {
+			pub = m.published
+		}
+	}
+	if pub.IsZero() {
+		return
+	}
+	if left := pub.Add(a.timeout).Sub(at); left > w.cfg.RetryMax+3*time.Second+time.Second {
+		w.failf("%s: failed on a gate 429 %s before its deadline: a refusal that ran nothing spent the attempt budget", a.id, left)
 	}
 }

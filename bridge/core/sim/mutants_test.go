@@ -73,6 +73,12 @@ var mutants = []mutant{
 		why: "a final delivery that holds no claim settles the action failed (finding 2)",
 	},
 	{
+		class: "retry budget", name: "gate_refusal_spends_attempt", file: "action.go",
+		old: "if c.Gated && c.NotStarted && !j.final && delay < j.remaining() {",
+		new: "if false {",
+		why: "a gate 429 (nothing ran) spends the action's attempt budget: the 14-vs-10 failures of issue 24",
+	},
+	{
 		class: "stale read", name: "behind_read_believed", file: "begin.go",
 		old:   "if ev.Entry.Key == j.seen.Key && ev.Entry.Revision < j.seen.Revision {",
 		new:   "if false {",
