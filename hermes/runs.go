@@ -517,11 +517,3 @@ func ParseCapabilities(b []byte) (*Capabilities, error) {
 	return c, nil
 }
 
-// Capabilities reads and parses GET /v1/capabilities.
-func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
-	res, err := c.Call(ctx, Request{Operation: "capabilities"}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return ParseCapabilities(res.Output)
-}
