@@ -516,4 +516,3 @@ func ParseCapabilities(b []byte) (*Capabilities, error) {
 	}
 	return c, nil
 }
-
