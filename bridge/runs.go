@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -126,11 +127,33 @@ func (d *driver) runStart(ctx context.Context, rn runner) core.Event {
 	if err != nil {
 		d.b.metrics.observeCall(d, d.sent, nil, err)
 		ev.Status, ev.Run.Call = core.Failed, d.callAnswer(sctx, nil, err)
+		if isKeyConflict(err) {
+			ev.Run.Call.Result.Error = hermesKeyConflict()
+			ev.Run.Call.Retryable = false
+		}
 		return ev
 	}
 	d.b.metrics.observeCall(d, d.sent, &hermes.Result{HTTPStatus: 200}, nil)
 	ev.Run.RunID = st.RunID
 	return ev
+}
+
+// isKeyConflict reports Hermes's 409 idempotency_key_conflict on POST /v1/runs (0.21):
+// the key already names a run whose request payload differs.
+func isKeyConflict(err error) bool {
+	var he *hermes.Error
+	return errors.As(err, &he) && he.HTTPStatus == http.StatusConflict && he.RemoteCode == "idempotency_key_conflict"
+}
+
+// hermesKeyConflict is the bridge's idempotency_conflict for a 409 idempotency_key_conflict:
+// permanent, certain that this post started nothing (Hermes checks the key before it
+// starts a run). Retrying cannot help: the key stays bound to the other payload for
+// Hermes's retention (24 h).
+func hermesKeyConflict() *events.ErrorInfo {
+	return &events.ErrorInfo{Code: "idempotency_conflict", Category: "policy", HTTPStatus: http.StatusConflict,
+		Message: "Hermes already holds this idempotency key for a run with a different request payload; " +
+			"use a new idempotency key for different work",
+		Details: map[string]any{"remote_code": "idempotency_key_conflict"}}
 }
 
 // runEvents republishes the run's events from event number r.From on, until its terminal
