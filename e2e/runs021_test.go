@@ -37,26 +37,59 @@ func runOfKey(t *testing.T, h *harness, key string, statuses ...string) string {
 
 // TestRunInterrupted: a run in flight when the Hermes gateway restarts ends interrupted;
 // the action settles failed run_interrupted with uncertain_outcome (tools may have run),
-// exactly one result, and the bridge never starts the run again by itself.
+// exactly one result, and the bridge never starts the run again by itself. So it does
+// when the bridge that follows the run (its events stream breaks, its status says
+// interrupted), and when a bridge process that takes the action over after a kill, with
+// the run's id stored (it polls the run) or not (it posts again under the same key,
+// Hermes replays the interrupted run, and it follows that).
 func TestRunInterrupted(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	defer close(release)
-	h := newHarness(t, withFake(hermestest.WithVersion(hermestest.Version021), runAgent(release)))
-	const key = "k-interrupted"
-	id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "slow work"}), IdempotencyKey: key})
-	runOfKey(t, h, key, "running")
-	h.fake.Restart()
-	res, _ := h.follow(id)
-	h.waitIdle(20 * time.Second)
-	e := requireFailed(t, res, "run_interrupted")
-	if !e.UncertainOutcome || e.Retryable || detail(e, "run_status") != "interrupted" || detail(e, "run_id") == "" {
-		t.Fatalf("interrupted run: %s", errString(e))
-	}
-	requireEq(t, h.results(id), 1, "%d result messages, want 1")
-	requireEq(t, h.fake.RunsStarted(), 1, "%d runs started, want 1 (never re-run by the bridge)")
-	if out := output(t, res); jstr(out, "status") != "interrupted" {
-		t.Fatalf("output %s", res.Output)
+	for _, tc := range []struct{ name, crash string }{
+		{"following", ""},
+		{"takeover, id stored", "run_bound"},
+		{"takeover, id not stored", "run_started"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			defer close(release)
+			opts := []harnessOption{withFake(hermestest.WithVersion(hermestest.Version021), runAgent(release))}
+			if tc.crash != "" {
+				opts = append(opts, withoutBridge())
+			}
+			h := newHarness(t, opts...)
+			key := "k-interrupted"
+			var p *proc
+			if tc.crash != "" {
+				p = h.startProc(crashAt(tc.crash, 1), fastRecovery())
+			}
+			id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "slow work"}), IdempotencyKey: key})
+			runOfKey(t, h, key, "running")
+			if p != nil {
+				if killed, _ := p.waitExit(30 * time.Second); !killed {
+					t.Fatalf("the bridge was not killed at %s", tc.crash)
+				}
+			}
+			h.fake.Restart()
+			if p != nil {
+				h.startProc(fastRecovery())
+			}
+			res, _ := h.follow(id)
+			h.waitIdle(20 * time.Second)
+			e := requireFailed(t, res, "run_interrupted")
+			if !e.UncertainOutcome || e.Retryable || detail(e, "run_status") != "interrupted" || detail(e, "run_id") == "" {
+				t.Fatalf("interrupted run: %s", errString(e))
+			}
+			requireEq(t, h.results(id), 1, "%d result messages, want 1")
+			requireEq(t, h.fake.RunsStarted(), 1, "%d runs started, want 1 (never re-run by the bridge)")
+			if tc.crash == "run_started" {
+				// The taker posted again under the key and Hermes replayed the run.
+				requireEq(t, h.fake.Calls("run_start"), 2, "%d posts, want 2")
+			}
+			if out := output(t, res); jstr(out, "status") != "interrupted" {
+				t.Fatalf("output %s", res.Output)
+			}
+		})
 	}
 }
 
