@@ -63,6 +63,9 @@ type endpoint struct {
 	client caller
 	lim    *limiter // the learned concurrency gate (limiter.go), at most cfg.MaxConcurrency
 	brk    *breaker
+	// runsDurable is the durable runs idempotency last read from the endpoint's
+	// capabilities: 0 not read yet, 1 no, 2 yes (only to log a change).
+	runsDurable atomic.Int32
 }
 
 // caller is what the bridge needs from a Hermes client: it sends requests that
@@ -120,7 +123,8 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		ready:    make(chan struct{}),
 	}
 	for _, ep := range cfg.Endpoints {
-		opts := []hermes.Option{hermes.WithEndpointID(ep.ID), hermes.WithIdleConns(ep.MaxConcurrency)}
+		opts := []hermes.Option{hermes.WithEndpointID(ep.ID), hermes.WithIdleConns(ep.MaxConcurrency),
+			hermes.WithCapabilitiesTTL(cfg.CapabilitiesTTL)}
 		if ep.Key != nil {
 			opts = append(opts, hermes.WithKeyFunc(ep.Key))
 		}

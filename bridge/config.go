@@ -115,6 +115,11 @@ type Config struct {
 	BreakerThreshold                    int
 	BreakerCooldown, BreakerMaxCooldown time.Duration
 
+	// CapabilitiesTTL is how long an endpoint's GET /v1/capabilities answer is reused
+	// (default 30s): an endpoint upgraded under the running bridge (durable runs
+	// idempotency) is noticed at most this long after its upgrade.
+	CapabilitiesTTL time.Duration
+
 	// ApprovalTTL is how long a parked action waits for an approval decision, and how
 	// old a pre-approval's decided_at may be (default 15m, CONTRACT §7).
 	ApprovalTTL time.Duration
@@ -228,6 +233,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.BreakerCooldown, 2*time.Second)
 	def(&c.ApprovalTTL, 15*time.Minute)
 	def(&c.BreakerMaxCooldown, time.Minute)
+	def(&c.CapabilitiesTTL, 30*time.Second)
 	c.Endpoints = slices.Clone(c.Endpoints)
 	total := 0
 	for i := range c.Endpoints {
@@ -337,6 +343,9 @@ func (c Config) Validate() error {
 	}
 	if c.BreakerCooldown <= 0 {
 		add("BreakerCooldown", "must be positive")
+	}
+	if c.CapabilitiesTTL <= 0 {
+		add("CapabilitiesTTL", "must be positive")
 	}
 	if c.BreakerCooldown > 0 && c.BreakerMaxCooldown < c.BreakerCooldown {
 		add("BreakerMaxCooldown", "must be at least BreakerCooldown (%s)", c.BreakerCooldown)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
@@ -63,12 +64,13 @@ func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 		caps, err := rn.Capabilities(cctx)
 		cancel()
 		if err != nil {
-			d.b.log.Warn().Str("action_id", d.id).Str("endpoint", d.act.endpointID).Str("error_code", errorCode(err)).
+			d.b.log.Warn().Str("action_id", d.id).Str("endpoint", epID).Str("error_code", errorCode(err)).
 				Msg("could not read the endpoint's capabilities; its runs count as not idempotent")
 			ev.Status = core.Failed
 			return ev
 		}
 		ev.Run.Durable = caps.DurableRunIdempotency()
+		d.b.noteRunsDurable(epID, ev.Run.Durable)
 	case core.RunEvents:
 		d.runEvents(ctx, rn, r, ev.Run)
 	case core.RunStatus:
@@ -100,11 +102,18 @@ func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 		cancel()
 		switch {
 		case errors.Is(err, hermes.ErrRunNotFound):
+			// Hermes 0.19 answers a finished run 404: its status tells how it ended.
 			ev.Status = core.NotFound
+		case remoteCode(err) == "run_not_active":
+			// Hermes 0.21: another gateway process owns the run; its status is followed.
+			d.b.log.Info().Str("action_id", d.id).Msg("the run is not active in the gateway process that answered; following its status")
+			ev.Status = core.Failed
 		case err != nil:
 			d.b.log.Warn().Str("action_id", d.id).Str("error_code", errorCode(err)).Msg("stopping the run failed")
 			ev.Status = core.Failed
 		}
+		// A 200 is "stopping", or (Hermes 0.21) a finished run's status object: either
+		// way the poll that follows reads how the run ends.
 	case core.RunApprove:
 		if err := forwardChoice(context.WithoutCancel(ctx), d.b, rn, d.id, r.RunID, r.Choice); err != nil {
 			ev.Status = core.Failed
@@ -127,11 +136,33 @@ func (d *driver) runStart(ctx context.Context, rn runner) core.Event {
 	if err != nil {
 		d.b.metrics.observeCall(d, d.sent, nil, err)
 		ev.Status, ev.Run.Call = core.Failed, d.callAnswer(sctx, nil, err)
+		if isKeyConflict(err) {
+			ev.Run.Call.Result.Error = hermesKeyConflict()
+			ev.Run.Call.Retryable = false
+		}
 		return ev
 	}
 	d.b.metrics.observeCall(d, d.sent, &hermes.Result{HTTPStatus: 200}, nil)
 	ev.Run.RunID = st.RunID
 	return ev
+}
+
+// isKeyConflict reports Hermes's 409 idempotency_key_conflict on POST /v1/runs (0.21):
+// the key already names a run whose request payload differs.
+func isKeyConflict(err error) bool {
+	var he *hermes.Error
+	return errors.As(err, &he) && he.HTTPStatus == http.StatusConflict && he.RemoteCode == "idempotency_key_conflict"
+}
+
+// hermesKeyConflict is the bridge's idempotency_conflict for a 409 idempotency_key_conflict:
+// permanent, certain that this post started nothing (Hermes checks the key before it
+// starts a run). Retrying cannot help: the key stays bound to the other payload for
+// Hermes's retention (24 h).
+func hermesKeyConflict() *events.ErrorInfo {
+	return &events.ErrorInfo{Code: "idempotency_conflict", Category: "policy", HTTPStatus: http.StatusConflict,
+		Message: "Hermes already holds this idempotency key for a run with a different request payload; " +
+			"use a new idempotency key for different work",
+		Details: map[string]any{"remote_code": "idempotency_key_conflict"}}
 }
 
 // runEvents republishes the run's events from event number r.From on, until its terminal
@@ -280,6 +311,33 @@ func forwardChoice(ctx context.Context, b *Bridge, r runner, actionID, runID, ch
 			Msg("the run did not take the approval decision")
 	}
 	return err
+}
+
+// remoteCode is Hermes's own error.code of err ("" when none).
+func remoteCode(err error) string {
+	var he *hermes.Error
+	if errors.As(err, &he) {
+		return he.RemoteCode
+	}
+	return ""
+}
+
+// noteRunsDurable logs when an endpoint's advertised durable runs idempotency changes
+// (it was upgraded or downgraded under the running bridge), so that the change in how
+// takeovers of its unbound runs settle can be traced.
+func (b *Bridge) noteRunsDurable(epID string, durable bool) {
+	ep, ok := b.eps[epID]
+	if !ok {
+		return
+	}
+	v := int32(1)
+	if durable {
+		v = 2
+	}
+	if old := ep.runsDurable.Swap(v); old != 0 && old != v {
+		b.log.Info().Str("endpoint", epID).Bool("durable_runs_idempotency", durable).
+			Msg("the endpoint's advertised runs idempotency changed")
+	}
 }
 
 // errorCode is the Hermes error code of err ("" when it is not a Hermes error): logs name

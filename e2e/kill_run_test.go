@@ -51,13 +51,28 @@ func (k *killTally) add(format string, args ...any) {
 	k.rows = append(k.rows, fmt.Sprintf(format, args...))
 }
 
+// killProfile is a Hermes profile of the kill matrix.
+type killProfile struct {
+	name    string
+	durable bool // the endpoint advertises durable runs idempotency
+	opts    []hermestest.Option
+}
+
+// killProfiles: v0.19 without runs idempotency, v0.19 with durable runs idempotency
+// (WithRunsIdempotency), and v0.21.3, which advertises it.
+var killProfiles = []killProfile{
+	{"v0.19", false, nil},
+	{"v0.19+idem", true, []hermestest.Option{hermestest.WithRunsIdempotency()}},
+	{"v0.21", true, []hermestest.Option{hermestest.WithVersion(hermestest.Version021)}},
+}
+
 // TestKillRun: the real binary SIGKILLs itself at each point of a governed run; a fresh
 // process settles the redelivered action. Every kill ends with the run's real result
 // (completed, with the run's output) except the uncertain window (marked or posted, id
 // not stored), which ends outcome_unknown, unless the endpoint has durable run
-// idempotency, where it too ends with the real result. Never two runs for one action,
-// exactly one result message. The same kills on chat_stream end outcome_unknown from
-// the write-ahead mark on.
+// idempotency (v0.19 with it, v0.21), where it too ends with the real result. Never two
+// runs for one action, exactly one result message. The same kills on chat_stream end
+// outcome_unknown from the write-ahead mark on.
 func TestKillRun(t *testing.T) {
 	t.Parallel()
 	var tally killTally
@@ -66,29 +81,27 @@ func TestKillRun(t *testing.T) {
 			t.Log(r)
 		}
 	})
-	for _, durable := range []bool{false, true} {
+	for _, prof := range killProfiles {
 		for _, op := range []string{"run", "chat_stream"} {
-			if durable && op == "chat_stream" {
+			if prof.durable && op == "chat_stream" {
 				continue
 			}
 			for _, kp := range runKillPoints {
 				if op == "chat_stream" && strings.HasPrefix(kp.point, "run_") {
 					continue
 				}
-				t.Run(fmt.Sprintf("%s/durable=%v/%s", op, durable, kp.name), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/%s", op, prof.name, kp.name), func(t *testing.T) {
 					t.Parallel()
-					killRunAt(t, &tally, op, durable, kp)
+					killRunAt(t, &tally, op, prof, kp)
 				})
 			}
 		}
 	}
 }
 
-func killRunAt(t *testing.T, tally *killTally, op string, durable bool, kp killPoint) {
-	fakeOpts := []hermestest.Option{hermestest.WithAgent(killRunAgent)}
-	if durable {
-		fakeOpts = append(fakeOpts, hermestest.WithRunsIdempotency())
-	}
+func killRunAt(t *testing.T, tally *killTally, op string, prof killProfile, kp killPoint) {
+	durable := prof.durable
+	fakeOpts := append([]hermestest.Option{hermestest.WithAgent(killRunAgent)}, prof.opts...)
 	h := newHarness(t, withoutBridge(), withFake(fakeOpts...))
 	input := map[string]any{"input": "go"}
 	if op == "chat_stream" {
@@ -138,7 +151,7 @@ func killRunAt(t *testing.T, tally *killTally, op string, durable bool, kp killP
 	if uncertain {
 		outcome = "outcome_unknown"
 	}
-	tally.add("kill %-11s durable=%-5v %-26s -> %-15s (events %d, runs started %d)", op, durable, kp.name, outcome, len(evs), started)
+	tally.add("kill %-11s %-10s %-26s -> %-15s (events %d, runs started %d)", op, prof.name, kp.name, outcome, len(evs), started)
 }
 
 // referenceEvents runs the action once in a process of its own and returns how many

@@ -18,6 +18,7 @@ type Client struct {
 	base string // scheme://host[:port][/prefix], no trailing slash
 	hc   *http.Client
 	o    options
+	caps *capsCache
 }
 
 type options struct {
@@ -29,6 +30,7 @@ type options struct {
 	streamLimit int64
 	bodyLimit   int64
 	idleConns   int
+	capsTTL     time.Duration
 }
 
 // Option configures a Client.
@@ -94,7 +96,7 @@ func WithBodyLimit(n int64) Option {
 
 // positiveLimit is an Option that sets the limit field returns to n, which must be
 // positive.
-func positiveLimit[T int | int64](n T, what string, field func(*options) *T) Option {
+func positiveLimit[T int | int64 | time.Duration](n T, what string, field func(*options) *T) Option {
 	return func(o *options) error {
 		if n <= 0 {
 			return errors.Join(errOption, errors.New(what+" must be positive"))
@@ -102,6 +104,13 @@ func positiveLimit[T int | int64](n T, what string, field func(*options) *T) Opt
 		*field(o) = n
 		return nil
 	}
+}
+
+// WithCapabilitiesTTL sets how long Capabilities reuses the answer it read (default
+// DefaultCapabilitiesTTL): an endpoint upgraded under a running client is noticed at most
+// this long after its upgrade.
+func WithCapabilitiesTTL(d time.Duration) Option {
+	return positiveLimit(d, "capabilities TTL", func(o *options) *time.Duration { return &o.capsTTL })
 }
 
 // WithIdleConns keeps up to n idle connections to the endpoint for reuse (default 2, as
@@ -142,7 +151,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.RawFragment != "" {
 		return nil, errors.Join(errOption, errors.New("base URL must not have userinfo, query or fragment"))
 	}
-	o := options{frameLimit: DefaultFrameLimit, streamLimit: DefaultStreamLimit, bodyLimit: DefaultBodyLimit}
+	o := options{frameLimit: DefaultFrameLimit, streamLimit: DefaultStreamLimit, bodyLimit: DefaultBodyLimit,
+		capsTTL: DefaultCapabilitiesTTL}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -164,6 +174,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		base: u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/"),
 		hc:   &hc,
 		o:    o,
+		caps: &capsCache{},
 	}, nil
 }
 

@@ -303,7 +303,8 @@ func (c *Client) runJSON(ctx context.Context, p *Prepared, dst any) (*Result, er
 // req.IdempotencyKey is required and sent as Idempotency-Key. Only a Hermes that advertises
 // durable runs idempotency (Capabilities.RunsIdempotency) honours the key; any other starts a
 // second run when the request is repeated, so a lost answer (an *Error with NotStarted false)
-// leaves the outcome unknown. A 202 without a run_id is invalid_response.
+// leaves the outcome unknown. A 202 without a run_id is invalid_response. A key Hermes already
+// holds for another payload gives a 409 with RemoteCode idempotency_key_conflict (NotStarted).
 func (c *Client) RunStart(ctx context.Context, req Request) (*RunStarted, error) {
 	if req.Operation != "" && req.Operation != "run_start" {
 		return nil, inputErr("operation", "must be run_start")
@@ -405,9 +406,11 @@ func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool
 }
 
 // RunStop asks a live run to stop (POST /v1/runs/{run_id}/stop). Stopping is cooperative: the
-// answer is "stopping" and the run later settles as cancelled (run.cancelled). A run that is
-// no longer live (finished, or unknown to this process) gives ErrRunNotFound: read RunStatus
-// to learn how it ended.
+// answer is "stopping" and the run later settles as cancelled (run.cancelled), or as it
+// ended if it finished first. A finished run gives ErrRunNotFound on Hermes 0.19 (read
+// RunStatus to learn how it ended) and, on Hermes 0.21, a 200 whose RunStopResult.Status is
+// its terminal status (Raw is the full status object). On 0.21, a run another gateway
+// process owns gives a 409 with RemoteCode run_not_active: follow it with RunStatus.
 func (c *Client) RunStop(ctx context.Context, runID string) (*RunStopResult, error) {
 	p, err := Prepare(Request{Operation: "run_stop", Input: map[string]any{"run_id": runID}})
 	if err != nil {
@@ -515,13 +518,4 @@ func ParseCapabilities(b []byte) (*Capabilities, error) {
 		}
 	}
 	return c, nil
-}
-
-// Capabilities reads and parses GET /v1/capabilities.
-func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
-	res, err := c.Call(ctx, Request{Operation: "capabilities"}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return ParseCapabilities(res.Output)
 }

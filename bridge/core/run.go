@@ -446,12 +446,22 @@ func (j *Job) runResult() *events.Result {
 			info.Message = "the action's deadline passed; the run was stopped"
 		}
 		details["tools_ran"] = f.toolsRan
-	case runFailed, runInterrupted:
-		info = &events.ErrorInfo{Code: "run_failed", Category: "permanent", UncertainOutcome: f.status == runInterrupted,
-			Message: "the run ended " + f.status}
+	case runFailed:
+		info = &events.ErrorInfo{Code: "run_failed", Category: "permanent", Message: "the run ended failed"}
 		if f.errText != "" {
 			details["hermes_error"] = f.errText
 		}
+	case runInterrupted:
+		// The gateway restarted under the run (Hermes 0.21): it will not go on, and what
+		// it did before is unknown. It is never posted again under another key here: that
+		// would be a second run of work that may have had its effects.
+		info = &events.ErrorInfo{Code: "run_interrupted", Category: "permanent", UncertainOutcome: true,
+			Message: "the Hermes gateway restarted before the run settled; tools may have run. " +
+				"Inspect its side effects before resubmitting it as a new action with a new idempotency key"}
+		if f.errText != "" {
+			details["hermes_error"] = f.errText
+		}
+		details["tools_ran"] = f.toolsRan
 	case runLost:
 		info = outcomeUnknown()
 		info.Message = "the endpoint no longer knows the run (it restarted, or the run ended more than an hour ago); " +

@@ -208,8 +208,10 @@ func (h *hermes) postRun(j *job, e core.Effect, p *pendingOp) {
 		case r != nil && w.p.durableRuns && r.act.input != a.input:
 			// reference/hermes-runs-v0.21.md §2: same key, another payload: 409.
 			w.tr.printf("hermes", "%s: post of %s conflicts with run %s (409 idempotency_key_conflict)", a.id, j.owner, r.id)
-			res := a.failed("remote_rejected", "Idempotency-Key was already used with a different request payload", false, false)
-			res.Error.HTTPStatus = 409
+			// The driver maps it to the bridge's idempotency_conflict (bridge/runs.go).
+			res := a.failed("idempotency_conflict", "Hermes already holds this idempotency key for a run with a different request payload", false, false)
+			res.Error.HTTPStatus, res.Error.Category = 409, "policy"
+			res.Error.Details = map[string]any{"remote_code": "idempotency_key_conflict"}
 			fail(&core.CallAnswer{Responded: true, NotStarted: true, Result: res}, false)
 			return
 		case r != nil && w.p.durableRuns:

@@ -145,6 +145,10 @@ func (w *World) checkAction(a *action) {
 	w.checkApproval(a, r, execs, terms[0].at.Add(w.p.logMaxAge))
 	w.checkCancels(a, r, execs)
 	if a.op.Run {
+		if d := details(r); d["run_status"] == "interrupted" || (r.Error != nil && r.Error.Code == "run_interrupted") {
+			w.stats.RunsInterrupted++
+			w.checkRunTruth(a, r)
+		}
 		if d := details(r); d["reattached"] == true {
 			w.stats.RunsReattached++
 		}
@@ -202,6 +206,17 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 	case status == "cancelled" && run.toolsRan && !uncertain(r):
 		// The core's rule: a cancelled run is uncertain when its tools ran.
 		w.failf("%s: run %s was cancelled after its tools ran, but settled certain %s", a.id, id, core.FormatResult(r))
+	case status == "interrupted" && (r.Error == nil || r.Error.Code != "run_interrupted" || !uncertain(r)):
+		// An interrupted run (the gateway restarted under it) may have had its effects.
+		w.failf("%s: run %s was interrupted, but settled %s (want run_interrupted, uncertain)", a.id, id, core.FormatResult(r))
+	}
+	if run != nil && run.status == "interrupted" {
+		// The bridge never starts an interrupted run again by itself.
+		for _, o := range w.herm.runs {
+			if o.act == a && o.n > run.n {
+				w.failf("%s: run %s was interrupted and the bridge started run %s for the action again", a.id, id, o.id)
+			}
+		}
 	}
 	return true
 }

@@ -105,6 +105,12 @@ var mutants = []mutant{
 		new: "until := j.now",
 		why: "a delivery takes over an owned record without waiting for its revision to stand still a lease",
 	},
+	{
+		class: "run", name: "interrupted_run_certain", file: "run.go",
+		old: `info = &events.ErrorInfo{Code: "run_interrupted", Category: "permanent", UncertainOutcome: true,`,
+		new: `info = &events.ErrorInfo{Code: "run_interrupted", Category: "permanent", UncertainOutcome: false,`,
+		why: "a run the gateway's restart interrupted settles as certain, although its tools may have run",
+	},
 }
 
 // seedFails matches the simulator's report of a failing seed.

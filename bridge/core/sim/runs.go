@@ -17,6 +17,7 @@ import (
 // A stopped run ends cancelled within runStopEnds (well within core.RunStopGrace).
 type hrun struct {
 	id       string
+	n        int // the order in which Hermes started it (1, 2, ...)
 	act      *action
 	events   []runEv // emitted so far
 	plan     []runEv // still to come
@@ -52,7 +53,7 @@ type runReader struct {
 func (h *hermes) startRun(a *action) *hrun {
 	w := h.w
 	h.executed(a)
-	r := &hrun{id: fmt.Sprintf("run-%s-%d", a.id, len(h.runs)+1), act: a, final: "completed"}
+	r := &hrun{id: fmt.Sprintf("run-%s-%d", a.id, len(h.runs)+1), n: len(h.runs) + 1, act: a, final: "completed"}
 	if w.faults() && w.chance(w.p.pRunFail) {
 		w.stats.RunFails++
 		r.final = pick(&w.sched, "failed", "failed", "interrupted")

@@ -14,9 +14,9 @@ type Stats struct {
 	SimTime                                    time.Duration
 
 	// What the core did.
-	Starts, Takeovers, Released, Uncertain, Replays, Conflicts, Cancelled int
-	Parked, Decisions, Expiries, RunsStarted, RunsFollowed                int
-	RunsReattached, RunsUnknown, LostClaims, GaveUp, Superseded, Terms    int
+	Starts, Takeovers, Released, Uncertain, Replays, Conflicts, Cancelled               int
+	Parked, Decisions, Expiries, RunsStarted, RunsFollowed                              int
+	RunsReattached, RunsUnknown, RunsInterrupted, LostClaims, GaveUp, Superseded, Terms int
 	// CancelsIgnored: cancel requests answered "cancelled" whose action settled otherwise.
 	CancelsIgnored int
 	// RecordsLeftOpen: settled actions whose record is left claimed, dispatched,
