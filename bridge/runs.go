@@ -154,6 +154,10 @@ func (d *driver) runEvents(ctx context.Context, rn runner, r *core.RunRequest, a
 		return
 	}
 	defer s.Close()
+	// The subagents' cost is the run's cost only when every event was read here, from the
+	// first: a delivery that took the run over misses those before.
+	var cost float64
+	var costs bool
 	for {
 		ev, err := s.Next()
 		if err == io.EOF {
@@ -165,6 +169,14 @@ func (d *driver) runEvents(ctx context.Context, rn runner, r *core.RunRequest, a
 					Msg("the run's events stream ended early; following its status instead")
 			}
 			return
+		}
+		if ev.CostUSD != nil {
+			cost, costs = cost+*ev.CostUSD, true
+		}
+		if ev.Name == "run.completed" && ev.Usage != nil && ev.Usage.CostUSD == nil && costs && r.From == 0 {
+			u := *ev.Usage
+			u.CostUSD = &cost
+			ev.Usage = &u
 		}
 		observeRun(a, ev)
 		if err := pub.publish(runEventOut(ev)); err != nil {

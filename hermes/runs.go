@@ -50,7 +50,7 @@ type RunStatus struct {
 	LastEvent string          `json:"last_event"` // name of the run's latest event ("" before the first)
 	Output    *string         `json:"output"`     // completed runs
 	Error     *string         `json:"error"`      // failed runs
-	Usage     *RunUsage       `json:"usage"`
+	Usage     *RunUsage       `json:"-"`          // ParseUsage of the usage member: nil when absent or unreadable
 	CreatedAt float64         `json:"created_at"` // Unix seconds
 	UpdatedAt float64         `json:"updated_at"`
 	Raw       json.RawMessage `json:"-"` // the body verbatim
@@ -354,6 +354,7 @@ func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error
 		return nil, invalidResponse("run_status", "no_status", res.HTTPStatus)
 	}
 	rs.Raw = res.Output
+	rs.Usage = bodyUsage(res.Output)
 	return rs, nil
 }
 
