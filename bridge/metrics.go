@@ -13,7 +13,7 @@ import (
 )
 
 // metrics holds the bridge's Prometheus collectors. Every label value is bounded by the
-// configuration (endpoint ids, operations) or by a fixed set (statuses, the schema's
+// configuration (endpoint ids, their tenants, operations) or by a fixed set (statuses, the schema's
 // error codes, outcomes): never an action id, a key or content. A nil *metrics (no
 // registry configured) records nothing; every method is safe on it.
 type metrics struct {
