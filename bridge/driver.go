@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -66,6 +67,9 @@ type driver struct {
 	child     trace.Span      // the span of the ledger step under way (tracing.traceStep)
 	spanGroup string
 	pubEvents int64 // events the call published
+	// usage is the usage of the terminal result this job stored itself (not a replay),
+	// counted by observeOutcome once the job settled the action.
+	usage atomic.Pointer[events.Usage]
 }
 
 // stopOp stops an async operation: it cancels its context, or stops its timer and

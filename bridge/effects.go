@@ -117,6 +117,9 @@ func (d *driver) appendResult(e *core.Effect) core.Event {
 	m := &nats.Msg{Subject: d.b.out.results(d.id), Header: hdr, Data: raw}
 	ev.Log.Seq, err = d.b.results.Append(ctx, d.id, m, e.Expect)
 	ev.Status, ev.Err = storeStatus(err), err
+	if r := e.Result; err == nil && r.Usage != nil && r.ReplayOf == nil && events.Terminal(r.Status) {
+		d.usage.Store(r.Usage)
+	}
 	if ev.Status == core.Conflict || ev.Status == core.TooLarge || err == nil {
 		return ev
 	}

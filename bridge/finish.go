@@ -84,6 +84,8 @@ func (b *Bridge) observeOutcome(d *driver, o core.Outcome, e core.Effect) {
 	m.settledAction(d, o.Status, o.Code)
 	if o.ReplayOf != "" {
 		m.replays.Inc()
+	} else if u := d.usage.Load(); u != nil {
+		m.usage(d, u)
 	}
 	if o.Code == "idempotency_conflict" {
 		m.conflicts.Inc()

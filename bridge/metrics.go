@@ -8,11 +8,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 )
 
 // metrics holds the bridge's Prometheus collectors. Every label value is bounded by the
-// configuration (endpoint ids, operations) or by a fixed set (statuses, the schema's
+// configuration (endpoint ids, their tenants, operations) or by a fixed set (statuses, the schema's
 // error codes, outcomes): never an action id, a key or content. A nil *metrics (no
 // registry configured) records nothing; every method is safe on it.
 type metrics struct {
@@ -33,6 +34,8 @@ type metrics struct {
 	kvSeconds     *prometheus.HistogramVec // op
 	cancels       *prometheus.CounterVec   // state
 	approvals     *prometheus.CounterVec   // outcome
+	tokens        *prometheus.CounterVec   // endpoint, tenant, operation, direction
+	costUSD       *prometheus.CounterVec   // endpoint, tenant, operation
 
 	kv [len(kvOps)]prometheus.Observer // by kvOp
 }
@@ -61,6 +64,8 @@ const (
 	// MetricGateRejections counts the 429 rate_limit_exceeded answers of its gate.
 	MetricConcurrencyLimit = "hermes_bridge_endpoint_concurrency_limit"
 	MetricGateRejections   = "hermes_bridge_gate_rejections_total"
+	MetricTokens           = "hermes_bridge_tokens_total"
+	MetricCostUSD          = "hermes_bridge_cost_usd_total"
 )
 
 // newMetrics registers the bridge's collectors on reg; nil when reg is nil. The breaker
@@ -111,10 +116,16 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 			Help: "Cancel requests answered by this replica, by the state the reply reports."}, []string{"state"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricApprovals,
 			Help: "Approval decision messages handled, by outcome (approve, deny, mismatch, expired, early, orphan)."}, []string{"outcome"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricTokens,
+			Help: "Tokens Hermes reported for the actions this replica settled (the result's usage; a replayed result is not counted again), by endpoint, the endpoint's configured tenant (empty when it serves any), operation and direction (input, output)."},
+			[]string{"endpoint", "tenant", "operation", "direction"}),
+		costUSD: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCostUSD,
+			Help: "Cost in US dollars Hermes reported for the actions this replica settled (the result's usage.cost_usd, where Hermes gives one), by endpoint, the endpoint's configured tenant and operation."},
+			[]string{"endpoint", "tenant", "operation"}),
 	}
 	cs := []prometheus.Collector{m.settled, m.hermesSeconds, m.firstEvent, m.eventsOut, m.replays, m.conflicts,
 		m.redeliveries, m.takeovers, m.inFlight, m.waiting, m.pending, m.ackPending, m.dlq, m.breakerOpens,
-		m.kvSeconds, m.cancels, m.approvals}
+		m.kvSeconds, m.cancels, m.approvals, m.tokens, m.costUSD}
 	for id, ep := range eps {
 		brk := ep.brk
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBreakerState,
@@ -137,6 +148,11 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 			for _, c := range statusClasses {
 				m.hermesSeconds.WithLabelValues(id, s.Name, c)
 			}
+		}
+		for _, op := range usageOps {
+			m.tokens.WithLabelValues(id, ep.cfg.TenantID, op, "input")
+			m.tokens.WithLabelValues(id, ep.cfg.TenantID, op, "output")
+			m.costUSD.WithLabelValues(id, ep.cfg.TenantID, op)
 		}
 		brk.onOpen = m.breakerOpens.WithLabelValues(id).Inc
 	}
@@ -209,6 +225,27 @@ func (m *metrics) settledAction(d *driver, status, code string) {
 		op = "unknown"
 	}
 	m.settled.WithLabelValues(ep, op, status, code).Inc()
+}
+
+// usageOps are the operations whose results carry usage (an agent turn or a run).
+var usageOps = []string{"chat", "chat_stream", "responses", "responses_stream", "session_chat", "session_chat_stream", "run_events", RunOperation}
+
+// usage counts the usage of one terminal result d stored itself (never a replay). The
+// tenant label is the endpoint's configured tenant ("" when it serves any): an action's own
+// tenant_id is free text and would make the series unbounded.
+func (m *metrics) usage(d *driver, u *events.Usage) {
+	if m == nil || d.act.ep == nil {
+		return
+	}
+	ep, op, tenant := d.act.endpointID, d.act.op, d.act.ep.cfg.TenantID
+	if _, known := LookupOperation(op); !known {
+		op = "unknown"
+	}
+	m.tokens.WithLabelValues(ep, tenant, op, "input").Add(float64(u.InputTokens))
+	m.tokens.WithLabelValues(ep, tenant, op, "output").Add(float64(u.OutputTokens))
+	if u.CostUSD != nil {
+		m.costUSD.WithLabelValues(ep, tenant, op).Add(*u.CostUSD)
+	}
 }
 
 // sampleConsumer sets the consumer gauges from consumer info every interval until ctx

@@ -72,6 +72,7 @@ func resultOf(d *driver, res *hermes.Result, err error) *events.Result {
 		if res.Status != "" {
 			r.Status = res.Status
 		}
+		r.Usage = usageOf(res.Usage)
 	}
 	if err != nil {
 		r.Error = clientErrorInfo(err, d.act.spec.Safe)
@@ -89,4 +90,12 @@ func resultOf(d *driver, res *hermes.Result, err error) *events.Result {
 		r.Output = json.RawMessage("null")
 	}
 	return r
+}
+
+// usageOf is the result's usage for what Hermes reported (nil when it reported none).
+func usageOf(u *hermes.Usage) *events.Usage {
+	if u == nil {
+		return nil
+	}
+	return &events.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, TotalTokens: u.TotalTokens, CostUSD: u.CostUSD}
 }

@@ -186,6 +186,7 @@ func (d *driver) runEvents(ctx context.Context, rn runner, r *core.RunRequest, a
 		return
 	}
 	defer s.Close()
+	cost := runCost{whole: r.From == 0}
 	for {
 		ev, err := s.Next()
 		if err == io.EOF {
@@ -198,6 +199,7 @@ func (d *driver) runEvents(ctx context.Context, rn runner, r *core.RunRequest, a
 			}
 			return
 		}
+		cost.observe(&ev)
 		observeRun(a, ev)
 		if err := pub.publish(runEventOut(ev)); err != nil {
 			a.PublishFailed = true
@@ -227,6 +229,29 @@ func observeRun(a *core.RunAnswer, ev hermes.RunEvent) {
 		a.Status = hermes.RunCancelled
 	case "run.interrupted":
 		a.Status = hermes.RunInterrupted
+	}
+}
+
+// runCost sums the cost_usd of a run's subagent.complete events (Hermes 0.21) into the
+// usage of its run.completed. The sum is the run's cost only when every event was read,
+// from the first (whole): a delivery that took the run over misses those before, and its
+// usage then has the tokens without a cost. A cost Hermes put in the usage itself is kept.
+type runCost struct {
+	whole bool
+	sum   float64
+	seen  bool
+}
+
+// observe adds ev's cost, or sets the sum as the cost of ev's usage when ev is run.completed.
+func (c *runCost) observe(ev *hermes.RunEvent) {
+	if ev.CostUSD != nil {
+		c.sum, c.seen = c.sum+*ev.CostUSD, true
+	}
+	if ev.Name == "run.completed" && ev.Usage != nil && ev.Usage.CostUSD == nil && c.seen && c.whole {
+		u := *ev.Usage
+		sum := c.sum
+		u.CostUSD = &sum
+		ev.Usage = &u
 	}
 }
 

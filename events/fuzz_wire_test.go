@@ -60,7 +60,9 @@ func FuzzDecodeOutput(f *testing.F) {
 		"{\"action_id\":\"a\",\"status\":\"completed\",\"text\":\"\xff\",\"output\":\"\xff\"}", `[]`, `null`, `{"action_id":"a"} x`, ``,
 		`{"action_id":"a","status":"weird"}`, `{"action_id":"a","status":"completed","output":12.5e3}`, `{"action_id":null,"status":"completed"}`,
 		`{"action_id":1,"status":"completed"}`, `{"action_id":"a","status":"completed",}`, `{"action_id":"a","status":"completed","output":nul}`,
-		`{"action_id":"a","status":"completed","error":{"http_status":"x"}}`, `{"action_id":"a","status":"completed","output":{"a":"\ud800"}}`,
+		`{"action_id":"a","status":"completed","error":{"http_status":"x"}}`,
+		`{"action_id":"a","status":"completed","usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3,"cost_usd":0.5}}`,
+		`{"action_id":"a","status":"completed","usage":{"input_tokens":1.5,"cost_usd":"x"}}`, `{"action_id":"a","status":"completed","usage":null}`, `{"action_id":"a","status":"completed","output":{"a":"\ud800"}}`,
 	} {
 		for hdr := range uint8(4) {
 			f.Add(hdr, []byte(s))

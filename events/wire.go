@@ -75,8 +75,9 @@ type SSE struct {
 }
 
 // Result is the data of a result CloudEvent (CONTRACT §4). Its JSON form
-// always has all six members; output, error and replay_of are null when
-// absent.
+// always has the six members action_id, capability_id, status, output, error
+// and replay_of (output, error and replay_of null when absent), and a seventh,
+// usage, only when Hermes reported usage for the action's work.
 //
 // Output is carried as-is: for an output that did not fit in one message it
 // is whatever reference object the bridge stored in its place, and callers
@@ -88,6 +89,17 @@ type Result struct {
 	Output       v1json.RawMessage `json:"output"`
 	Error        *ErrorInfo        `json:"error"`
 	ReplayOf     *string           `json:"replay_of"`
+	Usage        *Usage            `json:"usage,omitempty"`
+}
+
+// Usage is the token usage (and cost) Hermes reported for an action's work
+// (schemas/result.schema.json, $defs/usage). CostUSD is nil, and cost_usd
+// absent, when Hermes reported no cost.
+type Usage struct {
+	InputTokens  int64    `json:"input_tokens"`
+	OutputTokens int64    `json:"output_tokens"`
+	TotalTokens  int64    `json:"total_tokens"`
+	CostUSD      *float64 `json:"cost_usd,omitempty"`
 }
 
 // ErrorInfo is a result's error object. Its JSON form always has all eight

@@ -232,3 +232,30 @@ func BenchmarkEncodeEvent(b *testing.B) {
 		}
 	}
 }
+
+// TestResultUsage: a result with usage carries it as a seventh member, cost_usd only when
+// known; a result without usage has no usage member at all (never zeros); DecodeResult reads
+// it back.
+func TestResultUsage(t *testing.T) {
+	cost := 0.75
+	r := &events.Result{ActionID: "a-1", CapabilityID: "cap:hermes_agent:p:run", Status: events.StatusCompleted,
+		Output: json.RawMessage(`{}`), Usage: &events.Usage{InputTokens: 812, OutputTokens: 40, TotalTokens: 852, CostUSD: &cost}}
+	_, body, err := events.EncodeResult("s", r, events.TraceContext{})
+	want := `{"action_id":"a-1","capability_id":"cap:hermes_agent:p:run","status":"completed","output":{},"error":null,"replay_of":null,` +
+		`"usage":{"input_tokens":812,"output_tokens":40,"total_tokens":852,"cost_usd":0.75}}`
+	if err != nil || string(body) != want {
+		t.Fatalf("body\n got %s\nwant %s (%v)", body, want, err)
+	}
+	back, err := events.DecodeResult(nil, body)
+	if err != nil || back.Usage == nil || *back.Usage.CostUSD != 0.75 || back.Usage.TotalTokens != 852 {
+		t.Fatalf("DecodeResult = %+v, %v", back, err)
+	}
+	r.Usage.CostUSD = nil
+	if _, body, _ = events.EncodeResult("s", r, events.TraceContext{}); !strings.HasSuffix(string(body), `"usage":{"input_tokens":812,"output_tokens":40,"total_tokens":852}}`) {
+		t.Fatalf("no cost: %s", body)
+	}
+	r.Usage = nil
+	if _, body, _ = events.EncodeResult("s", r, events.TraceContext{}); strings.Contains(string(body), "usage") {
+		t.Fatalf("no usage: %s", body)
+	}
+}

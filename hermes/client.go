@@ -188,6 +188,13 @@ type Result struct {
 	Output json.RawMessage
 	Stream *StreamSummary // nil for JSON operations
 	Status string         // "completed" | "failed" | "cancelled"
+	// Usage is the token usage (and cost) Hermes reported for the agent work of this call,
+	// nil when it reported none: the body's usage for chat, responses and session_chat; for
+	// a stream, the usage of its final event (a chat finish chunk, response.completed or
+	// response.failed, a session's or a run's run.completed), with, for a run's events, the
+	// sum of the subagent.complete events' cost_usd as CostUSD. Reads of earlier work
+	// (response_get, run_status, session_get, ...) have none.
+	Usage *Usage
 }
 
 // Call runs one operation: Prepare, then one HTTP exchange (never retried here; Go's transport
@@ -253,7 +260,11 @@ func (c *Client) Send(ctx context.Context, p *Prepared, onEvent func(Event) erro
 	if op == "health" {
 		return c.health(out, status)
 	}
-	return &Result{Operation: op, HTTPStatus: status, Output: out, Status: "completed"}, nil
+	res := &Result{Operation: op, HTTPStatus: status, Output: out, Status: "completed"}
+	if usageOp(op) {
+		res.Usage = bodyUsage(out)
+	}
+	return res, nil
 }
 
 // open sends the prepared request and returns a 2xx response, whose body the caller closes;
@@ -355,7 +366,7 @@ func (c *Client) aggregate(op string, status int, sum StreamSummary) *Result {
 		Terminal   bool   `json:"terminal"`
 		Truncated  bool   `json:"truncated"`
 	}{c.o.endpointID, op, status, sum.EventCount, sum.Text, sum.Terminal, sum.Truncated}
-	return &Result{Operation: op, HTTPStatus: status, Output: marshalNoEscape(agg), Stream: &sum}
+	return &Result{Operation: op, HTTPStatus: status, Output: marshalNoEscape(agg), Stream: &sum, Usage: sum.Usage}
 }
 
 func (c *Client) health(raw json.RawMessage, status int) (*Result, error) {

@@ -36,6 +36,18 @@
 // version, http_status, raw} and completes only when status is exactly "ok"; otherwise the
 // result is returned with Status "failed" and an [Error] with Code unhealthy.
 //
+// # Usage
+//
+// [Result].Usage is the token usage Hermes reported for the agent work of the call, as
+// [Usage] {input_tokens, output_tokens, total_tokens, cost_usd?} whatever the route called
+// the members ([ParseUsage]): the usage member of the chat, responses and session_chat bodies;
+// for a stream, the usage of its final event (the chat finish chunk, response.completed or
+// response.failed, the session's and the run's run.completed), with for a run's events the
+// sum of the subagent.complete events' cost_usd (Hermes v0.21) as the cost. It is nil when
+// Hermes reported none, and for reads of earlier work (response_get, run_status, ...). The
+// per-event path only slices the usage and response members; they are parsed on the events
+// that carry them.
+//
 // # Errors
 //
 // Failures are [*Error] values with a Code, a Category and NotStarted, which is true only when

@@ -96,6 +96,9 @@ func FuzzSSEReader(f *testing.F) {
 				}
 			}
 		}
+		if u := sum.Usage; u != nil && (u.InputTokens < 0 || u.OutputTokens < 0 || u.TotalTokens < 0 || (u.CostUSD != nil && !(*u.CostUSD >= 0))) {
+			t.Fatalf("usage %+v", u)
+		}
 		status, e := streamOutcome("chat_stream", sum, false, maxEvents, 200)
 		if (status == "failed") != (e != nil) {
 			t.Fatalf("outcome %s %v", status, e)
@@ -269,6 +272,7 @@ func FuzzRunEvents(f *testing.F) {
 	f.Add([]byte("data: {\"event\": \"tool.completed\", \"tool\": 1, \"duration\": \"x\", \"error\": true}\n\ndata: {\"event\": \"run.failed\", \"error\": \"e\"}\n\n"))
 	f.Add([]byte("data: {\"event\": \"run.completed\", \"usage\": [1]}\n\n: stream closed\n\n"))
 	f.Add([]byte(": keepalive\n\ndata: {\"event\": \"\"}\n\n"))
+	f.Add([]byte("data: {\"event\": \"subagent.complete\", \"cost_usd\": 0.25}\n\ndata: {\"event\": \"run.completed\", \"usage\": {\"input_tokens\": 1, \"output_tokens\": 2}}\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		es := newRunEventStream(context.Background(), io.NopCloser(bytes.NewReader(b)), 4096, 1<<20)
 		defer es.Close()
@@ -301,7 +305,8 @@ func FuzzRunEvents(f *testing.F) {
 			if ev.Terminal != (ev.Kind == KindDone || ev.Kind == KindError) {
 				t.Fatalf("terminal %v with kind %s", ev.Terminal, ev.Kind)
 			}
-			if (ev.Approval != nil) != (ev.Name == "approval.request") || (ev.Usage != nil && ev.Name != "run.completed") || ev.Resolved < 0 {
+			if (ev.Approval != nil) != (ev.Name == "approval.request") || (ev.Usage != nil && ev.Name != "run.completed") ||
+				(ev.CostUSD != nil && (ev.Name != "subagent.complete" || !(*ev.CostUSD >= 0))) || ev.Resolved < 0 {
 				t.Fatalf("fields of %s: %+v", ev.Name, ev)
 			}
 			again, err := ParseRunEvent(ev.Data)
@@ -310,6 +315,82 @@ func FuzzRunEvents(f *testing.F) {
 			}
 			if i > 100 {
 				t.Fatal("more events than the limit")
+			}
+		}
+	})
+}
+
+// FuzzParseUsage reads arbitrary bytes as a Hermes usage object: no panic; on valid JSON the
+// result agrees with encoding/json (the last of repeated members, input_tokens or its chat
+// spelling prompt_tokens, integers only, total derived only when absent), and a usage is
+// never returned for an object without both counts.
+func FuzzParseUsage(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt_tokens": 580, "completion_tokens": 7, "total_tokens": 587}`,
+		`{"input_tokens": 3, "output_tokens": 4, "cost_usd": 1e-3}`, `{"input_tokens": 3}`,
+		`{"input_tokens": 1.0, "output_tokens": 4}`, `{"input_tokens": 9007199254740993, "output_tokens": 0}`,
+		`{"input_tokens": 3, "output_tokens": 4, "cost_usd": -1}`, `[]`, `{"input_tokens":1,"output_tokens":2,"input_tokens":"x"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		u := ParseUsage(b)
+		if u == nil {
+			return
+		}
+		if u.InputTokens < 0 || u.OutputTokens < 0 || u.TotalTokens < 0 || (u.CostUSD != nil && !(*u.CostUSD >= 0)) {
+			t.Fatalf("negative usage %+v", u)
+		}
+		if !json.Valid(b) {
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var m map[string]any
+		if dec.Decode(&m) != nil {
+			t.Fatalf("usage from a non-object %s", b)
+		}
+		count := func(keys ...string) (int64, bool) {
+			var last any
+			var seen bool
+			for _, k := range keys { // the member written last wins; both spellings are rare
+				if v, ok := m[k]; ok {
+					last, seen = v, true
+				}
+			}
+			n, ok := last.(json.Number)
+			if !seen || !ok {
+				return 0, false
+			}
+			i, err := n.Int64()
+			return i, err == nil
+		}
+		in, okIn := count("input_tokens", "prompt_tokens")
+		out, okOut := count("output_tokens", "completion_tokens")
+		if !okIn || !okOut {
+			t.Fatalf("usage %+v from %s without both counts", u, b)
+		}
+		_, hasIn := m["input_tokens"]
+		_, hasPrompt := m["prompt_tokens"]
+		if !(hasIn && hasPrompt) && u.InputTokens != in {
+			t.Fatalf("input %d, encoding/json %d (%s)", u.InputTokens, in, b)
+		}
+		_, hasOut := m["output_tokens"]
+		_, hasCompl := m["completion_tokens"]
+		if !(hasOut && hasCompl) && u.OutputTokens != out {
+			t.Fatalf("output %d, encoding/json %d (%s)", u.OutputTokens, out, b)
+		}
+		if tot, ok := count("total_tokens"); ok && tot >= 0 && tot <= 1<<53 && u.TotalTokens != tot {
+			t.Fatalf("total %d, encoding/json %d (%s)", u.TotalTokens, tot, b)
+		}
+		if _, has := m["total_tokens"]; !has && u.TotalTokens != u.InputTokens+u.OutputTokens {
+			t.Fatalf("derived total %d (%s)", u.TotalTokens, b)
+		}
+		if u.CostUSD != nil {
+			n, ok := m["cost_usd"].(json.Number)
+			f, err := n.Float64()
+			if !ok || err != nil || f != *u.CostUSD {
+				t.Fatalf("cost %v, encoding/json %v (%s)", *u.CostUSD, m["cost_usd"], b)
 			}
 		}
 	})

@@ -31,13 +31,6 @@ func RunTerminal(status string) bool {
 	return status == RunCompleted || status == RunFailed || status == RunCancelled || status == RunInterrupted
 }
 
-// RunUsage is the token usage of a finished run.
-type RunUsage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-	TotalTokens  int64 `json:"total_tokens"`
-}
-
 // RunStarted is the 202 answer of POST /v1/runs.
 type RunStarted struct {
 	RunID      string
@@ -57,7 +50,7 @@ type RunStatus struct {
 	LastEvent string          `json:"last_event"` // name of the run's latest event ("" before the first)
 	Output    *string         `json:"output"`     // completed runs
 	Error     *string         `json:"error"`      // failed runs
-	Usage     *RunUsage       `json:"usage"`
+	Usage     *RunUsage       `json:"-"`          // ParseUsage of the usage member: nil when absent or unreadable
 	CreatedAt float64         `json:"created_at"` // Unix seconds
 	UpdatedAt float64         `json:"updated_at"`
 	Raw       json.RawMessage `json:"-"` // the body verbatim
@@ -118,7 +111,8 @@ type RunEvent struct {
 	Choice    string              // approval.responded
 	Resolved  int                 // approval.responded
 	Output    string              // run.completed
-	Usage     *RunUsage           // run.completed
+	Usage     *RunUsage           // run.completed (ParseUsage of its usage)
+	CostUSD   *float64            // subagent.complete: the subagent's cost_usd, when Hermes gives one (v0.21)
 	Error     string              // run.failed
 }
 
@@ -207,9 +201,10 @@ func parseRunEvent(data []byte) (RunEvent, error) {
 		}
 	case "run.completed":
 		str("output", &ev.Output)
-		var u RunUsage
-		if raw, ok := m["usage"]; ok && json.Unmarshal(raw, &u) == nil && bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
-			ev.Usage = &u
+		ev.Usage = ParseUsage(m["usage"])
+	case "subagent.complete":
+		if c, ok := costOf(m["cost_usd"]); ok {
+			ev.CostUSD = &c
 		}
 	case "run.failed":
 		str("error", &ev.Error)
@@ -360,6 +355,7 @@ func (c *Client) RunStatus(ctx context.Context, runID string) (*RunStatus, error
 		return nil, invalidResponse("run_status", "no_status", res.HTTPStatus)
 	}
 	rs.Raw = res.Output
+	rs.Usage = bodyUsage(res.Output)
 	return rs, nil
 }
 

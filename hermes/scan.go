@@ -10,11 +10,13 @@ import (
 type probe struct {
 	event, typ, delta, text, content, output, toolName []byte
 	choiceContent, finishReason                        []byte
+	usage, response                                    []byte // read by usageState only when present
 }
 
 // scanProbe fills p from b, which must be valid JSON (checked with json.Valid first). It reads
 // only the top-level members and choices[0].delta.content / choices[0].finish_reason, without
-// allocating (except for escaped member names, which are decoded).
+// allocating (except for escaped member names, which are decoded). usage and response are
+// only sliced here, not parsed.
 func scanProbe(b []byte, p *probe) {
 	eachMember(b, func(key, val []byte) {
 		switch string(key) {
@@ -32,6 +34,10 @@ func scanProbe(b []byte, p *probe) {
 			p.output = val
 		case "tool_name":
 			p.toolName = val
+		case "usage":
+			p.usage = val
+		case "response":
+			p.response = val
 		case "choices":
 			p.choiceContent, p.finishReason = nil, nil
 			i := skipWS(val, 0)

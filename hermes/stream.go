@@ -38,6 +38,7 @@ type StreamSummary struct {
 	Terminal   bool
 	Truncated  bool
 	LastName   string // name of the last event that had one
+	Usage      *Usage // the usage the stream reported (see Result.Usage), nil when none
 }
 
 func isTerminalName(n string) bool {
@@ -89,9 +90,11 @@ type streamState struct {
 	terminal    bool
 	truncated   bool
 	failedChunk bool // a chat chunk with finish_reason "error" was seen
+	usage       usageState
 }
 
-// event builds the Event for frame f. It does not update the aggregate.
+// event builds the Event for frame f. It does not update the aggregate, except for the
+// usage an event reports (st.usage).
 func (st *streamState) event(f *sseFrame) (Event, bool) {
 	ev := Event{Index: st.count, Event: internName(f.event)}
 	if f.hasID {
@@ -134,6 +137,9 @@ func (st *streamState) event(f *sseFrame) (Event, bool) {
 
 	fr, _ := jsonName(p.finishReason)
 	failed := fr == "error"
+	if p.usage != nil || p.response != nil || ev.Name == "subagent.complete" {
+		st.usage.observe(&p, ev.Name, ev.Terminal, trimmed)
+	}
 	if ev.Kind != KindThought {
 		ev.Text = eventText(&p, ev.Name, st.text.Len() == 0)
 	}
@@ -251,7 +257,7 @@ func consumeStream(r io.Reader, frameLimit int, streamLimit int64, maxEvents int
 
 func (st *streamState) summary() StreamSummary {
 	return StreamSummary{EventCount: st.count, Text: st.text.String(), Terminal: st.terminal,
-		Truncated: st.truncated, LastName: st.lastName}
+		Truncated: st.truncated, LastName: st.lastName, Usage: st.usage.result()}
 }
 
 // streamOutcome gives the result status and error of a finished stream (AIP stream_outcome):

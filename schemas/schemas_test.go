@@ -223,6 +223,10 @@ func TestEncodedOutputConforms(t *testing.T) {
 			Output: json.RawMessage(`{"capability_id":"cap:hermes_agent:p:session_delete","input":{"session_id":"s"},"input_sha256":"` + strings.Repeat("a", 64) + `","expires_at":"2030-01-01T00:15:00Z"}`)},
 		{ActionID: "a-4", CapabilityID: "cap:hermes_agent:p:chat", Status: events.StatusCancelled,
 			Error: &events.ErrorInfo{Code: "cancelled", Message: "cancelled", Category: "permanent", UncertainOutcome: true}, ReplayOf: func() *string { s := "a-0"; return &s }()},
+		{ActionID: "a-5", CapabilityID: "cap:hermes_agent:p:run", Status: events.StatusCompleted, Output: json.RawMessage(`{}`),
+			Usage: &events.Usage{InputTokens: 812, OutputTokens: 40, TotalTokens: 852, CostUSD: func() *float64 { c := 0.75; return &c }()}},
+		{ActionID: "a-6", CapabilityID: "cap:hermes_agent:p:chat", Status: events.StatusCompleted, Output: json.RawMessage(`{}`),
+			Usage: &events.Usage{}},
 	}
 	for _, r := range results {
 		_, body, err := events.EncodeResult("hermes-bridge", r, events.TraceContext{})
@@ -240,6 +244,13 @@ func TestEncodedOutputConforms(t *testing.T) {
 	_, body, _ = events.EncodeResult("s", &events.Result{ActionID: "a", Status: events.StatusFailed}, events.TraceContext{})
 	if err := schemas.ValidateResult(body); err == nil {
 		t.Error("failed result without error accepted")
+	}
+	for _, u := range []string{`{"input_tokens":1,"output_tokens":2}`, `{"input_tokens":-1,"output_tokens":2,"total_tokens":1}`,
+		`{"input_tokens":1,"output_tokens":2,"total_tokens":3,"cost_usd":-1}`, `{"input_tokens":1,"output_tokens":2,"total_tokens":3,"tokens":3}`, `null`} {
+		doc := `{"action_id":"a","capability_id":"c","status":"completed","output":null,"error":null,"replay_of":null,"usage":` + u + `}`
+		if err := schemas.ValidateResult([]byte(doc)); err == nil {
+			t.Errorf("usage %s accepted", u)
+		}
 	}
 	id := "1"
 	_, body, err := events.EncodeEvent("s", &events.EventData{ActionID: "a", Sequence: 3, Kind: events.KindDone, Event: events.SSE{ID: &id, Data: json.RawMessage(`"[DONE]"`)}}, events.TraceContext{})

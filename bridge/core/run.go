@@ -78,9 +78,9 @@ type RunAnswer struct {
 	LastEvent string
 	Output    string
 	ErrText   string
-	Usage     json.RawMessage
-	ToolsRan  bool // a tool.started event was seen
-	Streamed  bool // the events were read to the run's terminal event
+	Usage     json.RawMessage // {input_tokens, output_tokens, total_tokens, cost_usd?} (events.Usage)
+	ToolsRan  bool            // a tool.started event was seen
+	Streamed  bool            // the events were read to the run's terminal event
 	// PublishFailed: an event could not be stored (RunEvents).
 	PublishFailed bool
 	// Approval is a tool approval the run asks (EvRunApproval).
@@ -426,11 +426,15 @@ func (j *Job) runResult() *events.Result {
 	out := map[string]any{"run_id": f.runID, "status": f.status, "last_event": f.lastEvent,
 		"event_count": f.next, "events_complete": f.streamed && !f.reattached, "reattached": f.reattached,
 		"tools_ran": f.toolsRan}
-	if len(f.usage) > 0 {
-		out["usage"] = f.usage
-	}
 	details := map[string]any{"run_id": f.runID, "run_status": f.status, "reattached": f.reattached}
 	r := &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID}
+	if len(f.usage) > 0 {
+		out["usage"] = f.usage
+		var u events.Usage
+		if json.Unmarshal(f.usage, &u) == nil {
+			r.Usage = &u
+		}
+	}
 	var info *events.ErrorInfo
 	switch f.status {
 	case runCompleted:

@@ -42,11 +42,12 @@ func TestDashboardBrowser(t *testing.T) {
 		if strings.Contains(turn.UserText, "broken") {
 			return hermestest.Reply{Fail: "the model gave up"}
 		}
+		// Every answered turn reports the same usage: the endpoint table sums it.
 		if strings.Contains(turn.UserText, "slow") {
-			return hermestest.Reply{Text: finalText, DeltaDelay: 250 * time.Millisecond,
+			return hermestest.Reply{Text: finalText, DeltaDelay: 250 * time.Millisecond, Usage: turnUsage,
 				Tools: []hermestest.Tool{{Name: "terminal", Args: `{"command": "cat notes.md"}`, Output: "notes", Text: "Reading the notes. "}}}
 		}
-		return hermestest.Reply{Text: "stub reply: " + turn.UserText}
+		return hermestest.Reply{Text: "stub reply: " + turn.UserText, Usage: turnUsage}
 	}))
 	defer fake.Close()
 	environ := map[string]string{
@@ -239,9 +240,14 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every terminal result of the last hour, and the failed ones (the broken chats and
-	// the denied deletion).
+	// the denied deletion); the tokens of the answered turns (the quick chats and the three
+	// streams: a broken chat is a 502 without usage, the deletion runs no turn) and no cost
+	// (Hermes reported none).
+	turns := int64(quick + 3)
 	poll("the endpoint table", fmt.Sprintf(`(() => { const tr = document.querySelector('#endpoints tr[data-endpoint="primary"]');
-		return !!tr && tr.cells[3].textContent === "%d" && tr.cells[4].textContent === "%d" })()`, quick+broken+4, broken+1))
+		return !!tr && tr.cells[3].textContent === "%d" && tr.cells[4].textContent === "%d" &&
+			tr.cells[5].textContent === "%d" && tr.cells[6].textContent === "%d" && tr.cells[7].textContent === "—" })()`,
+		quick+broken+4, broken+1, turns*int64(turnUsage.Input), turns*int64(turnUsage.Output)))
 	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(() => { const s = document.getElementById("f-status");
 		s.value = ""; s.dispatchEvent(new Event("input")); return location.hash = "#ui-live" })()`)); err != nil {
 		t.Fatal(err)
@@ -268,6 +274,9 @@ func TestDashboardBrowser(t *testing.T) {
 	shot("dashboard-narrow.png")
 	t.Logf("browser test took %s", time.Since(began).Round(100*time.Millisecond))
 }
+
+// turnUsage is the usage the dashboard test's fake reports for every answered turn.
+var turnUsage = hermestest.Usage{Input: 100, Output: 10}
 
 func mustJSONRaw(t *testing.T, v any) json.RawMessage {
 	t.Helper()

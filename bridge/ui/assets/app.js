@@ -12,7 +12,7 @@ const DURATION_HEADER = "Hermes-Bridge-Duration-Ms";
 const st = {
   cfg: null, nc: null, js: null,
   actions: new Map(), // id -> record; insertion order = first seen, oldest evicted first
-  endpoints: new Map(), // endpoint -> { mins: Map(minute -> {n, e}), lastError, lastErrorAt }
+  endpoints: new Map(), // endpoint -> { mins: Map(minute -> {n, e, tin, tout, cost, costs}), lastError, lastErrorAt }
   caps: new Set(), eps: new Set(),
   dirty: true, selected: "", detail: null,
 };
@@ -40,13 +40,26 @@ function record(id, at) {
   return r;
 }
 
-function countResult(endpoint, at, failed, code) {
+// usageOf is a result's usage (schemas/README.md, "Usage and cost in results") when it is
+// to be counted: not for a replayed result, whose original already was.
+function usageOf(res) {
+  const u = res.usage;
+  if (res.replay_of || !u || typeof u !== "object") return null;
+  const n = (v) => (Number.isFinite(v) && v >= 0 ? v : 0);
+  return { tin: n(u.input_tokens), tout: n(u.output_tokens), cost: Number.isFinite(u.cost_usd) ? u.cost_usd : null };
+}
+
+function countResult(endpoint, at, failed, code, usage) {
   if (!endpoint) return;
   let e = st.endpoints.get(endpoint);
   if (!e) { e = { mins: new Map(), lastError: "", lastErrorAt: 0 }; st.endpoints.set(endpoint, e); }
   const min = Math.floor(at / 60000);
-  const b = e.mins.get(min) || { n: 0, e: 0 };
+  const b = e.mins.get(min) || { n: 0, e: 0, tin: 0, tout: 0, cost: 0, costs: 0 };
   b.n++;
+  if (usage) {
+    b.tin += usage.tin; b.tout += usage.tout;
+    if (usage.cost != null) { b.cost += usage.cost; b.costs++; }
+  }
   if (failed) {
     b.e++;
     if (at >= e.lastErrorAt) { e.lastError = code || "failed"; e.lastErrorAt = at; }
@@ -80,7 +93,7 @@ function onResult(m) {
     const h = m.headers && m.headers.get(DURATION_HEADER);
     if (h && /^\d+$/.test(h)) { r.durMs = Number(h); r.durExact = true; }
     else if (r.firstOut && at >= r.firstOut) { r.durMs = at - r.firstOut; r.durExact = false; }
-    countResult(r.endpoint, at, r.status !== "completed", r.code);
+    countResult(r.endpoint, at, r.status !== "completed", r.code, usageOf(res));
   }
   st.dirty = true;
 }
@@ -234,13 +247,14 @@ function renderEndpoints(now) {
   const nowMin = Math.floor(now / 60000);
   const rows = [];
   for (const [name, e] of [...st.endpoints].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
-    let n5 = 0, e5 = 0, n60 = 0, e60 = 0;
+    let n5 = 0, e5 = 0, n60 = 0, e60 = 0, tin = 0, tout = 0, cost = 0, costs = 0;
     for (const [min, b] of e.mins) {
       if (min <= nowMin - 60) { e.mins.delete(min); continue; }
-      n60 += b.n; e60 += b.e;
+      n60 += b.n; e60 += b.e; tin += b.tin; tout += b.tout; cost += b.cost; costs += b.costs;
       if (min > nowMin - 5) { n5 += b.n; e5 += b.e; }
     }
-    rows.push([name, (n5 / 5).toFixed(1), String(e5), String(n60), String(e60), e.lastError ? `${e.lastError} ${fmtAge(e.lastErrorAt, now)}` : ""]);
+    rows.push([name, (n5 / 5).toFixed(1), String(e5), String(n60), String(e60), String(tin), String(tout),
+      costs ? cost.toFixed(4) : "—", e.lastError ? `${e.lastError} ${fmtAge(e.lastErrorAt, now)}` : ""]);
   }
   while (tb.rows.length > rows.length) tb.deleteRow(-1);
   rows.forEach((cells, i) => {
@@ -248,7 +262,7 @@ function renderEndpoints(now) {
     tr.dataset.endpoint = cells[0];
     cells.forEach((v, j) => {
       const td = tr.cells[j] || tr.insertCell();
-      if (j > 0 && j < 5) td.className = "num";
+      if (j > 0 && j < 8) td.className = "num";
       setText(td, v);
     });
   });
