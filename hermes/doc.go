@@ -88,7 +88,7 @@
 //
 // # Structured runs
 //
-// The five run operations (run_start, run_status, run_events, run_approval, run_stop; see
+// The six run operations (run_start, run_status, run_events, run_approval, run_stop, run_steer; see
 // [RunOperations], [LookupRun]) are kept out of the 21-operation table ([Operations], [Lookup])
 // until the bridge exposes them. [Prepare] and [Client.Call] accept them (input rules in
 // Prepare's doc), and typed methods serve the governed run:
@@ -102,6 +102,9 @@
 //     ends before one is stream_incomplete.
 //   - [Client.RunStatus] polls GET /v1/runs/{id} ([RunStatus], [RunTerminal]).
 //   - [Client.RunApproval] and [Client.RunStop] forward a decision and a stop.
+//   - [Client.RunSteer] adds text to a running run (later Hermes versions, advertised as
+//     [Capabilities.RunSteer]); text the agent never read comes back as pending_steer
+//     ([RunEvent.PendingSteer], [RunStatus.PendingSteer]).
 //   - [Client.Capabilities] and [ParseCapabilities] read /v1/capabilities;
 //     [Capabilities.DurableRunIdempotency] tells whether the endpoint honours Idempotency-Key on
 //     /v1/runs durably (features.runs_idempotency of later Hermes versions; absent from v0.16
