@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,6 +66,12 @@ type driver struct {
 	child     trace.Span      // the span of the ledger step under way (tracing.traceStep)
 	spanGroup string
 	pubEvents int64 // events the call published
+
+	// steerRun is the run_id of the governed run this job follows (set once it reads
+	// the run's events or status), runStopping that it asked the run to stop: what a
+	// steer request needs (steer.go).
+	steerRun    atomic.Pointer[string]
+	runStopping atomic.Bool
 }
 
 // stopOp stops an async operation: it cancels its context, or stops its timer and

@@ -32,6 +32,7 @@ type metrics struct {
 	breakerOpens  *prometheus.CounterVec   // endpoint
 	kvSeconds     *prometheus.HistogramVec // op
 	cancels       *prometheus.CounterVec   // state
+	steers        *prometheus.CounterVec   // outcome
 	approvals     *prometheus.CounterVec   // outcome
 
 	kv [len(kvOps)]prometheus.Observer // by kvOp
@@ -57,6 +58,7 @@ const (
 	MetricKVSeconds       = "hermes_bridge_kv_operation_duration_seconds"
 	MetricCancels         = "hermes_bridge_cancel_requests_total"
 	MetricApprovals       = "hermes_bridge_approval_decisions_total"
+	MetricSteers          = "hermes_bridge_steer_requests_total"
 )
 
 // newMetrics registers the bridge's collectors on reg; nil when reg is nil. The breaker
@@ -105,12 +107,14 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 			[]string{"op"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCancels,
 			Help: "Cancel requests answered by this replica, by the state the reply reports."}, []string{"state"}),
+		steers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricSteers,
+			Help: "Steer requests answered by this replica, by outcome (accepted, or the refusal's code)."}, []string{"outcome"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricApprovals,
 			Help: "Approval decision messages handled, by outcome (approve, deny, mismatch, expired, early, orphan)."}, []string{"outcome"}),
 	}
 	cs := []prometheus.Collector{m.settled, m.hermesSeconds, m.firstEvent, m.eventsOut, m.replays, m.conflicts,
 		m.redeliveries, m.takeovers, m.inFlight, m.waiting, m.pending, m.ackPending, m.dlq, m.breakerOpens,
-		m.kvSeconds, m.cancels, m.approvals}
+		m.kvSeconds, m.cancels, m.steers, m.approvals}
 	for id, ep := range eps {
 		brk := ep.brk
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBreakerState,

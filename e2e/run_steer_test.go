@@ -48,6 +48,17 @@ func steerAgent(release <-chan struct{}) hermestest.Option {
 	})
 }
 
+// waitFollowed waits until the bridge follows the run with key (it reads its events)
+// and the run is in status, and returns the run's id.
+func (h *harness) waitFollowed(key, status string) string {
+	h.t.Helper()
+	runID := h.waitRunStatus(key, status)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	requireOK(h.t, h.fake.WaitRun(ctx, runID, func(ri hermestest.RunInfo) bool { return ri.Subscribed }))
+	return runID
+}
+
 // steer sends a steer request and returns the reply (a failed request fails the test).
 func (h *harness) steer(id, text string) *events.SteerReply {
 	h.t.Helper()
@@ -84,7 +95,7 @@ func TestGovernedRunSteer(t *testing.T) {
 
 	// Accepted: the agent reads the text and answers with it.
 	id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "follow me"}), IdempotencyKey: "k-steer-1"})
-	runID := h.waitRunStatus("k-steer-1", "running")
+	runID := h.waitFollowed("k-steer-1", "running")
 	if r := h.steer(id, secret); r.State != events.SteerAccepted || r.Code != "" {
 		t.Fatalf("steer a running run: %+v", r)
 	}
@@ -104,7 +115,7 @@ func TestGovernedRunSteer(t *testing.T) {
 
 	// Never read: pending_steer in the result.
 	id2 := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "ignore me"}), IdempotencyKey: "k-steer-2"})
-	h.waitRunStatus("k-steer-2", "running")
+	h.waitFollowed("k-steer-2", "running")
 	if r := h.steer(id2, "use the staging database"); r.State != events.SteerAccepted {
 		t.Fatalf("steer a running run: %+v", r)
 	}
@@ -117,7 +128,7 @@ func TestGovernedRunSteer(t *testing.T) {
 
 	// Waiting for a tool approval: Hermes does not accept steer (409), refused not_running.
 	id3 := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "ask first"}), IdempotencyKey: "k-steer-3"})
-	h.waitRunStatus("k-steer-3", "waiting_for_approval")
+	h.waitFollowed("k-steer-3", "waiting_for_approval")
 	requireRefused(t, h.steer(id3, "hurry"), events.SteerNotRunning)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -152,7 +163,7 @@ func TestGovernedRunSteerUnsupported(t *testing.T) {
 	defer close(release)
 	h := newHarness(t, withFake(hermestest.WithVersion(hermestest.Version019), steerAgent(release)))
 	id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "ignore me"}), IdempotencyKey: "k-steer-old"})
-	h.waitRunStatus("k-steer-old", "running")
+	h.waitFollowed("k-steer-old", "running")
 	requireRefused(t, h.steer(id, "focus"), events.SteerUnsupported)
 	for _, r := range h.fake.Requests() {
 		if strings.HasSuffix(r.Path, "/steer") {

@@ -79,8 +79,11 @@ type RunAnswer struct {
 	Output    string
 	ErrText   string
 	Usage     json.RawMessage
-	ToolsRan  bool // a tool.started event was seen
-	Streamed  bool // the events were read to the run's terminal event
+	// PendingSteer is steer text the run's agent never read (its terminal event or
+	// status; "" when none).
+	PendingSteer string
+	ToolsRan     bool // a tool.started event was seen
+	Streamed     bool // the events were read to the run's terminal event
 	// PublishFailed: an event could not be stored (RunEvents).
 	PublishFailed bool
 	// Approval is a tool approval the run asks (EvRunApproval).
@@ -120,6 +123,7 @@ type runState struct {
 	output     string
 	errText    string
 	usage      json.RawMessage
+	pending    string // steer text the agent never read
 	stopping   bool
 	stopUntil  time.Time
 	poll       time.Duration
@@ -313,6 +317,9 @@ func (f *runState) observe(a *RunAnswer) {
 		if len(a.Usage) > 0 {
 			f.usage = a.Usage
 		}
+		if a.PendingSteer != "" {
+			f.pending = a.PendingSteer
+		}
 	}
 }
 
@@ -426,6 +433,9 @@ func (j *Job) runResult() *events.Result {
 		"tools_ran": f.toolsRan}
 	if len(f.usage) > 0 {
 		out["usage"] = f.usage
+	}
+	if f.pending != "" {
+		out["pending_steer"] = f.pending
 	}
 	details := map[string]any{"run_id": f.runID, "run_status": f.status, "reattached": f.reattached}
 	r := &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID}
