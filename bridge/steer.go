@@ -236,24 +236,32 @@ func (d *driver) steer(ctx context.Context, text string) (code, reason string) {
 		d.b.log.Info().Str("action_id", d.id).Msg("steer text forwarded to the run")
 		return "", ""
 	}
+	code, reason = steerRefusal(err)
+	return d.steerRefused(code, reason, errorCode(err))
+}
+
+// steerRefusal maps a failed POST /v1/runs/{run_id}/steer to a refusal code and reason.
+// A 404 or 405 from a Hermes without the steer route is steer_unsupported, as is a
+// missing run_steer capability.
+func steerRefusal(err error) (code, reason string) {
 	var he *hermes.Error
 	errors.As(err, &he)
 	switch {
 	case errors.Is(err, hermes.ErrRunNotFound):
-		return d.steerRefused(events.SteerNotRunning, "Hermes no longer knows the run", errorCode(err))
+		return events.SteerNotRunning, "Hermes no longer knows the run"
 	case errors.Is(err, hermes.ErrRouteNotFound), he != nil && he.HTTPStatus == http.StatusMethodNotAllowed:
-		return d.steerRefused(events.SteerUnsupported, "the endpoint does not support steer (it has no steer route)", errorCode(err))
+		return events.SteerUnsupported, "the endpoint does not support steer (it has no steer route)"
 	case he != nil && he.RemoteCode == "steer_not_accepted":
-		return d.steerRefused(events.SteerNotAccepted, "the run's agent did not accept the text", he.RemoteCode)
+		return events.SteerNotAccepted, "the run's agent did not accept the text"
 	case he != nil && he.HTTPStatus == http.StatusConflict:
-		return d.steerRefused(events.SteerNotRunning, "the run is not running now (Hermes accepts steer only while it runs, "+
-			"not while it waits for a tool approval, stops or has ended)", he.RemoteCode)
+		return events.SteerNotRunning, "the run is not running now (Hermes accepts steer only while it runs, " +
+			"not while it waits for a tool approval, stops or has ended)"
 	case he != nil && he.RemoteCode == "invalid_steer_input":
-		return d.steerRefused(events.SteerInvalid, "Hermes found no text to steer with", he.RemoteCode)
+		return events.SteerInvalid, "Hermes found no text to steer with"
 	case he != nil && he.HTTPStatus == http.StatusNotFound:
-		return d.steerRefused(events.SteerUnsupported, "the endpoint does not support steer (404)", he.RemoteCode)
+		return events.SteerUnsupported, "the endpoint does not support steer (404)"
 	}
-	return d.steerRefused(events.SteerFailed, "the steer request to Hermes failed; the text may or may not have reached the run", errorCode(err))
+	return events.SteerFailed, "the steer request to Hermes failed; the text may or may not have reached the run"
 }
 
 // steerRefused logs a refusal that Hermes or the endpoint caused (never the text) and

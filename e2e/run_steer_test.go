@@ -11,6 +11,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
+	"github.com/hermes-bridge/hermes-bridge/schemas"
 )
 
 // steerAgent scripts the fake's runs by their user text: "follow" waits (bounded) for
@@ -146,6 +147,7 @@ func TestGovernedRunSteer(t *testing.T) {
 	for _, body := range []string{``, `{}`, `{"text":"   "}`, `{"text":1}`, `{"text":"a","extra":1}`, `[1]`} {
 		m, err := h.nc.Request(events.Subjects{}.Steer(id2), []byte(body), 10*time.Second)
 		requireOK(t, err)
+		requireOK(t, schemas.ValidateSteerReply(m.Data))
 		var r events.SteerReply
 		requireOK(t, json.Unmarshal(m.Data, &r))
 		requireRefused(t, &r, events.SteerInvalid)
