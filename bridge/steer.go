@@ -18,12 +18,12 @@ import (
 // Steering (schemas/steer.schema.json, steer-reply.schema.json). A request on
 // <prefix>.steer.<id> carries text for the running governed run of action id. Only the
 // replica that follows the run can forward it, so every replica hears it on a plain
-// subscription and answers only if one of its jobs runs the action: it checks that the
+// subscription and answers only if one of its jobs follows the action's run: it checks that the
 // endpoint supports steer (features.run_steer; a 404 or 405 from a Hermes without the
 // route says the same), posts the text to POST /v1/runs/{run_id}/steer and answers
 // accepted, or refused with a code. One replica also hears it on a queue subscription:
 // it refuses a request that is not a steer request (invalid_request) and, when no job of
-// its own runs the action, answers from the records what they can say for certain
+// its own follows the run, answers from the records what they can say for certain
 // (unknown, not_a_run, not_running for a run that is not yet bound or is settled); for a
 // bound run that another replica follows it stays silent and lets that one answer. A
 // request nobody can answer (the run's owner is gone and not yet taken over) gets no
@@ -114,11 +114,13 @@ func (b *Bridge) subscribeSteer(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// runDriver returns the job of this replica that runs action id (a delivery of the
-// action), nil when none does.
+// runDriver returns the job of this replica that follows the governed run of action id
+// (a delivery of the action that has bound the run and reads its events or status), nil
+// when none does. Another delivery of the action waiting here (a redelivery waiting out
+// the owner's lease) does not count: the owner answers, wherever it runs.
 func (b *Bridge) runDriver(id string) *driver {
 	for _, d := range b.drivers(id) {
-		if d.kind == core.KindAction {
+		if d.kind == core.KindAction && d.steerRun.Load() != nil {
 			return d
 		}
 	}
@@ -204,15 +206,9 @@ func (b *Bridge) replySteer(m *nats.Msg, id, code, reason string) {
 // steer forwards text to the run this job follows and returns the refusal code and
 // reason ("" when Hermes accepted the text).
 func (d *driver) steer(ctx context.Context, text string) (code, reason string) {
-	if d.act.op != RunOperation {
-		return events.SteerNotARun, "the action is a " + d.act.op + ", not a governed run (operation run)"
-	}
-	runID := d.steerRun.Load()
-	switch {
-	case d.runStopping.Load():
+	runID := d.steerRun.Load() // set by runDriver's caller's check: d follows a run
+	if d.runStopping.Load() {
 		return events.SteerNotRunning, "the run is being stopped"
-	case runID == nil:
-		return events.SteerNotRunning, "the run has not started yet (no run_id is bound to the action)"
 	}
 	c, ok := d.b.eps[d.act.endpointID]
 	var s steerer

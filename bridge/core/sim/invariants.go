@@ -201,6 +201,11 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 	case status == "cancelled" && run.toolsRan && !uncertain(r):
 		// The core's rule: a cancelled run is uncertain when its tools ran.
 		w.failf("%s: run %s was cancelled after its tools ran, but settled certain %s", a.id, id, core.FormatResult(r))
+	case status == "completed" && r.Error == nil:
+		// Steer text the run's agent never read reaches the result, and only that.
+		if pending, _ := d["pending_steer"].(string); pending != run.pending {
+			w.failf("%s: run %s reports pending_steer %q, but Hermes reported %q", a.id, id, pending, run.pending)
+		}
 	}
 	return true
 }
