@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
@@ -86,12 +88,15 @@ func requireRefused(t *testing.T, r *events.SteerReply, code string) {
 // agent reads it and the run's answer shows it); text the agent never read comes back
 // as output.pending_steer; a run waiting for a tool approval, a settled run, an action
 // that is not a run and an unknown action are refused with their codes; a request that
-// is not a steer request is refused invalid_request. The text never reaches the logs.
+// is not a steer request is refused invalid_request, once. Two replicas run: whichever
+// follows the run answers for it. The text never reaches the logs.
 func TestGovernedRunSteer(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	h := newHarness(t, withFake(hermestest.WithVersion(hermestest.Version021), steerAgent(release)),
 		withConfig(func(c *bridge.Config) { c.ApprovalTTL = 30 * time.Second }))
+	// Two replicas: the one that follows a run answers, the other stays silent about it.
+	h.startBridge()
 	const secret = "focus on the failing tests, secret-steer-7f3a"
 
 	// Accepted: the agent reads the text and answers with it.
@@ -151,6 +156,21 @@ func TestGovernedRunSteer(t *testing.T) {
 		var r events.SteerReply
 		requireOK(t, json.Unmarshal(m.Data, &r))
 		requireRefused(t, &r, events.SteerInvalid)
+	}
+	// Exactly one reply per request (each with its own reply subject), whichever replica
+	// answers.
+	for _, tc := range []struct{ id, body string }{{id2, `{}`}, {id2, `{"text":"x"}`}, {"no-such-action", `{"text":"x"}`}} {
+		inbox := nats.NewInbox()
+		replies, err := h.nc.SubscribeSync(inbox)
+		requireOK(t, err)
+		requireOK(t, h.nc.PublishRequest(events.Subjects{}.Steer(tc.id), inbox, []byte(tc.body)))
+		if _, err := replies.NextMsg(10 * time.Second); err != nil {
+			t.Fatalf("no reply to %s on %s: %v", tc.body, tc.id, err)
+		}
+		if m, err := replies.NextMsg(300 * time.Millisecond); err == nil {
+			t.Fatalf("a second reply to %s on %s: %s", tc.body, tc.id, m.Data)
+		}
+		requireOK(t, replies.Unsubscribe())
 	}
 
 	if strings.Contains(h.logs.String(), secret) || strings.Contains(h.logs.String(), "staging database") {
