@@ -88,10 +88,11 @@
 //
 // # Structured runs
 //
-// The six run operations (run_start, run_status, run_events, run_approval, run_stop, run_steer; see
+// The five run operations (run_start, run_status, run_events, run_approval, run_stop; see
 // [RunOperations], [LookupRun]) are kept out of the 21-operation table ([Operations], [Lookup])
-// until the bridge exposes them. [Prepare] and [Client.Call] accept them (input rules in
-// Prepare's doc), and typed methods serve the governed run:
+// until the bridge exposes them. [Prepare] and [Client.Call] accept them, and run_steer,
+// which the bridge does not serve as an action (input rules in Prepare's doc), and typed
+// methods serve the governed run:
 //
 //   - [Client.RunStart] posts /v1/runs and returns the run_id from the 202 as soon as Hermes
 //     accepted the run; an Idempotency-Key (1–255 visible ASCII) is required. Store the run_id

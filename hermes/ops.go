@@ -49,7 +49,7 @@ var operations = []Spec{
 	{Name: "session_chat_stream", Method: http.MethodPost, Path: "/api/sessions/{session_id}/chat/stream", Stream: true, Auth: true},
 }
 
-// runOperations is the table of the six structured-runs operations (Hermes /v1/runs*). They
+// runOperations is the table of the five structured-runs operations (Hermes /v1/runs*). They
 // are kept out of the 21-operation table until the bridge exposes them; Prepare, Call and the
 // typed Run* methods accept them.
 var runOperations = []Spec{
@@ -58,11 +58,15 @@ var runOperations = []Spec{
 	{Name: "run_events", Method: http.MethodGet, Path: "/v1/runs/{run_id}/events", Stream: true, Safe: true, Auth: true},
 	{Name: "run_approval", Method: http.MethodPost, Path: "/v1/runs/{run_id}/approval", KeyRequired: true, Approval: true, Auth: true, Timeout: jsonTimeout},
 	{Name: "run_stop", Method: http.MethodPost, Path: "/v1/runs/{run_id}/stop", KeyRequired: true, Approval: true, Auth: true, Timeout: jsonTimeout},
-	{Name: "run_steer", Method: http.MethodPost, Path: "/v1/runs/{run_id}/steer", KeyRequired: true, Auth: true, Timeout: jsonTimeout},
 }
 
-// RunOperations returns the six run operations (run_start, run_status, run_events,
-// run_approval, run_stop, run_steer) in that order. The slice is a fresh copy. They are not part of
+// runSteerSpec is POST /v1/runs/{run_id}/steer (later Hermes versions). It is not one of
+// the run operations the bridge serves as actions: steering goes through the bridge's
+// steer subject to [Client.RunSteer]. Prepare and Call accept it.
+var runSteerSpec = Spec{Name: "run_steer", Method: http.MethodPost, Path: "/v1/runs/{run_id}/steer", Auth: true, Timeout: jsonTimeout}
+
+// RunOperations returns the five run operations (run_start, run_status, run_events,
+// run_approval, run_stop) in that order. The slice is a fresh copy. They are not part of
 // Operations or Lookup; use LookupRun.
 func RunOperations() []Spec { return slices.Clone(runOperations) }
 
@@ -80,6 +84,9 @@ func LookupRun(op string) (Spec, bool) {
 func lookupAny(op string) (Spec, bool) {
 	if s, ok := Lookup(op); ok {
 		return s, true
+	}
+	if op == runSteerSpec.Name {
+		return runSteerSpec, true
 	}
 	return LookupRun(op)
 }

@@ -223,7 +223,8 @@ func TestRouteNotFound(t *testing.T) {
 	}
 }
 
-// TestPrepareRuns: the mapping of the six run operations and the rules Prepare keeps (the
+// TestPrepareRuns: the mapping of the five run operations (and of run_steer, which Prepare
+// accepts but the bridge does not serve as an action) and the rules Prepare keeps (the
 // others are the schema's: schemas/input_rules_test.go).
 func TestPrepareRuns(t *testing.T) {
 	ok := []struct{ op, in, key, path, body string }{
@@ -270,8 +271,11 @@ func TestPrepareRuns(t *testing.T) {
 			t.Errorf("%s %s: %v, want field %s", tc.op, tc.in, err, tc.field)
 		}
 	}
-	if n := len(hermes.RunOperations()); n != 6 {
+	if n := len(hermes.RunOperations()); n != 5 {
 		t.Fatalf("%d run operations", n)
+	}
+	if _, ok := hermes.LookupRun("run_steer"); ok {
+		t.Fatal("run_steer is a run operation the bridge would serve as an action")
 	}
 	if _, ok := hermes.Lookup("run_start"); ok {
 		t.Fatal("run_start is in the 21-operation table")
