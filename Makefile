@@ -72,6 +72,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAction$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeApproval$$' -fuzztime $(FUZZTIME) ./events
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSteer$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateAction$$' -fuzztime $(FUZZTIME) ./schemas
 	$(GO) test -run '^$$' -fuzz '^FuzzPrepareSchemaValid$$' -fuzztime $(FUZZTIME) ./schemas
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMatchesEncodingJSON$$' -fuzztime $(FUZZTIME) ./schemas

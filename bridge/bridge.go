@@ -166,6 +166,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return fmt.Errorf("bridge: subscribe to cancel requests: %w", err)
 	}
 	defer stopCancel()
+	stopSteer, err := b.subscribeSteer(b.workCtx)
+	if err != nil {
+		return fmt.Errorf("bridge: subscribe to steer requests: %w", err)
+	}
+	defer stopSteer()
 	stopService, err := b.startService()
 	if err != nil {
 		return err

@@ -67,7 +67,8 @@
 // An endpoint that keeps failing is paused by a circuit breaker (breaker.go). While Run
 // consumes, every replica registers the NATS micro service hermes-bridge, whose status
 // endpoint on <prefix>.status reports what the records know about an action
-// (service.go). The NATS client's dead-server detection follows the lease, and a
+// (service.go). A steer request on <prefix>.steer.<id> is forwarded to the governed
+// run by the replica that follows it (steer.go); its text is never logged. The NATS client's dead-server detection follows the lease, and a
 // configuration whose lease cannot cover it is refused (liveness.go, config.go). With
 // Config.Provision, Run creates or updates the streams, the consumer, the KV bucket and
 // the object store, and never changes a retention silently (retention.go).

@@ -70,6 +70,12 @@ type driver struct {
 	// usage is the usage of the terminal result this job stored itself (not a replay),
 	// counted by observeOutcome once the job settled the action.
 	usage atomic.Pointer[events.Usage]
+
+	// steerRun is the run_id of the governed run this job follows (set once it reads
+	// the run's events or status), runStopping that it asked the run to stop: what a
+	// steer request needs (steer.go).
+	steerRun    atomic.Pointer[string]
+	runStopping atomic.Bool
 }
 
 // stopOp stops an async operation: it cancels its context, or stops its timer and

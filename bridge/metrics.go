@@ -33,6 +33,7 @@ type metrics struct {
 	breakerOpens  *prometheus.CounterVec   // endpoint
 	kvSeconds     *prometheus.HistogramVec // op
 	cancels       *prometheus.CounterVec   // state
+	steers        *prometheus.CounterVec   // outcome
 	approvals     *prometheus.CounterVec   // outcome
 	tokens        *prometheus.CounterVec   // endpoint, tenant, operation, direction
 	costUSD       *prometheus.CounterVec   // endpoint, tenant, operation
@@ -66,6 +67,7 @@ const (
 	MetricGateRejections   = "hermes_bridge_gate_rejections_total"
 	MetricTokens           = "hermes_bridge_tokens_total"
 	MetricCostUSD          = "hermes_bridge_cost_usd_total"
+	MetricSteers           = "hermes_bridge_steer_requests_total"
 )
 
 // newMetrics registers the bridge's collectors on reg; nil when reg is nil. The breaker
@@ -114,6 +116,8 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 			[]string{"op"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCancels,
 			Help: "Cancel requests answered by this replica, by the state the reply reports."}, []string{"state"}),
+		steers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricSteers,
+			Help: "Steer requests answered by this replica, by outcome (accepted, or the refusal's code)."}, []string{"outcome"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricApprovals,
 			Help: "Approval decision messages handled, by outcome (approve, deny, mismatch, expired, early, orphan)."}, []string{"outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricTokens,
@@ -125,7 +129,7 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 	}
 	cs := []prometheus.Collector{m.settled, m.hermesSeconds, m.firstEvent, m.eventsOut, m.replays, m.conflicts,
 		m.redeliveries, m.takeovers, m.inFlight, m.waiting, m.pending, m.ackPending, m.dlq, m.breakerOpens,
-		m.kvSeconds, m.cancels, m.approvals, m.tokens, m.costUSD}
+		m.kvSeconds, m.cancels, m.steers, m.approvals, m.tokens, m.costUSD}
 	for id, ep := range eps {
 		brk := ep.brk
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBreakerState,

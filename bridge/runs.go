@@ -57,6 +57,13 @@ func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 		return ev
 	}
 	switch r.Op {
+	case core.RunEvents, core.RunStatus:
+		runID := r.RunID
+		d.steerRun.Store(&runID)
+	case core.RunStop:
+		d.runStopping.Store(true)
+	}
+	switch r.Op {
 	case core.RunStart:
 		return d.runStart(ctx, rn)
 	case core.RunCapabilities:
@@ -95,6 +102,7 @@ func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 				a.ErrText = *st.Error
 			}
 			a.Usage = usageJSON(st.Usage)
+			a.PendingSteer = st.PendingSteer
 		}
 	case core.RunStop:
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runCallTimeout)
@@ -218,6 +226,9 @@ func (d *driver) runEvents(ctx context.Context, rn runner, r *core.RunRequest, a
 // observeRun records what a run event says about the run.
 func observeRun(a *core.RunAnswer, ev hermes.RunEvent) {
 	a.LastEvent = ev.Name
+	if ev.Terminal {
+		a.PendingSteer = ev.PendingSteer
+	}
 	switch ev.Name {
 	case "tool.started":
 		a.ToolsRan = true

@@ -290,6 +290,10 @@ func TestAccessControl(t *testing.T) {
 			_, err := agent.client.Cancel(ctx, "x1")
 			return err
 		})
+		refusedPublish(t, agent, "hermes.steer.x1", func(ctx context.Context) error {
+			_, err := agent.client.Steer(ctx, "x1", "focus")
+			return err
+		})
 		requireOK(t, agent.nc.Publish("hermes.results.x1", []byte(`{}`)))
 		agent.violation(t, "hermes.results.x1")
 		refusedSubscribe(t, agent, "hermes.actions.>")
@@ -360,6 +364,10 @@ func TestAccessControl(t *testing.T) {
 			_, err := dash.client.Cancel(ctx, streamID)
 			return err
 		})
+		refusedPublish(t, dash, "hermes.steer."+streamID, func(ctx context.Context) error {
+			_, err := dash.client.Steer(ctx, streamID, "focus")
+			return err
+		})
 		refusedPublish(t, dash, "$JS.API.STREAM.DELETE.HERMES_OUTPUT", func(ctx context.Context) error {
 			return dash.js.DeleteStream(ctx, "HERMES_OUTPUT")
 		})
@@ -411,7 +419,7 @@ func TestAccessControl(t *testing.T) {
 		// server delivers only where a subscription names the subject literally, and the
 		// bridge listens with wildcards, so pushing outputs at hermes.cancel.<id> or at an
 		// actions subject neither cancels nor invokes anything.
-		for i, subj := range []string{"hermes.cancel." + id, "hermes.actions.primary.session_delete"} {
+		for i, subj := range []string{"hermes.cancel." + id, "hermes.steer." + id, "hermes.actions.primary.session_delete"} {
 			if _, err := dash.js.CreateOrUpdateConsumer(ctx, "HERMES_OUTPUT", jetstream.ConsumerConfig{
 				Name: fmt.Sprintf("push-%d", i), DeliverSubject: subj, AckPolicy: jetstream.AckNonePolicy,
 			}); err != nil {
@@ -429,6 +437,12 @@ func TestAccessControl(t *testing.T) {
 		}
 		res, _ = followAs(t, appr, id)
 		wantEq(t, res.Status, "cancelled", "cancelled action ended %s")
+		// The approver may steer (the bridge answers on its inbox): a chat is not a run.
+		steer, err := appr.client.Steer(ctx, id, "focus")
+		requireOK(t, err, "approver: steer: %v")
+		if steer.State != events.SteerRefused || steer.Code != events.SteerNotARun {
+			t.Errorf("steer reply %+v, want refused not_a_run", steer)
+		}
 		appr.noViolation(t)
 		// ... and invokes nothing.
 		refusedPublish(t, appr, "hermes.actions.primary.session_delete", func(ctx context.Context) error {

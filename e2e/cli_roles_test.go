@@ -91,6 +91,9 @@ func TestCLIRoles(t *testing.T) {
 		agent.refused(agent.env(agent.inbx), []string{"cancel", streamID},
 			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":",
 			`NATS user "agent-chat" may not publish to "hermes.cancel.`+streamID+`"`)
+		agent.refused(agent.env(agent.inbx), []string{"steer", streamID, "focus"},
+			"hermes-bridge steer: permission denied on hermes.steer."+streamID+":",
+			`NATS user "agent-chat" may not publish to "hermes.steer.`+streamID+`"`)
 		agent.refused(agent.env(agent.inbx), []string{"status", streamID},
 			"hermes-bridge status: permission denied on hermes.status:",
 			`NATS user "agent-chat" may not publish to "hermes.status"`)
@@ -121,6 +124,8 @@ func TestCLIRoles(t *testing.T) {
 			"hermes-bridge call: permission denied on hermes.actions.primary.chat_stream:")
 		dash.refused(dash.env(dash.inbx), []string{"cancel", streamID},
 			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":")
+		dash.refused(dash.env(dash.inbx), []string{"steer", streamID, "focus"},
+			"hermes-bridge steer: permission denied on hermes.steer."+streamID+":")
 	})
 
 	t.Run("ops: status", func(t *testing.T) {
@@ -131,7 +136,7 @@ func TestCLIRoles(t *testing.T) {
 		}
 	})
 
-	t.Run("approver: pending, approve, deny, cancel", func(t *testing.T) {
+	t.Run("approver: pending, approve, deny, cancel, steer", func(t *testing.T) {
 		park := func(sid string) string {
 			res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+sid))
 			requireCompleted(t, res)
@@ -169,6 +174,11 @@ func TestCLIRoles(t *testing.T) {
 		}
 		if res, _ := h.follow(cancelled); res.Status != events.StatusCancelled {
 			t.Errorf("cancelled parked action: %s", res.Status)
+		}
+		// steer reaches the bridge and its answer the approver: a session_delete is not a run.
+		out, errOut, code = appr.run("steer", cancelled, "focus")
+		if code != 1 || !strings.Contains(errOut, "refused: not_a_run:") {
+			t.Fatalf("steer: exit %d\n%s\n%s", code, out, errOut)
 		}
 		wantEq(t, h.fake.Calls("session_delete"), 1, "session_delete calls %d, want 1 (the approved one)")
 		out, errOut, code = appr.run("pending")

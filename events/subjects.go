@@ -174,3 +174,15 @@ func validToken(s string, max int, upper, dash bool) bool {
 	}
 	return true
 }
+
+// Steer is the request/reply subject steering one action's governed run:
+// <prefix>.steer.<id>.
+func (s Subjects) Steer(actionID string) string { return s.prefix() + ".steer." + actionID }
+
+// AllSteer is the wildcard over every steer subject: <prefix>.steer.*.
+func (s Subjects) AllSteer() string { return s.prefix() + ".steer.*" }
+
+// ParseSteer returns the action id of a steer subject.
+func (s Subjects) ParseSteer(subject string) (string, error) {
+	return s.parseIDSubject("steer", subject)
+}

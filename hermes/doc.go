@@ -102,8 +102,9 @@
 //
 // The five run operations (run_start, run_status, run_events, run_approval, run_stop; see
 // [RunOperations], [LookupRun]) are kept out of the 21-operation table ([Operations], [Lookup])
-// until the bridge exposes them. [Prepare] and [Client.Call] accept them (input rules in
-// Prepare's doc), and typed methods serve the governed run:
+// until the bridge exposes them. [Prepare] and [Client.Call] accept them, and run_steer,
+// which the bridge does not serve as an action (input rules in Prepare's doc), and typed
+// methods serve the governed run:
 //
 //   - [Client.RunStart] posts /v1/runs and returns the run_id from the 202 as soon as Hermes
 //     accepted the run; an Idempotency-Key (1–255 visible ASCII) is required. Store the run_id
@@ -114,6 +115,9 @@
 //     ends before one is stream_incomplete.
 //   - [Client.RunStatus] polls GET /v1/runs/{id} ([RunStatus], [RunTerminal]).
 //   - [Client.RunApproval] and [Client.RunStop] forward a decision and a stop.
+//   - [Client.RunSteer] adds text to a running run (later Hermes versions, advertised as
+//     [Capabilities.RunSteer]); text the agent never read comes back as pending_steer
+//     ([RunEvent.PendingSteer], [RunStatus.PendingSteer]).
 //   - [Client.Capabilities] and [ParseCapabilities] read /v1/capabilities;
 //     [Capabilities.DurableRunIdempotency] tells whether the endpoint honours Idempotency-Key on
 //     /v1/runs durably (features.runs_idempotency of later Hermes versions; absent from v0.16

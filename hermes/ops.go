@@ -60,6 +60,11 @@ var runOperations = []Spec{
 	{Name: "run_stop", Method: http.MethodPost, Path: "/v1/runs/{run_id}/stop", KeyRequired: true, Approval: true, Auth: true, Timeout: jsonTimeout},
 }
 
+// runSteerSpec is POST /v1/runs/{run_id}/steer (later Hermes versions). It is not one of
+// the run operations the bridge serves as actions: steering goes through the bridge's
+// steer subject to [Client.RunSteer]. Prepare and Call accept it.
+var runSteerSpec = Spec{Name: "run_steer", Method: http.MethodPost, Path: "/v1/runs/{run_id}/steer", Auth: true, Timeout: jsonTimeout}
+
 // RunOperations returns the five run operations (run_start, run_status, run_events,
 // run_approval, run_stop) in that order. The slice is a fresh copy. They are not part of
 // Operations or Lookup; use LookupRun.
@@ -79,6 +84,9 @@ func LookupRun(op string) (Spec, bool) {
 func lookupAny(op string) (Spec, bool) {
 	if s, ok := Lookup(op); ok {
 		return s, true
+	}
+	if op == runSteerSpec.Name {
+		return runSteerSpec, true
 	}
 	return LookupRun(op)
 }

@@ -120,6 +120,8 @@ type Prepared struct {
 //   - run_approval: run_id as above; the body is {"choice"} from the input or input.body, with
 //     "all": true when all or resolve_all is true in either.
 //
+//   - run_steer: run_id as above; the body is {"input"} from the input's input.
+//
 // Streams take max_events (an integer from 1 to 100000, else the default). Path ids are
 // percent-encoded as one path segment (see escapeSegment). Request.Header entries are copied
 // except Authorization, Host, Content-Length, Content-Type, Accept, Transfer-Encoding,
@@ -194,6 +196,10 @@ func Prepare(req Request) (*Prepared, error) {
 	case "run_approval":
 		if err = fillPath(p, in, "run_id", true); err == nil {
 			body = approvalBody(in)
+		}
+	case "run_steer":
+		if err = fillPath(p, in, "run_id", true); err == nil {
+			body = map[string]any{"input": in["input"]}
 		}
 	}
 	if err != nil {

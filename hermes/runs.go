@@ -43,17 +43,20 @@ type RunStarted struct {
 
 // RunStatus is the answer of GET /v1/runs/{run_id}.
 type RunStatus struct {
-	RunID     string          `json:"run_id"`
-	Status    string          `json:"status"` // see the Run* constants; RunTerminal tells whether it is final
-	SessionID string          `json:"session_id"`
-	Model     string          `json:"model"`
-	LastEvent string          `json:"last_event"` // name of the run's latest event ("" before the first)
-	Output    *string         `json:"output"`     // completed runs
-	Error     *string         `json:"error"`      // failed runs
-	Usage     *RunUsage       `json:"-"`          // ParseUsage of the usage member: nil when absent or unreadable
-	CreatedAt float64         `json:"created_at"` // Unix seconds
-	UpdatedAt float64         `json:"updated_at"`
-	Raw       json.RawMessage `json:"-"` // the body verbatim
+	RunID     string    `json:"run_id"`
+	Status    string    `json:"status"` // see the Run* constants; RunTerminal tells whether it is final
+	SessionID string    `json:"session_id"`
+	Model     string    `json:"model"`
+	LastEvent string    `json:"last_event"` // name of the run's latest event ("" before the first)
+	Output    *string   `json:"output"`     // completed runs
+	Error     *string   `json:"error"`      // failed runs
+	Usage     *RunUsage `json:"-"`          // ParseUsage of the usage member: nil when absent or unreadable
+	// PendingSteer is steer text the agent never read (later Hermes versions, terminal
+	// runs; "" when none).
+	PendingSteer string          `json:"pending_steer"`
+	CreatedAt    float64         `json:"created_at"` // Unix seconds
+	UpdatedAt    float64         `json:"updated_at"`
+	Raw          json.RawMessage `json:"-"` // the body verbatim
 }
 
 // Terminal reports whether the status is final.
@@ -64,6 +67,14 @@ type RunApprovalResult struct {
 	RunID    string          `json:"run_id"`
 	Choice   string          `json:"choice"`   // as Hermes normalised it (approve/allow -> once)
 	Resolved int             `json:"resolved"` // approvals resolved by this decision
+	Raw      json.RawMessage `json:"-"`
+}
+
+// RunSteerResult is the 200 answer of POST /v1/runs/{run_id}/steer (later Hermes versions):
+// the text was queued for the run's agent, not yet read.
+type RunSteerResult struct {
+	RunID    string          `json:"run_id"`
+	Accepted bool            `json:"accepted"`
 	Raw      json.RawMessage `json:"-"`
 }
 
@@ -113,7 +124,10 @@ type RunEvent struct {
 	Output    string              // run.completed
 	Usage     *RunUsage           // run.completed (ParseUsage of its usage)
 	CostUSD   *float64            // subagent.complete: the subagent's cost_usd, when Hermes gives one (v0.21)
-	Error     string              // run.failed
+	// PendingSteer is steer text the agent never read (run.completed, and on later Hermes
+	// versions every terminal event).
+	PendingSteer string
+	Error        string // run.failed
 }
 
 func runEventKind(name string) string {
@@ -208,6 +222,9 @@ func parseRunEvent(data []byte) (RunEvent, error) {
 		}
 	case "run.failed":
 		str("error", &ev.Error)
+	}
+	if ev.Terminal {
+		str("pending_steer", &ev.PendingSteer)
 	}
 	return ev, nil
 }
@@ -401,6 +418,26 @@ func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool
 	return ar, nil
 }
 
+// RunSteer adds text to a running run's turn (POST /v1/runs/{run_id}/steer, later Hermes
+// versions: Capabilities.RunSteer). The text is queued, not yet read: text the agent never
+// reads comes back as the run's pending_steer. Errors: ErrRunNotFound for an unknown run;
+// a 409 with RemoteCode run_not_accepting_steer (the run is not running: queued, waiting
+// for an approval, stopping or finished) or steer_not_accepted (the agent declined it);
+// 400 invalid_steer_input (blank text); ErrRouteNotFound from a Hermes without steer.
+func (c *Client) RunSteer(ctx context.Context, runID, text string) (*RunSteerResult, error) {
+	p, err := Prepare(Request{Operation: "run_steer", Input: map[string]any{"run_id": runID, "input": text}})
+	if err != nil {
+		return nil, err
+	}
+	sr := new(RunSteerResult)
+	res, err := c.runJSON(ctx, p, sr)
+	if err != nil {
+		return nil, err
+	}
+	sr.Raw = res.Output
+	return sr, nil
+}
+
 // RunStop asks a live run to stop (POST /v1/runs/{run_id}/stop). Stopping is cooperative: the
 // answer is "stopping" and the run later settles as cancelled (run.cancelled), or as it
 // ended if it finished first. A finished run gives ErrRunNotFound on Hermes 0.19 (read
@@ -436,7 +473,9 @@ type Capabilities struct {
 	Features        map[string]json.RawMessage
 	Endpoints       map[string]CapabilityEndpoint
 	RunsIdempotency RunsIdempotency
-	Raw             json.RawMessage
+	// RunSteer: the endpoint serves POST /v1/runs/{run_id}/steer (features.run_steer).
+	RunSteer bool
+	Raw      json.RawMessage
 }
 
 // CapabilityEndpoint is one member of capabilities.endpoints.
@@ -493,6 +532,7 @@ func ParseCapabilities(b []byte) (*Capabilities, error) {
 			c.Endpoints[k] = e
 		}
 	}
+	c.RunSteer = c.Feature("run_steer")
 	ri, ok := c.Features["runs_idempotency"]
 	if !ok {
 		ri = top["runs_idempotency"]

@@ -223,7 +223,8 @@ func TestRouteNotFound(t *testing.T) {
 	}
 }
 
-// TestPrepareRuns: the mapping of the five run operations and the rules Prepare keeps (the
+// TestPrepareRuns: the mapping of the five run operations (and of run_steer, which Prepare
+// accepts but the bridge does not serve as an action) and the rules Prepare keeps (the
 // others are the schema's: schemas/input_rules_test.go).
 func TestPrepareRuns(t *testing.T) {
 	ok := []struct{ op, in, key, path, body string }{
@@ -235,6 +236,7 @@ func TestPrepareRuns(t *testing.T) {
 		{"run_stop", `{"run_id":"run_1"}`, "k", "/v1/runs/run_1/stop", ""},
 		{"run_approval", `{"run_id":"run_1","choice":"allow","resolve_all":true}`, "k", "/v1/runs/run_1/approval", `{"all":true,"choice":"allow"}`},
 		{"run_approval", `{"run_id":"run_1","body":{"choice":"deny","all":false}}`, "k", "/v1/runs/run_1/approval", `{"choice":"deny"}`},
+		{"run_steer", `{"run_id":"run_1","input":"focus"}`, "", "/v1/runs/run_1/steer", `{"input":"focus"}`},
 	}
 	for _, tc := range ok {
 		p, err := hermes.Prepare(hermes.Request{Operation: tc.op, Input: hermes.DecodedInput(tc.in), IdempotencyKey: tc.key})
@@ -271,6 +273,9 @@ func TestPrepareRuns(t *testing.T) {
 	}
 	if n := len(hermes.RunOperations()); n != 5 {
 		t.Fatalf("%d run operations", n)
+	}
+	if _, ok := hermes.LookupRun("run_steer"); ok {
+		t.Fatal("run_steer is a run operation the bridge would serve as an action")
 	}
 	if _, ok := hermes.Lookup("run_start"); ok {
 		t.Fatal("run_start is in the 21-operation table")
@@ -464,6 +469,61 @@ func TestFakeRunStop(t *testing.T) {
 	}
 	if _, err := c.RunStop(ctx, st.RunID); !errors.Is(err, hermes.ErrRunNotFound) {
 		t.Fatalf("second stop: %v", err)
+	}
+}
+
+// TestFakeRunSteer (v0.21): RunSteer queues text for a running run (accepted); text the agent
+// never reads comes back as pending_steer on run.completed and the status; steering a
+// finished run is 409 run_not_accepting_steer, blank text 400 invalid_steer_input. The
+// capabilities say run_steer; v0.19's do not, and its steer route is missing.
+func TestFakeRunSteer(t *testing.T) {
+	release := make(chan struct{})
+	s, c := fakeServer(t, hermestest.WithVersion(hermestest.Version021),
+		hermestest.WithAgent(func(ctx context.Context, tu hermestest.Turn) hermestest.Reply {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return hermestest.Reply{Text: "done"}
+		}))
+	ctx := fakeCtx(t)
+	if caps, err := c.Capabilities(ctx); err != nil || !caps.RunSteer {
+		t.Fatalf("v0.21 capabilities: %+v %v", caps, err)
+	}
+	st := start(t, c, `{"input":"x"}`, "k")
+	noErr(t, s.WaitRunStatus(ctx, st.RunID, "running"))
+	es := follow(t, ctx, c, st.RunID)
+	defer es.Close()
+	_, err := c.RunSteer(ctx, st.RunID, "   ")
+	var he *hermes.Error
+	if !errors.As(err, &he) || he.HTTPStatus != 400 || he.RemoteCode != "invalid_steer_input" {
+		t.Fatalf("blank steer: %v", err)
+	}
+	sr, err := c.RunSteer(ctx, st.RunID, "focus")
+	if err != nil || !sr.Accepted || sr.RunID != st.RunID {
+		t.Fatalf("steer %+v %v", sr, err)
+	}
+	close(release)
+	evs := readAll(t, es)
+	last := evs[len(evs)-1]
+	if last.Name != "run.completed" || last.PendingSteer != "focus" {
+		t.Fatalf("last event %+v", last)
+	}
+	rs, err := c.RunStatus(ctx, st.RunID)
+	if err != nil || rs.PendingSteer != "focus" {
+		t.Fatalf("status %+v %v", rs, err)
+	}
+	_, err = c.RunSteer(ctx, st.RunID, "late")
+	if !errors.As(err, &he) || he.HTTPStatus != 409 || he.RemoteCode != "run_not_accepting_steer" {
+		t.Fatalf("steer a finished run: %v", err)
+	}
+
+	_, old := fakeServer(t, hermestest.WithVersion(hermestest.Version019))
+	if caps, err := old.Capabilities(ctx); err != nil || caps.RunSteer {
+		t.Fatalf("v0.19 capabilities: %+v %v", caps, err)
+	}
+	if _, err := old.RunSteer(ctx, "run_1", "focus"); !errors.Is(err, hermes.ErrRouteNotFound) {
+		t.Fatalf("v0.19 steer: %v", err)
 	}
 }
 

@@ -45,6 +45,8 @@ const (
 	ApprovalSchema    = "approval.schema.json"
 	ErrorCodesSchema  = "error-codes.schema.json"
 	CancelReplySchema = "cancel-reply.schema.json"
+	SteerSchema       = "steer.schema.json"
+	SteerReplySchema  = "steer-reply.schema.json"
 	DLQSchema         = "dlq.schema.json"
 )
 
@@ -264,6 +266,16 @@ func ValidateApproval(data []byte) error {
 // ValidateCancelReply validates a cancel reply against cancel-reply.schema.json.
 func ValidateCancelReply(data []byte) error {
 	return validateWith(CancelReplySchema, data, "cancel reply")
+}
+
+// ValidateSteer validates a steer request against steer.schema.json.
+func ValidateSteer(data []byte) error {
+	return validateWith(SteerSchema, data, "steer request")
+}
+
+// ValidateSteerReply validates a steer reply against steer-reply.schema.json.
+func ValidateSteerReply(data []byte) error {
+	return validateWith(SteerReplySchema, data, "steer reply")
 }
 
 func validateWith(file string, data []byte, what string) error {

@@ -274,6 +274,33 @@ func (c *Client) Cancel(ctx context.Context, actionID string) (*events.CancelRep
 	return &r, nil
 }
 
+// Steer asks the bridge to add text to the running governed run of actionID: a request
+// on <prefix>.steer.<id> (core NATS request/reply, body [events.SteerRequest]) answered
+// by the replica that follows the run. The reply says accepted, or refused with a code
+// (events.Steer*). Text that is blank or longer than [events.MaxSteerText] characters is
+// refused here, without a request. ctx bounds the wait.
+func (c *Client) Steer(ctx context.Context, actionID, text string) (*events.SteerReply, error) {
+	if !events.ValidActionID(actionID) {
+		return nil, invalidID("steer")
+	}
+	if err := events.CheckSteerText(text); err != nil {
+		return nil, fmt.Errorf("client: steer: %w", err)
+	}
+	body, err := json.Marshal(events.SteerRequest{Text: text})
+	if err != nil {
+		return nil, fmt.Errorf("client: steer: %w", err)
+	}
+	m, err := c.js.Conn().RequestWithContext(ctx, c.subjects.Steer(actionID), body)
+	if err != nil {
+		return nil, fmt.Errorf("client: steer: %w", err)
+	}
+	var r events.SteerReply
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.State == "" {
+		return nil, fmt.Errorf("client: steer: reply is not a steer reply object")
+	}
+	return &r, nil
+}
+
 // Decide publishes an approval decision for a parked action on
 // <prefix>.approvals.<id> ([events.EncodeApproval], a random id token as the
 // CloudEvent id). ap.DecidedAt defaults to now.

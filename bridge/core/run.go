@@ -79,8 +79,11 @@ type RunAnswer struct {
 	Output    string
 	ErrText   string
 	Usage     json.RawMessage // {input_tokens, output_tokens, total_tokens, cost_usd?} (events.Usage)
-	ToolsRan  bool            // a tool.started event was seen
-	Streamed  bool            // the events were read to the run's terminal event
+	// PendingSteer is steer text the run's agent never read (its terminal event or
+	// status; "" when none).
+	PendingSteer string
+	ToolsRan     bool // a tool.started event was seen
+	Streamed     bool // the events were read to the run's terminal event
 	// PublishFailed: an event could not be stored (RunEvents).
 	PublishFailed bool
 	// Approval is a tool approval the run asks (EvRunApproval).
@@ -120,6 +123,7 @@ type runState struct {
 	output     string
 	errText    string
 	usage      json.RawMessage
+	pending    string // steer text the agent never read
 	stopping   bool
 	stopUntil  time.Time
 	poll       time.Duration
@@ -315,6 +319,9 @@ func (f *runState) observe(a *RunAnswer) {
 		if len(a.Usage) > 0 {
 			f.usage = a.Usage
 		}
+		if a.PendingSteer != "" {
+			f.pending = a.PendingSteer
+		}
 	}
 }
 
@@ -426,6 +433,9 @@ func (j *Job) runResult() *events.Result {
 	out := map[string]any{"run_id": f.runID, "status": f.status, "last_event": f.lastEvent,
 		"event_count": f.next, "events_complete": f.streamed && !f.reattached, "reattached": f.reattached,
 		"tools_ran": f.toolsRan}
+	if f.pending != "" {
+		out["pending_steer"] = f.pending
+	}
 	details := map[string]any{"run_id": f.runID, "run_status": f.status, "reattached": f.reattached}
 	r := &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID}
 	if len(f.usage) > 0 {

@@ -35,7 +35,7 @@ func TestHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"Commands:", "run", "call", "watch", "version", "Examples:", "pending", "approve", "deny", "cancel",
+		{[]string{"--help"}, []string{"Commands:", "run", "call", "watch", "version", "Examples:", "pending", "approve", "deny", "cancel", "steer",
 			"hermes-bridge approve 3xTnq8v2...", "status", "hermes-bridge status 3xTnq8v2..."}},
 		{[]string{"-h"}, []string{"Commands:"}},
 		{[]string{"help"}, []string{"Commands:"}},
@@ -58,6 +58,9 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "approve"}, []string{"--yes"}},
 		{[]string{"deny", "--help"}, []string{"hermes-bridge deny [flags] --reason <text> <action_id>", "approval_denied", "--reason string", "--inbox-prefix string", "Examples:"}},
 		{[]string{"help", "deny"}, []string{"--approver"}},
+		{[]string{"steer", "--help"}, []string{"hermes-bridge steer [flags] <action_id> <text>", "not_running", "steer_unsupported",
+			"--timeout duration", `(default "15s")`, "Examples:"}},
+		{[]string{"help", "steer"}, []string{"pending_steer", "--inbox-prefix string"}},
 		{[]string{"cancel", "--help"}, []string{"hermes-bridge cancel [flags] <action_id>", "already settled", "unknown", "--timeout duration", `(default "5s")`, "Examples:"}},
 		{[]string{"help", "cancel"}, []string{"--timeout", "--inbox-prefix string"}},
 		{[]string{"status", "--help"}, []string{"hermes-bridge status [flags] <action_id>", "possibly-stale", "--json", "--timeout duration", `(default "5s")`, "--inbox-prefix string", "Exit status", "Examples:"}},
@@ -139,6 +142,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"deny", "a", "--no-follow", "--reason", "r"}, "unknown flag --no-follow"},
 		{[]string{"deny"}, "missing the action id"},
 		{[]string{"cancel"}, "missing the action id"},
+		{[]string{"steer"}, "missing the action id"},
+		{[]string{"steer", "a"}, "missing the text (or - to read it from stdin)"},
+		{[]string{"steer", "a", "two", "words"}, `unexpected argument "words"`},
+		{[]string{"steer", "a b", "x"}, "the action id must match"},
+		{[]string{"steer", "a", "   "}, "the text must not be empty or only white space"},
+		{[]string{"steer", "a", "x", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"cancel", "--bogus", "a"}, "unknown flag --bogus"},
 		{[]string{"cancel", "a", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"cancel", "a", "--timeout", "soon"}, `invalid value "soon" for flag --timeout`},

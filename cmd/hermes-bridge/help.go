@@ -31,6 +31,7 @@ Commands:
   approve    show a parked action's request and approve it, then follow it
   deny       show a parked action's request and deny it
   cancel     cancel an action (queued or running)
+  steer      add text to a running governed run: hermes-bridge steer <action_id> <text>
   status     what the bridges' records know about an action (state, owner, attempts, result)
   version    print the version
   help       show help for a command: hermes-bridge help <command>

@@ -7,6 +7,7 @@
 //	hermes-bridge approve <action_id> show a parked action and approve it
 //	hermes-bridge deny <action_id>    show a parked action and deny it
 //	hermes-bridge cancel <action_id>  cancel an action
+//	hermes-bridge steer <action_id> <text>  add text to a running governed run
 //	hermes-bridge status <action_id>  what the bridges' records know about an action
 //	hermes-bridge version
 //
@@ -108,6 +109,7 @@ type cmdOptions struct {
 	endpoint, op, input, prompt, key, tenant, actionID string // call
 	reason, approver, choice                           string // approve and deny
 	decision                                           string // events.DecisionApprove or events.DecisionDeny
+	text                                               string // steer: the text argument ("-": stdin)
 	timeout, wait                                      time.Duration
 	structured, noFollow, jsonOut, eventsOut, yes      bool
 	conn                                               connFlags
@@ -121,7 +123,10 @@ type clientCommand struct {
 	// takesID says the command takes one action id; one that takes none appends
 	// argHint to the error for a positional argument.
 	takesID bool
-	argHint string
+	// takesText says the action id is followed by one more argument, the text
+	// (cmdOptions.text).
+	takesText bool
+	argHint   string
 	// run does the command once its arguments are parsed; id is "" for a command that
 	// takes none.
 	run func(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int
@@ -134,6 +139,7 @@ var clientCommands = map[string]clientCommand{
 	"approve": {usage: usageApprove, examples: examplesApprove, flags: approveFlags, takesID: true, run: cmdApprove},
 	"deny":    {usage: usageDeny, examples: examplesDeny, flags: denyFlags, takesID: true, run: cmdDeny},
 	"cancel":  {usage: usageCancel, examples: examplesCancel, flags: cancelFlags, takesID: true, run: cmdCancel},
+	"steer":   {usage: usageSteer, examples: examplesSteer, flags: steerFlags, takesID: true, takesText: true, run: cmdSteer},
 	"status":  {usage: usageStatus, examples: examplesStatus, flags: statusFlags, takesID: true, run: cmdStatus},
 }
 
@@ -164,10 +170,17 @@ func (c clientCommand) main(ctx context.Context, name string, args []string, env
 		return c.run(ctx, "", &o, environ, sio)
 	case len(pos) == 0:
 		return usageError(sio.err, name, "missing the action id")
-	case len(pos) > 1:
+	case c.takesText && len(pos) == 1:
+		return usageError(sio.err, name, "missing the text (or - to read it from stdin)")
+	case c.takesText && len(pos) > 2:
+		return usageError(sio.err, name, fmt.Sprintf("unexpected argument %q (%s takes an action id and one text; quote the text)", pos[2], name))
+	case !c.takesText && len(pos) > 1:
 		return usageError(sio.err, name, fmt.Sprintf("unexpected argument %q (%s takes one action id)", pos[1], name))
 	case !events.ValidActionID(pos[0]):
 		return usageError(sio.err, name, "the action id must match [A-Za-z0-9_-]{1,128}")
+	}
+	if c.takesText {
+		o.text = pos[1]
 	}
 	return c.run(ctx, pos[0], &o, environ, sio)
 }

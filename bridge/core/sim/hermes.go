@@ -157,7 +157,7 @@ func (h *hermes) run(j *job, e core.Effect) {
 			case r == nil: // RunStatus, RunStop, RunApprove
 				ev.Status = core.NotFound
 			case req.Op == core.RunStatus:
-				ev.Run.Status, ev.Run.Output, ev.Run.ErrText = r.status, r.output, r.errText
+				ev.Run.Status, ev.Run.Output, ev.Run.ErrText, ev.Run.PendingSteer = r.status, r.output, r.errText, r.pending
 				ev.Run.LastEvent, ev.Run.ToolsRan = r.lastEvent, r.toolsRan
 			case req.Op == core.RunStop:
 				h.stop(r)

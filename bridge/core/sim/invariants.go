@@ -209,6 +209,11 @@ func (w *World) checkRunTruth(a *action, r *events.Result) bool {
 	case status == "interrupted" && (r.Error == nil || r.Error.Code != "run_interrupted" || !uncertain(r)):
 		// An interrupted run (the gateway restarted under it) may have had its effects.
 		w.failf("%s: run %s was interrupted, but settled %s (want run_interrupted, uncertain)", a.id, id, core.FormatResult(r))
+	case status == "completed" && r.Error == nil:
+		// Steer text the run's agent never read reaches the result, and only that.
+		if pending, _ := d["pending_steer"].(string); pending != run.pending {
+			w.failf("%s: run %s reports pending_steer %q, but Hermes reported %q", a.id, id, pending, run.pending)
+		}
 	}
 	if run != nil && run.status == "interrupted" {
 		// The bridge never starts an interrupted run again by itself.

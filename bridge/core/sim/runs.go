@@ -24,6 +24,7 @@ type hrun struct {
 	final    string  // the status it ends with unless stopped
 	status   string  // "" while it runs
 	output   string
+	pending  string // steer text the agent never read (pending_steer), on some completed runs
 	errText  string
 	toolsRan bool
 	waiting  int // the tool approval it waits for (0: none)
@@ -128,6 +129,11 @@ func (h *hermes) end(r *hrun, status string) {
 	switch status {
 	case "completed":
 		r.output = "output of " + r.id
+		// Some runs end with steer text their agent never read (decided by the id, so
+		// that the seed's random stream is unchanged).
+		if sha256.Sum256([]byte(r.id))[0]%3 == 0 {
+			r.pending = "steer for " + r.id
+		}
 	case "failed", "interrupted":
 		r.errText = "the run " + status
 	}
@@ -223,7 +229,7 @@ func (h *hermes) finishRead(r *hrun, rd *runReader, streamed bool) {
 	rd.done = true
 	a := &core.RunAnswer{Next: rd.next, ToolsRan: rd.toolsRan, LastEvent: r.lastEvent, Streamed: streamed}
 	if streamed {
-		a.Status, a.Output, a.ErrText = r.status, r.output, r.errText
+		a.Status, a.Output, a.ErrText, a.PendingSteer = r.status, r.output, r.errText, r.pending
 	}
 	h.w.answer(rd.j, rd.op, core.Event{Kind: core.EvRun, Status: core.OK, Run: a})
 }
