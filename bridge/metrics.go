@@ -106,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCancels,
 			Help: "Cancel requests answered by this replica, by the state the reply reports."}, []string{"state"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricApprovals,
-			Help: "Approval decision messages handled, by outcome (approve, deny, mismatch, expired, early, orphan)."}, []string{"outcome"}),
+			Help: "Approval decision messages handled, by outcome (approve, deny, mismatch, expired, early, orphan, stale)."}, []string{"outcome"}),
 	}
 	cs := []prometheus.Collector{m.settled, m.hermesSeconds, m.firstEvent, m.eventsOut, m.replays, m.conflicts,
 		m.redeliveries, m.takeovers, m.inFlight, m.waiting, m.pending, m.ackPending, m.dlq, m.breakerOpens,
@@ -137,7 +137,7 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 	for op, name := range kvOps {
 		m.kv[op] = m.kvSeconds.WithLabelValues(name)
 	}
-	for _, o := range []string{"approve", "deny", "mismatch", "expired", "early", "orphan"} {
+	for _, o := range []string{"approve", "deny", "mismatch", "expired", "early", "orphan", "stale"} {
 		m.approvals.WithLabelValues(o)
 	}
 	return m, nil

@@ -99,6 +99,12 @@ type Approval struct {
 	// decision approve; "" means once) or deny (with decision deny). Parked actions
 	// ignore it.
 	Choice string `json:"choice,omitempty"`
+	// RequestID names the tool approval of a governed run the decision answers: the
+	// request_id of its approval.request (Hermes 0.21 and later send one; see the
+	// pending_approval result's output.approval.request_id). "" answers the request
+	// the run waits for. A decision naming a request the run no longer waits for is
+	// not applied. Parked actions ignore it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Run approval choices (Approval.Choice).

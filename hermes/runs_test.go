@@ -235,6 +235,8 @@ func TestPrepareRuns(t *testing.T) {
 		{"run_stop", `{"run_id":"run_1"}`, "k", "/v1/runs/run_1/stop", ""},
 		{"run_approval", `{"run_id":"run_1","choice":"allow","resolve_all":true}`, "k", "/v1/runs/run_1/approval", `{"all":true,"choice":"allow"}`},
 		{"run_approval", `{"run_id":"run_1","body":{"choice":"deny","all":false}}`, "k", "/v1/runs/run_1/approval", `{"choice":"deny"}`},
+		{"run_approval", `{"run_id":"run_1","choice":"once","request_id":"r1"}`, "k", "/v1/runs/run_1/approval", `{"choice":"once","request_id":"r1"}`},
+		{"run_approval", `{"run_id":"run_1","choice":"once","request_id":""}`, "k", "/v1/runs/run_1/approval", `{"choice":"once"}`},
 	}
 	for _, tc := range ok {
 		p, err := hermes.Prepare(hermes.Request{Operation: tc.op, Input: hermes.DecodedInput(tc.in), IdempotencyKey: tc.key})

@@ -102,6 +102,9 @@ const (
 	kRunAskAppended // Append <id>:pending:<k> → the next ask; conflict: read the log
 	kRunAskLog      // ReadLog → its own (a lost reply): done; another pending: append after it
 	kRunExpired     // Update act (approval k expired) → deny it on Hermes if the expiry won
+	kRunAskIndex    // Create ask.<id>.<k> → Append <id>:pending:<k>
+	kAskUnGet       // Get ask.<id>.<k> (its approval answered, or the run ended) → Delete it; then as askThen says
+	kAskUnDel       // Delete ask.<id>.<k> → as askThen says
 
 	numK
 )
@@ -190,6 +193,9 @@ func init() {
 		kRunAskLog:       {"run_ask_log", (*Job).onRunAskLog},
 		kRunAsked:        {"run_asked", (*Job).onRunAsked},
 		kRunExpired:      {"run_expired", (*Job).onRunExpired},
+		kRunAskIndex:     {"run_ask_index", (*Job).onRunAskIndex},
+		kAskUnGet:        {"ask_unindex_get", (*Job).onAskUnGet},
+		kAskUnDel:        {"ask_unindex_del", (*Job).onAskUnDel},
 	}
 }
 
