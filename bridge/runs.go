@@ -285,7 +285,9 @@ func forwardChoice(ctx context.Context, b *Bridge, r runner, actionID string, re
 			attempt = 3
 		}
 	}
-	if code := errorCode(err); code == "approval_not_pending" || code == "approval_not_active" {
+	var he *hermes.Error
+	if errors.As(err, &he) && (he.RemoteCode == "approval_not_pending" || he.RemoteCode == "approval_not_active") {
+		code := he.RemoteCode
 		// Re-read what the run does now (never retry blindly): the report names it.
 		status := "unknown"
 		cctx, cancel := context.WithTimeout(ctx, runCallTimeout)

@@ -616,3 +616,38 @@ func TestFakeRunEventsCancel(t *testing.T) {
 		t.Fatalf("Call run_start %+v %v", res, err)
 	}
 }
+
+// TestFakeRunApprovalFor (Hermes 0.21): RunApprovalFor answers the request its
+// approval.request named, echoing request_id; a request_id the run does not wait for is
+// a 409 approval_not_pending and leaves the pending request waiting.
+func TestFakeRunApprovalFor(t *testing.T) {
+	s, c := fakeServer(t, hermestest.WithVersion(hermestest.Version021), hermestest.WithAgent(func(context.Context, hermestest.Turn) hermestest.Reply {
+		return hermestest.Reply{Text: "cleaned", Tools: []hermestest.Tool{{Name: "terminal", Args: `{"command": "rm -rf build/"}`,
+			Approval: &hermestest.Approval{}}}}
+	}))
+	ctx := fakeCtx(t)
+	st := start(t, c, `{"input":"clean up"}`, "k")
+	es := follow(t, ctx, c, st.RunID)
+	defer es.Close()
+	var req hermes.RunEvent
+	var err error
+	for req.Name != "approval.request" {
+		req, err = es.Next()
+		noErr(t, err)
+	}
+	rid := req.Approval.RequestID
+	if rid == "" {
+		t.Fatalf("approval.request without request_id: %s", req.Data)
+	}
+	_, err = c.RunApprovalFor(ctx, st.RunID, "once", strings.Repeat("f", 32))
+	if e := asError(t, err); e.HTTPStatus != 409 || e.RemoteCode != "approval_not_pending" {
+		t.Fatalf("wrong request_id: %+v", e)
+	}
+	if ri, _ := s.Run(st.RunID); ri.PendingApprovals != 1 || ri.ApprovalRequestID != rid {
+		t.Fatalf("after a wrong request_id: %+v", ri)
+	}
+	ar, err := c.RunApprovalFor(ctx, st.RunID, "once", rid)
+	if err != nil || ar.RequestID != rid || ar.Resolved != 1 {
+		t.Fatalf("approval %+v %v", ar, err)
+	}
+}
