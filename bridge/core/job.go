@@ -71,7 +71,6 @@ type Job struct {
 	resumeFirst    bool           // the claim came from a decision: Resume before anything
 	approval       string         // a decision's outcome, for its metric
 	runChoice      string         // the choice a decision forwards to a run
-	askThen        askThen        // what follows the removal of an ask index entry
 	askUnindexedAt int            // the latest tool approval whose ask index entry the owner removed
 	dlqReason      string         // why the message goes to the DLQ
 	panicked       bool           // the job panicked once

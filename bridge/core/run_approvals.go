@@ -107,7 +107,8 @@ func (j *Job) onRunAskIndex(ev Event) {
 	j.appendAsk()
 }
 
-// What follows the removal of an ask index entry.
+// What follows the removal of an ask index entry: each path has its own continuations,
+// since the owner's expiry may come while its settling removes the entry.
 type askThen uint8
 
 const (
@@ -116,34 +117,43 @@ const (
 	askThenSettled                // a settled action: unpark, then acknowledge
 )
 
+// askKs are the Get and Delete continuations of each askThen.
+var askKs = [...][2]K{askThenNothing: {kExpAskUnGet, kExpAskUnDel}, askThenAck: {kDecAskUnGet, kDecAskUnDel},
+	askThenSettled: {kAskUnGet, kAskUnDel}}
+
 // unindexAsk removes the ask index entry of tool approval k (best effort: a stale entry
 // is skipped by its readers), then goes on as then says.
 func (j *Job) unindexAsk(k int, then askThen) {
-	j.askThen = then
 	if then != askThenAck {
 		j.askUnindexedAt = max(j.askUnindexedAt, k) // the owner's: settling need not remove it again
 	}
-	j.store(kAskUnGet, Effect{Kind: EffGet, Key: kvstore.AskKey(j.act.ID, k)})
+	j.store(askKs[then][0], Effect{Kind: EffGet, Key: kvstore.AskKey(j.act.ID, k)})
 }
 
-func (j *Job) onAskUnGet(ev Event) {
+// askUnGot deletes the entry read (then continues as then says when there is none).
+func (j *Job) askUnGot(ev Event, then askThen) {
 	if ev.Status == OK {
-		j.store(kAskUnDel, Effect{Kind: EffDelete, Key: ev.Entry.Key, Rev: ev.Entry.Revision})
+		j.store(askKs[then][1], Effect{Kind: EffDelete, Key: ev.Entry.Key, Rev: ev.Entry.Revision})
 		return
 	}
-	j.askUnindexed()
+	j.askUnindexed(then)
 }
 
-func (j *Job) onAskUnDel(Event) { j.askUnindexed() }
-
-func (j *Job) askUnindexed() {
-	switch j.askThen {
+func (j *Job) askUnindexed(then askThen) {
+	switch then {
 	case askThenAck:
 		j.ack()
 	case askThenSettled:
 		j.unpark()
 	}
 }
+
+func (j *Job) onAskUnGet(ev Event)    { j.askUnGot(ev, askThenSettled) }
+func (j *Job) onAskUnDel(Event)       { j.askUnindexed(askThenSettled) }
+func (j *Job) onDecAskUnGet(ev Event) { j.askUnGot(ev, askThenAck) }
+func (j *Job) onDecAskUnDel(Event)    { j.askUnindexed(askThenAck) }
+func (j *Job) onExpAskUnGet(ev Event) { j.askUnGot(ev, askThenNothing) }
+func (j *Job) onExpAskUnDel(Event)    { j.askUnindexed(askThenNothing) }
 
 // appendAsk publishes asks[0]'s pending message.
 func (j *Job) appendAsk() {

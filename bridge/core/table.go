@@ -103,8 +103,12 @@ const (
 	kRunAskLog      // ReadLog → its own (a lost reply): done; another pending: append after it
 	kRunExpired     // Update act (approval k expired) → deny it on Hermes if the expiry won
 	kRunAskIndex    // Create ask.<id>.<k> → Append <id>:pending:<k>
-	kAskUnGet       // Get ask.<id>.<k> (its approval answered, or the run ended) → Delete it; then as askThen says
-	kAskUnDel       // Delete ask.<id>.<k> → as askThen says
+	kAskUnGet       // Get ask.<id>.<k> (the run's action settled) → Delete it, then unpark
+	kAskUnDel       // Delete ask.<id>.<k> → unpark
+	kDecAskUnGet    // Get ask.<id>.<k> (a decision answered approval k) → Delete it, then ack
+	kDecAskUnDel    // Delete ask.<id>.<k> → ack
+	kExpAskUnGet    // Get ask.<id>.<k> (the owner's expiry answered approval k) → Delete it
+	kExpAskUnDel    // Delete ask.<id>.<k> → (the run goes on)
 
 	numK
 )
@@ -196,6 +200,10 @@ func init() {
 		kRunAskIndex:     {"run_ask_index", (*Job).onRunAskIndex},
 		kAskUnGet:        {"ask_unindex_get", (*Job).onAskUnGet},
 		kAskUnDel:        {"ask_unindex_del", (*Job).onAskUnDel},
+		kDecAskUnGet:     {"decision_ask_unindex_get", (*Job).onDecAskUnGet},
+		kDecAskUnDel:     {"decision_ask_unindex_del", (*Job).onDecAskUnDel},
+		kExpAskUnGet:     {"expiry_ask_unindex_get", (*Job).onExpAskUnGet},
+		kExpAskUnDel:     {"expiry_ask_unindex_del", (*Job).onExpAskUnDel},
 	}
 }
 
