@@ -94,6 +94,11 @@ func TestRunApprovalRequestID(t *testing.T) {
 			strings.Join(p.Choices, ",") != "once,session,always,deny" || p.Since.IsZero() || p.ExpiresAt.IsZero() || len(p.InputSHA256) != 64 {
 			t.Fatalf("approval %d: pending lists %+v", i+1, p)
 		}
+		// The table shows it too, the tool's command and description under it.
+		if out, _, _ := h.cli("pending"); !strings.Contains(out, "runs waiting for a tool approval") ||
+			!strings.Contains(out, p.RequestID) || !strings.Contains(out, want.cmd) || !strings.Contains(out, want.desc) {
+			t.Fatalf("approval %d: pending does not show it:\n%s", i+1, out)
+		}
 		out, errOut, code := h.cli("approve", id, "--yes", "--no-follow")
 		if code != 0 {
 			t.Fatalf("approve %d: exit %d\n%s\n%s", i+1, code, out, errOut)

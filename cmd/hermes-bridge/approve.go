@@ -593,9 +593,13 @@ const usagePending = `Usage:
 Lists the actions parked for an approval (response_delete and session_delete
 without a valid pre-approval), soonest expiry first: action id, capability,
 time left to decide, and the start of the input_sha256 the decision must carry.
-It reads the park.<action_id> entries of the KV bucket HERMES_BRIDGE_BUCKET
-(default HERMES_IDEMPOTENCY). 'hermes-bridge approve <action_id>' shows the
-full request.
+Then the governed runs waiting for a tool approval: action id, endpoint, the
+request_id Hermes gave (v0.21 and later), how long it waits, time left, the
+choices, and the tool's command and description as Hermes gave them. It reads
+the park.<action_id> and ask.<action_id>.<k> entries of the KV bucket
+HERMES_BRIDGE_BUCKET (default HERMES_IDEMPOTENCY) and, for a run, its last
+result. --json prints one array; each element's kind is parked or
+run_approval. 'hermes-bridge approve <action_id>' shows the full request.
 
 Connects like 'hermes-bridge call' (NATS_URL, or the embedded server of 'run').
 
@@ -616,8 +620,10 @@ input_sha256 and when the approval window ends), asks for confirmation, and
 publishes an approve decision carrying that input_sha256 on
 <prefix>.approvals.<action_id>. Then it follows the action to its result like
 'hermes-bridge watch' (--no-follow skips this). For a governed run that waits
-for a tool approval it answers the run's latest request; --choice session or
-always approves the tool for the rest of the run or for good (default once).
+for a tool approval it answers the run's latest request, naming its request_id
+where Hermes gave one (a request answered meanwhile is then not touched: the
+bridge logs the decision as stale); --choice session or always approves the
+tool for the rest of the run or for good (default once).
 
 The request is read from the action's pending_approval result in the output
 stream HERMES_BRIDGE_OUTPUT_STREAM (default HERMES_OUTPUT). When stdin is not a
