@@ -85,7 +85,7 @@ func (b *Bridge) handleDecision(ctx context.Context, msg jetstream.Msg, md *jets
 	s := &core.Start{Kind: core.KindDecision, Action: &core.Action{ID: id}, Delivery: int(md.NumDelivered),
 		Final: b.cfg.MaxDeliver > 0 && int(md.NumDelivered) >= b.cfg.MaxDeliver,
 		Decision: &core.Decision{MsgID: env.ID, Decision: ap.Decision, Approver: ap.Approver, Reason: ap.Reason,
-			InputSHA256: ap.InputSHA256, Choice: ap.RunChoice()}}
+			InputSHA256: ap.InputSHA256, Choice: ap.RunChoice(), RequestID: ap.RequestID}}
 	d.run(ctx, s)
 }
 

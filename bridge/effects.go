@@ -231,6 +231,9 @@ func (d *driver) note(e *core.Effect) {
 		l.Error().Str("action_id", d.id).Msg("a parked action record cannot be resumed")
 	case core.NoteKeyLost:
 		l.Warn().Str("action_id", d.id).Msg("the action's idempotency key record no longer names it; it is not renewed")
+	case core.NoteRunApprovalStale:
+		l.Warn().Str("action_id", d.id).Str("request_id", e.Reason).
+			Msg("stale approval decision: the run does not wait for the tool approval request it names (answered, or never asked); not applied")
 	case core.NoteResultUnstored:
 		l.Error().Str("action_id", d.id).Str("while", e.Reason).Msg("the last delivery could not store the action's result")
 	default:

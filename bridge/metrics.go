@@ -119,7 +119,7 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 		steers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricSteers,
 			Help: "Steer requests answered by this replica, by outcome (accepted, or the refusal's code)."}, []string{"outcome"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricApprovals,
-			Help: "Approval decision messages handled, by outcome (approve, deny, mismatch, expired, early, orphan)."}, []string{"outcome"}),
+			Help: "Approval decision messages handled, by outcome (approve, deny, mismatch, expired, early, orphan, stale)."}, []string{"outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricTokens,
 			Help: "Tokens Hermes reported for the actions this replica settled (the result's usage; a replayed result is not counted again), by endpoint, the endpoint's configured tenant (empty when it serves any), operation and direction (input, output)."},
 			[]string{"endpoint", "tenant", "operation", "direction"}),
@@ -168,7 +168,7 @@ func newMetrics(reg prometheus.Registerer, eps map[string]*endpoint) (*metrics, 
 	for op, name := range kvOps {
 		m.kv[op] = m.kvSeconds.WithLabelValues(name)
 	}
-	for _, o := range []string{"approve", "deny", "mismatch", "expired", "early", "orphan"} {
+	for _, o := range []string{"approve", "deny", "mismatch", "expired", "early", "orphan", "stale"} {
 		m.approvals.WithLabelValues(o)
 	}
 	return m, nil

@@ -23,7 +23,7 @@ type runner interface {
 	RunStatus(ctx context.Context, runID string) (*hermes.RunStatus, error)
 	RunEvents(ctx context.Context, runID string) (*hermes.RunEventStream, error)
 	RunStop(ctx context.Context, runID string) (*hermes.RunStopResult, error)
-	RunApproval(ctx context.Context, runID, choice string, all bool) (*hermes.RunApprovalResult, error)
+	RunApprovalFor(ctx context.Context, runID, choice, requestID string) (*hermes.RunApprovalResult, error)
 	Capabilities(ctx context.Context) (*hermes.Capabilities, error)
 }
 
@@ -123,7 +123,10 @@ func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 		// A 200 is "stopping", or (Hermes 0.21) a finished run's status object: either
 		// way the poll that follows reads how the run ends.
 	case core.RunApprove:
-		if err := forwardChoice(context.WithoutCancel(ctx), d.b, rn, d.id, r.RunID, r.Choice); err != nil {
+		switch err := forwardChoice(context.WithoutCancel(ctx), d.b, rn, d.id, r); {
+		case errors.Is(err, errApprovalStale):
+			ev.Status = core.Conflict
+		case err != nil:
 			ev.Status = core.Failed
 		}
 	case core.RunStoredEvents:
@@ -274,6 +277,7 @@ func approvalAsk(ev hermes.RunEvent) *core.RunApprovalAsk {
 	}
 	if ap := ev.Approval; ap != nil {
 		ask.Command, ask.Description, ask.PatternKey, ask.Choices = ap.Command, ap.Description, ap.PatternKey, ap.Choices
+		ask.RequestID = ap.RequestID
 	}
 	return ask
 }
@@ -322,13 +326,20 @@ func (d *driver) storedEvents(ctx context.Context) int64 {
 	return e.Sequence + 1
 }
 
-// forwardChoice sends a decided choice to the run, retrying a few times when the answer
-// is lost; an answer that says the run does not wait (409, 404) is logged.
-func forwardChoice(ctx context.Context, b *Bridge, r runner, actionID, runID, choice string) error {
+// errApprovalStale: Hermes answered that the run does not wait for the approval request
+// a decision answers (409 approval_not_pending or approval_not_active).
+var errApprovalStale = errors.New("the run does not wait for this approval request")
+
+// forwardChoice sends a decided choice to the run, naming the approval's request_id where
+// Hermes gave one, and retrying a few times when the answer is lost. An answer that says
+// the run does not wait for that request (409 approval_not_pending or approval_not_active)
+// is never retried: the run's status is read again and reported, and errApprovalStale
+// returned. Other refusals (4xx) are logged.
+func forwardChoice(ctx context.Context, b *Bridge, r runner, actionID string, req *core.RunRequest) error {
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, runCallTimeout)
-		_, err = r.RunApproval(cctx, runID, choice, false)
+		_, err = r.RunApprovalFor(cctx, req.RunID, req.Choice, req.RequestID)
 		cancel()
 		var he *hermes.Error
 		if err == nil || (errors.As(err, &he) && he.HTTPStatus >= 400 && he.HTTPStatus < 500) {
@@ -342,8 +353,27 @@ func forwardChoice(ctx context.Context, b *Bridge, r runner, actionID, runID, ch
 			attempt = 3
 		}
 	}
+	var he *hermes.Error
+	if errors.As(err, &he) && (he.RemoteCode == "approval_not_pending" || he.RemoteCode == "approval_not_active") {
+		code := he.RemoteCode
+		// Re-read what the run does now (never retry blindly): the report names it.
+		status := "unknown"
+		cctx, cancel := context.WithTimeout(ctx, runCallTimeout)
+		st, serr := r.RunStatus(cctx, req.RunID)
+		cancel()
+		switch {
+		case serr == nil:
+			status = st.Status
+		case errors.Is(serr, hermes.ErrRunNotFound):
+			status = "not_found"
+		}
+		b.log.Warn().Str("action_id", actionID).Str("choice", req.Choice).Str("request_id", req.RequestID).
+			Str("error_code", code).Str("run_status", status).
+			Msg("stale approval decision: the run no longer waits for this tool approval request; not applied, not retried")
+		return errApprovalStale
+	}
 	if err != nil {
-		b.log.Warn().Str("action_id", actionID).Str("choice", choice).Str("error_code", errorCode(err)).
+		b.log.Warn().Str("action_id", actionID).Str("choice", req.Choice).Str("error_code", errorCode(err)).
 			Msg("the run did not take the approval decision")
 	}
 	return err

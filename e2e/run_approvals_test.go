@@ -141,6 +141,10 @@ func TestCLIApproveRun(t *testing.T) {
 		if got := jstr(body(t, reqs[len(reqs)-1]), "choice"); got != want {
 			t.Fatalf("%s %s: Hermes got choice %q", tc.cmd, tc.choice, got)
 		}
+		// Hermes 0.19 sends no request_id, and none is sent back.
+		if _, ok := body(t, reqs[len(reqs)-1])["request_id"]; ok {
+			t.Fatalf("%s %s: a request_id was sent to Hermes 0.19: %s", tc.cmd, tc.choice, reqs[len(reqs)-1].Body)
+		}
 	}
 	_, errOut, code := h.cli("approve", "x", "--choice", "maybe")
 	if code != 2 || !strings.Contains(errOut, "--choice") {

@@ -99,6 +99,12 @@ type Approval struct {
 	// decision approve; "" means once) or deny (with decision deny). Parked actions
 	// ignore it.
 	Choice string `json:"choice,omitempty"`
+	// RequestID names the tool approval of a governed run the decision answers: the
+	// request_id of its approval.request (Hermes 0.21 and later send one; see the
+	// pending_approval result's output.approval.request_id). "" answers the request
+	// the run waits for. A decision naming a request the run no longer waits for is
+	// not applied. Parked actions ignore it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Run approval choices (Approval.Choice).
@@ -262,6 +268,11 @@ func approvalFrom(obj map[string]any, pre bool) (*Approval, error) {
 				return nil, &ActionError{Field: f, Reason: "must be once, session, always or deny"}
 			}
 			ap.Choice = s
+		case "request_id":
+			if n := utf8.RuneCountInString(s); n < 1 || n > 256 {
+				return nil, &ActionError{Field: f, Reason: "must be 1 to 256 characters"}
+			}
+			ap.RequestID = s
 		case "input_sha256":
 			if !validSHA256Hex(s) {
 				return nil, &ActionError{Field: f, Reason: "must be 64 lowercase hexadecimal digits"}
@@ -292,7 +303,7 @@ func approvalFrom(obj map[string]any, pre bool) (*Approval, error) {
 
 var (
 	actionFields   = []string{"capability_id", "input", "idempotency_key", "timeout_ms", "tenant_id", "approval"}
-	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at", "choice"}
+	approvalFields = []string{"decision", "approver", "reason", "input_sha256", "decided_at", "choice", "request_id"}
 )
 
 // firstUnknown returns the smallest member name not in known, or "" when all

@@ -169,10 +169,17 @@ func TestDecodeApproval(t *testing.T) {
 		}
 	}
 	for _, in := range []string{`{"decision":"approve","choice":"deny"}`, `{"decision":"deny","choice":"once"}`,
-		`{"decision":"approve","choice":"approve"}`, `{"decision":"approve","choice":1}`} {
+		`{"decision":"approve","choice":"approve"}`, `{"decision":"approve","choice":1}`,
+		`{"decision":"approve","request_id":""}`, `{"decision":"approve","request_id":7}`,
+		`{"decision":"approve","request_id":"` + strings.Repeat("r", 257) + `"}`} {
 		if _, err := events.DecodeApproval([]byte(in)); err == nil {
 			t.Errorf("%s accepted", in)
 		}
+	}
+	// A run's tool approval by request_id.
+	ap, err = events.DecodeApproval([]byte(`{"decision":"approve","request_id":"4be0c1"}`))
+	if err != nil || ap.RequestID != "4be0c1" {
+		t.Fatalf("request_id: %+v, %v", ap, err)
 	}
 }
 

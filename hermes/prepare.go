@@ -118,7 +118,8 @@ type Prepared struct {
 //     X-Hermes-Session-Key; run_stop sends no body.
 //
 //   - run_approval: run_id as above; the body is {"choice"} from the input or input.body, with
-//     "all": true when all or resolve_all is true in either.
+//     "all": true when all or resolve_all is true in either, and its non-empty string
+//     request_id (Hermes 0.21 answers that approval request, not the oldest).
 //
 //   - run_steer: run_id as above; the body is {"input"} from the input's input.
 //
@@ -609,6 +610,9 @@ func approvalBody(in map[string]any) map[string]any {
 		src = b
 	}
 	body := map[string]any{"choice": src["choice"]}
+	if rid, ok := src["request_id"].(string); ok && rid != "" {
+		body["request_id"] = rid
+	}
 	for _, k := range []string{"all", "resolve_all"} {
 		if in[k] == true || src[k] == true {
 			body["all"] = true

@@ -64,10 +64,11 @@ func (s *RunStatus) Terminal() bool { return RunTerminal(s.Status) }
 
 // RunApprovalResult is the 200 answer of POST /v1/runs/{run_id}/approval.
 type RunApprovalResult struct {
-	RunID    string          `json:"run_id"`
-	Choice   string          `json:"choice"`   // as Hermes normalised it (approve/allow -> once)
-	Resolved int             `json:"resolved"` // approvals resolved by this decision
-	Raw      json.RawMessage `json:"-"`
+	RunID     string          `json:"run_id"`
+	Choice    string          `json:"choice"`     // as Hermes normalised it (approve/allow -> once)
+	RequestID string          `json:"request_id"` // the request answered, when the call named one (Hermes 0.21)
+	Resolved  int             `json:"resolved"`   // approvals resolved by this decision
+	Raw       json.RawMessage `json:"-"`
 }
 
 // RunSteerResult is the 200 answer of POST /v1/runs/{run_id}/steer (later Hermes versions):
@@ -405,6 +406,22 @@ func (c *Client) RunApproval(ctx context.Context, runID, choice string, all bool
 	if all {
 		in["all"] = true
 	}
+	return c.runApproval(ctx, in)
+}
+
+// RunApprovalFor answers the run's approval request requestID (the request_id of its
+// approval.request; Hermes 0.21 and later), or, when requestID is "", the oldest pending
+// one, as RunApproval does. A requestID the run does not wait for (answered, or never
+// asked) is a 409 approval_not_pending; the errors are RunApproval's.
+func (c *Client) RunApprovalFor(ctx context.Context, runID, choice, requestID string) (*RunApprovalResult, error) {
+	in := map[string]any{"run_id": runID, "choice": choice}
+	if requestID != "" {
+		in["request_id"] = requestID
+	}
+	return c.runApproval(ctx, in)
+}
+
+func (c *Client) runApproval(ctx context.Context, in map[string]any) (*RunApprovalResult, error) {
 	p, err := Prepare(Request{Operation: "run_approval", Input: in})
 	if err != nil {
 		return nil, err

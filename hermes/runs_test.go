@@ -237,6 +237,8 @@ func TestPrepareRuns(t *testing.T) {
 		{"run_approval", `{"run_id":"run_1","choice":"allow","resolve_all":true}`, "k", "/v1/runs/run_1/approval", `{"all":true,"choice":"allow"}`},
 		{"run_approval", `{"run_id":"run_1","body":{"choice":"deny","all":false}}`, "k", "/v1/runs/run_1/approval", `{"choice":"deny"}`},
 		{"run_steer", `{"run_id":"run_1","input":"focus"}`, "", "/v1/runs/run_1/steer", `{"input":"focus"}`},
+		{"run_approval", `{"run_id":"run_1","choice":"once","request_id":"r1"}`, "k", "/v1/runs/run_1/approval", `{"choice":"once","request_id":"r1"}`},
+		{"run_approval", `{"run_id":"run_1","choice":"once","request_id":""}`, "k", "/v1/runs/run_1/approval", `{"choice":"once"}`},
 	}
 	for _, tc := range ok {
 		p, err := hermes.Prepare(hermes.Request{Operation: tc.op, Input: hermes.DecodedInput(tc.in), IdempotencyKey: tc.key})
@@ -672,5 +674,40 @@ func TestFakeRunEventsCancel(t *testing.T) {
 	res, err := c.Call(fakeCtx(t), hermes.Request{Operation: "run_start", Input: hermes.DecodedInput(`{"input":"x"}`), IdempotencyKey: "k2"}, nil)
 	if err != nil || res.HTTPStatus != 202 || !strings.Contains(string(res.Output), `"status": "started"`) {
 		t.Fatalf("Call run_start %+v %v", res, err)
+	}
+}
+
+// TestFakeRunApprovalFor (Hermes 0.21): RunApprovalFor answers the request its
+// approval.request named, echoing request_id; a request_id the run does not wait for is
+// a 409 approval_not_pending and leaves the pending request waiting.
+func TestFakeRunApprovalFor(t *testing.T) {
+	s, c := fakeServer(t, hermestest.WithVersion(hermestest.Version021), hermestest.WithAgent(func(context.Context, hermestest.Turn) hermestest.Reply {
+		return hermestest.Reply{Text: "cleaned", Tools: []hermestest.Tool{{Name: "terminal", Args: `{"command": "rm -rf build/"}`,
+			Approval: &hermestest.Approval{}}}}
+	}))
+	ctx := fakeCtx(t)
+	st := start(t, c, `{"input":"clean up"}`, "k")
+	es := follow(t, ctx, c, st.RunID)
+	defer es.Close()
+	var req hermes.RunEvent
+	var err error
+	for req.Name != "approval.request" {
+		req, err = es.Next()
+		noErr(t, err)
+	}
+	rid := req.Approval.RequestID
+	if rid == "" {
+		t.Fatalf("approval.request without request_id: %s", req.Data)
+	}
+	_, err = c.RunApprovalFor(ctx, st.RunID, "once", strings.Repeat("f", 32))
+	if e := asError(t, err); e.HTTPStatus != 409 || e.RemoteCode != "approval_not_pending" {
+		t.Fatalf("wrong request_id: %+v", e)
+	}
+	if ri, _ := s.Run(st.RunID); ri.PendingApprovals != 1 || ri.ApprovalRequestID != rid {
+		t.Fatalf("after a wrong request_id: %+v", ri)
+	}
+	ar, err := c.RunApprovalFor(ctx, st.RunID, "once", rid)
+	if err != nil || ar.RequestID != rid || ar.Resolved != 1 {
+		t.Fatalf("approval %+v %v", ar, err)
 	}
 }

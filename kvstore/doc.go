@@ -18,6 +18,13 @@
 //     that action's terminal result is its result message in the output stream
 //     ([JetStreamLog]), to which the key refers (CONTRACT §5).
 //   - [ParkKey] "park.<action_id>": the index of parked actions.
+//   - [AskKey] "ask.<action_id>.<k>": the index of governed runs waiting for their tool
+//     approval k (what `hermes-bridge pending` lists): written by the run's owner after
+//     the action record holds the approval and before its pending_approval message,
+//     deleted when the approval is answered (decision or expiry) and when the action
+//     settles. It is an index, not the truth: an entry left by a crash between those
+//     writes names an approval whose action's last result is no longer that approval's
+//     pending message (or is terminal), and readers skip it; the bucket TTL removes it.
 //
 // # Records
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,6 +101,10 @@ type Record struct {
 	ApprovalSHA256   string `json:"approval_sha256,omitzero"`
 	ApprovalAnswered int    `json:"approval_answered,omitzero"`
 	ApprovalDecision string `json:"approval_decision,omitzero"`
+	// ApprovalRequestID is the request_id of the latest tool approval's
+	// approval.request (Hermes 0.21 and later; "" when Hermes sent none): the
+	// answer names it, so that it resolves that request and not merely the oldest.
+	ApprovalRequestID string `json:"approval_request_id,omitzero"`
 	// PendingSeq is the output-stream sequence of the action's pending_approval
 	// result message; its terminal result is appended after it (see JetStreamLog).
 	PendingSeq uint64    `json:"pending_seq,omitzero"`
@@ -144,6 +149,10 @@ func decodeRecord(b []byte) (Record, error) {
 // entries let any replica list the parked actions (to expire them) without scanning
 // every action record.
 func ParkKey(actionID string) string { return "park." + actionID }
+
+// AskKey returns the key of a governed run's tool approval k in the index of runs waiting
+// for a tool approval: "ask." + actionID + "." + k.
+func AskKey(actionID string, k int) string { return "ask." + actionID + "." + strconv.Itoa(k) }
 
 // ActionKey returns the key of an action record: "act." + actionID. Action
 // ids ([A-Za-z0-9_-]{1,128}) are valid KV key characters as they are; the

@@ -22,6 +22,7 @@ type change struct {
 	pendingSeq uint64          // chPark, chAsk
 	n          int             // chAsk, chExpire: the tool approval
 	sha        string          // chAsk
+	requestID  string          // chAsk: Hermes's request_id of approval n ("" when none)
 	won        bool            // chExpire: set by apply, the expiry answered approval n
 }
 
@@ -57,6 +58,7 @@ func (c *change) apply(r kvstore.Record) kvstore.Record {
 		r.RunID = c.runID
 	case chAsk:
 		r.PendingSeq, r.ApprovalSeq, r.ApprovalSHA256, r.ExpiresAt = c.pendingSeq, c.n, c.sha, c.expires.UTC()
+		r.ApprovalRequestID = c.requestID
 	case chExpire:
 		c.won = r.ApprovalSeq == c.n && r.ApprovalAnswered < c.n
 		if c.won {

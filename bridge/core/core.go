@@ -104,6 +104,7 @@ type Decision struct {
 	Reason      string
 	InputSHA256 string
 	Choice      string // a run's choice (events.Approval.RunChoice)
+	RequestID   string // the run's approval request it answers ("" for the one it waits for)
 }
 
 // Status is how a store, log or wait answer came out.

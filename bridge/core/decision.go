@@ -218,17 +218,23 @@ func (j *Job) onDeadLettered(ev Event) {
 
 // answerRunApproval answers the bound run's pending tool approval with the job's
 // decision: one compare-and-set on the action record, which any replica may do; only
-// the first answer of an approval wins, and is then forwarded to Hermes. (The owner
-// records an approval before it publishes its pending message, so a decision always
-// finds the approval it answers.)
+// the first answer of an approval wins, and is then forwarded to Hermes, naming the
+// approval's request_id where Hermes gave one. (The owner records an approval before it
+// publishes its pending message, so a decision always finds the approval it answers.) A
+// decision that names a request_id the run does not wait for (answered, or never asked)
+// is stale: it is reported and acknowledged, and answers nothing.
 func (j *Job) answerRunApproval(e kvstore.Entry) {
 	r, d := e.Record, j.dec
-	if r.ApprovalSeq == 0 || r.ApprovalAnswered >= r.ApprovalSeq {
-		if r.ApprovalDecision == d.MsgID {
-			j.setStatus("decision_applied", "")
-			j.ack() // a redelivery of the decision that answered it
-			return
-		}
+	waiting := r.ApprovalSeq > 0 && r.ApprovalAnswered < r.ApprovalSeq
+	switch {
+	case !waiting && r.ApprovalDecision == d.MsgID:
+		j.setStatus("decision_applied", "")
+		j.ack() // a redelivery of the decision that answered it
+		return
+	case d.RequestID != "" && r.ApprovalSeq > 0 && (!waiting || d.RequestID != r.ApprovalRequestID):
+		j.runApprovalStale()
+		return
+	case !waiting:
 		j.decisionEarly()
 		return
 	}
@@ -247,7 +253,7 @@ func (j *Job) onRunAnswered(ev Event) {
 	switch ev.Status {
 	case OK:
 		j.async(kRunForwarded, Effect{Kind: EffRun, Run: &RunRequest{Op: RunApprove, RunID: j.seen.Record.RunID,
-			Choice: j.runChoice}})
+			Choice: j.runChoice, RequestID: j.seen.Record.ApprovalRequestID}})
 	case Conflict:
 		j.decide() // answered meanwhile (by another decision, or expired): read again
 	default:
@@ -255,8 +261,22 @@ func (j *Job) onRunAnswered(ev Event) {
 	}
 }
 
-func (j *Job) onRunForwarded(Event) {
+// onRunForwarded acknowledges the decision once forwarded; Conflict: Hermes answered
+// that the run no longer waits for that request (the driver re-read and reported the
+// run's status), so the decision is stale.
+func (j *Job) onRunForwarded(ev Event) {
+	if ev.Status == Conflict {
+		j.approval = "stale"
+	}
 	j.setStatus("decision_"+j.approval, "")
+	j.unindexAsk(j.seen.Record.ApprovalSeq, askThenAck)
+}
+
+// runApprovalStale acknowledges a decision naming a request the run does not wait for.
+func (j *Job) runApprovalStale() {
+	j.note(NoteRunApprovalStale, j.dec.RequestID)
+	j.approval = "stale"
+	j.setStatus("decision_stale", "")
 	j.ack()
 }
 

@@ -72,6 +72,9 @@ func (f Form) Effect(e Effect) string {
 		if e.Run.Choice != "" {
 			s += " " + e.Run.Choice
 		}
+		if e.Run.RequestID != "" {
+			s += " request=" + e.Run.RequestID
+		}
 		if e.Run.Op == RunEvents {
 			s += fmt.Sprintf(" from %d", e.Run.From)
 		}
@@ -130,6 +133,7 @@ func (f Form) Record(r kvstore.Record) string {
 	add("approval-sha", f.short(r.ApprovalSHA256))
 	add("answered", strconv.Itoa(r.ApprovalAnswered))
 	add("answered-by", r.ApprovalDecision)
+	add("approval-request", r.ApprovalRequestID)
 	if len(r.Action) > 0 {
 		s = append(s, "action")
 	}

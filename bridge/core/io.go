@@ -286,11 +286,14 @@ const (
 	NoteKeyLost
 	// NoteResultUnstored: the last delivery could not store the action's result.
 	NoteResultUnstored
+	// NoteRunApprovalStale: a decision names a tool approval request (Reason: its
+	// request_id) the run does not wait for (answered, or never asked); it is not applied.
+	NoteRunApprovalStale
 )
 
 var noteNames = [...]string{"none", "gave_up_waiting", "taken_over", "store_failed", "auth",
 	"run_approval_asked", "run_approval_expired", "run_not_followed", "run_lost", "unresumable", "key_lost",
-	"result_unstored"}
+	"result_unstored", "run_approval_stale"}
 
 func (n Note) String() string { return nameOf(noteNames[:], n, "note") }
 

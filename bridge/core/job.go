@@ -63,23 +63,24 @@ type Job struct {
 	shutdown  bool
 	abortWhy  abortCause
 
-	run           *runState
-	asks          []runAsk       // tool approvals being asked, in order
-	lastStart     *CallAnswer    // a failed post of the run, while it may be posted again
-	decided       kvstore.Record // the record a decision (or cancel) writes
-	waitedParking bool           // a decision waited once for a parking under way
-	resumeFirst   bool           // the claim came from a decision: Resume before anything
-	approval      string         // a decision's outcome, for its metric
-	runChoice     string         // the choice a decision forwards to a run
-	dlqReason     string         // why the message goes to the DLQ
-	panicked      bool           // the job panicked once
-	releaseDelay  time.Duration  // the nak after a release
-	settledByMe   bool           // this job stored the action's terminal result
-	appendAfter   uint64         // the sequence the result's append expects
-	pendingSeq    uint64         // the last pending message this job appended (a run's approval)
-	wasParked     bool           // this job parked, or claimed a parked, action
-	parkUntil     time.Time      // the parking's expiry
-	claimedHooked bool           // PointClaimed was emitted on the ordinary path
+	run            *runState
+	asks           []runAsk       // tool approvals being asked, in order
+	lastStart      *CallAnswer    // a failed post of the run, while it may be posted again
+	decided        kvstore.Record // the record a decision (or cancel) writes
+	waitedParking  bool           // a decision waited once for a parking under way
+	resumeFirst    bool           // the claim came from a decision: Resume before anything
+	approval       string         // a decision's outcome, for its metric
+	runChoice      string         // the choice a decision forwards to a run
+	askUnindexedAt int            // the latest tool approval whose ask index entry the owner removed
+	dlqReason      string         // why the message goes to the DLQ
+	panicked       bool           // the job panicked once
+	releaseDelay   time.Duration  // the nak after a release
+	settledByMe    bool           // this job stored the action's terminal result
+	appendAfter    uint64         // the sequence the result's append expects
+	pendingSeq     uint64         // the last pending message this job appended (a run's approval)
+	wasParked      bool           // this job parked, or claimed a parked, action
+	parkUntil      time.Time      // the parking's expiry
+	claimedHooked  bool           // PointClaimed was emitted on the ordinary path
 
 	// The main flow awaits one answer at a time.
 	await   K

@@ -64,7 +64,10 @@ type RunRequest struct {
 	CapabilityID string
 	RunID        string
 	Choice       string // RunApprove
-	From         int64  // RunEvents: the number of the first event to publish
+	// RequestID is, for RunApprove, the request_id of the approval.request answered
+	// ("" when Hermes sent none: the run's oldest pending request is answered).
+	RequestID string
+	From      int64 // RunEvents: the number of the first event to publish
 }
 
 // RunAnswer answers an EffRun (EvRun) or asks a tool approval (EvRunApproval).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // ---- tool approvals ----
@@ -18,6 +19,7 @@ type RunApprovalAsk struct {
 	Description string
 	PatternKey  string
 	Choices     []string
+	RequestID   string // the event's request_id (Hermes 0.21 and later; "" before)
 }
 
 // onRunApproval asks tool approval k of the run (one more than the last): first the
@@ -44,24 +46,34 @@ func (j *Job) onRunApproval(ev Event) {
 	out, _ := json.Marshal(map[string]any{
 		"capability_id": j.act.CapabilityID, "run_id": f.runID, "input": ask.Data, "input_sha256": ask.SHA256,
 		"expires_at": expires.UTC(),
-		"approval": map[string]any{"index": k, "command": ask.Command, "description": ask.Description,
-			"pattern_key": ask.PatternKey, "choices": ask.Choices},
+		"approval":   approvalOut(k, ask),
 	})
 	pending := &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
 		Status: events.StatusPendingApproval, Output: out}
-	j.asks = append(j.asks, runAsk{n: k, sha: ask.SHA256, expires: expires, pending: pending})
+	j.asks = append(j.asks, runAsk{n: k, sha: ask.SHA256, requestID: ask.RequestID, expires: expires, pending: pending})
 	if len(j.asks) == 1 {
 		j.sendAsk()
 	}
 }
 
+// approvalOut is the approval object of tool approval k's pending_approval output.
+func approvalOut(k int, ask *RunApprovalAsk) map[string]any {
+	o := map[string]any{"index": k, "command": ask.Command, "description": ask.Description,
+		"pattern_key": ask.PatternKey, "choices": ask.Choices}
+	if ask.RequestID != "" {
+		o["request_id"] = ask.RequestID
+	}
+	return o
+}
+
 // runAsk is a tool approval being asked (asks are written one after another).
 type runAsk struct {
-	n       int
-	sha     string
-	expires time.Time
-	pending *events.Result
-	expect  uint64 // the result message its pending message follows
+	n         int
+	sha       string
+	requestID string
+	expires   time.Time
+	pending   *events.Result
+	expect    uint64 // the result message its pending message follows
 }
 
 func (j *Job) askID(a runAsk) string { return j.act.ID + ":pending:" + strconv.Itoa(a.n) }
@@ -69,7 +81,7 @@ func (j *Job) askID(a runAsk) string { return j.act.ID + ":pending:" + strconv.I
 // sendAsk records asks[0] in the action record.
 func (j *Job) sendAsk() {
 	a := j.asks[0]
-	j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, expires: a.expires, pendingSeq: j.expect()})
+	j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, requestID: a.requestID, expires: a.expires, pendingSeq: j.expect()})
 }
 
 func (j *Job) onRunAsked(ev Event) {
@@ -81,8 +93,67 @@ func (j *Job) onRunAsked(ev Event) {
 	a := &j.asks[0]
 	a.expect = j.expect()
 	j.armApproval(a.n, a.expires)
+	idx := kvstore.Record{State: kvstore.StateDispatched, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+		RunID: j.run.runID, InputSHA256: a.sha, ApprovalSeq: a.n, ApprovalRequestID: a.requestID, ExpiresAt: a.expires.UTC()}
+	j.store(kRunAskIndex, Effect{Kind: EffCreate, Key: kvstore.AskKey(j.act.ID, a.n), Rec: recordOf(idx)})
+}
+
+// onRunAskIndex follows the ask index entry's creation: a failure only keeps the run
+// out of `pending`'s listing.
+func (j *Job) onRunAskIndex(ev Event) {
+	if ev.Status != OK && ev.Status != Exists {
+		j.note(NoteStoreFailed, "indexing the run's approval request (pending does not list it)")
+	}
 	j.appendAsk()
 }
+
+// What follows the removal of an ask index entry: each path has its own continuations,
+// since the owner's expiry may come while its settling removes the entry.
+type askThen uint8
+
+const (
+	askThenNothing askThen = iota // the owner's expiry: the run goes on
+	askThenAck                    // a decision: acknowledge it
+	askThenSettled                // a settled action: unpark, then acknowledge
+)
+
+// askKs are the Get and Delete continuations of each askThen.
+var askKs = [...][2]K{askThenNothing: {kExpAskUnGet, kExpAskUnDel}, askThenAck: {kDecAskUnGet, kDecAskUnDel},
+	askThenSettled: {kAskUnGet, kAskUnDel}}
+
+// unindexAsk removes the ask index entry of tool approval k (best effort: a stale entry
+// is skipped by its readers), then goes on as then says.
+func (j *Job) unindexAsk(k int, then askThen) {
+	if then != askThenAck {
+		j.askUnindexedAt = max(j.askUnindexedAt, k) // the owner's: settling need not remove it again
+	}
+	j.store(askKs[then][0], Effect{Kind: EffGet, Key: kvstore.AskKey(j.act.ID, k)})
+}
+
+// askUnGot deletes the entry read (then continues as then says when there is none).
+func (j *Job) askUnGot(ev Event, then askThen) {
+	if ev.Status == OK {
+		j.store(askKs[then][1], Effect{Kind: EffDelete, Key: ev.Entry.Key, Rev: ev.Entry.Revision})
+		return
+	}
+	j.askUnindexed(then)
+}
+
+func (j *Job) askUnindexed(then askThen) {
+	switch then {
+	case askThenAck:
+		j.ack()
+	case askThenSettled:
+		j.unpark()
+	}
+}
+
+func (j *Job) onAskUnGet(ev Event)    { j.askUnGot(ev, askThenSettled) }
+func (j *Job) onAskUnDel(Event)       { j.askUnindexed(askThenSettled) }
+func (j *Job) onDecAskUnGet(ev Event) { j.askUnGot(ev, askThenAck) }
+func (j *Job) onDecAskUnDel(Event)    { j.askUnindexed(askThenAck) }
+func (j *Job) onExpAskUnGet(ev Event) { j.askUnGot(ev, askThenNothing) }
+func (j *Job) onExpAskUnDel(Event)    { j.askUnindexed(askThenNothing) }
 
 // appendAsk publishes asks[0]'s pending message.
 func (j *Job) appendAsk() {
@@ -161,5 +232,6 @@ func (j *Job) onRunExpired(ev Event) {
 	}
 	j.note(NoteRunApprovalExpired, strconv.Itoa(ch.n))
 	j.emit(Effect{Kind: EffRun, Op: j.op(), Run: &RunRequest{Op: RunApprove, CapabilityID: j.act.CapabilityID,
-		RunID: j.run.runID, Choice: events.ChoiceDeny}})
+		RunID: j.run.runID, Choice: events.ChoiceDeny, RequestID: j.rec.ApprovalRequestID}})
+	j.unindexAsk(ch.n, askThenNothing)
 }

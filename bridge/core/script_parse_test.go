@@ -77,6 +77,7 @@ func (h *harness) entry(t *testing.T, td *datadriven.TestData, key string) kvsto
 	td.MaybeScanArgs(t, "answered", &r.ApprovalAnswered)
 	td.MaybeScanArgs(t, "approval-sha", &r.ApprovalSHA256)
 	td.MaybeScanArgs(t, "answered-by", &r.ApprovalDecision)
+	td.MaybeScanArgs(t, "approval-request", &r.ApprovalRequestID)
 	td.MaybeScanArgs(t, "cap", &r.CapabilityID)
 	var idem string
 	if td.MaybeScanArgs(t, "idem", &idem) {

@@ -12,17 +12,17 @@ package core
 //	config lease=60s heartbeat=20s approval-ttl=15m max-attempts=5 settle-for=30s ...
 //	deliver job=j1 kind=action id=a1 op=chat [safe] [approval] [run] [stream] [key=k1] [input=h1]
 //	        [timeout=60s] [delivery=1] [final] [paused=5s] [invalid] [pre=approve|deny|stale|mismatch]
-//	deliver job=d1 kind=decision id=a1 decision=approve|deny [sha=h1] [msg=m1] [choice=once]
+//	deliver job=d1 kind=decision id=a1 decision=approve|deny [sha=h1] [msg=m1] [choice=once] [request=r1]
 //	deliver job=x1 kind=expire|cancel id=a1 [tombstone]
 //	answer job=j1 <effect> [status=ok] [rev=N] [seq=N] <record or result fields>
-//	run-approval job=j1 sha=s1 [command=c]
+//	run-approval job=j1 sha=s1 [command=c] [request=r1]
 //	tick 10s | beat | cancel | shutdown | panic | timer job=j1 retry|approval/1|poll
 //	state job=j1
 //
 // An answer's <effect> is the effect's name (create, get, read_log, ...; run-<op> for
 // a run operation: run-start, run-events, run-status, ...). A Get's record fields:
 // state= owner= action= attempt= input= decision= run= pending= approval-seq=
-// answered= answered-by= approval-sha= idem= cap= expires= (relative to now) cancel
+// answered= answered-by= approval-sha= approval-request= idem= cap= expires= (relative to now) cancel
 // parked-action tombstone=<message>. A log entry: result=<status>[/<code>] [retryable]
 // [uncertain] [replay-of=] by= seq= (no result: an unreadable message). A run's answer:
 // runid= next= run-state= output= last-event= [durable] [tools-ran] [streamed]
@@ -143,6 +143,7 @@ func (h *harness) do(t *testing.T, td *datadriven.TestData) string {
 		ask := &RunApprovalAsk{Data: json.RawMessage(`{"command":"x"}`)}
 		td.MaybeScanArgs(t, "sha", &ask.SHA256)
 		td.MaybeScanArgs(t, "command", &ask.Command)
+		td.MaybeScanArgs(t, "request", &ask.RequestID)
 		return h.step(sj, Event{Kind: EvRunApproval, Run: &RunAnswer{Approval: ask}})
 	case "state":
 		return h.state(h.job(t, td))
@@ -215,6 +216,7 @@ func (h *harness) deliver(t *testing.T, td *datadriven.TestData) string {
 			d.Choice = events.ChoiceDeny
 		}
 		td.MaybeScanArgs(t, "choice", &d.Choice)
+		td.MaybeScanArgs(t, "request", &d.RequestID)
 		td.MaybeScanArgs(t, "delivery", &s.Delivery)
 		s.Decision = d
 	case "expire":

@@ -194,6 +194,10 @@ func (j *Job) onKeyFreed(ev Event) {
 // unpark removes the action's park index entry, if it was parked (best effort: a stale
 // entry is removed by the sweeper).
 func (j *Job) unpark() {
+	if j.rec.ApprovalSeq > j.askUnindexedAt && j.claimed {
+		j.unindexAsk(j.rec.ApprovalSeq, askThenSettled) // a run's latest tool approval
+		return
+	}
 	if j.rec.PendingSeq != 0 && len(j.rec.Action) > 0 || j.wasParked {
 		j.store(kUnparkGet, Effect{Kind: EffGet, Key: kvstore.ParkKey(j.act.ID)})
 		return

@@ -102,6 +102,13 @@ const (
 	kRunAskAppended // Append <id>:pending:<k> → the next ask; conflict: read the log
 	kRunAskLog      // ReadLog → its own (a lost reply): done; another pending: append after it
 	kRunExpired     // Update act (approval k expired) → deny it on Hermes if the expiry won
+	kRunAskIndex    // Create ask.<id>.<k> → Append <id>:pending:<k>
+	kAskUnGet       // Get ask.<id>.<k> (the run's action settled) → Delete it, then unpark
+	kAskUnDel       // Delete ask.<id>.<k> → unpark
+	kDecAskUnGet    // Get ask.<id>.<k> (a decision answered approval k) → Delete it, then ack
+	kDecAskUnDel    // Delete ask.<id>.<k> → ack
+	kExpAskUnGet    // Get ask.<id>.<k> (the owner's expiry answered approval k) → Delete it
+	kExpAskUnDel    // Delete ask.<id>.<k> → (the run goes on)
 
 	numK
 )
@@ -190,6 +197,13 @@ func init() {
 		kRunAskLog:       {"run_ask_log", (*Job).onRunAskLog},
 		kRunAsked:        {"run_asked", (*Job).onRunAsked},
 		kRunExpired:      {"run_expired", (*Job).onRunExpired},
+		kRunAskIndex:     {"run_ask_index", (*Job).onRunAskIndex},
+		kAskUnGet:        {"ask_unindex_get", (*Job).onAskUnGet},
+		kAskUnDel:        {"ask_unindex_del", (*Job).onAskUnDel},
+		kDecAskUnGet:     {"decision_ask_unindex_get", (*Job).onDecAskUnGet},
+		kDecAskUnDel:     {"decision_ask_unindex_del", (*Job).onDecAskUnDel},
+		kExpAskUnGet:     {"expiry_ask_unindex_get", (*Job).onExpAskUnGet},
+		kExpAskUnDel:     {"expiry_ask_unindex_del", (*Job).onExpAskUnDel},
 	}
 }
 

@@ -88,6 +88,18 @@ type pendingRequest struct {
 	Input        json.RawMessage `json:"input"`
 	InputSHA256  string          `json:"input_sha256"`
 	ExpiresAt    string          `json:"expires_at"`
+	RunID        string          `json:"run_id"`   // a governed run's tool approval
+	Approval     *runApproval    `json:"approval"` // a governed run's tool approval
+}
+
+// runApproval is the approval member of a run's pending_approval output: the tool
+// approval as Hermes described it (tool data: shown to the operator, never logged).
+type runApproval struct {
+	Index       int      `json:"index"`
+	Command     string   `json:"command"`
+	Description string   `json:"description"`
+	Choices     []string `json:"choices"`
+	RequestID   string   `json:"request_id"`
 }
 
 // decide implements approve and deny: show the pending request, confirm, publish
@@ -156,6 +168,7 @@ func decide(ctx context.Context, id string, o *cmdOptions, environ map[string]st
 		Reason:      o.reason,
 		InputSHA256: req.InputSHA256,
 		Choice:      o.choice,
+		RequestID:   requestIDOf(&req),
 	})
 	cancel()
 	subj := cl.subjects.Approvals(id)
@@ -173,6 +186,15 @@ func decide(ctx context.Context, id string, o *cmdOptions, environ map[string]st
 	}
 	// Follow as watch does, without the pending_approval note (the decision was just published).
 	return follow(ctx, cl, id, o, sio, false, nil)
+}
+
+// requestIDOf is the request_id a decision on req names: that of a run's tool approval
+// when Hermes gave one, else "".
+func requestIDOf(req *pendingRequest) string {
+	if req.Approval == nil {
+		return ""
+	}
+	return req.Approval.RequestID
 }
 
 // lastResult reads the last result of the action from the output stream. On a
@@ -219,6 +241,16 @@ func printRequest(w io.Writer, id string, req *pendingRequest, now time.Time) {
 	fmt.Fprintf(&b, "action %s waits for approval\n", id)
 	fmt.Fprintf(&b, "  capability:   %s\n", sanitize(req.CapabilityID))
 	fmt.Fprintf(&b, "  input_sha256: %s\n", sanitize(req.InputSHA256))
+	if a := req.Approval; a != nil {
+		fmt.Fprintf(&b, "  run_id:       %s\n", sanitize(req.RunID))
+		fmt.Fprintf(&b, "  tool approval %d of the run\n", a.Index)
+		if a.RequestID != "" {
+			fmt.Fprintf(&b, "  request_id:   %s\n", sanitize(a.RequestID))
+		}
+		fmt.Fprintf(&b, "  command:      %s\n", sanitize(a.Command))
+		fmt.Fprintf(&b, "  description:  %s\n", sanitize(a.Description))
+		fmt.Fprintf(&b, "  choices:      %s\n", sanitize(strings.Join(a.Choices, ", ")))
+	}
 	exp := sanitize(req.ExpiresAt)
 	if t, err := time.Parse(time.RFC3339Nano, req.ExpiresAt); err == nil {
 		exp += " (" + expiresIn(t, now) + ")"
@@ -288,14 +320,34 @@ func confirm(sio stdio, question string) bool {
 	return false
 }
 
-// parkedAction is one line of `pending`.
+// parkedAction is one line of `pending`: a parked action (kind "parked") or a governed
+// run waiting for a tool approval (kind "run_approval", with the run's fields).
 type parkedAction struct {
+	Kind         string    `json:"kind"`
 	ActionID     string    `json:"action_id"`
 	CapabilityID string    `json:"capability_id"`
 	InputSHA256  string    `json:"input_sha256"`
 	ExpiresAt    time.Time `json:"expires_at"`
 	Expired      bool      `json:"expired"`
+	// A run's tool approval: its endpoint, run, index in the run, Hermes's request_id
+	// ("" before Hermes 0.21), the command, description and choices of its
+	// approval.request (tool data: printed for the operator, never logged), and since
+	// when it waits (its pending_approval result's time).
+	Endpoint    string     `json:"endpoint,omitempty"`
+	RunID       string     `json:"run_id,omitempty"`
+	Index       int        `json:"index,omitempty"`
+	RequestID   string     `json:"request_id,omitempty"`
+	Command     string     `json:"command,omitempty"`
+	Description string     `json:"description,omitempty"`
+	Choices     []string   `json:"choices,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
 }
+
+// Kinds of `pending` lines.
+const (
+	kindParked      = "parked"
+	kindRunApproval = "run_approval"
+)
 
 func cmdPending(ctx context.Context, _ string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	cl, closeConn, code := dialClient(ctx, "pending", environ, o.conn, sio.err)
@@ -309,6 +361,11 @@ func cmdPending(ctx context.Context, _ string, o *cmdOptions, environ map[string
 	if err != nil {
 		return cl.failed(sio.err, "hermes-bridge pending: %v\n", err)
 	}
+	runs, err := listWaitingRuns(lctx, cl, sio.err)
+	if err != nil {
+		return cl.failed(sio.err, "hermes-bridge pending: %v\n", err)
+	}
+	list = append(list, runs...)
 	now := time.Now()
 	for i := range list {
 		list[i].Expired = !now.Before(list[i].ExpiresAt)
@@ -318,25 +375,138 @@ func cmdPending(ctx context.Context, _ string, o *cmdOptions, environ map[string
 		fmt.Fprintf(sio.out, "%s\n", b)
 		return exitOK
 	}
-	if len(list) == 0 {
+	parked := slices.DeleteFunc(slices.Clone(list), func(p parkedAction) bool { return p.Kind != kindParked })
+	if len(parked) == 0 {
 		fmt.Fprintln(sio.out, "no parked actions")
+	} else {
+		tw := tabwriter.NewWriter(sio.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ACTION\tCAPABILITY\tEXPIRES\tINPUT_SHA256")
+		for _, p := range parked {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sanitize(p.ActionID), sanitize(p.CapabilityID), expiresCell(p, now), sanitize(shortSum(p.InputSHA256)))
+		}
+		tw.Flush()
+	}
+	if len(runs) == 0 {
 		return exitOK
 	}
+	// Runs waiting for a tool approval: one line each, the tool's command and
+	// description (as Hermes gave them) indented under it.
+	fmt.Fprintln(sio.out, "\nruns waiting for a tool approval:")
 	tw := tabwriter.NewWriter(sio.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ACTION\tCAPABILITY\tEXPIRES\tINPUT_SHA256")
-	for _, p := range list {
-		exp := "expired"
-		if !p.Expired {
-			exp = "in " + p.ExpiresAt.Sub(now).Round(time.Second).String()
+	fmt.Fprintln(tw, "ACTION\tENDPOINT\tREQUEST_ID\tWAITING\tEXPIRES\tCHOICES")
+	for _, p := range runs {
+		waiting := "-"
+		if p.Since != nil {
+			waiting = "for " + now.Sub(*p.Since).Round(time.Second).String()
 		}
-		sum := p.InputSHA256
-		if len(sum) > 12 {
-			sum = sum[:12] + "…"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sanitize(p.ActionID), sanitize(p.CapabilityID), exp, sanitize(sum))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sanitize(p.ActionID), sanitize(p.Endpoint), sanitize(cmp.Or(p.RequestID, "-")),
+			waiting, expiresCell(p, now), sanitize(strings.Join(p.Choices, ",")))
 	}
 	tw.Flush()
+	for _, p := range runs {
+		fmt.Fprintf(sio.out, "  %s: %s\n    %s\n", sanitize(p.ActionID), sanitize(p.Command), sanitize(p.Description))
+	}
 	return exitOK
+}
+
+func expiresCell(p parkedAction, now time.Time) string {
+	if p.Expired {
+		return "expired"
+	}
+	return "in " + p.ExpiresAt.Sub(now).Round(time.Second).String()
+}
+
+func shortSum(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12] + "…"
+	}
+	return sum
+}
+
+// listWaitingRuns reads the ask.<action_id>.<k> index of the KV bucket (governed runs
+// waiting for their tool approval k) and, for each action's latest entry, its last
+// result: an entry is listed only while that result is the pending_approval message of
+// approval k (the index is not the truth: an entry a crash left behind names an
+// approval answered since, or a run that ended, and is skipped). Soonest expiry first.
+func listWaitingRuns(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parkedAction, error) {
+	bucket := cl.cfg.Bucket
+	store, err := kvstore.Open(ctx, cl.js, kvstore.Config{Bucket: bucket})
+	if err != nil {
+		return nil, fmt.Errorf("KV bucket %s: %w", bucket, err)
+	}
+	keys, err := store.Keys(ctx, "ask.>")
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("list ask.>: %w", ctx.Err())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("KV bucket %s: %w", bucket, err)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	latest := map[string]kvstore.Record{} // action id → its latest entry
+	for _, k := range keys {
+		e, err := store.Get(ctx, k)
+		if errors.Is(err, kvstore.ErrNotFound) {
+			continue // answered meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		r := e.Record
+		if r.ActionID == "" || r.ApprovalSeq < 1 {
+			continue
+		}
+		if cur, ok := latest[r.ActionID]; !ok || r.ApprovalSeq > cur.ApprovalSeq {
+			latest[r.ActionID] = r
+		}
+	}
+	list := []parkedAction{}
+	if len(latest) == 0 {
+		return list, nil
+	}
+	stream, err := cl.js.Stream(ctx, cl.cfg.OutputStream)
+	if err != nil {
+		return nil, fmt.Errorf("output stream %s: %w", cl.cfg.OutputStream, err)
+	}
+	for id, r := range latest {
+		m, err := stream.GetLastMsgForSubject(ctx, cl.subjects.Results(id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // its pending message is not published yet
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the last result of action %s: %w", id, err)
+		}
+		res, err := events.DecodeResult(m.Header, m.Data)
+		if err == nil {
+			err = client.ResolveResult(ctx, cl.js, res)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "hermes-bridge pending: the last result of action %s cannot be read (%v); not listed\n", id, err)
+			continue
+		}
+		var req pendingRequest
+		if res.Status != events.StatusPendingApproval || json.Unmarshal(res.Output, &req) != nil ||
+			req.Approval == nil || req.Approval.Index != r.ApprovalSeq {
+			continue // answered and ended, or a later approval's message: not this entry's
+		}
+		endpoint, _, _ := events.ParseCapabilityID(r.CapabilityID)
+		since := m.Time
+		p := parkedAction{Kind: kindRunApproval, ActionID: id, CapabilityID: cmp.Or(req.CapabilityID, r.CapabilityID),
+			InputSHA256: req.InputSHA256, ExpiresAt: r.ExpiresAt, Endpoint: endpoint, RunID: cmp.Or(req.RunID, r.RunID),
+			Index: r.ApprovalSeq, RequestID: cmp.Or(req.Approval.RequestID, r.ApprovalRequestID),
+			Command: req.Approval.Command, Description: req.Approval.Description, Choices: req.Approval.Choices, Since: &since}
+		if t, err := time.Parse(time.RFC3339Nano, req.ExpiresAt); err == nil {
+			p.ExpiresAt = t
+		}
+		list = append(list, p)
+	}
+	slices.SortStableFunc(list, func(a, b parkedAction) int {
+		if c := a.ExpiresAt.Compare(b.ExpiresAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ActionID, b.ActionID)
+	})
+	return list, nil
 }
 
 // listParked reads the park.<id> index of the KV bucket, soonest expiry first.
@@ -375,7 +545,7 @@ func listParked(ctx context.Context, cl *clientConn, stderr io.Writer) ([]parked
 		if id == "" {
 			id = strings.TrimPrefix(k, kvstore.ParkKey(""))
 		}
-		list = append(list, parkedAction{ActionID: id, CapabilityID: r.CapabilityID, InputSHA256: r.InputSHA256, ExpiresAt: r.ExpiresAt})
+		list = append(list, parkedAction{Kind: kindParked, ActionID: id, CapabilityID: r.CapabilityID, InputSHA256: r.InputSHA256, ExpiresAt: r.ExpiresAt})
 	}
 	slices.SortStableFunc(list, func(a, b parkedAction) int {
 		if c := a.ExpiresAt.Compare(b.ExpiresAt); c != 0 {
@@ -423,9 +593,13 @@ const usagePending = `Usage:
 Lists the actions parked for an approval (response_delete and session_delete
 without a valid pre-approval), soonest expiry first: action id, capability,
 time left to decide, and the start of the input_sha256 the decision must carry.
-It reads the park.<action_id> entries of the KV bucket HERMES_BRIDGE_BUCKET
-(default HERMES_IDEMPOTENCY). 'hermes-bridge approve <action_id>' shows the
-full request.
+Then the governed runs waiting for a tool approval: action id, endpoint, the
+request_id Hermes gave (v0.21 and later), how long it waits, time left, the
+choices, and the tool's command and description as Hermes gave them. It reads
+the park.<action_id> and ask.<action_id>.<k> entries of the KV bucket
+HERMES_BRIDGE_BUCKET (default HERMES_IDEMPOTENCY) and, for a run, its last
+result. --json prints one array; each element's kind is parked or
+run_approval. 'hermes-bridge approve <action_id>' shows the full request.
 
 Connects like 'hermes-bridge call' (NATS_URL, or the embedded server of 'run').
 
@@ -446,8 +620,10 @@ input_sha256 and when the approval window ends), asks for confirmation, and
 publishes an approve decision carrying that input_sha256 on
 <prefix>.approvals.<action_id>. Then it follows the action to its result like
 'hermes-bridge watch' (--no-follow skips this). For a governed run that waits
-for a tool approval it answers the run's latest request; --choice session or
-always approves the tool for the rest of the run or for good (default once).
+for a tool approval it answers the run's latest request, naming its request_id
+where Hermes gave one (a request answered meanwhile is then not touched: the
+bridge logs the decision as stale); --choice session or always approves the
+tool for the rest of the run or for good (default once).
 
 The request is read from the action's pending_approval result in the output
 stream HERMES_BRIDGE_OUTPUT_STREAM (default HERMES_OUTPUT). When stdin is not a

@@ -156,6 +156,8 @@ func (w *World) note(j *job, e core.Effect) {
 		w.stats.GaveUp++
 	case core.NoteRunApprovalExpired:
 		w.stats.Expiries++
+	case core.NoteRunApprovalStale:
+		w.stats.StaleDecisions++
 	}
 }
 

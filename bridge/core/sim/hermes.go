@@ -162,7 +162,9 @@ func (h *hermes) run(j *job, e core.Effect) {
 			case req.Op == core.RunStop:
 				h.stop(r)
 			case req.Op == core.RunApprove:
-				h.approve(r, req.Choice)
+				if !h.approve(r, req.Choice, req.RequestID) {
+					ev.Status = core.Conflict
+				}
 			}
 			w.after(h.netLatency(), func() { w.answer(j, e.Op, ev) })
 		})

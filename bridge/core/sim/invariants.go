@@ -35,6 +35,15 @@ func (w *World) check() {
 			w.failf("park index entry %s left after the final sweep", k)
 		}
 	}
+	w.checkAskIndex()
+	// A decision naming a request the run no longer waits for answers nothing.
+	for k, vs := range w.kv.versions {
+		for _, v := range vs {
+			if strings.HasPrefix(k, "act.") && strings.HasSuffix(v.rec.ApprovalDecision, ":stale") {
+				w.failf("%s: a stale decision %s answered approval %d", k, v.rec.ApprovalDecision, v.rec.ApprovalAnswered)
+			}
+		}
+	}
 	for _, c := range w.scen.cancels {
 		t := w.terminal(c.id)
 		for _, rep := range c.replies {
@@ -464,5 +473,41 @@ func (w *World) checkGateBudget(a *action, r *events.Result, at time.Time) {
 	}
 	if left := pub.Add(a.timeout).Sub(at); left > w.cfg.RetryMax+3*time.Second+time.Second {
 		w.failf("%s: failed on a gate 429 %s before its deadline: a refusal that ran nothing spent the attempt budget", a.id, left)
+	}
+}
+
+// checkAskIndex: an ask.<id>.<k> index entry (what `pending` lists) is written only after
+// the action record holds tool approval k with the same request_id, never ahead of it;
+// entries left at the end are counted: a crash between the answer and the removal (by
+// design; the action's last result is terminal, so readers skip them), or an action
+// whose message ran out of deliveries while its run waits (listed: it does wait).
+func (w *World) checkAskIndex() {
+	for _, k := range w.kv.everKeys("ask.") {
+		for _, v := range w.kv.versions[k] {
+			if v.deleted {
+				continue
+			}
+			id, n := v.rec.ActionID, v.rec.ApprovalSeq
+			if k != kvstore.AskKey(id, n) {
+				w.failf("ask index entry %s names action %s approval %d", k, id, n)
+				continue
+			}
+			held := slices.ContainsFunc(w.kv.versions[kvstore.ActionKey(id)], func(r kvVersion) bool {
+				return !r.deleted && !r.written.After(v.written) && r.rec.ApprovalSeq == n &&
+					r.rec.ApprovalRequestID == v.rec.ApprovalRequestID && r.rec.RunID == v.rec.RunID
+			})
+			if !held {
+				w.failf("ask index entry %s (request %s) written before the record held that approval", k, v.rec.ApprovalRequestID)
+			}
+		}
+	}
+	for _, k := range w.kv.list("ask.", w.now) {
+		v, _ := w.kv.live(k, w.now)
+		// An action with no terminal result (its message exhausted or terminated: by
+		// design) may leave its run waiting: the entry then rightly lists it.
+		if a := w.scen.byID[v.rec.ActionID]; a == nil || (w.terminal(a.id) == nil && w.explained(a) == "") {
+			w.failf("ask index entry %s left for an action without a terminal result", k)
+		}
+		w.stats.AskIndexLeft++
 	}
 }

@@ -111,6 +111,20 @@ var mutants = []mutant{
 		new: `info = &events.ErrorInfo{Code: "run_interrupted", Category: "permanent", UncertainOutcome: false,`,
 		why: "a run the gateway's restart interrupted settles as certain, although its tools may have run",
 	},
+	{
+		class: "approval", name: "run_answer_without_request_id", file: "decision.go",
+		old:   "Choice: j.runChoice, RequestID: j.seen.Record.ApprovalRequestID}})",
+		new:   "Choice: j.runChoice}})",
+		why:   "a decision forwarded to the run names no request_id: Hermes resolves the oldest request, not the one decided",
+		seeds: 300,
+	},
+	{
+		class: "approval", name: "stale_decision_applied", file: "decision.go",
+		old:   "case d.RequestID != \"\" && r.ApprovalSeq > 0 && (!waiting || d.RequestID != r.ApprovalRequestID):",
+		new:   "case false:",
+		why:   "a decision naming a request the run no longer waits for answers the one it waits for",
+		seeds: 300,
+	},
 }
 
 // seedFails matches the simulator's report of a failing seed.

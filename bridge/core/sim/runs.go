@@ -95,19 +95,30 @@ func (h *hermes) advance(r *hrun) {
 	w.after(w.between(200*time.Millisecond, 3*time.Second), func() { h.advance(r) })
 }
 
-// approve answers the approval the run waits for (a choice for none is ignored).
-func (h *hermes) approve(r *hrun, choice string) {
+// requestID is Hermes's request_id of the run's tool approval k (as Hermes 0.21 sends).
+func requestID(r *hrun, k int) string { return fmt.Sprintf("rq-%s-%d", r.id, k) }
+
+// approve answers the approval the run waits for (a choice for none is ignored); it
+// reports false (409 approval_not_pending) when the answer names another request. The
+// core answers only the request its record holds, and nothing else answers the run's
+// requests, so an answer naming another request while the run waits, or none, is a bug.
+func (h *hermes) approve(r *hrun, choice, reqID string) bool {
 	w := h.w
 	if r.waiting == 0 || r.status != "" {
-		return
+		return true
 	}
-	w.tr.printf("hermes", "run %s: approval %d answered %s", r.id, r.waiting, choice)
+	if want := requestID(r, r.waiting); reqID != want {
+		w.failf("run %s waits for request %s; an answer names %q", r.id, want, reqID)
+		return false
+	}
+	w.tr.printf("hermes", "run %s: approval %d (request %s) answered %s", r.id, r.waiting, reqID, choice)
 	r.waiting = 0
 	if choice != "deny" {
 		r.toolsRan = true
 		h.emit(r, runEv{kind: "tool.started"})
 	}
 	w.after(w.between(200*time.Millisecond, 3*time.Second), func() { h.advance(r) })
+	return true
 }
 
 // stop asks the run to stop: it ends cancelled shortly.
@@ -211,10 +222,10 @@ func (h *hermes) show(r *hrun, rd *runReader) {
 
 // ask shows the reader's job tool approval k (EvRunApproval: not an answer).
 func (h *hermes) ask(r *hrun, rd *runReader, k int) {
-	data, _ := json.Marshal(map[string]any{"run_id": r.id, "approval": k, "command": "rm -rf /tmp/x"})
+	data, _ := json.Marshal(map[string]any{"run_id": r.id, "approval": k, "command": "rm -rf /tmp/x", "request_id": requestID(r, k)})
 	sum := sha256.Sum256(data)
 	ask := &core.RunApprovalAsk{Data: data, SHA256: hex.EncodeToString(sum[:]), Command: "rm -rf /tmp/x",
-		Description: "a tool", Choices: []string{"once", "session", "always", "deny"}}
+		Description: "a tool", Choices: []string{"once", "session", "always", "deny"}, RequestID: requestID(r, k)}
 	j := rd.j
 	if j.alive() && j.findOp(rd.op) != nil {
 		h.w.post(j, core.Event{Kind: core.EvRunApproval, Run: &core.RunAnswer{Approval: ask}})

@@ -219,7 +219,8 @@ func (s *scenario) onPending(m *logMsg) {
 	var out struct {
 		InputSHA256 string `json:"input_sha256"`
 		Approval    *struct {
-			Index int `json:"index"`
+			Index     int    `json:"index"`
+			RequestID string `json:"request_id"`
 		} `json:"approval"`
 	}
 	_ = json.Unmarshal(m.result.Output, &out)
@@ -241,6 +242,19 @@ func (s *scenario) onPending(m *logMsg) {
 			dec.Decision, dec.Choice, dec.Reason = events.DecisionDeny, events.ChoiceDeny, "no"
 		case "mismatch":
 			dec.Decision, dec.Choice, dec.InputSHA256 = events.DecisionApprove, events.ChoiceOnce, strings.Repeat("0", 64)
+		}
+		if out.Approval != nil {
+			// A run's tool approval: the decision names its request_id (as the CLI
+			// does), none, or (stale) one the run no longer waits for: the
+			// previous approval's.
+			switch pick(&w.sched, "named", "named", "none", "stale") {
+			case "named":
+				dec.RequestID = out.Approval.RequestID
+			case "stale":
+				dec.RequestID = strings.TrimSuffix(out.Approval.RequestID, fmt.Sprint(out.Approval.Index)) + fmt.Sprint(out.Approval.Index-1)
+				dec.MsgID += ":stale"
+				kind += "/stale"
+			}
 		}
 		d := w.between(0, 2*time.Minute)
 		s.pendingDecisions++

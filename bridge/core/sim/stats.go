@@ -25,6 +25,11 @@ type Stats struct {
 	// Decision messages dead-lettered: for a parked action, for a run's tool approval,
 	// and stray ones (for an action that never waits for one).
 	DecisionsDeadLettered, RunDecisionsDeadLettered, StrayDeadLettered int
+	// AskIndexLeft: ask.<id>.<k> entries (runs waiting for a tool approval) left at the
+	// end; each names an action with its terminal result, which readers skip.
+	AskIndexLeft int
+	// StaleDecisions: decisions naming a request_id the run does not wait for.
+	StaleDecisions int
 
 	// Faults injected.
 	SlowOps, StaleReads, LostReplies, FailedWrites, JobCrashes, JobPauses, Panics    int
