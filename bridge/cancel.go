@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -159,47 +158,16 @@ func (b *Bridge) subscribeCancel(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	queue := make(chan *nats.Msg, cancelQueue)
 	limiter := rate.NewLimiter(tombstoneRate, tombstoneBurst)
-	var dropped atomic.Int64
-	warn := rate.Sometimes{Interval: time.Second}
-	store, err := b.nc.QueueSubscribe(b.subjects.AllCancel(), b.cfg.Consumer+"-cancel", func(m *nats.Msg) {
-		select {
-		case queue <- m:
-		default:
-			n := dropped.Add(1)
-			warn.Do(func() {
-				b.log.Warn().Int64("dropped", n).Msg("cancel requests arrive faster than they can be answered; some are not answered")
-			})
-		}
-	})
+	stopStored, err := b.subscribeStored(ctx, "cancel", b.subjects.AllCancel(), b.cfg.Consumer+"-cancel",
+		cancelQueue, cancelWorkers, func(ctx context.Context, m *nats.Msg) { b.cancelFromStore(ctx, m, limiter) })
 	if err != nil {
 		_ = owner.Unsubscribe()
 		return nil, err
 	}
-	var wg sync.WaitGroup
-	quit := make(chan struct{})
-	for range cancelWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-quit:
-					return
-				case <-ctx.Done():
-					return
-				case m := <-queue:
-					b.cancelFromStore(ctx, m, limiter)
-				}
-			}
-		}()
-	}
 	return func() {
 		_ = owner.Unsubscribe()
-		_ = store.Unsubscribe()
-		close(quit)
-		wg.Wait()
+		stopStored()
 	}, nil
 }
 

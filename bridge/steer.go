@@ -35,7 +35,8 @@ const (
 	// steerWorkers bounds the steer requests being forwarded at once by a replica; a
 	// request past it is refused failed (busy) rather than queued behind a slow Hermes.
 	steerWorkers = 32
-	// steerQueue bounds the queue of requests answered from the records.
+	// steerQueue bounds the queue of requests answered from the records; a request that
+	// finds it full is not answered, and logged at most once a second (subscribeStored).
 	steerQueue = 256
 )
 
@@ -80,36 +81,15 @@ func (b *Bridge) subscribeSteer(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	queue := make(chan *nats.Msg, steerQueue)
-	store, err := b.nc.QueueSubscribe(b.subjects.AllSteer(), b.cfg.Consumer+"-steer", func(m *nats.Msg) {
-		select {
-		case queue <- m:
-		default: // not answered: the requester's timeout tells it to ask again
-		}
-	})
+	stopStored, err := b.subscribeStored(ctx, "steer", b.subjects.AllSteer(), b.cfg.Consumer+"-steer",
+		steerQueue, 1, b.steerFromStore)
 	if err != nil {
 		_ = owner.Unsubscribe()
 		return nil, err
 	}
-	quit := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-ctx.Done():
-				return
-			case m := <-queue:
-				b.steerFromStore(ctx, m)
-			}
-		}
-	}()
 	return func() {
 		_ = owner.Unsubscribe()
-		_ = store.Unsubscribe()
-		close(quit)
+		stopStored()
 		wg.Wait()
 	}, nil
 }
