@@ -3,8 +3,6 @@ package bridge
 import (
 	"bytes"
 	"context"
-	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -17,32 +15,15 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
-// serveFake serves fake's handler on addr ("127.0.0.1:0": any port) until stop; it
-// returns the address it listens on.
+// serveFake starts fake on addr ("127.0.0.1:0" for any port; hermestest's StartAt) and
+// returns the address it listens on and its Close (also run at the test's end).
 func serveFake(t *testing.T, addr string, fake *hermestest.Server) (string, func()) {
 	t.Helper()
-	var l net.Listener
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		// The port was just freed by the previous server: retry a bind that races it.
-		if l, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
-			break
-		}
+	if err := fake.StartAt(addr); err != nil {
+		t.Fatal(err)
 	}
-	noErr(t, err)
-	srv := &http.Server{Handler: fake.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			fake.Close()
-			_ = srv.Shutdown(ctx)
-		})
-	}
-	t.Cleanup(stop)
-	return l.Addr().String(), stop
+	t.Cleanup(fake.Close)
+	return strings.TrimPrefix(fake.URL, "http://"), fake.Close
 }
 
 // syncBuffer is a log sink safe for the driver's goroutines.

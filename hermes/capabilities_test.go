@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,34 +14,15 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
-// serveFakeAt serves fake's handler on addr ("127.0.0.1:0" for any port) until the
-// returned stop is called; it returns the address it listens on.
+// serveFakeAt starts fake on addr ("127.0.0.1:0" for any port; hermestest's StartAt) and
+// returns the address it listens on and its Close (also run at the test's end).
 func serveFakeAt(t *testing.T, addr string, fake *hermestest.Server) (string, func()) {
 	t.Helper()
-	var l net.Listener
-	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// The port was just freed by the previous server: retry a bind that races it.
-		if l, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := fake.StartAt(addr); err != nil {
+		t.Fatal(err)
 	}
-	noErr(t, err)
-	srv := &http.Server{Handler: fake.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			fake.Close()
-			_ = srv.Shutdown(ctx)
-		})
-	}
-	t.Cleanup(stop)
-	return l.Addr().String(), stop
+	t.Cleanup(fake.Close)
+	return strings.TrimPrefix(fake.URL, "http://"), fake.Close
 }
 
 // TestCapabilitiesNoticesUpgrade: an endpoint restarted on the same address as a newer

@@ -85,6 +85,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -249,6 +250,26 @@ func NewUnstartedServer(opts ...Option) *Server {
 func (s *Server) Start() {
 	s.ts.Start()
 	s.URL = s.ts.URL
+}
+
+// StartAt starts listening on addr (host:port) instead of a fresh loopback port, e.g. the
+// address of a fake just closed, to imitate a Hermes restarted in place, and sets URL. A
+// port not yet freed is retried for up to 10 s; the error is the last bind's.
+func (s *Server) StartAt(addr string) error {
+	var l net.Listener
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if l, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	_ = s.ts.Listener.Close()
+	s.ts.Listener = l
+	s.Start()
+	return nil
 }
 
 // Handler returns the fake's HTTP handler (for cmd/fake-hermes).
