@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
@@ -57,5 +58,42 @@ func TestCreateFindsItsLostWrite(t *testing.T) {
 	s.kv = lostReplyKV{KeyValue: kv}
 	if _, err := s.Create(ctx, "act.a1", Record{State: StateClaimed, ActionID: "a1", Owner: "r3"}); err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Create over another's record with a lost reply: %v, want the timeout", err)
+	}
+}
+
+// TestFindBatch: a batch whose commit reply was lost is found when every key holds the
+// bytes it sent, and not when one holds other bytes (another writer's, or nothing).
+func TestFindBatch(t *testing.T) {
+	_, js := natsembed.Connect(t, natsembed.RunTest(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, js, Config{Provision: true, Storage: jetstream.MemoryStorage, Atomic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Record{State: StateDispatched, ActionID: "f1", Owner: "o"}
+	revs, err := s.CreateAll(ctx, []Put{{Key: "idem.f", Record: r}, {Key: ActionKey("f1"), Record: r}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]*nats.Msg, 2)
+	for i, k := range []string{"idem.f", ActionKey("f1")} {
+		e, err := s.kv.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[i] = &nats.Msg{Subject: s.subject(k), Data: e.Value()}
+	}
+	if got, ok := s.findBatch(ctx, msgs); !ok || got[0] != revs[0] || got[1] != revs[1] {
+		t.Fatalf("findBatch of the batch written: %v %v, want %v", got, ok, revs)
+	}
+	msgs[1].Data = append([]byte(nil), msgs[1].Data...)
+	msgs[1].Data[len(msgs[1].Data)-2] ^= 1
+	if _, ok := s.findBatch(ctx, msgs); ok {
+		t.Fatal("findBatch found a batch whose record holds other bytes")
+	}
+	msgs[1] = &nats.Msg{Subject: s.subject(ActionKey("f2")), Data: msgs[0].Data}
+	if _, ok := s.findBatch(ctx, msgs); ok {
+		t.Fatal("findBatch found a batch whose record is missing")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -45,15 +46,29 @@ type Config struct {
 	MaxValueSize int32
 	// Description is the bucket's description when provisioning.
 	Description string
+	// KeysTTL, when positive, keeps idempotency keys (IsIdempotencyKey) in this bucket
+	// for KeysTTL after each of their writes instead of the bucket TTL: every Create
+	// and Update of a key carries it as the message's TTL. The bucket's stream must
+	// allow message TTLs (nats-server 2.11+); provisioning allows them. Where the stream
+	// does not, Store.KeysTTL reports 0 and keys live as long as any record.
+	KeysTTL time.Duration
+	// Atomic, when provisioning, allows atomic batch publishes on the bucket's stream
+	// (nats-server 2.12+), which CreateAll needs.
+	Atomic bool
 }
 
 // Store reads and writes records in one bucket. It is safe for concurrent
 // use.
 type Store struct {
-	kv     jetstream.KeyValue
-	bucket string
-	ttl    time.Duration
-	limit  int // client-side size check; 0 = none
+	kv      jetstream.KeyValue
+	js      jetstream.JetStream
+	bucket  string
+	ttl     time.Duration
+	limit   int           // client-side size check; 0 = none
+	keysTTL time.Duration // the message TTL of idempotency keys; 0 = the bucket TTL
+	// batch says whether CreateAll writes one atomic batch; noBatch says why not.
+	batch   bool
+	noBatch string
 }
 
 // Entry is a record with its revision. Revision is the compare-and-set token
@@ -99,43 +114,34 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		maxPayload = int(nc.MaxPayload())
 	}
 
-	var kv jetstream.KeyValue
-	var err error
 	if cfg.Provision {
 		if err := checkTTL(ctx, js, cfg); err != nil {
 			return nil, err
 		}
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:       cfg.Bucket,
-			Description:  cfg.Description,
-			History:      1,
-			TTL:          cfg.TTL,
-			MaxValueSize: cmp.Or(cfg.MaxValueSize, int32(maxPayload), -1), // default: the server's max payload
-			Storage:      cfg.Storage,
-			Replicas:     cfg.Replicas,
-		})
-		if err != nil {
+		if err := provision(ctx, js, cfg, maxPayload); err != nil {
 			return nil, fmt.Errorf("kvstore: provision bucket %s: %w", cfg.Bucket, err)
 		}
-	} else {
-		kv, err = js.KeyValue(ctx, cfg.Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, &bucketError{bucket: cfg.Bucket, err: err}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("kvstore: bind bucket %s: %w", cfg.Bucket, err)
-		}
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, &bucketError{bucket: cfg.Bucket, err: err}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kvstore: bind bucket %s: %w", cfg.Bucket, err)
 	}
 
 	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
 	}
+	s := &Store{kv: kv, js: js, bucket: cfg.Bucket, ttl: st.TTL(), noBatch: "the bucket's stream is unknown"}
 	var bucketMax int
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		bucketMax = int(bs.Config().MaxValueSize)
+		s.setStream(bs.StreamInfo().Config, cfg.KeysTTL)
 	}
-	return &Store{kv: kv, bucket: cfg.Bucket, ttl: st.TTL(), limit: minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)}, nil
+	s.limit = minPositive(int(cfg.MaxValueSize), bucketMax, maxPayload)
+	return s, nil
 }
 
 // checkTTL refuses to shorten the TTL of an existing bucket that holds values,
@@ -198,6 +204,9 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 	}
 	r.UpdatedAt = now
 	return s.write(ctx, "create", key, &r, ErrExists, func(ctx context.Context, b []byte) (uint64, error) {
+		if ttl := s.ttlOf(key); ttl > 0 {
+			return s.kv.Create(ctx, key, b, jetstream.KeyTTL(ttl))
+		}
 		return s.kv.Create(ctx, key, b)
 	})
 }
@@ -271,6 +280,15 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 	}
 	r.UpdatedAt = time.Now().UTC()
 	return s.write(ctx, "update", key, &r, ErrConflict, func(ctx context.Context, b []byte) (uint64, error) {
+		if ttl := s.ttlOf(key); ttl > 0 {
+			// nats.go's Update sets no TTL: publish the revision as it does, with one.
+			ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.subject(key), Data: b},
+				jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+			if err != nil {
+				return 0, err
+			}
+			return ack.Sequence, nil
+		}
 		return s.kv.Update(ctx, key, b, rev)
 	})
 }

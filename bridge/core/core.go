@@ -37,6 +37,9 @@ type Config struct {
 	// renewal never waits long behind one sent to a server that stopped answering
 	// (bridge.StoreRequestBound); 0: lease/8, at most 5 s.
 	StoreBound time.Duration
+	// AtomicClaim: the store writes a key and an action record in one atomic batch
+	// (EffClaim), so an unsafe keyed action's one-write start claims both at once.
+	AtomicClaim bool
 }
 
 // JobKind says what started a job.

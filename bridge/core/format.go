@@ -49,6 +49,8 @@ func (f Form) Effect(e Effect) string {
 		return fmt.Sprintf("update%s %s@%d %s", op, f.short(e.Key), e.Rev, f.Record(*e.Rec))
 	case EffDelete:
 		return fmt.Sprintf("delete%s %s@%d", op, f.short(e.Key), e.Rev)
+	case EffClaim:
+		return fmt.Sprintf("claim%s %s %s + act.%s %s", op, f.short(e.Key), f.Record(*e.Rec), e.ActionID, f.Record(*e.Rec2))
 	case EffReadLog:
 		return fmt.Sprintf("read_log%s %s", op, e.ActionID)
 	case EffAppend:

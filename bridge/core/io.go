@@ -68,11 +68,12 @@ type Event struct {
 	// Err is the error behind Failed, for the log.
 	Err error
 
-	Rev   uint64        // EvStore: the new revision of a write
-	Entry kvstore.Entry // EvStore: a Get's entry
-	Log   LogEntry      // EvLog, EvWait: the entry read; Append: Log.Seq
-	Wait  time.Duration // EvAdmit Paused: how long the breaker holds the endpoint
-	Code  string        // EvAdmit Paused: the failure that opened the breaker
+	Rev    uint64        // EvStore: the new revision of a write
+	KeyRev uint64        // EvStore answering EffClaim: the key's revision
+	Entry  kvstore.Entry // EvStore: a Get's entry
+	Log    LogEntry      // EvLog, EvWait: the entry read; Append: Log.Seq
+	Wait   time.Duration // EvAdmit Paused: how long the breaker holds the endpoint
+	Code   string        // EvAdmit Paused: the failure that opened the breaker
 
 	Start   *Start            // EvDeliver
 	Invalid *events.ErrorInfo // EvValidated, EvResumed
@@ -119,6 +120,12 @@ const (
 	EffUpdate
 	// EffDelete deletes Key if its revision is Rev (EvStore: OK, Conflict, Failed).
 	EffDelete
+	// EffClaim creates Key with Rec and the action record of ActionID with Rec2 in one
+	// atomic batch: both are written or neither (EvStore: OK Rev, the record's, and
+	// KeyRev; Exists: the key or the record held a value, nothing written; Conflict: the
+	// store refused the batch as a whole, nothing written; TooLarge; Failed: it may have
+	// been written).
+	EffClaim
 	// EffReadLog reads the last result message of ActionID (EvLog: OK Log, NotFound,
 	// Failed), from the stream's leader: it is never behind what the stream
 	// acknowledged (the output stream has no direct gets), so a NotFound means that no
@@ -173,7 +180,7 @@ const (
 	EffFinish
 )
 
-var effectNames = [...]string{"none", "create", "get", "update", "delete", "read_log", "append", "await_move",
+var effectNames = [...]string{"none", "create", "get", "update", "delete", "claim", "read_log", "append", "await_move",
 	"wait_terminal", "admit", "unadmit", "validate", "resume", "call", "run", "timer", "abort", "beat",
 	"in_progress", "yield", "hook", "note", "dead_letter", "reply_cancel", "finish"}
 
@@ -185,7 +192,8 @@ type Effect struct {
 	Op   uint64
 
 	Key      string
-	Rec      *kvstore.Record // EffCreate, EffUpdate, EffResume (a pointer: an Effect is copied often)
+	Rec      *kvstore.Record // EffCreate, EffUpdate, EffResume, EffClaim (a pointer: an Effect is copied often)
+	Rec2     *kvstore.Record // EffClaim: the action record
 	Rev      uint64
 	ActionID string
 

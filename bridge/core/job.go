@@ -44,6 +44,7 @@ type Job struct {
 	keyRev      uint64
 	keyRec      kvstore.Record
 	keySeen     *kvstore.Entry // a key record a start found held by another action
+	claimTried  bool           // the one-write start tried its atomic claim (EffClaim)
 	keyRenewing bool
 
 	seen      kvstore.Entry // the record (or key record) the flow decides about

@@ -9,12 +9,12 @@ package core
 // Commands (job= defaults to the last job named; every answer goes to the oldest
 // outstanding effect of its kind):
 //
-//	config lease=60s heartbeat=20s approval-ttl=15m max-attempts=5 settle-for=30s ...
+//	config lease=60s heartbeat=20s approval-ttl=15m max-attempts=5 settle-for=30s atomic-claim ...
 //	deliver job=j1 kind=action id=a1 op=chat [safe] [approval] [run] [stream] [key=k1] [input=h1]
 //	        [timeout=60s] [delivery=1] [final] [paused=5s] [invalid] [pre=approve|deny|stale|mismatch]
 //	deliver job=d1 kind=decision id=a1 decision=approve|deny [sha=h1] [msg=m1] [choice=once] [request=r1]
 //	deliver job=x1 kind=expire|cancel id=a1 [tombstone]
-//	answer job=j1 <effect> [status=ok] [rev=N] [seq=N] <record or result fields>
+//	answer job=j1 <effect> [status=ok] [rev=N] [key-rev=N] [seq=N] <record or result fields>
 //	run-approval job=j1 sha=s1 [command=c] [request=r1]
 //	tick 10s | beat | cancel | shutdown | panic | timer job=j1 retry|approval/1|poll
 //	state job=j1
@@ -182,6 +182,8 @@ func (h *harness) setConfig(t *testing.T, td *datadriven.TestData, a datadriven.
 		h.cfg.DecisionTries = num()
 	case "parking-wait":
 		h.cfg.ParkingWait = dur()
+	case "atomic-claim":
+		h.cfg.AtomicClaim = true
 	case "no-pre-approvals":
 		h.cfg.NoPreApprovals = true
 	default:
@@ -298,8 +300,9 @@ func (h *harness) answer(t *testing.T, td *datadriven.TestData, sj *scriptJob) s
 		ev.Status = parseStatus(t, td, status)
 	}
 	td.MaybeScanArgs(t, "rev", &ev.Rev)
+	td.MaybeScanArgs(t, "key-rev", &ev.KeyRev)
 	switch e.Kind {
-	case EffCreate, EffGet, EffUpdate, EffDelete:
+	case EffCreate, EffGet, EffUpdate, EffDelete, EffClaim:
 		ev.Kind = EvStore
 		if e.Kind == EffGet && ev.Status == OK {
 			ev.Entry = h.entry(t, td, e.Key)

@@ -97,14 +97,43 @@ func (j *Job) onAdmitStart(ev Event) {
 	j.startKey()
 }
 
-// startKey claims the key first, so that a crash between the key and the record leaves
-// a key whose holder's own message runs it, never a mark with no key.
+// startKey claims the key and creates the record already dispatched: in one atomic
+// batch where the store takes one, otherwise the key first, so that a crash between the
+// key and the record leaves a key whose holder's own message runs it, never a mark with
+// no key.
 func (j *Job) startKey() {
-	if j.act.IdemKey == "" {
+	switch {
+	case j.act.IdemKey == "":
 		j.startRecord()
-		return
+	case j.cfg.AtomicClaim && !j.claimTried:
+		j.claimTried = true
+		if j.stopBeforeRecord() {
+			return
+		}
+		j.store(kStartClaim, Effect{Kind: EffClaim, Key: j.act.IdemKey, Rec: recordOf(j.keyRecord()),
+			ActionID: j.act.ID, Rec2: recordOf(j.intentRecord(kvstore.StateDispatched))})
+	default:
+		j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(j.keyRecord())})
 	}
-	j.store(kStartKeyCreate, Effect{Kind: EffCreate, Key: j.act.IdemKey, Rec: recordOf(j.keyRecord())})
+}
+
+// onStartClaim: the batch is the key's claim, the record's claim and the write-ahead
+// mark at once. Refused as a whole (the key or the record held a value, or the store
+// refused the batch), it wrote nothing: the key is claimed on its own, and that path
+// decides who holds what. A batch whose answer did not come may have been written, as a
+// lost reply of the record's Create: the next delivery decides.
+func (j *Job) onStartClaim(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.hold(ev.KeyRev, j.keyRecord())
+		j.take(ev.Rev, j.intentRecord(kvstore.StateDispatched), VerdictFresh)
+		j.sendMarked()
+	case Exists, Conflict, TooLarge:
+		j.startKey()
+	default:
+		j.freeSlot()
+		j.infra(ev, "claiming the idempotency key and the action")
+	}
 }
 
 func (j *Job) onStartKeyCreate(ev Event) {
@@ -143,14 +172,22 @@ func (j *Job) onStartKeyGet(ev Event) {
 // startRecord creates the record already dispatched, unless a cancel or shutdown came
 // meanwhile (the ordinary path then decides under a claim).
 func (j *Job) startRecord() {
-	if j.cancelReq || j.shutdown || j.remaining() <= 0 {
-		// Cancelled, cut off, or past the deadline (the start waited on the store, or
-		// its process was paused): nothing is sent; the ordinary path settles it.
-		j.stopStart()
+	if j.stopBeforeRecord() {
 		return
 	}
 	r := j.intentRecord(kvstore.StateDispatched)
 	j.store(kStartRecord, Effect{Kind: EffCreate, Key: kvstore.ActionKey(j.act.ID), Rec: recordOf(r)})
+}
+
+// stopBeforeRecord stops a start that must not create its record dispatched: cancelled,
+// cut off, or past the deadline (the start waited on the store, or its process was
+// paused). Nothing is sent; the ordinary path settles it.
+func (j *Job) stopBeforeRecord() bool {
+	if j.cancelReq || j.shutdown || j.remaining() <= 0 {
+		j.stopStart()
+		return true
+	}
+	return false
 }
 
 // onStartRecord: the Create of the record already dispatched is the claim and the

@@ -13,6 +13,7 @@ const (
 	// The one-write start of an unsafe action with nothing to decide first.
 	kValidateStart  // Validate → invalid: begin (claimed, then settled invalid); valid: Admit without waiting
 	kAdmitStart     // Admit → slot: the key (startKey); busy or paused: begin
+	kStartClaim     // Create idem and act dispatched in one batch → the call; refused or exists: the key first
 	kStartKeyCreate // Create idem → Create act dispatched; held: read it
 	kStartKeyGet    // Get idem → this action's: Create act dispatched; another's: begin with it seen; gone: create again
 	kStartRecord    // Create act dispatched → the call; exists: begin
@@ -126,6 +127,7 @@ func init() {
 	table = [numK]row{
 		kValidateStart:   {"validate_start", (*Job).onValidateStart},
 		kAdmitStart:      {"admit_start", (*Job).onAdmitStart},
+		kStartClaim:      {"start_claim", (*Job).onStartClaim},
 		kStartKeyCreate:  {"start_key_create", (*Job).onStartKeyCreate},
 		kStartKeyGet:     {"start_key_get", (*Job).onStartKeyGet},
 		kStartRecord:     {"start_record", (*Job).onStartRecord},

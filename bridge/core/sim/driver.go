@@ -135,7 +135,7 @@ func (w *World) step(j *job, ev core.Event) {
 }
 
 // storeOps are the effects a job may crash or pause right before.
-var storeOps = []core.EffectKind{core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffReadLog, core.EffAppend}
+var storeOps = []core.EffectKind{core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffClaim, core.EffReadLog, core.EffAppend}
 
 // exec carries out effs in order. A job may crash or pause right before a store
 // operation, and crash, pause or panic at a hook; a pause holds the rest of the batch

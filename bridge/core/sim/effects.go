@@ -15,7 +15,7 @@ import (
 // apply carries out one effect of j.
 func (w *World) apply(j *job, e core.Effect) {
 	switch e.Kind {
-	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete:
+	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffClaim:
 		w.storeOp(j, e, w.applyKV)
 	case core.EffReadLog, core.EffAppend:
 		w.storeOp(j, e, w.applyLog)

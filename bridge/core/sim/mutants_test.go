@@ -35,6 +35,12 @@ type mutant struct {
 
 var mutants = []mutant{
 	{
+		class: "once", name: "refused_claim_sends", file: "start.go",
+		old: "\tcase Exists, Conflict, TooLarge:\n\t\tj.startKey()",
+		new: "\tcase Exists:\n\t\tj.take(ev.Rev, j.intentRecord(kvstore.StateDispatched), VerdictFresh)\n\t\tj.sendMarked()\n\tcase Conflict, TooLarge:\n\t\tj.startKey()",
+		why: "an atomic claim refused because the key or the record is held is taken as won: the action is sent again",
+	},
+	{
 		class: "fence", name: "takeover_of_settling_not_fenced", file: "begin.go",
 		old: "j.fenced = e.Record.State == kvstore.StateSettling",
 		new: "j.fenced = false",

@@ -29,10 +29,10 @@ const (
 )
 
 // coreConfig is the configuration of every job.
-func coreConfig(maxAttempts int) core.Config {
-	return core.Config{Lease: lease, Heartbeat: heartbeat, ApprovalTTL: approvalTTL, MaxAttempts: maxAttempts,
+func coreConfig(p params) core.Config {
+	return core.Config{Lease: lease, Heartbeat: heartbeat, ApprovalTTL: approvalTTL, MaxAttempts: p.maxAttempts,
 		RetryBase: time.Second, RetryMax: 30 * time.Second, SettleFor: 30 * time.Second,
-		DecisionTries: 30, ParkingWait: 5 * time.Second}
+		DecisionTries: 30, ParkingWait: 5 * time.Second, AtomicClaim: p.atomicClaim}
 }
 
 // recordMargin is how much longer than their results the records are kept (the
@@ -50,6 +50,10 @@ type params struct {
 	// requires), recordsTTL the action records' (logMaxAge + recordMargin).
 	ttl, logMaxAge, recordsTTL time.Duration
 	durableRuns                bool
+	// atomicClaim: the store writes a key and a record in one batch (core.EffClaim),
+	// which it refuses as a whole with pBatchRefused (nothing written).
+	atomicClaim   bool
+	pBatchRefused float64
 
 	// Store and log faults, per operation.
 	pSlow, pStale, pLostReply, pFailWrite float64
@@ -117,6 +121,8 @@ func drawParams(s *sched) params {
 	p.pStray = scale(0.3, 0.05, 0.15)
 	p.pInvalid = 0.04
 	p.pStoredPause = scale(0.6, 0.1, 0.5)
+	p.atomicClaim = s.chance(0.5)
+	p.pBatchRefused = scale(0.5, 0.01, 0.2)
 	return p
 }
 
@@ -124,7 +130,7 @@ func (p params) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "replicas=%d workers=%d endpoint_max=%d max_deliver=%d max_attempts=%d ttl=%s log_max_age=%s durable_runs=%v\n",
 		p.replicas, p.workers, p.endpointMax, p.maxDeliver, p.maxAttempts, p.ttl, p.logMaxAge, p.durableRuns)
-	fmt.Fprintf(&b, "records_ttl=%s\n", p.recordsTTL)
+	fmt.Fprintf(&b, "records_ttl=%s atomic_claim=%v (refused %.3f)\n", p.recordsTTL, p.atomicClaim, p.pBatchRefused)
 	fmt.Fprintf(&b, "store: slow=%.3f stale=%.3f (lag %s) lost_reply=%.3f fail_write=%.3f\n",
 		p.pSlow, p.pStale, p.staleLag, p.pLostReply, p.pFailWrite)
 	fmt.Fprintf(&b, "jobs: hook_crash=%.3f hook_pause=%.3f op_crash=%.3f op_pause=%.3f panic=%.3f stored_pause=%.3f\n",

@@ -30,6 +30,9 @@ type Stats struct {
 	AskIndexLeft int
 	// StaleDecisions: decisions naming a request_id the run does not wait for.
 	StaleDecisions int
+	// Atomic claims of a key and a record (core.EffClaim): written, refused because one
+	// of them was there, refused by the server.
+	Claims, ClaimsExist, ClaimsRefused int
 
 	// Faults injected.
 	SlowOps, StaleReads, LostReplies, FailedWrites, JobCrashes, JobPauses, Panics    int

@@ -52,6 +52,13 @@ func (b *bucket) live(key string, now time.Time) (kvVersion, bool) {
 	return v, true
 }
 
+// written reports whether key's last version, a value or a deletion, is still in the
+// stream: an expected last subject sequence of 0 then fails.
+func (b *bucket) written(key string, now time.Time) bool {
+	vs := b.versions[key]
+	return len(vs) > 0 && now.Before(vs[len(vs)-1].written.Add(b.ttlOf(key)))
+}
+
 // asOf returns the key's value as it was at time t (for a read that is behind), none
 // when it had none then.
 func (b *bucket) asOf(key string, t time.Time) (kvVersion, bool) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
+	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
 // The driver's side of the store and the log: each operation reaches the server after
@@ -88,10 +89,13 @@ func (w *World) behindPick(key string, old []kvVersion) kvVersion {
 	return old[w.intN(len(old))]
 }
 
-// applyKV carries out a Create, Get, Update or Delete of j at the server.
+// applyKV carries out a Create, Get, Update, Delete or Claim of j at the server.
 func (w *World) applyKV(j *job, e core.Effect) core.Event {
-	if e.Kind == core.EffGet {
+	switch e.Kind {
+	case core.EffGet:
 		return w.getKV(j, e)
+	case core.EffClaim:
+		return w.claimKV(j, e)
 	}
 	return w.write(j, "kv", fmt.Sprintf("%s %s", e.Kind, short(e.Key)), core.EvStore, func() core.Event {
 		ev := core.Event{Kind: core.EvStore}
@@ -110,6 +114,35 @@ func (w *World) applyKV(j *job, e core.Effect) core.Event {
 				w.stats.Starts++
 			}
 		}
+		return ev
+	})
+}
+
+// claimKV carries out an atomic claim of j: the key and the action record, both or
+// neither. A batch is refused as a whole when either key has a value or a deletion
+// marker still in the stream (its expected sequence is not 0), or by the server
+// (pBatchRefused: nothing written, answered Conflict).
+func (w *World) claimKV(j *job, e core.Effect) core.Event {
+	act := kvstore.ActionKey(e.ActionID)
+	return w.write(j, "kv", fmt.Sprintf("claim %s + %s", short(e.Key), short(act)), core.EvStore, func() core.Event {
+		ev := core.Event{Kind: core.EvStore}
+		switch {
+		case w.faults() && w.chance(w.p.pBatchRefused):
+			ev.Status = core.Conflict
+			w.stats.ClaimsRefused++
+		case w.kv.written(e.Key, w.now) || w.kv.written(act, w.now):
+			ev.Status = core.Exists
+			w.stats.ClaimsExist++
+		default:
+			ev.Status = core.OK
+			ev.KeyRev = w.kv.write(e.Key, *e.Rec, false, w.now)
+			ev.Rev = w.kv.write(act, *e.Rec2, false, w.now)
+			w.onKVWrite(e.Key)
+			w.onKVWrite(act)
+			w.stats.Starts++
+			w.stats.Claims++
+		}
+		w.tr.printf("kv", "claim %s + %s for %s: %s revs %d %d", short(e.Key), short(act), j.owner, ev.Status, ev.KeyRev, ev.Rev)
 		return ev
 	})
 }
