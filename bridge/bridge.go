@@ -28,7 +28,7 @@ type Bridge struct {
 	js       jetstream.JetStream
 	subjects events.Subjects
 	store    recordStore           // the bucket, for the sweeper and the status endpoint
-	recs     records               // the buckets as the jobs use them (buckets)
+	recs     buckets               // the buckets as the jobs use them
 	results  *kvstore.JetStreamLog // the result log (the terminal register)
 	out      outputs               // where outputs are published
 	coreCfg  core.Config
@@ -408,7 +408,12 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.store, b.recs = store, buckets{records: store, keys: keys, m: b.metrics}
+	bs := buckets{records: store, keys: keys, m: b.metrics}
+	if ok, _ := store.Atomic(); ok && keys == store {
+		bs.batch = store
+		b.coreCfg.AtomicClaim = true
+	}
+	b.store, b.recs = store, bs
 	b.recordLimit = store.MaxValueSize()
 	b.results = kvstore.NewJetStreamLog(b.js, b.output, b.subjects.Results)
 	ocfg := jetstream.ObjectStoreConfig{Bucket: c.ObjectBucket, TTL: c.OutputMaxAge, Storage: c.Storage,

@@ -58,11 +58,15 @@ type Config struct {
 	DLQStream string
 	// Consumer is the durable pull consumer shared by every replica (default hermes-bridge).
 	Consumer string
-	// Bucket is the KV bucket of action records and the park index (default
-	// HERMES_IDEMPOTENCY), kept RecordsTTL: longer than the results they stand for.
+	// Bucket is the KV bucket of action records, the park index and idempotency keys
+	// (default HERMES_IDEMPOTENCY), kept RecordsTTL: longer than the results they stand
+	// for; each key expires IdempotencyTTL after its last write.
 	Bucket string
-	// KeysBucket is the KV bucket of idempotency keys (default HERMES_KEYS), kept
-	// IdempotencyTTL: never longer than the results they replay.
+	// KeysBucket is the KV bucket of idempotency keys of a deployment that has one
+	// (default HERMES_KEYS): earlier releases made it, and a bridge makes it where the
+	// server takes no message TTLs. Where it exists, keys live there, kept
+	// IdempotencyTTL, and an unsafe keyed action claims its key and its record in two
+	// writes; the bridge never creates it otherwise.
 	KeysBucket string
 
 	// OutputMaxAge bounds how long events and results can be replayed (default 24h).
@@ -76,8 +80,9 @@ type Config struct {
 	// messages: actions whether handled or not, events and results before OutputMaxAge.
 	// Lowering a limit below what a stream holds needs AllowRetentionShrink.
 	ActionsMaxBytes, OutputMaxBytes, DLQMaxBytes int64
-	// IdempotencyTTL is the keys bucket's TTL: how long an idempotency key is remembered
-	// after its last write (default 24h). Action records are kept RecordsTTL.
+	// IdempotencyTTL is how long an idempotency key is remembered after its last write
+	// (default 24h): its message TTL in the records bucket, or the keys bucket's TTL.
+	// Action records are kept RecordsTTL.
 	IdempotencyTTL time.Duration
 	// Storage is the storage of streams and bucket (default file).
 	Storage jetstream.StorageType

@@ -287,7 +287,7 @@ func (d *driver) addOp(op uint64, stop stopOp) {
 // exec carries out e; an effect answered at once returns its answer.
 func (d *driver) exec(e *core.Effect, home bool) (core.Event, bool) {
 	switch e.Kind {
-	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete:
+	case core.EffCreate, core.EffGet, core.EffUpdate, core.EffDelete, core.EffClaim:
 		return d.storeOp(e), true
 	case core.EffReadLog:
 		return d.readLog(e), true

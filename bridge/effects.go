@@ -47,7 +47,7 @@ func boundCtx(e *core.Effect) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), e.Bound)
 }
 
-// storeOp carries out a Create, Get, Update or Delete.
+// storeOp carries out a Create, Get, Update, Delete or Claim.
 func (d *driver) storeOp(e *core.Effect) core.Event {
 	ctx, cancel := boundCtx(e)
 	defer cancel()
@@ -62,6 +62,12 @@ func (d *driver) storeOp(e *core.Effect) core.Event {
 		ev.Rev, err = d.b.recs.Update(ctx, e.Key, d.b.parkable(ctx, d.id, *e.Rec), e.Rev)
 	case core.EffDelete:
 		err = d.b.recs.Delete(ctx, e.Key, e.Rev)
+	case core.EffClaim:
+		ev.KeyRev, ev.Rev, err = d.b.recs.Claim(ctx, e.Key, *e.Rec, e.ActionID, *e.Rec2)
+		if errors.Is(err, kvstore.ErrBatchRefused) {
+			ev.Status, ev.Err = core.Conflict, err // nothing written: the core claims the key on its own
+			return ev
+		}
 	}
 	ev.Status, ev.Err = storeStatus(err), err
 	return ev

@@ -288,9 +288,10 @@ const (
 	kvUpdate
 	kvDelete
 	kvWait
+	kvClaim
 )
 
-var kvOps = [...]string{kvCreate: "create", kvGet: "get", kvUpdate: "update", kvDelete: "delete", kvWait: "wait"}
+var kvOps = [...]string{kvCreate: "create", kvGet: "get", kvUpdate: "update", kvDelete: "delete", kvWait: "wait", kvClaim: "claim"}
 
 // observeKV records one KV operation of the jobs that began at start; nil-safe.
 func (m *metrics) observeKV(op kvOp, start time.Time) {

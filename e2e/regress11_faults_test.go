@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
@@ -59,8 +58,8 @@ func requireReplayOf(t *testing.T, r *events.Result, original string) {
 // a duplicate that arrives after the TTL has passed since the key was claimed, while the
 // original still runs, must wait for it and replay it, not call Hermes again.
 //
-// The TTL of both buckets (records and keys) is cut to 3 s directly on the server (the
-// bridge refuses a TTL under a minute) and the bridge binds to them without
+// The TTL of the records bucket (which holds the keys) is cut to 3 s directly on the
+// server (the bridge refuses a TTL under a minute) and the bridge binds to it without
 // provisioning; the original takes 8 s, the duplicates come at 2 s and 5 s.
 func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 	h := newHarness(t, withFake(hermestest.WithAgent(killAgent)))
@@ -68,9 +67,7 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg := h.cfg.WithDefaults()
-	for _, b := range []string{cfg.Bucket, cfg.KeysBucket} {
-		h.setBucketTTL(ctx, b, 3*time.Second)
-	}
+	h.setBucketTTL(ctx, cfg.Bucket, 3*time.Second)
 	h.cfg.Provision = false
 	h.cfg.AckWait = 3 * time.Second
 	h.cfg.Heartbeat = time.Second
@@ -97,13 +94,11 @@ func TestRegress11KeyOutlivesLongAction(t *testing.T) {
 // TTL under a minute; a test that needs one binds without provisioning).
 func (h *harness) setBucketTTL(ctx context.Context, b string, ttl time.Duration) {
 	h.t.Helper()
-	kv, err := h.js.KeyValue(ctx, b)
+	s, err := h.js.Stream(ctx, "KV_"+b)
 	requireOK(h.t, err)
-	st, err := kv.Status(ctx)
-	requireOK(h.t, err)
-	kvc := st.(*jetstream.KeyValueBucketStatus).Config()
-	kvc.TTL = ttl
-	if _, err := h.js.UpdateKeyValue(ctx, kvc); err != nil {
+	sc := s.CachedInfo().Config
+	sc.MaxAge, sc.Duplicates = ttl, min(sc.Duplicates, ttl)
+	if _, err := h.js.UpdateStream(ctx, sc); err != nil {
 		h.t.Fatalf("set the TTL of bucket %s: %v", b, err)
 	}
 }

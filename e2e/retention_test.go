@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
@@ -72,6 +73,9 @@ func (h *harness) retentions() map[string]time.Duration {
 	}
 	for _, b := range []string{cfg.Bucket, cfg.KeysBucket} {
 		kv, err := h.js.KeyValue(ctx, b)
+		if errors.Is(err, jetstream.ErrBucketNotFound) && b == cfg.KeysBucket {
+			continue // the keys live in the records bucket
+		}
 		if err != nil {
 			h.t.Fatalf("bucket %s: %v", b, err)
 		}
@@ -144,7 +148,6 @@ func TestRetentionShrinkRefused(t *testing.T) {
 		t.Errorf("error does not match bridge.ErrRetentionShrink: %v", err)
 	}
 	for _, want := range []string{
-		"KV bucket HERMES_KEYS", "HERMES_BRIDGE_IDEMPOTENCY_TTL=1h", "TTL 24h",
 		"KV bucket HERMES_IDEMPOTENCY", "HERMES_BRIDGE_OUTPUT_MAX_AGE=2h (plus 1h)", "TTL 25h",
 		"stream HERMES_OUTPUT", "HERMES_BRIDGE_OUTPUT_MAX_AGE=2h", "max age 24h",
 		"HERMES_BRIDGE_ALLOW_RETENTION_SHRINK=true",
@@ -164,7 +167,7 @@ func TestRetentionShrinkRefused(t *testing.T) {
 	requireOK(t, h.tryBridge(cfg), "with AllowRetentionShrink: %v")
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
-		"KV bucket HERMES_KEYS": time.Hour, "KV bucket HERMES_IDEMPOTENCY": 3 * time.Hour,
+		"KV bucket HERMES_IDEMPOTENCY": 3 * time.Hour,
 		"stream HERMES_OUTPUT": 2 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 2 * time.Hour,
 		"stream HERMES_ACTIONS": 24 * time.Hour,
 	} {
@@ -173,7 +176,6 @@ func TestRetentionShrinkRefused(t *testing.T) {
 		}
 	}
 	logs := h.retentionLogs()
-	checkRetentionLog(t, logs, "KV bucket HERMES_KEYS", "warn", "24h", "1h")
 	checkRetentionLog(t, logs, "KV bucket HERMES_IDEMPOTENCY", "warn", "25h", "3h")
 	checkRetentionLog(t, logs, "stream HERMES_OUTPUT", "warn", "24h", "2h")
 	checkRetentionLog(t, logs, "object store HERMES_OUTPUT_OBJECTS", "warn", "24h", "2h")
@@ -205,7 +207,7 @@ func TestRetentionGrowLogged(t *testing.T) {
 	requireOK(t, h.tryBridge(cfg), "lengthening retention (and shortening an empty stream) refused: %v")
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
-		"KV bucket HERMES_KEYS": 24 * time.Hour, "KV bucket HERMES_IDEMPOTENCY": 25 * time.Hour,
+		"KV bucket HERMES_IDEMPOTENCY": 25 * time.Hour,
 		"stream HERMES_OUTPUT": 24 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 24 * time.Hour,
 		"stream HERMES_DLQ": time.Hour,
 	} {
@@ -214,13 +216,12 @@ func TestRetentionGrowLogged(t *testing.T) {
 		}
 	}
 	logs := h.retentionLogs()
-	checkRetentionLog(t, logs, "KV bucket HERMES_KEYS", "info", "1h", "24h")
 	checkRetentionLog(t, logs, "KV bucket HERMES_IDEMPOTENCY", "info", "3h", "25h")
 	checkRetentionLog(t, logs, "stream HERMES_OUTPUT", "info", "2h", "24h")
 	checkRetentionLog(t, logs, "object store HERMES_OUTPUT_OBJECTS", "info", "2h", "24h")
 	checkRetentionLog(t, logs, "stream HERMES_DLQ", "warn", "168h", "1h")
-	if len(logs) != 5 {
-		t.Errorf("%d resources logged as changed, want 5: %v", len(logs), logs)
+	if len(logs) != 4 {
+		t.Errorf("%d resources logged as changed, want 4: %v", len(logs), logs)
 	}
 }
 

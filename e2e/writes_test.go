@@ -14,35 +14,47 @@ import (
 )
 
 // TestDurableWritesPerAction counts the durable writes of each kind of action as the
-// README's "Durable writes per action" states them: the bucket's stream grows by the
-// record writes, and the output stream holds one result message per action. An unsafe
-// action that starts at once writes its key (if any) and its record created
-// dispatched; a queued one, a duplicate and a safe read take the ordinary path.
+// kvstore package doc states them: the records bucket's stream grows by the record
+// writes (an atomic batch, whatever it holds, is one write), and the output stream
+// holds one result message per action. An unsafe action that starts at once claims its
+// key (if any) and creates its record dispatched: in one atomic batch where the bucket
+// takes batches (memory storage here, or replicated), in two writes on a
+// single-replica file bucket (nats-server stages each batch of one in a file store of
+// its own). A queued one, a duplicate and a safe read take the ordinary path.
 func TestDurableWritesPerAction(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		storage jetstream.StorageType
+		keyed   uint64 // the record writes of an unsafe keyed action's start
+	}{{jetstream.MemoryStorage, 1}, {jetstream.FileStorage, 2}} {
+		t.Run(c.storage.String(), func(t *testing.T) {
+			t.Parallel()
+			durableWrites(t, c.storage, c.keyed)
+		})
+	}
+}
+
+func durableWrites(t *testing.T, storage jetstream.StorageType, keyed uint64) {
 	h := newHarness(t, withFake(hermestest.WithAgent(killAgent)), withConfig(func(c *bridge.Config) {
+		c.Storage = storage
 		c.Endpoints[0].MaxConcurrency = 1 // the queued case waits for the endpoint
 		c.Workers = 4                     // (with a worker of its own)
 	}))
-	// kvSeqs are the last sequences of the two buckets' streams (records, keys).
-	kvSeqs := func() [2]uint64 {
+	recs := recordsStream(t, h)
+	lastSeq := func() uint64 {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var seqs [2]uint64
-		for i, s := range bucketStreams(t, h) {
-			info, err := s.Info(ctx)
-			requireOK(t, err)
-			seqs[i] = info.State.LastSeq
-		}
-		return seqs
+		info, err := recs.Info(ctx)
+		requireOK(t, err)
+		return info.State.LastSeq
 	}
 	steps := []struct {
 		name   string
 		run    func() []string // the action ids it published
 		writes uint64
 	}{
-		{name: "unsafe keyed (start: key, record)", writes: 2, run: func() []string {
+		{name: "unsafe keyed (start: key and record)", writes: keyed, run: func() []string {
 			return []string{h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"writes one"}`), IdempotencyKey: "w-1"})}
 		}},
 		{name: "unsafe unkeyed (start: record)", writes: 1, run: func() []string {
@@ -63,7 +75,7 @@ func TestDurableWritesPerAction(t *testing.T) {
 		}},
 	}
 	for _, st := range steps {
-		before := kvSeqs()
+		before := lastSeq()
 		ids := st.run()
 		for _, id := range ids {
 			h.followOK(id)
@@ -72,47 +84,52 @@ func TestDurableWritesPerAction(t *testing.T) {
 			}
 		}
 		h.waitIdle(20 * time.Second)
-		after := kvSeqs()
-		if got := after[0] - before[0] + after[1] - before[1]; got != st.writes {
-			t.Errorf("%s: %d record writes, want %d: %v", st.name, got, st.writes, kvSubjects(t, h, before, after))
+		writes, subjects := recordWrites(t, recs, before, lastSeq())
+		if writes != st.writes {
+			t.Errorf("%s: %d record writes, want %d: %v", st.name, writes, st.writes, subjects)
 		} else {
-			t.Logf("%s: %d record writes and %s", st.name, got, fmt.Sprintf("%d result message(s)", len(ids)))
+			t.Logf("%s: %d record writes (%v) and %d result message(s)", st.name, writes, subjects, len(ids))
 		}
 	}
 }
 
-// kvSubjects lists the subjects of the buckets' streams' messages after sequences from
-// up to to, each with the message's operation header (for a failure's message).
-func kvSubjects(t *testing.T, h *harness, from, to [2]uint64) []string {
+// recordWrites counts the writes of the records stream's messages after sequence from
+// up to to (the messages of one atomic batch are one write) and lists their subjects,
+// each with its operation header and batch.
+func recordWrites(t *testing.T, s jetstream.Stream, from, to uint64) (uint64, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var writes uint64
 	var out []string
-	for i, s := range bucketStreams(t, h) {
-		for seq := from[i] + 1; seq <= to[i]; seq++ {
-			m, err := s.GetMsg(ctx, seq)
-			if err != nil {
-				out = append(out, fmt.Sprintf("%s %d: %v", s.CachedInfo().Config.Name, seq, err))
-				continue
-			}
-			out = append(out, fmt.Sprintf("%s %d: %s %s", s.CachedInfo().Config.Name, seq, m.Subject, m.Header.Get("KV-Operation")))
+	batches := map[string]bool{}
+	for seq := from + 1; seq <= to; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%d: %v", seq, err))
+			writes++
+			continue
 		}
+		b := m.Header.Get("Nats-Batch-Id")
+		if b == "" || !batches[b] {
+			writes++
+		}
+		if b != "" {
+			batches[b] = true
+			b = " batch " + b
+		}
+		out = append(out, fmt.Sprintf("%d: %s %s%s", seq, m.Subject, m.Header.Get("KV-Operation"), b))
 	}
-	return out
+	return writes, out
 }
 
-// bucketStreams returns the streams of the bridge's KV buckets: the action records',
-// then the idempotency keys'.
-func bucketStreams(t *testing.T, h *harness) [2]jetstream.Stream {
+// recordsStream returns the stream of the bridge's records bucket (which holds the
+// idempotency keys too).
+func recordsStream(t *testing.T, h *harness) jetstream.Stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg := h.cfg.WithDefaults()
-	var out [2]jetstream.Stream
-	for i, b := range []string{cfg.Bucket, cfg.KeysBucket} {
-		s, err := h.js.Stream(ctx, "KV_"+b)
-		requireOK(t, err)
-		out[i] = s
-	}
-	return out
+	s, err := h.js.Stream(ctx, "KV_"+h.cfg.WithDefaults().Bucket)
+	requireOK(t, err)
+	return s
 }

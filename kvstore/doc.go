@@ -1,8 +1,23 @@
 // Package kvstore keeps the bridge's action and idempotency records in JetStream
-// key-value buckets: a [Store] is one bucket. The bridge keeps action records and the
-// park index in one (default HERMES_IDEMPOTENCY), kept longer than the output stream
-// keeps results, and idempotency keys in another (default HERMES_KEYS), kept no longer
-// than the results they replay.
+// key-value buckets: a [Store] is one bucket. The bridge keeps action records, the park
+// index and idempotency keys in one (default HERMES_IDEMPOTENCY): its TTL keeps a record
+// longer than the output stream keeps its result, and each key carries a message TTL of
+// its own ([Config] KeysTTL) that keeps it no longer than the result it replays. A
+// deployment that has a keys bucket of its own (default HERMES_KEYS, made by earlier
+// releases, or where the server takes no message TTLs) keeps its keys there, with that
+// bucket's TTL.
+//
+// # One write to claim
+//
+// An unsafe keyed action's start writes its key and its action record, already
+// dispatched, with [Store.CreateAll]: one nats-server atomic batch (2.12+) in which each
+// message expects its subject to be empty, so both are written or neither, in one round
+// trip and one replicated write. A batch refused as a whole (either subject holds a
+// value, or the server refuses it) writes nothing, and the bridge claims the key on its
+// own. Batches are used where the server holds them in memory until they commit: on
+// replicated or memory buckets. For a single-replica file stream nats-server 2.15
+// stages each batch in a file store of its own, which costs more than the round trip it
+// saves ([Store.Atomic] says so, and the bridge then writes the key, then the record).
 //
 // # Keys
 //
@@ -45,11 +60,12 @@
 //
 // # Expiry
 //
-// All expiry is the bucket TTL (the stream's MaxAge), counted from each
-// revision's write: the bridge gives records its output stream's max age plus an
-// hour, and keys its idempotency TTL (default 24 h). Per-key TTLs are deliberately not used: an
-// Update writes a revision without a TTL, so a per-key TTL would silently be
-// lost on the first state change.
+// Expiry is the bucket TTL (the stream's MaxAge), counted from each revision's write:
+// the bridge gives records its output stream's max age plus an hour. Idempotency keys
+// expire by their message TTL (the idempotency TTL, default 24 h), which every write of
+// a key carries, Updates included (nats.go's Update writes none: the Store publishes the
+// revision itself), so that no state change drops it. A changed idempotency TTL applies
+// to the keys written after the change.
 //
 // Changing the TTL of an existing bucket applies to every value at once, so a
 // shorter TTL deletes those older than it immediately. A provisioning [Open]

@@ -24,6 +24,11 @@
 //     is read from its status (LogEntry.Terminal), never from its message id. The
 //     terminal result is the action's end: no record is updated after it.
 //
+// The one-write start's key and record go to the store as one atomic batch where it
+// takes one (Config.AtomicClaim): both written or neither, so a crash leaves both or
+// nothing; a batch refused as a whole wrote nothing, and the job claims the key on its
+// own (the same path as without batches).
+//
 // KV reads (Get) may be behind on a cluster; log reads (ReadLog) are answered by the
 // stream's leader and are not. So a job never concludes "no result" or "the key is
 // free" from a Get: it reads the log, and a write (Create, Update, Append) settles who
@@ -41,6 +46,8 @@
 //	from            to                  by                                        write
 //	(none)          claimed             begin: claim the id                       Create act
 //	(none)          dispatched          one-write start (after the key's Create)  Create act
+//	(none)          dispatched + key    one-write start, atomic claim (EffClaim)  Create idem and act,
+//	                held                                                          one batch
 //	claimed         dispatched          the write-ahead mark, before the request  Update act
 //	claimed,        released            a certain failure (nothing ran), to be    Update act
 //	dispatched                          retried

@@ -60,8 +60,8 @@ type Config struct {
 	OutputStream  string `env:"HERMES_BRIDGE_OUTPUT_STREAM" envDefault:"HERMES_OUTPUT" desc:"stream capturing <prefix>.out.> (the bridge publishes events, results and batch commits there; the stream stores them as <prefix>.events.<id> and <prefix>.results.<id> and republishes what it stored), with allow_batched"`
 	DLQStream     string `env:"HERMES_BRIDGE_DLQ_STREAM" envDefault:"HERMES_DLQ" desc:"stream capturing <prefix>.dlq"`
 	Consumer      string `env:"HERMES_BRIDGE_CONSUMER" envDefault:"hermes-bridge" desc:"durable pull consumer shared by every replica"`
-	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action records and the park index, kept HERMES_BRIDGE_OUTPUT_MAX_AGE plus 1h (longer than the results)"`
-	KeysBucket    string `env:"HERMES_BRIDGE_KEYS_BUCKET" envDefault:"HERMES_KEYS" desc:"KV bucket of idempotency keys, kept HERMES_BRIDGE_IDEMPOTENCY_TTL"`
+	Bucket        string `env:"HERMES_BRIDGE_BUCKET" envDefault:"HERMES_IDEMPOTENCY" desc:"KV bucket of action records, idempotency keys and the park index, kept HERMES_BRIDGE_OUTPUT_MAX_AGE plus 1h (longer than the results; keys expire HERMES_BRIDGE_IDEMPOTENCY_TTL after their last write)"`
+	KeysBucket    string `env:"HERMES_BRIDGE_KEYS_BUCKET" envDefault:"HERMES_KEYS" desc:"KV bucket of idempotency keys where it exists (earlier releases); otherwise keys live in HERMES_BRIDGE_BUCKET"`
 	ObjectBucket  string `env:"HERMES_BRIDGE_OBJECT_BUCKET" envDefault:"HERMES_OUTPUT_OBJECTS" desc:"object store for outputs and events larger than one message"`
 	Provision     bool   `env:"HERMES_BRIDGE_PROVISION" envDefault:"true" desc:"create or update streams, consumer and bucket at start; false binds only to operator-provisioned ones"`
 	// AllowRetentionShrink is the explicit permission provisioning needs to shorten a
