@@ -168,7 +168,7 @@ func TestRetentionShrinkRefused(t *testing.T) {
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
 		"KV bucket HERMES_IDEMPOTENCY": 3 * time.Hour,
-		"stream HERMES_OUTPUT": 2 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 2 * time.Hour,
+		"stream HERMES_OUTPUT":         2 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 2 * time.Hour,
 		"stream HERMES_ACTIONS": 24 * time.Hour,
 	} {
 		if got[r] != want {
@@ -208,7 +208,7 @@ func TestRetentionGrowLogged(t *testing.T) {
 	got := h.retentions()
 	for r, want := range map[string]time.Duration{
 		"KV bucket HERMES_IDEMPOTENCY": 25 * time.Hour,
-		"stream HERMES_OUTPUT": 24 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 24 * time.Hour,
+		"stream HERMES_OUTPUT":         24 * time.Hour, "object store HERMES_OUTPUT_OBJECTS": 24 * time.Hour,
 		"stream HERMES_DLQ": time.Hour,
 	} {
 		if got[r] != want {
