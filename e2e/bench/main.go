@@ -81,7 +81,7 @@ Scenarios (-scenarios takes numbers or names; all runs 1 to 5):
              toolchain and the repository (or -bridge-bin), nothing from the network
 
 Examples:
-  go run ./e2e/bench                                      # everything, defaults (~2 min on 2 cores)
+  go run ./e2e/bench                                      # everything, defaults (~3 min on 2 cores)
   go run ./e2e/bench -json bench.json -markdown bench.md   # what make bench runs
   go run ./e2e/bench -scenarios 1 -duration 30s -concurrency 128
   go run ./e2e/bench -scenarios stream,streams -events 20000 -store memory
