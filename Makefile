@@ -121,7 +121,7 @@ run: ## run the bridge on its embedded NATS server (endpoints from the environme
 demo: ## run the bridge against cmd/fake-hermes and send one streaming action
 	./deploy/demo.sh
 
-bench: ## bridge vs its floors (NATS, Hermes) side by side, table + bench.json + bench.md (~2 min; go run ./e2e/bench -help)
+bench: ## bridge vs its floors (NATS, Hermes) side by side, and as its own process (RSS); table + bench.json + bench.md (~3 min; go run ./e2e/bench -help)
 	$(GO) run ./e2e/bench -json bench.json -markdown bench.md
 
 # image: the container image without Docker (deploy/image, its own module, on

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,12 +36,12 @@ const (
 	floorInStream   = "BENCH_FLOOR_IN"
 	floorOutStream  = "BENCH_FLOOR_OUT"
 	floorConsumer   = "bench-floor"
-	kvPrefix        = "benchkv" // the loop plus the contract's durable writes: benchkv.actions.> in, benchkv.results.> out
-	kvInStream      = "BENCH_KV_IN"
-	kvOutStream     = "BENCH_KV_OUT"
-	kvConsumer      = "bench-kv"
-	kvBucket        = "BENCH_KV"  // same settings as the bridge's bucket
-	rawStream       = "BENCH_RAW" // scenario 2 raw async-publish floor: benchraw.>
+	promisePrefix   = "benchpromise" // the promise floor: benchpromise.actions.> in, benchpromise.out.results.> stored as benchpromise.results.>
+	promiseIn       = "BENCH_PROMISE_IN"
+	promiseOut      = "BENCH_PROMISE_OUT"
+	promiseConsumer = "bench-promise"
+	promiseBucket   = "BENCH_PROMISE" // the claim records, History 1 as the bridge's buckets
+	rawStream       = "BENCH_RAW"     // scenario 2 raw async-publish floor: benchraw.>
 	rawPrefix       = "benchraw"
 	resultTimeout   = 2 * time.Minute
 	streamDupWindow = 2 * time.Minute // same Duplicates window as the bridge's streams
@@ -65,8 +63,8 @@ type env struct {
 	ncBridge, ncClient, ncFloor *nats.Conn
 	js                          jetstream.JetStream // client side (bench publishers)
 	jsFloor                     jetstream.JetStream // minimal loop side (its result publishes)
-	bridge, floor, kv           pipeline            // the bridge, the minimal loop, the contract-writes loop
-	floorKV                     jetstream.KeyValue
+	bridge, floor, promise      pipeline            // the bridge, the js loop, the promise floor
+	promiseKV                   jetstream.KeyValue  // the promise floor's claims
 	httpc                       *http.Client
 
 	bridgeCancel context.CancelFunc
@@ -182,7 +180,7 @@ func newEnv(ctx context.Context, o options, st *statusLog) (_ *env, err error) {
 		dst    *pipeline
 		prefix string
 		decode func(*nats.Msg) (outcome, bool)
-	}{{&e.bridge, events.DefaultPrefix, decodeBridgeResult}, {&e.floor, floorPrefix, decodeFloorResult}, {&e.kv, kvPrefix, decodeFloorResult}} {
+	}{{&e.bridge, events.DefaultPrefix, decodeBridgeResult}, {&e.floor, floorPrefix, decodeFloorResult}, {&e.promise, promisePrefix, decodeFloorResult}} {
 		p.dst.client = client.New(e.js, client.WithSource("hermes-bench"), client.WithSubjects(events.Subjects{Prefix: p.prefix}))
 		if p.dst.hub, err = newHub(e.ncClient, p.prefix+".results.", p.decode); err != nil {
 			return nil, err
@@ -247,26 +245,36 @@ func (e *env) startFloorLoops(ctx context.Context) error {
 		Storage: e.storage, Duplicates: streamDupWindow}); err != nil {
 		return fmt.Errorf("floor stream %s: %w", rawStream, err)
 	}
-	kv, err := e.jsFloor.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: kvBucket, History: 1,
-		TTL: 24 * time.Hour, Storage: e.storage})
+	kv, err := e.jsFloor.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: promiseBucket, History: 1,
+		TTL: 25 * time.Hour, Storage: e.storage})
 	if err != nil {
-		return fmt.Errorf("floor bucket: %w", err)
+		return fmt.Errorf("promise floor bucket: %w", err)
 	}
-	e.floorKV = kv
-	if err := e.startLoop(ctx, floorPrefix, floorInStream, floorOutStream, floorConsumer, e.floorHandle); err != nil {
+	e.promiseKV = kv
+	if err := e.startLoop(ctx, floorPrefix, floorInStream, floorConsumer, jetstream.StreamConfig{
+		Name: floorOutStream, Subjects: []string{floorPrefix + ".results.>"},
+	}, e.floorHandle); err != nil {
 		return err
 	}
-	return e.startLoop(ctx, kvPrefix, kvInStream, kvOutStream, kvConsumer, e.floorKVHandle)
+	// The promise floor's output stream is the bridge's (bridge/outputs.go): it captures
+	// <prefix>.out.>, stores under <prefix>.> and republishes what it stored, so that a
+	// live subscriber sees only stored results.
+	return e.startLoop(ctx, promisePrefix, promiseIn, promiseConsumer, jetstream.StreamConfig{
+		Name: promiseOut, Subjects: []string{promisePrefix + ".out.results.>"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: promisePrefix + ".out.>", Destination: promisePrefix + ".>"},
+		RePublish:        &jetstream.RePublish{Source: promisePrefix + ".*.>", Destination: promisePrefix + ".{{wildcard(1)}}.>"},
+	}, e.promiseHandle)
 }
 
 // startLoop starts one minimal hand-written JetStream loop: a stream and a durable pull
 // consumer on <prefix>.actions.>, Messages() with PullMaxMessages, Concurrency workers
-// that run handle on each message, and a stream for <prefix>.results.>. No CloudEvents
+// that run handle on each message, and the output stream out (given its name, subjects
+// and any transform; storage and duplicate window are the bridge's). No CloudEvents
 // decoding beyond reading the prompt.
-func (e *env) startLoop(ctx context.Context, prefix, in, out, consumer string, handle func(context.Context, jetstream.Msg)) error {
+func (e *env) startLoop(ctx context.Context, prefix, in, consumer string, out jetstream.StreamConfig, handle func(context.Context, jetstream.Msg)) error {
+	out.Storage, out.Duplicates = e.storage, streamDupWindow
 	for _, sc := range []jetstream.StreamConfig{
-		{Name: in, Subjects: []string{prefix + ".actions.>"}, Storage: e.storage, Duplicates: streamDupWindow},
-		{Name: out, Subjects: []string{prefix + ".results.>"}, Storage: e.storage, Duplicates: streamDupWindow},
+		{Name: in, Subjects: []string{prefix + ".actions.>"}, Storage: e.storage, Duplicates: streamDupWindow}, out,
 	} {
 		if _, err := e.jsFloor.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("floor stream %s: %w", sc.Name, err)
@@ -323,7 +331,7 @@ type floorAction struct {
 	IdempotencyKey string `json:"idempotency_key"`
 }
 
-// floorHandle is one iteration of the minimal loop.
+// floorHandle is one iteration of the js loop: decode, call, publish, ack.
 func (e *env) floorHandle(ctx context.Context, m jetstream.Msg) {
 	id := m.Headers().Get(jetstream.MsgIDHeader)
 	var a floorAction
@@ -343,31 +351,28 @@ func (e *env) floorHandle(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
-// Record values of the contract-writes loop, the size of the bridge's records.
-var (
-	kvClaimRecord = bytes.Repeat([]byte("c"), 260)
-	kvMarkRecord  = bytes.Repeat([]byte("m"), 230)
-)
+// promiseClaim is the promise floor's claim record: as many bytes as the bridge's action
+// record of a scenario 1 action (its JSON: state, action and capability ids, input hash,
+// owner, attempt, idempotency record key, times).
+var promiseClaim = bytes.Repeat([]byte("c"), 420)
 
-// floorKVHandle is the minimal loop plus the durable writes the contract requires of any
-// implementation for a keyed unsafe action, and nothing else: claim the action id (KV
-// Create, §5), claim the scoped key carrying the write-ahead mark (KV Create, §5/§6), call
-// Hermes, store the result (KV Update, §5: results kept 24 h), publish it with its
-// Nats-Msg-Id (§3) and ack.
-func (e *env) floorKVHandle(ctx context.Context, m jetstream.Msg) {
+// promiseResultOpts make the promise floor's result publish a compare-and-set on its
+// subject, as the bridge's result append is (kvstore.JetStreamLog.Append).
+var promiseResultOpts = []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+
+// promiseHandle is the js loop plus exactly the durable writes the bridge's promise
+// needs for an unsafe keyed action: one claim before the call (a KV Create of the
+// action's record, which fails if the action was claimed before), then the result
+// appended with the bridge's message id, only if the action has no result yet, and
+// republished by its stream once stored.
+func (e *env) promiseHandle(ctx context.Context, m jetstream.Msg) {
 	id := m.Headers().Get(jetstream.MsgIDHeader)
 	var a floorAction
 	if json.Unmarshal(m.Data(), &a) != nil || id == "" || a.IdempotencyKey == "" {
 		_ = m.Term()
 		return
 	}
-	sum := sha256.Sum256([]byte(a.IdempotencyKey))
-	rev, err := e.floorKV.Create(ctx, "act."+id, kvClaimRecord)
-	if err != nil {
-		_ = m.Nak()
-		return
-	}
-	if _, err := e.floorKV.Create(ctx, "idem."+hex.EncodeToString(sum[:]), kvMarkRecord); err != nil {
+	if _, err := e.promiseKV.Create(ctx, "act."+id, promiseClaim); err != nil {
 		_ = m.Nak()
 		return
 	}
@@ -376,11 +381,8 @@ func (e *env) floorKVHandle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
-	if _, err := e.floorKV.Update(ctx, "act."+id, append(kvClaimRecord[:len(kvClaimRecord):len(kvClaimRecord)], body...), rev); err != nil {
-		_ = m.Nak()
-		return
-	}
-	if _, err := e.jsFloor.Publish(ctx, kvPrefix+".results."+id, body, jetstream.WithMsgID(id+":result")); err != nil {
+	res := &nats.Msg{Subject: promisePrefix + ".out.results." + id, Header: nats.Header{jetstream.MsgIDHeader: {id + ":result"}}, Data: body}
+	if _, err := e.jsFloor.PublishMsg(ctx, res, promiseResultOpts...); err != nil {
 		_ = m.Nak()
 		return
 	}
@@ -497,7 +499,7 @@ func (e *env) close() {
 	if e.stopTracing != nil {
 		e.stopTracing()
 	}
-	for _, p := range []pipeline{e.bridge, e.floor, e.kv} {
+	for _, p := range []pipeline{e.bridge, e.floor, e.promise} {
 		if p.hub != nil {
 			_ = p.hub.sub.Unsubscribe()
 		}

@@ -5,9 +5,10 @@
 // the same run:
 //
 //  1. chat: throughput and publish-to-result latency of non-streaming chat actions with
-//     unique idempotency keys at a fixed concurrency. Floors: the same requests straight to
-//     the fake over HTTP, and a minimal hand-written JetStream loop (fetch, HTTP call,
-//     publish result, ack; no KV, no dedup).
+//     unique idempotency keys at a fixed concurrency, and at one action in flight.
+//     Floors: the same requests straight to the fake over HTTP; a minimal hand-written
+//     JetStream loop (fetch, HTTP call, publish result, ack; no KV, no dedup); and the
+//     promise floor, that loop plus the two durable writes the bridge's promise needs.
 //  2. stream fan-out: one chat_stream action of -events SSE events, republished and
 //     delivered to a subscriber. Floors: reading the same stream over HTTP, and raw
 //     JetStream async publishes of as many messages of the same size.
@@ -16,6 +17,9 @@
 //     same streams read straight from the fake at once.
 //  4. duplicate storm: -dup-actions actions sharing -dup-keys idempotency keys: actions
 //     settled per second and the number of Hermes calls (must equal the number of keys).
+//  5. bridge process: `hermes-bridge run` built from the repository and run as its own
+//     process against the same server and fake: its RSS at rest and its peak RSS under
+//     scenario 1's load.
 //
 // It prints a table (figure, floor, ratio bridge/floor, target, pass) and writes the same as
 // JSON with the machine's core count and Go version. Run it with `make bench` or
@@ -37,33 +41,58 @@ import (
 
 const usageText = `bench measures what hermes-bridge costs on top of NATS and Hermes.
 
-Everything runs in this process: an embedded nats-server, the fake Hermes (instant agent)
-and the bridge; each scenario is measured for the bridge and for its floor in the same run.
-Every scenario after the first starts from purged streams.
+Everything but scenario 5 runs in this process: an embedded nats-server, the fake Hermes
+(instant agent) and the bridge; each of scenarios 1 to 4 is measured for the bridge and for
+its floors in the same run. Every scenario after the first starts from purged streams.
 
-Scenarios (-scenarios takes numbers or names):
-  1 chat     non-streaming chat actions at -concurrency: actions/s, latency p50/p99, CPU
-             and heap allocated per action, each round's ratios
-             floors: HTTP straight to the fake; minimal JetStream loop without KV or dedup;
-             that loop plus only the KV writes the contract requires (js loop+kv)
+Scenarios (-scenarios takes numbers or names; all runs 1 to 5):
+  1 chat     non-streaming chat actions, each with its own idempotency key, at -concurrency:
+             actions/s, latency p50/p99, CPU and heap allocated per action, NATS traffic per
+             action, each round's ratios; then a pass at one action in flight (bridge and js
+             loop, -serial-window per mode and round): p50 and the bridge's p50 above the loop's
+             floors:
+               http direct    the same request straight to the fake over HTTP, no NATS
+               js loop        what a plain JetStream->HTTP->NATS pipeline does: pull, decode
+                              the prompt, call the fake, publish its response, ack; no durable
+                              write before the call, no message id on the result
+               promise floor  the js loop plus exactly the durable writes the bridge's promise
+                              needs for an unsafe keyed action: one claim before the call (KV
+                              Create of act.<id>, a record the size of the bridge's) and the
+                              result published as the bridge appends it (Nats-Msg-Id, expected
+                              last subject sequence 0, stored through the output stream's
+                              subject transform and republished from there)
+             both loops leave out the rest of the bridge: validation, the idempotency key's
+             record and dedup reads, heartbeats, the result envelope, events, limits, metrics,
+             logging and tracing
   2 stream   one chat_stream of -events SSE events: events/s republished and delivered,
              CPU and heap allocated per event
              floors: HTTP read of the same stream; raw JetStream async publish (4096 pending)
   3 streams  -streams concurrent chat_streams of -stream-events events: completion time,
-             heap/RSS/goroutines per in-flight action; floor: the same streams over HTTP
+             heap/RSS/goroutines per in-flight action; floor: the same streams over HTTP;
+             the bridge's share: of the heap, the process's minus the floor's; of the
+             goroutines, the process's but the fake's and those waiting for work (idle
+             workers and HTTP connections)
   4 dup      -dup-actions actions over -dup-keys idempotency keys: settled/s, Hermes calls
+  5 rss      the bridge as its own process (go build ./cmd/hermes-bridge into a temporary
+             directory, or -bridge-bin; hermes-bridge run configured by environment against
+             this run's NATS server and fake, -concurrency workers): RSS at rest, then peak RSS
+             (VmHWM) after -rss-duration of scenario 1's load; in-process figures cannot
+             separate the bridge's memory from the server's and the fake's. Needs the Go
+             toolchain and the repository (or -bridge-bin), nothing from the network
 
 Examples:
-  go run ./e2e/bench                                      # everything, defaults (~2 min on 2 cores)
+  go run ./e2e/bench                                      # everything, defaults (~3 min on 2 cores)
   go run ./e2e/bench -json bench.json -markdown bench.md   # what make bench runs
   go run ./e2e/bench -scenarios 1 -duration 30s -concurrency 128
   go run ./e2e/bench -scenarios stream,streams -events 20000 -store memory
   go run ./e2e/bench -scenarios 1 -tracing otlp             # what tracing costs (compare with -tracing noop)
   go run ./e2e/bench -scenarios chat -cpuprofile cpu.prof && go tool pprof -top cpu-chat-r1.prof cpu-chat-r2.prof
+  go run ./e2e/bench -scenarios rss                         # the bridge process's RSS alone (~15 s)
 
 Profiles cover the bridge's measuring windows, one file per window (cpu.prof ->
-cpu-chat-r1.prof, cpu-stream-r1.prof, cpu-streams.prof, cpu-dup.prof), and scenario 1's
-JetStream loop windows to compare with (cpu-chat-loop-r1.prof); they are whole-process
+cpu-chat-r1.prof, cpu-chat1-r1.prof at one in flight, cpu-stream-r1.prof, cpu-streams.prof,
+cpu-dup.prof), and scenario 1's loop windows to compare with (cpu-chat-loop-r1.prof,
+cpu-chat-promise-r1.prof, cpu-chat1-loop-r1.prof); they are whole-process
 profiles (NATS server, fake and bench client included): use -focus or -tagignore to narrow.
 -memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3).
 -mutexprofile samples lock contention over the whole run (bridge and floors) into one file.
@@ -83,13 +112,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.Duration, "duration", 16*time.Second, "scenario 1: measuring window of each mode (bridge and floors), split across -rounds")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "scenario 1: warm-up before each mode's first window (a quarter of it before later rounds)")
 	fs.IntVar(&o.Rounds, "rounds", 4, "scenarios 1 and 2: interleaved rounds (bridge and floors in turn), aggregated, to spread machine noise")
+	fs.DurationVar(&o.SerialWindow, "serial-window", 2*time.Second, "scenario 1: measuring window of each mode and round at one action in flight (bridge and js loop); 0 skips that pass")
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "closed-loop clients in scenarios 1 and 4 (the bridge's workers and endpoint max_concurrency are at least this)")
 	fs.IntVar(&o.Events, "events", 100000, "scenario 2: SSE events in the stream (5..100000)")
 	fs.IntVar(&o.Streams, "streams", 1000, "scenario 3: concurrent chat_stream actions")
 	fs.IntVar(&o.StreamEvents, "stream-events", 50, "scenario 3: SSE events per stream (5..100000)")
 	fs.IntVar(&o.DupActions, "dup-actions", 10000, "scenario 4: actions")
 	fs.IntVar(&o.DupKeys, "dup-keys", 100, "scenario 4: idempotency keys shared by the actions")
-	fs.StringVar(&scen, "scenarios", "all", "comma list of scenarios: 1|chat, 2|stream, 3|streams, 4|dup, or all")
+	fs.DurationVar(&o.RSSDuration, "rss-duration", 5*time.Second, "scenario 5: how long the bridge process runs scenario 1's load")
+	fs.StringVar(&o.BridgeBin, "bridge-bin", "", "scenario 5: the hermes-bridge binary to run (default: go build ./cmd/hermes-bridge of the repository the bench runs in)")
+	fs.StringVar(&scen, "scenarios", "all", "comma list of scenarios: 1|chat, 2|stream, 3|streams, 4|dup, 5|rss, or all")
 	fs.StringVar(&o.JSONPath, "json", "", "write the report as JSON to this file (e.g. bench.json)")
 	fs.StringVar(&o.MarkdownPath, "markdown", "", "write the table as Markdown to this file (what the README's Performance section shows)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of the bridge's measuring windows (name-<scenario>.prof)")
@@ -115,6 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	check(o.Duration > 0, "-duration must be positive")
 	check(o.Warmup >= 0, "-warmup must not be negative")
+	check(o.SerialWindow >= 0, "-serial-window must not be negative")
+	check(o.RSSDuration > 0, "-rss-duration must be positive")
 	check(o.Rounds >= 1, "-rounds must be at least 1")
 	check(o.Concurrency >= 1, "-concurrency must be at least 1")
 	check(o.Events >= 5 && o.Events <= 100000, "-events must be from 5 to 100000 (the bridge's max_events limit)")
@@ -135,9 +169,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 }
 
 var scenarioNames = map[string]string{"1": "chat", "chat": "chat", "2": "stream", "stream": "stream",
-	"3": "streams", "streams": "streams", "many": "streams", "4": "dup", "dup": "dup"}
+	"3": "streams", "streams": "streams", "many": "streams", "4": "dup", "dup": "dup", "5": "rss", "rss": "rss"}
 
-var scenarioOrder = []string{"chat", "stream", "streams", "dup"}
+var scenarioOrder = []string{"chat", "stream", "streams", "dup", "rss"}
 
 func parseScenarios(s string) ([]string, error) {
 	if s == "" || s == "all" {
@@ -147,7 +181,7 @@ func parseScenarios(s string) ([]string, error) {
 	for f := range strings.SplitSeq(s, ",") {
 		name, ok := scenarioNames[strings.TrimSpace(strings.ToLower(f))]
 		if !ok {
-			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want 1|chat, 2|stream, 3|streams, 4|dup)", f)
+			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want 1|chat, 2|stream, 3|streams, 4|dup, 5|rss)", f)
 		}
 		seen[name] = true
 	}
@@ -164,7 +198,8 @@ func parseScenarios(s string) ([]string, error) {
 func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, error) {
 	st := &statusLog{w: stderr, start: time.Now()}
 	rep := &Report{Machine: machine(), Store: o.Store, StartedAt: time.Now().UTC(), Params: map[string]any{
-		"duration_s": o.Duration.Seconds(), "warmup_s": o.Warmup.Seconds(), "rounds": o.Rounds,
+		"duration_s": o.Duration.Seconds(), "warmup_s": o.Warmup.Seconds(), "rounds": o.Rounds, "serial_window_s": o.SerialWindow.Seconds(),
+		"rss_duration_s": o.RSSDuration.Seconds(), "bridge_bin": o.BridgeBin,
 		"concurrency": o.Concurrency, "events": o.Events, "streams": o.Streams, "stream_events": o.StreamEvents,
 		"dup_actions": o.DupActions, "dup_keys": o.DupKeys, "scenarios": o.Scenarios,
 		"tracing": o.Tracing, "metrics": !o.NoMetrics,
@@ -200,6 +235,8 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (*Report, err
 			s = e.scenarioStreams(ctx, prof)
 		case "dup":
 			s = e.scenarioDup(ctx, prof)
+		case "rss":
+			s = e.scenarioRSS(ctx)
 		}
 		s.Elapsed = time.Since(t0).Seconds()
 		rep.Scenarios = append(rep.Scenarios, s)

@@ -20,12 +20,15 @@ type options struct {
 	Duration     time.Duration // scenario 1 measuring window per mode (all rounds together)
 	Warmup       time.Duration // scenario 1 warm-up before a mode's first window
 	Rounds       int           // scenario 1: the modes are measured in this many interleaved rounds
+	SerialWindow time.Duration // scenario 1: window per mode and round at one action in flight (0: no such pass)
 	Concurrency  int
-	Events       int // scenario 2 SSE events in the stream
-	Streams      int // scenario 3 concurrent streams
-	StreamEvents int // scenario 3 SSE events per stream
-	DupActions   int // scenario 4 actions
-	DupKeys      int // scenario 4 idempotency keys
+	Events       int           // scenario 2 SSE events in the stream
+	Streams      int           // scenario 3 concurrent streams
+	StreamEvents int           // scenario 3 SSE events per stream
+	DupActions   int           // scenario 4 actions
+	DupKeys      int           // scenario 4 idempotency keys
+	RSSDuration  time.Duration // scenario 5: load on the bridge process
+	BridgeBin    string        // scenario 5: the hermes-bridge binary ("": built from the repository)
 	Scenarios    []string
 	JSONPath     string
 	MarkdownPath string
