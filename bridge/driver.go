@@ -127,7 +127,7 @@ func (d *driver) deliver(ev core.Event, home bool) {
 }
 
 // eventBufs and effectBufs hold the buffers of deliver's queue and of a step's effects
-// (an Event and an Effect are about 600 bytes each, and every step of every job needs
+// (an Event is about 600 bytes and an Effect 230, and every step of every job needs
 // them): reused, not allocated per step. Nothing keeps a pointer into them once
 // deliver or stepSafely returns (exec copies what its goroutines need).
 var (
@@ -181,9 +181,12 @@ func (d *driver) step(ev core.Event, out []core.Effect) []core.Effect {
 	ev.Now = time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	effs := d.job.Step(ev)
+	n := len(out)
+	effs := d.job.StepAppend(ev, out)
 	d.b.tracing.traceStep(d)
-	for _, e := range effs {
+	out = effs[:n] // the effects kept are moved down over the aborts carried out here
+	for i := n; i < len(effs); i++ {
+		e := &effs[i]
 		switch e.Kind {
 		case core.EffAbort:
 			if stop, ok := d.ops[e.Op]; ok {
@@ -202,8 +205,9 @@ func (d *driver) step(ev core.Event, out []core.Effect) []core.Effect {
 			}
 			clear(d.ops)
 		}
-		out = append(out, e)
+		out = append(out, *e)
 	}
+	clear(effs[len(out):])
 	return out
 }
 
