@@ -46,7 +46,8 @@ type driver struct {
 
 	mu       sync.Mutex
 	job      *core.Job
-	ops      map[uint64]stopOp // async operations in flight, for Abort
+	ops      []asyncOp // async operations in flight, for Abort (few at a time)
+	opsBuf   [2]asyncOp
 	finished bool
 	fin      core.Effect // the job's EffFinish
 	done     chan struct{}
@@ -78,9 +79,22 @@ type driver struct {
 	runStopping atomic.Bool
 }
 
-// stopOp stops an async operation: it cancels its context, or stops its timer and
-// reports whether the timer had not fired yet.
-type stopOp func() bool
+// asyncOp is an async operation in flight: a context to cancel, or a timer to stop.
+type asyncOp struct {
+	op     uint64
+	cancel context.CancelFunc
+	timer  *time.Timer
+}
+
+// stop cancels the operation's context, or stops its timer and reports whether the
+// timer had not fired yet.
+func (a asyncOp) stop() bool {
+	if a.timer != nil {
+		return a.timer.Stop()
+	}
+	a.cancel()
+	return false
+}
 
 // newDriver returns the driver of a job of kind about action id.
 func (b *Bridge) newDriver(kind core.JobKind, id string, msg jetstream.Msg, md *jetstream.MsgMetadata) *driver {
@@ -189,21 +203,21 @@ func (d *driver) step(ev core.Event, out []core.Effect) []core.Effect {
 		e := &effs[i]
 		switch e.Kind {
 		case core.EffAbort:
-			if stop, ok := d.ops[e.Op]; ok {
-				delete(d.ops, e.Op)
+			if a, ok := d.takeOp(e.Op); ok {
 				// A timer that had not fired answers Aborted here; the other
 				// operations answer when they see their context cancelled.
-				if stop() {
+				if a.stop() {
 					go d.deliver(core.Event{Kind: core.EvTimer, Op: e.Op, Status: core.Aborted}, false)
 				}
 			}
 			continue
 		case core.EffFinish:
 			d.finished = true
-			for _, stop := range d.ops {
-				stop()
+			for _, a := range d.ops {
+				a.stop()
 			}
 			clear(d.ops)
+			d.ops = d.ops[:0]
 		}
 		out = append(out, *e)
 	}
@@ -226,16 +240,15 @@ func (d *driver) async(op uint64, deadline time.Time) (context.Context, bool) {
 	} else {
 		ctx, cancel = context.WithDeadline(context.Background(), deadline)
 	}
-	d.addOp(op, func() bool { cancel(); return false })
+	d.addOp(asyncOp{op: op, cancel: cancel})
 	return ctx, true
 }
 
 // opDone forgets op once it answered.
 func (d *driver) opDone(op uint64) {
 	d.mu.Lock()
-	if stop, ok := d.ops[op]; ok {
-		delete(d.ops, op)
-		stop()
+	if a, ok := d.takeOp(op); ok {
+		a.stop()
 	}
 	d.mu.Unlock()
 }
@@ -274,18 +287,32 @@ func (d *driver) timer(e *core.Effect) {
 		return
 	}
 	op, t := e.Op, e.Timer
-	d.addOp(op, time.AfterFunc(max(time.Until(e.Until), 0), func() {
+	d.addOp(asyncOp{op: op, timer: time.AfterFunc(max(time.Until(e.Until), 0), func() {
 		d.opDone(op)
 		d.deliver(core.Event{Kind: core.EvTimer, Op: op, Timer: t, Status: core.OK}, false)
-	}).Stop)
+	})})
 }
 
-// addOp registers the async operation op (under mu).
-func (d *driver) addOp(op uint64, stop stopOp) {
+// addOp registers an async operation (under mu).
+func (d *driver) addOp(a asyncOp) {
 	if d.ops == nil {
-		d.ops = map[uint64]stopOp{}
+		d.ops = d.opsBuf[:0]
 	}
-	d.ops[op] = stop
+	d.ops = append(d.ops, a)
+}
+
+// takeOp forgets the async operation op and returns it, if it is registered (under mu).
+func (d *driver) takeOp(op uint64) (asyncOp, bool) {
+	for i, a := range d.ops {
+		if a.op == op {
+			last := len(d.ops) - 1
+			d.ops[i] = d.ops[last]
+			d.ops[last] = asyncOp{}
+			d.ops = d.ops[:last]
+			return a, true
+		}
+	}
+	return asyncOp{}, false
 }
 
 // exec carries out e; an effect answered at once returns its answer.
