@@ -56,9 +56,9 @@ func (a *actionInfo) identify(b *Bridge, ep, op string, perr, decodeErr error, d
 	a.capID = events.CapabilityID(ep, op)
 	a.spec, _ = LookupOperation(op)
 	a.ep = b.eps[ep]
-	var attrErr *events.AttributeError
+	attrErr, isAttr := errors.AsType[*events.AttributeError](decodeErr)
 	switch {
-	case errors.As(decodeErr, &attrErr):
+	case isAttr:
 		a.invalid = invalidAction(attrErr.Attribute, attrErr.Reason)
 	case decodeErr != nil:
 		a.invalid = invalidAction("", decodeErr.Error())
@@ -261,8 +261,7 @@ func (d *driver) call(ctx context.Context) core.Event {
 // callAnswer maps a call's answer for the job.
 func (d *driver) callAnswer(ctx context.Context, res *hermes.Result, err error) *core.CallAnswer {
 	c := &core.CallAnswer{Result: resultOf(d, res, err), Responded: res != nil}
-	var he *hermes.Error
-	if errors.As(err, &he) {
+	if he, ok := errors.AsType[*hermes.Error](err); ok {
 		c.NotStarted, c.RetryAfter = he.NotStarted, he.RetryAfter
 		c.Gated = gateRefused(he)
 		c.Retryable = res == nil && he.Retryable(d.act.spec.Safe)
@@ -283,11 +282,9 @@ func gateRefused(he *hermes.Error) bool {
 // failures say nothing about the gate.
 func (d *driver) gateFeedback(err error) {
 	lim := d.act.ep.lim
-	var he *hermes.Error
-	switch {
-	case err == nil:
+	if err == nil {
 		lim.succeeded(&d.slot)
-	case errors.As(err, &he) && gateRefused(he):
+	} else if he, ok := errors.AsType[*hermes.Error](err); ok && gateRefused(he) {
 		lim.refused(&d.slot)
 	}
 }
