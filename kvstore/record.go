@@ -163,12 +163,17 @@ func ActionKey(actionID string) string { return "act." + actionID }
 // capability: "idem." + lowercase hex SHA-256 of capabilityID, a NUL byte
 // and key. The same raw key under two capabilities gives two keys.
 func IdempotencyKey(capabilityID, key string) string {
-	h := sha256.New()
-	h.Write([]byte(capabilityID))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	var sum [sha256.Size]byte
-	return "idem." + hex.EncodeToString(h.Sum(sum[:0]))
+	var buf [256]byte // the usual capability id and key fit: hashed without an allocation
+	in := append(append(append(buf[:0], capabilityID...), 0), key...)
+	sum := sha256.Sum256(in)
+	const prefix = "idem."
+	var out strings.Builder
+	out.Grow(len(prefix) + hex.EncodedLen(len(sum)))
+	out.WriteString(prefix)
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	out.Write(digits[:])
+	return out.String()
 }
 
 // IsIdempotencyKey reports whether a record key is one IdempotencyKey returns.
