@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
@@ -120,7 +121,7 @@ func (d *driver) validate() *events.ErrorInfo {
 	if a.env.Subject != "" && a.env.Subject != a.capID {
 		return invalidAction("subject", "the CloudEvent subject does not match the capability "+a.capID)
 	}
-	if err := schemas.ValidateActionValue(a.op, act.Data); err != nil {
+	if err := validateAction(a.op, act); err != nil {
 		return actionErrorInfo(err)
 	}
 	if a.spec.KeyRequired && act.IdempotencyKey == "" {
@@ -138,6 +139,25 @@ func (d *driver) validate() *events.ErrorInfo {
 	}
 	return nil
 }
+
+// validateAction checks an action against the contract's schema, action.schema.json:
+// the object, then its input against $defs/<op>. events.DecodeAction, which read the
+// action, has checked every rule of the object's own schema for an action whose members
+// are among shortMembers (TestDecodeActionCoversTheActionSchema): such an action, the
+// usual one, has only its input checked. An action with a capability_id, a timeout_ms or
+// a pre-approval, whose rules DecodeAction does not check exactly as the schema does, is
+// checked whole.
+func validateAction(op string, act *events.Action) error {
+	for k := range act.Data {
+		if !slices.Contains(shortMembers, k) {
+			return schemas.ValidateActionValue(op, act.Data)
+		}
+	}
+	return schemas.ValidateActionInput(op, act.Value)
+}
+
+// shortMembers are the action members whose schema rules events.DecodeAction checks too.
+var shortMembers = []string{"input", "idempotency_key", "tenant_id"}
 
 // request is the Hermes request of the action (a governed run starts with run_start's).
 func (d *driver) request() hermes.Request {
