@@ -127,7 +127,7 @@ func (d *driver) deliver(ev core.Event, home bool) {
 	q := append((*qp)[:0], ev)
 	for i := 0; i < len(q); i++ {
 		var panicked bool
-		if q, panicked = d.stepSafely(q[i], home, q); panicked {
+		if q, panicked = d.stepSafely(&q[i], home, q); panicked {
 			// What was left to step is dropped: the job is stepped with EvPanic next.
 			q = q[:i+1]
 			if d.panicked(home) {
@@ -149,9 +149,11 @@ var (
 	effectBufs = sync.Pool{New: func() any { b := make([]core.Effect, 0, 8); return &b }}
 )
 
-// stepSafely steps ev, carries its effects out and appends the answers to q; it
-// reports a panic in the step or an effect instead of propagating it.
-func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []core.Event, panicked bool) {
+// stepSafely steps *ev, carries its effects out and appends the answers to q; it
+// reports a panic in the step or an effect instead of propagating it. ev (an Event is
+// about 600 bytes: a pointer, not a copy per call) is not used once the step is taken,
+// so it may point into q.
+func (d *driver) stepSafely(ev *core.Event, home bool, q []core.Event) (out []core.Event, panicked bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
@@ -191,12 +193,12 @@ func (d *driver) panicked(home bool) bool {
 // step steps the job with ev (at the driver's time) and appends its effects to out. It
 // registers the async operations the effects start (so that an Abort, which another
 // goroutine may step before the operation starts, finds them) and carries out aborts.
-func (d *driver) step(ev core.Event, out []core.Effect) []core.Effect {
+func (d *driver) step(ev *core.Event, out []core.Effect) []core.Effect {
 	ev.Now = time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := len(out)
-	effs := d.job.StepAppend(ev, out)
+	effs := d.job.StepAppend(*ev, out)
 	d.b.tracing.traceStep(d)
 	out = effs[:n] // the effects kept are moved down over the aborts carried out here
 	for i := n; i < len(effs); i++ {
