@@ -65,8 +65,8 @@ func (b *breaker) pause(now time.Time) (bool, time.Duration, string) {
 // not be reached or answered 5xx. Rejections, 429 (back-pressure), client-side input
 // errors and the caller's own cancellation are not endpoint failures.
 func endpointFailure(err error) bool {
-	var he *hermes.Error
-	if !errors.As(err, &he) {
+	he, ok := errors.AsType[*hermes.Error](err)
+	if !ok {
 		return false
 	}
 	switch he.Code {

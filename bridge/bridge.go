@@ -312,13 +312,17 @@ type nextMessages struct {
 	bounded bool // the next call gives up after nextWait
 }
 
+// boundedNext are the options of a bounded Next, made once (not an option and its
+// slice per message): jetstream only reads them.
+var boundedNext = []jetstream.NextOpt{jetstream.NextMaxWait(nextWait)}
+
 // next returns the next message; nats.ErrTimeout after nextWait when the call was
 // bounded, and ctx's error or the iterator's when it ends otherwise.
 func (n *nextMessages) next(ctx context.Context) (jetstream.Msg, error) {
 	var msg jetstream.Msg
 	var err error
 	if n.bounded {
-		msg, err = n.it.Next(jetstream.NextMaxWait(nextWait)) // Stop ends it on shutdown
+		msg, err = n.it.Next(boundedNext...) // Stop ends it on shutdown
 	} else {
 		msg, err = n.it.Next(jetstream.NextContext(ctx))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
@@ -56,9 +57,9 @@ func (a *actionInfo) identify(b *Bridge, ep, op string, perr, decodeErr error, d
 	a.capID = events.CapabilityID(ep, op)
 	a.spec, _ = LookupOperation(op)
 	a.ep = b.eps[ep]
-	var attrErr *events.AttributeError
+	attrErr, isAttr := errors.AsType[*events.AttributeError](decodeErr)
 	switch {
-	case errors.As(decodeErr, &attrErr):
+	case isAttr:
 		a.invalid = invalidAction(attrErr.Attribute, attrErr.Reason)
 	case decodeErr != nil:
 		a.invalid = invalidAction("", decodeErr.Error())
@@ -120,7 +121,7 @@ func (d *driver) validate() *events.ErrorInfo {
 	if a.env.Subject != "" && a.env.Subject != a.capID {
 		return invalidAction("subject", "the CloudEvent subject does not match the capability "+a.capID)
 	}
-	if err := schemas.ValidateActionValue(a.op, act.Data); err != nil {
+	if err := validateAction(a.op, act); err != nil {
 		return actionErrorInfo(err)
 	}
 	if a.spec.KeyRequired && act.IdempotencyKey == "" {
@@ -138,6 +139,25 @@ func (d *driver) validate() *events.ErrorInfo {
 	}
 	return nil
 }
+
+// validateAction checks an action against the contract's schema, action.schema.json:
+// the object, then its input against $defs/<op>. events.DecodeAction, which read the
+// action, has checked every rule of the object's own schema for an action whose members
+// are among shortMembers (TestDecodeActionCoversTheActionSchema): such an action, the
+// usual one, has only its input checked. An action with a capability_id, a timeout_ms or
+// a pre-approval, whose rules DecodeAction does not check exactly as the schema does, is
+// checked whole.
+func validateAction(op string, act *events.Action) error {
+	for k := range act.Data {
+		if !slices.Contains(shortMembers, k) {
+			return schemas.ValidateActionValue(op, act.Data)
+		}
+	}
+	return schemas.ValidateActionInput(op, act.Value)
+}
+
+// shortMembers are the action members whose schema rules events.DecodeAction checks too.
+var shortMembers = []string{"input", "idempotency_key", "tenant_id"}
 
 // request is the Hermes request of the action (a governed run starts with run_start's).
 func (d *driver) request() hermes.Request {
@@ -261,8 +281,7 @@ func (d *driver) call(ctx context.Context) core.Event {
 // callAnswer maps a call's answer for the job.
 func (d *driver) callAnswer(ctx context.Context, res *hermes.Result, err error) *core.CallAnswer {
 	c := &core.CallAnswer{Result: resultOf(d, res, err), Responded: res != nil}
-	var he *hermes.Error
-	if errors.As(err, &he) {
+	if he, ok := errors.AsType[*hermes.Error](err); ok {
 		c.NotStarted, c.RetryAfter = he.NotStarted, he.RetryAfter
 		c.Gated = gateRefused(he)
 		c.Retryable = res == nil && he.Retryable(d.act.spec.Safe)
@@ -283,11 +302,9 @@ func gateRefused(he *hermes.Error) bool {
 // failures say nothing about the gate.
 func (d *driver) gateFeedback(err error) {
 	lim := d.act.ep.lim
-	var he *hermes.Error
-	switch {
-	case err == nil:
+	if err == nil {
 		lim.succeeded(&d.slot)
-	case errors.As(err, &he) && gateRefused(he):
+	} else if he, ok := errors.AsType[*hermes.Error](err); ok && gateRefused(he) {
 		lim.refused(&d.slot)
 	}
 }

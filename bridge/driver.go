@@ -46,7 +46,8 @@ type driver struct {
 
 	mu       sync.Mutex
 	job      *core.Job
-	ops      map[uint64]stopOp // async operations in flight, for Abort
+	ops      []asyncOp // async operations in flight, for Abort (few at a time)
+	opsBuf   [2]asyncOp
 	finished bool
 	fin      core.Effect // the job's EffFinish
 	done     chan struct{}
@@ -78,9 +79,22 @@ type driver struct {
 	runStopping atomic.Bool
 }
 
-// stopOp stops an async operation: it cancels its context, or stops its timer and
-// reports whether the timer had not fired yet.
-type stopOp func() bool
+// asyncOp is an async operation in flight: a context to cancel, or a timer to stop.
+type asyncOp struct {
+	op     uint64
+	cancel context.CancelFunc
+	timer  *time.Timer
+}
+
+// stop cancels the operation's context, or stops its timer and reports whether the
+// timer had not fired yet.
+func (a asyncOp) stop() bool {
+	if a.timer != nil {
+		return a.timer.Stop()
+	}
+	a.cancel()
+	return false
+}
 
 // newDriver returns the driver of a job of kind about action id.
 func (b *Bridge) newDriver(kind core.JobKind, id string, msg jetstream.Msg, md *jetstream.MsgMetadata) *driver {
@@ -113,7 +127,7 @@ func (d *driver) deliver(ev core.Event, home bool) {
 	q := append((*qp)[:0], ev)
 	for i := 0; i < len(q); i++ {
 		var panicked bool
-		if q, panicked = d.stepSafely(q[i], home, q); panicked {
+		if q, panicked = d.stepSafely(&q[i], home, q); panicked {
 			// What was left to step is dropped: the job is stepped with EvPanic next.
 			q = q[:i+1]
 			if d.panicked(home) {
@@ -127,7 +141,7 @@ func (d *driver) deliver(ev core.Event, home bool) {
 }
 
 // eventBufs and effectBufs hold the buffers of deliver's queue and of a step's effects
-// (an Event and an Effect are about 600 bytes each, and every step of every job needs
+// (an Event is about 600 bytes and an Effect 230, and every step of every job needs
 // them): reused, not allocated per step. Nothing keeps a pointer into them once
 // deliver or stepSafely returns (exec copies what its goroutines need).
 var (
@@ -135,9 +149,11 @@ var (
 	effectBufs = sync.Pool{New: func() any { b := make([]core.Effect, 0, 8); return &b }}
 )
 
-// stepSafely steps ev, carries its effects out and appends the answers to q; it
-// reports a panic in the step or an effect instead of propagating it.
-func (d *driver) stepSafely(ev core.Event, home bool, q []core.Event) (out []core.Event, panicked bool) {
+// stepSafely steps *ev, carries its effects out and appends the answers to q; it
+// reports a panic in the step or an effect instead of propagating it. ev (an Event is
+// about 600 bytes: a pointer, not a copy per call) is not used once the step is taken,
+// so it may point into q.
+func (d *driver) stepSafely(ev *core.Event, home bool, q []core.Event) (out []core.Event, panicked bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
@@ -177,33 +193,37 @@ func (d *driver) panicked(home bool) bool {
 // step steps the job with ev (at the driver's time) and appends its effects to out. It
 // registers the async operations the effects start (so that an Abort, which another
 // goroutine may step before the operation starts, finds them) and carries out aborts.
-func (d *driver) step(ev core.Event, out []core.Effect) []core.Effect {
+func (d *driver) step(ev *core.Event, out []core.Effect) []core.Effect {
 	ev.Now = time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	effs := d.job.Step(ev)
+	n := len(out)
+	effs := d.job.StepAppend(*ev, out)
 	d.b.tracing.traceStep(d)
-	for _, e := range effs {
+	out = effs[:n] // the effects kept are moved down over the aborts carried out here
+	for i := n; i < len(effs); i++ {
+		e := &effs[i]
 		switch e.Kind {
 		case core.EffAbort:
-			if stop, ok := d.ops[e.Op]; ok {
-				delete(d.ops, e.Op)
+			if a, ok := d.takeOp(e.Op); ok {
 				// A timer that had not fired answers Aborted here; the other
 				// operations answer when they see their context cancelled.
-				if stop() {
+				if a.stop() {
 					go d.deliver(core.Event{Kind: core.EvTimer, Op: e.Op, Status: core.Aborted}, false)
 				}
 			}
 			continue
 		case core.EffFinish:
 			d.finished = true
-			for _, stop := range d.ops {
-				stop()
+			for _, a := range d.ops {
+				a.stop()
 			}
 			clear(d.ops)
+			d.ops = d.ops[:0]
 		}
-		out = append(out, e)
+		out = append(out, *e)
 	}
+	clear(effs[len(out):])
 	return out
 }
 
@@ -222,16 +242,15 @@ func (d *driver) async(op uint64, deadline time.Time) (context.Context, bool) {
 	} else {
 		ctx, cancel = context.WithDeadline(context.Background(), deadline)
 	}
-	d.addOp(op, func() bool { cancel(); return false })
+	d.addOp(asyncOp{op: op, cancel: cancel})
 	return ctx, true
 }
 
 // opDone forgets op once it answered.
 func (d *driver) opDone(op uint64) {
 	d.mu.Lock()
-	if stop, ok := d.ops[op]; ok {
-		delete(d.ops, op)
-		stop()
+	if a, ok := d.takeOp(op); ok {
+		a.stop()
 	}
 	d.mu.Unlock()
 }
@@ -270,18 +289,32 @@ func (d *driver) timer(e *core.Effect) {
 		return
 	}
 	op, t := e.Op, e.Timer
-	d.addOp(op, time.AfterFunc(max(time.Until(e.Until), 0), func() {
+	d.addOp(asyncOp{op: op, timer: time.AfterFunc(max(time.Until(e.Until), 0), func() {
 		d.opDone(op)
 		d.deliver(core.Event{Kind: core.EvTimer, Op: op, Timer: t, Status: core.OK}, false)
-	}).Stop)
+	})})
 }
 
-// addOp registers the async operation op (under mu).
-func (d *driver) addOp(op uint64, stop stopOp) {
+// addOp registers an async operation (under mu).
+func (d *driver) addOp(a asyncOp) {
 	if d.ops == nil {
-		d.ops = map[uint64]stopOp{}
+		d.ops = d.opsBuf[:0]
 	}
-	d.ops[op] = stop
+	d.ops = append(d.ops, a)
+}
+
+// takeOp forgets the async operation op and returns it, if it is registered (under mu).
+func (d *driver) takeOp(op uint64) (asyncOp, bool) {
+	for i, a := range d.ops {
+		if a.op == op {
+			last := len(d.ops) - 1
+			d.ops[i] = d.ops[last]
+			d.ops[last] = asyncOp{}
+			d.ops = d.ops[:last]
+			return a, true
+		}
+	}
+	return asyncOp{}, false
 }
 
 // exec carries out e; an effect answered at once returns its answer.

@@ -44,7 +44,7 @@ func (s *steppedDriver) feed(ev core.Event) []core.Effect {
 	if ev.Kind != core.EvDeliver && ev.Op == 0 {
 		ev.Op = s.last.Op
 	}
-	effs := s.step(ev, nil)
+	effs := s.step(&ev, nil)
 	for _, e := range effs {
 		if e.Op != 0 {
 			s.last = e

@@ -114,11 +114,21 @@ func (d *driver) appendResult(e *core.Effect) core.Event {
 		ev.Status, ev.Err = core.Failed, err
 		return ev
 	}
-	hdr.Set(events.HeaderID, e.MsgID)
-	hdr.Set(jetstream.MsgIDHeader, e.MsgID)
-	hdr.Set(kvstore.HeaderOwner, d.owner)
+	// The values set here share one slice: one allocation, not one per header. The
+	// message id is set unless the encoding already gave it (a result's or a pending
+	// result's own id).
+	vals := make([]string, 0, 4)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		hdr[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	if hdr.Get(events.HeaderID) != e.MsgID || hdr.Get(jetstream.MsgIDHeader) != e.MsgID {
+		set(events.HeaderID, e.MsgID)
+		set(jetstream.MsgIDHeader, e.MsgID)
+	}
+	set(kvstore.HeaderOwner, d.owner)
 	if dur, ok := d.sincePublish(); ok && e.Result.Status != events.StatusPendingApproval {
-		hdr.Set(events.HeaderDurationMs, strconv.FormatInt(dur.Milliseconds(), 10))
+		set(events.HeaderDurationMs, strconv.FormatInt(dur.Milliseconds(), 10))
 	}
 	m := &nats.Msg{Subject: d.b.out.results(d.id), Header: hdr, Data: raw}
 	ev.Log.Seq, err = d.b.results.Append(ctx, d.id, m, e.Expect)

@@ -183,8 +183,7 @@ func statusClass(res *hermes.Result, err error) string {
 	if res != nil {
 		status = res.HTTPStatus
 	}
-	var he *hermes.Error
-	if status == 0 && errors.As(err, &he) {
+	if he, ok := errors.AsType[*hermes.Error](err); status == 0 && ok {
 		status = he.HTTPStatus
 	}
 	switch {

@@ -409,8 +409,7 @@ func (b *Bridge) noteRunsDurable(epID string, durable bool) {
 // errorCode is the Hermes error code of err ("" when it is not a Hermes error): logs name
 // the code, never the error text, which may carry content.
 func errorCode(err error) string {
-	var he *hermes.Error
-	if errors.As(err, &he) {
+	if he, ok := errors.AsType[*hermes.Error](err); ok {
 		return he.Code
 	}
 	return ""

@@ -314,8 +314,7 @@ func endCall(span trace.Span, res *hermes.Result, err error) {
 		return
 	}
 	status := 0
-	var he *hermes.Error
-	isHE := errors.As(err, &he)
+	he, isHE := errors.AsType[*hermes.Error](err)
 	if res != nil {
 		status = res.HTTPStatus
 	} else if isHE {

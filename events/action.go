@@ -409,11 +409,11 @@ func readObject(dec *jsontext.Decoder, member func(name string, start, end int64
 	}
 	m := map[string]any{}
 	for dec.PeekKind() != '}' {
-		tok, err := dec.ReadToken()
+		name, err := readName(dec)
 		if err != nil {
 			return nil, err
 		}
-		name, start := tok.String(), dec.InputOffset()
+		start := dec.InputOffset()
 		v, err := readTree(dec)
 		if err != nil {
 			return nil, err
@@ -426,6 +426,38 @@ func readObject(dec *jsontext.Decoder, member func(name string, start, end int64
 	_, err := dec.ReadToken()
 	return m, err
 }
+
+// readName reads the member name at dec's next token. A name written without escapes
+// that actions usually have (knownNames) is that constant, not a new string.
+func readName(dec *jsontext.Decoder) (string, error) {
+	raw, err := dec.ReadValue() // the quoted name, valid until the next read
+	if err != nil {
+		return "", err
+	}
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		b, err := jsontext.AppendUnquote(nil, raw)
+		return string(b), err
+	}
+	name := raw[1 : len(raw)-1]
+	if s, ok := knownNames[string(name)]; ok {
+		return s, nil
+	}
+	return string(name), nil
+}
+
+// knownNames are the member names of an action and its pre-approval, and the usual ones
+// of an input (chat, responses and session chat, their messages).
+var knownNames = func() map[string]string {
+	m := map[string]string{}
+	for _, names := range [][]string{actionFields, approvalFields, {"prompt", "query", "messages", "message", "role",
+		"content", "model", "session_id", "session_key", "instructions", "conversation", "previous_response_id",
+		"temperature", "max_tokens", "stream", "metadata", "tools", "tool_choice", "text", "type", "name"}} {
+		for _, n := range names {
+			m[n] = n
+		}
+	}
+	return m
+}()
 
 // jsonString returns v as a string; an error names field when v is not a string.
 func jsonString(field string, v any) (string, error) {

@@ -54,7 +54,7 @@ func EncodeAction(src, id, endpoint, op string, a Action, trace TraceContext, st
 	}
 	capID := CapabilityID(endpoint, op)
 	if !structured {
-		return binaryHeader(src, TypeAction, id, capID, trace), data, nil
+		return binaryHeader(src, TypeAction, id, capID, trace, 0), data, nil
 	}
 	ev := event.New(event.CloudEventsVersionV1)
 	ev.SetID(id)
@@ -89,7 +89,7 @@ func EncodeApproval(src, id string, ap Approval) (nats.Header, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("events: decide: %w", err)
 	}
-	return binaryHeader(src, TypeApproval, id, "", TraceContext{}), data, nil
+	return binaryHeader(src, TypeApproval, id, "", TraceContext{}, 0), data, nil
 }
 
 // CancelReply is the reply to a cancel request (CONTRACT §8).

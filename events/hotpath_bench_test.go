@@ -99,7 +99,7 @@ func BenchmarkEncodeResultBody(b *testing.B) {
 func BenchmarkEncodeResultBinaryHeader(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = binaryHeader("hermes-bridge", TypeResult, "c-1:result", "cap:hermes_agent:primary:chat", TraceContext{})
+		_ = binaryHeader("hermes-bridge", TypeResult, "c-1:result", "cap:hermes_agent:primary:chat", TraceContext{}, ResultHeaderRoom)
 	}
 }
 

@@ -102,9 +102,16 @@ func (s Subjects) ParseAction(subject string) (endpoint, op string, err error) {
 
 // parseIDSubject extracts the action id from <prefix>.<kind>.<id>.
 func (s Subjects) parseIDSubject(kind, subject string) (string, error) {
-	id, ok := strings.CutPrefix(subject, s.prefix()+"."+kind+".")
+	// Cut piece by piece: every delivery is asked whether it is a decision, and an
+	// action's subject must cost no allocation to say no.
+	id, ok := strings.CutPrefix(subject, s.prefix())
+	for _, p := range [...]string{".", kind, "."} {
+		if ok {
+			id, ok = strings.CutPrefix(id, p)
+		}
+	}
 	if !ok {
-		return "", subjectError("not a " + kind + " subject")
+		return "", notKindSubject[kind]
 	}
 	if !ValidActionID(id) {
 		return "", subjectError("action id must match [A-Za-z0-9_-]{1,128}")
@@ -123,6 +130,13 @@ func (s Subjects) ParseApprovals(subject string) (string, error) {
 }
 
 type subjectError string
+
+// notKindSubject is the error of a subject that is not of the kind parseIDSubject expects.
+var notKindSubject = map[string]error{
+	"cancel":    subjectError("not a cancel subject"),
+	"approvals": subjectError("not a approvals subject"),
+	"steer":     subjectError("not a steer subject"),
+}
 
 func (e subjectError) Error() string        { return "events: invalid subject: " + string(e) }
 func (e subjectError) Is(target error) bool { return target == ErrInvalidSubject }

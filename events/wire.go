@@ -251,8 +251,8 @@ func ResultID(actionID, status string) string {
 
 // binaryHeader returns the binary-mode headers of a message with CloudEvent id id, time
 // now; subject may be "". The header values share one slice.
-func binaryHeader(src, typ, id, subject string, trace TraceContext) nats.Header {
-	n := 8 // 7 headers and the subject
+func binaryHeader(src, typ, id, subject string, trace TraceContext, room int) nats.Header {
+	n := 8 + room // 7 headers, the subject and room for the caller's
 	if trace != (TraceContext{}) {
 		n += 4
 	}
@@ -307,14 +307,15 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 	if err != nil {
 		return nil, nil, err
 	}
-	return binaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace), body, nil
+	return binaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace, 0), body, nil
 }
 
 // EncodeResult returns the binary-mode headers and body of a result
 // CloudEvent: as [EncodeEvent] with ce-type [TypeResult], ce-id and
 // Nats-Msg-Id from [ResultID], and ce-subject the capability id. Output must
 // be valid JSON or empty (null); it is written as [EncodeEvent] writes an
-// event's data. Errors wrap [ErrInvalidOutput].
+// event's data. Errors wrap [ErrInvalidOutput]. The header has room for
+// [ResultHeaderRoom] more without growing.
 func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byte, error) {
 	if !ValidActionID(r.ActionID) {
 		return nil, nil, &outputError{"action id is not a valid action id token"}
@@ -326,8 +327,12 @@ func EncodeResult(src string, r *Result, trace TraceContext) (nats.Header, []byt
 	if err != nil {
 		return nil, nil, err
 	}
-	return binaryHeader(src, TypeResult, ResultID(r.ActionID, r.Status), r.CapabilityID, trace), body, nil
+	return binaryHeader(src, TypeResult, ResultID(r.ActionID, r.Status), r.CapabilityID, trace, ResultHeaderRoom), body, nil
 }
+
+// ResultHeaderRoom is how many headers a publisher may add to [EncodeResult]'s
+// without the header map growing (the bridge adds its owner and the action's duration).
+const ResultHeaderRoom = 2
 
 // checkOutputType returns an error when h has a readable ce-type header (name matched
 // ASCII case-insensitively) other than want.

@@ -2,8 +2,13 @@ package hermes
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 // benchBody is a chat-completions stream of n-1 content chunks followed by [DONE], shaped like
@@ -93,6 +98,38 @@ func benchDecodePrepare(b *testing.B, op, in, key string) {
 		m, ok := decodeInput(raw)
 		if _, err := Prepare(Request{Operation: op, Input: m, IdempotencyKey: key}); err != nil || !ok {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSendChat is one non-streaming chat exchange as the bridge makes it per action:
+// Send of a prepared request (headers, the HTTP round trip on a kept-alive connection,
+// the body read and its usage) against a local server answering a fixed completion. The
+// server's allocations count too; they are the same from run to run.
+func BenchmarkSendChat(b *testing.B) {
+	const answer = `{"id":"chatcmpl-1","object":"chat.completion","created":1764504000,"model":"hermes-agent","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":5,"total_tokens":14}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, WithAPIKey("hermestest-key-0123456789"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := Prepare(Request{Operation: "chat", Input: DecodedInput(`{"prompt":"bench c-1"}`), IdempotencyKey: "k-c-1",
+		Header: http.Header{"Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := c.Send(ctx, p, nil)
+		if err != nil || res.Usage == nil {
+			b.Fatal(res, err)
 		}
 	}
 }

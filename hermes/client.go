@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 )
@@ -17,8 +18,16 @@ import (
 type Client struct {
 	base string // scheme://host[:port][/prefix], no trailing slash
 	hc   *http.Client
+	rt   http.RoundTripper // hc's transport when the Client built hc itself (see send)
 	o    options
 	caps *capsCache
+	auth atomic.Pointer[authHeader] // the Authorization header of the last key sent
+}
+
+// authHeader is the Authorization header value of one valid API key.
+type authHeader struct {
+	key   string
+	value []string
 }
 
 type options struct {
@@ -159,6 +168,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		}
 	}
 	var hc http.Client
+	var rt http.RoundTripper
 	if o.hc != nil {
 		hc = *o.hc
 	} else {
@@ -167,12 +177,13 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 			tr.MaxIdleConnsPerHost = o.idleConns
 			tr.MaxIdleConns = max(tr.MaxIdleConns, o.idleConns)
 		}
-		hc.Transport = tr
+		hc.Transport, rt = tr, tr
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Client{
 		base: u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/"),
 		hc:   &hc,
+		rt:   rt,
 		o:    o,
 		caps: &capsCache{},
 	}, nil
@@ -225,6 +236,46 @@ func (c *Client) key() string {
 	return c.o.apiKey
 }
 
+// userAgent is the User-Agent header value of every request.
+var userAgent = []string{"hermes-bridge"}
+
+// authorization returns the Authorization header value of the current API key, or false
+// when there is no valid key. The value is built (and the key checked) once per key.
+func (c *Client) authorization() ([]string, bool) {
+	k := c.key()
+	if a := c.auth.Load(); a != nil && a.key == k {
+		return a.value, true
+	}
+	if !validAPIKey(k) {
+		return nil, false
+	}
+	a := &authHeader{key: k, value: []string{"Bearer " + k}}
+	c.auth.Store(a)
+	return a.value, true
+}
+
+// send sends hreq. A Client that built its HTTP client itself sends through the
+// transport directly: with no redirect followed, no cookie jar and no timeout,
+// http.Client.Do would only add a copy of the headers (kept for redirects) and wrap
+// errors in a *url.Error, which transportError takes off again.
+func (c *Client) send(hreq *http.Request) (*http.Response, error) {
+	if c.rt != nil {
+		return c.rt.RoundTrip(hreq)
+	}
+	return c.hc.Do(hreq)
+}
+
+// readBody reads a response body of at most limit bytes, or limit+1 bytes of a larger
+// one: in one buffer of the announced length when the response has one.
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		b := make([]byte, n)
+		_, err := io.ReadFull(resp.Body, b)
+		return b, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, limit+1))
+}
+
 // Send runs one exchange for a request that Prepare already mapped, with the same
 // contract as Call. It lets a caller validate input once and reuse the result.
 func (c *Client) Send(ctx context.Context, p *Prepared, onEvent func(Event) error) (*Result, error) {
@@ -249,7 +300,7 @@ func (c *Client) Send(ctx context.Context, p *Prepared, onEvent func(Event) erro
 	if resp.ContentLength > c.o.bodyLimit {
 		return nil, invalidResponse(op, "body_too_large", status)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, c.o.bodyLimit+1))
+	b, err := readBody(resp, c.o.bodyLimit)
 	if err != nil {
 		return nil, transportError(ctx, op, err, status)
 	}
@@ -291,25 +342,27 @@ func (c *Client) open(ctx context.Context, p *Prepared) (*http.Response, error) 
 		// Idempotency-Key header looks up the canonical key only.
 		hreq.GetBody = nil
 	}
+	// The values are shared with p and the Client, not copied: nothing appends to them
+	// or writes into them (net/http only reads a request's headers).
 	for k, vs := range p.Header {
 		if k == "Idempotency-Key" && !spec.Safe {
-			hreq.Header["idempotency-key"] = append([]string(nil), vs...)
+			hreq.Header["idempotency-key"] = vs
 			continue
 		}
-		hreq.Header[k] = append([]string(nil), vs...)
+		hreq.Header[k] = vs
 	}
-	hreq.Header.Set("User-Agent", "hermes-bridge")
+	hreq.Header["User-Agent"] = userAgent
 	if spec.Auth {
-		k := c.key()
-		if !validAPIKey(k) {
+		auth, ok := c.authorization()
+		if !ok {
 			e := newError(op, CodeAuthentication, "no valid API key configured")
 			e.NotStarted = true
 			return nil, e
 		}
-		hreq.Header.Set("Authorization", "Bearer "+k)
+		hreq.Header["Authorization"] = auth
 	}
 
-	resp, err := c.hc.Do(hreq)
+	resp, err := c.send(hreq)
 	if err != nil {
 		return nil, transportError(ctx, op, err, 0)
 	}

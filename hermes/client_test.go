@@ -189,6 +189,43 @@ func TestKeyFuncAndMissingKey(t *testing.T) {
 	}
 }
 
+// roundTripCounter counts the requests sent through it.
+type roundTripCounter struct{ n atomic.Int32 }
+
+func (c *roundTripCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestWithHTTPClient: a client given with WithHTTPClient sends every request (with its
+// key) through its own transport, and still follows no redirect.
+func TestWithHTTPClient(t *testing.T) {
+	var s seen
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		s.add(r)
+		if r.URL.Path == "/v1/models" {
+			w.Header().Set("Location", "/elsewhere")
+			w.WriteHeader(http.StatusFound)
+			return
+		}
+		io.WriteString(w, `{}`)
+	})
+	var rt roundTripCounter
+	c := newClient(t, srv.URL, hermes.WithHTTPClient(&http.Client{Transport: &rt}))
+	if _, err := call(c, "chat", `{"prompt":"x"}`); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.last(t); r.Header.Get("Authorization") != "Bearer "+testKey {
+		t.Fatalf("auth %q", r.Header.Get("Authorization"))
+	}
+	if _, err := call(c, "models", `{}`); err == nil || asError(t, err).HTTPStatus != http.StatusFound {
+		t.Fatalf("redirect: %v", err)
+	}
+	if rt.n.Load() != 2 || s.count() != 2 {
+		t.Fatalf("%d requests through the given transport, %d received; want 2 and 2", rt.n.Load(), s.count())
+	}
+}
+
 func TestJSONBodies(t *testing.T) {
 	cases := []struct {
 		status int

@@ -2,6 +2,8 @@ package kvstore_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,6 +125,12 @@ func TestKeys(t *testing.T) {
 	// Known answer: sha256("c\x00k").
 	if got, want := kvstore.IdempotencyKey("c", "k"), "idem.db79839d0054ed6d64f9cdc984ad923d4b3d14ee2017c65fc2965fa14382cf9a"; got != want {
 		t.Fatalf("IdempotencyKey(c, k) = %q, want %q", got, want)
+	}
+	// A key longer than the buffer hashed without an allocation hashes the same way.
+	long := strings.Repeat("k", 1024)
+	sum := sha256.Sum256([]byte("c\x00" + long))
+	if got, want := kvstore.IdempotencyKey("c", long), "idem."+hex.EncodeToString(sum[:]); got != want {
+		t.Fatalf("IdempotencyKey(c, 1024 k) = %q, want %q", got, want)
 	}
 }
 

@@ -127,8 +127,110 @@ var recordOptions = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsont
 
 // encodeRecord returns the JSON of r with the format version; r is only read.
 // Result and Action, when not nil, must be valid JSON.
+//
+// It writes what marshalRecord writes, byte for byte (TestEncodeRecordIsMarshal),
+// without reflection and in one allocation: the members in the struct's order, the
+// omitzero ones left out when zero, strings quoted as the library quotes them, Result
+// and Action formatted with recordOptions, times in RFC 3339 with nanoseconds. A record
+// with a time RFC 3339 cannot say (a year outside 0..9999, a zone offset of 24 hours or
+// more) goes through marshalRecord, which reports it.
 func encodeRecord(r *Record) ([]byte, error) {
+	// Room for the members' names and punctuation, the numbers and times, and the
+	// strings (more only where they need escaping).
+	n := 320 + len(r.State) + len(r.ActionID) + len(r.CapabilityID) + len(r.InputSHA256) + len(r.Owner) +
+		len(r.IdemKey) + len(r.Result) + len(r.Action) + len(r.Decision) + len(r.Approver) + len(r.Reason) +
+		len(r.RunID) + len(r.ApprovalSHA256) + len(r.ApprovalDecision) + len(r.ApprovalRequestID)
+	b := make([]byte, 0, n)
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, recordVersion, 10)
+	b = appendMember(b, "state", string(r.State), true)
+	b = appendMember(b, "action_id", r.ActionID, true)
+	b = appendMember(b, "capability_id", r.CapabilityID, false)
+	b = appendMember(b, "input_sha256", r.InputSHA256, false)
+	b = appendMember(b, "owner", r.Owner, false)
+	b = appendInt(b, "attempt", int64(r.Attempt))
+	b = appendMember(b, "idem_key", r.IdemKey, false)
+	var err error
+	if b, err = appendRaw(b, "result", r.Result); err != nil {
+		return nil, err
+	}
+	if b, err = appendRaw(b, "action", r.Action); err != nil {
+		return nil, err
+	}
+	ok := true
+	b, ok = appendTime(b, "expires_at", r.ExpiresAt, ok)
+	b = appendMember(b, "decision", r.Decision, false)
+	b = appendMember(b, "approver", r.Approver, false)
+	b = appendMember(b, "reason", r.Reason, false)
+	if r.Cancel {
+		b = append(b, `,"cancel":true`...)
+	}
+	b = appendMember(b, "run_id", r.RunID, false)
+	b = appendInt(b, "approval_seq", int64(r.ApprovalSeq))
+	b = appendMember(b, "approval_sha256", r.ApprovalSHA256, false)
+	b = appendInt(b, "approval_answered", int64(r.ApprovalAnswered))
+	b = appendMember(b, "approval_decision", r.ApprovalDecision, false)
+	b = appendMember(b, "approval_request_id", r.ApprovalRequestID, false)
+	if r.PendingSeq != 0 {
+		b = strconv.AppendUint(append(b, `,"pending_seq":`...), r.PendingSeq, 10)
+	}
+	b, ok = appendTime(b, "created_at", r.CreatedAt, ok)
+	if b, ok = appendTime(b, "updated_at", r.UpdatedAt, ok); !ok {
+		return marshalRecord(r)
+	}
+	return append(b, '}'), nil
+}
+
+// marshalRecord is encodeRecord by the library's reflection.
+func marshalRecord(r *Record) ([]byte, error) {
 	return jsonv2.Marshal(&wireRecord{V: recordVersion, Record: r}, recordOptions)
+}
+
+// appendMember appends the member name: s, unless s is empty and not always.
+func appendMember(b []byte, name, s string, always bool) []byte {
+	if s == "" && !always {
+		return b
+	}
+	b = append(append(append(b, ',', '"'), name...), '"', ':')
+	b, _ = jsontext.AppendQuote(b, s) // invalid UTF-8 is replaced, as the library's encoder does
+	return b
+}
+
+// appendInt appends the member name: n, unless n is 0.
+func appendInt(b []byte, name string, n int64) []byte {
+	if n == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(append(append(b, ',', '"'), name...), '"', ':'), n, 10)
+}
+
+// appendRaw appends the member name: raw formatted, unless raw is nil.
+func appendRaw(b []byte, name string, raw json.RawMessage) ([]byte, error) {
+	if raw == nil {
+		return b, nil
+	}
+	return jsontext.AppendFormat(append(append(append(b, ',', '"'), name...), '"', ':'), raw, recordOptions)
+}
+
+// appendTime appends the member name: t in RFC 3339 with nanoseconds, unless t is zero;
+// ok is false from then on once a time is one RFC 3339 cannot say (the library's checks).
+func appendTime(b []byte, name string, t time.Time, ok bool) ([]byte, bool) {
+	if t.IsZero() {
+		return b, ok
+	}
+	b = append(append(append(b, ',', '"'), name...), '"', ':', '"')
+	n := len(b)
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	s := b[n:]
+	switch {
+	case s[len("9999")] != '-':
+		ok = false // the year is not 4 digits
+	case s[len(s)-1] != 'Z':
+		if c := s[len(s)-len("Z07:00")]; '0' <= c && c <= '9' || (s[len(s)-5]-'0')*10+s[len(s)-4]-'0' >= 24 {
+			ok = false
+		}
+	}
+	return append(b, '"'), ok
 }
 
 // decodeRecord reads a record encodeRecord wrote (or an earlier version's
@@ -163,12 +265,17 @@ func ActionKey(actionID string) string { return "act." + actionID }
 // capability: "idem." + lowercase hex SHA-256 of capabilityID, a NUL byte
 // and key. The same raw key under two capabilities gives two keys.
 func IdempotencyKey(capabilityID, key string) string {
-	h := sha256.New()
-	h.Write([]byte(capabilityID))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	var sum [sha256.Size]byte
-	return "idem." + hex.EncodeToString(h.Sum(sum[:0]))
+	var buf [256]byte // the usual capability id and key fit: hashed without an allocation
+	in := append(append(append(buf[:0], capabilityID...), 0), key...)
+	sum := sha256.Sum256(in)
+	const prefix = "idem."
+	var out strings.Builder
+	out.Grow(len(prefix) + hex.EncodedLen(len(sum)))
+	out.WriteString(prefix)
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	out.Write(digits[:])
+	return out.String()
 }
 
 // IsIdempotencyKey reports whether a record key is one IdempotencyKey returns.

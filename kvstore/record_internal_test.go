@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -50,6 +51,67 @@ func sameRecord(t *testing.T, what string, got, want Record) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)
 	}
+}
+
+// TestEncodeRecordIsMarshal: encodeRecord writes what the library writes, byte for
+// byte, or fails where it fails: for the test records and for random ones whose strings
+// need escaping or hold invalid UTF-8, whose raw JSON is spaced, escaped, repeats names
+// or is not JSON, and whose times are in other zones or cannot be said in RFC 3339.
+func TestEncodeRecordIsMarshal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 3))
+	records := testRecords()
+	for _, t := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("24h", 24*3600)), time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("-24h", -24*3600))} {
+		records = append(records, Record{State: StateClaimed, ActionID: "t", UpdatedAt: t}) // refused by both
+	}
+	for range 3000 {
+		records = append(records, randomRecord(rng))
+	}
+	for i, r := range records {
+		got, err := encodeRecord(&r)
+		want, werr := marshalRecord(&r)
+		if (err != nil) != (werr != nil) || werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("record %d %+v:\n got %s (%v)\nwant %s (%v)", i, r, got, err, want, werr)
+		}
+	}
+}
+
+// randomRecord is a record with random fields, each zero half of the time.
+func randomRecord(rng *rand.Rand) Record {
+	strs := []string{"", "a", "act-1", `q"b\s`, "<&>", "\u00e9\u2028\u2029", "\x00\x1f\x7f\n\t", "\xff", "a\xc3", "\U0001F600", "cap:hermes_agent:primary:chat"}
+	raws := []string{`{}`, ` { "a" : [ 1 , 2.50 , -0 , 1e3 ] } `, `{"s":"\u00e9\ud83d\ude00 \"x\" \/"}`, `{"a":1,"a":2}`, "\"\xff\"", `null`, `[true,false]`, `{"a":`, ``}
+	zones := []*time.Location{time.UTC, time.FixedZone("p", 3600), time.FixedZone("m", -(9*3600 + 30*60)), time.FixedZone("s", 3601),
+		time.FixedZone("big", 24*3600), time.FixedZone("max", 23*3600+59*60)}
+	str := func() string {
+		if rng.IntN(2) == 0 {
+			return ""
+		}
+		return strs[rng.IntN(len(strs))] + strs[rng.IntN(len(strs))]
+	}
+	raw := func() json.RawMessage {
+		if rng.IntN(2) == 0 {
+			return nil
+		}
+		return json.RawMessage(raws[rng.IntN(len(raws))])
+	}
+	tm := func() time.Time {
+		if rng.IntN(2) == 0 {
+			return time.Time{}
+		}
+		years := []int{2026, 1, 9999, 10000, -1}
+		return time.Date(years[rng.IntN(len(years))], time.Month(1+rng.IntN(12)), 1+rng.IntN(28), rng.IntN(24), rng.IntN(60), rng.IntN(60),
+			rng.IntN(3)*rng.IntN(1e9), zones[rng.IntN(len(zones))])
+	}
+	num := func() int {
+		if rng.IntN(2) == 0 {
+			return 0
+		}
+		return int(rng.Int64()) >> rng.IntN(64)
+	}
+	return Record{State: State(str()), ActionID: str(), CapabilityID: str(), InputSHA256: str(), Owner: str(), Attempt: num(),
+		IdemKey: str(), Result: raw(), Action: raw(), ExpiresAt: tm(), Decision: str(), Approver: str(), Reason: str(),
+		Cancel: rng.IntN(2) == 0, RunID: str(), ApprovalSeq: num(), ApprovalSHA256: str(), ApprovalAnswered: num(),
+		ApprovalDecision: str(), ApprovalRequestID: str(), PendingSeq: uint64(num()) * uint64(1+rng.IntN(3)), CreatedAt: tm(), UpdatedAt: tm()}
 }
 
 // TestRecordRoundTrip: a record decodes to itself, and encoding/json reads the

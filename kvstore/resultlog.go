@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -99,13 +100,18 @@ func (l *JetStreamLog) Last(ctx context.Context, actionID string) (LogEntry, err
 // back and reports ErrConflict unless the stored message is m.
 func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg, expect uint64) (uint64, error) {
 	delay := 50 * time.Millisecond
-	opts := expectNone
+	// The expected sequence goes in as a header, not as a publish option, which
+	// jetstream would turn into an options struct and a header value on every publish.
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header[jetstream.ExpectedLastSubjSeqHeader] = expectNone
 	if expect != 0 {
-		opts = []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
+		m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(expect, 10)}
 	}
 	for attempt := 0; ; attempt++ {
 		pctx, cancel := l.publishCtx(ctx)
-		ack, err := l.js.PublishMsg(pctx, m, opts...)
+		ack, err := l.js.PublishMsg(pctx, m)
 		cancel()
 		if err == nil && ack.Duplicate {
 			return l.duplicate(ctx, actionID, m, ack.Sequence)
@@ -134,9 +140,9 @@ func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg,
 	}
 }
 
-// expectNone is the publish option of an Append that expects no result message before
-// its own (the usual one), made once: jetstream only reads it.
-var expectNone = []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+// expectNone is the expected last subject sequence of an Append that expects no result
+// message before its own (the usual one), made once: nothing writes into it.
+var expectNone = []string{"0"}
 
 // publishCtx bounds ctx to publishTimeout for one publish attempt (a ctx without a
 // deadline included), with no timer of its own when ctx ends within publishTimeout.

@@ -225,6 +225,22 @@ func ValidateActionValue(op string, action any) error {
 	if m, ok := action.(map[string]any); ok {
 		input = m["input"]
 	}
+	return validateInput(c, inSchema, input)
+}
+
+// ValidateActionInput is the second half of [ValidateActionValue]: it validates the
+// decoded input of an action ({} when nil) against action.schema.json's $defs/<op>,
+// with field paths from the action ("input.messages"), for a caller that has checked
+// the action object's own rules otherwise.
+func ValidateActionInput(op string, input any) error {
+	c, inSchema, err := inputSchema(op)
+	if err != nil {
+		return err
+	}
+	return validateInput(c, inSchema, input)
+}
+
+func validateInput(c *compiled, inSchema *jsonschema.Schema, input any) error {
 	if input == nil {
 		input = map[string]any{}
 	}

@@ -99,11 +99,11 @@ type Job struct {
 	status, code, replayOf string
 	attempt                int
 
-	out []Effect
+	out  []Effect // the effects of the step under way (StepAppend's out)
+	keep []Effect // Step's buffer of effects, reused from step to step
 
-	// The first effects of a step and operations of the queue live here: one allocation
-	// of the Job instead of slices that grow, for every job.
-	outBuf   [8]Effect
+	// The first operations of the queue live here: one allocation of the Job instead of
+	// a slice that grows, for every job.
 	queueBuf [2]storeReq
 }
 
@@ -120,7 +120,7 @@ const (
 // NewJob returns a job with cfg; Step it with EvDeliver first.
 func NewJob(cfg Config) *Job {
 	j := &Job{cfg: cfg}
-	j.out, j.queue = j.outBuf[:0], j.queueBuf[:0]
+	j.queue = j.queueBuf[:0]
 	return j
 }
 
@@ -151,10 +151,18 @@ func (j *Job) Outcome() Outcome {
 // Step applies ev and returns the effects to carry out, in order. The slice is valid
 // until the next Step.
 func (j *Job) Step(ev Event) []Effect {
-	j.out = j.out[:0]
+	j.keep = j.StepAppend(ev, j.keep[:0])
+	return j.keep
+}
+
+// StepAppend is Step for a caller that holds the effects in a buffer of its own: it
+// applies ev and appends the effects to carry out, in order, to out. The job keeps no
+// reference to out.
+func (j *Job) StepAppend(ev Event, out []Effect) []Effect {
 	if j.done {
-		return nil
+		return out
 	}
+	j.out = out
 	if !ev.Now.IsZero() {
 		j.now = ev.Now
 	}
@@ -178,7 +186,8 @@ func (j *Job) Step(ev Event) []Effect {
 	default:
 		j.onAnswer(ev)
 	}
-	return j.out
+	out, j.out = j.out, nil
+	return out
 }
 
 func (j *Job) emit(e Effect) { j.out = append(j.out, e) }
