@@ -154,16 +154,21 @@ var (
 // about 600 bytes: a pointer, not a copy per call) is not used once the step is taken,
 // so it may point into q.
 func (d *driver) stepSafely(ev *core.Event, home bool, q []core.Event) (out []core.Event, panicked bool) {
+	var effs []core.Effect
+	i := 0
 	defer func() {
 		if p := recover(); p != nil {
 			d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
 				Msg("handling the action panicked; it settles failed")
+			if i < len(effs) && givesSlotBack(effs[i+1:]) && d.slot.held {
+				d.unadmit() // the effect that would have given it back is dropped
+			}
 			out, panicked = q, true
 		}
 	}()
 	bp := effectBufs.Get().(*[]core.Effect)
-	effs := d.step(ev, (*bp)[:0])
-	for i := range effs {
+	effs = d.step(ev, (*bp)[:0])
+	for i = range effs {
 		if ans, ok := d.exec(&effs[i], home); ok {
 			q = append(q, ans)
 		}
@@ -172,6 +177,18 @@ func (d *driver) stepSafely(ev *core.Event, home bool, q []core.Event) (out []co
 	*bp = effs[:0]
 	effectBufs.Put(bp) // not reached after a panic: that buffer is dropped
 	return q, false
+}
+
+// givesSlotBack reports whether effs, the effects a panic dropped, include one that gives
+// the endpoint slot back: an EffUnadmit, or an EffCall never sent. The job forgets its slot
+// when it emits them, so after the panic only the driver can give it back.
+func givesSlotBack(effs []core.Effect) bool {
+	for _, e := range effs {
+		if e.Kind == core.EffUnadmit || e.Kind == core.EffCall {
+			return true
+		}
+	}
+	return false
 }
 
 // panicked counts a recovered panic (its stack is logged, never the panic value, which

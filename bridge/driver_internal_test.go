@@ -66,3 +66,21 @@ func (s *steppedDriver) toSettling(t testing.TB) {
 		t.Fatalf("the job awaits %s, not appended", s.job.Awaiting())
 	}
 }
+
+// TestGivesSlotBack: the effects a panic drops give the endpoint slot back when they hold
+// an unadmit or a call never sent (the job forgot its slot when it emitted them).
+func TestGivesSlotBack(t *testing.T) {
+	for _, c := range []struct {
+		effs []core.Effect
+		want bool
+	}{
+		{nil, false},
+		{[]core.Effect{{Kind: core.EffCreate}, {Kind: core.EffTimer}}, false},
+		{[]core.Effect{{Kind: core.EffNote}, {Kind: core.EffUnadmit}, {Kind: core.EffCreate}}, true},
+		{[]core.Effect{{Kind: core.EffHook}, {Kind: core.EffCall}}, true},
+	} {
+		if got := givesSlotBack(c.effs); got != c.want {
+			t.Errorf("givesSlotBack(%v) = %v, want %v", c.effs, got, c.want)
+		}
+	}
+}

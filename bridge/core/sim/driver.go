@@ -222,15 +222,16 @@ func (w *World) pauseLength() time.Duration {
 }
 
 // panicJob: handling j panicked at point. Everything in flight is gone, and so is the
-// rest of the batch (a call in it, never sent, gives its slot back); the driver
-// recovers and steps EvPanic.
+// rest of the batch (a call in it, never sent, or an unadmit gives its slot back, as
+// the bridge's driver does: givesSlotBack); the driver recovers and steps EvPanic.
 func (w *World) panicJob(j *job, point string, rest []core.Effect) {
 	w.tr.printf(j.owner, "PANIC at %s", point)
 	w.stats.Panics++
 	w.dropOps(j)
 	for _, e := range rest {
-		if e.Kind == core.EffCall && j.slots > 0 {
+		if (e.Kind == core.EffCall || e.Kind == core.EffUnadmit) && j.slots > 0 {
 			w.unadmit(j)
+			break
 		}
 	}
 	j.q = append([]item{{ev: core.Event{Kind: core.EvPanic}}}, j.q...)

@@ -128,3 +128,14 @@ func TestSimCatches(t *testing.T) {
 		}
 	}
 }
+
+// TestSimFoundSeeds replays seeds that once failed, each with the bug it found.
+func TestSimFoundSeeds(t *testing.T) {
+	for seed, bug := range map[uint64]string{
+		68112: "a panic at the claimed hook dropped the rest of its batch, an EffUnadmit among it: the endpoint slot was never given back (the bridge's driver gave none back)",
+	} {
+		if r := Run(seed, Options{}); len(r.Failures) > 0 {
+			t.Errorf("seed %d fails again (%s): %s", seed, bug, strings.Join(r.Failures, "; "))
+		}
+	}
+}

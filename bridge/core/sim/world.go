@@ -88,6 +88,7 @@ func newWorld(seed uint64, opt Options) *World {
 	w := &World{sched: newSched(seed), seed: seed, sabotage: opt.sabotage}
 	w.tr = tracer{on: opt.Trace, now: &w.now}
 	w.p = drawParams(&w.sched)
+	drawClaim(seed, &w.p)
 	w.cfg = coreConfig(w.p)
 	w.kv = &bucket{keysTTL: w.p.ttl, recordsTTL: w.p.recordsTTL, versions: map[string][]kvVersion{}}
 	w.log = &resultLog{maxAge: w.p.logMaxAge, seq: &w.streamq, subjects: map[string][]*logMsg{},
