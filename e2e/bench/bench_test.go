@@ -90,6 +90,7 @@ func TestSmoke(t *testing.T) {
 	positive(fig("2", "heap allocated/event", "raw js async pub"))
 	positive(fig("3", "completion time", "http streams"))
 	positive(fig("3", "live heap/in-flight, process", "http streams"))
+	positive(fig("3", "own goroutines/in-flight", "http client"))
 	positive(fig("4", "actions settled/s", "js loop, no dedup"))
 	if c := fig("4", "Hermes calls", "keys"); c.Bridge != 10 || c.Pass == nil || !*c.Pass {
 		t.Errorf("duplicate storm: %v Hermes calls, want 10", c.Bridge)
@@ -132,7 +133,7 @@ func TestSmoke(t *testing.T) {
 	if !strings.Contains(string(md), "| 4 duplicate storm | Hermes calls | 10 | 10 | keys | 1.00 | == 10 | PASS |") {
 		t.Errorf("markdown table lacks the Hermes calls row:\n%s", md)
 	}
-	for _, name := range []string{"cpu-chat-r1.prof", "cpu-chat-loop-r1.prof", "cpu-chat-loopkv-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof", "mutex.prof"} {
+	for _, name := range []string{"cpu-chat-r1.prof", "cpu-chat-loop-r1.prof", "cpu-chat-loopkv-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof", "mem-streams-held-goroutines.prof", "mutex.prof"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("profile %s: %v", name, err)
 		}

@@ -65,7 +65,8 @@ Profiles cover the bridge's measuring windows, one file per window (cpu.prof ->
 cpu-chat-r1.prof, cpu-stream-r1.prof, cpu-streams.prof, cpu-dup.prof), and scenario 1's
 JetStream loop windows to compare with (cpu-chat-loop-r1.prof); they are whole-process
 profiles (NATS server, fake and bench client included): use -focus or -tagignore to narrow.
--memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3).
+-memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3,
+with a goroutine profile of that moment: name-streams-held-goroutines.prof).
 -mutexprofile samples lock contention over the whole run (bridge and floors) into one file.
 
 Flags:

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,7 +157,7 @@ func decodeFloorResult(m *nats.Msg) (outcome, bool) {
 
 // countSSE counts the SSE events (data: lines) of a stream with a line reader.
 func countSSE(r io.Reader) (int, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := bufio.NewReader(r)
 	n := 0
 	for {
 		line, err := br.ReadSlice('\n')
@@ -316,6 +317,35 @@ type memSample struct {
 	heapInuse, heapAlloc uint64 // bytes
 	rss                  uint64 // bytes (VmRSS)
 	goroutines           int
+}
+
+// ownerLabel is the pprof label of the goroutines the bench starts for a path of
+// scenario 3: the bridge runs under ownerBridge, the floor's callers under ownerClient.
+// Goroutines inherit their creator's labels, so the workers the bridge starts and the
+// HTTP transports' connection goroutines carry the label of whoever made them.
+const (
+	ownerLabel  = "bench.owner"
+	ownerBridge = "bridge"
+	ownerClient = "http-client"
+)
+
+// ownedGoroutines counts the goroutines alive now that carry the owner label owner.
+func ownedGoroutines(owner string) int {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		return 0
+	}
+	// Records are "<count> @ <pcs>", then "# labels: {...}" when the stack has labels.
+	want := strconv.Quote(ownerLabel) + ":" + strconv.Quote(owner)
+	n, count := 0, 0
+	for line := range strings.SplitSeq(b.String(), "\n") {
+		if c, _, ok := strings.Cut(line, " @ "); ok {
+			count, _ = strconv.Atoi(c)
+		} else if strings.HasPrefix(line, "# labels: ") && strings.Contains(line, want) {
+			n += count
+		}
+	}
+	return n
 }
 
 func readMem() memSample {
