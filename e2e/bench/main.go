@@ -50,7 +50,8 @@ Scenarios (-scenarios takes numbers or names):
              CPU and heap allocated per event
              floors: HTTP read of the same stream; raw JetStream async publish (4096 pending)
   3 streams  -streams concurrent chat_streams of -stream-events events: completion time,
-             heap/RSS/goroutines per in-flight action; floor: the same streams over HTTP
+             heap/RSS/goroutines per in-flight action (the bridge's goroutines counted by
+             owner); floor: the same streams over HTTP; needs two open files per stream
   4 dup      -dup-actions actions over -dup-keys idempotency keys: settled/s, Hermes calls
 
 Examples:

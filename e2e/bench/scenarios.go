@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -691,6 +692,10 @@ func (e *env) manyBridge(ctx context.Context, n, k int, hold bool, prof *profile
 func (e *env) scenarioStreams(ctx context.Context, prof *profiler) ScenarioReport {
 	n, k := e.o.Streams, e.o.StreamEvents
 	rep := ScenarioReport{ID: "3", Name: "many streams", Params: map[string]any{"streams": n, "events_per_stream": k}}
+	if err := openFilesFor(n); err != nil {
+		rep.errorf("%v", err)
+		return rep
+	}
 	wn := min(n, 50)
 	e.status.printf("3 streams: warm-up, %d streams through each path", wn)
 	_ = e.manyHTTP(ctx, wn, k, false)
@@ -761,6 +766,20 @@ func (e *env) scenarioStreams(ctx context.Context, prof *profiler) ScenarioRepor
 			"own goroutines: those started by the bridge, or by the floor's callers (with their HTTP transport's), counted by pprof label at the held moment, "+
 			"per stream in flight (the bridge's fixed ones included); goroutines/in-flight, bridge = own bridge - own http client (the fake's cancel out)")
 	return rep
+}
+
+// openFilesFor returns an error when the process may not open the files n streams at
+// once need: both ends of each stream's HTTP connection are in this process, plus the
+// NATS connections and the stores' files.
+func openFilesFor(n int) error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return nil // unknown: try
+	}
+	if need := uint64(2*n + 1024); l.Cur < need {
+		return fmt.Errorf("%d streams need about %d open files (both ends of each connection are in this process); the limit is %d (ulimit -n)", n, need, l.Cur)
+	}
+	return nil
 }
 
 func mibDiff(v, base uint64) float64 {
