@@ -1,16 +1,13 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"runtime/pprof"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
+	"github.com/hermes-bridge/hermes-bridge/e2e/owned"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -22,19 +19,9 @@ const bridgeLabel = "e2e.bridge"
 // bridgeGoroutines counts the goroutines alive now that belong to bridge replica.
 func bridgeGoroutines(t *testing.T, replica string) int {
 	t.Helper()
-	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+	n, err := owned.Goroutines(bridgeLabel, replica)
+	if err != nil {
 		t.Fatal(err)
-	}
-	// Records are "<count> @ <pcs>", then "# labels: {...}" when the stack has labels.
-	want := strconv.Quote(bridgeLabel) + ":" + strconv.Quote(replica)
-	n, count := 0, 0
-	for line := range strings.SplitSeq(b.String(), "\n") {
-		if c, _, ok := strings.Cut(line, " @ "); ok {
-			count, _ = strconv.Atoi(c)
-		} else if strings.HasPrefix(line, "# labels: ") && strings.Contains(line, want) {
-			n += count
-		}
 	}
 	return n
 }

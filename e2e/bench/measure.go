@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
+	"github.com/hermes-bridge/hermes-bridge/e2e/owned"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -331,20 +331,7 @@ const (
 
 // ownedGoroutines counts the goroutines alive now that carry the owner label owner.
 func ownedGoroutines(owner string) int {
-	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
-		return 0
-	}
-	// Records are "<count> @ <pcs>", then "# labels: {...}" when the stack has labels.
-	want := strconv.Quote(ownerLabel) + ":" + strconv.Quote(owner)
-	n, count := 0, 0
-	for line := range strings.SplitSeq(b.String(), "\n") {
-		if c, _, ok := strings.Cut(line, " @ "); ok {
-			count, _ = strconv.Atoi(c)
-		} else if strings.HasPrefix(line, "# labels: ") && strings.Contains(line, want) {
-			n += count
-		}
-	}
+	n, _ := owned.Goroutines(ownerLabel, owner)
 	return n
 }
 
