@@ -224,6 +224,9 @@ var eventEncoders = sync.Pool{New: func() any {
 	return e
 }}
 
+// maxPooledEvent is the largest buffer an encoder goes back to the pool with.
+const maxPooledEvent = 64 << 10
+
 type eventEncoder struct {
 	buf bytes.Buffer
 	enc *jsontext.Encoder
@@ -234,7 +237,11 @@ type eventEncoder struct {
 // Errors wrap [ErrInvalidOutput].
 func marshalEvent(e *EventData) ([]byte, error) {
 	ee := eventEncoders.Get().(*eventEncoder)
-	defer eventEncoders.Put(ee)
+	defer func() {
+		if ee.buf.Cap() <= maxPooledEvent { // the buffer of a rare large event is not kept
+			eventEncoders.Put(ee)
+		}
+	}()
 	ee.buf.Reset()
 	ee.enc.Reset(&ee.buf, textOptions)
 	if err := ee.event(e); err != nil {
