@@ -122,12 +122,31 @@ func (d *driver) run(ctx context.Context, s *core.Start) {
 // deliver steps ev and then the answers of the effects carried out inline, until there
 // is nothing left to step on this goroutine. A panic in a step or an effect is stepped
 // as EvPanic (the job settles failed, reason panic).
+//
+// A call on the home goroutine that is the last thing to carry out (the last effect of
+// the last step queued) runs once the buffers of the queue and the step are back in
+// their pools, and its answer is stepped afresh: nothing runs in between either way,
+// and a stream does not hold them for as long as it runs.
 func (d *driver) deliver(ev core.Event, home bool) {
+	for {
+		call, ok := d.stepQueue(ev, home)
+		if !ok {
+			return
+		}
+		if ev, ok = d.callSafely(call, home); !ok {
+			return
+		}
+	}
+}
+
+// stepQueue steps ev and the answers queued after it; ok reports a call left to run on
+// the home goroutine (see deliver).
+func (d *driver) stepQueue(ev core.Event, home bool) (call core.Effect, ok bool) {
 	qp := eventBufs.Get().(*[]core.Event)
 	q := append((*qp)[:0], ev)
 	for i := 0; i < len(q); i++ {
 		var panicked bool
-		if q, panicked = d.stepSafely(&q[i], home, q); panicked {
+		if q, call, ok, panicked = d.stepSafely(&q[i], home, q, i == len(q)-1); panicked {
 			// What was left to step is dropped: the job is stepped with EvPanic next.
 			q = q[:i+1]
 			if d.panicked(home) {
@@ -138,6 +157,7 @@ func (d *driver) deliver(ev core.Event, home bool) {
 	clear(q)
 	*qp = q[:0]
 	eventBufs.Put(qp)
+	return call, ok
 }
 
 // eventBufs and effectBufs hold the buffers of deliver's queue and of a step's effects
@@ -152,23 +172,29 @@ var (
 // stepSafely steps *ev, carries its effects out and appends the answers to q; it
 // reports a panic in the step or an effect instead of propagating it. ev (an Event is
 // about 600 bytes: a pointer, not a copy per call) is not used once the step is taken,
-// so it may point into q.
-func (d *driver) stepSafely(ev *core.Event, home bool, q []core.Event) (out []core.Event, panicked bool) {
+// so it may point into q. When ev is the last event queued (last), a home call that is
+// the step's last effect and finds nothing queued is not run but returned (call,
+// deferred), for deliver to run.
+func (d *driver) stepSafely(ev *core.Event, home bool, q []core.Event, last bool) (out []core.Event, call core.Effect, deferred, panicked bool) {
 	var effs []core.Effect
 	i := 0
 	defer func() {
 		if p := recover(); p != nil {
-			d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
-				Msg("handling the action panicked; it settles failed")
+			d.logPanic()
 			if i < len(effs) && givesSlotBack(effs[i+1:]) && d.slot.held {
 				d.unadmit() // the effect that would have given it back is dropped
 			}
-			out, panicked = q, true
+			out, deferred, panicked = q, false, true
 		}
 	}()
 	bp := effectBufs.Get().(*[]core.Effect)
 	effs = d.step(ev, (*bp)[:0])
+	end := len(q)
 	for i = range effs {
+		if e := &effs[i]; home && last && e.Kind == core.EffCall && i == len(effs)-1 && len(q) == end {
+			call, deferred = *e, true
+			break
+		}
 		if ans, ok := d.exec(&effs[i], home); ok {
 			q = append(q, ans)
 		}
@@ -176,7 +202,27 @@ func (d *driver) stepSafely(ev *core.Event, home bool, q []core.Event) (out []co
 	clear(effs)
 	*bp = effs[:0]
 	effectBufs.Put(bp) // not reached after a panic: that buffer is dropped
-	return q, false
+	return q, call, deferred, false
+}
+
+// callSafely runs the call e on the home goroutine and returns its answer to step;
+// ok is false when there is nothing to step: the job has finished, or the call
+// panicked once too often (see panicked). A panic is answered with EvPanic.
+func (d *driver) callSafely(e core.Effect, home bool) (ev core.Event, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.logPanic()
+			ev, ok = core.Event{Kind: core.EvPanic}, d.panicked(home)
+		}
+	}()
+	return d.exec(&e, home)
+}
+
+// logPanic logs a recovered panic with its stack (never the panic value, which may
+// hold content).
+func (d *driver) logPanic() {
+	d.b.log.Error().Str("action_id", d.id).Str("stack", string(debug.Stack())).
+		Msg("handling the action panicked; it settles failed")
 }
 
 // givesSlotBack reports whether effs, the effects a panic dropped, include one that gives

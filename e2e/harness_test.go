@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -143,7 +144,8 @@ func (h *harness) startBridge() *runningBridge {
 	requireOK(h.t, err, "bridge.New: %v")
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &runningBridge{b: b, cancel: cancel, done: make(chan error, 1)}
-	go func() { rb.done <- b.Run(ctx) }()
+	// Every goroutine the replica starts carries its name in the label bridgeLabel.
+	go pprof.Do(ctx, pprof.Labels(bridgeLabel, replica), func(ctx context.Context) { rb.done <- b.Run(ctx) })
 	h.state.mu.Lock()
 	h.state.bridges = append(h.state.bridges, rb)
 	h.state.mu.Unlock()

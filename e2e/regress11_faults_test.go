@@ -171,33 +171,41 @@ func TestRegress11PanicSettlesAndSurvives(t *testing.T) {
 }
 
 func regress11PanicScenario(t *testing.T) {
-	const id = "regress11-panic"
-	var panicked atomic.Bool
+	// One action panics once claimed; a stream panics while its call publishes an
+	// event (the call runs on the delivery's goroutine).
+	const id, streamID = "regress11-panic", "regress11-panic-stream"
+	var panicked, streamPanicked atomic.Bool
 	h := newHarness(t, withConfig(func(c *bridge.Config) {
 		c.Hook = func(p bridge.Point, actionID string) {
 			if p == bridge.PointClaimed && actionID == id && panicked.CompareAndSwap(false, true) {
 				panic("regress11: injected panic at claimed")
 			}
+			if p == bridge.PointEvent && actionID == streamID && streamPanicked.CompareAndSwap(false, true) {
+				panic("regress11: injected panic in a stream's call")
+			}
 		}
 	}))
 	h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"this one panics"}`)}, client.WithActionID(id))
-	res, err := h.followBy(id, time.Now().Add(30*time.Second))
-	requireOK(t, err, "follow the panicking action: %v")
-	if !panicked.Load() {
-		t.Fatalf("the hook never panicked")
-	}
-	e := requireFailed(t, res, "internal")
-	if got := detail(e, "reason"); got != "panic" {
-		t.Errorf("details.reason %q, want panic (error %s)", got, errString(e))
-	}
-	var found bool
-	for _, m := range h.dlq(1, 10*time.Second) {
-		if strings.Contains(m.Header.Get("Hermes-Dlq-Reason"), "panic") {
-			found = true
+	h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"this stream panics"}`)}, client.WithActionID(streamID))
+	for _, id := range []string{id, streamID} {
+		res, err := h.followBy(id, time.Now().Add(30*time.Second))
+		requireOK(t, err, "follow the panicking action: %v")
+		e := requireFailed(t, res, "internal")
+		if got := detail(e, "reason"); got != "panic" {
+			t.Errorf("%s: details.reason %q, want panic (error %s)", id, got, errString(e))
 		}
 	}
-	if !found {
-		t.Errorf("no DLQ message with a Hermes-Dlq-Reason naming the panic")
+	if !panicked.Load() || !streamPanicked.Load() {
+		t.Fatalf("the hook never panicked (claimed %v, stream %v)", panicked.Load(), streamPanicked.Load())
+	}
+	var found int
+	for _, m := range h.dlq(2, 10*time.Second) {
+		if strings.Contains(m.Header.Get("Hermes-Dlq-Reason"), "panic") {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Errorf("%d DLQ messages with a Hermes-Dlq-Reason naming the panic, want 2", found)
 	}
 	// The bridge is still running and handles the next action.
 	h.callOK("models", `{}`)

@@ -57,6 +57,14 @@ type sseReader struct {
 	eof         bool
 }
 
+// sseBufferSize is the reader's buffer, the size of net/http's own connection buffer: a
+// read of a chunked response body returns the chunks that buffer already holds (Hermes
+// flushes every event as a small chunk), so a larger buffer reads no faster; and a
+// stream holds its buffer for as long as it runs, which with thousands of streams in
+// flight made it most of their memory. Lines longer than the buffer go to the spill
+// buffer (sseReader.line).
+const sseBufferSize = 4 << 10
+
 func newSSEReader(r io.Reader, frameLimit int, streamLimit int64) *sseReader {
 	if frameLimit <= 0 {
 		frameLimit = DefaultFrameLimit
@@ -64,7 +72,7 @@ func newSSEReader(r io.Reader, frameLimit int, streamLimit int64) *sseReader {
 	if streamLimit <= 0 {
 		streamLimit = DefaultStreamLimit
 	}
-	return &sseReader{r: bufio.NewReaderSize(r, 64<<10), frameLimit: frameLimit, streamLimit: streamLimit}
+	return &sseReader{r: bufio.NewReaderSize(r, sseBufferSize), frameLimit: frameLimit, streamLimit: streamLimit}
 }
 
 // readLine returns the next line without its terminator. The slice is valid until the next call.

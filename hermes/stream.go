@@ -13,7 +13,6 @@ type Event struct {
 	Event    string          // SSE `event:` field, "" when absent
 	ID       *string         // SSE `id:` field, nil when absent
 	Data     json.RawMessage // JSON data verbatim; non-JSON -> JSON string; empty -> null
-	RawData  string          // data lines joined by "\n"
 	Name     string          // event, else data.event, else data.type, else ""
 	Kind     string          // data|progress|tool|thought|pending_approval|error|done
 	Text     string          // assistant text this event adds ("" if none)
@@ -101,7 +100,6 @@ func (st *streamState) event(f *sseFrame) (Event, bool) {
 		id := string(f.id)
 		ev.ID = &id
 	}
-	ev.RawData = string(f.data)
 	trimmed := bytes.TrimSpace(f.data)
 	var p probe
 	switch {
@@ -116,7 +114,7 @@ func (st *streamState) event(f *sseFrame) (Event, bool) {
 			scanProbe(trimmed, &p)
 		}
 	default:
-		ev.Data = mustJSON(ev.RawData)
+		ev.Data = mustJSON(string(f.data))
 	}
 
 	dataEvent, _ := jsonName(p.event)

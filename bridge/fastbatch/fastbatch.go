@@ -18,7 +18,10 @@ import (
 const (
 	// batchFlow is the flow asked for: the server acks at most every batchFlow stored
 	// messages (a lone batch gets min(500, batchFlow), batches sharing a stream fewer).
-	batchFlow = 500
+	// It sizes every publisher's reply buffer (batchReplyBuffer), held for as long as
+	// its stream runs; two flows of 64 in flight keep a lone stream's publishes
+	// pipelined well past the rate the stream stores them.
+	batchFlow = 64
 	// batchAcksAhead is how many flows of messages may await their ack.
 	batchAcksAhead = 2
 	// batchMinWindow is how many messages may await their ack whatever the flow: before

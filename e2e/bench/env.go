@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,7 +225,7 @@ func (e *env) startBridge(ctx context.Context) error {
 	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.bridgeCancel, e.bridgeDone = cancel, make(chan error, 1)
-	go func() { e.bridgeDone <- b.Run(bctx) }()
+	go pprof.Do(bctx, pprof.Labels(ownerLabel, ownerBridge), func(ctx context.Context) { e.bridgeDone <- b.Run(ctx) })
 	select {
 	case <-w.started:
 		return nil
@@ -480,6 +481,13 @@ func (e *env) purgeStreams(ctx context.Context) error {
 // resetFake frees what the fake keeps between passes: the recorded requests and call
 // counters, and the sessions and responses it persisted (it stores every chat, as Hermes
 // does). Without it every pass would run with the live heap of all the passes before it.
+// closeHTTPConns closes every HTTP connection to the fake (the floor's idle ones and the
+// bridge's): the next pass opens its own.
+func (e *env) closeHTTPConns() {
+	e.httpc.CloseIdleConnections()
+	e.fake.CloseClientConnections()
+}
+
 func (e *env) resetFake() {
 	e.fake.ResetCounters()
 	e.fake.ForgetSessions()

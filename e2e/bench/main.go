@@ -68,10 +68,8 @@ Scenarios (-scenarios takes numbers or names; all runs 1 to 5):
              CPU and heap allocated per event
              floors: HTTP read of the same stream; raw JetStream async publish (4096 pending)
   3 streams  -streams concurrent chat_streams of -stream-events events: completion time,
-             heap/RSS/goroutines per in-flight action; floor: the same streams over HTTP;
-             the bridge's share: of the heap, the process's minus the floor's; of the
-             goroutines, the process's but the fake's and those waiting for work (idle
-             workers and HTTP connections)
+             heap/RSS/goroutines per in-flight action (the bridge's goroutines counted by
+             owner); floor: the same streams over HTTP; needs two open files per stream
   4 dup      -dup-actions actions over -dup-keys idempotency keys: settled/s, Hermes calls
   5 rss      the bridge as its own process (go build ./cmd/hermes-bridge into a temporary
              directory, or -bridge-bin; hermes-bridge run configured by environment against
@@ -94,7 +92,8 @@ cpu-chat-r1.prof, cpu-chat1-r1.prof at one in flight, cpu-stream-r1.prof, cpu-st
 cpu-dup.prof), and scenario 1's loop windows to compare with (cpu-chat-loop-r1.prof,
 cpu-chat-promise-r1.prof, cpu-chat1-loop-r1.prof); they are whole-process
 profiles (NATS server, fake and bench client included): use -focus or -tagignore to narrow.
--memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3).
+-memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3,
+with a goroutine profile of that moment: name-streams-held-goroutines.prof).
 -mutexprofile samples lock contention over the whole run (bridge and floors) into one file.
 
 Flags:

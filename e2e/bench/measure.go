@@ -12,9 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-bridge/hermes-bridge/bridge/client"
+	"github.com/hermes-bridge/hermes-bridge/e2e/owned"
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
@@ -157,7 +156,7 @@ func decodeFloorResult(m *nats.Msg) (outcome, bool) {
 
 // countSSE counts the SSE events (data: lines) of a stream with a line reader.
 func countSSE(r io.Reader) (int, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := bufio.NewReader(r)
 	n := 0
 	for {
 		line, err := br.ReadSlice('\n')
@@ -317,7 +316,22 @@ type memSample struct {
 	heapInuse, heapAlloc uint64 // bytes
 	rss                  uint64 // bytes (VmRSS)
 	goroutines           int
-	roles                goroutineRoles // only in baselineMem's and the held readings
+}
+
+// ownerLabel is the pprof label of the goroutines the bench starts for a path of
+// scenario 3: the bridge runs under ownerBridge, the floor's callers under ownerClient.
+// Goroutines inherit their creator's labels, so the workers the bridge starts and the
+// HTTP transports' connection goroutines carry the label of whoever made them.
+const (
+	ownerLabel  = "bench.owner"
+	ownerBridge = "bridge"
+	ownerClient = "http-client"
+)
+
+// ownedGoroutines counts the goroutines alive now that carry the owner label owner.
+func ownedGoroutines(owner string) int {
+	n, _ := owned.Goroutines(ownerLabel, owner)
+	return n
 }
 
 func readMem() memSample {
@@ -336,64 +350,9 @@ func baselineMem() memSample {
 	return readMem()
 }
 
-// countGoroutines reads the goroutines again, by role: the bench's own for a pass (its
-// sampler, subscription) are then part of the baseline.
-func (m *memSample) countGoroutines() {
-	m.goroutines, m.roles = runtime.NumGoroutine(), readGoroutineRoles()
-}
-
-// goroutineRoles are the process's goroutines that do not serve an in-flight action,
-// read from the goroutine profile (stacks aggregated, one record per distinct stack).
-type goroutineRoles struct {
-	fake int // the fake Hermes's: its code (handlers, agents) and its HTTP server's connection goroutines
-	idle int // waiting for work: the bridge's idle workers, and each idle HTTP client connection's read and write loop
-}
-
-func readGoroutineRoles() goroutineRoles {
-	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
-		return goroutineRoles{}
-	}
-	return goroutineRolesOf(b.String())
-}
-
-// goroutineRolesOf reads a goroutine profile written with debug 1: records of
-// "<count> @ <pcs>" followed by "#\t<pc>\t<function>+<offset>\t<file>:<line>" frames,
-// innermost first, runtime frames left out.
-func goroutineRolesOf(profile string) goroutineRoles {
-	var g goroutineRoles
-	for rec := range strings.SplitSeq(profile, "\n\n") {
-		count, first := 0, ""
-		var readLoop, peek, fake bool
-		for line := range strings.SplitSeq(rec, "\n") {
-			if c, _, ok := strings.Cut(line, " @ "); ok && count == 0 {
-				count, _ = strconv.Atoi(c)
-				continue
-			}
-			f := strings.Split(line, "\t")
-			if len(f) < 3 || f[0] != "#" {
-				continue
-			}
-			fn := f[2]
-			if first == "" {
-				first = fn
-			}
-			readLoop = readLoop || strings.HasPrefix(fn, "net/http.(*persistConn).readLoop+")
-			peek = peek || strings.HasPrefix(fn, "bufio.(*Reader).Peek+")
-			fake = fake || strings.Contains(fn, "/hermes/hermestest.") || strings.HasPrefix(fn, "net/http.(*conn).serve+") ||
-				strings.HasPrefix(fn, "net/http.(*connReader).backgroundRead+")
-		}
-		switch {
-		case fake:
-			g.fake += count
-		case strings.Contains(first, "/bridge.(*workerPool).loop+"):
-			g.idle += count
-		case readLoop && peek: // waits for a response on a connection that has no request
-			g.idle += 2 * count
-		}
-	}
-	return g
-}
+// countGoroutines reads the goroutines again: the bench's own for a pass (its sampler,
+// subscription) are then part of the baseline.
+func (m *memSample) countGoroutines() { m.goroutines = runtime.NumGoroutine() }
 
 func vmRSS() uint64 {
 	b, err := os.ReadFile("/proc/self/status")

@@ -306,19 +306,26 @@ func mutexProfile(path string, st *statusLog) (write func() (string, error)) {
 	}
 }
 
-func (p *profiler) heap(tag string) {
+// heap writes a heap profile with -memprofile (mem.prof -> mem-<tag>.prof).
+func (p *profiler) heap(tag string) { p.write("heap", tag) }
+
+// goroutines writes, with -memprofile, a goroutine profile (mem.prof ->
+// mem-<tag>-goroutines.prof): where the goroutines of the moment wait.
+func (p *profiler) goroutines(tag string) { p.write("goroutine", tag+"-goroutines") }
+
+func (p *profiler) write(profile, tag string) {
 	if p == nil || p.mem == "" {
 		return
 	}
 	name := tagged(p.mem, tag)
 	f, err := os.Create(name)
 	if err != nil {
-		p.st.printf("heap profile: %v", err)
+		p.st.printf("%s profile: %v", profile, err)
 		return
 	}
 	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		p.st.printf("heap profile: %v", err)
+	if err := pprof.Lookup(profile).WriteTo(f, 0); err != nil {
+		p.st.printf("%s profile: %v", profile, err)
 		return
 	}
 	p.written = append(p.written, name)

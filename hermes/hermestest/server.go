@@ -294,6 +294,15 @@ func (s *Server) Close() {
 	})
 }
 
+// CloseClientConnections closes every client connection to the fake, idle or not
+// (a stream in progress ends as a broken connection); the fake keeps listening. Clients
+// open new connections for their next requests.
+func (s *Server) CloseClientConnections() {
+	if s.URL != "" {
+		s.ts.CloseClientConnections()
+	}
+}
+
 // SetDraining makes agent routes answer 503 gateway_draining (after auth).
 func (s *Server) SetDraining(on bool) {
 	s.update(&s.mu, func() { s.draining = on })
