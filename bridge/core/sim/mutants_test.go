@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"os"
@@ -31,14 +32,18 @@ type mutant struct {
 	// seeds is how many seeds it takes to catch (0: -sim.mutant-seeds): a bug the
 	// simulator found once in tens of thousands of seeds needs as many.
 	seeds int
+	// claims is the worlds' atomic claims (Options.Claims): "off" unless the mutant is
+	// in the claim, so that the mutants older than it run on the worlds that caught them.
+	claims string
 }
 
 var mutants = []mutant{
 	{
 		class: "once", name: "refused_claim_sends", file: "start.go",
-		old: "\tcase Exists, Conflict, TooLarge:\n\t\tj.startKey()",
-		new: "\tcase Exists:\n\t\tj.take(ev.Rev, j.intentRecord(kvstore.StateDispatched), VerdictFresh)\n\t\tj.sendMarked()\n\tcase Conflict, TooLarge:\n\t\tj.startKey()",
-		why: "an atomic claim refused because the key or the record is held is taken as won: the action is sent again",
+		old:    "\tcase Exists, Conflict, TooLarge:\n\t\tj.startKey()",
+		new:    "\tcase Exists:\n\t\tj.take(ev.Rev, j.intentRecord(kvstore.StateDispatched), VerdictFresh)\n\t\tj.sendMarked()\n\tcase Conflict, TooLarge:\n\t\tj.startKey()",
+		why:    "an atomic claim refused because the key or the record is held is taken as won: the action is sent again",
+		claims: "on",
 	},
 	{
 		class: "fence", name: "takeover_of_settling_not_fenced", file: "begin.go",
@@ -182,7 +187,8 @@ func TestMutants(t *testing.T) {
 			if m.seeds != 0 {
 				seeds = m.seeds
 			}
-			args := []string{"test", "-overlay", overlay, "-count=1", "-run", "^TestSim$", "-timeout", "0", ".", "-sim.seeds", strconv.Itoa(seeds)}
+			claims := cmp.Or(m.claims, "off")
+			args := []string{"test", "-overlay", overlay, "-count=1", "-run", "^TestSim$", "-timeout", "0", ".", "-sim.claims", claims, "-sim.seeds", strconv.Itoa(seeds)}
 			if *simMutantSeed != 0 {
 				args = append(args[:len(args)-2], "-sim.seed", strconv.FormatUint(*simMutantSeed, 10), "-sim.trace")
 			}

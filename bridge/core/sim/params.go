@@ -125,13 +125,18 @@ func drawParams(s *sched) params {
 	return p
 }
 
-// drawClaim draws whether the world's store takes atomic claims, and how often it
-// refuses one, from a generator of its own: the worlds without them run exactly as they
-// did before the simulator had them, so that every seed that catches a mutant there
-// still does.
-func drawClaim(seed uint64, p *params) {
+// drawClaim draws whether the world's store takes atomic claims (unless mode, Options.Claims,
+// says), and how often it refuses one, from a generator of its own: the worlds without
+// them run exactly as they did before the simulator had them.
+func drawClaim(seed uint64, mode string, p *params) {
 	s := sched{rnd: rand.New(rand.NewPCG(seed, 0xc1a1c1a1))}
 	p.atomicClaim = s.chance(0.5)
+	switch mode {
+	case "off":
+		p.atomicClaim = false
+	case "on":
+		p.atomicClaim = true
+	}
 	if s.chance(0.5) {
 		p.pBatchRefused = 0.01 + s.rnd.Float64()*0.19
 	}

@@ -18,10 +18,11 @@ import (
 )
 
 var (
-	simSeeds = flag.Int("sim.seeds", 300, "how many seeds TestSim runs")
-	simFrom  = flag.Uint64("sim.from", 1, "the first seed TestSim runs (then -sim.seeds of them)")
-	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of TestSim")
-	simTrace = flag.Bool("sim.trace", false, "print the trace of every seed TestSim runs")
+	simSeeds  = flag.Int("sim.seeds", 300, "how many seeds TestSim runs")
+	simFrom   = flag.Uint64("sim.from", 1, "the first seed TestSim runs (then -sim.seeds of them)")
+	simSeed   = flag.Uint64("sim.seed", 0, "run only this seed of TestSim")
+	simTrace  = flag.Bool("sim.trace", false, "print the trace of every seed TestSim runs")
+	simClaims = flag.String("sim.claims", "", "TestSim: atomic claims in every world (on), in none (off), or drawn per seed (empty)")
 )
 
 func TestSim(t *testing.T) {
@@ -46,7 +47,7 @@ func TestSim(t *testing.T) {
 		wg.Go(func() {
 			for seed := range work {
 				t0 := time.Now()
-				r := Run(seed, Options{Trace: *simTrace})
+				r := Run(seed, Options{Trace: *simTrace, Claims: *simClaims})
 				took := time.Since(t0)
 				mu.Lock()
 				total.Add(&r.Stats)

@@ -13,6 +13,10 @@ import (
 type Options struct {
 	// Trace records every event, effect and answer with its simulated time and job.
 	Trace bool
+	// Claims says whether the world's store takes atomic claims (core.EffClaim): "" (each
+	// seed draws it), "off" (the worlds as they were before the simulator had them, which
+	// the mutants that predate them run on), or "on".
+	Claims string
 	// sabotage breaks the world on purpose (tests prove that the invariants catch it):
 	// "double_exec" (Hermes executes an unsafe request twice), "no_cas" (the log ignores
 	// the expected sequence), "lie" (a refused request answers completed).
@@ -88,7 +92,7 @@ func newWorld(seed uint64, opt Options) *World {
 	w := &World{sched: newSched(seed), seed: seed, sabotage: opt.sabotage}
 	w.tr = tracer{on: opt.Trace, now: &w.now}
 	w.p = drawParams(&w.sched)
-	drawClaim(seed, &w.p)
+	drawClaim(seed, opt.Claims, &w.p)
 	w.cfg = coreConfig(w.p)
 	w.kv = &bucket{keysTTL: w.p.ttl, recordsTTL: w.p.recordsTTL, versions: map[string][]kvVersion{}}
 	w.log = &resultLog{maxAge: w.p.logMaxAge, seq: &w.streamq, subjects: map[string][]*logMsg{},
