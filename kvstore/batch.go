@@ -164,18 +164,35 @@ func (s *Store) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, err
 }
 
 // findBatch reads back the keys of a batch whose reply did not come: it reports their
-// revisions when each holds the bytes the batch sent.
+// revisions when each holds the bytes the batch sent. A read that fails or finds a key
+// empty (a server electing a leader, a replica behind, a batch not committed yet) is
+// tried again until lostReplyCheck has passed; a key that holds other bytes ends the
+// search at once (the batch, which expects every key empty, cannot land after them).
 func (s *Store) findBatch(ctx context.Context, msgs []*nats.Msg) ([]uint64, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostReplyCheck)
 	defer cancel()
 	revs := make([]uint64, len(msgs))
 	prefix := len(s.subject(""))
-	for i, m := range msgs {
-		e, err := s.kv.Get(ctx, m.Subject[prefix:])
-		if err != nil || string(e.Value()) != string(m.Data) {
-			return nil, false
+	for {
+		found := 0
+		for i, m := range msgs {
+			e, err := s.kv.Get(ctx, m.Subject[prefix:])
+			if err != nil {
+				break
+			}
+			if string(e.Value()) != string(m.Data) {
+				return nil, false
+			}
+			revs[i] = e.Revision()
+			found++
 		}
-		revs[i] = e.Revision()
+		if found == len(msgs) {
+			return revs, true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return revs, true
 }
