@@ -131,9 +131,70 @@ func (j *Job) onStartClaim(ev Event) {
 	case Exists, Conflict, TooLarge:
 		j.startKey()
 	default:
+		j.tries = 0
+		j.checkClaim(ev)
+	}
+}
+
+// claimChecks bounds the reads with which a job looks for its claim whose answer did not
+// come; the reads are spaced by the backoff.
+const claimChecks = 4
+
+// checkClaim reads the action record after a claim whose answer did not come: the batch
+// may have been written, or may still be, by a server electing a leader. The record with
+// this job's owner (unique to the job) proves it was; the job then reads its key's
+// revision and sends. Another owner's record, or no proof within claimChecks reads (a
+// read that finds nothing may be behind: it proves nothing), ends the start as a failed
+// store request: the message is retried, and a batch written after that is found by the
+// next delivery (outcome_unknown after a lease, never a second send).
+func (j *Job) checkClaim(ev Event) {
+	if j.tries >= claimChecks || j.shutdown || j.cancelReq {
 		j.freeSlot()
 		j.infra(ev, "claiming the idempotency key and the action")
+		return
 	}
+	j.tries++
+	j.store(kStartClaimCheck, Effect{Kind: EffGet, Key: kvstore.ActionKey(j.act.ID)})
+}
+
+func (j *Job) onStartClaimCheck(ev Event) {
+	r := ev.Entry.Record
+	switch {
+	case ev.Status == OK && r.Owner == j.owner && r.State == kvstore.StateDispatched:
+		j.take(ev.Entry.Revision, r, VerdictFresh)
+		j.store(kStartClaimKey, Effect{Kind: EffGet, Key: j.act.IdemKey})
+	case ev.Status == OK:
+		j.freeSlot()
+		j.begin() // another delivery's record: the ordinary path decides
+	default:
+		j.sleep(kStartClaimWait, j.backoffN(j.tries))
+	}
+}
+
+func (j *Job) onStartClaimWait(ev Event) {
+	if ev.Status == Aborted {
+		j.freeSlot()
+		j.interrupted()
+		return
+	}
+	j.checkClaim(Event{Status: Failed})
+}
+
+// onStartClaimKey adopts the key the claim wrote (same batch as the record) and sends.
+// A read of the key that fails or finds it held otherwise (behind) is tried again: the
+// job holds a dispatched record, and its key is its own.
+func (j *Job) onStartClaimKey(ev Event) {
+	if ev.Status == OK && ev.Entry.Record.ActionID == j.act.ID {
+		j.hold(ev.Entry.Revision, ev.Entry.Record)
+		j.sendMarked()
+		return
+	}
+	j.tries++
+	if j.tries > 2*claimChecks {
+		j.sendMarked() // unproven key revision: the send proceeds without renewing it
+		return
+	}
+	j.store(kStartClaimKey, Effect{Kind: EffGet, Key: j.act.IdemKey})
 }
 
 func (j *Job) onStartKeyCreate(ev Event) {

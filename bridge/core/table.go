@@ -11,12 +11,15 @@ const (
 	kNone K = iota
 
 	// The one-write start of an unsafe action with nothing to decide first.
-	kValidateStart  // Validate → invalid: begin (claimed, then settled invalid); valid: Admit without waiting
-	kAdmitStart     // Admit → slot: the key (startKey); busy or paused: begin
-	kStartClaim     // Create idem and act dispatched in one batch → the call; refused or exists: the key first
-	kStartKeyCreate // Create idem → Create act dispatched; held: read it
-	kStartKeyGet    // Get idem → this action's: Create act dispatched; another's: begin with it seen; gone: create again
-	kStartRecord    // Create act dispatched → the call; exists: begin
+	kValidateStart   // Validate → invalid: begin (claimed, then settled invalid); valid: Admit without waiting
+	kAdmitStart      // Admit → slot: the key (startKey); busy or paused: begin
+	kStartClaim      // Create idem and act dispatched in one batch → the call; refused or exists: the key first
+	kStartClaimCheck // answer lost: Get act → this job's owner: the key's revision; another's: begin; none: wait, again
+	kStartClaimWait  // the backoff between those reads
+	kStartClaimKey   // Get idem (the claim's own) → the call
+	kStartKeyCreate  // Create idem → Create act dispatched; held: read it
+	kStartKeyGet     // Get idem → this action's: Create act dispatched; another's: begin with it seen; gone: create again
+	kStartRecord     // Create act dispatched → the call; exists: begin
 
 	// The ordinary path: claim the id, or decide about the record that holds it.
 	kBeginCreate   // Create act claimed → claimed; exists: examine
@@ -128,6 +131,9 @@ func init() {
 		kValidateStart:   {"validate_start", (*Job).onValidateStart},
 		kAdmitStart:      {"admit_start", (*Job).onAdmitStart},
 		kStartClaim:      {"start_claim", (*Job).onStartClaim},
+		kStartClaimCheck: {"start_claim_check", (*Job).onStartClaimCheck},
+		kStartClaimWait:  {"start_claim_wait", (*Job).onStartClaimWait},
+		kStartClaimKey:   {"start_claim_key", (*Job).onStartClaimKey},
 		kStartKeyCreate:  {"start_key_create", (*Job).onStartKeyCreate},
 		kStartKeyGet:     {"start_key_get", (*Job).onStartKeyGet},
 		kStartRecord:     {"start_record", (*Job).onStartRecord},
