@@ -120,8 +120,8 @@ func (j *Job) startKey() {
 // onStartClaim: the batch is the key's claim, the record's claim and the write-ahead
 // mark at once. Refused as a whole (the key or the record held a value, or the store
 // refused the batch), it wrote nothing: the key is claimed on its own, and that path
-// decides who holds what. A batch whose answer did not come may have been written, as a
-// lost reply of the record's Create: the next delivery decides.
+// decides who holds what. A batch whose answer did not come may have been written:
+// checkClaim looks for it.
 func (j *Job) onStartClaim(ev Event) {
 	switch ev.Status {
 	case OK:
