@@ -63,7 +63,7 @@ func durableWrites(t *testing.T, storage jetstream.StorageType, keyed uint64) {
 		{name: "safe unkeyed (claim)", writes: 1, run: func() []string {
 			return []string{h.publish("models", events.Action{Input: mustJSON(t, `{}`)})}
 		}},
-		{name: "duplicate of a settled key (claim; the replay needs no fence)", writes: 1, run: func() []string {
+		{name: "duplicate of a settled key (claim, then the fence before its replay)", writes: 2, run: func() []string {
 			return []string{h.publish("chat", events.Action{Input: mustJSON(t, `{"prompt":"writes one"}`), IdempotencyKey: "w-1"})}
 		}},
 		{name: "unkeyed start, then a keyed action queued behind it (claim, key, mark)", writes: 1 + 3, run: func() []string {

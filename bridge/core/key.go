@@ -107,8 +107,11 @@ func (j *Job) onKeyFree(ev Event) {
 }
 
 // replayHolder settles the action with the terminal result r of action orig, marked as its
-// replay (CONTRACT §5). A replay needs no fence: it is chosen only when the holder's
-// result keeps the key, so whoever takes this claim over replays the same result.
+// replay. The replay is fenced like every result reached without a call (settle): the
+// record says settling before the result is appended. Unfenced, the record would stay
+// claimed, and once the key and the holder's result had expired (both before the
+// record), a re-publish would take that claim over and call Hermes for an action that
+// had already ended.
 func (j *Job) replayHolder(orig string, r *events.Result) {
 	if r == nil {
 		j.settle(j.failed(&events.ErrorInfo{Code: "internal", Category: "connector",

@@ -21,7 +21,8 @@ import (
 // on, whoever takes the record over never sends (Dispatch refuses a fenced claim). A
 // dispatched claim whose result is the call's answer, or uncertain, needs no fence (of
 // its result and a taker's outcome_unknown or followed run, the first appended stands,
-// and each is true), nor does a safe one (a read may run twice) or a replay.
+// and each is true), nor does a safe one (a read may run twice). A replay is fenced:
+// its record must not stay claimed once the key and the original's result are gone.
 func (j *Job) settle(r *events.Result) {
 	if j.lost {
 		j.lostClaim()
@@ -44,7 +45,7 @@ func (j *Job) settle(r *events.Result) {
 		j.settleUntil = j.act.Deadline
 	}
 	j.tries = 0
-	if j.claimed && !j.replay && !j.act.Op.Safe && j.rec.State != kvstore.StateSettling &&
+	if j.claimed && !j.act.Op.Safe && j.rec.State != kvstore.StateSettling &&
 		(j.rec.State != kvstore.StateDispatched || FreesKey(r)) {
 		j.claim(kFenced, change{kind: chFence})
 		return
@@ -103,8 +104,8 @@ func (j *Job) onAppended(ev Event) {
 // came first. A pending message this job did not know of was appended by a delivery
 // that took the claim over (it parked the action, or asked a run's approval): a job
 // that holds a claim proves it (a compare-and-set on its revision) before it follows
-// the message, so that a delivery paused before its append, with no fence (a replay, a
-// dispatched claim), stores nothing once the claim is gone.
+// the message, so that a delivery paused before its append with no fence (a dispatched
+// claim) stores nothing once the claim is gone.
 func (j *Job) onAppendConflict(ev Event) {
 	switch {
 	case ev.Status == OK && ev.Log.Terminal():

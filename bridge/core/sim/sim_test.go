@@ -132,11 +132,16 @@ func TestSimCatches(t *testing.T) {
 
 // TestSimFoundSeeds replays seeds that once failed, each with the bug it found.
 func TestSimFoundSeeds(t *testing.T) {
-	for seed, bug := range map[uint64]string{
-		68112: "a panic at the claimed hook dropped the rest of its batch, an EffUnadmit among it: the endpoint slot was never given back (the bridge's driver gave none back)",
+	for _, c := range []struct {
+		seed   uint64
+		claims string // Options.Claims
+		bug    string
+	}{
+		{68112, "", "a panic at the claimed hook dropped the rest of its batch, an EffUnadmit among it: the endpoint slot was never given back (the bridge's driver gave none back)"},
+		{50171, "off", "an action that replayed its key holder's result left its record claimed; once the key and the result had expired, a re-publish took the record over and called Hermes for an action that had already ended"},
 	} {
-		if r := Run(seed, Options{}); len(r.Failures) > 0 {
-			t.Errorf("seed %d fails again (%s): %s", seed, bug, strings.Join(r.Failures, "; "))
+		if r := Run(c.seed, Options{Claims: c.claims}); len(r.Failures) > 0 {
+			t.Errorf("seed %d fails again (%s): %s", c.seed, c.bug, strings.Join(r.Failures, "; "))
 		}
 	}
 }
