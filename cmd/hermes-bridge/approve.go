@@ -601,7 +601,7 @@ HERMES_BRIDGE_BUCKET (default HERMES_IDEMPOTENCY) and, for a run, its last
 result. --json prints one array; each element's kind is parked or
 run_approval. 'hermes-bridge approve <action_id>' shows the full request.
 
-Connects like 'hermes-bridge call' (NATS_URL, or the embedded server of 'run').
+Connects like 'hermes-bridge call' (see "Connecting to NATS" below).
 
 Flags:
 `

@@ -35,16 +35,6 @@ var waitHintAfter = 5 * time.Second
 // hintLookupTimeout bounds the lookups behind a hint.
 const hintLookupTimeout = 3 * time.Second
 
-// connFlags are the connection flags of every client command.
-type connFlags struct {
-	server, inboxPrefix string
-}
-
-func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
-	fs.StringVar(&c.inboxPrefix, "inbox-prefix", "", "inbox prefix of the connection (default: NATS_INBOX_PREFIX, else _INBOX); a NATS user limited to its own inbox needs it, e.g. _INBOX_dashboard")
-}
-
 // followFlags are the flags of watch, and of call besides its own.
 func followFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print only the result, as JSON (no streamed text)")
@@ -119,7 +109,7 @@ func cmdCall(ctx context.Context, _ string, o *cmdOptions, environ map[string]st
 		return exitOK
 	}
 	if !o.jsonOut && !o.eventsOut {
-		fmt.Fprintf(sio.err, "action %s published on %s\n", id, cl.subjects.Action(o.endpoint, o.op))
+		fmt.Fprintf(sio.err, "action %s published on %s at %s\n", id, cl.subjects.Action(o.endpoint, o.op), cl.server)
 	}
 	return follow(ctx, cl, id, o, sio, true, cl.callHint(id, &ack))
 }
@@ -229,61 +219,78 @@ type clientConn struct {
 	// use it, so a refusal ends them at once instead of at their timeout.
 	ctx   context.Context
 	guard *permGuard
+	// server says where the connection goes: the URL without credentials, and the NATS
+	// context it came from.
+	server string
 }
 
-// dialClient connects for a client command. On failure it prints the reason and returns
-// nil and the exit status. The returned function closes the connection (and
-// warns about a permission violation no error has reported).
+// dialClient connects for a client command: to the server and with the credentials the
+// flags conn, the environment and a NATS context give (see resolveConn). Before that it
+// warns on stderr about each HERMES_* or NATS_* variable that no setting reads. On
+// failure it prints the reason and returns nil and the exit status. The returned
+// function closes the connection (and warns about a permission violation no error has
+// reported).
 func dialClient(ctx context.Context, cmd string, environ map[string]string, conn connFlags, stderr io.Writer) (*clientConn, func(), int) {
+	if err := conn.check(); err != nil {
+		return nil, nil, usageError(stderr, cmd, err.Error())
+	}
 	cfg, err := LoadConfig(environ)
 	all := &ConfigError{}
 	if err != nil {
 		errors.As(err, &all)
 	}
-	if conn.server != "" {
-		cfg.NATSURL = conn.server
+	specs, _, _ := cfg.EndpointSpecs() // only for the variables an endpoints file names
+	for _, u := range unknownVariables(environ, specs) {
+		fmt.Fprintf(stderr, "hermes-bridge %s: warning: %s\n", cmd, u.message())
 	}
-	if conn.inboxPrefix != "" {
-		if !validInboxPrefix(conn.inboxPrefix) {
-			return nil, nil, usageError(stderr, cmd, fmt.Sprintf("--inbox-prefix %q %s", conn.inboxPrefix, inboxPrefixRule))
-		}
-		cfg.NATSInboxPrefix = conn.inboxPrefix
-	}
-	all.merge(cfg.ValidateClient())
-	if err := all.err(); err != nil {
-		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
-		return nil, nil, exitUsage
-	}
-	url, err := cfg.clientURL()
+	nctx, err := loadNATSContext(environ, conn.context, true)
 	if err != nil {
-		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
+		fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
 		return nil, nil, exitUsage
+	}
+	cfg.natsCtx = nctx
+	all.merge(cfg.ValidateClient())
+	nconn, err := resolveConn(cfg, conn, nctx)
+	all.merge(err)
+	if err := all.err(); err != nil {
+		fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
+		return nil, nil, exitUsage
+	}
+	url := nconn.url
+	if url == "" {
+		if url, err = cfg.clientURL(); err != nil {
+			fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
+			return nil, nil, exitUsage
+		}
+	}
+	for _, n := range nconn.notes {
+		fmt.Fprintf(stderr, "hermes-bridge %s: note: %s\n", cmd, n)
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}).Level(zerolog.WarnLevel).
 		With().Timestamp().Logger()
 	gctx, cancelCause := context.WithCancelCause(ctx)
-	guard := &permGuard{user: cfg.NATSUser, inbox: cmp.Or(cfg.NATSInboxPrefix, defaultInbox), cancel: cancelCause}
+	guard := &permGuard{user: nconn.user, inbox: cmp.Or(nconn.inboxPrefix, defaultInbox), cancel: cancelCause}
 	// A permission violation is not logged: the command reports it.
-	opts, err := cfg.natsOptions("hermes-bridge-cli", clientLiveness, log, guard.handle)
+	opts, err := nconn.natsOptions("hermes-bridge-cli", clientLiveness, log, guard.handle)
 	if err != nil {
 		cancelCause(nil)
-		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
+		fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
 		return nil, nil, exitUsage
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		hint := ""
-		if cfg.NATSURL == "" {
-			hint = " (is 'hermes-bridge run' running? set NATS_URL or --server for another server)"
+		if nconn.url == "" {
+			hint = " (is 'hermes-bridge run' running? set NATS_URL, --server or --context for another server)"
 		}
 		cancelCause(nil)
-		fmt.Fprintf(stderr, "hermes-bridge: cannot connect to NATS at %s: %v%s\n", redactURLs(url), err, hint)
+		fmt.Fprintf(stderr, "hermes-bridge %s: cannot connect to NATS at %s: %v%s\n", cmd, nconn.describe(url), err, hint)
 		return nil, nil, exitUsage
 	}
 	js, _ := jetstream.New(nc) // fails only on an option, and none is given
 	subjects := events.Subjects{Prefix: cfg.Prefix}
 	c := client.New(js, client.WithSubjects(subjects), client.WithOutputStream(cfg.OutputStream))
-	cl := &clientConn{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard}
+	cl := &clientConn{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard, server: nconn.describe(url)}
 	closeConn := func() {
 		if nc.FlushTimeout(time.Second) == nil {
 			if pe := guard.unreported(nc.LastError()); pe != nil {

@@ -187,7 +187,7 @@ func TestConfigErrorExitCodes(t *testing.T) {
 	}
 	// call validates the connection settings it uses.
 	code, _, errOut = runMain(context.Background(), map[string]string{"NATS_TOKEN": "t"}, "", "call", "--prompt", "x")
-	if code != exitUsage || !strings.Contains(errOut, "NATS_TOKEN is set but NATS_URL is not") {
+	if code != exitUsage || !strings.Contains(errOut, "NATS_TOKEN is set but neither NATS_URL nor NATS_CONTEXT is") {
 		t.Fatalf("exit %d stderr %s", code, errOut)
 	}
 	// Connection refused is a connection error: exit 2 with a hint.

@@ -105,10 +105,9 @@ when interrupted (the action itself goes on; follow it with 'watch').
 When nothing has come for 5s, it says on stderr where the action is stored and
 whether a bridge consumes it (the bridges' shared consumer), and keeps waiting.
 
-Connects to NATS_URL, or to the embedded server of 'hermes-bridge run'
-(nats://HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT), with the same
-credential variables as run, and NATS_INBOX_PREFIX (or --inbox-prefix) for a
-NATS user limited to its own inbox. A message or subscription the server
+Connects to the server of --server, NATS_URL or a natscli context, else to the
+embedded server of 'hermes-bridge run' (see "Connecting to NATS" below); the
+"published" line names the server. A message or subscription the server
 refuses ends the command at once (exit 2), naming the subject.
 
 Flags:

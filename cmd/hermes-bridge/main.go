@@ -153,7 +153,7 @@ func (c clientCommand) flagSet(name string, o *cmdOptions) *flag.FlagSet {
 
 // help prints the command's help.
 func (c clientCommand) help(w io.Writer, name string) {
-	printFlagsHelp(w, c.usage, c.flagSet(name, &cmdOptions{}), c.examples)
+	printFlagsHelp(w, c.usage, c.flagSet(name, &cmdOptions{}), connectionHelp+c.examples)
 }
 
 // main parses the arguments of command name (flags, and the action id when it takes
