@@ -55,7 +55,8 @@ func callFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.StringVar(&o.input, "input", "", "operation input: a JSON object, @file to read it from a file, or - for stdin")
 	fs.StringVar(&o.prompt, "prompt", "", `shortcut for --input '{"prompt": TEXT}'`)
 	fs.StringVar(&o.key, "key", "", "idempotency key (required by "+opNames(true)+")")
-	fs.DurationVar(&o.timeout, "timeout", 0, "action deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
+	fs.DurationVar(&o.timeout, "deadline", 0, "the action's deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
+	fs.Var(durationAlias{&o.timeout, &o.timeoutAlias}, "timeout", "the earlier name of --deadline, still accepted: a `duration` (the other commands' --timeout is how long they wait for an answer)")
 	fs.StringVar(&o.tenant, "tenant", "", "tenant id of the action")
 	fs.StringVar(&o.actionID, "action-id", "", "action id (default: a random one)")
 	fs.BoolVar(&o.structured, "structured", false, "publish in CloudEvents structured content mode (default binary)")
@@ -79,6 +80,9 @@ func cmdCall(ctx context.Context, _ string, o *cmdOptions, environ map[string]st
 	action, err := o.action(sio.in)
 	if err != nil {
 		return usageError(sio.err, "call", err.Error())
+	}
+	if o.timeoutAlias {
+		fmt.Fprintln(sio.err, "hermes-bridge call: note: --timeout is the action's deadline here, now spelled --deadline; the other commands' --timeout is how long they wait for an answer")
 	}
 	if o.jsonOut && o.eventsOut {
 		return usageError(sio.err, "call", "--json and --events exclude each other")
@@ -165,7 +169,7 @@ func (o *cmdOptions) action(stdin io.Reader) (*events.Action, error) {
 	if o.timeout != 0 {
 		ms := o.timeout.Milliseconds()
 		if ms < 1 || ms > events.MaxTimeoutMS {
-			return nil, errors.New("--timeout must be between 1ms and 24h")
+			return nil, errors.New("--deadline must be between 1ms and 24h")
 		}
 		a.TimeoutMS = &ms
 	}
@@ -354,7 +358,6 @@ func follow(ctx context.Context, cl *clientConn, id string, o *cmdOptions, sio s
 	}
 	var onPending func(*events.Result)
 	if notePending {
-		p.approvals = cl.subjects.Approvals(id)
 		onPending = func(r *events.Result) {
 			sawNews()
 			p.pending(r)
@@ -418,10 +421,9 @@ const (
 // printer writes what call and watch show. Each event is written with one Write on
 // the unbuffered stdout, so text appears as it arrives.
 type printer struct {
-	out, err  io.Writer
-	mode      int
-	midLine   bool   // text written without a final newline
-	approvals string // the action's approvals subject, for the pending note (set with it)
+	out, err io.Writer
+	mode     int
+	midLine  bool // text written without a final newline
 }
 
 func newPrinter(out, errw io.Writer, o *cmdOptions) *printer {
@@ -466,8 +468,13 @@ func (p *printer) pending(r *events.Result) {
 	p.endText()
 	var out pendingRequest
 	_ = json.Unmarshal(r.Output, &out)
-	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
-		r.ActionID, out.InputSHA256, out.ExpiresAt, p.approvals)
+	what := "approval"
+	if out.Approval != nil {
+		what = "a tool approval of its run"
+	}
+	fmt.Fprintf(p.err, "action %s is waiting for %s (input_sha256 %s, expires %s); review and decide it with:\n"+
+		"  hermes-bridge approve %s\n  hermes-bridge deny %s --reason \"...\"\n",
+		r.ActionID, what, sanitize(out.InputSHA256), sanitize(out.ExpiresAt), r.ActionID, r.ActionID)
 }
 
 // waitHint waits for news until waitHintAfter has passed, then prints what hint says
@@ -506,6 +513,11 @@ func (p *printer) endText() {
 }
 
 func (p *printer) result(r *events.Result) error {
+	if r.ReplayOf != nil {
+		// The bridge did not run it: its idempotency key was an earlier action's.
+		fmt.Fprintf(p.err, "action %s is a replay of action %s (same idempotency key): the bridge did not call Hermes again; the result below is %s's (hermes-bridge watch %s)\n",
+			r.ActionID, sanitize(*r.ReplayOf), sanitize(*r.ReplayOf), sanitize(*r.ReplayOf))
+	}
 	var b []byte
 	var err error
 	if p.mode == modeEvents {
@@ -525,3 +537,28 @@ func (p *printer) result(r *events.Result) error {
 	}
 	return nil
 }
+
+// durationAlias is a second name of a duration flag: setting it sets *d and *used.
+type durationAlias struct {
+	d    *time.Duration
+	used *bool
+}
+
+func (a durationAlias) String() string {
+	if a.d == nil {
+		return "0s"
+	}
+	return a.d.String()
+}
+
+func (a durationAlias) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	*a.d, *a.used = v, true
+	return nil
+}
+
+// Get makes flagValueError describe a wrong value as a duration's.
+func (a durationAlias) Get() any { return *a.d }
