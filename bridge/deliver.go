@@ -73,8 +73,8 @@ func (b *Bridge) handleDecision(ctx context.Context, msg jetstream.Msg, md *jets
 	}
 	if err != nil {
 		yield()
-		b.log.Warn().Str("action_id", id).Msg("an approval message is not a readable decision; dead-lettered")
-		b.deadLetterMsg(msg, md, errors.New("not a readable approval decision: "+err.Error()))
+		b.log.Warn().Str("action_id", id).Msg("an approval message is not a valid decision; dead-lettered")
+		b.deadLetterMsg(msg, md, errors.New(decisionProblem(err)))
 		return
 	}
 	d := b.newDriver(core.KindDecision, id, msg, md)
@@ -87,6 +87,26 @@ func (b *Bridge) handleDecision(ctx context.Context, msg jetstream.Msg, md *jets
 		Decision: &core.Decision{MsgID: env.ID, Decision: ap.Decision, Approver: ap.Approver, Reason: ap.Reason,
 			InputSHA256: ap.InputSHA256, Choice: ap.RunChoice(), RequestID: ap.RequestID}}
 	d.run(ctx, s)
+}
+
+// decisionProblem is the dead-letter reason of a message on an approvals subject that is
+// not a valid decision: "invalid decision: " and what is wrong, naming the field but
+// never quoting its value ("invalid decision: input_sha256: must be 64 lowercase
+// hexadecimal digits").
+func decisionProblem(err error) string {
+	why := err.Error()
+	var ae *events.ActionError
+	var ve *schemas.ValidationError
+	var de *events.DecodeError
+	switch {
+	case errors.As(err, &ae):
+		why = events.FieldReason(ae.Field, ae.Reason)
+	case errors.As(err, &ve):
+		why = events.FieldReason(ve.Field, ve.Reason)
+	case errors.As(err, &de):
+		why = de.Reason
+	}
+	return "invalid decision: " + why
 }
 
 // expire settles one parked (or half-expired) action approval_expired: the sweeper's job.

@@ -282,13 +282,9 @@ func TestAccessControl(t *testing.T) {
 				t.Errorf("actions stream holds %d messages on %s", n, subj)
 			}
 		}
-		// Nor approve, cancel, forge outputs, or read the actions stream or other inboxes.
+		// Nor approve, steer, forge outputs, or read the actions stream or other inboxes.
 		refusedPublish(t, agent, "hermes.approvals.x1", func(ctx context.Context) error {
 			return agent.client.Decide(ctx, "x1", events.Approval{Decision: "approve"})
-		})
-		refusedPublish(t, agent, "hermes.cancel.x1", func(ctx context.Context) error {
-			_, err := agent.client.Cancel(ctx, "x1")
-			return err
 		})
 		refusedPublish(t, agent, "hermes.steer.x1", func(ctx context.Context) error {
 			_, err := agent.client.Steer(ctx, "x1", "focus")
@@ -443,6 +439,10 @@ func TestAccessControl(t *testing.T) {
 		if steer.State != events.SteerRefused || steer.Code != events.SteerNotARun {
 			t.Errorf("steer reply %+v, want refused not_a_run", steer)
 		}
+		// It may watch the dead letters, for those of its decisions (approve and deny).
+		sub, err := appr.nc.SubscribeSync("hermes.dlq")
+		requireOK(t, err, "approver: subscribe hermes.dlq: %v")
+		requireOK(t, sub.Unsubscribe(), "approver: unsubscribe: %v")
 		appr.noViolation(t)
 		// ... and invokes nothing.
 		refusedPublish(t, appr, "hermes.actions.primary.session_delete", func(ctx context.Context) error {
@@ -450,6 +450,21 @@ func TestAccessControl(t *testing.T) {
 				Input: mustJSON(t, `{"session_id":"s-1"}`), IdempotencyKey: "k-appr"})
 			return err
 		})
+	})
+
+	t.Run("agent cancels its action", func(t *testing.T) {
+		// issue 26, item 16: agent-chat may cancel the chats it started.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		before := h.fake.Calls("chat")
+		id := publishAs(t, agent, "chat", events.Action{Input: mustJSON(t, `{"prompt":"hang until cancelled"}`)})
+		h.until(5*time.Second, "the chat reached Hermes", func() bool { return h.fake.Calls("chat") != before })
+		reply, err := agent.client.Cancel(ctx, id)
+		requireOK(t, err, "agent: cancel: %v")
+		wantEq(t, reply.State, events.CancelCancelled, "agent's cancel: %s")
+		res, _ := followAs(t, agent, id)
+		wantEq(t, res.Status, "cancelled", "cancelled action ended %s")
+		agent.noViolation(t)
 	})
 
 	t.Run("bridge needs nothing more", func(t *testing.T) {
@@ -486,9 +501,16 @@ func TestAccessControl(t *testing.T) {
 		if r := statusOf(t, h.nc, id); r.State != "settled" || r.Result == nil || r.Result.Status != events.StatusCompleted {
 			t.Errorf("status: %+v", r)
 		}
-		// Other roles may not (the agent only invokes its two capabilities).
-		requireOK(t, agent.nc.PublishRequest("hermes.status", agent.nc.NewRespInbox(), []byte(`{"action_id":"`+id+`"}`)))
-		agent.violation(t, "hermes.status")
+		// The agent and the approver may ask the status of an action (issue 26, item 16);
+		// the dashboard may not, and only ops may discover the service.
+		for _, c := range []*role{agent, appr} {
+			if r := statusOf(t, c.nc, id); r.State != "settled" {
+				t.Errorf("status as %s: %+v", c.name, r)
+			}
+			c.noViolation(t)
+		}
+		requireOK(t, dash.nc.PublishRequest("hermes.status", dash.nc.NewRespInbox(), []byte(`{"action_id":"`+id+`"}`)))
+		dash.violation(t, "hermes.status")
 		requireOK(t, agent.nc.PublishRequest("$SRV.PING", agent.nc.NewRespInbox(), nil))
 		agent.violation(t, "$SRV.PING")
 		if v := serverViolations(srvLog, "bridge"); len(v) > 0 {

@@ -26,7 +26,9 @@ func (h *harness) cliEnv(env []string, args ...string) (string, string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bridgeBinary(h.t), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "USER=e2e-approver"}, env...)
+	// XDG_CONFIG_HOME: no natscli context of this machine's user (a selected one) is used.
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "USER=e2e-approver",
+		"XDG_CONFIG_HOME=" + h.t.TempDir()}, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errb, strings.NewReader("")
 	err := cmd.Run()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/events"
+	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
 
 // cliRole is a user of a deploy/ configuration running the bridge's CLI.
@@ -62,10 +63,12 @@ func (r cliRole) refused(env []string, args []string, want ...string) {
 
 // TestCLIRoles runs the bridge's own CLI as each role of deploy/nats-server.conf against
 // a bridge connected as its least-privilege user (issue 13, item 2): each role's commands
-// work without a single permission violation, and a command the role may not use fails
-// at once, naming the subject and the missing permission.
+// work without a single permission violation (issue 26, item 16: agent-chat's watch,
+// status and cancel; the approver's status, and approve and deny waiting for their
+// effect), and a command the role may not use fails at once, naming the subject and the
+// missing permission.
 func TestCLIRoles(t *testing.T) {
-	h, srvLog := deployHarness(t, false, []string{"bridge"},
+	h, srvLog := deployHarness(t, false, []string{"bridge"}, withFake(hermestest.WithAgent(accessAgent)),
 		withConfig(func(c *bridge.Config) { c.AckWait = 2 * time.Second }))
 	bridgeBinary(t)
 	agent := cliRole{h, srvLog, "agent-chat", "AGENT_CHAT_PASSWORD", "_INBOX_agent_chat"}
@@ -88,16 +91,41 @@ func TestCLIRoles(t *testing.T) {
 			[]string{"call", "--op", "session_delete", "--input", `{"session_id":"s-1"}`, "--key", "k-1"},
 			"hermes-bridge call: permission denied on hermes.actions.primary.session_delete:",
 			`NATS user "agent-chat" may not publish to "hermes.actions.primary.session_delete"`)
-		agent.refused(agent.env(agent.inbx), []string{"cancel", streamID},
-			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":",
-			`NATS user "agent-chat" may not publish to "hermes.cancel.`+streamID+`"`)
 		agent.refused(agent.env(agent.inbx), []string{"steer", streamID, "focus"},
 			"hermes-bridge steer: permission denied on hermes.steer."+streamID+":",
 			`NATS user "agent-chat" may not publish to "hermes.steer.`+streamID+`"`)
-		agent.refused(agent.env(agent.inbx), []string{"status", streamID},
-			"hermes-bridge status: permission denied on hermes.status:",
-			`NATS user "agent-chat" may not publish to "hermes.status"`)
 		wantEq(t, h.fake.Calls("session_delete"), 0, "Hermes was called %d times for session_delete")
+	})
+
+	// issue 26, item 16: the agent may follow, ask the status of and cancel its actions.
+	t.Run("agent-chat: watch, status, cancel", func(t *testing.T) {
+		out, errOut, code := agent.run("watch", "--json", streamID)
+		if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+			t.Fatalf("watch: exit %d\n%s\n%s", code, out, errOut)
+		}
+		out, errOut, code = agent.run("status", streamID)
+		if code != 0 || !strings.Contains(out, "state        settled\n") {
+			t.Fatalf("status: exit %d\n%s\n%s", code, out, errOut)
+		}
+		out, errOut, code = agent.run("cancel", streamID)
+		if code != 0 || strings.TrimSpace(out) != "already settled" {
+			t.Fatalf("cancel of a settled action: exit %d\n%s\n%s", code, out, errOut)
+		}
+		// A chat still running: cancelled.
+		id := "roles-running-1"
+		before := h.fake.Calls("chat")
+		out, errOut, code = agent.run("call", "--op", "chat", "--prompt", "hang until cancelled", "--action-id", id, "--no-follow")
+		if code != 0 {
+			t.Fatalf("call: exit %d\n%s\n%s", code, out, errOut)
+		}
+		h.until(10*time.Second, "the chat reached Hermes", func() bool { return h.fake.Calls("chat") != before })
+		out, errOut, code = agent.run("cancel", id)
+		if code != 0 || strings.TrimSpace(out) != "cancelled" {
+			t.Fatalf("cancel of a running action: exit %d\n%s\n%s", code, out, errOut)
+		}
+		if _, _, code = agent.run("watch", "--json", id); code != 3 {
+			t.Errorf("watch of the cancelled chat: exit %d, want 3", code)
+		}
 	})
 
 	t.Run("dashboard: watch", func(t *testing.T) {
@@ -126,6 +154,8 @@ func TestCLIRoles(t *testing.T) {
 			"hermes-bridge cancel: permission denied on hermes.cancel."+streamID+":")
 		dash.refused(dash.env(dash.inbx), []string{"steer", streamID, "focus"},
 			"hermes-bridge steer: permission denied on hermes.steer."+streamID+":")
+		dash.refused(dash.env(dash.inbx), []string{"status", streamID},
+			"hermes-bridge status: permission denied on hermes.status:")
 	})
 
 	t.Run("ops: status", func(t *testing.T) {
@@ -136,7 +166,7 @@ func TestCLIRoles(t *testing.T) {
 		}
 	})
 
-	t.Run("approver: pending, approve, deny, cancel, steer", func(t *testing.T) {
+	t.Run("approver: pending, approve, deny, cancel, steer, status, watch", func(t *testing.T) {
 		park := func(sid string) string {
 			res, _ := h.call("session_create", map[string]any{"body": map[string]any{"id": sid}}, withKey("create-"+sid))
 			requireCompleted(t, res)
@@ -159,15 +189,25 @@ func TestCLIRoles(t *testing.T) {
 			t.Fatalf("pending --json: exit %d\n%s\n%s", code, out, errOut)
 		}
 		out, errOut, code = appr.run("approve", approved, "--yes", "--reason", "ticket OPS-42")
-		if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+		if code != 0 || !strings.Contains(out, `"status": "completed"`) || !strings.Contains(errOut, "approved: the decision took effect") {
 			t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
 		}
-		out, errOut, code = appr.run("deny", denied, "--yes", "--reason", "wrong session")
-		if code != 0 {
+		// deny waits for the effect and reports it (issue 26, item 8).
+		out, errOut, code = appr.run("deny", denied, "--yes", "--reason", "wrong session", "--json")
+		if code != 0 || !strings.Contains(out, `"code": "approval_denied"`) ||
+			!strings.Contains(errOut, "denied: action "+denied+" settled failed (approval_denied") {
 			t.Fatalf("deny: exit %d\n%s\n%s", code, out, errOut)
 		}
 		res, _ := h.follow(denied)
 		requireFailed(t, res, "approval_denied")
+		out, errOut, code = appr.run("status", denied)
+		if code != 0 || !strings.Contains(out, "decision     deny\n") {
+			t.Fatalf("status: exit %d\n%s\n%s", code, out, errOut)
+		}
+		out, errOut, code = appr.run("watch", "--json", approved)
+		if code != 0 || !strings.Contains(out, `"status": "completed"`) {
+			t.Fatalf("watch: exit %d\n%s\n%s", code, out, errOut)
+		}
 		out, errOut, code = appr.run("cancel", cancelled)
 		if code != 0 || strings.TrimSpace(out) != "cancelled" {
 			t.Fatalf("cancel: exit %d\n%s\n%s", code, out, errOut)

@@ -303,8 +303,14 @@ func (c *Client) Steer(ctx context.Context, actionID, text string) (*events.Stee
 
 // Decide publishes an approval decision for a parked action on
 // <prefix>.approvals.<id> ([events.EncodeApproval], a random id token as the
-// CloudEvent id). ap.DecidedAt defaults to now.
-func (c *Client) Decide(ctx context.Context, actionID string, ap events.Approval) error {
+// CloudEvent id). ap.DecidedAt defaults to now. Of the options only [WithPubAck]
+// applies: the stream's acknowledgement tells where the decision is stored (a dead
+// letter of it names that stream and sequence, see events.HeaderDLQStreamSeq).
+func (c *Client) Decide(ctx context.Context, actionID string, ap events.Approval, opts ...PublishOption) error {
+	var o publishOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	if !events.ValidActionID(actionID) {
 		return invalidID("decide")
 	}
@@ -317,8 +323,12 @@ func (c *Client) Decide(ctx context.Context, actionID string, ap events.Approval
 		return err
 	}
 	msg := &nats.Msg{Subject: c.subjects.Approvals(actionID), Header: h, Data: data}
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	pa, err := c.js.PublishMsg(ctx, msg)
+	if err != nil {
 		return fmt.Errorf("client: decide: %w", err)
+	}
+	if o.ack != nil {
+		*o.ack = *pa
 	}
 	return nil
 }

@@ -35,14 +35,15 @@ const defaultCancelTimeout = 5 * time.Second
 
 func approveFlags(fs *flag.FlagSet, o *cmdOptions) {
 	decideFlags(fs, o, "why (recorded with the decision)")
-	fs.BoolVar(&o.noFollow, "no-follow", false, "publish the decision and exit without following the action")
-	fs.BoolVar(&o.jsonOut, "json", false, "print the request on stderr and only the result, as JSON, on stdout")
-	fs.DurationVar(&o.wait, "wait", 0, "stop waiting for the result after this long (exit 2); 0 waits until it settles")
+	fs.BoolVar(&o.noFollow, "no-follow", false, "exit once the decision took effect, without following the action")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the request on stderr and only the result, as JSON, on stdout (with --no-follow: the first output after the decision)")
+	fs.DurationVar(&o.wait, "wait", 0, "once the decision took effect, stop waiting for the result after this long (exit 2); 0 waits until it settles")
 	fs.StringVar(&o.choice, "choice", "", "for a run's tool approval: once (the default), session or always (ignored by parked actions)")
 }
 
 func denyFlags(fs *flag.FlagSet, o *cmdOptions) {
 	decideFlags(fs, o, "why the action is denied (required)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the request on stderr and the first output after the decision (a parked action's failed result), as JSON, on stdout")
 }
 
 // decideFlags are the flags approve and deny share; reason is the usage of --reason.
@@ -50,10 +51,12 @@ func decideFlags(fs *flag.FlagSet, o *cmdOptions, reason string) {
 	fs.StringVar(&o.reason, "reason", "", reason)
 	fs.StringVar(&o.approver, "approver", "", "who decides (default: $USER, else \"cli\")")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation (required when stdin is not a terminal)")
+	fs.DurationVar(&o.timeout, "timeout", defaultDecideTimeout, "how long to wait for the decision to take effect (the action's next output, or the decision's dead letter)")
 }
 
 func pendingFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON array instead of a table")
+	fs.DurationVar(&o.timeout, "timeout", publishTimeout, "how long to wait for the reads of the bucket and the results")
 }
 
 func cancelFlags(fs *flag.FlagSet, o *cmdOptions) {
@@ -70,6 +73,9 @@ func cmdApprove(ctx context.Context, id string, o *cmdOptions, environ map[strin
 	if o.wait < 0 {
 		return usageError(sio.err, "approve", "--wait must not be negative")
 	}
+	if o.timeout <= 0 {
+		return usageError(sio.err, "approve", "--timeout must be positive")
+	}
 	o.decision = events.DecisionApprove
 	return decide(ctx, id, o, environ, sio)
 }
@@ -77,6 +83,9 @@ func cmdApprove(ctx context.Context, id string, o *cmdOptions, environ map[strin
 func cmdDeny(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	if strings.TrimSpace(o.reason) == "" {
 		return usageError(sio.err, "deny", "--reason is required")
+	}
+	if o.timeout <= 0 {
+		return usageError(sio.err, "deny", "--timeout must be positive")
 	}
 	o.decision = events.DecisionDeny
 	return decide(ctx, id, o, environ, sio)
@@ -102,8 +111,10 @@ type runApproval struct {
 	RequestID   string   `json:"request_id"`
 }
 
-// decide implements approve and deny: show the pending request, confirm, publish
-// the decision and, for approve, follow the action to its result.
+// decide implements approve and deny: show the pending request, confirm, publish the
+// decision, wait for its effect (see awaitEffect) and report it and, for approve,
+// follow the action to its result. A dead-lettered decision is reported with the
+// bridge's reason (exit 1).
 func decide(ctx context.Context, id string, o *cmdOptions, environ map[string]string, sio stdio) int {
 	cmd := o.decision // the command is named after the decision
 	switch o.choice {
@@ -125,7 +136,7 @@ func decide(ctx context.Context, id string, o *cmdOptions, environ map[string]st
 	defer closeConn()
 
 	rctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
-	res, code := lastResult(rctx, cl, id, sio.err)
+	res, resSeq, code := lastResult(rctx, cl, id, sio.err)
 	cancel()
 	if res == nil {
 		return code
@@ -161,31 +172,93 @@ func decide(ctx context.Context, id string, o *cmdOptions, environ map[string]st
 		fmt.Fprintf(sio.err, "not confirmed; no decision was published\n")
 		return exitFailed
 	}
+	dlq, err := cl.watchDLQ()
+	if err != nil {
+		return cl.failed(sio.err, "hermes-bridge %s: subscribe to %s: %v\n", cmd, cl.subjects.DLQ(), err)
+	}
+	defer dlq.stop()
+	var ack jetstream.PubAck
 	pctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
-	err := cl.c.Decide(pctx, id, events.Approval{
+	err = cl.c.Decide(pctx, id, events.Approval{
 		Decision:    o.decision,
 		Approver:    approver,
 		Reason:      o.reason,
 		InputSHA256: req.InputSHA256,
 		Choice:      o.choice,
 		RequestID:   requestIDOf(&req),
-	})
+	}, client.WithPubAck(&ack))
 	cancel()
 	subj := cl.subjects.Approvals(id)
 	if err != nil {
 		return cl.failed(sio.err, "hermes-bridge %s: publish the decision: %v\n", cmd, explainPublish(err, subj))
 	}
-	if o.decision == events.DecisionDeny {
-		fmt.Fprintf(sio.err, "denied: decision published on %s; the action settles failed (approval_denied)\n", subj)
+	fmt.Fprintf(sio.err, "%s: decision published on %s; waiting for it to take effect\n", past(o.decision), subj)
+	ectx, cancel := context.WithTimeout(cl.ctx, o.timeout)
+	askSHA := ""
+	if req.Approval != nil {
+		askSHA = req.InputSHA256
+	}
+	eff, err := awaitEffect(ectx, cl, id, resSeq, askSHA, &ack, dlq, o.timeout, sio.err)
+	cancel()
+	switch {
+	case err != nil:
+		return cl.noEffect(ctx, sio.err, id, &ack, dlq, o.timeout, err)
+	case eff.dlqReason != "":
+		fmt.Fprintf(sio.err, "hermes-bridge %s: the bridge dead-lettered the decision (stream %s, message %d): %s; it had no effect on action %s\n",
+			cmd, ack.Stream, ack.Sequence, sanitize(eff.dlqReason), id)
+		return exitFailed
+	}
+	if o.decision == events.DecisionApprove && !o.noFollow {
+		fmt.Fprintf(sio.err, "approved: the decision took effect; following action %s\n", id)
+		// As watch does, without the pending_approval note (the decision was just taken).
+		return follow(ctx, cl, id, o, sio, false, nil)
+	}
+	return reportEffect(sio, id, o, eff)
+}
+
+// past is the decision as the outcome's word: approved, denied.
+func past(decision string) string {
+	if decision == events.DecisionDeny {
+		return "denied"
+	}
+	return "approved"
+}
+
+// reportEffect says what the decision o.decision led to (eff, not a dead letter) and
+// returns the exit status: that of the result when the action settled (a deny that
+// settled it approval_denied is 0), else 0. With --json, stdout gets eff's output.
+func reportEffect(sio stdio, id string, o *cmdOptions, eff *decisionEffect) int {
+	word := past(o.decision)
+	if o.jsonOut {
+		var b []byte
+		if eff.result != nil {
+			b, _ = json.MarshalIndent(eff.result, "", "  ")
+		} else {
+			b, _ = json.Marshal(eff.event)
+		}
+		fmt.Fprintf(sio.out, "%s\n", b)
+	}
+	r := eff.result
+	switch {
+	case r == nil:
+		fmt.Fprintf(sio.err, "%s: the decision took effect: action %s goes on (hermes-bridge watch %s follows it)\n", word, id, id)
+		return exitOK
+	case r.Status == events.StatusPendingApproval:
+		fmt.Fprintf(sio.err, "%s: the decision took effect: action %s goes on and waits for its next approval (hermes-bridge approve %s)\n", word, id, id)
+		return exitOK
+	case !events.Terminal(r.Status):
+		fmt.Fprintf(sio.err, "%s: the decision took effect: action %s goes on\n", word, id)
 		return exitOK
 	}
-	fmt.Fprintf(sio.err, "approved: decision published on %s\n", subj)
-	if o.noFollow {
-		fmt.Fprintf(sio.err, "follow it with: hermes-bridge watch %s\n", id)
+	msg := fmt.Sprintf("%s: action %s settled %s", word, id, r.Status)
+	if r.Error != nil {
+		msg += fmt.Sprintf(" (%s: %s)", r.Error.Code, r.Error.Message)
+	}
+	fmt.Fprintln(sio.err, sanitize(msg))
+	if o.decision == events.DecisionDeny && r.Error != nil && r.Error.Code == "approval_denied" {
 		return exitOK
 	}
-	// Follow as watch does, without the pending_approval note (the decision was just published).
-	return follow(ctx, cl, id, o, sio, false, nil)
+	return statusCode(r.Status)
 }
 
 // requestIDOf is the request_id a decision on req names: that of a run's tool approval
@@ -197,42 +270,42 @@ func requestIDOf(req *pendingRequest) string {
 	return req.Approval.RequestID
 }
 
-// lastResult reads the last result of the action from the output stream. On a
-// problem it prints it and returns nil and the exit status.
-func lastResult(ctx context.Context, cl *clientConn, id string, stderr io.Writer) (*events.Result, int) {
+// lastResult reads the last result of the action from the output stream, and its
+// sequence there. On a problem it prints it and returns nil and the exit status.
+func lastResult(ctx context.Context, cl *clientConn, id string, stderr io.Writer) (*events.Result, uint64, int) {
 	stream, err := cl.js.Stream(ctx, cl.cfg.OutputStream)
 	if err != nil && cl.permissionDenied(stderr) {
-		return nil, exitUsage
+		return nil, 0, exitUsage
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		fmt.Fprintf(stderr, "hermes-bridge: output stream %s not found: is 'hermes-bridge run' running (it provisions the streams), with the same HERMES_BRIDGE_OUTPUT_STREAM?\n", cl.cfg.OutputStream)
-		return nil, exitUsage
+		return nil, 0, exitUsage
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: output stream %s: %v\n", cl.cfg.OutputStream, err)
-		return nil, exitUsage
+		return nil, 0, exitUsage
 	}
 	subj := cl.subjects.Results(id)
 	m, err := stream.GetLastMsgForSubject(ctx, subj)
 	if err != nil && cl.permissionDenied(stderr) {
-		return nil, exitUsage
+		return nil, 0, exitUsage
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		fmt.Fprintf(stderr, "no pending approval for action %s (no result on %s); 'hermes-bridge pending' lists the parked actions\n", id, subj)
-		return nil, exitFailed
+		return nil, 0, exitFailed
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hermes-bridge: read the last result of action %s: %v\n", id, err)
-		return nil, exitUsage
+		return nil, 0, exitUsage
 	}
 	res, err := events.DecodeResult(m.Header, m.Data)
 	if err == nil {
 		err = client.ResolveResult(ctx, cl.js, res)
 	}
 	if err != nil {
-		return nil, cl.failed(stderr, "hermes-bridge: the last result of action %s: %v\n", id, err)
+		return nil, 0, cl.failed(stderr, "hermes-bridge: the last result of action %s: %v\n", id, err)
 	}
-	return res, exitOK
+	return res, m.Sequence, exitOK
 }
 
 // printRequest shows what the approver decides on.
@@ -350,12 +423,15 @@ const (
 )
 
 func cmdPending(ctx context.Context, _ string, o *cmdOptions, environ map[string]string, sio stdio) int {
+	if o.timeout <= 0 {
+		return usageError(sio.err, "pending", "--timeout must be positive")
+	}
 	cl, closeConn, code := dialClient(ctx, "pending", environ, o.conn, sio.err)
 	if cl == nil {
 		return code
 	}
 	defer closeConn()
-	lctx, cancel := context.WithTimeout(cl.ctx, publishTimeout)
+	lctx, cancel := context.WithTimeout(cl.ctx, o.timeout)
 	defer cancel()
 	list, err := listParked(lctx, cl, sio.err)
 	if err != nil {
@@ -601,7 +677,7 @@ HERMES_BRIDGE_BUCKET (default HERMES_IDEMPOTENCY) and, for a run, its last
 result. --json prints one array; each element's kind is parked or
 run_approval. 'hermes-bridge approve <action_id>' shows the full request.
 
-Connects like 'hermes-bridge call' (NATS_URL, or the embedded server of 'run').
+Connects like 'hermes-bridge call' (see "Connecting to NATS" below).
 
 Flags:
 `
@@ -618,8 +694,10 @@ const usageApprove = `Usage:
 Shows the request of a parked action (its capability, its input, the
 input_sha256 and when the approval window ends), asks for confirmation, and
 publishes an approve decision carrying that input_sha256 on
-<prefix>.approvals.<action_id>. Then it follows the action to its result like
-'hermes-bridge watch' (--no-follow skips this). For a governed run that waits
+<prefix>.approvals.<action_id>. Then it waits, up to --timeout, for the
+decision to take effect: the action's next output, or the bridge's dead letter
+of the decision, whose reason it prints (exit 1). Then it follows the action to
+its result like 'hermes-bridge watch' (--no-follow skips this). For a governed run that waits
 for a tool approval it answers the run's latest request, naming its request_id
 where Hermes gave one (a request answered meanwhile is then not touched: the
 bridge logs the decision as stale); --choice session or always approves the
@@ -630,10 +708,11 @@ stream HERMES_BRIDGE_OUTPUT_STREAM (default HERMES_OUTPUT). When stdin is not a
 terminal there is nobody to confirm: add --yes after reviewing the request
 (for example with 'hermes-bridge approve ID < /dev/null', which only shows it).
 
-Exit status: 0 when the action completed, 1 when it failed, when it was already
-settled, when it has no pending approval or when the decision was not
-confirmed, 3 when it was cancelled, 2 for usage or connection errors, 130 when
-interrupted while following.
+Exit status: 0 when the action completed (with --no-follow: when the decision
+took effect), 1 when it failed, when it was already settled, when it has no
+pending approval, when the decision was not confirmed or was dead-lettered, 3
+when it was cancelled, 2 when the decision had no effect within --timeout (no
+bridge running?) and for usage or connection errors, 130 when interrupted.
 
 Flags:
 `
@@ -651,12 +730,17 @@ const usageDeny = `Usage:
   hermes-bridge deny [flags] --reason <text> <action_id>
 
 Shows the request of a parked action like 'hermes-bridge approve', asks for
-confirmation, and publishes a deny decision on <prefix>.approvals.<action_id>;
-the bridge settles the action failed with approval_denied. --reason is required.
+confirmation, and publishes a deny decision on <prefix>.approvals.<action_id>.
+Then it waits, up to --timeout, for the decision to take effect and says what
+it was: the bridge settles a parked action failed with approval_denied; a
+governed run goes on without the tool. A decision the bridge dead-lettered is
+reported with the bridge's reason. --reason is required.
 
-Exit status: 0 when the decision was published, 1 when the action was already
-settled, has no pending approval or the decision was not confirmed, 2 for
-usage or connection errors.
+Exit status: 0 when the decision took effect, 1 when the action was already
+settled, has no pending approval, settled otherwise meanwhile, or when the
+decision was not confirmed or was dead-lettered, 2 when it had no effect within
+--timeout (no bridge running?) and for usage or connection errors, 130 when
+interrupted.
 
 Flags:
 `
@@ -665,6 +749,7 @@ const examplesDeny = `
 Examples:
   hermes-bridge deny 3xTnq8v2Lk0aQ --reason "wrong session"
   hermes-bridge deny 3xTnq8v2Lk0aQ --reason "not during the freeze" --approver alice --yes
+  hermes-bridge deny 3xTnq8v2Lk0aQ --reason "duplicate" --yes --json | jq .error.code
 `
 
 const usageCancel = `Usage:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,9 +231,10 @@ func TestApprovalsIntegration(t *testing.T) {
 	}
 
 	// approve --yes --no-follow: shows capability and input, publishes the decision
-	// with the input_sha256 of the pending result.
-	code, out, errOut = runMain(ctx, e.env, "", "approve", "act-a", "--yes", "--no-follow", "--reason", "ticket OPS-42")
-	if code != exitOK {
+	// with the input_sha256 of the pending result, and waits for its effect: no bridge
+	// runs here, so none comes within --timeout (exit 2).
+	code, out, errOut = runMain(ctx, e.env, "", "approve", "act-a", "--yes", "--no-follow", "--reason", "ticket OPS-42", "--timeout", "300ms")
+	if code != exitUsage {
 		t.Fatalf("approve: exit %d\n%s\n%s", code, out, errOut)
 	}
 	for _, w := range []string{"action act-a waits for approval", "capability:   cap:hermes_agent:primary:response_delete",
@@ -241,7 +243,9 @@ func TestApprovalsIntegration(t *testing.T) {
 			t.Errorf("approve output lacks %q:\n%s", w, out)
 		}
 	}
-	if !strings.Contains(errOut, "approved: decision published on hermes.approvals.act-a") || !strings.Contains(errOut, "hermes-bridge watch act-a") {
+	if !strings.Contains(errOut, "approved: decision published on hermes.approvals.act-a") ||
+		!strings.Contains(errOut, "hermes-bridge approve: no effect of the decision on action act-a within --timeout 300ms: is a bridge running? "+
+			"The decision is stored (stream HERMES_APPROVALS, message 1) and a bridge applies it when it reads it: hermes-bridge status act-a") {
 		t.Errorf("approve stderr:\n%s", errOut)
 	}
 	ap := next(5 * time.Second)
@@ -262,8 +266,8 @@ func TestApprovalsIntegration(t *testing.T) {
 	if ap := next(200 * time.Millisecond); ap != nil {
 		t.Fatalf("a decision was published after n: %+v", ap)
 	}
-	code, _, errOut = runMain(ctx, map[string]string{"NATS_URL": e.env["NATS_URL"]}, "y\n", "approve", "act-a", "--no-follow")
-	if ap := next(5 * time.Second); code != exitOK || ap == nil || ap.Approver != "cli" || ap.Reason != "" {
+	code, _, errOut = runMain(ctx, map[string]string{"NATS_URL": e.env["NATS_URL"]}, "y\n", "approve", "act-a", "--no-follow", "--timeout", "200ms")
+	if ap := next(5 * time.Second); code != exitUsage || ap == nil || ap.Approver != "cli" || ap.Reason != "" {
 		t.Fatalf("approve answered y: exit %d decision %+v\n%s", code, ap, errOut)
 	}
 	stdinIsTerminal = realIsTerminal
@@ -305,18 +309,63 @@ func TestApprovalsIntegration(t *testing.T) {
 	// deny: the decision carries the reason.
 	sumC := e.park(store, "act-c", "response_delete", `{"response_id":"resp_7"}`, now.Add(15*time.Minute))
 	nextC := e.decisions("act-c")
-	code, out, errOut = runMain(ctx, e.env, "", "deny", "act-c", "--reason", "wrong response", "--approver", "bob", "--yes")
-	if code != exitOK || !strings.Contains(out, `"response_id": "resp_7"`) || !strings.Contains(errOut, "denied: decision published on hermes.approvals.act-c") {
+	code, out, errOut = runMain(ctx, e.env, "", "deny", "act-c", "--reason", "wrong response", "--approver", "bob", "--yes", "--timeout", "200ms")
+	if code != exitUsage || !strings.Contains(out, `"response_id": "resp_7"`) || !strings.Contains(errOut, "denied: decision published on hermes.approvals.act-c") ||
+		!strings.Contains(errOut, "no effect of the decision on action act-c within --timeout 200ms") {
 		t.Fatalf("deny: exit %d\n%s\n%s", code, out, errOut)
 	}
 	if ap := nextC(5 * time.Second); ap == nil || ap.Decision != events.DecisionDeny || ap.Reason != "wrong response" || ap.Approver != "bob" || ap.InputSHA256 != sumC {
 		t.Fatalf("deny decision %+v", ap)
 	}
 
-	// --json: the request goes to stderr, stdout stays empty without following.
-	code, out, errOut = runMain(ctx, e.env, "", "approve", "act-c", "--yes", "--json", "--no-follow")
-	if code != exitOK || out != "" || !strings.Contains(errOut, "resp_7") {
+	// --json: the request goes to stderr, stdout stays empty without an effect.
+	code, out, errOut = runMain(ctx, e.env, "", "approve", "act-c", "--yes", "--json", "--no-follow", "--timeout", "200ms")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "resp_7") {
 		t.Fatalf("approve --json: exit %d\n%q\n%s", code, out, errOut)
+	}
+
+	// A fake bridge settles act-d denied when the decision comes: deny reports it, and
+	// with --json prints the result on stdout (issue 26, items 8 and 14).
+	e.park(store, "act-d", "response_delete", `{"response_id":"resp_8"}`, now.Add(15*time.Minute))
+	fakeD, err := e.nc.Subscribe("hermes.approvals.act-d", func(*nats.Msg) {
+		e.publishResult(&events.Result{ActionID: "act-d", CapabilityID: "cap:hermes_agent:primary:response_delete", Status: events.StatusFailed,
+			Output: json.RawMessage(`null`), Error: &events.ErrorInfo{Code: "approval_denied", Message: "denied by bob: wrong one", Category: "permanent"}})
+	})
+	noErr(t, err)
+	defer fakeD.Unsubscribe()
+	noErr(t, e.nc.Flush())
+	code, out, errOut = runMain(ctx, e.env, "", "deny", "act-d", "--reason", "wrong one", "--yes", "--json")
+	if code != exitOK || !strings.HasPrefix(out, "{\n") || !strings.Contains(out, `"code": "approval_denied"`) || strings.Contains(out, "resp_8") ||
+		!strings.Contains(errOut, "denied: action act-d settled failed (approval_denied: denied by bob: wrong one)") {
+		t.Fatalf("deny --json with a bridge: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	// A fake bridge dead-letters act-e's decision: approve names the reason, exit 1.
+	e.park(store, "act-e", "response_delete", `{"response_id":"resp_9"}`, now.Add(15*time.Minute))
+	fakeE, err := e.nc.Subscribe("hermes.approvals.act-e", func(m *nats.Msg) {
+		st, err := e.js.Stream(ctx, "HERMES_APPROVALS")
+		if err != nil {
+			t.Errorf("fake bridge: %v", err)
+			return
+		}
+		stored, err := st.GetLastMsgForSubject(ctx, m.Subject)
+		if err != nil {
+			t.Errorf("fake bridge: %v", err)
+			return
+		}
+		if err := e.nc.PublishMsg(&nats.Msg{Subject: "hermes.dlq", Data: m.Data, Header: nats.Header{
+			events.HeaderDLQReason: {"no parked action or waiting run approval with this id"}, events.HeaderDLQStream: {"HERMES_APPROVALS"},
+			events.HeaderDLQStreamSeq: {strconv.FormatUint(stored.Sequence, 10)}}}); err != nil {
+			t.Errorf("fake bridge: %v", err)
+		}
+	})
+	noErr(t, err)
+	defer fakeE.Unsubscribe()
+	noErr(t, e.nc.Flush())
+	code, _, errOut = runMain(ctx, e.env, "", "approve", "act-e", "--yes")
+	if code != exitFailed || !strings.Contains(errOut, "hermes-bridge approve: the bridge dead-lettered the decision (stream HERMES_APPROVALS, message ") ||
+		!strings.Contains(errOut, "no parked action or waiting run approval with this id; it had no effect on action act-e") {
+		t.Fatalf("approve of a dead-lettered decision: exit %d\n%s", code, errOut)
 	}
 
 	// No result at all: no pending approval.

@@ -35,16 +35,6 @@ var waitHintAfter = 5 * time.Second
 // hintLookupTimeout bounds the lookups behind a hint.
 const hintLookupTimeout = 3 * time.Second
 
-// connFlags are the connection flags of every client command.
-type connFlags struct {
-	server, inboxPrefix string
-}
-
-func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.server, "server", "", "NATS URL (default: NATS_URL, else the embedded server of 'run')")
-	fs.StringVar(&c.inboxPrefix, "inbox-prefix", "", "inbox prefix of the connection (default: NATS_INBOX_PREFIX, else _INBOX); a NATS user limited to its own inbox needs it, e.g. _INBOX_dashboard")
-}
-
 // followFlags are the flags of watch, and of call besides its own.
 func followFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print only the result, as JSON (no streamed text)")
@@ -65,7 +55,8 @@ func callFlags(fs *flag.FlagSet, o *cmdOptions) {
 	fs.StringVar(&o.input, "input", "", "operation input: a JSON object, @file to read it from a file, or - for stdin")
 	fs.StringVar(&o.prompt, "prompt", "", `shortcut for --input '{"prompt": TEXT}'`)
 	fs.StringVar(&o.key, "key", "", "idempotency key (required by "+opNames(true)+")")
-	fs.DurationVar(&o.timeout, "timeout", 0, "action deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
+	fs.DurationVar(&o.timeout, "deadline", 0, "the action's deadline, e.g. 90s (sent as timeout_ms; default: the bridge's, 60s JSON / 300s streams)")
+	fs.Var(durationAlias{&o.timeout, &o.timeoutAlias}, "timeout", "the earlier name of --deadline, still accepted: a `duration` (the other commands' --timeout is how long they wait for an answer)")
 	fs.StringVar(&o.tenant, "tenant", "", "tenant id of the action")
 	fs.StringVar(&o.actionID, "action-id", "", "action id (default: a random one)")
 	fs.BoolVar(&o.structured, "structured", false, "publish in CloudEvents structured content mode (default binary)")
@@ -89,6 +80,9 @@ func cmdCall(ctx context.Context, _ string, o *cmdOptions, environ map[string]st
 	action, err := o.action(sio.in)
 	if err != nil {
 		return usageError(sio.err, "call", err.Error())
+	}
+	if o.timeoutAlias {
+		fmt.Fprintln(sio.err, "hermes-bridge call: note: --timeout is the action's deadline here, now spelled --deadline; the other commands' --timeout is how long they wait for an answer")
 	}
 	if o.jsonOut && o.eventsOut {
 		return usageError(sio.err, "call", "--json and --events exclude each other")
@@ -119,7 +113,7 @@ func cmdCall(ctx context.Context, _ string, o *cmdOptions, environ map[string]st
 		return exitOK
 	}
 	if !o.jsonOut && !o.eventsOut {
-		fmt.Fprintf(sio.err, "action %s published on %s\n", id, cl.subjects.Action(o.endpoint, o.op))
+		fmt.Fprintf(sio.err, "action %s published on %s at %s\n", id, cl.subjects.Action(o.endpoint, o.op), cl.server)
 	}
 	return follow(ctx, cl, id, o, sio, true, cl.callHint(id, &ack))
 }
@@ -175,7 +169,7 @@ func (o *cmdOptions) action(stdin io.Reader) (*events.Action, error) {
 	if o.timeout != 0 {
 		ms := o.timeout.Milliseconds()
 		if ms < 1 || ms > events.MaxTimeoutMS {
-			return nil, errors.New("--timeout must be between 1ms and 24h")
+			return nil, errors.New("--deadline must be between 1ms and 24h")
 		}
 		a.TimeoutMS = &ms
 	}
@@ -229,61 +223,78 @@ type clientConn struct {
 	// use it, so a refusal ends them at once instead of at their timeout.
 	ctx   context.Context
 	guard *permGuard
+	// server says where the connection goes: the URL without credentials, and the NATS
+	// context it came from.
+	server string
 }
 
-// dialClient connects for a client command. On failure it prints the reason and returns
-// nil and the exit status. The returned function closes the connection (and
-// warns about a permission violation no error has reported).
+// dialClient connects for a client command: to the server and with the credentials the
+// flags conn, the environment and a NATS context give (see resolveConn). Before that it
+// warns on stderr about each HERMES_* or NATS_* variable that no setting reads. On
+// failure it prints the reason and returns nil and the exit status. The returned
+// function closes the connection (and warns about a permission violation no error has
+// reported).
 func dialClient(ctx context.Context, cmd string, environ map[string]string, conn connFlags, stderr io.Writer) (*clientConn, func(), int) {
+	if err := conn.check(); err != nil {
+		return nil, nil, usageError(stderr, cmd, err.Error())
+	}
 	cfg, err := LoadConfig(environ)
 	all := &ConfigError{}
 	if err != nil {
 		errors.As(err, &all)
 	}
-	if conn.server != "" {
-		cfg.NATSURL = conn.server
+	specs, _, _ := cfg.EndpointSpecs() // only for the variables an endpoints file names
+	for _, u := range unknownVariables(environ, specs) {
+		fmt.Fprintf(stderr, "hermes-bridge %s: warning: %s\n", cmd, u.message())
 	}
-	if conn.inboxPrefix != "" {
-		if !validInboxPrefix(conn.inboxPrefix) {
-			return nil, nil, usageError(stderr, cmd, fmt.Sprintf("--inbox-prefix %q %s", conn.inboxPrefix, inboxPrefixRule))
-		}
-		cfg.NATSInboxPrefix = conn.inboxPrefix
-	}
-	all.merge(cfg.ValidateClient())
-	if err := all.err(); err != nil {
-		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
-		return nil, nil, exitUsage
-	}
-	url, err := cfg.clientURL()
+	nctx, err := loadNATSContext(environ, conn.context, true)
 	if err != nil {
-		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
+		fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
 		return nil, nil, exitUsage
+	}
+	cfg.natsCtx = nctx
+	all.merge(cfg.ValidateClient())
+	nconn, err := resolveConn(cfg, conn, nctx)
+	all.merge(err)
+	if err := all.err(); err != nil {
+		fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
+		return nil, nil, exitUsage
+	}
+	url := nconn.url
+	if url == "" {
+		if url, err = cfg.clientURL(); err != nil {
+			fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
+			return nil, nil, exitUsage
+		}
+	}
+	for _, n := range nconn.notes {
+		fmt.Fprintf(stderr, "hermes-bridge %s: note: %s\n", cmd, n)
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}).Level(zerolog.WarnLevel).
 		With().Timestamp().Logger()
 	gctx, cancelCause := context.WithCancelCause(ctx)
-	guard := &permGuard{user: cfg.NATSUser, inbox: cmp.Or(cfg.NATSInboxPrefix, defaultInbox), cancel: cancelCause}
+	guard := &permGuard{user: nconn.user, inbox: cmp.Or(nconn.inboxPrefix, defaultInbox), cancel: cancelCause}
 	// A permission violation is not logged: the command reports it.
-	opts, err := cfg.natsOptions("hermes-bridge-cli", clientLiveness, log, guard.handle)
+	opts, err := nconn.natsOptions("hermes-bridge-cli", clientLiveness, log, guard.handle)
 	if err != nil {
 		cancelCause(nil)
-		fmt.Fprintf(stderr, "hermes-bridge: %v\n", err)
+		fmt.Fprintf(stderr, "hermes-bridge %s: %v\n", cmd, err)
 		return nil, nil, exitUsage
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		hint := ""
-		if cfg.NATSURL == "" {
-			hint = " (is 'hermes-bridge run' running? set NATS_URL or --server for another server)"
+		if nconn.url == "" {
+			hint = " (is 'hermes-bridge run' running? set NATS_URL, --server or --context for another server)"
 		}
 		cancelCause(nil)
-		fmt.Fprintf(stderr, "hermes-bridge: cannot connect to NATS at %s: %v%s\n", redactURLs(url), err, hint)
+		fmt.Fprintf(stderr, "hermes-bridge %s: cannot connect to NATS at %s: %v%s\n", cmd, nconn.describe(url), err, hint)
 		return nil, nil, exitUsage
 	}
 	js, _ := jetstream.New(nc) // fails only on an option, and none is given
 	subjects := events.Subjects{Prefix: cfg.Prefix}
 	c := client.New(js, client.WithSubjects(subjects), client.WithOutputStream(cfg.OutputStream))
-	cl := &clientConn{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard}
+	cl := &clientConn{c: c, subjects: subjects, js: js, nc: nc, cfg: cfg, cmd: cmd, ctx: gctx, guard: guard, server: nconn.describe(url)}
 	closeConn := func() {
 		if nc.FlushTimeout(time.Second) == nil {
 			if pe := guard.unreported(nc.LastError()); pe != nil {
@@ -347,7 +358,6 @@ func follow(ctx context.Context, cl *clientConn, id string, o *cmdOptions, sio s
 	}
 	var onPending func(*events.Result)
 	if notePending {
-		p.approvals = cl.subjects.Approvals(id)
 		onPending = func(r *events.Result) {
 			sawNews()
 			p.pending(r)
@@ -411,10 +421,9 @@ const (
 // printer writes what call and watch show. Each event is written with one Write on
 // the unbuffered stdout, so text appears as it arrives.
 type printer struct {
-	out, err  io.Writer
-	mode      int
-	midLine   bool   // text written without a final newline
-	approvals string // the action's approvals subject, for the pending note (set with it)
+	out, err io.Writer
+	mode     int
+	midLine  bool // text written without a final newline
 }
 
 func newPrinter(out, errw io.Writer, o *cmdOptions) *printer {
@@ -459,8 +468,13 @@ func (p *printer) pending(r *events.Result) {
 	p.endText()
 	var out pendingRequest
 	_ = json.Unmarshal(r.Output, &out)
-	fmt.Fprintf(p.err, "action %s is waiting for approval (input_sha256 %s, expires %s); publish a decision on %s\n",
-		r.ActionID, out.InputSHA256, out.ExpiresAt, p.approvals)
+	what := "approval"
+	if out.Approval != nil {
+		what = "a tool approval of its run"
+	}
+	fmt.Fprintf(p.err, "action %s is waiting for %s (input_sha256 %s, expires %s); review and decide it with:\n"+
+		"  hermes-bridge approve %s\n  hermes-bridge deny %s --reason \"...\"\n",
+		r.ActionID, what, sanitize(out.InputSHA256), sanitize(out.ExpiresAt), r.ActionID, r.ActionID)
 }
 
 // waitHint waits for news until waitHintAfter has passed, then prints what hint says
@@ -499,6 +513,11 @@ func (p *printer) endText() {
 }
 
 func (p *printer) result(r *events.Result) error {
+	if r.ReplayOf != nil {
+		// The bridge did not run it: its idempotency key was an earlier action's.
+		fmt.Fprintf(p.err, "action %s is a replay of action %s (same idempotency key): the bridge did not call Hermes again; the result below is %s's (hermes-bridge watch %s)\n",
+			r.ActionID, sanitize(*r.ReplayOf), sanitize(*r.ReplayOf), sanitize(*r.ReplayOf))
+	}
 	var b []byte
 	var err error
 	if p.mode == modeEvents {
@@ -518,3 +537,28 @@ func (p *printer) result(r *events.Result) error {
 	}
 	return nil
 }
+
+// durationAlias is a second name of a duration flag: setting it sets *d and *used.
+type durationAlias struct {
+	d    *time.Duration
+	used *bool
+}
+
+func (a durationAlias) String() string {
+	if a.d == nil {
+		return "0s"
+	}
+	return a.d.String()
+}
+
+func (a durationAlias) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	*a.d, *a.used = v, true
+	return nil
+}
+
+// Get makes flagValueError describe a wrong value as a duration's.
+func (a durationAlias) Get() any { return *a.d }

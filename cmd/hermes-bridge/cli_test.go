@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
@@ -43,7 +44,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"run", "--help"}, []string{"hermes-bridge run", "Examples:", "Environment:", "HERMES_BRIDGE_ACK_WAIT", "30s", "SIGHUP"}},
 		{[]string{"run", "-h"}, []string{"Environment:"}},
 		{[]string{"help", "run"}, []string{"Environment:", "HERMES_ENDPOINTS_FILE"}},
-		{[]string{"call", "--help"}, []string{"hermes-bridge call [flags]", "--prompt string", "--no-follow", "--structured", "--events", "--timeout duration", "Examples:", "chat_stream", `(default "primary")`, "--inbox-prefix string", "NATS_INBOX_PREFIX"}},
+		{[]string{"call", "--help"}, []string{"hermes-bridge call [flags]", "--prompt string", "--no-follow", "--structured", "--events", "--deadline duration", "--timeout duration", "Connecting to NATS", "--context string", "--creds string", "Examples:", "chat_stream", `(default "primary")`, "--inbox-prefix string", "NATS_INBOX_PREFIX"}},
 		{[]string{"call", "-h"}, []string{"-endpoint"}},
 		{[]string{"help", "call"}, []string{"-input"}},
 		{[]string{"watch", "--help"}, []string{"hermes-bridge watch [flags] <action_id>", "--json", "--events", "--wait duration", "--inbox-prefix string", "Examples:"}},
@@ -117,7 +118,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"call", "--input", "@" + filepath.Join(dir, "missing.json")}, "file does not exist"},
 		{[]string{"call", "--op", "session_create"}, "needs an idempotency key: add --key"},
 		{[]string{"call", "--action-id", "a.b"}, "--action-id must match"},
-		{[]string{"call", "--timeout", "-1s"}, "--timeout must be between"},
+		{[]string{"call", "--timeout", "-1s"}, "--deadline must be between"},
+		{[]string{"call", "--deadline", "25h"}, "--deadline must be between"},
+		{[]string{"pending", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"approve", "a", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"deny", "a", "--reason", "r", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"call", "--op"}, "flag needs an argument: --op"},
 		{[]string{"call", "--json", "--events"}, "--json and --events exclude each other"},
 		{[]string{"call", "positional"}, `unexpected argument "positional"`},
@@ -187,7 +192,7 @@ func TestConfigErrorExitCodes(t *testing.T) {
 	}
 	// call validates the connection settings it uses.
 	code, _, errOut = runMain(context.Background(), map[string]string{"NATS_TOKEN": "t"}, "", "call", "--prompt", "x")
-	if code != exitUsage || !strings.Contains(errOut, "NATS_TOKEN is set but NATS_URL is not") {
+	if code != exitUsage || !strings.Contains(errOut, "NATS_TOKEN is set but neither NATS_URL nor NATS_CONTEXT is") {
 		t.Fatalf("exit %d stderr %s", code, errOut)
 	}
 	// Connection refused is a connection error: exit 2 with a hint.
@@ -320,9 +325,10 @@ func TestPrinterPending(t *testing.T) {
 		Output: json.RawMessage(`{"capability_id":"cap:hermes_agent:primary:response_delete","input":{},"input_sha256":"abc123","expires_at":"2026-01-01T00:15:00Z"}`)}
 	out, errb := &syncBuffer{}, &syncBuffer{}
 	p := newPrinter(out, errb, &cmdOptions{})
-	p.approvals = "hermes.approvals.a2"
 	p.pending(pend)
-	if out.String() != "" || !strings.Contains(errb.String(), "action a2 is waiting for approval (input_sha256 abc123, expires 2026-01-01T00:15:00Z); publish a decision on hermes.approvals.a2") {
+	// The note says how to decide it with the CLI (issue 26, item 14).
+	if out.String() != "" || errb.String() != "action a2 is waiting for approval (input_sha256 abc123, expires 2026-01-01T00:15:00Z); review and decide it with:\n"+
+		"  hermes-bridge approve a2\n  hermes-bridge deny a2 --reason \"...\"\n" {
 		t.Fatalf("text mode: stdout %q stderr %q", out.String(), errb.String())
 	}
 	out = &syncBuffer{}
@@ -330,5 +336,47 @@ func TestPrinterPending(t *testing.T) {
 	p.pending(pend)
 	if !strings.Contains(out.String(), `"status":"pending_approval"`) || strings.Count(out.String(), "\n") != 1 {
 		t.Fatalf("events mode: %q", out.String())
+	}
+}
+
+// A replayed duplicate says on stderr that it is one, and of which action (issue 26,
+// item 10): nothing else shows that Hermes was not called.
+func TestPrinterReplay(t *testing.T) {
+	orig := "a-first"
+	res := &events.Result{ActionID: "a-dup", Status: events.StatusCompleted, Output: json.RawMessage(`{"ok":true}`), ReplayOf: &orig}
+	for _, o := range []*cmdOptions{{}, {jsonOut: true}, {eventsOut: true}} {
+		out, errb := &syncBuffer{}, &syncBuffer{}
+		noErr(t, newPrinter(out, errb, o).result(res))
+		if !strings.Contains(errb.String(), "action a-dup is a replay of action a-first (same idempotency key): the bridge did not call Hermes again") ||
+			!strings.Contains(out.String(), `"replay_of"`) {
+			t.Errorf("%+v: stdout %q stderr %q", o, out.String(), errb.String())
+		}
+	}
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	noErr(t, newPrinter(out, errb, &cmdOptions{}).result(&events.Result{ActionID: "a-1", Status: events.StatusCompleted, Output: json.RawMessage(`{}`)}))
+	if errb.String() != "" {
+		t.Errorf("a result that is no replay: stderr %q", errb.String())
+	}
+}
+
+// call's action deadline is --deadline; the earlier --timeout still sets it, with a note
+// that elsewhere --timeout is the wait for an answer (issue 26, item 14).
+func TestCallDeadline(t *testing.T) {
+	e := newHintEnv(t, time.Hour)
+	for _, tt := range []struct {
+		flag, id string
+		note     bool
+	}{{"--deadline", "dl-1", false}, {"--timeout", "dl-2", true}} {
+		code, _, errOut := runMain(context.Background(), e.env, "", "call", "--op", "chat", "--prompt", "x", "--no-follow", "--action-id", tt.id, tt.flag, "90s")
+		if code != exitOK || strings.Contains(errOut, "now spelled --deadline") != tt.note {
+			t.Errorf("%s: exit %d\n%s", tt.flag, code, errOut)
+		}
+		st, err := e.js.Stream(context.Background(), "HERMES_ACTIONS")
+		noErr(t, err)
+		m, err := st.GetLastMsgForSubject(context.Background(), "hermes.actions.primary.chat")
+		noErr(t, err)
+		if !strings.Contains(string(m.Data), `"timeout_ms":90000`) || m.Header.Get("ce-id") != tt.id {
+			t.Errorf("%s: the action stored is %s %s", tt.flag, m.Header, m.Data)
+		}
 	}
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/goccy/go-yaml"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -48,6 +47,10 @@ type Config struct {
 	NATSTLSCert      string `env:"NATS_TLS_CERT" desc:"PEM client certificate for mutual TLS (with NATS_TLS_KEY)"`
 	NATSTLSKey       string `env:"NATS_TLS_KEY" desc:"PEM private key of NATS_TLS_CERT"`
 	NATSInboxPrefix  string `env:"NATS_INBOX_PREFIX" desc:"inbox prefix for replies, acks and pulled messages (default _INBOX); a user whose permissions do not allow _INBOX.> needs its own, e.g. _INBOX_dashboard (see deploy/). The client commands also take --inbox-prefix"`
+	NATSContext      string `env:"NATS_CONTEXT" desc:"natscli context (nats context add) to connect with: its server and credentials where no NATS_* variable sets them; run then connects to that server instead of starting the embedded one. The client commands also take --context, and use the context selected with 'nats context select' when neither is given; run does not"`
+	// NATSConnectWait bounds how long run retries its first connection to an external
+	// server (see connectFirst).
+	NATSConnectWait time.Duration `env:"HERMES_BRIDGE_NATS_CONNECT_WAIT" envDefault:"30s" desc:"run with an external server (NATS_URL or NATS_CONTEXT): how long the first connection is retried while the server is not up yet, before run gives up; 0 tries once"`
 
 	// Embedded NATS server (only when NATS_URL is unset).
 	DataDir  string `env:"HERMES_BRIDGE_DATA_DIR" envDefault:"./data/nats" desc:"embedded server: JetStream store directory (created if missing)"`
@@ -91,7 +94,7 @@ type Config struct {
 	ShutdownGrace      time.Duration `env:"HERMES_BRIDGE_SHUTDOWN_GRACE" envDefault:"30s" desc:"how long in-flight actions may finish after SIGINT/SIGTERM"`
 	ReplicaID          string        `env:"HERMES_BRIDGE_REPLICA_ID" desc:"name of this process in claims and logs (default: random)"`
 	LogLevel           string        `env:"HERMES_BRIDGE_LOG_LEVEL" envDefault:"info" desc:"trace, debug, info, warn or error"`
-	LogFormat          string        `env:"HERMES_BRIDGE_LOG_FORMAT" envDefault:"json" desc:"json or console"`
+	LogFormat          string        `env:"HERMES_BRIDGE_LOG_FORMAT" envDefault:"auto" desc:"json, console, or auto: console when stderr is a terminal, else json (the console's startup line lists only the settings that differ from their defaults)"`
 	// HTTPAddr is the operations listener; unset means DefaultHTTPAddr, set and empty
 	// turns it off (see LoadConfig).
 	HTTPAddr string `env:"HERMES_BRIDGE_HTTP_ADDR" desc:"operations HTTP listener (/metrics, /healthz, /readyz); unset: 127.0.0.1:9464 (if that port is taken, run goes on without it and says so); set to empty to turn it off; use :9464 to serve other hosts (Prometheus, probes)"`
@@ -128,6 +131,10 @@ type Config struct {
 	OTELTracesSamplerArg   string `env:"OTEL_TRACES_SAMPLER_ARG" desc:"traces: the sampler's argument, e.g. 0.1 for traceidratio"`
 	OTELTracesExporter     string `env:"OTEL_TRACES_EXPORTER" desc:"traces: otlp (default) or none (tracing off)"`
 	OTELSDKDisabled        string `env:"OTEL_SDK_DISABLED" desc:"traces: true turns tracing off"`
+
+	// natsCtx is the NATS context the command connects with (NATS_CONTEXT, or a client
+	// command's --context or selected context), nil for none: set before validation.
+	natsCtx *natsContext
 }
 
 // DefaultHermesURL is used when neither HERMES_ENDPOINTS_FILE nor HERMES_URL is set:
@@ -301,23 +308,15 @@ func (c *Config) ValidateRun(specs []EndpointSpec) error {
 	return p.err()
 }
 
+// external reports whether the command connects to an external server (NATS_URL, or a
+// NATS context), not to run's embedded one.
+func (c *Config) external() bool { return c.NATSURL != "" || c.natsCtx != nil }
+
 func (c *Config) validateNATS(p *ConfigError) {
 	if c.NATSURL != "" {
-		for _, raw := range strings.Split(c.NATSURL, ",") {
-			raw = strings.TrimSpace(raw)
-			full := raw
-			if !strings.Contains(full, "://") {
-				full = "nats://" + full
-			}
-			u, err := url.Parse(full)
-			switch {
-			case raw == "" || err != nil || u.Host == "":
-				p.add("NATS_URL=%s: each comma-separated entry must be a URL such as nats://host:4222", redactURL(raw))
-			case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme):
-				p.add("NATS_URL=%s: scheme must be nats, tls, ws or wss", redactURL(raw))
-			}
-		}
-	} else {
+		checkNATSURLs(p, "NATS_URL", c.NATSURL)
+	}
+	if !c.external() {
 		for _, k := range []struct{ key, v string }{
 			{"NATS_CREDS", c.NATSCreds}, {"NATS_NKEY", c.NATSNKey}, {"NATS_USER", c.NATSUser},
 			{"NATS_PASSWORD", c.NATSPassword}, {"NATS_PASSWORD_FILE", c.NATSPasswordFile},
@@ -325,7 +324,7 @@ func (c *Config) validateNATS(p *ConfigError) {
 			{"NATS_TLS_CA", c.NATSTLSCA}, {"NATS_TLS_CERT", c.NATSTLSCert}, {"NATS_TLS_KEY", c.NATSTLSKey},
 		} {
 			if k.v != "" {
-				p.add("%s is set but NATS_URL is not: connection settings apply only to an external NATS server", k.key)
+				p.add("%s is set but neither NATS_URL nor NATS_CONTEXT is: connection settings apply only to an external NATS server", k.key)
 			}
 		}
 		if c.NATSHost == "" {
@@ -419,8 +418,11 @@ func (c *Config) validateService(p *ConfigError) {
 	if _, err := zerolog.ParseLevel(strings.ToLower(c.LogLevel)); err != nil || c.LogLevel == "" {
 		p.add("HERMES_BRIDGE_LOG_LEVEL=%s: must be trace, debug, info, warn or error", c.LogLevel)
 	}
-	if c.LogFormat != "json" && c.LogFormat != "console" {
-		p.add("HERMES_BRIDGE_LOG_FORMAT=%s: must be json or console", c.LogFormat)
+	if c.LogFormat != "json" && c.LogFormat != "console" && c.LogFormat != "auto" {
+		p.add("HERMES_BRIDGE_LOG_FORMAT=%s: must be json, console or auto", c.LogFormat)
+	}
+	if c.NATSConnectWait < 0 {
+		p.add("HERMES_BRIDGE_NATS_CONNECT_WAIT=%s: must not be negative", c.NATSConnectWait)
 	}
 }
 
@@ -761,6 +763,25 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 	return out
 }
 
+// DumpChanged is Dump reduced to the variables whose value differs from their default,
+// and the endpoints: the short configuration line of a console log.
+func (c *Config) DumpChanged(specs []EndpointSpec) map[string]any {
+	def, _ := LoadConfig(map[string]string{})
+	all, base := c.Dump(specs), def.Dump(nil)
+	for k, v := range all {
+		if k != "endpoints" && reflect.DeepEqual(v, base[k]) {
+			delete(all, k)
+		}
+	}
+	return all
+}
+
+// consoleLog reports whether run logs in the console format on w: set so, or "auto"
+// and w is a terminal.
+func (c *Config) consoleLog(w io.Writer) bool {
+	return c.LogFormat == "console" || c.LogFormat == "auto" && isTerminal(w)
+}
+
 // ---- NATS options ----
 
 // clientLiveness is the liveness of the client commands' connections (call, watch,
@@ -768,78 +789,6 @@ func (c *Config) Dump(specs []EndpointSpec) map[string]any {
 // and a server that stops answering is given up after about 30 s, as before `run`'s own
 // connection followed its lease (bridge.NATSLiveness).
 var clientLiveness = bridge.Liveness{PingInterval: 10 * time.Second, MaxPingsOut: 2, ReconnectWait: time.Second}
-
-// natsOptions builds the client options for c: name, reconnects forever, how a server
-// that stops answering is given up and how soon a server is tried again (live),
-// credentials and TLS, and handlers that log connection changes and asynchronous errors
-// (those handled, when not nil, reports as handled are not logged). Secret files are
-// read here; errors name the file, never its content.
-func (c *Config) natsOptions(name string, live bridge.Liveness, log zerolog.Logger, handled func(error) bool) ([]nats.Option, error) {
-	opts := append([]nats.Option{
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.Timeout(5 * time.Second),
-	}, live.Options()...)
-	opts = append(opts,
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			if nc.IsClosed() || nc.IsDraining() {
-				return // our own shutdown
-			}
-			ev := log.Warn()
-			if err != nil {
-				ev = ev.Err(err)
-			}
-			ev.Msg("NATS disconnected; reconnecting")
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("url", redactURL(nc.ConnectedUrl())).Msg("NATS reconnected")
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if handled != nil && handled(err) {
-				return
-			}
-			ev := log.Warn().Err(err)
-			if sub != nil {
-				ev = ev.Str("subject", sub.Subject)
-			}
-			ev.Msg("NATS asynchronous error")
-		}),
-	)
-	if c.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(c.NATSCreds))
-	}
-	if c.NATSNKey != "" {
-		o, err := nats.NkeyOptionFromSeed(c.NATSNKey)
-		if err != nil {
-			return nil, fmt.Errorf("NATS_NKEY=%s: cannot read an nkey seed from this file", c.NATSNKey)
-		}
-		opts = append(opts, o)
-	}
-	if c.NATSUser != "" {
-		pw, err := secretOrFile(c.NATSPassword, "NATS_PASSWORD_FILE", c.NATSPasswordFile)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, nats.UserInfo(c.NATSUser, pw))
-	}
-	if c.NATSToken != "" || c.NATSTokenFile != "" {
-		tok, err := secretOrFile(c.NATSToken, "NATS_TOKEN_FILE", c.NATSTokenFile)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, nats.Token(tok))
-	}
-	if c.NATSInboxPrefix != "" {
-		opts = append(opts, nats.CustomInboxPrefix(c.NATSInboxPrefix))
-	}
-	if c.NATSTLSCA != "" {
-		opts = append(opts, nats.RootCAs(c.NATSTLSCA))
-	}
-	if c.NATSTLSCert != "" {
-		opts = append(opts, nats.ClientCert(c.NATSTLSCert, c.NATSTLSKey))
-	}
-	return opts, nil
-}
 
 // inboxPrefixRule says what validInboxPrefix accepts.
 const inboxPrefixRule = "must be a subject such as _INBOX_dashboard: dot-separated tokens without wildcards or spaces"

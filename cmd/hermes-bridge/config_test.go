@@ -58,7 +58,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		ActionsStream: "HERMES_ACTIONS", OutputStream: "HERMES_OUTPUT", DLQStream: "HERMES_DLQ",
 		Consumer: "hermes-bridge", Bucket: "HERMES_IDEMPOTENCY", KeysBucket: "HERMES_KEYS", Provision: true, AckWait: 30 * time.Second,
 		MaxDeliver: -1, MaxAttempts: 5, ApprovalTTL: 15 * time.Minute, PreApprovals: true, BreakerThreshold: 5, BreakerCooldown: 2 * time.Second, BreakerMaxCooldown: time.Minute, ObjectBucket: "HERMES_OUTPUT_OBJECTS", IdempotencyTTL: 24 * time.Hour, OutputMaxAge: 24 * time.Hour, DLQMaxAge: 7 * 24 * time.Hour, Storage: "file",
-		Replicas: 1, ShutdownGrace: 30 * time.Second, LogLevel: "info", LogFormat: "json",
+		Replicas: 1, ShutdownGrace: 30 * time.Second, LogLevel: "info", LogFormat: "auto", NATSConnectWait: 30 * time.Second,
 		HermesEndpointID: "primary", HermesMaxConcurrency: 10, HTTPAddr: DefaultHTTPAddr,
 		UI: "auto", UIWebSocketPort: -1, UIInboxPrefix: "_INBOX_dashboard",
 	}
@@ -134,7 +134,7 @@ func TestValidationMessages(t *testing.T) {
 		{"several at once", map[string]string{"HERMES_BRIDGE_MAX_DELIVER": "0", "HERMES_BRIDGE_REPLICAS": "7", "HERMES_BRIDGE_STORAGE": "disk",
 			"HERMES_BRIDGE_LOG_FORMAT": "xml", "HERMES_BRIDGE_LOG_LEVEL": "loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL": "10s"},
 			[]string{"HERMES_BRIDGE_MAX_DELIVER=0: must be -1 (unlimited) or at least 1", "HERMES_BRIDGE_REPLICAS=7: must be 1 to 5",
-				"HERMES_BRIDGE_STORAGE=disk: must be file or memory", "HERMES_BRIDGE_LOG_FORMAT=xml: must be json or console",
+				"HERMES_BRIDGE_STORAGE=disk: must be file or memory", "HERMES_BRIDGE_LOG_FORMAT=xml: must be json, console or auto",
 				"HERMES_BRIDGE_LOG_LEVEL=loud", "HERMES_BRIDGE_IDEMPOTENCY_TTL=10s: must be at least 1m"}},
 		{"names", map[string]string{"HERMES_BRIDGE_PREFIX": "a.b", "HERMES_BRIDGE_BUCKET": "has space"},
 			[]string{"HERMES_BRIDGE_PREFIX=a.b: must be 1 to 128 letters", "HERMES_BRIDGE_BUCKET=has space: must be"}},
@@ -144,7 +144,7 @@ func TestValidationMessages(t *testing.T) {
 			[]string{"HERMES_BRIDGE_MAX_ACK_PENDING=4: must be at least HERMES_BRIDGE_WORKERS (8)"}},
 		{"port", map[string]string{"HERMES_BRIDGE_NATS_PORT": "0"}, []string{"HERMES_BRIDGE_NATS_PORT=0: must be 1 to 65535, or -1"}},
 		{"nats auth without url", map[string]string{"NATS_CREDS": "/x.creds"},
-			[]string{"NATS_CREDS is set but NATS_URL is not", "NATS_CREDS=/x.creds: file does not exist"}},
+			[]string{"NATS_CREDS is set but neither NATS_URL nor NATS_CONTEXT is", "NATS_CREDS=/x.creds: file does not exist"}},
 		{"nats auth conflicts", map[string]string{"NATS_URL": "nats://h:4222", "NATS_TOKEN": "t0k", "NATS_USER": "u",
 			"NATS_PASSWORD": "p", "NATS_PASSWORD_FILE": writeFile(t, dir, "pw", "p\n"), "NATS_TLS_CERT": writeFile(t, dir, "c.pem", "x")},
 			[]string{"NATS authentication: set only one of NATS_USER, NATS_TOKEN", "NATS_PASSWORD and NATS_PASSWORD_FILE are both set",
@@ -462,16 +462,16 @@ func TestSecretFieldsMarked(t *testing.T) {
 func TestNATSOptionsReadSecretFiles(t *testing.T) {
 	dir := t.TempDir()
 	cfg := &Config{NATSURL: "nats://h:4222", NATSUser: "u", NATSPasswordFile: filepath.Join(dir, "missing")}
-	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop(), nil); err == nil || !strings.Contains(err.Error(), "NATS_PASSWORD_FILE="+filepath.Join(dir, "missing")) {
+	if _, err := envConn(t, cfg).natsOptions("t", clientLiveness, zerolog.Nop(), nil); err == nil || !strings.Contains(err.Error(), "NATS_PASSWORD_FILE="+filepath.Join(dir, "missing")) {
 		t.Fatalf("missing password file: %v", err)
 	}
 	cfg.NATSPasswordFile = writeFile(t, dir, "pw", "pw-0123\n")
-	opts, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop(), nil)
+	opts, err := envConn(t, cfg).natsOptions("t", clientLiveness, zerolog.Nop(), nil)
 	if err != nil || len(opts) < 6 {
 		t.Fatalf("opts %d err %v", len(opts), err)
 	}
 	cfg = &Config{NATSURL: "nats://h:4222", NATSTokenFile: writeFile(t, dir, "tok", "a b\n")}
-	if _, err := cfg.natsOptions("t", clientLiveness, zerolog.Nop(), nil); err == nil || strings.Contains(err.Error(), "a b") {
+	if _, err := envConn(t, cfg).natsOptions("t", clientLiveness, zerolog.Nop(), nil); err == nil || strings.Contains(err.Error(), "a b") {
 		t.Fatalf("bad token file: %v", err)
 	}
 }
@@ -508,10 +508,18 @@ func TestDefaultEndpoint(t *testing.T) {
 	}
 }
 
+// envConn is the connection the environment's cfg sets, without flags or a context.
+func envConn(t *testing.T, cfg *Config) *natsConn {
+	t.Helper()
+	c, err := resolveConn(cfg, connFlags{}, nil)
+	noErr(t, err)
+	return c
+}
+
 // connOptions applies the options natsOptions builds for live.
 func connOptions(t *testing.T, live bridge.Liveness) nats.Options {
 	t.Helper()
-	opts, err := (&Config{NATSURL: "nats://h:4222"}).natsOptions("t", live, zerolog.Nop(), nil)
+	opts, err := envConn(t, &Config{NATSURL: "nats://h:4222"}).natsOptions("t", live, zerolog.Nop(), nil)
 	noErr(t, err)
 	o := nats.GetDefaultOptions()
 	for _, f := range opts {

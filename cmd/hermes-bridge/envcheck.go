@@ -41,11 +41,18 @@ func unknownVariables(environ map[string]string, specs []EndpointSpec) []unknown
 	return out
 }
 
-// closestSetting returns the setting name that name most likely misspells, or "". Names
+// natscliNames are the variables natscli reads under another name than hermes-bridge.
+var natscliNames = map[string]string{"NATS_CERT": "NATS_TLS_CERT", "NATS_KEY": "NATS_TLS_KEY", "NATS_CA": "NATS_TLS_CA"}
+
+// closestSetting returns the setting name that name most likely misspells (or natscli's
+// name of, see natscliNames), or "". Names
 // are compared whole and without their HERMES_BRIDGE_ or HERMES_ prefix (so that
 // HERMES_NATS_PORT finds HERMES_BRIDGE_NATS_PORT), by edit distance with transpositions,
 // allowing 1 edit for short names, 2 up to 10 characters and 3 beyond.
 func closestSetting(name string) string {
+	if s, ok := natscliNames[name]; ok {
+		return s
+	}
 	best, bestD := "", -1
 	for _, f := range configFields() {
 		d := editDistance(name, f.Key)
@@ -111,16 +118,24 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// message says that the variable is ignored and what it likely misspells; never its
+// value (a misspelled HERMES_API_KEY holds a key).
+func (u unknownVar) message() string {
+	msg := u.Name + " is set but is not a hermes-bridge setting, so it is ignored"
+	if u.Suggest != "" {
+		msg += "; did you mean " + u.Suggest + "?"
+	}
+	return msg + " ('hermes-bridge run --help' lists every setting)"
+}
+
 // logUnknownVariables logs one warning per unknown variable: its name and the likely
-// setting, never its value (a misspelled HERMES_API_KEY holds a key).
+// setting, never its value.
 func logUnknownVariables(log zerolog.Logger, unknown []unknownVar) {
 	for _, u := range unknown {
 		ev := log.Warn().Str("variable", u.Name)
-		msg := u.Name + " is set but is not a hermes-bridge setting, so it is ignored"
 		if u.Suggest != "" {
 			ev = ev.Str("did_you_mean", u.Suggest)
-			msg += "; did you mean " + u.Suggest + "?"
 		}
-		ev.Msg(msg + " ('hermes-bridge run --help' lists every setting)")
+		ev.Msg(u.message())
 	}
 }

@@ -18,7 +18,7 @@ func TestUnknownVariables(t *testing.T) {
 		"HERMES_NATS_PORT":        "4333",        // BRIDGE_ missing
 		"HERMES_BRIDGE_NATS_URL":  "nats://x:1",  // BRIDGE_ too much
 		"HERMES_HOME":             "/opt/hermes", // someone else's: nothing close
-		"NATS_CA":                 "ca.pem",      // natscli's name: nothing close enough
+		"NATS_CA":                 "ca.pem",      // natscli's name of NATS_TLS_CA
 		"HERMES_URL":              "http://x",    // known
 		"NATS_URL":                "nats://x",    // known
 		"HERMES_RESEARCH_KEY":     "k",           // named by the endpoints file
@@ -34,7 +34,7 @@ func TestUnknownVariables(t *testing.T) {
 		{"HERMES_BRIDGE_WORKER", "HERMES_BRIDGE_WORKERS"},
 		{"HERMES_HOME", ""},
 		{"HERMES_NATS_PORT", "HERMES_BRIDGE_NATS_PORT"},
-		{"NATS_CA", ""},
+		{"NATS_CA", "NATS_TLS_CA"},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("unknownVariables =\n  %v\nwant\n  %v", got, want)

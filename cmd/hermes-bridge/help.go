@@ -24,7 +24,7 @@ Usage:
   hermes-bridge <command> [flags]
 
 Commands:
-  run        run the bridge service (starts an embedded NATS server unless NATS_URL is set)
+  run        run the bridge service (starts an embedded NATS server unless NATS_URL or NATS_CONTEXT is set)
   call       publish one action and follow it until it settles
   watch      replay and follow an action's events and result
   pending    list the actions waiting for an approval
@@ -65,12 +65,20 @@ Runs the bridge: consumes actions from JetStream, calls Hermes, and publishes
 events and results. Stops gracefully on SIGINT or SIGTERM (in-flight actions get
 HERMES_BRIDGE_SHUTDOWN_GRACE to finish). SIGHUP re-reads every API key file.
 
-Without NATS_URL, an embedded NATS server with JetStream is started on
-HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT (default 127.0.0.1:4222) with its
-store in HERMES_BRIDGE_DATA_DIR (default ./data/nats); its URL is printed on stderr.
-Only one server may use a data directory: a second run on it exits 1. A second
-replica on the same machine sets NATS_URL to the URL the first one printed.
-With NATS_URL the bridge connects to that server or cluster instead.
+Without NATS_URL or NATS_CONTEXT, an embedded NATS server with JetStream is
+started on HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT (default
+127.0.0.1:4222) with its store in HERMES_BRIDGE_DATA_DIR (default ./data/nats);
+its URL is printed on stderr. Only one server may use a data directory: a second
+run on it exits 1. A second replica on the same machine sets NATS_URL to the URL
+the first one printed. With NATS_URL, or NATS_CONTEXT naming a natscli context
+(its server and credentials, where no NATS_* variable sets them), the bridge
+connects to that server or cluster instead, retrying the first connection for
+HERMES_BRIDGE_NATS_CONNECT_WAIT (default 30s) while it is not up. The context
+selected with 'nats context select' is not used by run (the client commands use
+it).
+
+Logs go to stderr: in the console format on a terminal, else JSON lines
+(HERMES_BRIDGE_LOG_FORMAT=json or console forces either).
 
 Hermes endpoints come from HERMES_ENDPOINTS_FILE, or from HERMES_URL (one
 endpoint), or default to endpoint "primary" at http://127.0.0.1:8642.
@@ -105,10 +113,9 @@ when interrupted (the action itself goes on; follow it with 'watch').
 When nothing has come for 5s, it says on stderr where the action is stored and
 whether a bridge consumes it (the bridges' shared consumer), and keeps waiting.
 
-Connects to NATS_URL, or to the embedded server of 'hermes-bridge run'
-(nats://HERMES_BRIDGE_NATS_HOST:HERMES_BRIDGE_NATS_PORT), with the same
-credential variables as run, and NATS_INBOX_PREFIX (or --inbox-prefix) for a
-NATS user limited to its own inbox. A message or subscription the server
+Connects to the server of --server, NATS_URL or a natscli context, else to the
+embedded server of 'hermes-bridge run' (see "Connecting to NATS" below); the
+"published" line names the server. A message or subscription the server
 refuses ends the command at once (exit 2), naming the subject.
 
 Flags:

@@ -209,7 +209,7 @@ func TestWatchPendingNote(t *testing.T) {
 	e.publishResult(pend)
 	he := &hintEnv{t: t, js: e.js, env: e.env}
 	code, errOut := he.untilStderr(e.env, "is waiting for approval", "watch", "p1")
-	requireHint(t, code, errOut, "action p1 is waiting for approval (input_sha256 abc, expires 2026-01-01T00:15:00Z); publish a decision on hermes.approvals.p1")
+	requireHint(t, code, errOut, "action p1 is waiting for approval (input_sha256 abc, expires 2026-01-01T00:15:00Z); review and decide it with:\n  hermes-bridge approve p1\n")
 
 	e.publishResult(&events.Result{ActionID: "p1", CapabilityID: pend.CapabilityID, Status: events.StatusFailed, Output: json.RawMessage(`null`),
 		Error: &events.ErrorInfo{Code: "approval_denied", Message: "denied by alice", Category: "permanent"}})

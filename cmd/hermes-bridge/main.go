@@ -106,11 +106,12 @@ func Main(ctx context.Context, args []string, environ map[string]string, io stdi
 // cmdOptions are the flags of the client commands; each command registers those it
 // takes (clientCommand.flags).
 type cmdOptions struct {
-	endpoint, op, input, prompt, key, tenant, actionID string // call
-	reason, approver, choice                           string // approve and deny
-	decision                                           string // events.DecisionApprove or events.DecisionDeny
-	text                                               string // steer: the text argument ("-": stdin)
-	timeout, wait                                      time.Duration
+	endpoint, op, input, prompt, key, tenant, actionID string        // call
+	reason, approver, choice                           string        // approve and deny
+	decision                                           string        // events.DecisionApprove or events.DecisionDeny
+	text                                               string        // steer: the text argument ("-": stdin)
+	timeout, wait                                      time.Duration // timeout: call's deadline, the other commands' wait for an answer
+	timeoutAlias                                       bool          // call: the deadline was given as --timeout
 	structured, noFollow, jsonOut, eventsOut, yes      bool
 	conn                                               connFlags
 }
@@ -153,7 +154,7 @@ func (c clientCommand) flagSet(name string, o *cmdOptions) *flag.FlagSet {
 
 // help prints the command's help.
 func (c clientCommand) help(w io.Writer, name string) {
-	printFlagsHelp(w, c.usage, c.flagSet(name, &cmdOptions{}), c.examples)
+	printFlagsHelp(w, c.usage, c.flagSet(name, &cmdOptions{}), connectionHelp+c.examples)
 }
 
 // main parses the arguments of command name (flags, and the action id when it takes

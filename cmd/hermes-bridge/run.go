@@ -64,12 +64,16 @@ func cmdRun(ctx context.Context, args []string, environ map[string]string, io st
 // runPlan is a validated `run` configuration.
 type runPlan struct {
 	cfg       *Config
+	conn      *natsConn // where the bridge connects; its url is "" for the embedded server
 	specs     []EndpointSpec
 	defaulted bool // no endpoint configured: the local default is used
 	keys      *keyring
 	replicaID string
 	bridge    bridge.Config
 	unknown   []unknownVar // HERMES_* and NATS_* variables no setting reads
+	// selected is the NATS context selected with `nats context select`, which run does
+	// not use (it says so); "" when none is, or when NATS_CONTEXT or NATS_URL is set.
+	selected string
 }
 
 // prepareRun parses and validates everything `run` needs and reads the key files.
@@ -80,6 +84,13 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	if err != nil {
 		errors.As(err, &all)
 	}
+	// Only a context named by NATS_CONTEXT: the selected one would turn the embedded
+	// server of a workstation into someone else's without a word.
+	nctx, err := loadNATSContext(environ, "", false)
+	all.merge(err)
+	cfg.natsCtx = nctx
+	conn, err := resolveConn(cfg, connFlags{}, nctx)
+	all.merge(err)
 	specs, defaulted, specsErr := cfg.EndpointSpecs()
 	all.merge(cfg.ValidateRun(specs))
 	if specsErr != nil {
@@ -111,16 +122,20 @@ func prepareRun(environ map[string]string) (*runPlan, error) {
 	}
 	bc.Hook = hook
 	bc.Version = versionString()
-	return &runPlan{cfg: cfg, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc,
-		unknown: unknownVariables(environ, specs)}, nil
+	selected := ""
+	if !cfg.external() {
+		selected = selectedContext(natsConfigDir(environ))
+	}
+	return &runPlan{cfg: cfg, conn: conn, specs: specs, defaulted: defaulted, keys: keys, replicaID: replica, bridge: bc,
+		unknown: unknownVariables(environ, specs), selected: selected}, nil
 }
 
-// newLogger returns the root logger: JSON (or console) lines on w with the service
-// and replica fields. cfg is validated (its log level parses).
+// newLogger returns the root logger: JSON or console lines (see Config.consoleLog) on w
+// with the service and replica fields. cfg is validated (its log level parses).
 func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(strings.ToLower(cfg.LogLevel))
 	out := w
-	if cfg.LogFormat == "console" {
+	if cfg.consoleLog(w) {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().
@@ -133,8 +148,18 @@ func newLogger(cfg *Config, w io.Writer, replica string) zerolog.Logger {
 // ready, if non-nil, is called with the NATS URL once connected (tests use it).
 func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr io.Writer, ready func(natsURL string)) (err error) {
 	cfg := p.cfg
-	log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
+	if cfg.consoleLog(stderr) {
+		// A person reads it: only what differs from the defaults.
+		log.Info().Interface("config", cfg.DumpChanged(p.specs)).Str("version", versionString()).
+			Msg("starting hermes-bridge (settings that differ from the defaults; HERMES_BRIDGE_LOG_FORMAT=json logs them all)")
+	} else {
+		log.Info().Interface("config", cfg.Dump(p.specs)).Str("version", versionString()).Msg("starting hermes-bridge")
+	}
 	logUnknownVariables(log, p.unknown)
+	if p.selected != "" {
+		log.Info().Str("nats_context", p.selected).Msgf("NATS context %q is selected ('nats context select'), but run does not use the selected context: "+
+			"it starts the embedded server; set NATS_CONTEXT=%s to connect to that context's server", p.selected, p.selected)
+	}
 	// Say at once that a shutdown began, and how long it may take, before anything
 	// else sees it: the service runs on ctx, which ends only after that line (with the
 	// same cause), so the line always comes first.
@@ -189,7 +214,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 		}
 	}
 
-	url := cfg.NATSURL
+	url := p.conn.url
 	embeddedWS := ""
 	if url == "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -249,7 +274,7 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 		how := "as user " + uc.User
 		if uc.User == "" {
 			how = "no user"
-			if cfg.NATSURL == "" {
+			if !cfg.external() {
 				how += ": the embedded server has none, fine on loopback; its WebSocket listener admits only this page's origin"
 			}
 		}
@@ -262,15 +287,19 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 	// bridge.NATSLiveness).
 	connLog := log.With().Str("component", "nats").Logger()
 	live := bridge.NATSLiveness(p.bridge.WithDefaults().Lease)
-	opts, err := cfg.natsOptions("hermes-bridge", live, connLog, nil)
+	opts, err := p.conn.natsOptions("hermes-bridge", live, connLog, nil)
 	if err != nil {
 		return err
 	}
 	closed := make(chan struct{})
 	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
-	nc, err := nats.Connect(url, opts...)
+	wait := time.Duration(0) // the embedded server is up: no retry
+	if cfg.external() {
+		wait = cfg.NATSConnectWait
+	}
+	nc, err := connectFirst(ctx, url, opts, wait, connLog)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", redactURLs(url), err)
+		return fmt.Errorf("connect to NATS at %s: %w", p.conn.describe(url), err)
 	}
 	defer func() {
 		if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
@@ -284,7 +313,11 @@ func runService(parent context.Context, p *runPlan, log zerolog.Logger, stderr i
 			nc.Close()
 		}
 	}()
-	log.Info().Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
+	ev := log.Info()
+	if p.conn.ctx != nil {
+		ev = ev.Str("nats_context", p.conn.ctx.name).Str("nats_context_file", p.conn.ctx.path)
+	}
+	ev.Str("url", redactURL(nc.ConnectedUrl())).Str("server", nc.ConnectedServerName()).
 		Str("ping_interval", live.PingInterval.String()).Str("dead_server_after", live.DeadServerDetection().String()).
 		Msg("connected to NATS")
 	if ready != nil {

@@ -22,7 +22,7 @@ func (c *Config) uiEnabled() bool {
 	case "true":
 		return true
 	case "auto":
-		return c.NATSURL == "" || c.UINATSURL != ""
+		return !c.external() || c.UINATSURL != ""
 	}
 	return false
 }
@@ -37,8 +37,8 @@ func (c *Config) validateUI(p *ConfigError) {
 	if c.UI == "true" && c.HTTPAddr == "" {
 		p.add("HERMES_BRIDGE_UI=true but HERMES_BRIDGE_HTTP_ADDR is empty: the dashboard is served by the operations listener")
 	}
-	if c.UI == "true" && c.NATSURL != "" && c.UINATSURL == "" {
-		p.add("HERMES_BRIDGE_UI=true with NATS_URL: set HERMES_BRIDGE_UI_NATS_URL to the WebSocket URL browsers reach the NATS servers at (wss://...)")
+	if c.UI == "true" && c.external() && c.UINATSURL == "" {
+		p.add("HERMES_BRIDGE_UI=true with NATS_URL or NATS_CONTEXT: set HERMES_BRIDGE_UI_NATS_URL to the WebSocket URL browsers reach the NATS servers at (wss://...)")
 	}
 	if c.UIWebSocketPort != -1 && (c.UIWebSocketPort < 1 || c.UIWebSocketPort > 65535) {
 		p.add("HERMES_BRIDGE_UI_WS_PORT=%d: must be 1 to 65535, or -1 for a free port", c.UIWebSocketPort)
