@@ -26,9 +26,11 @@ help: ## list targets
 build: ## compile every binary into ./bin, version stamped
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-install: ## go install every binary (hermes-bridge, fake-hermes), version stamped, into $(go env GOBIN) or $(go env GOPATH)/bin
-	$(GO) install -ldflags '$(LDFLAGS)' ./cmd/...
+# install copies what build made, so that `make install`, `make run` and `make demo` share one
+# build: go build skips the link when ./bin is up to date (same sources, same flags).
+install: build ## build, then copy ./bin/hermes-bridge and ./bin/fake-hermes into $(go env GOBIN) or $(go env GOPATH)/bin
 	@dir=$$($(GO) env GOBIN); dir=$${dir:-$$($(GO) env GOPATH)/bin}; \
+	mkdir -p "$$dir" && install -m 0755 bin/hermes-bridge bin/fake-hermes "$$dir" && \
 	echo "installed hermes-bridge and fake-hermes in $$dir"; \
 	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "$$dir is not on your PATH: export PATH=\"$$dir:\$$PATH\"";; esac
 
@@ -112,13 +114,13 @@ ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tes
 	$(GO) test -race -count=1 ./bridge/ui
 	cd e2e/browser && HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./...
 
-# run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1
-# after the bridge's clean shutdown, and make report "Error 1".
-run: ## run the bridge on its embedded NATS server (endpoints from the environment)
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/hermes-bridge ./cmd/hermes-bridge
+# run builds (a no-op when ./bin is up to date), then runs the binary: under `go run`,
+# Ctrl-C made the go command exit 1 after the bridge's clean shutdown, and make report
+# "Error 1".
+run: build ## run the bridge on its embedded NATS server (endpoints from the environment)
 	./bin/hermes-bridge run
 
-demo: ## run the bridge against cmd/fake-hermes and send one streaming action
+demo: ## build as make build does, run the bridge against cmd/fake-hermes and send one streaming action
 	./deploy/demo.sh
 
 bench: ## bridge vs its floors (NATS, Hermes) side by side, and as its own process (RSS); table + bench.json + bench.md (~3 min; go run ./e2e/bench -help)
