@@ -15,6 +15,9 @@ LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
 # deploy/image: the image builder on go-containerregistry; e2e/browser: the dashboard's
 # headless-Chromium tests (chromedp), run against the real binary.
 SUBMODULES ?= deploy/image e2e/browser
+# Modules that only pin a tool (no packages of their own): tidy-check covers them.
+# e2e/natscli: the nats CLI the documents' examples are run with (e2e/natscli_test.go).
+TOOLMODULES ?= e2e/natscli
 
 .PHONY: ui-vendor ui-test chaos sim mutants image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
@@ -58,9 +61,9 @@ staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak
 	$(GO) tool staticcheck -tags soak,faulthooks $(PKGS)
 	sc=$$($(GO) tool -n staticcheck) && for m in $(SUBMODULES); do (cd $$m && $$sc ./...) || exit 1; done
 
-tidy-check: ## fail if go mod tidy would change go.mod or go.sum (of the module or a nested one)
+tidy-check: ## fail if go mod tidy would change go.mod or go.sum (of the module or a nested one, tool modules included)
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
-	@for m in $(SUBMODULES); do $(GO) -C $$m mod tidy -diff || { echo "$$m/go.mod or go.sum are not tidy: run go mod tidy in $$m"; exit 1; }; done
+	@for m in $(SUBMODULES) $(TOOLMODULES); do $(GO) -C $$m mod tidy -diff || { echo "$$m/go.mod or go.sum are not tidy: run go mod tidy in $$m"; exit 1; }; done
 
 lint: vet fmt-check staticcheck ## go vet + gofmt + staticcheck (+ golangci-lint when installed)
 	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS) && for m in $(SUBMODULES); do (cd $$m && golangci-lint run ./...) || exit 1; done; else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
