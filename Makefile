@@ -15,6 +15,9 @@ LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
 # deploy/image: the image builder on go-containerregistry; e2e/browser: the dashboard's
 # headless-Chromium tests (chromedp), run against the real binary.
 SUBMODULES ?= deploy/image e2e/browser
+# Modules that only pin a tool (no packages of their own): tidy-check covers them.
+# e2e/natscli: the nats CLI the documents' examples are run with (e2e/natscli_test.go).
+TOOLMODULES ?= e2e/natscli
 
 .PHONY: ui-vendor ui-test chaos sim mutants image docker-image all build install test test-short lint vet fmt-check staticcheck tidy-check fuzz run demo bench soak clean help
 
@@ -26,9 +29,11 @@ help: ## list targets
 build: ## compile every binary into ./bin, version stamped
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-install: ## go install every binary (hermes-bridge, fake-hermes), version stamped, into $(go env GOBIN) or $(go env GOPATH)/bin
-	$(GO) install -ldflags '$(LDFLAGS)' ./cmd/...
+# install copies what build made, so that `make install`, `make run` and `make demo` share one
+# build: go build skips the link when ./bin is up to date (same sources, same flags).
+install: build ## build, then copy ./bin/hermes-bridge and ./bin/fake-hermes into $(go env GOBIN) or $(go env GOPATH)/bin
 	@dir=$$($(GO) env GOBIN); dir=$${dir:-$$($(GO) env GOPATH)/bin}; \
+	mkdir -p "$$dir" && install -m 0755 bin/hermes-bridge bin/fake-hermes "$$dir" && \
 	echo "installed hermes-bridge and fake-hermes in $$dir"; \
 	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "$$dir is not on your PATH: export PATH=\"$$dir:\$$PATH\"";; esac
 
@@ -56,9 +61,9 @@ staticcheck: ## staticcheck (go tool, pinned in go.mod), plain and with the soak
 	$(GO) tool staticcheck -tags soak,faulthooks $(PKGS)
 	sc=$$($(GO) tool -n staticcheck) && for m in $(SUBMODULES); do (cd $$m && $$sc ./...) || exit 1; done
 
-tidy-check: ## fail if go mod tidy would change go.mod or go.sum (of the module or a nested one)
+tidy-check: ## fail if go mod tidy would change go.mod or go.sum (of the module or a nested one, tool modules included)
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
-	@for m in $(SUBMODULES); do $(GO) -C $$m mod tidy -diff || { echo "$$m/go.mod or go.sum are not tidy: run go mod tidy in $$m"; exit 1; }; done
+	@for m in $(SUBMODULES) $(TOOLMODULES); do $(GO) -C $$m mod tidy -diff || { echo "$$m/go.mod or go.sum are not tidy: run go mod tidy in $$m"; exit 1; }; done
 
 lint: vet fmt-check staticcheck ## go vet + gofmt + staticcheck (+ golangci-lint when installed)
 	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run $(PKGS) && for m in $(SUBMODULES); do (cd $$m && golangci-lint run ./...) || exit 1; done; else echo "golangci-lint not installed; ran go vet, gofmt and staticcheck only"; fi
@@ -112,13 +117,13 @@ ui-test: ## the dashboard's tests: handler units, then the headless-Chromium tes
 	$(GO) test -race -count=1 ./bridge/ui
 	cd e2e/browser && HERMES_BRIDGE_UI_TEST=require $(GO) test -race -count=1 -run '^TestDashboardBrowser' -v ./...
 
-# run builds, then runs, the binary: under `go run`, Ctrl-C made the go command exit 1
-# after the bridge's clean shutdown, and make report "Error 1".
-run: ## run the bridge on its embedded NATS server (endpoints from the environment)
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/hermes-bridge ./cmd/hermes-bridge
+# run builds (a no-op when ./bin is up to date), then runs the binary: under `go run`,
+# Ctrl-C made the go command exit 1 after the bridge's clean shutdown, and make report
+# "Error 1".
+run: build ## run the bridge on its embedded NATS server (endpoints from the environment)
 	./bin/hermes-bridge run
 
-demo: ## run the bridge against cmd/fake-hermes and send one streaming action
+demo: ## build as make build does, run the bridge against cmd/fake-hermes and send one streaming action
 	./deploy/demo.sh
 
 bench: ## bridge vs its floors (NATS, Hermes) side by side, and as its own process (RSS); table + bench.json + bench.md (~3 min; go run ./e2e/bench -help)

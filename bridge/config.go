@@ -142,14 +142,14 @@ type Config struct {
 	// for fault-injection tests and must return quickly.
 	Hook func(p Point, actionID string)
 	// Metrics, when set, receives the bridge's Prometheus collectors (the
-	// hermes_bridge_* metrics, see the README's "Operating"); nil records nothing. New
+	// hermes_bridge_* metrics, see deploy/README.md, "Metrics"); nil records nothing. New
 	// fails if they are already registered there: use one registry per Bridge.
 	Metrics prometheus.Registerer
 	// MetricsInterval is how often the consumer's pending and ack-pending counts are
 	// sampled for the metrics (default 5s).
 	MetricsInterval time.Duration
 	// TracerProvider, when set, receives the spans of action handling (one trace per
-	// action, continuing its traceparent; see the README's "Traces"); nil records none.
+	// action, continuing its traceparent; see deploy/README.md, "Traces"); nil records none.
 	TracerProvider trace.TracerProvider
 	// Workers bounds actions handled at once by this replica (default: sum of endpoint
 	// MaxConcurrency).

@@ -297,14 +297,14 @@ func checkExpr(t *testing.T, expr string, metrics map[string]metricInfo, runtime
 // panelTitleRE matches a panel title in the alerts table: *Title*.
 var panelTitleRE = regexp.MustCompile(`\*([^*|]+)\*`)
 
-// The README's suggested alerts query metrics the bridge exports, with their labels,
+// deploy/README.md's suggested alerts query metrics the bridge exports, with their labels,
 // and the table below them names, for each alert, panels (*in italics*) the dashboard has.
 func TestSuggestedAlertsMatchDashboard(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "deploy", "README.md"))
 	noErr(t, err)
 	_, section, ok := strings.Cut(string(readme), "\n### Suggested alerts\n")
 	if !ok {
-		t.Fatal("README.md has no Suggested alerts section")
+		t.Fatal("deploy/README.md has no Suggested alerts section")
 	}
 	section, _, _ = strings.Cut(section, "\n### ")
 	_, block, _ := strings.Cut(section, "```yaml\n")
@@ -318,7 +318,7 @@ func TestSuggestedAlertsMatchDashboard(t *testing.T) {
 		} `yaml:"groups"`
 	}
 	if err := yaml.Unmarshal([]byte(block), &rules); err != nil {
-		t.Fatalf("README.md Suggested alerts: %v", err)
+		t.Fatalf("deploy/README.md Suggested alerts: %v", err)
 	}
 	raw, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "hermes-bridge.json"))
 	noErr(t, err)
@@ -352,7 +352,7 @@ func TestSuggestedAlertsMatchDashboard(t *testing.T) {
 		}
 	}
 	if n == 0 {
-		t.Error("README.md Suggested alerts: no rule found")
+		t.Error("deploy/README.md Suggested alerts: no rule found")
 	}
 }
 

@@ -41,7 +41,7 @@ type metrics struct {
 	kv [len(kvOps)]prometheus.Observer // by kvOp
 }
 
-// Names of the metrics, for the README and tests.
+// Names of the metrics, for the documentation (deploy/README.md, "Metrics") and tests.
 const (
 	MetricActionsSettled  = "hermes_bridge_actions_settled_total"
 	MetricHermesRequest   = "hermes_bridge_hermes_request_duration_seconds"

@@ -18,7 +18,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/hermes"
 )
 
-// Span names of an action's trace (README "Traces"). One delivery of an action is one
+// Span names of an action's trace (deploy/README.md, "Traces"). One delivery of an action is one
 // root span (SpanAction, kind consumer), continuing the action's traceparent; its
 // children are the claim, the idempotency key's claim, the Hermes call (kind client,
 // named "<method> <route template>"), the publishing of a stream's events (one span for

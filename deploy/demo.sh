@@ -53,9 +53,10 @@ wait_for() {
 
 echo "==> building ./bin/hermes-bridge and ./bin/fake-hermes"
 mkdir -p bin
-version=$(git describe --tags --always --dirty 2>/dev/null || true) # as make build stamps it
-"$GO" build -ldflags "${version:+-X main.version=$version}" -o bin/hermes-bridge ./cmd/hermes-bridge
-"$GO" build -o bin/fake-hermes ./cmd/fake-hermes
+# The same command as make build, so that either reuses the other's binaries (go build
+# skips the link when ./bin is up to date).
+version=$(git describe --tags --always --dirty 2>/dev/null || true)
+"$GO" build -ldflags "${version:+-X main.version=$version}" -o bin/ ./cmd/...
 
 # A random key, passed through the environment (not argv, which ps shows).
 key="demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"

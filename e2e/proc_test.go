@@ -48,11 +48,13 @@ func bridgeBinary(t *testing.T) string {
 	return binPath
 }
 
-// TestMain removes the binary built by bridgeBinary.
+// TestMain removes the binaries built by bridgeBinary and natsCLI.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	for _, dir := range []string{binDir, natsDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }

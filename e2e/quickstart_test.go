@@ -98,15 +98,18 @@ func (b *quickStartBlock) interrupt(t *testing.T, d time.Duration) {
 
 // TestReadmeQuickStart runs the README's Quick start as a new user pastes it, block by
 // block, taken from README.md so that the two cannot drift apart: make demo; make install
-// and the PATH line (into a temporary GOPATH); fake-hermes and make run in terminals of
-// their own; the call, which must stream the chat and complete. Then Ctrl-C (SIGINT to
-// each process group) stops make run and fake-hermes cleanly, without "make: ***".
+// and the PATH line (into a temporary GOPATH); fake-hermes and hermes-bridge run (the
+// installed binaries) in terminals of their own; the call, which must stream the chat and
+// complete. Then Ctrl-C (SIGINT to each process group) stops the bridge and fake-hermes
+// cleanly. The blocks build the binaries at most once: no block after the first build
+// relinks ./bin/hermes-bridge or ./bin/fake-hermes.
 //
-// Everything listens on loopback only, on free ports: the README lets FAKE_HERMES_ADDR and
-// HERMES_URL move the fake, HERMES_BRIDGE_NATS_PORT the embedded NATS server, and
-// HERMES_BRIDGE_DATA_DIR its store. HERMES_*, NATS_* and FAKE_HERMES_* from the caller's
-// environment are dropped. An export line of a block holds in the blocks after it (as
-// if exported in each terminal).
+// No command is changed. Everything listens on loopback only, on free ports, through the
+// environment the blocks run in: FAKE_HERMES_ADDR and HERMES_URL move the fake,
+// HERMES_BRIDGE_NATS_PORT the embedded NATS server, HERMES_BRIDGE_DATA_DIR its store, and
+// GOPATH and GOBIN the installed binaries. HERMES_*, NATS_* and FAKE_HERMES_* from the
+// caller's environment are dropped. An export line of a block holds in the blocks after it
+// (as if exported in each terminal).
 func TestReadmeQuickStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and installs the binaries and runs make; skipped in -short mode")
@@ -172,6 +175,34 @@ func TestReadmeQuickStart(t *testing.T) {
 		return b
 	}
 
+	// The go command the blocks find on PATH logs what it links (go build and go install
+	// with -x print a link command only when they link): a second block that links is a
+	// second build. Its output is shown only when it fails.
+	realGo, err := exec.LookPath("go")
+	requireOK(t, err)
+	shim, goLog := filepath.Join(tmp, "shim"), filepath.Join(tmp, "go-x.log")
+	requireOK(t, os.MkdirAll(shim, 0o755))
+	requireOK(t, os.WriteFile(filepath.Join(shim, "go"), []byte(`#!/usr/bin/env bash
+case "$1" in
+build|install)
+	out=$(mktemp); st=0
+	"$QUICKSTART_GO" "$1" -x "${@:2}" 2>"$out" || st=$?
+	cat "$out" >>"$QUICKSTART_GOLOG"; [ "$st" = 0 ] || cat "$out" >&2; rm -f "$out"; exit "$st" ;;
+esac
+exec "$QUICKSTART_GO" "$@"
+`), 0o755))
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			env[i] = "PATH=" + shim + ":" + strings.TrimPrefix(kv, "PATH=")
+		}
+	}
+	env = append(env, "QUICKSTART_GO="+realGo, "QUICKSTART_GOLOG="+goLog)
+	links := func() int {
+		b, _ := os.ReadFile(goLog)
+		return len(regexp.MustCompile(`(?m)/link -o `).FindAll(b, -1))
+	}
+	linked, builtBy := 0, ""
+
 	began := time.Now()
 	var servers []*quickStartBlock
 	var fake *quickStartBlock
@@ -204,6 +235,12 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 		if b.err != nil {
 			t.Fatalf("block\n%s\nfailed: %v\n%s", b.text(), b.err, b.out)
+		}
+		if n := links(); n > linked {
+			if builtBy != "" {
+				t.Errorf("the Quick start builds twice: block\n%s\nlinked again after block\n%s\nhad built", b.text(), builtBy)
+			}
+			linked, builtBy = n, b.text()
 		}
 		out := b.out.String()
 		switch {
@@ -259,5 +296,5 @@ func TestReadmeQuickStart(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("the Quick start took %s", time.Since(began).Round(time.Second))
+	t.Logf("the Quick start took %s and linked %d binaries, in one block: %q", time.Since(began).Round(time.Second), linked, builtBy)
 }

@@ -1,7 +1,9 @@
 // Package hermes is the HTTP/SSE client for one Hermes Agent API server.
 //
-// It owns the table of the 21 operations the bridge exposes ([Operations], [Lookup]), maps an
-// action input to an HTTP request without I/O ([Prepare]) and runs one exchange ([Client.Call]).
+// It owns the table of the 21 operations of the Hermes API contract ([Operations], [Lookup])
+// and of the five run operations ([RunOperations], [LookupRun]), which the bridge serves with
+// its governed run (bridge.Operations: 27 in all), maps an action input to an HTTP request
+// without I/O ([Prepare]) and runs one exchange ([Client.Call]).
 // It never logs and never retries; the caller decides with [Error.Retryable].
 //
 // # Input mapping
@@ -101,8 +103,8 @@
 // # Structured runs
 //
 // The five run operations (run_start, run_status, run_events, run_approval, run_stop; see
-// [RunOperations], [LookupRun]) are kept out of the 21-operation table ([Operations], [Lookup])
-// until the bridge exposes them. [Prepare] and [Client.Call] accept them, and run_steer,
+// [RunOperations], [LookupRun]) have a table of their own beside the 21 ([Operations],
+// [Lookup]); the bridge serves them as actions. [Prepare] and [Client.Call] accept them, and run_steer,
 // which the bridge does not serve as an action (input rules in Prepare's doc), and typed
 // methods serve the governed run:
 //
@@ -148,7 +150,31 @@
 //   - An approval.request pauses the run (waiting_for_approval) until RunApproval decides; the
 //     409 codes approval_not_active and approval_not_pending are in Error.RemoteCode.
 //
-// Where hermes-api.md and the transcripts could disagree they agree for the runs routes;
-// README ("Structured runs") lists the points where this package or the fake chose between
-// sources (the AIP test double's bodies, the later runs_idempotency shape, v0.16's runs gate).
+// Where hermes-api.md and the transcripts could disagree they agree for the runs routes.
+// Where the sources differ, this package and the fake (hermestest) follow:
+//
+//   - run.started on the events stream: none (nor run.queued), as both recorded
+//     transcripts show (they start with message.delta).
+//   - The approval and stop answers: the bodies of Hermes's source
+//     ({"object":"hermes.run.approval_response","run_id","choice","resolved"} and
+//     {"run_id","status":"stopping"}), not the AIP test double's; the client decodes
+//     tolerantly.
+//   - The stop body: the client sends none (transcript 43 sends {}); the fake accepts both.
+//   - Stop after the end: 404 run_not_found in the fake, as recorded;
+//     the client maps 404 to [ErrRunNotFound] and returns a later version's 200 status in
+//     [RunStopResult].Status.
+//   - runs_idempotency, listed among the later capabilities without a place: the fake puts
+//     it in features, after cors; the client reads features, then the top level, and
+//     accepts a bare boolean.
+//   - The v0.16 runs gate: only runs capped, at 10, with invalid_request_error and no
+//     Retry-After, as Hermes's API notes describe v0.16 (the message text is assumed).
+//   - An early events subscriber: the fake answers 404 at once (its queue exists from the
+//     POST) instead of polling 20 × 50 ms; it drops an unsubscribed queue at exactly 300 s
+//     where Hermes's 60 s sweep may keep it up to ~360 s.
+//   - The order of tool.started and approval.request (not recorded): the fake sends
+//     tool.started, approval.request, approval.responded, tool.completed (inferred).
+//   - The runs 400/409 bodies: the OpenAI envelope with code null; "Missing 'input'
+//     field", "No user message found in input"; the approval and idempotency messages are
+//     invented. A failed status without earlier events ends "..., model, error,
+//     last_event".
 package hermes

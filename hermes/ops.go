@@ -49,9 +49,9 @@ var operations = []Spec{
 	{Name: "session_chat_stream", Method: http.MethodPost, Path: "/api/sessions/{session_id}/chat/stream", Stream: true, Auth: true},
 }
 
-// runOperations is the table of the five structured-runs operations (Hermes /v1/runs*). They
-// are kept out of the 21-operation table until the bridge exposes them; Prepare, Call and the
-// typed Run* methods accept them.
+// runOperations is the table of the five structured-runs operations (Hermes /v1/runs*), kept
+// apart from the 21-operation table; the bridge serves them (bridge.Operations), and Prepare,
+// Call and the typed Run* methods accept them.
 var runOperations = []Spec{
 	{Name: "run_start", Method: http.MethodPost, Path: "/v1/runs", KeyRequired: true, Auth: true, Timeout: jsonTimeout},
 	{Name: "run_status", Method: http.MethodGet, Path: "/v1/runs/{run_id}", Safe: true, Auth: true, Timeout: jsonTimeout},

@@ -19,6 +19,46 @@
 // stages each batch in a file store of its own, which costs more than the round trip it
 // saves ([Store.Atomic] says so, and the bridge then writes the key, then the record).
 //
+// # Durable writes per action
+//
+// Each write below is one the delivery guarantees need; e2e's TestDurableWritesPerAction
+// counts them (the records bucket's stream grows by one per write, an atomic batch
+// counting once; the output stream by one result message per action).
+//
+//   - An unsafe action with an idempotency key, on its first delivery: two where the
+//     bucket takes atomic batches (memory or replicated: the key and the record in one
+//     batch, then the result message), three on a single-replica file bucket or where
+//     the keys live in a keys bucket of their own (the key, the record, the result). The
+//     key's Create is what stops a second call for the same key; the record's Create,
+//     already dispatched, is the write-ahead mark and the fence in one (it fails wherever
+//     another delivery or a cancel holds the id); the result message is the outcome.
+//   - An unsafe action without a key: two, the record created dispatched and the result.
+//   - A safe action without a key: two, its claim (a record created claimed) and the
+//     result. No mark: a read may run twice.
+//   - The ordinary path, taken by an action that needs an approval, a run, and a delivery
+//     that finds a record or a key holder (a redelivery, a duplicate, a cancel that came
+//     first): the claim, the key's claim, the write-ahead mark and the result, four for a
+//     keyed unsafe action. A duplicate of a settled key costs its claim and its replayed
+//     result. A parked action adds the park index, its pending message and two record
+//     updates; each heartbeat of an action that runs longer than the heartbeat interval
+//     one record write (two with a key).
+//
+// No read precedes the first write: a record created afresh proves that the action has
+// no stored result, because records are kept longer than results (below).
+//
+// # The record after the action settles
+//
+// Settling appends the terminal result to the result log and writes no record: the
+// action record keeps the state the call left it in (dispatched for an unsafe call,
+// claimed for a safe one, settling for an unsafe one that ended without a call), so
+// `nats kv get HERMES_IDEMPOTENCY act.<id>` shows dispatched long after the action
+// settled. The terminal state is the action's last message in the output stream
+// (terminal by its status, [LogEntry].Terminal), which `hermes-bridge status` reads
+// beside the record. Writing it into the record too would cost every action one more
+// durable write and decide nothing: the log's append with an expected last subject
+// sequence is what keeps a result the only one. Only a cancel that arrives before its
+// action creates a record in state settled, holding the cancelled result.
+//
 // # Keys
 //
 // Three kinds of keys; the action core (bridge/core) owns their transitions, each one
@@ -31,7 +71,8 @@
 //     per caller idempotency key, scoped to the capability. The raw key is
 //     never stored or used as a key. It names the action that holds the key;
 //     that action's terminal result is its result message in the output stream
-//     ([JetStreamLog]), to which the key refers (CONTRACT §5).
+//     ([JetStreamLog]), to which the key refers (schemas/README.md, "Delivery
+//     guarantees").
 //   - [ParkKey] "park.<action_id>": the index of parked actions.
 //   - [AskKey] "ask.<action_id>.<k>": the index of governed runs waiting for their tool
 //     approval k (what `hermes-bridge pending` lists): written by the run's owner after

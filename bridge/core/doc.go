@@ -22,7 +22,10 @@
 //     an expected last subject sequence. <id>:pending and <id>:pending:<k> (status
 //     pending_approval) are not terminal; <id>:result is. Whether a message is terminal
 //     is read from its status (LogEntry.Terminal), never from its message id. The
-//     terminal result is the action's end: no record is updated after it.
+//     terminal result is the action's end: no record is updated after it, so the
+//     action record keeps saying dispatched (claimed for a safe call) after the action
+//     settled, and whoever asks (the status endpoint) reads the log for the end. One
+//     write fewer per action; the log's append is what decides anyway.
 //
 // The one-write start's key and record go to the store as one atomic batch where it
 // takes one (Config.AtomicClaim): both written or neither, so a crash leaves both or

@@ -29,7 +29,7 @@ import (
 
 // Config is the process configuration read from the environment. Its struct tags are
 // the single source of the variable names, defaults and descriptions: parsing, the
-// `run --help` listing and the README table are all derived from them.
+// `run --help` listing and the tables of deploy/README.md and README.md are all derived from them.
 //
 // Fields tagged secret:"true" hold secrets; they are never printed (see Config.Dump).
 type Config struct {
@@ -87,7 +87,7 @@ type Config struct {
 	OutputMaxAge       time.Duration `env:"HERMES_BRIDGE_OUTPUT_MAX_AGE" envDefault:"24h" desc:"how long events and results can be replayed (at least HERMES_BRIDGE_IDEMPOTENCY_TTL)"`
 	DLQMaxAge          time.Duration `env:"HERMES_BRIDGE_DLQ_MAX_AGE" envDefault:"168h" desc:"how long dead letters are kept (at least 1m)"`
 	ActionsMaxBytes    byteSize      `env:"HERMES_BRIDGE_ACTIONS_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the actions stream, e.g. 10GiB; when full its oldest actions are discarded, handled or not"`
-	OutputMaxBytes     byteSize      `env:"HERMES_BRIDGE_OUTPUT_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the output stream, e.g. 10GiB; when full its oldest events and results are discarded, before HERMES_BRIDGE_OUTPUT_MAX_AGE"`
+	OutputMaxBytes     byteSize      `env:"HERMES_BRIDGE_OUTPUT_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the output stream, e.g. 10GiB; when full it refuses new events and results (the bridge retries storing a result) rather than discard a result an idempotency key may replay"`
 	DLQMaxBytes        byteSize      `env:"HERMES_BRIDGE_DLQ_MAX_BYTES" envDefault:"unlimited" desc:"size limit of the dead-letter stream, e.g. 1GiB; when full its oldest dead letters are discarded"`
 	Storage            string        `env:"HERMES_BRIDGE_STORAGE" envDefault:"file" desc:"storage of streams and bucket: file or memory"`
 	Replicas           int           `env:"HERMES_BRIDGE_REPLICAS" envDefault:"1" desc:"replicas of streams and bucket (1 to 5; clustered JetStream for more than 1)"`
@@ -99,7 +99,7 @@ type Config struct {
 	// turns it off (see LoadConfig).
 	HTTPAddr string `env:"HERMES_BRIDGE_HTTP_ADDR" desc:"operations HTTP listener (/metrics, /healthz, /readyz); unset: 127.0.0.1:9464 (if that port is taken, run goes on without it and says so); set to empty to turn it off; use :9464 to serve other hosts (Prometheus, probes)"`
 
-	// Dashboard (/ui on the operations listener; see bridge/ui and README "Dashboard").
+	// Dashboard (/ui on the operations listener; see bridge/ui and deploy/README.md, "Dashboard").
 	UI                 string `env:"HERMES_BRIDGE_UI" envDefault:"auto" desc:"dashboard page at /ui on the operations listener: auto (served when run starts the embedded server, or HERMES_BRIDGE_UI_NATS_URL is set), true or false"`
 	UIWebSocketPort    int    `env:"HERMES_BRIDGE_UI_WS_PORT" envDefault:"-1" desc:"embedded server: port of the NATS WebSocket listener (no TLS, on HERMES_BRIDGE_NATS_HOST, open only to the /ui page's origin) the dashboard reads through; -1 picks a free port"`
 	UINATSURL          string `env:"HERMES_BRIDGE_UI_NATS_URL" desc:"dashboard: NATS WebSocket URL(s) the browser connects to, comma-separated (wss://nats.example:443); unset with the embedded server: its WebSocket listener"`

@@ -122,7 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.BridgeBin, "bridge-bin", "", "scenario 5: the hermes-bridge binary to run (default: go build ./cmd/hermes-bridge of the repository the bench runs in)")
 	fs.StringVar(&scen, "scenarios", "all", "comma list of scenarios: 1|chat, 2|stream, 3|streams, 4|dup, 5|rss, or all")
 	fs.StringVar(&o.JSONPath, "json", "", "write the report as JSON to this file (e.g. bench.json)")
-	fs.StringVar(&o.MarkdownPath, "markdown", "", "write the table as Markdown to this file (what the README's Performance section shows)")
+	fs.StringVar(&o.MarkdownPath, "markdown", "", "write the table as Markdown to this file (what e2e/bench/README.md's current figures show)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of the bridge's measuring windows (name-<scenario>.prof)")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "write heap profiles after the bridge's passes (name-<scenario>.prof)")
 	fs.StringVar(&o.MutexProfile, "mutexprofile", "", "write a lock-contention profile of the whole run (every mode) to this file")

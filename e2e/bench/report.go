@@ -193,8 +193,8 @@ func (f Row) cells() []string {
 	return []string{f.Scenario, f.Metric, fmtVal(f.Bridge, f.Unit), floor, f.FloorName, ratio, f.Target, pass}
 }
 
-// writeMarkdown writes the figures as a Markdown table (what the README's Performance
-// section shows), preceded by a line naming the machine and followed by the notes.
+// writeMarkdown writes the figures as a Markdown table (the one e2e/bench/README.md's
+// current figures show), preceded by a line naming the machine and followed by the notes.
 func (r *Report) writeMarkdown(path string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s; JetStream store: %s; %s\n\n", r.Machine, r.Store, r.StartedAt.UTC().Format(time.DateOnly))

@@ -31,7 +31,7 @@ func (w *World) terminal(id string) *logMsg {
 // lifeStart is when a's life as the bridge remembers it began: the last moment at which
 // nothing of it was kept (its record had expired, and none of its terminal results was
 // still in the result log) and after which its record was created anew; the origin
-// when it was never forgotten (README: idempotency lasts as long as its record or its
+// when it was never forgotten (schemas/README.md: idempotency lasts as long as its record or its
 // result, and the record outlives the result). A message of it after that runs anew.
 func (w *World) lifeStart(a *action) time.Time {
 	key := kvstore.ActionKey(a.id)

@@ -9,7 +9,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/bridge/core"
 )
 
-// Timing of the simulated bridge, as in production (README: ack wait 30 s, lease twice
+// Timing of the simulated bridge, as in production (deploy/README.md: ack wait 30 s, lease twice
 // that, heartbeat 10 s) except for a shorter approval window, so that parked actions
 // expire within a run.
 const (
