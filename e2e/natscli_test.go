@@ -139,6 +139,9 @@ type natsCase struct {
 	settles string
 	// skip, when set, is why the command cannot run against an embedded server.
 	skip string
+	// undo is a shell command run after it, so that the commands after it run as they
+	// would in a shell that never ran it (a selected context would send them elsewhere).
+	undo string
 }
 
 // natsCases holds every nats command of the documents, as docNatsCommands returns it. A
@@ -151,6 +154,10 @@ var natsCases = map[string]natsCase{
 	`nats req hermes.actions.primary.models -H content-type:application/cloudevents+json '{"specversion":"1.0","id":"models-1","source":"urn:agent:ops","type":"hermes.bridge.action.v1","data":{"input":{}}}'`: {env: "plain", want: `\{"stream":"HERMES_ACTIONS","seq":\d+\}`, settles: "models-1"},
 	`nats sub --stream HERMES_OUTPUT --all 'hermes.*.incident-42'`: {env: "plain", bg: true, want: `(?s)subject: hermes\.events\.incident-42.*subject: hermes\.results\.incident-42`},
 	`nats req hermes.cancel.incident-42 ''`:                        {env: "plain", want: `"state":"already_settled"`},
+	// README.md: a natscli context (written to the shell's own HOME; it reaches nothing:
+	// natsctx_test.go in cmd/hermes-bridge runs the client commands against one).
+	`nats context add staging --server nats://nats.staging:4222 --creds ~/agent-chat.creds --inbox-prefix _INBOX_agent_chat`: {env: "plain", want: `(?s)staging.*nats://nats\.staging:4222`},
+	`nats context select staging`: {env: "plain", want: `staging`, undo: `rm "$XDG_CONFIG_HOME/nats/context.txt"`},
 	// schemas/README.md: a decision for the parked del-7.
 	`nats pub --jetstream hermes.approvals.del-7 -H ce-specversion:1.0 -H ce-id:del-7-decision-1 -H ce-source:urn:approver:alice -H ce-type:hermes.bridge.approval.v1 -H content-type:application/json '{"decision":"approve","approver":"alice","reason":"ticket OPS-42","input_sha256":"<input_sha256>"}'`: {env: "plain", want: `Stored in Stream: HERMES_ACTIONS`},
 	// deploy/README.md: service discovery, on the embedded server as run starts it.
@@ -320,6 +327,13 @@ func runDocNats(t *testing.T, nats, env string, cmds []docCommand) {
 			t.Errorf("%s:%d: %v: %s\n%s", c.doc, c.line, b.err, c.text, out)
 		case !regexp.MustCompile(nc.want).MatchString(out):
 			t.Errorf("%s:%d: output does not match %s: %s\n%s", c.doc, c.line, nc.want, c.text, out)
+		}
+		if nc.undo != "" {
+			u := exec.Command("bash", "-c", "set -eu\n"+nc.undo)
+			u.Dir, u.Env = home, shellEnv
+			if out, err := u.CombinedOutput(); err != nil {
+				t.Fatalf("%s:%d: undoing %s: %v\n%s", c.doc, c.line, c.text, err, out)
+			}
 		}
 		if nc.settles != "" {
 			h.followOK(nc.settles)
