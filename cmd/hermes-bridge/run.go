@@ -343,6 +343,7 @@ func startOps(addr string, reg *prometheus.Registry, running *atomic.Pointer[bri
 		mux := http.NewServeMux()
 		mux.Handle("/ui", page)
 		mux.Handle("/ui/", page)
+		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound)) // a browser at the bare address wants the page
 		mux.Handle("/", h)
 		h = mux
 	}
