@@ -71,7 +71,15 @@ func TestLiveOutputsHaveNoReply(t *testing.T) {
 	t.Run("provisioned", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		requirePlain(t, stream(h))
+		msgs := stream(h)
+		requirePlain(t, msgs)
+		// Events name their capability as results do (ce-subject): a reader of headers
+		// alone, such as the dashboard, knows what a running action is.
+		for _, m := range msgs {
+			if got := m.Header.Get("ce-subject"); got != "cap:hermes_agent:primary:chat_stream" {
+				t.Errorf("%s: ce-subject %q, want the capability", m.Subject, got)
+			}
+		}
 	})
 	t.Run("bound to an output stream an older bridge provisioned", func(t *testing.T) {
 		t.Parallel()
