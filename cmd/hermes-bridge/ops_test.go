@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,5 +57,29 @@ func TestOpsRoot(t *testing.T) {
 				t.Fatalf("GET / without the dashboard does not link the endpoints:\n%s", body)
 			}
 		})
+	}
+}
+
+// TestOpsDefaultAddressTaken: a bridge that finds the default operations address taken
+// (another bridge on this machine) runs without the listener, and says so on the
+// terminal, naming the dashboard it goes without and the variable to set.
+func TestOpsDefaultAddressTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", DefaultHTTPAddr)
+	if err != nil && !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("listen on %s: %v", DefaultHTTPAddr, err)
+	}
+	if ln != nil {
+		defer ln.Close()
+	} // else another process holds it: taken all the same
+	var running atomic.Pointer[bridge.Bridge]
+	var stderr bytes.Buffer
+	ops, err := startOps(DefaultHTTPAddr, opshttp.NewRegistry(), &running, ui.New(), zerolog.Nop(), &stderr)
+	if ops != nil || err != nil {
+		t.Fatalf("startOps on a taken default address: %v, %v; want neither a listener nor an error", ops, err)
+	}
+	for _, want := range []string{"NO operations HTTP listener", DefaultHTTPAddr + " is in use", "without the dashboard", "HERMES_BRIDGE_HTTP_ADDR=127.0.0.1:9465", "allowed_origins"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
 	}
 }
