@@ -263,7 +263,7 @@ function renderList(now) {
     : rows.length ? "" : st.actions.size ? "no action matches the filters" : `no action in the last ${mins} min`;
   setText(state, msg);
   state.hidden = !msg;
-  state.dataset.state = st.loading ? "loading" : "idle";
+  state.dataset.state = !st.js ? (st.connectFailed ? "failed" : "connecting") : st.loading ? "loading" : "idle";
   let running = 0;
   for (const r of st.actions.values()) if (r.status === "running") running++;
   setText($("counts"), `${st.actions.size} actions kept (at most ${st.cfg.maxActions}), ${rows.length} shown, ${running} running`);
