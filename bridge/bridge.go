@@ -116,6 +116,7 @@ func New(nc *nats.Conn, cfg Config, log zerolog.Logger) (*Bridge, error) {
 		nc:       nc,
 		js:       js,
 		subjects: events.Subjects{Prefix: cfg.Prefix},
+		out:      outputsFor(cfg.Prefix),
 		eps:      make(map[string]*endpoint, len(cfg.Endpoints)),
 		now:      time.Now,
 		beats:    newHeartbeats(cfg.Heartbeat),
@@ -393,15 +394,10 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		}
 		if sc.Name == c.OutputStream {
 			b.output = s
-			var cfg *jetstream.StreamConfig // nil: as provisioned
-			if !c.Provision {
-				cfg = &s.CachedInfo().Config // the info the stream was looked up with
-			}
-			var republishes bool
-			if b.out, republishes = outputsOf(b.subjects.Prefix, cfg); !republishes {
-				b.log.Warn().Str("stream", sc.Name).Msg("the output stream does not republish (it was provisioned by an older bridge): " +
-					"outputs are published on their public subjects, where a live subscriber may see a result the stream refused; " +
-					"provision it (HERMES_BRIDGE_PROVISION=true) to fix")
+			if !c.Provision { // provisioning made it so
+				if err := checkRepublishes(b.subjects.Prefix, s.CachedInfo().Config); err != nil {
+					return nil, err
+				}
 			}
 			if err := checkOutputStream(s.CachedInfo().Config); err != nil {
 				return nil, err

@@ -286,6 +286,9 @@ func (d *driver) callAnswer(ctx context.Context, res *hermes.Result, err error) 
 		c.Gated = gateRefused(he)
 		c.Retryable = res == nil && he.Retryable(d.act.spec.Safe)
 		c.Auth = he.Code == hermes.CodeAuthentication
+		if he.Partial != nil {
+			c.Output = c.Result.Output
+		}
 	}
 	c.Aborted = err != nil && res == nil && errors.Is(ctx.Err(), context.Canceled)
 	return c

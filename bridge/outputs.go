@@ -15,7 +15,10 @@ import (
 // its RePublish delivers each stored message, and only those, on its public subject. A
 // result the stream refuses (a delivery that lost its claim woke up and appended after
 // another's) never reaches a live subscriber. The fast batches' commits and pings go on
-// <prefix>.out.batch.<id>, captured (and never stored) by the stream.
+// <prefix>.out.batch.<id>, captured (and never stored) by the stream. The republished
+// copies carry no reply subject (the bridge's own publishes do: a JetStream ack inbox,
+// a fast batch's flow subject), so a core subscriber of a public subject sees plain
+// outputs. A stream that does not republish is refused (checkRepublishes).
 //
 // Republishing is done by the stream's leader as it stores: a message stored just as
 // the leader changes may not be republished. Core NATS subscriptions are at most once
@@ -25,12 +28,14 @@ import (
 
 // outputs names the subjects the bridge publishes outputs on.
 type outputs struct {
-	// base is "<prefix>.out" when the output stream republishes (outputStream), or
-	// "<prefix>" for a stream provisioned before, which the bridge binds to without
-	// provisioning: it then publishes on the public subjects (live subscribers may
-	// see a refused result).
+	// base is "<prefix>.out": the output stream captures it and republishes what it
+	// stored on the public subjects (outputStream; checkRepublishes refuses a stream
+	// that does not).
 	base string
 }
+
+// outputsFor returns where the bridge publishes the outputs of prefix.
+func outputsFor(prefix string) outputs { return outputs{base: prefix + ".out"} }
 
 func (o outputs) events(id string) string  { return o.base + ".events." + id }
 func (o outputs) results(id string) string { return o.base + ".results." + id }
@@ -54,17 +59,24 @@ func outputStream(prefix string) (subjects []string, transform *jetstream.Subjec
 	return subjects, transform, republish
 }
 
-// outputsOf returns where to publish given the output stream's configuration (nil:
-// unknown, as provisioned).
-func outputsOf(prefix string, cfg *jetstream.StreamConfig) (outputs, bool) {
-	if cfg == nil {
-		return outputs{base: prefix + ".out"}, true
+// checkRepublishes refuses an output stream that does not store the bridge's
+// <prefix>.out.> publishes under the public subjects and republish them there
+// (outputStream), as one an older bridge provisioned: the bridge would have to publish
+// on the public subjects itself, and a live subscriber of <prefix>.events.<id> or
+// <prefix>.results.<id> would then see each publish's reply subject (its JetStream
+// ack inbox, a fast batch's flow subject) and a result the stream refused. The error
+// says how to repair the stream.
+func checkRepublishes(prefix string, c jetstream.StreamConfig) error {
+	if t := c.SubjectTransform; t != nil && t.Source == prefix+".out.>" && c.RePublish != nil &&
+		strings.HasPrefix(c.RePublish.Destination, prefix+".") && !c.RePublish.HeadersOnly {
+		return nil
 	}
-	if t := cfg.SubjectTransform; t != nil && t.Source == prefix+".out.>" && cfg.RePublish != nil &&
-		strings.HasPrefix(cfg.RePublish.Destination, prefix+".") {
-		return outputs{base: prefix + ".out"}, true
-	}
-	return outputs{base: prefix}, false
+	subjects, transform, republish := outputStream(prefix)
+	return fmt.Errorf("bridge: stream %s does not republish what the bridge publishes on %s.out.> "+
+		"(it was provisioned by an older bridge, or by hand): live subscribers would see the bridge's reply subjects "+
+		"and results the stream refused; provision it once (HERMES_BRIDGE_PROVISION=true), or set its subjects to %s, "+
+		"its subject transform to %s -> %s and its republish to %s -> %s",
+		c.Name, prefix, strings.Join(subjects, ", "), transform.Source, transform.Destination, republish.Source, republish.Destination)
 }
 
 // discardOf is the output stream's discard policy for a byte limit n: new (refuse new

@@ -126,7 +126,7 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 	ctx := p.ctx
 	d := events.EventData{ActionID: p.d.id, Sequence: p.seq, Kind: ev.Kind,
 		Event: events.SSE{Event: ev.Event, ID: ev.ID, Data: ev.Data}, Text: ev.Text}
-	h, body, err := events.EncodeEvent(p.d.b.cfg.Source, &d, p.d.trace)
+	h, body, err := events.EncodeEvent(p.d.b.cfg.Source, p.d.act.capID, &d, p.d.trace)
 	if err != nil {
 		return fmt.Errorf("encode event %d: %w", p.seq, err)
 	}
@@ -135,7 +135,7 @@ func (p *eventPublisher) publish(ev hermes.Event) error {
 		if err != nil {
 			return fmt.Errorf("event %d: %w", p.seq, err)
 		}
-		if h, body, err = events.EncodeEvent(p.d.b.cfg.Source, small, p.d.trace); err != nil {
+		if h, body, err = events.EncodeEvent(p.d.b.cfg.Source, p.d.act.capID, small, p.d.trace); err != nil {
 			return fmt.Errorf("encode event %d: %w", p.seq, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func testBridge(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.J
 	cfg := validConfig()
 	cfg.Hook = hook
 	return &Bridge{cfg: cfg, log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel), nc: nc, js: js,
-		subjects: events.Subjects{Prefix: cfg.Prefix}, out: outputs{base: cfg.Prefix + ".out"}, output: out,
+		subjects: events.Subjects{Prefix: cfg.Prefix}, out: outputsFor(cfg.Prefix), output: out,
 		maxOut: outputLimit(int(nc.MaxPayload()), 0), workCtx: ctx}
 }
 
@@ -208,6 +209,19 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 	nc, js := connectPublisher(t, servers[0].ClientURL())
 	st := createOutputStream(t, ctx, js, 3, true)
 	admin, _ := connectPublisher(t, servers[1].ClientURL())
+	// A live subscriber on another node sees the stream leader's republished copies,
+	// which carry no reply subject (the publisher's carry its batch's flow subject).
+	var live, withReply atomic.Int64
+	watcher, _ := connectPublisher(t, servers[2].ClientURL())
+	sub, err := watcher.Subscribe("hermes.events.>", func(m *nats.Msg) {
+		live.Add(1)
+		if m.Reply != "" {
+			withReply.Add(1)
+		}
+	})
+	noErr(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	noErr(t, watcher.Flush())
 
 	const n = 8000
 	stepAt := map[int]bool{n / 4: true, n / 2: true, 3 * n / 4: true}
@@ -245,6 +259,9 @@ func TestEventOrderAcrossLeaderChanges(t *testing.T) {
 		t.Fatalf("%d leader step-downs, want %d", len(changes), len(stepAt))
 	}
 	checkContiguous(t, storedSequences(t, ctx, js, b.subjects.Events(j.id), n), n)
+	if live.Load() == 0 || withReply.Load() != 0 {
+		t.Errorf("live subscriber: %d events, %d of them with a reply subject; want some, none with one", live.Load(), withReply.Load())
+	}
 }
 
 // cutProxy forwards TCP connections to a server until cut closes them all.

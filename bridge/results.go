@@ -64,7 +64,8 @@ func clientErrorInfo(err error, safe bool) *events.ErrorInfo {
 	return info
 }
 
-// resultOf builds the terminal result of a Hermes call.
+// resultOf builds the terminal result of a Hermes call: a stream cut off by a cancel or
+// its deadline keeps the aggregate of the events streamed so far as its output.
 func resultOf(d *driver, res *hermes.Result, err error) *events.Result {
 	r := &events.Result{ActionID: d.id, CapabilityID: d.act.capID, Status: events.StatusCompleted}
 	if res != nil {
@@ -73,6 +74,10 @@ func resultOf(d *driver, res *hermes.Result, err error) *events.Result {
 			r.Status = res.Status
 		}
 		r.Usage = usageOf(res.Usage)
+	}
+	if he, ok := errors.AsType[*hermes.Error](err); ok && res == nil && he.Partial != nil {
+		// A stream cut off by a cancel or the deadline: the text streamed so far.
+		r.Output, r.Usage = he.Partial.Output, usageOf(he.Partial.Usage)
 	}
 	if err != nil {
 		r.Error = clientErrorInfo(err, d.act.spec.Safe)

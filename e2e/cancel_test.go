@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,40 @@ func TestCancel(t *testing.T) {
 			t.Errorf("late cancel: %s", s)
 		}
 		h.requireResults(1, 10*time.Second, running)
+	})
+
+	t.Run("mid-stream keeps the text streamed", func(t *testing.T) {
+		h := h.at(t)
+		id := h.publish("chat_stream", events.Action{Input: mustJSON(t, `{"prompt":"slow story"}`)})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var text strings.Builder
+		var n int
+		res, err := h.client.Follow(ctx, id, func(e *events.EventData) error {
+			text.WriteString(e.Text)
+			if n++; n == 3 {
+				if s := h.cancel(id); s != events.CancelCancelled {
+					t.Errorf("cancel: %s", s)
+				}
+			}
+			return nil
+		}, nil)
+		requireOK(t, err, "follow: %v")
+		if res.Status != events.StatusCancelled || res.Error == nil || res.Error.Code != "cancelled" {
+			t.Fatalf("status %s %s, want cancelled", res.Status, errString(res.Error))
+		}
+		var out struct {
+			Text       string `json:"text"`
+			EventCount int    `json:"event_count"`
+			Terminal   bool   `json:"terminal"`
+		}
+		if err := json.Unmarshal(res.Output, &out); err != nil {
+			t.Fatalf("output %s: %v", res.Output, err)
+		}
+		// The output is what was streamed before the cancel, event for event.
+		if n < 3 || out.EventCount != n || out.Text != text.String() || out.Text == "" || out.Terminal {
+			t.Fatalf("output %s; want the %d events streamed, text %q, not terminal", res.Output, n, text.String())
+		}
 	})
 
 	t.Run("unknown then published", func(t *testing.T) {

@@ -218,7 +218,7 @@ exec "$QUICKSTART_GO" "$@"
 		for _, s := range quickStartServers {
 			if s.command.MatchString(last) {
 				server = true
-				b.waitOutput(t, s.ready, 90*time.Second)
+				b.waitOutput(t, s.ready, untilDeadline(t)) // make run builds first
 				servers = append(servers, b)
 				if strings.HasPrefix(last, "fake-hermes") {
 					fake = b
@@ -230,8 +230,8 @@ exec "$QUICKSTART_GO" "$@"
 		}
 		select {
 		case <-b.done:
-		case <-time.After(90 * time.Second):
-			t.Fatalf("block\n%s\ndid not finish within 90s:\n%s", b.text(), b.out)
+		case <-time.After(untilDeadline(t)): // make demo and make install build
+			t.Fatalf("block\n%s\ndid not finish before the test's deadline:\n%s", b.text(), b.out)
 		}
 		if b.err != nil {
 			t.Fatalf("block\n%s\nfailed: %v\n%s", b.text(), b.err, b.out)

@@ -353,14 +353,16 @@ func binaryHeader(src, typ, id, subject string, trace TraceContext, room int) na
 // EncodeEvent returns the binary-mode headers and body of an event CloudEvent:
 // ce-specversion 1.0, ce-id and Nats-Msg-Id <action_id>:<sequence>,
 // ce-source src (percent-encoded when needed), ce-type [TypeEvent], ce-time
-// now (RFC 3339, UTC, nanoseconds), content-type application/json, and
-// ce-traceparent/ce-tracestate plus the plain traceparent/tracestate headers
-// when trace carries them.
+// now (RFC 3339, UTC, nanoseconds), content-type application/json, ce-subject
+// the action's capability id (as on its results; none when capabilityID is ""),
+// and ce-traceparent/ce-tracestate plus the plain traceparent/tracestate headers
+// when trace carries them. The capability lets a reader of headers alone (the
+// dashboard) tell what a running action is.
 //
 // ev.Event.Data must be valid JSON or empty (null); it is written compacted,
 // its strings as they are. Errors (invalid action id, negative sequence, empty
 // kind, data that is not JSON) wrap [ErrInvalidOutput].
-func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []byte, error) {
+func EncodeEvent(src, capabilityID string, ev *EventData, trace TraceContext) (nats.Header, []byte, error) {
 	if !ValidActionID(ev.ActionID) {
 		return nil, nil, &outputError{"action id is not a valid action id token"}
 	}
@@ -374,7 +376,7 @@ func EncodeEvent(src string, ev *EventData, trace TraceContext) (nats.Header, []
 	if err != nil {
 		return nil, nil, err
 	}
-	return binaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), "", trace, 0), body, nil
+	return binaryHeader(src, TypeEvent, EventID(ev.ActionID, ev.Sequence), capabilityID, trace, 0), body, nil
 }
 
 // EncodeResult returns the binary-mode headers and body of a result

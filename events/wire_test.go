@@ -24,7 +24,7 @@ func TestEncodeEvent(t *testing.T) {
 	}
 	tc := events.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", Tracestate: "a=b c"}
 	before := time.Now().UTC()
-	h, body, err := events.EncodeEvent("hermes-bridge", ev, tc)
+	h, body, err := events.EncodeEvent("hermes-bridge", "cap:hermes_agent:primary:chat_stream", ev, tc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +37,11 @@ func TestEncodeEvent(t *testing.T) {
 		"ce-specversion": "1.0", "ce-id": "a-123:0", "ce-source": "hermes-bridge", "ce-type": events.TypeEvent,
 		"content-type": "application/json", "Nats-Msg-Id": "a-123:0",
 		"ce-traceparent": tc.Traceparent, "traceparent": tc.Traceparent,
-		"ce-tracestate": "a=b%20c", "tracestate": "a=b%20c",
+		"ce-tracestate": "a=b%20c", "tracestate": "a=b%20c", "ce-subject": "cap:hermes_agent:primary:chat_stream",
 	} {
 		if got := h.Get(k); got != v {
 			t.Errorf("header %s = %q, want %q", k, got, v)
 		}
-	}
-	if _, ok := h["ce-subject"]; ok {
-		t.Error("events carry no ce-subject")
 	}
 	ts, err := time.Parse(time.RFC3339Nano, h.Get("ce-time"))
 	if err != nil || ts.Before(before.Add(-time.Second)) || !strings.HasSuffix(h.Get("ce-time"), "Z") {
@@ -52,7 +49,7 @@ func TestEncodeEvent(t *testing.T) {
 	}
 
 	// Minimal event: null name, id present, no text, empty data -> null.
-	_, body, err = events.EncodeEvent("s", &events.EventData{ActionID: "a", Sequence: 7, Kind: "done", Event: events.SSE{ID: strptr("e\"1")}}, events.TraceContext{})
+	_, body, err = events.EncodeEvent("s", "", &events.EventData{ActionID: "a", Sequence: 7, Kind: "done", Event: events.SSE{ID: strptr("e\"1")}}, events.TraceContext{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +60,14 @@ func TestEncodeEvent(t *testing.T) {
 	for _, bad := range []*events.EventData{
 		{ActionID: "a.b", Kind: "data"}, {ActionID: "a", Sequence: -1, Kind: "data"}, {ActionID: "a"},
 	} {
-		if _, _, err := events.EncodeEvent("s", bad, events.TraceContext{}); !errors.Is(err, events.ErrInvalidOutput) {
+		if _, _, err := events.EncodeEvent("s", "", bad, events.TraceContext{}); !errors.Is(err, events.ErrInvalidOutput) {
 			t.Errorf("EncodeEvent(%+v) err = %v", bad, err)
 		}
 	}
 }
 
 func TestEncodeSourcePercentEncoded(t *testing.T) {
-	h, _, err := events.EncodeEvent("my bridge é%", &events.EventData{ActionID: "a", Kind: "data"}, events.TraceContext{})
+	h, _, err := events.EncodeEvent("my bridge é%", "", &events.EventData{ActionID: "a", Kind: "data"}, events.TraceContext{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +82,7 @@ func TestEventRoundTrip(t *testing.T) {
 		Event: events.SSE{Event: "tool.progress", ID: strptr("17"), Data: json.RawMessage(`"not json \u003c"`)},
 		Text:  "line1\nline2 <b>&</b> \u2028 é",
 	}
-	h, body, err := events.EncodeEvent("src", in, events.TraceContext{})
+	h, body, err := events.EncodeEvent("src", "", in, events.TraceContext{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +224,7 @@ func BenchmarkEncodeEvent(b *testing.B) {
 	tc := events.TraceContext{Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := events.EncodeEvent("hermes-bridge", ev, tc); err != nil {
+		if _, _, err := events.EncodeEvent("hermes-bridge", "cap:hermes_agent:primary:chat_stream", ev, tc); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -220,7 +220,8 @@ type Result struct {
 // (Status "cancelled"); (*Result, *Error) when the exchange finished but the outcome is a
 // failure (health not ok: unhealthy; stream truncated, incomplete or failed: stream_*), with
 // Result.Status "failed"; and (nil, err) otherwise, where err is an *InputError, an *Error or a
-// wrapped callback error.
+// wrapped callback error. A stream cut off by ctx keeps the aggregate of the events read so far
+// in the *Error's Partial.
 func (c *Client) Call(ctx context.Context, req Request, onEvent func(Event) error) (*Result, error) {
 	p, err := Prepare(req)
 	if err != nil {
@@ -387,7 +388,10 @@ func (c *Client) stream(ctx context.Context, p *Prepared, resp *http.Response, o
 		case errors.As(err, &se):
 			return nil, invalidResponse(op, se.reason, status)
 		case ctx.Err() != nil:
-			return nil, transportError(ctx, op, err, status)
+			// Cancelled or out of time mid-stream: what was streamed is kept.
+			e := transportError(ctx, op, err, status)
+			e.Partial = c.aggregate(op, status, sum)
+			return nil, e
 		}
 		// The connection broke after the stream started: the stream closed without a
 		// terminal event (CONTRACT §6), and the events read so far are in the aggregate.

@@ -2,6 +2,7 @@ package hermes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -600,6 +601,67 @@ func TestCancelClosesStream(t *testing.T) {
 	case <-disconnected:
 	case <-time.After(10 * time.Second):
 		t.Fatal("server did not observe the disconnect")
+	}
+}
+
+// TestStreamCutOffKeepsPartial: a stream cut off by its context (a cancel, the
+// deadline) reports the aggregate of the events read until then in Error.Partial; a JSON
+// operation that ran out of time has none.
+func TestStreamCutOffKeepsPartial(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, d := range []string{"Three ", "findings"} {
+				fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":%q}}]}\n\n", d)
+			}
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	})
+	c := newClient(t, srv.URL)
+	type agg struct {
+		EventCount int    `json:"event_count"`
+		Text       string `json:"text"`
+		Terminal   bool   `json:"terminal"`
+	}
+	for _, tc := range []struct {
+		name, code string
+		ctx        func() (context.Context, context.CancelFunc)
+		cancelAt   int // cancel after this many events (0: never)
+	}{
+		{"cancelled", hermes.CodeCancelled, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, 2},
+		{"deadline", hermes.CodeDeadlineExceeded, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 200*time.Millisecond)
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			var n int
+			res, err := c.Call(ctx, hermes.Request{Operation: "chat_stream", Input: hermes.DecodedInput(`{"prompt":"x"}`)}, func(hermes.Event) error {
+				if n++; n == tc.cancelAt {
+					cancel()
+				}
+				return nil
+			})
+			e := asError(t, err)
+			if res != nil || e.Code != tc.code || e.Partial == nil {
+				t.Fatalf("result %v, error %+v; want only an error %s with the partial aggregate", res, e, tc.code)
+			}
+			var got agg
+			if err := json.Unmarshal(e.Partial.Output, &got); err != nil {
+				t.Fatal(err)
+			}
+			if want := (agg{EventCount: 2, Text: "Three findings"}); got != want || n != 2 {
+				t.Fatalf("partial %s after %d events, want %+v", e.Partial.Output, n, want)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Call(ctx, hermes.Request{Operation: "models", Input: hermes.DecodedInput(`{}`)}, nil)
+	if e := asError(t, err); e.Code != hermes.CodeDeadlineExceeded || e.Partial != nil {
+		t.Fatalf("models: %+v, want deadline_exceeded without a partial output", e)
 	}
 }
 

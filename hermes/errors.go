@@ -55,6 +55,10 @@ type Error struct {
 	NotStarted bool // certain that Hermes did not start the work
 	Details    map[string]any
 	Err        error // underlying cause (never an *url.Error, whose text holds the URL)
+	// Partial is, for a stream operation cut off by its context (cancelled, deadline
+	// exceeded) after its response began, the aggregate of the events read until then
+	// (Output with terminal false, Stream, Usage; Status empty); nil otherwise.
+	Partial *Result
 
 	routeMissing bool // a 404/405 without a Hermes error envelope (aiohttp's text page)
 }

@@ -253,7 +253,7 @@ func TestEncodedOutputConforms(t *testing.T) {
 		}
 	}
 	id := "1"
-	_, body, err := events.EncodeEvent("s", &events.EventData{ActionID: "a", Sequence: 3, Kind: events.KindDone, Event: events.SSE{ID: &id, Data: json.RawMessage(`"[DONE]"`)}}, events.TraceContext{})
+	_, body, err := events.EncodeEvent("s", "", &events.EventData{ActionID: "a", Sequence: 3, Kind: events.KindDone, Event: events.SSE{ID: &id, Data: json.RawMessage(`"[DONE]"`)}}, events.TraceContext{})
 	noErr(t, err)
 	if err := schemas.ValidateEvent(body); err != nil {
 		t.Errorf("event: %v", err)

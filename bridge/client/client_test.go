@@ -110,14 +110,14 @@ func TestFollowLateReplaysInOrder(t *testing.T) {
 	const n = 25
 
 	// Noise from another action must not be delivered.
-	h, b, _ := events.EncodeEvent("bridge", &events.EventData{ActionID: "other", Kind: "data"}, events.TraceContext{})
+	h, b, _ := events.EncodeEvent("bridge", "", &events.EventData{ActionID: "other", Kind: "data"}, events.TraceContext{})
 	publishOutput(t, ctx, js, "hermes.events.other", h, b)
 
 	// The first half, then a pending_approval result, before Follow starts.
 	pub := func(seq int) {
 		ev := &events.EventData{ActionID: id, Sequence: int64(seq), Kind: events.KindData,
 			Event: events.SSE{Event: "delta", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, seq))}, Text: fmt.Sprint(seq)}
-		h, b, err := events.EncodeEvent("bridge", ev, events.TraceContext{})
+		h, b, err := events.EncodeEvent("bridge", "", ev, events.TraceContext{})
 		if err != nil {
 			t.Error(err)
 			return

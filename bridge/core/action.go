@@ -231,8 +231,13 @@ func (j *Job) onCallAnswer(c *CallAnswer) {
 			j.lostClaim()
 			return
 		case abortCancel:
-			// The request was aborted on request: certain only if nothing was sent.
-			j.settle(cancelledResult(j, !c.NotStarted))
+			// The request was aborted on request: certain only if nothing was sent. A
+			// stream keeps what it streamed.
+			r := cancelledResult(j, !c.NotStarted)
+			if c.Output != nil {
+				r.Output = c.Output
+			}
+			j.settle(r)
 			return
 		case abortShutdown:
 			if j.act.Op.Safe || c.NotStarted {

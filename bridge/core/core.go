@@ -192,6 +192,9 @@ type CallAnswer struct {
 	// Aborted: the call was cut off by Abort or the job's end (the core knows why), or
 	// its deadline passed without a response.
 	Aborted bool
+	// Output is what a stream cut off mid-way had produced (the aggregate of the events
+	// read until then), nil otherwise: the cancelled result of an aborted call carries it.
+	Output json.RawMessage
 	// NotStarted: certain that Hermes did not start the work (a refused connection, the
 	// 429 concurrency gate).
 	NotStarted bool

@@ -1,6 +1,6 @@
 // Package opshttp serves the operations endpoints of a hermes-bridge process:
 // /metrics (Prometheus text exposition of one registry), /healthz (the process is
-// alive) and /readyz (the bridge can take actions).
+// alive), /readyz (the bridge can take actions), and at / a page linking them.
 package opshttp
 
 import (
@@ -27,10 +27,29 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
+// index is the page at /: what the listener serves.
+const index = `<!doctype html>
+<meta charset="utf-8">
+<title>hermes-bridge operations</title>
+<h1>hermes-bridge operations</h1>
+<ul>
+<li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
+<li><a href="/healthz">/healthz</a>: the process is alive</li>
+<li><a href="/readyz">/readyz</a>: the bridge can take actions</li>
+</ul>
+<p>The dashboard, when served, is at <a href="/ui/">/ui/</a> (HERMES_BRIDGE_UI).</p>
+`
+
 // Handler serves /metrics from g, /healthz (always 200 "ok") and /readyz: 200 "ready"
-// when ready returns nil, 503 with the reason otherwise. Other paths are 404.
+// when ready returns nil, 503 with the reason otherwise; / is a page linking them.
+// Other paths are 404.
 func Handler(g prometheus.Gatherer, ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'")
+		fmt.Fprint(w, index)
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -24,7 +24,7 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// The three paths answer as documented, other paths are 404, and Shutdown stops the
+// The three paths answer as documented, / links them, other paths are 404, and Shutdown stops the
 // listener and its goroutine.
 func TestHandler(t *testing.T) {
 	var notReady atomic.Pointer[error]
@@ -53,6 +53,9 @@ func TestHandler(t *testing.T) {
 	}
 	if code, body := get(t, base+"/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "process_") {
 		t.Errorf("/metrics %d without the Go and process collectors:\n%.300s", code, body)
+	}
+	if code, body := get(t, base+"/"); code != 200 || !strings.Contains(body, `href="/metrics"`) || !strings.Contains(body, `href="/ui/"`) {
+		t.Errorf("/ %d, want a page linking the endpoints and the dashboard:\n%s", code, body)
 	}
 	if code, _ := get(t, base+"/other"); code != 404 {
 		t.Errorf("/other %d", code)

@@ -1,14 +1,17 @@
 // Package ui serves the dashboard page of a hermes-bridge process at /ui on the
-// operations listener: static files embedded in the binary (assets/) and the page's
-// connection settings (/ui/config.json).
+// operations listener: static files embedded in the binary (assets/), the page's
+// connection settings (/ui/config.json), and /ui/check, which tells a page that cannot
+// connect why (its origin refused by the NATS WebSocket listener, the listener
+// unreachable: a browser does not say).
 //
 // The page reads only through NATS, over WebSocket, with the official NATS JavaScript
 // client (assets/nats.js, vendored: see README.md in this directory). It subscribes to
 // <prefix>.events.> and <prefix>.results.> and replays from the output stream with
-// ordered consumers: what the deploy/ dashboard role may do. It publishes nothing.
+// ordered consumers, and reads the dead letters' headers from the DLQ stream: what the
+// deploy/ dashboard role may do. It publishes nothing.
 //
-// config.json carries the WebSocket URL(s), the inbox prefix, the subject prefix and the
-// output stream name, and a user and password only when the operator configured a
+// config.json carries the WebSocket URL(s), the inbox prefix, the subject prefix, the
+// output and DLQ stream names, and a user and password only when the operator configured a
 // dashboard credential for the page (Config.User): that credential is handed to every
 // browser that can reach /ui. The bridge's own NATS credentials and the Hermes keys are
 // never part of it.
@@ -43,6 +46,9 @@ type Config struct {
 	Prefix string `json:"prefix"`
 	// OutputStream is the stream capturing events and results (HERMES_OUTPUT).
 	OutputStream string `json:"outputStream"`
+	// DLQStream is the stream capturing <prefix>.dlq (HERMES_DLQ): the page shows the
+	// dead letters of its history window, headers only.
+	DLQStream string `json:"dlqStream"`
 	// MaxActions bounds the actions the page keeps (the oldest are evicted).
 	MaxActions int `json:"maxActions"`
 	// HistoryMinutes is how far back the page replays results when it opens.
@@ -58,6 +64,7 @@ const (
 	DefaultMaxActions     = 2000
 	DefaultHistoryMinutes = 60
 	DefaultInboxPrefix    = "_INBOX_dashboard"
+	DefaultDLQStream      = "HERMES_DLQ"
 )
 
 // Handler serves the page under /ui/. Its configuration is set with Set once it is
@@ -121,6 +128,7 @@ func (h *Handler) Set(c Config) {
 		c.HistoryMinutes = DefaultHistoryMinutes
 	}
 	c.InboxPrefix = cmp.Or(c.InboxPrefix, DefaultInboxPrefix)
+	c.DLQStream = cmp.Or(c.DLQStream, DefaultDLQStream)
 	c.Servers = append([]string(nil), c.Servers...)
 	h.cfg.Store(&c)
 }
@@ -138,8 +146,9 @@ func CSP(servers []string) string {
 		strings.Join(connect, " ") + "; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'"
 }
 
-// ServeHTTP serves /ui (a redirect to /ui/), /ui/ (the page), /ui/config.json and the
-// assets. Every response carries a strict CSP, nosniff, no referrer and no framing.
+// ServeHTTP serves /ui (a redirect to /ui/), /ui/ (the page), /ui/config.json,
+// /ui/check (why the page cannot connect: see CheckOrigin) and the assets. Every
+// response carries a strict CSP, nosniff, no referrer and no framing.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cfg := h.cfg.Load()
 	var servers []string
@@ -167,6 +176,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if name == "" {
 		name = "index.html"
+	}
+	if name == "check" {
+		h.serveCheck(w, r, cfg)
+		return
 	}
 	if name == "config.json" {
 		hd.Set("Cache-Control", "no-store")

@@ -49,7 +49,7 @@ func TestConfigJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"servers": []any{"ws://127.0.0.1:4223"}, "inboxPrefix": "_INBOX_dashboard", "prefix": "hermes",
-		"outputStream": "HERMES_OUTPUT", "maxActions": float64(2000), "historyMinutes": float64(60)}
+		"outputStream": "HERMES_OUTPUT", "dlqStream": "HERMES_DLQ", "maxActions": float64(2000), "historyMinutes": float64(60)}
 	if len(got) != len(want) {
 		t.Fatalf("config.json = %s, want exactly %v", b, want)
 	}

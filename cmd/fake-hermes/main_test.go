@@ -20,17 +20,17 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.addr != "127.0.0.1:8642" || o.key != "env-key-0123456789abcdef" || o.version != "0.19.0" || o.maxRuns != -1 || o.keepalive != 30*time.Second {
+	if o.addr != "127.0.0.1:8642" || o.key != "env-key-0123456789abcdef" || o.hermesVersion != "0.19.0" || o.maxRuns != -1 || o.keepalive != 30*time.Second {
 		t.Errorf("defaults %+v", o)
 	}
-	o, err = parseFlags([]string{"--key", "flag-key-0123456789abcdef", "--version", "0.16.0", "--max-concurrent-runs", "3", "--deltas", "4", "--delta-delay", "5ms"}, io.Discard)
-	if err != nil || o.key != "flag-key-0123456789abcdef" || o.version != "0.16.0" || o.maxRuns != 3 || o.deltas != 4 || o.deltaDelay != 5*time.Millisecond {
+	o, err = parseFlags([]string{"--key", "flag-key-0123456789abcdef", "--hermes-version", "0.16.0", "--max-concurrent-runs", "3", "--deltas", "4", "--delta-delay", "5ms"}, io.Discard)
+	if err != nil || o.key != "flag-key-0123456789abcdef" || o.hermesVersion != "0.16.0" || o.maxRuns != 3 || o.deltas != 4 || o.deltaDelay != 5*time.Millisecond {
 		t.Errorf("flags %+v %v", o, err)
 	}
-	if o, err = parseFlags([]string{"--version", "0.21.3"}, io.Discard); err != nil || o.version != "0.21.3" {
-		t.Errorf("--version 0.21.3: %+v %v", o, err)
+	if o, err = parseFlags([]string{"--hermes-version", "0.21.3"}, io.Discard); err != nil || o.hermesVersion != "0.21.3" {
+		t.Errorf("--hermes-version 0.21.3: %+v %v", o, err)
 	}
-	for _, bad := range [][]string{{"--version", "1.0"}, {"--key", "short"}, {"extra"}} {
+	for _, bad := range [][]string{{"--hermes-version", "1.0"}, {"--key", "short"}, {"extra"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

@@ -376,14 +376,23 @@ func startOps(addr string, reg *prometheus.Registry, running *atomic.Pointer[bri
 		mux := http.NewServeMux()
 		mux.Handle("/ui", page)
 		mux.Handle("/ui/", page)
+		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound)) // a browser at the bare address wants the page
 		mux.Handle("/", h)
 		h = mux
 	}
 	ops, err := opshttp.Listen(addr, h)
 	if err != nil {
 		if addr == DefaultHTTPAddr && errors.Is(err, syscall.EADDRINUSE) {
+			without, origin := "/metrics, /healthz and /readyz", ""
+			if page != nil {
+				without += ", and without the dashboard"
+				origin = " (a NATS WebSocket listener other than the embedded server's must allow the page's origin, http://127.0.0.1:9465, in its allowed_origins)"
+			}
 			log.Warn().Str("addr", addr).Msg("the default operations HTTP address is in use (another replica on this machine?); " +
-				"running without /metrics, /healthz and /readyz: set HERMES_BRIDGE_HTTP_ADDR to another address to have them")
+				"running without " + without + ": set HERMES_BRIDGE_HTTP_ADDR to another address to have them")
+			// Said on the terminal too: the JSON line is easy to miss among the others.
+			fmt.Fprintf(stderr, "NO operations HTTP listener: %s is in use (another hermes-bridge on this machine?); running without %s. "+
+				"Set HERMES_BRIDGE_HTTP_ADDR to a free address, e.g. HERMES_BRIDGE_HTTP_ADDR=127.0.0.1:9465%s\n", addr, without, origin)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("HERMES_BRIDGE_HTTP_ADDR=%s: cannot listen: %w (set another address, or empty to turn the listener off)", addr, err)

@@ -65,7 +65,7 @@ func (c *Config) validateUI(p *ConfigError) {
 // else the embedded server's wsURL), names, and the dashboard credential only when one
 // is configured. Never the bridge's own NATS credentials nor a Hermes key.
 func (c *Config) uiConfig(wsURL string) (ui.Config, error) {
-	uc := ui.Config{InboxPrefix: c.UIInboxPrefix, Prefix: c.Prefix, OutputStream: c.OutputStream}
+	uc := ui.Config{InboxPrefix: c.UIInboxPrefix, Prefix: c.Prefix, OutputStream: c.OutputStream, DLQStream: c.DLQStream}
 	// The page replays results from an hour ago, or from as long ago as an action may
 	// still wait for its decision, so that every parked action shows.
 	if m := int(math.Ceil(c.ApprovalTTL.Minutes())); m > ui.DefaultHistoryMinutes {

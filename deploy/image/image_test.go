@@ -76,7 +76,10 @@ func hostBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "hermes-bridge")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		// No wall-clock limit of its own: a loaded machine builds slowly. The build
+		// ends with the test binary's deadline (go test -timeout), less a margin to
+		// report it.
+		ctx, cancel := untilDeadline(t)
 		defer cancel()
 		start := time.Now()
 		root, err := moduleRoot()
@@ -95,6 +98,17 @@ func hostBinary(t *testing.T) string {
 }
 
 var binBuildTime time.Duration
+
+// untilDeadline returns a context of t's that ends a little before the test binary's
+// deadline (go test -timeout; a tenth of the time left, at most a minute, so that a
+// build cut short fails the test with its output instead of a panic), or never.
+func untilDeadline(t *testing.T) (context.Context, context.CancelFunc) {
+	d, ok := t.Deadline()
+	if !ok {
+		return context.WithCancel(t.Context())
+	}
+	return context.WithDeadline(t.Context(), d.Add(-min(time.Until(d)/10, time.Minute)))
+}
 
 var (
 	imgOnce                   sync.Once

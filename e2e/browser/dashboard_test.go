@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -115,10 +117,18 @@ func TestDashboardBrowser(t *testing.T) {
 	bctx, poll, str, shot := b.ctx, b.poll, b.str, b.shot
 	defer b.close()
 
-	if err := chromedp.Do(bctx, chromedp.Navigate(page)); err != nil {
+	// Record what the list says while the page loads (the loading state is brief).
+	if err := chromedp.Do(bctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{Source: listStates})
+		return err
+	}), chromedp.Navigate(page)); err != nil {
 		t.Fatal(err)
 	}
 	poll("the page to connect", `document.getElementById("conn").dataset.state === "connected"`)
+	poll("the history loaded", `document.getElementById("list-state").dataset.state === "idle"`)
+	if states := str(`window.__listStates.join(" | ")`); !strings.Contains(states, "loading the results of the last 60 min") {
+		t.Errorf("the list never said it was loading; it said: %s", states)
+	}
 	poll("the earlier action in the list", `!!document.querySelector('#actions .row[data-id="ui-earlier"][data-status="completed"]')`)
 	// Its duration is the bridge's (Hermes-Bridge-Duration-Ms), not the page's estimate.
 	if d := str(`document.querySelector('#actions .row[data-id="ui-earlier"] .c-dur').textContent`); !regexp.MustCompile(`^\d+(\.\d)? (ms|s)$`).MatchString(d) {
@@ -136,6 +146,9 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll("its first events", `document.querySelectorAll("#detail-events li").length >= 2 && document.getElementById("detail-status").dataset.status === "running"`)
+	// Running, it already shows what it is: its events name the capability.
+	poll("the running row's capability", `(() => { const r = document.querySelector('#actions .row[data-id="ui-live"]');
+		return !!r && r.dataset.status === "running" && r.querySelector(".c-cap").textContent === "primary · chat_stream" })()`)
 	shot("dashboard-streaming.png")
 	poll("its result", `document.getElementById("detail-status").dataset.status === "completed"`)
 	live, err := cl.Follow(pubCtx, liveID, func(*events.EventData) error { return nil }, nil)
@@ -255,6 +268,40 @@ func TestDashboardBrowser(t *testing.T) {
 	poll("the live action again", `document.getElementById("detail-status").dataset.status === "completed"`)
 	shot("dashboard.png")
 
+	// A mistyped endpoint fails its action, which the list shows, but makes no row of
+	// the endpoint table and no filter option; a message that is no action at all is a
+	// dead letter, which the page shows with its subject and reason; a parked action's
+	// status and a long error code are shown whole.
+	if _, err := cl.Publish(pubCtx, "primray", "chat", events.Action{Input: json.RawMessage(`{"prompt":"typo"}`)}, client.WithActionID("ui-typo")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: json.RawMessage(`{"session_id":"sess-ui-2"}`)},
+		client.WithActionID("ui-nokey")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: json.RawMessage(`{"session_id":"sess-ui-3"}`), IdempotencyKey: "ui-del-3"},
+		client.WithActionID("ui-parked")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(pubCtx, "hermes.actions.primary.chat", []byte("not a CloudEvent")); err != nil {
+		t.Fatal(err)
+	}
+	poll("the mistyped endpoint's action failed in the list", `(() => { const r = document.querySelector('#actions .row[data-id="ui-typo"]');
+		return !!r && r.dataset.status === "failed" && r.querySelector(".c-code").textContent === "invalid_action" })()`)
+	if n := str(`String(document.querySelectorAll('#endpoints tr[data-endpoint="primray"], #f-endpoint option[value="primray"]').length)`); n != "0" {
+		t.Errorf("the mistyped endpoint made %s endpoint rows or filter options", n)
+	}
+	poll("the dead letter", `(() => { const li = document.querySelector("#dlq li");
+		return !!li && li.querySelector(".subject").textContent === "hermes.actions.primary.chat" && /CloudEvent/.test(li.querySelector(".reason").textContent) &&
+			document.getElementById("dlq-count").textContent === "1" })()`)
+	whole := func(id, cell, want string) string {
+		return fmt.Sprintf(`(() => { const c = document.querySelector('#actions .row[data-id="%s"] .%s');
+			return !!c && c.textContent === %q && c.scrollWidth <= c.clientWidth })()`, id, cell, want)
+	}
+	poll("pending_approval whole", whole("ui-parked", "c-status", "pending_approval"))
+	poll("idempotency_key_required whole", whole("ui-nokey", "c-code", "idempotency_key_required"))
+	shot("dashboard-dead-letter.png")
+
 	// The page deletes the consumer of each action it stops showing: the output stream
 	// holds its two feeds and the open action's (the test's own Follow calls delete theirs).
 	out2, err := js.Stream(pubCtx, "HERMES_OUTPUT")
@@ -271,9 +318,19 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll("the narrow layout", `document.documentElement.scrollWidth <= window.innerWidth + 1`)
+	poll("pending_approval whole on a narrow screen", whole("ui-parked", "c-status", "pending_approval"))
 	shot("dashboard-narrow.png")
 	t.Logf("browser test took %s", time.Since(began).Round(100*time.Millisecond))
 }
+
+// listStates, run in the page before its scripts, records each text the actions list's
+// state line shows (window.__listStates).
+const listStates = `window.__listStates = [];
+new MutationObserver(() => {
+	const e = document.getElementById("list-state");
+	const t = e && !e.hidden ? e.textContent : "";
+	if (e && window.__listStates[window.__listStates.length - 1] !== t) window.__listStates.push(t);
+}).observe(document, { subtree: true, childList: true, characterData: true, attributes: true });`
 
 // turnUsage is the usage the dashboard test's fake reports for every answered turn.
 var turnUsage = hermestest.Usage{Input: 100, Output: 10}
@@ -361,6 +418,9 @@ func TestDashboardBrowserAsDashboardUser(t *testing.T) {
 	if _, err := cl.Publish(pubCtx, "primary", "session_delete", events.Action{Input: input, IdempotencyKey: "ui-role-del"}, client.WithActionID("ui-role-del")); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := js.Publish(pubCtx, "hermes.actions.primary.health", []byte("not a CloudEvent")); err != nil {
+		t.Fatal(err)
+	}
 
 	b := newBrowser(t, ctx, logs)
 	defer b.close()
@@ -373,6 +433,8 @@ func TestDashboardBrowserAsDashboardUser(t *testing.T) {
 	b.poll("the parked deletion", fmt.Sprintf(`(() => { const li = document.querySelector('#approvals li[data-id="ui-role-del"]');
 		return !!li && li.querySelector(".hash").dataset.hash === %q })()`, hash))
 	b.poll("the list", `!!document.querySelector('#actions .row[data-id="ui-role-1"][data-status="completed"]')`)
+	b.poll("the dead letter, read as the dashboard user", `(() => { const li = document.querySelector("#dlq li");
+		return !!li && li.querySelector(".subject").textContent === "hermes.actions.primary.health" })()`)
 	b.shot("dashboard-role.png")
 	if v := serverViolations(srvLog, "dashboard"); len(v) > 0 {
 		t.Fatalf("the page hit permission violations as the dashboard user:\n%s", strings.Join(v, "\n"))

@@ -3,6 +3,7 @@ module github.com/hermes-bridge/hermes-bridge/e2e/browser
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/hermes-bridge/hermes-bridge v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -12,7 +13,6 @@ require (
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
-	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect

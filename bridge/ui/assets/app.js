@@ -9,8 +9,15 @@ const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 const MAX_EVENT_ROWS = 1000; // event rows kept in the DOM of the open action
 const DURATION_HEADER = "Hermes-Bridge-Duration-Ms";
 
+const MAX_DEAD_LETTERS = 200; // dead letters kept (the newest)
+const CAP_HEADER = "ce-subject"; // an event's or result's capability id
+
 const st = {
   cfg: null, nc: null, js: null,
+  loading: true, // the results of the history window are still being replayed
+  connectFailed: false,
+  deadLetters: [], // {seq, at, subject, reason}, oldest first
+  dlqError: "",
   actions: new Map(), // id -> record; insertion order = first seen, oldest evicted first
   endpoints: new Map(), // endpoint -> { mins: Map(minute -> {n, e, tin, tout, cost, costs}), lastError, lastErrorAt }
   caps: new Set(), eps: new Set(),
@@ -49,6 +56,26 @@ function usageOf(res) {
   return { tin: n(u.input_tokens), tout: n(u.output_tokens), cost: Number.isFinite(u.cost_usd) ? u.cost_usd : null };
 }
 
+// unknownEndpoint reports a result that refuses an action for an endpoint the bridge
+// does not serve (a mistyped subject): it is counted under no endpoint, so that a typo
+// does not become a row of the endpoint table.
+function unknownEndpoint(res) {
+  const e = res.error;
+  return !!e && e.code === "invalid_action" && !!e.details && e.details.field === "subject" &&
+    /^unknown endpoint/.test(String(e.details.reason || ""));
+}
+
+// setCap records an action's capability (from a result, or an event's ce-subject) and
+// offers it in the filters.
+function setCap(r, cap, offer) {
+  if (!cap || r.cap === cap) return;
+  r.cap = cap;
+  Object.assign(r, capParts(cap));
+  if (!offer) return;
+  if (!st.caps.has(cap)) { st.caps.add(cap); addOption("f-capability", cap); }
+  if (r.endpoint && !st.eps.has(r.endpoint)) { st.eps.add(r.endpoint); addOption("f-endpoint", r.endpoint); }
+}
+
 function countResult(endpoint, at, failed, code, usage) {
   if (!endpoint) return;
   let e = st.endpoints.get(endpoint);
@@ -73,12 +100,8 @@ function onResult(m) {
   try { res = m.json(); } catch { return; }
   const at = m.time.getTime();
   const r = record(id, at);
-  if (res.capability_id) {
-    r.cap = res.capability_id;
-    Object.assign(r, capParts(r.cap));
-    if (!st.caps.has(r.cap)) { st.caps.add(r.cap); addOption("f-capability", r.cap); }
-    if (r.endpoint && !st.eps.has(r.endpoint)) { st.eps.add(r.endpoint); addOption("f-endpoint", r.endpoint); }
-  }
+  const stray = unknownEndpoint(res);
+  setCap(r, res.capability_id, !stray);
   if (res.status === "pending_approval") {
     if (!TERMINAL.has(r.status)) {
       r.status = "pending_approval";
@@ -93,7 +116,7 @@ function onResult(m) {
     const h = m.headers && m.headers.get(DURATION_HEADER);
     if (h && /^\d+$/.test(h)) { r.durMs = Number(h); r.durExact = true; }
     else if (r.firstOut && at >= r.firstOut) { r.durMs = at - r.firstOut; r.durExact = false; }
-    countResult(r.endpoint, at, r.status !== "completed", r.code, usageOf(res));
+    if (!stray) countResult(r.endpoint, at, r.status !== "completed", r.code, usageOf(res));
   }
   st.dirty = true;
 }
@@ -103,20 +126,48 @@ function onEventHeader(m) {
   const at = m.time.getTime();
   const r = record(id, at);
   r.events++;
+  if (!r.cap && m.headers) {
+    // Events name their capability (ce-subject, percent-encoded as CloudEvents headers
+    // are): a running action shows what it is before its result.
+    const h = m.headers.get(CAP_HEADER);
+    try { setCap(r, h ? decodeURIComponent(h) : "", true); } catch { /* not percent-encoding: ignore */ }
+  }
   if (!r.firstOut || at < r.firstOut) r.firstOut = at;
   st.dirty = true;
 }
 
 const feeds = []; // the page's long-lived consumers, deleted when it goes away
 
-async function follow(filter, opts, onMsg) {
+// follow replays and follows stream's messages on filter into onMsg. caughtUp, when
+// given, is called once the replay has reached the end of the stream (at once when there
+// is nothing to replay).
+async function follow(stream, filter, opts, onMsg, caughtUp) {
   // One filter, as a string: the client then creates the consumer on
   // $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, which the dashboard role allows; an
   // array of filters takes the older $JS.API.CONSUMER.CREATE.<stream>, which it does not.
-  const c = await st.js.consumers.get(st.cfg.outputStream, { filter_subjects: filter, ...opts });
+  const c = await st.js.consumers.get(stream, { filter_subjects: filter, ...opts });
   const it = await c.consume();
   feeds.push(c);
-  for await (const m of it) onMsg(m);
+  let done = !caughtUp;
+  const finish = () => { if (!done) { done = true; caughtUp(); } };
+  if (!done) {
+    // Nothing to replay: the consumer says so; otherwise the message with nothing
+    // pending after it does. Without the consumer's info, stop waiting at once.
+    c.info().then((ci) => { if (ci.num_pending === 0) finish(); }).catch(finish);
+  }
+  for await (const m of it) {
+    onMsg(m);
+    if (!done && m.info && m.info.pending === 0) finish();
+  }
+}
+
+function onDeadLetter(m) {
+  const h = (k) => (m.headers && m.headers.get(k)) || "";
+  const t = Date.parse(h("Hermes-Dlq-Time"));
+  st.deadLetters.push({ seq: m.seq, at: isNaN(t) ? m.time.getTime() : t,
+    subject: h("Hermes-Dlq-Subject"), reason: h("Hermes-Dlq-Reason") });
+  if (st.deadLetters.length > MAX_DEAD_LETTERS) st.deadLetters.shift();
+  st.dirty = true;
 }
 
 function addOption(selectId, value) {
@@ -194,17 +245,25 @@ function renderList(now) {
     el.dataset.status = r.status;
     const [cid, ccap, cst, ccode, cdur, ctime] = el.children;
     setText(cid, r.id); cid.title = r.id;
-    // Events do not name their capability; the first result (pending or terminal) does.
+    // From the first event (ce-subject) or result; "…" only until one arrives.
     setText(ccap, r.cap ? `${r.endpoint} · ${r.op}` : "…");
-    ccap.title = r.cap || "known from the action's result (events do not carry it)";
-    setText(cst, r.status); cst.dataset.status = r.status;
-    setText(ccode, r.code);
+    ccap.title = r.cap || "not known yet: an event or the result names it";
+    setText(cst, r.status); cst.dataset.status = r.status; cst.title = r.status;
+    setText(ccode, r.code); ccode.title = r.code;
     setText(cdur, fmtDur(r));
     setText(ctime, fmtAge(r.last, now));
   }
   for (const [id, el] of rendered) {
     if (!keep.has(id)) { el.remove(); rendered.delete(id); }
   }
+  const state = $("list-state");
+  const mins = st.cfg.historyMinutes;
+  const msg = !st.js ? (st.connectFailed ? "not connected (see above)" : "connecting…")
+    : st.loading ? `loading the results of the last ${mins} min…`
+    : rows.length ? "" : st.actions.size ? "no action matches the filters" : `no action in the last ${mins} min`;
+  setText(state, msg);
+  state.hidden = !msg;
+  state.dataset.state = !st.js ? (st.connectFailed ? "failed" : "connecting") : st.loading ? "loading" : "idle";
   let running = 0;
   for (const r of st.actions.values()) if (r.status === "running") running++;
   setText($("counts"), `${st.actions.size} actions kept (at most ${st.cfg.maxActions}), ${rows.length} shown, ${running} running`);
@@ -253,6 +312,7 @@ function renderEndpoints(now) {
       n60 += b.n; e60 += b.e; tin += b.tin; tout += b.tout; cost += b.cost; costs += b.costs;
       if (min > nowMin - 5) { n5 += b.n; e5 += b.e; }
     }
+    if (e.mins.size === 0) { st.endpoints.delete(name); continue; } // nothing in the last hour
     rows.push([name, (n5 / 5).toFixed(1), String(e5), String(n60), String(e60), String(tin), String(tout),
       costs ? cost.toFixed(4) : "—", e.lastError ? `${e.lastError} ${fmtAge(e.lastErrorAt, now)}` : ""]);
   }
@@ -268,6 +328,34 @@ function renderEndpoints(now) {
   });
 }
 
+function renderDeadLetters(now) {
+  const ul = $("dlq");
+  const from = now - st.cfg.historyMinutes * 60000;
+  const shown = st.deadLetters.filter((d) => d.at >= from).reverse().slice(0, 50);
+  setText($("dlq-count"), String(shown.length));
+  $("dlq-count").dataset.count = String(shown.length);
+  const note = $("dlq-state");
+  setText(note, st.dlqError || (shown.length ? "" : `none in the last ${st.cfg.historyMinutes} min`));
+  note.hidden = !note.textContent;
+  while (ul.children.length > shown.length) ul.lastElementChild.remove();
+  shown.forEach((d, i) => {
+    let li = ul.children[i];
+    if (!li) {
+      li = document.createElement("li");
+      for (const c of ["time", "subject", "seq", "reason"]) {
+        const s = document.createElement("span"); s.className = c; li.appendChild(s);
+      }
+      ul.appendChild(li);
+    }
+    li.dataset.seq = String(d.seq);
+    const [time, subject, seq, reason] = li.children;
+    setText(time, fmtAge(d.at, now)); time.title = new Date(d.at).toISOString();
+    setText(subject, d.subject); subject.title = d.subject;
+    setText(seq, `#${d.seq}`); seq.title = `nats stream get ${st.cfg.dlqStream} ${d.seq}`;
+    setText(reason, d.reason);
+  });
+}
+
 function render() {
   if (st.dirty && st.cfg) {
     st.dirty = false;
@@ -275,6 +363,7 @@ function render() {
     renderList(now);
     renderApprovals(now);
     renderEndpoints(now);
+    renderDeadLetters(now);
   }
   requestAnimationFrame(render);
 }
@@ -390,6 +479,26 @@ function setConn(state, msg) {
   setText(el, msg);
 }
 
+// explainConnectError asks the bridge why the page could not connect (/ui/check: a
+// browser does not say why a WebSocket handshake failed) and shows its answer.
+async function explainConnectError() {
+  const el = $("problem");
+  let text;
+  try {
+    const res = await fetch("check?origin=" + encodeURIComponent(location.origin), { cache: "no-store" });
+    if (!res.ok) throw new Error(`${res.status} ${await res.text()}`);
+    const checks = await res.json();
+    const bad = checks.find((c) => c.result !== "accepted") || checks[0];
+    text = bad ? bad.message : "no NATS WebSocket server is configured for this page (HERMES_BRIDGE_UI_NATS_URL)";
+    el.dataset.result = bad ? bad.result : "";
+  } catch (err) {
+    text = "the bridge could not check why: " + (err.message || err) + "; see the NATS server's log";
+    el.dataset.result = "unknown";
+  }
+  setText(el, text);
+  el.hidden = false;
+}
+
 async function main() {
   requestAnimationFrame(render);
   setInterval(() => { st.dirty = true; }, 1000); // ages, rates and expiries move on
@@ -419,10 +528,14 @@ async function main() {
     st.nc = await wsconnect(opts);
   } catch (err) {
     setConn("error", `cannot connect to ${cfg.servers.join(", ")}: ${err.message || err}`);
+    st.connectFailed = true;
+    st.dirty = true;
+    await explainConnectError();
     return;
   }
   st.js = jetstream(st.nc);
   setConn("connected", `connected to ${st.nc.getServer()}`);
+  renderList(Date.now()); // "loading…" at once, before the replay's first message
   (async () => {
     for await (const s of st.nc.status()) {
       if (s.type === "disconnect") setConn("connecting", "disconnected; reconnecting…");
@@ -431,12 +544,18 @@ async function main() {
   })();
   st.nc.closed().then((err) => setConn("closed", "connection closed" + (err ? ": " + err.message : "")));
   const p = cfg.prefix, since = new Date(Date.now() - cfg.historyMinutes * 60000).toISOString();
-  follow(`${p}.results.>`, { deliver_policy: DeliverPolicy.StartTime, opt_start_time: since }, onResult)
-    .catch((err) => setConn("error", "results: " + (err.message || err)));
-  // Events: headers only and from now on, to see which actions are running and when
-  // their first output came (a replay shows an action's events in full).
-  follow(`${p}.events.>`, { deliver_policy: DeliverPolicy.New, headers_only: true }, onEventHeader)
+  const loaded = () => { st.loading = false; st.dirty = true; };
+  follow(cfg.outputStream, `${p}.results.>`, { deliver_policy: DeliverPolicy.StartTime, opt_start_time: since }, onResult, loaded)
+    .catch((err) => { loaded(); setConn("error", "results: " + (err.message || err)); });
+  // Events: headers only and from now on, to see which actions are running, what they
+  // are (ce-subject) and when their first output came (a replay shows an action's
+  // events in full).
+  follow(cfg.outputStream, `${p}.events.>`, { deliver_policy: DeliverPolicy.New, headers_only: true }, onEventHeader)
     .catch((err) => setConn("error", "events: " + (err.message || err)));
+  // Dead letters of the same window: headers only (the reason, the subject); the
+  // original message stays in the stream.
+  follow(cfg.dlqStream, `${p}.dlq`, { deliver_policy: DeliverPolicy.StartTime, opt_start_time: since, headers_only: true }, onDeadLetter)
+    .catch((err) => { st.dlqError = `cannot read ${cfg.dlqStream}: ${err.message || err}`; st.dirty = true; });
   onHash();
 }
 
