@@ -31,11 +31,13 @@ func trySection(t *testing.T, root string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n## Trying it locally\n")
+	_, section, ok := strings.Cut(string(b), "\n### Trying it locally\n")
 	if !ok {
-		t.Fatal("deploy/README.md has no section \"Trying it locally\"")
+		t.Fatal("deploy/README.md has no section \"### Trying it locally\"")
 	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	if i := regexp.MustCompile(`\n#{2,3} `).FindStringIndex(section); i != nil {
+		section = section[:i[0]] // up to the next heading of its level or above
+	}
 	var blocks []string
 	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
 		blocks = append(blocks, m[1])
