@@ -145,69 +145,67 @@ func (c *natsConn) hasAuth() bool {
 // adding the problems of its settings to p.
 func (c *natsConn) useContext(n *natsContext, p *ConfigError) {
 	x, label := n.c, n.label()
-	if err := x.Validate(); err != nil {
+	if err := x.validate(); err != nil {
 		p.add("%s (%s): %v", label, n.path, err)
 	}
 	unsupported := map[string]string{
-		"jetstream_domain": x.JSDomain(), "jetstream_api_prefix": x.JSAPIPrefix(), "jetstream_event_prefix": x.JSEventPrefix(),
-		"windows_cert_store": x.WindowsCertStore(),
+		"jetstream_domain": x.JSDomain, "jetstream_api_prefix": x.JSAPIPrefix, "jetstream_event_prefix": x.JSEventPrefix,
+		"windows_cert_store": x.WinCertStore, "nsc": x.NSCLookup,
 	}
-	for _, k := range []string{"jetstream_domain", "jetstream_api_prefix", "jetstream_event_prefix", "windows_cert_store"} {
+	for _, k := range []string{"jetstream_domain", "jetstream_api_prefix", "jetstream_event_prefix", "windows_cert_store", "nsc"} {
 		if unsupported[k] != "" {
 			p.add("%s (%s) sets %s, which hermes-bridge does not support: connect with a context without it", label, n.path, k)
 		}
 	}
 	if c.url == "" {
-		c.url, c.urlFrom = x.ServerURL(), label
+		c.url, c.urlFrom = x.serverURL(), label
 		checkNATSURLs(p, label+" url", c.url)
 	} else if n.explicit() {
 		from := "NATS_URL"
 		if c.urlFrom == "flags" {
 			from = "--server"
 		}
-		c.notes = append(c.notes, fmt.Sprintf("%s overrides the server of %s (%s)", from, label, redactURLs(x.ServerURL())))
+		c.notes = append(c.notes, fmt.Sprintf("%s overrides the server of %s (%s)", from, label, redactURLs(x.serverURL())))
 	}
 	if !c.hasAuth() {
 		c.authFrom = label
 		switch {
-		case x.User() != "":
-			c.user, c.password = x.User(), x.Password()
-		case strings.HasPrefix(x.Creds(), "op://"):
-			p.add("%s (%s): creds from 1Password (op://) are not supported by hermes-bridge: use a credentials file", label, n.path)
-		case x.Creds() != "":
-			c.creds = x.Creds()
+		case x.User != "":
+			c.user, c.password = x.User, x.Password
+		case x.Creds != "":
+			c.creds = x.Creds
 			p.file(label+" creds", c.creds)
-		case x.NKey() != "":
-			c.nkey = x.NKey()
+		case x.NKey != "":
+			c.nkey = x.NKey
 			p.file(label+" nkey", c.nkey)
-		case x.UserJWT() != "" && x.UserSeed() == "":
+		case x.UserJWT != "" && x.UserSeed == "":
 			p.add("%s (%s): user_jwt without user_seed is not supported by hermes-bridge", label, n.path)
-		case x.UserJWT() != "":
-			c.jwt, c.seed = x.UserJWT(), x.UserSeed()
+		case x.UserJWT != "":
+			c.jwt, c.seed = x.UserJWT, x.UserSeed
 		}
-		c.token = x.Token()
+		c.token = x.Token
 	}
-	if c.tlsCA == "" && x.CA() != "" {
-		c.tlsCA = x.CA()
+	if c.tlsCA == "" && x.CA != "" {
+		c.tlsCA = x.CA
 		p.file(label+" ca", c.tlsCA)
 	}
-	if c.tlsCert == "" && c.tlsKey == "" && (x.Certificate() != "" || x.Key() != "") {
-		if x.Certificate() == "" || x.Key() == "" {
+	if c.tlsCert == "" && c.tlsKey == "" && (x.Cert != "" || x.Key != "") {
+		if x.Cert == "" || x.Key == "" {
 			p.add("%s (%s): cert and key go together", label, n.path)
 		}
-		c.tlsCert, c.tlsKey = x.Certificate(), x.Key()
+		c.tlsCert, c.tlsKey = x.Cert, x.Key
 		p.file(label+" cert", c.tlsCert)
 		p.file(label+" key", c.tlsKey)
 	}
-	if c.inboxPrefix == "" && x.InboxPrefix() != "" {
-		c.inboxPrefix = x.InboxPrefix()
+	if c.inboxPrefix == "" && x.InboxPrefix != "" {
+		c.inboxPrefix = x.InboxPrefix
 		if !validInboxPrefix(c.inboxPrefix) {
 			p.add("%s (%s): inbox_prefix %q %s", label, n.path, c.inboxPrefix, inboxPrefixRule)
 		}
 	}
-	c.tlsFirst = x.TLSHandshakeFirst()
-	if x.SocksProxy() != "" {
-		c.dialer = x.SOCKSDialer()
+	c.tlsFirst = x.TLSFirst
+	if x.SocksProxy != "" {
+		c.dialer = socksDialer{proxy: x.SocksProxy}
 	}
 }
 

@@ -1,26 +1,219 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/nats-io/jsm.go/natscontext"
+	"github.com/nats-io/nkeys"
+	"golang.org/x/net/proxy"
 )
 
 // natsContext is a natscli context (`nats context add`, `nats context select`): a named
-// set of connection settings in natscli's configuration directory, read with natscli's
-// own library (jsm.go/natscontext).
+// set of connection settings in natscli's configuration directory.
 type natsContext struct {
 	name, path string
 	// how says how it was chosen: "--context", "NATS_CONTEXT", or "selected" (with
 	// `nats context select`).
 	how string
-	c   *natscontext.Context
+	c   contextSettings
+}
+
+// contextSettings is a context file as natscli writes it (natscli v0.5.0, whose
+// library is jsm.go/natscontext): a JSON object of these members, unknown ones ignored.
+// It is read here rather than with that library, which brings the whole of jsm.go
+// (JetStream management, an expression engine) into the bridge's binary: 4 MB more of
+// it, and 2 to 4 MiB more resident memory in every replica. TestContextFileOfNatscli
+// reads the files natscli itself writes.
+type contextSettings struct {
+	URL           string `json:"url"`
+	SocksProxy    string `json:"socks_proxy"`
+	Token         string `json:"token"`
+	User          string `json:"user"`
+	Password      string `json:"password"`
+	Creds         string `json:"creds"`
+	NKey          string `json:"nkey"`
+	Cert          string `json:"cert"`
+	Key           string `json:"key"`
+	CA            string `json:"ca"`
+	NSCLookup     string `json:"nsc"`
+	JSDomain      string `json:"jetstream_domain"`
+	JSAPIPrefix   string `json:"jetstream_api_prefix"`
+	JSEventPrefix string `json:"jetstream_event_prefix"`
+	InboxPrefix   string `json:"inbox_prefix"`
+	UserJWT       string `json:"user_jwt"`
+	UserSeed      string `json:"user_seed"`
+	TLSFirst      bool   `json:"tls_first"`
+	WinCertStore  string `json:"windows_cert_store"`
+}
+
+// readContextFile reads the context file path as natscli does. Its file members (cert,
+// key, ca, nkey, and creds, user_jwt and user_seed when they are paths) have $VAR and
+// ${VAR} expanded from environ and a leading ~ as environ's HOME; a file:// URI is its
+// path. The credentials may also be given as natscli v0.5 writes them with --embed
+// (data:;base64,...) or as env://NAME: creds are then parsed into user_jwt and user_seed;
+// user_jwt and user_seed given as paths are read. op:// and nsc:// are refused.
+func readContextFile(path string, environ map[string]string) (contextSettings, error) {
+	var c contextSettings
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, err
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"cert", &c.Cert}, {"key", &c.Key}, {"ca", &c.CA}, {"nkey", &c.NKey}} {
+		content, p, err := contextRef(f.name, *f.v, environ)
+		if err == nil && content != "" {
+			err = fmt.Errorf("%s: only a file is supported here, not its content inline", f.name)
+		}
+		if err != nil {
+			return c, err
+		}
+		*f.v = p
+	}
+	content, p, err := contextRef("creds", c.Creds, environ)
+	if err != nil {
+		return c, err
+	}
+	c.Creds = p
+	if content != "" {
+		if c.UserJWT, c.UserSeed, err = parseCreds(content); err != nil {
+			return c, err
+		}
+	}
+	for _, f := range []struct {
+		name   string
+		v      *string
+		inline string // how the value itself starts (natscli before v0.5 kept them inline)
+	}{{"user_jwt", &c.UserJWT, "eyJ"}, {"user_seed", &c.UserSeed, "SU"}} {
+		if *f.v == "" || strings.HasPrefix(*f.v, f.inline) {
+			continue
+		}
+		content, p, err := contextRef(f.name, *f.v, environ)
+		if err != nil {
+			return c, err
+		}
+		if content == "" {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return c, fmt.Errorf("%s: %s", f.name, fileProblem(err))
+			}
+			content = string(b)
+		}
+		*f.v = strings.TrimSpace(content)
+	}
+	return c, nil
+}
+
+// contextRef resolves a context's credential or file member v: the content it holds
+// (data:, env://) or the path it names (file://, or a plain path, expanded).
+func contextRef(name, v string, environ map[string]string) (content, path string, err error) {
+	scheme, rest, hasScheme := strings.Cut(v, ":")
+	switch {
+	case v == "":
+		return "", "", nil
+	case scheme == "data":
+		meta, payload, ok := strings.Cut(rest, ",")
+		if !ok {
+			return "", "", fmt.Errorf("%s: a data: URI without data", name)
+		}
+		if !strings.HasSuffix(meta, ";base64") {
+			s, err := url.PathUnescape(payload)
+			return s, "", err
+		}
+		b, err := base64.StdEncoding.DecodeString(payload)
+		if err != nil {
+			return "", "", fmt.Errorf("%s: a data: URI that is not valid base64", name)
+		}
+		return string(b), "", nil
+	case scheme == "env" && strings.HasPrefix(rest, "//"):
+		k := strings.TrimPrefix(rest, "//")
+		if environ[k] == "" {
+			return "", "", fmt.Errorf("%s: env://%s names a variable that is not set", name, k)
+		}
+		return environ[k], "", nil
+	case scheme == "file" && strings.HasPrefix(rest, "//"):
+		return "", expandPath(strings.TrimPrefix(rest, "//"), environ), nil
+	case hasScheme && (scheme == "op" || scheme == "nsc") && strings.HasPrefix(rest, "//"):
+		return "", "", fmt.Errorf("%s: %s:// references are not supported by hermes-bridge: use a file", name, scheme)
+	}
+	return "", expandPath(v, environ), nil
+}
+
+// parseCreds returns the user JWT and nkey seed of a credentials file's content.
+func parseCreds(content string) (userJWT, seed string, err error) {
+	userJWT, err = nkeys.ParseDecoratedJWT([]byte(content))
+	if err != nil {
+		return "", "", errors.New("creds: not a NATS credentials file")
+	}
+	kp, err := nkeys.ParseDecoratedNKey([]byte(content))
+	if err != nil {
+		return "", "", errors.New("creds: no user nkey seed in the credentials")
+	}
+	b, err := kp.Seed()
+	if err != nil {
+		return "", "", errors.New("creds: no user nkey seed in the credentials")
+	}
+	return userJWT, string(b), nil
+}
+
+// expandPath is natscli's expansion of a context's file path: variables from environ,
+// then a leading ~ as its HOME.
+func expandPath(p string, environ map[string]string) string {
+	p = os.Expand(p, func(k string) string { return environ[k] })
+	if h := environ["HOME"]; h != "" && strings.HasPrefix(p, "~") {
+		p = h + p[1:]
+	}
+	return p
+}
+
+// serverURL is the context's server, natscli's default when it names none.
+func (c contextSettings) serverURL() string {
+	if c.URL != "" {
+		return c.URL
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// validate refuses what natscli itself refuses: more than one kind of credential.
+func (c contextSettings) validate() error {
+	n := 0
+	for _, s := range []string{c.User, c.Creds, c.NKey, c.NSCLookup, c.UserJWT} {
+		if s != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("too many kinds of credentials: choose one of user, creds, nkey, nsc, user_jwt")
+	}
+	return nil
+}
+
+// socksDialer dials through the SOCKS5 proxy of a context's socks_proxy (a URL).
+type socksDialer struct{ proxy string }
+
+// Dial connects to address through the proxy.
+func (d socksDialer) Dial(network, address string) (net.Conn, error) {
+	u, err := url.Parse(d.proxy)
+	if err != nil {
+		return nil, fmt.Errorf("socks_proxy: %w", err)
+	}
+	p, err := proxy.FromURL(u, proxy.Direct)
+	if err != nil {
+		return nil, fmt.Errorf("socks_proxy: %w", err)
+	}
+	return p.Dial(network, address)
 }
 
 // label names the context in messages: `NATS context "staging"`.
@@ -107,7 +300,7 @@ func loadNATSContext(environ map[string]string, flag string, useSelected bool) (
 		}
 		return nil, errors.New(msg)
 	}
-	c, err := natscontext.NewFromFile(n.path)
+	c, err := readContextFile(n.path, environ)
 	if err != nil {
 		return nil, fmt.Errorf("NATS context %q (%s): cannot read %s: %s", n.name, from, n.path, contextProblem(err))
 	}
