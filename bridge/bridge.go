@@ -361,7 +361,7 @@ func (b *Bridge) setup(ctx context.Context) (jetstream.Consumer, error) {
 		// The output stream stores and republishes what the bridge publishes on
 		// <prefix>.out.> (see outputs). With a byte limit it refuses new messages when
 		// full rather than discard old ones: a result an idempotency key refers to is
-		// never discarded before its max age (CONTRACT §5).
+		// never discarded before its max age (schemas/README.md, "Delivery guarantees").
 		{Name: c.OutputStream, Subjects: outSubjects, SubjectTransform: outTransform, RePublish: outRepublish,
 			Storage: c.Storage, Replicas: c.Replicas, MaxAge: c.OutputMaxAge, MaxBytes: streamMaxBytes(c.OutputMaxBytes),
 			Discard: discardOf(c.OutputMaxBytes), Duplicates: 2 * time.Minute, AllowBatchPublish: true, // events: see eventPublisher

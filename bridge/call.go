@@ -16,7 +16,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/schemas"
 )
 
-// Default action deadlines (CONTRACT §8).
+// Default action deadlines (schemas/README.md, "Cancellation and deadlines").
 const (
 	defaultJSONTimeout   = 60 * time.Second
 	defaultStreamTimeout = 300 * time.Second

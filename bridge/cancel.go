@@ -15,7 +15,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
-// Cancellation (CONTRACT §8). A request on <prefix>.cancel.<id> reaches every replica
+// Cancellation (schemas/README.md, "Cancellation and deadlines"). A request on <prefix>.cancel.<id> reaches every replica
 // twice: every replica hears it on a plain subscription and answers only if it is
 // running the action (it cancels the job's context and replies "cancelled"); one replica
 // also hears it on a queue subscription and answers from its own jobs as the plain

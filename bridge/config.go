@@ -126,7 +126,7 @@ type Config struct {
 	CapabilitiesTTL time.Duration
 
 	// ApprovalTTL is how long a parked action waits for an approval decision, and how
-	// old a pre-approval's decided_at may be (default 15m, CONTRACT §7).
+	// old a pre-approval's decided_at may be (default 15m, schemas/README.md, "Approvals").
 	ApprovalTTL time.Duration
 	// NoPreApprovals ignores approvals carried inside actions: every action that needs
 	// approval is parked until a decision arrives on its approvals subject. Use it when
@@ -383,7 +383,7 @@ func (c Config) Validate() error {
 	if c.OutputMaxAge < time.Minute {
 		add("OutputMaxAge", "must be at least 1m")
 	} else if c.OutputMaxAge < c.IdempotencyTTL {
-		// A key's record may point at a result kept in the output stream (CONTRACT §5).
+		// A key's record may point at a result kept in the output stream (schemas/README.md, "Delivery guarantees").
 		add("OutputMaxAge", "must be at least IdempotencyTTL (%s): a key may replay a result kept in the output stream", c.IdempotencyTTL)
 	}
 	// A parked action's record is not rewritten while it waits, and a running action's

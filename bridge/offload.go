@@ -26,7 +26,7 @@ func outputLimit(maxPayload, maxValue int) int {
 }
 
 // encodeResult encodes the result message of r. When it exceeds the limit, the output
-// moves into the object store and a reference takes its place (CONTRACT §4: nothing is
+// moves into the object store and a reference takes its place (schemas/README.md, "Results": nothing is
 // dropped). The body is also what the KV record stores.
 func (d *driver) encodeResult(ctx context.Context, r *events.Result) (nats.Header, []byte, error) {
 	h, body, err := events.EncodeResult(d.b.cfg.Source, r, d.trace)

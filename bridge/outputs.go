@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Live subscribers see what the output stream stored (CONTRACT §4). The bridge does not
+// Live subscribers see what the output stream stored (schemas/README.md, "Results"). The bridge does not
 // publish an action's events and results on their public subjects
 // (<prefix>.events.<id>, <prefix>.results.<id>): it publishes them on
 // <prefix>.out.events.<id> and <prefix>.out.results.<id>, which only the output stream

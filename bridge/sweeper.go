@@ -8,7 +8,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/kvstore"
 )
 
-// Approvals (CONTRACT §7) are decided by the jobs (bridge/core): an operation that
+// Approvals (schemas/README.md, "Approvals") are decided by the jobs (bridge/core): an operation that
 // needs approval runs at once only with a valid pre-approval; otherwise it is parked
 // (its park index entry, its one pending_approval result, its record with the action)
 // and a decision on <prefix>.approvals.<id>, consumed by the same durable consumer,

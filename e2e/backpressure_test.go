@@ -182,7 +182,7 @@ func TestMaxAttemptsExhausted(t *testing.T) {
 
 // TestMaxDeliverExhausted: with a finite consumer MaxDeliver below MaxAttempts, the last
 // delivery still settles the action with its terminal result instead of leaving it
-// without one (CONTRACT §6: every action ends with exactly one terminal result).
+// without one (schemas/README.md, "Hermes faults: what each one ends with": every action ends with exactly one terminal result).
 func TestMaxDeliverExhausted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, withConfig(func(c *bridge.Config) {

@@ -6,7 +6,7 @@ package e2e_test
 // stored, and that the worker is freed: the fake has no run in flight afterwards and a fresh
 // action on the same endpoint (limited to one call at a time) completes.
 //
-// Documented outcomes (CONTRACT §4-§6, reference/aip-connector.md §2 and §4):
+// Documented outcomes (schemas/README.md, "Results"-§6, reference/aip-connector.md §2 and §4):
 //
 // | Hermes fault                          | chat (unsafe JSON)                  | chat_stream, responses_stream (unsafe streams)    | models (safe JSON)                       |
 // |---------------------------------------|-------------------------------------|---------------------------------------------------|------------------------------------------|
@@ -26,7 +26,7 @@ package e2e_test
 // failure of an unsafe operation (Hermes may have done the work) and false for the safe read.
 // The 1 MiB frame cap applies to SSE frames only; a JSON body may be up to 64 MiB, and a
 // result too large for one NATS message goes to the object store. Non-JSON bodies of JSON
-// operations become {"text": ...} (CONTRACT §4). A certain non-start (503 gateway_draining,
+// operations become {"text": ...} (schemas/README.md, "Results"). A certain non-start (503 gateway_draining,
 // 429 from the concurrency gate, a refused connection) is retried for every operation after
 // Retry-After, within the action's deadline.
 

@@ -502,7 +502,7 @@ func (h *harness) lastOutput(subject string) *jetstream.RawStreamMsg {
 	return m
 }
 
-// preApproved adds a valid pre-approval (CONTRACT §7) for the action's input, so that
+// preApproved adds a valid pre-approval (schemas/README.md, "Approvals") for the action's input, so that
 // response_delete and session_delete run at once instead of being parked. Apply it after
 // the input is set.
 func preApproved(a *events.Action) {

@@ -191,7 +191,7 @@ func r22KeyCalls(h *harness, key string) int {
 
 // TestRegress22_PendingRunNotTerminal (finding 1): a governed run waiting for a tool
 // approval has published a pending_approval result (<action_id>:pending:1). Whether a
-// result is terminal is read from its status, never from its id (CONTRACT §4), so:
+// result is terminal is read from its status, never from its id (schemas/README.md, "Results"), so:
 // a replica that takes the run over after a hand-back or a kill follows it to its real
 // result; a duplicate with the same key waits for the run's terminal result and replays
 // it; a cancel request finds the action running and cancels it.
@@ -341,7 +341,7 @@ func r22Cancel(t *testing.T) {
 }
 
 // r22CancelRequest sends a cancel request for id and returns the reply; a request
-// that times out is sent again (CONTRACT §8: the requester asks again), up to three
+// that times out is sent again (schemas/README.md, "Cancellation and deadlines": the requester asks again), up to three
 // times: the stopped replica's queue subscription may still receive the first one.
 func r22CancelRequest(h *harness, id string) (*events.CancelReply, error) {
 	var err error

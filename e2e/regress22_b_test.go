@@ -280,7 +280,7 @@ func r22KeyedHarness(t *testing.T, id, key, input string) (*harness, *events.Res
 
 // TestRegress22_OutputMaxBytesKeepsResults (finding 3): HERMES_BRIDGE_OUTPUT_MAX_BYTES
 // must never make the output stream evict a result message before its max age: key
-// records and action records point to it (CONTRACT §5: a key's result is kept durably at
+// records and action records point to it (schemas/README.md, "Delivery guarantees": a key's result is kept durably at
 // least as long as the key). Before the fix the stream discarded its oldest messages
 // when full, so that other traffic pushed a completed keyed action's result out; a
 // duplicate with the same key then waited for a result that was gone and failed
@@ -492,7 +492,7 @@ func runZombie(t *testing.T, id, op, input, stopAt string, opts ...harnessOption
 }
 
 // TestRegress22_ZombieOutputsNotLive (finding 6): a live subscriber of an action's
-// results and events receives exactly what the output stream stores (CONTRACT §4), also
+// results and events receives exactly what the output stream stores (schemas/README.md, "Results"), also
 // when a replica that was frozen after it sent the call wakes up after another replica
 // took the action over. Before the fix the woken owner published its "completed" result
 // on hermes.results.<id>: the stream refused it (expected last subject sequence) but a

@@ -65,7 +65,7 @@ func FieldReason(field, reason string) string {
 // Is reports whether target is [ErrInvalidAction].
 func (e *ActionError) Is(target error) bool { return target == ErrInvalidAction }
 
-// Action is the data of an action CloudEvent (CONTRACT §2).
+// Action is the data of an action CloudEvent (schemas/README.md, "The action").
 type Action struct {
 	// CapabilityID, when set, must equal the capability named by the subject
 	// (the caller checks that).
@@ -88,7 +88,7 @@ type Action struct {
 }
 
 // Approval is an approval decision: the data of an approval CloudEvent
-// (CONTRACT §7) or an action's pre-approval.
+// (schemas/README.md, "Approvals") or an action's pre-approval.
 type Approval struct {
 	Decision    string     `json:"decision"` // DecisionApprove or DecisionDeny
 	Approver    string     `json:"approver,omitempty"`

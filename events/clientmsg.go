@@ -92,7 +92,7 @@ func EncodeApproval(src, id string, ap Approval) (nats.Header, []byte, error) {
 	return binaryHeader(src, TypeApproval, id, "", TraceContext{}, 0), data, nil
 }
 
-// CancelReply is the reply to a cancel request (CONTRACT §8).
+// CancelReply is the reply to a cancel request (schemas/README.md, "Cancellation and deadlines").
 type CancelReply struct {
 	ActionID string `json:"action_id"`
 	State    string `json:"state"` // CancelCancelled, CancelAlreadySettled or CancelUnknown

@@ -107,7 +107,7 @@ func DecodeEnvelope(h nats.Header, data []byte) (*Envelope, error) {
 	return decodeEnvelope(h, data, actionRules)
 }
 
-// DecodeDecisionEnvelope reads an approval decision CloudEvent (CONTRACT §7) from a
+// DecodeDecisionEnvelope reads an approval decision CloudEvent (schemas/README.md, "Approvals") from a
 // NATS message, with the rules of DecodeEnvelope except two: the id may be any
 // non-empty string of printable ASCII (CloudEvents allows any; the action id comes
 // from the subject), and the type must be [TypeApproval].

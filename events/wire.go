@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Event kinds (CONTRACT §3).
+// Event kinds (schemas/README.md, "Events").
 const (
 	KindData            = "data"
 	KindProgress        = "progress"
@@ -26,7 +26,7 @@ const (
 	KindDone            = "done"
 )
 
-// Result statuses (CONTRACT §4).
+// Result statuses (schemas/README.md, "Results").
 const (
 	StatusCompleted       = "completed"
 	StatusFailed          = "failed"
@@ -55,7 +55,7 @@ type TraceContext struct {
 	Tracestate  string
 }
 
-// EventData is the data of an event CloudEvent (CONTRACT §3). Its JSON form
+// EventData is the data of an event CloudEvent (schemas/README.md, "Events"). Its JSON form
 // is {"action_id","sequence","kind","event":{"event","id","data"},"text"}
 // with "text" omitted when empty.
 type EventData struct {
@@ -76,7 +76,7 @@ type SSE struct {
 	Data  v1json.RawMessage `json:"data"`
 }
 
-// Result is the data of a result CloudEvent (CONTRACT §4). Its JSON form
+// Result is the data of a result CloudEvent (schemas/README.md, "Results"). Its JSON form
 // always has the six members action_id, capability_id, status, output, error
 // and replay_of (output, error and replay_of null when absent), and a seventh,
 // usage, only when Hermes reported usage for the action's work.

@@ -394,7 +394,7 @@ func (c *Client) stream(ctx context.Context, p *Prepared, resp *http.Response, o
 			return nil, e
 		}
 		// The connection broke after the stream started: the stream closed without a
-		// terminal event (CONTRACT §6), and the events read so far are in the aggregate.
+		// terminal event (schemas/README.md, "Hermes faults: what each one ends with"), and the events read so far are in the aggregate.
 		res := c.aggregate(op, status, sum)
 		e := newError(op, CodeStreamIncomplete, "stream broke before a terminal event")
 		e.HTTPStatus = status

@@ -31,7 +31,7 @@ const HeaderOwner = "Hermes-Bridge-Owner"
 
 // Terminal reports whether the result message data is a terminal result: its status is
 // not pending_approval. Whether a result is terminal is read from its status, never from
-// its message id (CONTRACT §4: a governed run's pending messages are
+// its message id (schemas/README.md, "Results": a governed run's pending messages are
 // <action_id>:pending:<k>). An unreadable message counts as terminal: whatever is stored
 // stands.
 func Terminal(data []byte) bool {

@@ -177,7 +177,7 @@ func (e LogEntry) Terminal() bool {
 
 // FreesKey reports whether a result frees its idempotency key, so that a later action
 // with the key runs: its error is retryable and certain, Hermes never started the work
-// (CONTRACT §5). A cancellation before anything was sent is such a result.
+// (schemas/README.md, "Delivery guarantees"). A cancellation before anything was sent is such a result.
 func FreesKey(r *events.Result) bool {
 	return r != nil && r.Error != nil && r.Error.Retryable && !r.Error.UncertainOutcome
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/events"
 )
 
-// The error objects the core settles with (CONTRACT §4 codes).
+// The error objects the core settles with (schemas/README.md, "Results" codes).
 
 // outcomeUnknown ends an unsafe action taken over from a delivery that had marked it
 // dispatched and then stopped renewing its claim before its result was stored: its
@@ -50,7 +50,7 @@ func cancelledInfo(uncertain bool, msg string) *events.ErrorInfo {
 }
 
 // cancelledResult ends the job's action cancelled; uncertain when an unsafe call may
-// have reached Hermes, else retryable (nothing was sent: the key is freed, CONTRACT §5).
+// have reached Hermes, else retryable (nothing was sent: the key is freed, schemas/README.md, "Delivery guarantees").
 func cancelledResult(j *Job, mayHaveStarted bool) *events.Result {
 	return &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID, Status: events.StatusCancelled,
 		Output: json.RawMessage("null"), Error: notSentCancel(mayHaveStarted && !j.act.Op.Safe, "cancelled on request")}

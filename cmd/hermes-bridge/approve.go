@@ -91,7 +91,7 @@ func cmdDeny(ctx context.Context, id string, o *cmdOptions, environ map[string]s
 	return decide(ctx, id, o, environ, sio)
 }
 
-// pendingRequest is the output of a pending_approval result (CONTRACT §7).
+// pendingRequest is the output of a pending_approval result (schemas/README.md, "Approvals").
 type pendingRequest struct {
 	CapabilityID string          `json:"capability_id"`
 	Input        json.RawMessage `json:"input"`

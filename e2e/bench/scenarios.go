@@ -447,7 +447,7 @@ func (e *env) scenarioStream(ctx context.Context, prof *profiler) ScenarioReport
 		prof.stopCPU()
 		e.status.printf("2 stream: bridge: %d events in %.2f s = %.0f events/s (status %s)", x.got, x.dur.Seconds(), rate(int(x.got), x.dur), x.status)
 		// By the contract's terminal rules (reference/aip-connector.md section 2, which
-		// CONTRACT.md section 6 adopts), the max_events check comes before the terminal
+		// schemas/README.md, "Hermes faults", adopts), the max_events check comes before the terminal
 		// check: a stream of exactly max_events events (100000, the largest allowed) whose
 		// last is the terminal [DONE] settles failed/stream_truncated. Every event is still
 		// republished, so the figure stands.

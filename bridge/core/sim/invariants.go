@@ -320,7 +320,7 @@ func (w *World) checkLeases() {
 // the key.
 func (w *World) checkKeys() {
 	for _, k := range slices.Sorted(maps.Keys(w.herm.keyExecAt)) {
-		// Idempotency lasts as long as the key record (CONTRACT §5: the bucket TTL): an
+		// Idempotency lasts as long as the key record (schemas/README.md, "Delivery guarantees": the bucket TTL): an
 		// execution after the record of the key expired is another key's.
 		at := w.herm.keyExecAt[k]
 		for i := 1; i < len(at); i++ {
