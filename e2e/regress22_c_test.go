@@ -76,16 +76,28 @@ func republishAfterKeyExpired(t *testing.T, keysBucket bool) {
 	keys, err := h.js.KeyValue(ctx, bucket)
 	requireOK(t, err)
 	h.eventually(15*time.Second, func() error {
-		lister, err := keys.ListKeys(context.Background(), jetstream.MetaOnly())
+		// Each listing is bounded: a listing whose end never came (its channel left
+		// open) once held this test for the whole package's timeout.
+		lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer lcancel()
+		lister, err := keys.ListKeys(lctx, jetstream.MetaOnly())
 		if err != nil {
 			return err
 		}
-		for k := range lister.Keys() {
-			if kvstore.IsIdempotencyKey(k) {
-				return fmt.Errorf("key %s still held", k)
+		defer func() { _ = lister.Stop() }()
+		for {
+			select {
+			case k, ok := <-lister.Keys():
+				if !ok {
+					return nil
+				}
+				if kvstore.IsIdempotencyKey(k) {
+					return fmt.Errorf("key %s still held", k)
+				}
+			case <-lctx.Done():
+				return fmt.Errorf("listing the keys: %w", lctx.Err())
 			}
 		}
-		return nil
 	})
 	if _, err := keys.Get(ctx, kvstore.ActionKey(id)); keysBucket == false && err != nil {
 		t.Fatalf("the action record went with the key: %v", err)
