@@ -100,10 +100,15 @@ func (j *Job) preApproval() (ok bool, info *events.ErrorInfo) {
 // execute resolves the idempotency key, then takes an endpoint slot and calls.
 func (j *Job) execute() {
 	switch {
-	case j.fenced:
+	case j.fenced && (j.act.IdemKey == "" || j.keyRev != 0):
 		// The owner this job took over was settling a result it reached without a call
 		// (and may still append it): nothing is sent now, nor waited for.
 		j.settle(j.failed(interruptedSettle()))
+	case j.fenced:
+		// The same, but the owner may have been replaying its key holder's result: the
+		// key is resolved first, and a replay is replayed again. Every other way from
+		// the key ends at dispatch, which refuses a fenced claim.
+		j.claimKey()
 	case j.following():
 		j.admit()
 	case j.remaining() <= 0:
