@@ -1,8 +1,9 @@
 package main
 
 import (
-	"runtime"
 	"runtime/debug"
+
+	"github.com/hermes-bridge/hermes-bridge/cmd/internal/buildinfo"
 )
 
 // version is set at build time: `make build` and `make install` pass
@@ -18,26 +19,5 @@ func versionString() string {
 	return versionFrom(version, bi)
 }
 
-func versionFrom(stamped string, bi *debug.BuildInfo) string {
-	v, rev, modified := stamped, "", false
-	if bi != nil {
-		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch {
-			case s.Key == "vcs.revision" && len(s.Value) >= 12:
-				rev = s.Value[:12]
-			case s.Key == "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	if rev != "" {
-		if modified {
-			rev += ", modified"
-		}
-		v += " (" + rev + ")"
-	}
-	return v + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
-}
+// versionFrom is the version line of build info bi (buildinfo.Line).
+func versionFrom(stamped string, bi *debug.BuildInfo) string { return buildinfo.Line(stamped, bi) }

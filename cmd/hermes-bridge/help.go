@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/hermes-bridge/hermes-bridge/cmd/internal/buildinfo"
 )
 
 // version is set at build time: `make build` and `make install` pass
@@ -228,35 +229,8 @@ func versionString() string {
 	return versionFrom(version, bi)
 }
 
-// versionFrom is the version line: the version stamped at build time (`make build` and
-// `make install` set it from git describe), else the module version the go command
-// recorded (`go install module@v1.2.3`, or a pseudo-version in a clone), else "dev";
-// then the VCS revision when known, and the Go version and platform.
-func versionFrom(stamped string, bi *debug.BuildInfo) string {
-	v := stamped
-	rev, modified := "", false
-	if bi != nil {
-		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch {
-			case s.Key == "vcs.revision" && len(s.Value) >= 12:
-				rev = s.Value[:12]
-			case s.Key == "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	s := v
-	if rev != "" {
-		if modified {
-			rev += ", modified"
-		}
-		s += " (" + rev + ")"
-	}
-	return s + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
-}
+// versionFrom is the version line of build info bi (buildinfo.Line).
+func versionFrom(stamped string, bi *debug.BuildInfo) string { return buildinfo.Line(stamped, bi) }
 
 func isHelp(a string) bool {
 	return a == "-h" || a == "-help" || a == "--help" || a == "help"
