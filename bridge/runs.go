@@ -92,6 +92,13 @@ func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 			if ev.Status == core.Expired {
 				ev.Status = core.Failed
 			}
+		case st.Status == hermes.RunWaitingForApproval:
+			ev.Run.Waiting = true
+			if len(st.Approval) > 0 {
+				if ap, err := hermes.ParseRunEvent(st.Approval); err == nil && ap.Name == "approval.request" {
+					ev.Run.WaitsFor = approvalAsk(ap)
+				}
+			}
 		case st.Terminal():
 			a := ev.Run
 			a.Status, a.LastEvent = st.Status, st.LastEvent

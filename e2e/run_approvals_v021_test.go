@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-bridge/hermes-bridge/bridge"
 	"github.com/hermes-bridge/hermes-bridge/events"
 	"github.com/hermes-bridge/hermes-bridge/hermes/hermestest"
 )
@@ -215,4 +216,43 @@ func (h *harness) waitLog(id, substr string) logLine {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestRunApprovalAskedFromStatus (Hermes 0.21): a replica that takes a governed run over
+// cannot read its events (Hermes gives a run's events to its first subscriber only), so
+// it follows the run's status; the tool approval the run comes to wait for then is asked
+// from the status, which names its request, and the run completes once it is answered.
+func TestRunApprovalAskedFromStatus(t *testing.T) {
+	h := newHarness(t, withFake(hermestest.WithVersion(hermestest.Version021), hermestest.WithAgent(twoApprovalsAgent)),
+		withConfig(func(c *bridge.Config) {
+			c.AckWait = 2 * time.Second
+			c.Heartbeat = 500 * time.Millisecond
+			c.Lease = 2 * time.Second
+			c.ShutdownGrace = 500 * time.Millisecond
+			c.ApprovalTTL = time.Minute
+		}))
+	id := h.publish("run", events.Action{Input: mustJSON(t, map[string]any{"input": "taken over"}), IdempotencyKey: "k-status-ask"})
+	first := h.pendingRun(id, func(p pendingEntry) bool { return p.RequestID != "" })
+	h.startBridge() // replica 1
+	h.stopBridge(0) // the owner hands the run back; replica 1 takes it over
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := h.client.Decide(ctx, id, events.Approval{Decision: events.DecisionApprove, Approver: "ops",
+		InputSHA256: first.InputSHA256, RequestID: first.RequestID}); err != nil {
+		t.Fatal(err)
+	}
+	second := h.pendingRun(id, func(p pendingEntry) bool { return p.RequestID != "" && p.RequestID != first.RequestID })
+	if ri, ok := h.fake.Run(second.RunID); !ok || ri.ApprovalRequestID != second.RequestID || second.Command != "rm -rf dist/" {
+		t.Fatalf("pending lists %+v; the fake's run %+v", second, ri)
+	}
+	if err := h.client.Decide(ctx, id, events.Approval{Decision: events.DecisionApprove, Approver: "ops",
+		InputSHA256: second.InputSHA256, RequestID: second.RequestID}); err != nil {
+		t.Fatal(err)
+	}
+	res := h.followOK(id)
+	if !strings.Contains(jstr(output(t, res), "output"), "cleaned taken over") {
+		t.Fatalf("result %s", res.Output)
+	}
+	wantEq(t, h.fake.ToolRuns("terminal"), 2, "the tools ran %d times, want 2")
+	wantEq(t, h.fake.RunsStartedFor("k-status-ask"), 1, "Hermes started %d runs, want 1")
 }

@@ -53,10 +53,13 @@ type RunStatus struct {
 	Usage     *RunUsage `json:"-"`          // ParseUsage of the usage member: nil when absent or unreadable
 	// PendingSteer is steer text the agent never read (later Hermes versions, terminal
 	// runs; "" when none).
-	PendingSteer string          `json:"pending_steer"`
-	CreatedAt    float64         `json:"created_at"` // Unix seconds
-	UpdatedAt    float64         `json:"updated_at"`
-	Raw          json.RawMessage `json:"-"` // the body verbatim
+	PendingSteer string `json:"pending_steer"`
+	// Approval is, while the status is waiting_for_approval, the approval.request event
+	// the run waits for, verbatim (Hermes 0.21 and later; nil before): ParseRunEvent reads it.
+	Approval  json.RawMessage `json:"approval"`
+	CreatedAt float64         `json:"created_at"` // Unix seconds
+	UpdatedAt float64         `json:"updated_at"`
+	Raw       json.RawMessage `json:"-"` // the body verbatim
 }
 
 // Terminal reports whether the status is final.

@@ -529,6 +529,39 @@ func TestFakeRunSteer(t *testing.T) {
 	}
 }
 
+// TestRunStatusApproval: while a run waits for a tool approval, Hermes 0.21's status
+// carries the approval.request it waits for (RunStatus.Approval, read by ParseRunEvent,
+// with the event's request_id); v0.19's carries none.
+func TestRunStatusApproval(t *testing.T) {
+	for _, v := range []string{hermestest.Version021, hermestest.Version019} {
+		t.Run(v, func(t *testing.T) {
+			s, c := fakeServer(t, hermestest.WithVersion(v), hermestest.WithAgent(func(context.Context, hermestest.Turn) hermestest.Reply {
+				return hermestest.Reply{Text: "cleaned", Tools: []hermestest.Tool{{Name: "terminal", Args: `{"command": "rm -rf build/"}`,
+					Approval: &hermestest.Approval{PatternKey: "recursive_delete", Description: "recursive delete"}}}}
+			}))
+			ctx := fakeCtx(t)
+			st := start(t, c, `{"input":"clean up"}`, "k")
+			noErr(t, s.WaitRunStatus(ctx, st.RunID, hermes.RunWaitingForApproval))
+			rs, err := c.RunStatus(ctx, st.RunID)
+			noErr(t, err)
+			if v == hermestest.Version019 {
+				if rs.Approval != nil {
+					t.Fatalf("v0.19 status carries an approval: %s", rs.Approval)
+				}
+				return
+			}
+			ev, err := hermes.ParseRunEvent(rs.Approval)
+			noErr(t, err)
+			if ev.Name != "approval.request" || ev.Approval == nil || ev.Approval.RequestID == "" || ev.Approval.PatternKey != "recursive_delete" {
+				t.Fatalf("the status's approval %s reads as %+v", rs.Approval, ev.Approval)
+			}
+			if ri, _ := s.Run(st.RunID); ri.ApprovalRequestID != ev.Approval.RequestID {
+				t.Fatalf("status names request %q, the run waits for %q", ev.Approval.RequestID, ri.ApprovalRequestID)
+			}
+		})
+	}
+}
+
 // TestFakeRunApproval: approval.request pauses the run; RunApproval once lets the tool run,
 // deny does not; answering a finished run is 409 approval_not_active.
 func TestFakeRunApproval(t *testing.T) {

@@ -297,11 +297,14 @@ const (
 	// NoteRunApprovalStale: a decision names a tool approval request (Reason: its
 	// request_id) the run does not wait for (answered, or never asked); it is not applied.
 	NoteRunApprovalStale
+	// NoteRunApprovalSkipped: an approval.request the events showed is not asked: the
+	// run's status says it no longer waits for it (Reason: why).
+	NoteRunApprovalSkipped
 )
 
 var noteNames = [...]string{"none", "gave_up_waiting", "taken_over", "store_failed", "auth",
 	"run_approval_asked", "run_approval_expired", "run_not_followed", "run_lost", "unresumable", "key_lost",
-	"result_unstored", "run_approval_stale"}
+	"result_unstored", "run_approval_stale", "run_approval_skipped"}
 
 func (n Note) String() string { return nameOf(noteNames[:], n, "note") }
 

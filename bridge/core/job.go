@@ -184,6 +184,10 @@ func (j *Job) StepAppend(ev Event, out []Effect) []Effect {
 	case EvPanic:
 		j.onPanic()
 	default:
+		if j.busy && ev.Op != 0 && ev.Op == j.cur.eff.Op {
+			j.onStore(ev) // a status read queued beside the store operations
+			break
+		}
 		j.onAnswer(ev)
 	}
 	out, j.out = j.out, nil

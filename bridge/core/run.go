@@ -91,6 +91,11 @@ type RunAnswer struct {
 	PublishFailed bool
 	// Approval is a tool approval the run asks (EvRunApproval).
 	Approval *RunApprovalAsk
+	// RunStatus of a run that has not ended: Waiting says its status is
+	// waiting_for_approval, and WaitsFor is the approval.request it waits for, where the
+	// status carries it (Hermes 0.21 and later; nil before).
+	Waiting  bool
+	WaitsFor *RunApprovalAsk
 }
 
 // Run timing.
@@ -414,6 +419,11 @@ func (j *Job) onRunPolled(ev Event) {
 		if (j.lost || j.shutdown) && !f.stopping {
 			j.afterRunWait()
 			return
+		}
+		if w := ev.Run; ev.Status == OK && w != nil && w.WaitsFor != nil && w.WaitsFor.RequestID != "" && !f.stopping {
+			// The run waits for an approval its events did not show (they ended
+			// early): asked from its status, where Hermes names the request.
+			j.queueAsk(w.WaitsFor, true)
 		}
 		j.pollLater()
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -22,38 +23,93 @@ type RunApprovalAsk struct {
 	RequestID   string // the event's request_id (Hermes 0.21 and later; "" before)
 }
 
-// onRunApproval asks tool approval k of the run (one more than the last): first the
-// approval's index, hash and expiry in the record (a compare-and-set, so that a
-// delivery that lost its claim asks nothing), where any replica's decision finds it;
-// then its pending_approval result <id>:pending:<k> after the action's last result
-// message; then its expiry is armed. A failure is logged: the run then waits for the
-// approval's expiry (or its deadline). A crash between the record and the message
-// leaves an approval nobody sees: the delivery that takes the run over arms its expiry,
-// which denies it.
+// onRunApproval queues an approval.request the run's events showed (queueAsk).
 func (j *Job) onRunApproval(ev Event) {
-	f := j.run
-	if f == nil || ev.Run == nil || ev.Run.Approval == nil || j.lost || j.done {
+	if j.run == nil || ev.Run == nil || ev.Run.Approval == nil || j.lost || j.done {
 		return
 	}
-	ask := ev.Run.Approval
+	j.queueAsk(ev.Run.Approval, false)
+}
+
+// queueAsk asks a tool approval of the run, one ask after another. A request Hermes
+// names that this action already asked (the record holds it) or has queued is not asked
+// again. An ask read from the run's events is checked against the run's status first
+// (checked false; checkAsk): events are read from where the action's stored events end,
+// from the first when none are stored, so they may be history answered long ago (an
+// action published again after its records expired follows the run Hermes's durable
+// idempotency names, from its first event).
+//
+// Asking tool approval k (one more than the last) is then: first the approval's index,
+// hash and expiry in the record (a compare-and-set, so that a delivery that lost its
+// claim asks nothing), where any replica's decision finds it; then its pending_approval
+// result <id>:pending:<k> after the action's last result message; then its expiry is
+// armed. A failure is logged: the run then waits for the approval's expiry (or its
+// deadline). A crash between the record and the message leaves an approval nobody
+// sees: the delivery that takes the run over arms its expiry, which denies it.
+func (j *Job) queueAsk(ask *RunApprovalAsk, checked bool) {
 	if ask.SHA256 == "" {
 		j.note(NoteRunApprovalAsked, "an approval request of the run is not a JSON object; it waits for the deadline")
 		return
 	}
-	f.asked++
-	k := f.asked
-	expires := j.now.Add(j.cfg.ApprovalTTL)
-	out, _ := json.Marshal(map[string]any{
-		"capability_id": j.act.CapabilityID, "run_id": f.runID, "input": ask.Data, "input_sha256": ask.SHA256,
-		"expires_at": expires.UTC(),
-		"approval":   approvalOut(k, ask),
-	})
-	pending := &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
-		Status: events.StatusPendingApproval, Output: out}
-	j.asks = append(j.asks, runAsk{n: k, sha: ask.SHA256, requestID: ask.RequestID, expires: expires, pending: pending})
-	if len(j.asks) == 1 {
-		j.sendAsk()
+	if id := ask.RequestID; id != "" && (id == j.rec.ApprovalRequestID ||
+		slices.ContainsFunc(j.asks, func(a runAsk) bool { return a.ask.RequestID == id })) {
+		return
 	}
+	j.asks = append(j.asks, runAsk{ask: ask, checked: checked})
+	if len(j.asks) == 1 {
+		j.startAsk()
+	}
+}
+
+// startAsk checks asks[0] against the run's status unless that is done, then asks it.
+func (j *Job) startAsk() {
+	if !j.asks[0].checked {
+		j.store(kRunAskCheck, Effect{Kind: EffRun, Run: &RunRequest{Op: RunStatus, CapabilityID: j.act.CapabilityID,
+			RunID: j.run.runID}})
+		return
+	}
+	a := &j.asks[0]
+	j.run.asked++
+	a.n = j.run.asked
+	a.expires = j.now.Add(j.cfg.ApprovalTTL)
+	out, _ := json.Marshal(map[string]any{
+		"capability_id": j.act.CapabilityID, "run_id": j.run.runID, "input": a.ask.Data, "input_sha256": a.ask.SHA256,
+		"expires_at": a.expires.UTC(),
+		"approval":   approvalOut(a.n, a.ask),
+	})
+	a.pending = &events.Result{ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
+		Status: events.StatusPendingApproval, Output: out}
+	j.sendAsk()
+}
+
+// onRunAskCheck asks asks[0] unless the run's status shows it no longer waits for it.
+func (j *Job) onRunAskCheck(ev Event) {
+	if why := askSkipped(ev, j.asks[0].ask.RequestID); why != "" {
+		j.note(NoteRunApprovalSkipped, why)
+		j.nextAsk()
+		return
+	}
+	j.asks[0].checked = true
+	j.startAsk()
+}
+
+// askSkipped says how the run's status (ev) shows that the run no longer waits for the
+// approval request requestID: it ended, the endpoint forgot it, or it waits for another
+// request; "" when it may wait for it. Only such evidence skips an ask: a status that
+// could not be read, one that names no request (Hermes before 0.21), or one that says
+// running (it may not have caught up with the event) lets the ask go ahead.
+func askSkipped(ev Event, requestID string) string {
+	switch {
+	case ev.Status == NotFound:
+		return "the endpoint no longer knows the run"
+	case ev.Status != OK || ev.Run == nil:
+		return ""
+	case ev.Run.Status != "":
+		return "the run has ended"
+	case ev.Run.WaitsFor != nil && ev.Run.WaitsFor.RequestID != "" && requestID != "" && ev.Run.WaitsFor.RequestID != requestID:
+		return "the run waits for another approval request"
+	}
+	return ""
 }
 
 // approvalOut is the approval object of tool approval k's pending_approval output.
@@ -68,12 +124,12 @@ func approvalOut(k int, ask *RunApprovalAsk) map[string]any {
 
 // runAsk is a tool approval being asked (asks are written one after another).
 type runAsk struct {
-	n         int
-	sha       string
-	requestID string
-	expires   time.Time
-	pending   *events.Result
-	expect    uint64 // the result message its pending message follows
+	ask     *RunApprovalAsk
+	checked bool // the run's status was read (or the ask came from it)
+	n       int  // its index, from its check on
+	expires time.Time
+	pending *events.Result
+	expect  uint64 // the result message its pending message follows
 }
 
 func (j *Job) askID(a runAsk) string { return j.act.ID + ":pending:" + strconv.Itoa(a.n) }
@@ -81,7 +137,7 @@ func (j *Job) askID(a runAsk) string { return j.act.ID + ":pending:" + strconv.I
 // sendAsk records asks[0] in the action record.
 func (j *Job) sendAsk() {
 	a := j.asks[0]
-	j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.sha, requestID: a.requestID, expires: a.expires, pendingSeq: j.expect()})
+	j.claim(kRunAsked, change{kind: chAsk, n: a.n, sha: a.ask.SHA256, requestID: a.ask.RequestID, expires: a.expires, pendingSeq: j.expect()})
 }
 
 func (j *Job) onRunAsked(ev Event) {
@@ -94,7 +150,7 @@ func (j *Job) onRunAsked(ev Event) {
 	a.expect = j.expect()
 	j.armApproval(a.n, a.expires)
 	idx := kvstore.Record{State: kvstore.StateDispatched, ActionID: j.act.ID, CapabilityID: j.act.CapabilityID,
-		RunID: j.run.runID, InputSHA256: a.sha, ApprovalSeq: a.n, ApprovalRequestID: a.requestID, ExpiresAt: a.expires.UTC()}
+		RunID: j.run.runID, InputSHA256: a.ask.SHA256, ApprovalSeq: a.n, ApprovalRequestID: a.ask.RequestID, ExpiresAt: a.expires.UTC()}
 	j.store(kRunAskIndex, Effect{Kind: EffCreate, Key: kvstore.AskKey(j.act.ID, a.n), Rec: recordOf(idx)})
 }
 
@@ -207,7 +263,7 @@ func (j *Job) askUnpublished() {
 func (j *Job) nextAsk() {
 	j.asks = j.asks[1:]
 	if len(j.asks) > 0 && !j.done {
-		j.sendAsk()
+		j.startAsk()
 	}
 }
 

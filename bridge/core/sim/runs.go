@@ -222,14 +222,20 @@ func (h *hermes) show(r *hrun, rd *runReader) {
 
 // ask shows the reader's job tool approval k (EvRunApproval: not an answer).
 func (h *hermes) ask(r *hrun, rd *runReader, k int) {
-	data, _ := json.Marshal(map[string]any{"run_id": r.id, "approval": k, "command": "rm -rf /tmp/x", "request_id": requestID(r, k)})
-	sum := sha256.Sum256(data)
-	ask := &core.RunApprovalAsk{Data: data, SHA256: hex.EncodeToString(sum[:]), Command: "rm -rf /tmp/x",
-		Description: "a tool", Choices: []string{"once", "session", "always", "deny"}, RequestID: requestID(r, k)}
+	ask := approvalAsk(r, k)
 	j := rd.j
 	if j.alive() && j.findOp(rd.op) != nil {
 		h.w.post(j, core.Event{Kind: core.EvRunApproval, Run: &core.RunAnswer{Approval: ask}})
 	}
+}
+
+// approvalAsk is the run's approval.request of tool approval k, as its events show it
+// and (Hermes 0.21) its status while it waits for it.
+func approvalAsk(r *hrun, k int) *core.RunApprovalAsk {
+	data, _ := json.Marshal(map[string]any{"run_id": r.id, "approval": k, "command": "rm -rf /tmp/x", "request_id": requestID(r, k)})
+	sum := sha256.Sum256(data)
+	return &core.RunApprovalAsk{Data: data, SHA256: hex.EncodeToString(sum[:]), Command: "rm -rf /tmp/x",
+		Description: "a tool", Choices: []string{"once", "session", "always", "deny"}, RequestID: requestID(r, k)}
 }
 
 // finishRead answers the reader with what it saw (the run's end when streamed).
