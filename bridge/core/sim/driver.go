@@ -160,6 +160,10 @@ func (w *World) exec(j *job, effs []core.Effect, skip bool) {
 			}
 			return
 		}
+		if e.Kind == core.EffHook && e.Point == core.PointStored && j.msg != nil && j.msg.lapse {
+			w.crash(j, "at stored: its result is never stored, and its key lapses")
+			return
+		}
 		if e.Kind == core.EffHook && w.faults() {
 			switch {
 			case w.chance(w.p.pHookCrash):

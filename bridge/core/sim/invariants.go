@@ -340,7 +340,11 @@ func (w *World) checkKeys() {
 		case r.ReplayOf != nil:
 			w.stats.Replays++
 			o := w.scen.byID[*r.ReplayOf]
-			if o == nil || o.id == a.id || o.scoped != a.scoped || o.input != a.input {
+			if o != nil && o.id == a.id {
+				w.checkSelfReplay(a, t)
+				continue
+			}
+			if o == nil || o.scoped != a.scoped || o.input != a.input {
 				w.failf("%s replays %s, which is not a same-key same-input action", a.id, *r.ReplayOf)
 				continue
 			}
@@ -370,6 +374,22 @@ func (w *World) checkKeys() {
 			}
 		}
 	}
+}
+
+// checkSelfReplay judges a result of a that replays a itself: a later life of a (published
+// again after its records expired) replayed its key holder's replay of a's first result.
+// That life must have a terminal result before t, the same.
+func (w *World) checkSelfReplay(a *action, t *logMsg) {
+	r := t.result
+	for _, m := range w.log.subjects[a.id] {
+		if m != t && m.terminal() && m.at.Before(t.at) && m.result.ReplayOf == nil {
+			if or := m.result; or.Status != r.Status || string(or.Output) != string(r.Output) || errJSON(or.Error) != errJSON(r.Error) {
+				w.failf("%s replays its own first result as %s, but it settled %s", a.id, core.FormatResult(r), core.FormatResult(or))
+			}
+			return
+		}
+	}
+	w.failf("%s replays itself, but never settled before", a.id)
 }
 
 // checkLive looks at the records as they are: no record of a settled action left

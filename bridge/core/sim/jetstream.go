@@ -34,6 +34,8 @@ type message struct {
 	done       bool
 	end        string // acked, term: <reason>, exhausted
 	republish  bool   // a re-publish after the action's records expired
+	// lapse: delivered once, and that delivery dies after the call (planLapse).
+	lapse bool
 }
 
 func (m *message) String() string {
@@ -69,7 +71,7 @@ func (js *jetStream) pump() {
 		if m.done || m.cur != nil || w.now.Before(m.available) {
 			continue
 		}
-		if limit := w.p.maxDeliver; limit > 0 && m.deliveries >= limit {
+		if limit := w.p.maxDeliver; (limit > 0 && m.deliveries >= limit) || (m.lapse && m.deliveries >= 1) {
 			m.done, m.end = true, "exhausted"
 			w.stats.Exhausted++
 			w.tr.printf("js", "%s exhausted after %d deliveries", m, m.deliveries)

@@ -35,6 +35,9 @@ type mutant struct {
 	// claims is the worlds' atomic claims (Options.Claims): "off" unless the mutant is
 	// in the claim, so that the mutants older than it run on the worlds that caught them.
 	claims string
+	// lapse is the worlds' lapsed key (Options.Lapse): "off" unless the mutant is in the
+	// path it plays, for the same reason.
+	lapse string
 }
 
 var mutants = []mutant{
@@ -108,7 +111,8 @@ var mutants = []mutant{
 		old:   "if j.claimed && j.rec.State == kvstore.StateDispatched {",
 		new:   "if false {",
 		why:   "a dispatched action whose key expired replays the key's new holder (dispatched_key_lost)",
-		seeds: 100000,
+		seeds: 3000,
+		lapse: "on",
 	},
 	{
 		class: "lease", name: "takeover_without_lease", file: "begin.go",
@@ -187,8 +191,9 @@ func TestMutants(t *testing.T) {
 			if m.seeds != 0 {
 				seeds = m.seeds
 			}
-			claims := cmp.Or(m.claims, "off")
-			args := []string{"test", "-overlay", overlay, "-count=1", "-run", "^TestSim$", "-timeout", "0", ".", "-sim.claims", claims, "-sim.seeds", strconv.Itoa(seeds)}
+			claims, lapse := cmp.Or(m.claims, "off"), cmp.Or(m.lapse, "off")
+			args := []string{"test", "-overlay", overlay, "-count=1", "-run", "^TestSim$", "-timeout", "0", ".", "-sim.claims", claims,
+				"-sim.lapse", lapse, "-sim.seeds", strconv.Itoa(seeds)}
 			if *simMutantSeed != 0 {
 				args = append(args[:len(args)-2], "-sim.seed", strconv.FormatUint(*simMutantSeed, 10), "-sim.trace")
 			}

@@ -55,6 +55,8 @@ type params struct {
 	// which it refuses as a whole with pBatchRefused (nothing written).
 	atomicClaim   bool
 	pBatchRefused float64
+	// lapse: the scenario plays a key that lapses under a dispatched action (planLapse).
+	lapse bool
 
 	// Store and log faults, per operation.
 	pSlow, pStale, pLostReply, pFailWrite float64
@@ -142,11 +144,26 @@ func drawClaim(seed uint64, mode string, p *params) {
 	}
 }
 
+// drawLapse draws whether the world plays a lapsed key (unless mode, Options.Lapse, says),
+// from a generator of its own, which planLapse then draws from: the worlds without it
+// run exactly as they did before the simulator had it.
+func drawLapse(seed uint64, mode string, p *params) sched {
+	s := sched{rnd: rand.New(rand.NewPCG(seed, 0x1a95e1a9))}
+	p.lapse = s.chance(0.3)
+	switch mode {
+	case "off":
+		p.lapse = false
+	case "on":
+		p.lapse = true
+	}
+	return s
+}
+
 func (p params) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "replicas=%d workers=%d endpoint_max=%d max_deliver=%d max_attempts=%d ttl=%s log_max_age=%s durable_runs=%v\n",
 		p.replicas, p.workers, p.endpointMax, p.maxDeliver, p.maxAttempts, p.ttl, p.logMaxAge, p.durableRuns)
-	fmt.Fprintf(&b, "records_ttl=%s atomic_claim=%v (refused %.3f)\n", p.recordsTTL, p.atomicClaim, p.pBatchRefused)
+	fmt.Fprintf(&b, "records_ttl=%s atomic_claim=%v (refused %.3f) lapse=%v\n", p.recordsTTL, p.atomicClaim, p.pBatchRefused, p.lapse)
 	fmt.Fprintf(&b, "store: slow=%.3f stale=%.3f (lag %s) lost_reply=%.3f fail_write=%.3f\n",
 		p.pSlow, p.pStale, p.staleLag, p.pLostReply, p.pFailWrite)
 	fmt.Fprintf(&b, "jobs: hook_crash=%.3f hook_pause=%.3f op_crash=%.3f op_pause=%.3f panic=%.3f stored_pause=%.3f\n",

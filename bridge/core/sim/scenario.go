@@ -184,6 +184,36 @@ func (s *scenario) plan() {
 			s.publish(&message{act: a, dec: dec}, d, "stray decision (approve) published")
 		}
 	}
+	if w.p.lapse {
+		s.planLapse()
+	}
+}
+
+// planLapse (worlds with lapse) plays a key that lapses under a dispatched action: a
+// governed run x whose only delivery dies after the run ended, before its result is
+// stored, so that its record stays dispatched (the run bound) and its key lapses after
+// the keys' TTL;
+// then an action y with x's key and input, published after that, which claims the key;
+// then x published again, while its record is kept. That delivery takes over a
+// dispatched record whose key another action holds (script dispatched_key_lost). All
+// three are drawn from the lapse generator.
+func (s *scenario) planLapse() {
+	w, l := s.w, &s.w.lapseRnd
+	x := &action{id: fmt.Sprintf("a%d", len(s.actions)), cap: capRun, op: core.Op{Name: "run", Run: true, Stream: true, KeyRequired: true},
+		key: pick(l, "k1", "k2"), input: pick(l, inputA, inputB), timeout: pick(l, 2*time.Minute, 5*time.Minute)}
+	x.scoped = kvstore.IdempotencyKey(x.cap, x.key)
+	y := *x
+	y.id = fmt.Sprintf("a%d", len(s.actions)+1)
+	for _, a := range []*action{x, &y} {
+		s.actions = append(s.actions, a)
+		s.byID[a.id] = a
+		w.stats.Actions++
+	}
+	at := l.between(0, 2*time.Minute)
+	s.publish(&message{act: x, lapse: true}, at, "published (its only delivery dies after the call, before its result is stored)")
+	claim := at + w.p.ttl + l.between(3*time.Minute, 5*time.Minute)
+	s.publish(&message{act: &y}, claim, "published after "+x.id+"'s key lapsed, with its key and input")
+	s.publish(&message{act: x}, claim+l.between(time.Minute, 2*time.Minute), "re-published after "+y.id+" claimed its lapsed key")
 }
 
 func (s *scenario) publish(m *message, at time.Duration, what string) {

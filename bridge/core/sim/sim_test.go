@@ -8,6 +8,7 @@ package sim
 //	go test ./bridge/core/sim -run TestSim -sim.seed=N -sim.trace // replay one, with its trace
 
 import (
+	"cmp"
 	"flag"
 	"runtime"
 	"slices"
@@ -23,6 +24,7 @@ var (
 	simSeed   = flag.Uint64("sim.seed", 0, "run only this seed of TestSim")
 	simTrace  = flag.Bool("sim.trace", false, "print the trace of every seed TestSim runs")
 	simClaims = flag.String("sim.claims", "", "TestSim: atomic claims in every world (on), in none (off), or drawn per seed (empty)")
+	simLapse  = flag.String("sim.lapse", "", "TestSim: a key that lapses under a dispatched action in every world (on), in none (off), or drawn per seed (empty)")
 )
 
 func TestSim(t *testing.T) {
@@ -47,7 +49,7 @@ func TestSim(t *testing.T) {
 		wg.Go(func() {
 			for seed := range work {
 				t0 := time.Now()
-				r := Run(seed, Options{Trace: *simTrace, Claims: *simClaims})
+				r := Run(seed, Options{Trace: *simTrace, Claims: *simClaims, Lapse: *simLapse})
 				took := time.Since(t0)
 				mu.Lock()
 				total.Add(&r.Stats)
@@ -76,10 +78,10 @@ func TestSim(t *testing.T) {
 	if len(failures) > 0 {
 		r := failures[0]
 		if !*simTrace {
-			r = Run(r.Seed, Options{Trace: true}) // the same run, traced
+			r = Run(r.Seed, Options{Trace: true, Claims: *simClaims, Lapse: *simLapse}) // the same run, traced
 		}
-		t.Errorf("seed %d fails; replay it with\n\tgo test ./bridge/core/sim -run TestSim -sim.seed=%d -sim.trace\n%s",
-			r.Seed, r.Seed, r)
+		t.Errorf("seed %d fails; replay it with\n\tgo test ./bridge/core/sim -run TestSim -sim.seed=%d -sim.claims=%q -sim.lapse=%q -sim.trace\n%s",
+			r.Seed, r.Seed, *simClaims, *simLapse, r)
 	}
 }
 
@@ -133,16 +135,16 @@ func TestSimCatches(t *testing.T) {
 // TestSimFoundSeeds replays seeds that once failed, each with the bug it found.
 func TestSimFoundSeeds(t *testing.T) {
 	for _, c := range []struct {
-		seed   uint64
-		claims string // Options.Claims
-		bug    string
+		seed          uint64
+		claims, lapse string // Options.Claims, Options.Lapse ("" is "off" here)
+		bug           string
 	}{
-		{68112, "", "a panic at the claimed hook dropped the rest of its batch, an EffUnadmit among it: the endpoint slot was never given back (the bridge's driver gave none back)"},
-		{50171, "off", "an action that replayed its key holder's result left its record claimed; once the key and the result had expired, a re-publish took the record over and called Hermes for an action that had already ended"},
-		{225455, "off", "an action published again after its records expired followed its old run from the first event and asked an approval answered in its first life; the run waited for its next one, which nobody asked, and a decision named the old request"},
-		{119626, "off", "a later life of an action asked the approvals of a run that had long completed, from its history, over and over; a decision naming an earlier request then answered one of them"},
+		{68112, "", "", "a panic at the claimed hook dropped the rest of its batch, an EffUnadmit among it: the endpoint slot was never given back (the bridge's driver gave none back)"},
+		{50171, "off", "", "an action that replayed its key holder's result left its record claimed; once the key and the result had expired, a re-publish took the record over and called Hermes for an action that had already ended"},
+		{225455, "off", "", "an action published again after its records expired followed its old run from the first event and asked an approval answered in its first life; the run waited for its next one, which nobody asked, and a decision named the old request"},
+		{119626, "off", "", "a later life of an action asked the approvals of a run that had long completed, from its history, over and over; a decision naming an earlier request then answered one of them"},
 	} {
-		if r := Run(c.seed, Options{Claims: c.claims}); len(r.Failures) > 0 {
+		if r := Run(c.seed, Options{Claims: c.claims, Lapse: cmp.Or(c.lapse, "off")}); len(r.Failures) > 0 {
 			t.Errorf("seed %d fails again (%s): %s", c.seed, c.bug, strings.Join(r.Failures, "; "))
 		}
 	}

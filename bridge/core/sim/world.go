@@ -17,6 +17,10 @@ type Options struct {
 	// seed draws it), "off" (the worlds as they were before the simulator had them, which
 	// the mutants that predate them run on), or "on".
 	Claims string
+	// Lapse says whether the scenario plays a key that lapses under a dispatched action
+	// whose only delivery died after its call (planLapse): "" (each seed draws it), "off"
+	// (the worlds as they were before the simulator had it), or "on".
+	Lapse string
 	// sabotage breaks the world on purpose (tests prove that the invariants catch it):
 	// "double_exec" (Hermes executes an unsafe request twice), "no_cas" (the log ignores
 	// the expected sequence), "lie" (a refused request answers completed).
@@ -53,6 +57,7 @@ type World struct {
 	seed     uint64
 	sabotage string
 	p        params
+	lapseRnd sched // planLapse's draws
 	cfg      core.Config
 	tr       tracer
 
@@ -93,6 +98,7 @@ func newWorld(seed uint64, opt Options) *World {
 	w.tr = tracer{on: opt.Trace, now: &w.now}
 	w.p = drawParams(&w.sched)
 	drawClaim(seed, opt.Claims, &w.p)
+	w.lapseRnd = drawLapse(seed, opt.Lapse, &w.p)
 	w.cfg = coreConfig(w.p)
 	w.kv = &bucket{keysTTL: w.p.ttl, recordsTTL: w.p.recordsTTL, versions: map[string][]kvVersion{}}
 	w.log = &resultLog{maxAge: w.p.logMaxAge, seq: &w.streamq, subjects: map[string][]*logMsg{},
