@@ -182,8 +182,30 @@ func (j *Job) dispatch() {
 		// A run taken over unbound, posted again (durable run idempotency): marked already.
 		j.hook(PointDispatched)
 		j.call()
+	case j.act.IdemKey != "" && j.keyRev != 0 && !j.keyProven:
+		// The key was adopted from a read (an earlier delivery of this action claimed
+		// it), which may be a lease's wait or an admission old: it may have lapsed since.
+		// Renewing it proves it is still this action's, for a TTL more, before the mark.
+		j.store(kKeyProve, Effect{Kind: EffUpdate, Key: j.act.IdemKey, Rec: recordOf(j.keyRec), Rev: j.keyRev})
 	default:
 		j.claim(kDispatched, change{kind: chDispatch, stopOnCancel: true})
+	}
+}
+
+// onKeyProve follows the renewal of a key adopted from a read: proven, the dispatch goes
+// on; lapsed or written since, the key is claimed afresh (or found held by another).
+func (j *Job) onKeyProve(ev Event) {
+	switch ev.Status {
+	case OK:
+		j.keyRev, j.keyProven = ev.Rev, true
+		j.dispatch()
+	case Conflict, NotFound:
+		j.keyRev = 0
+		j.unadmit()
+		j.claimKey()
+	default:
+		j.unadmit()
+		j.infra(ev, "renewing the idempotency key")
 	}
 }
 

@@ -194,7 +194,7 @@ func (j *Job) onRenewed(ev Event) {
 func (j *Job) onKeyRenewed(ev Event) {
 	switch ev.Status {
 	case OK:
-		j.keyRev = ev.Rev
+		j.keyRev, j.keyProven = ev.Rev, true
 		j.keyRenewing = false
 	default:
 		j.store(kKeyReread, Effect{Kind: EffGet, Key: j.act.IdemKey})
@@ -205,7 +205,7 @@ func (j *Job) onKeyReread(ev Event) {
 	j.keyRenewing = false
 	switch {
 	case ev.Status == OK && ev.Entry.Record.ActionID == j.act.ID:
-		j.keyRev, j.keyRec = ev.Entry.Revision, ev.Entry.Record
+		j.holdRead(ev.Entry.Revision, ev.Entry.Record)
 	case ev.Status == OK || ev.Status == NotFound:
 		// Another action holds the key, or it is gone (expired, or freed by a result):
 		// not this job's to renew.
@@ -225,8 +225,12 @@ func (j *Job) storeBound() time.Duration {
 	return min(5*time.Second, j.cfg.Lease/8)
 }
 
-// hold records that the job holds the key, at revision rev.
-func (j *Job) hold(rev uint64, r kvstore.Record) { j.keyRev, j.keyRec = rev, r }
+// hold records that the job holds the key, at revision rev, which it wrote.
+func (j *Job) hold(rev uint64, r kvstore.Record) { j.keyRev, j.keyRec, j.keyProven = rev, r, true }
+
+// holdRead records that the job holds the key, at revision rev, as a read found it
+// naming this action: dispatch proves it with a write before anything is sent.
+func (j *Job) holdRead(rev uint64, r kvstore.Record) { j.keyRev, j.keyRec, j.keyProven = rev, r, false }
 
 // take records the claim the job took.
 func (j *Job) take(rev uint64, r kvstore.Record, v Verdict) {

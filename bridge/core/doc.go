@@ -96,7 +96,10 @@
 //     it is freed only by a result that is retryable and certain (nothing reached
 //     Hermes), with a compare-and-set Delete. A key held by another action decides
 //     nothing for an action already dispatched (its key expired while it had no
-//     result): that one carries on without it.
+//     result): that one carries on without it. A key found by a read naming the action
+//     itself (an earlier delivery claimed it) is proven by a compare-and-set renewal
+//     before the action is marked dispatched: the read may be a lease's wait old, and
+//     the key may have lapsed since.
 //   - Exactly one terminal result per identified action: the result is an Append on the
 //     action's last sequence, so one wins; a job ends without one only by handing the
 //     action on (a nak: the message is delivered again; its claim taken over by a

@@ -46,13 +46,15 @@ type Job struct {
 	keySeen     *kvstore.Entry // a key record a start found held by another action
 	claimTried  bool           // the one-write start tried its atomic claim (EffClaim)
 	keyRenewing bool
+	// keyProven: this job wrote the key's revision keyRev (or renewed it); false when it
+	// adopted the key from a read, which says nothing of whether it has lapsed since.
+	keyProven bool
 
 	seen      kvstore.Entry // the record (or key record) the flow decides about
 	waitUntil time.Time     // the limit of a wait for another delivery
 
 	settling    bool // the result is decided: a cancel comes too late
 	parking     bool // a parking is under way: the records answer cancels
-	replay      bool // the result settled is a replay of the key holder's
 	unboundRun  bool // a run taken over unbound and posted again: no failure is certain
 	result      *events.Result
 	settleUntil time.Time

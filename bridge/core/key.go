@@ -47,7 +47,7 @@ func (j *Job) onKeyGet(ev Event) {
 func (j *Job) examineKey(e kvstore.Entry) {
 	j.seen = e
 	if e.Record.ActionID == j.act.ID {
-		j.hold(e.Revision, e.Record) // an earlier delivery of this action claimed it
+		j.holdRead(e.Revision, e.Record) // an earlier delivery of this action claimed it
 		j.admit()
 		return
 	}
@@ -107,7 +107,8 @@ func (j *Job) onKeyFree(ev Event) {
 }
 
 // replayHolder settles the action with the terminal result r of action orig, marked as its
-// replay. The replay is fenced like every result reached without a call (settle): the
+// replay (a replay's replay names the original: an action published again after its
+// records expired may so replay its own earlier life's result, which names it). The replay is fenced like every result reached without a call (settle): the
 // record says settling before the result is appended. Unfenced, the record would stay
 // claimed, and once the key and the holder's result had expired (both before the
 // record), a re-publish would take that claim over and call Hermes for an action that
@@ -124,6 +125,6 @@ func (j *Job) replayHolder(orig string, r *events.Result) {
 	}
 	c.ActionID = j.act.ID
 	c.ReplayOf = &orig
-	j.replayOf, j.replay = orig, true
+	j.replayOf = orig
 	j.settle(&c)
 }

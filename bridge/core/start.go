@@ -215,11 +215,9 @@ func (j *Job) onStartKeyGet(ev Event) {
 	case NotFound:
 		j.startKey() // gone since: create it afresh
 	case OK:
-		if e := ev.Entry; e.Record.ActionID == j.act.ID {
-			j.hold(e.Revision, e.Record) // an earlier delivery claimed it and stopped
-			j.startRecord()
-			return
-		}
+		// Another action holds the key, or an earlier delivery of this one claimed it
+		// and stopped (its revision, read, may lapse before a send): the ordinary path
+		// decides, from this read.
 		seen := ev.Entry
 		j.keySeen = &seen
 		j.freeSlot()

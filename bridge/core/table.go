@@ -113,6 +113,7 @@ const (
 	kDecAskUnDel    // Delete ask.<id>.<k> → ack
 	kExpAskUnGet    // Get ask.<id>.<k> (the owner's expiry answered approval k) → Delete it
 	kExpAskUnDel    // Delete ask.<id>.<k> → (the run goes on)
+	kKeyProve       // Update idem (a key adopted from a read) → dispatch; lapsed or changed: claim the key afresh
 	kRunAskCheck    // RunStatus (before approval k is asked) → it still waits for it: ask; it ended or waits for another: skip it
 
 	numK
@@ -208,6 +209,7 @@ func init() {
 		kRunExpired:      {"run_expired", (*Job).onRunExpired},
 		kRunAskIndex:     {"run_ask_index", (*Job).onRunAskIndex},
 		kRunAskCheck:     {"run_ask_check", (*Job).onRunAskCheck},
+		kKeyProve:        {"key_prove", (*Job).onKeyProve},
 		kAskUnGet:        {"ask_unindex_get", (*Job).onAskUnGet},
 		kAskUnDel:        {"ask_unindex_del", (*Job).onAskUnDel},
 		kDecAskUnGet:     {"decision_ask_unindex_get", (*Job).onDecAskUnGet},

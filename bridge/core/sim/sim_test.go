@@ -143,6 +143,8 @@ func TestSimFoundSeeds(t *testing.T) {
 		{50171, "off", "", "an action that replayed its key holder's result left its record claimed; once the key and the result had expired, a re-publish took the record over and called Hermes for an action that had already ended"},
 		{225455, "off", "", "an action published again after its records expired followed its old run from the first event and asked an approval answered in its first life; the run waited for its next one, which nobody asked, and a decision named the old request"},
 		{119626, "off", "", "a later life of an action asked the approvals of a run that had long completed, from its history, over and over; a decision naming an earlier request then answered one of them"},
+		{917, "off", "on", "a delivery adopted its action's key from a read, waited a lease for the record, and sent after the key had lapsed: a same-key action published after that executed again"},
+		{1636, "off", "on", "the same, another world"},
 	} {
 		if r := Run(c.seed, Options{Claims: c.claims, Lapse: cmp.Or(c.lapse, "off")}); len(r.Failures) > 0 {
 			t.Errorf("seed %d fails again (%s): %s", c.seed, c.bug, strings.Join(r.Failures, "; "))
