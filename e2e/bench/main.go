@@ -48,8 +48,9 @@ its floors in the same run. Every scenario after the first starts from purged st
 Scenarios (-scenarios takes numbers or names; all runs 1 to 5):
   1 chat     non-streaming chat actions, each with its own idempotency key, at -concurrency:
              actions/s, latency p50/p99, CPU and heap allocated per action, NATS traffic per
-             action, each round's ratios; then a pass at one action in flight (bridge and js
-             loop, -serial-window per mode and round): p50 and the bridge's p50 above the loop's
+             action, each round's ratios; then a pass at one action in flight (bridge, js
+             loop and promise floor, -serial-window per mode and round): p50, and the bridge's
+             and the promise floor's p50 above the loop's
              floors:
                http direct    the same request straight to the fake over HTTP, no NATS
                js loop        what a plain JetStream->HTTP->NATS pipeline does: pull, decode
@@ -74,7 +75,8 @@ Scenarios (-scenarios takes numbers or names; all runs 1 to 5):
   5 rss      the bridge as its own process (go build ./cmd/hermes-bridge into a temporary
              directory, or -bridge-bin; hermes-bridge run configured by environment against
              this run's NATS server and fake, -concurrency workers): RSS at rest, then peak RSS
-             (VmHWM) after -rss-duration of scenario 1's load; in-process figures cannot
+             (VmHWM) after -rss-duration of scenario 1's load, each split into file-backed
+             (the binary's code and data) and anonymous (heap, stacks); in-process figures cannot
              separate the bridge's memory from the server's and the fake's. Needs the Go
              toolchain and the repository (or -bridge-bin), nothing from the network
 
@@ -90,7 +92,7 @@ Examples:
 Profiles cover the bridge's measuring windows, one file per window (cpu.prof ->
 cpu-chat-r1.prof, cpu-chat1-r1.prof at one in flight, cpu-stream-r1.prof, cpu-streams.prof,
 cpu-dup.prof), and scenario 1's loop windows to compare with (cpu-chat-loop-r1.prof,
-cpu-chat-promise-r1.prof, cpu-chat1-loop-r1.prof); they are whole-process
+cpu-chat-promise-r1.prof, cpu-chat1-loop-r1.prof, cpu-chat1-promise-r1.prof); they are whole-process
 profiles (NATS server, fake and bench client included): use -focus or -tagignore to narrow.
 -memprofile writes heap profiles at the end of each bridge pass (and at the peak of scenario 3,
 with a goroutine profile of that moment: name-streams-held-goroutines.prof).
@@ -111,7 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.Duration, "duration", 16*time.Second, "scenario 1: measuring window of each mode (bridge and floors), split across -rounds")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "scenario 1: warm-up before each mode's first window (a quarter of it before later rounds)")
 	fs.IntVar(&o.Rounds, "rounds", 4, "scenarios 1 and 2: interleaved rounds (bridge and floors in turn), aggregated, to spread machine noise")
-	fs.DurationVar(&o.SerialWindow, "serial-window", 2*time.Second, "scenario 1: measuring window of each mode and round at one action in flight (bridge and js loop); 0 skips that pass")
+	fs.DurationVar(&o.SerialWindow, "serial-window", 2*time.Second, "scenario 1: measuring window of each mode and round at one action in flight (bridge, js loop and promise floor); 0 skips that pass")
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "closed-loop clients in scenarios 1 and 4 (the bridge's workers and endpoint max_concurrency are at least this)")
 	fs.IntVar(&o.Events, "events", 100000, "scenario 2: SSE events in the stream (5..100000)")
 	fs.IntVar(&o.Streams, "streams", 1000, "scenario 3: concurrent chat_stream actions")
