@@ -84,6 +84,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (not part of make test)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeOutput$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzEncodeResult$$' -fuzztime $(FUZZTIME) ./events
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME) ./kvstore
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAck$$' -fuzztime $(FUZZTIME) ./kvstore
 
 sim: ## the action core's deterministic simulator over many seeds (SEEDS=5000 from FROM=1, about 40 s with -race; make test runs 300); a failing seed prints the command that replays it
 	$(GO) test -race -count=1 -run '^TestSim$$' -timeout 0 ./bridge/core/sim -sim.seeds=$(SEEDS) -sim.from=$(FROM)

@@ -36,6 +36,7 @@ const (
 func (s *Store) setStream(sc jetstream.StreamConfig, keysTTL time.Duration) {
 	if sc.AllowMsgTTL {
 		s.keysTTL = keysTTL
+		s.keysTTLHdr = []string{keysTTL.String()}
 	}
 	switch {
 	case !sc.AllowAtomicPublish:
@@ -126,7 +127,7 @@ func (s *Store) CreateAll(ctx context.Context, puts []Put) ([]uint64, error) {
 
 // publishBatch sends msgs as one atomic batch and returns the commit's stream sequence.
 func (s *Store) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
-	nc := s.js.Conn()
+	nc := s.nc
 	for _, m := range msgs[:len(msgs)-1] {
 		if err := nc.PublishMsg(m); err != nil {
 			return 0, fmt.Errorf("kvstore: batch %s: %w", m.Subject, err)

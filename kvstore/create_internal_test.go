@@ -12,21 +12,18 @@ import (
 	"github.com/hermes-bridge/hermes-bridge/bridge/natsembed"
 )
 
-// lostReplyKV reports a timeout for every Create, after writing through to the bucket
-// when write is set: as when the server stored a Create (or did not) but its reply
-// never came back.
-type lostReplyKV struct {
-	jetstream.KeyValue
-	write bool
-}
-
-func (k lostReplyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	if k.write {
-		if _, err := k.KeyValue.Create(ctx, key, value, opts...); err != nil {
-			return 0, err
+// lostReply is a Store's publisher that reports a timeout for every write, after
+// publishing it when write is set: as when the server stored a write (or did not) but
+// its reply never came back.
+func lostReply(nc *nats.Conn, write bool) func(context.Context, *nats.Msg) (uint64, bool, error) {
+	return func(ctx context.Context, m *nats.Msg) (uint64, bool, error) {
+		if write {
+			if _, _, err := publish(ctx, nc, m); err != nil {
+				return 0, false, err
+			}
 		}
+		return 0, false, context.DeadlineExceeded
 	}
-	return 0, context.DeadlineExceeded
 }
 
 // TestCreateFindsItsLostWrite: a Create whose reply was lost succeeds when the key holds
@@ -39,8 +36,8 @@ func TestCreateFindsItsLostWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := s.kv
-	s.kv = lostReplyKV{KeyValue: kv, write: true}
+	pub := s.pub
+	s.pub = lostReply(s.nc, true)
 
 	rev, err := s.Create(ctx, "act.a1", Record{State: StateClaimed, ActionID: "a1", Owner: "r1"})
 	if err != nil || rev == 0 {
@@ -51,11 +48,12 @@ func TestCreateFindsItsLostWrite(t *testing.T) {
 		t.Fatalf("Get after it: %+v, %v", e, err)
 	}
 	// Someone else's record under the key: the Create fails as a lost claim.
+	s.pub = pub
 	if _, err := s.Create(ctx, "act.a1", Record{State: StateClaimed, ActionID: "a1", Owner: "r2"}); !errors.Is(err, ErrExists) {
 		t.Fatalf("second Create: %v, want ErrExists", err)
 	}
 	// A lost reply with someone else's bytes under the key stays an error.
-	s.kv = lostReplyKV{KeyValue: kv}
+	s.pub = lostReply(s.nc, false)
 	if _, err := s.Create(ctx, "act.a1", Record{State: StateClaimed, ActionID: "a1", Owner: "r3"}); err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Create over another's record with a lost reply: %v, want the timeout", err)
 	}

@@ -52,7 +52,6 @@ func entryOf(seq uint64, h nats.Header, data []byte) LogEntry {
 // result is ever stored per action, whoever appends it has settled the action, and the
 // writes are linearizable even where a read is not.
 type JetStreamLog struct {
-	js      jetstream.JetStream
 	nc      *nats.Conn
 	stream  jetstream.Stream
 	subject func(actionID string) string // where results are stored and read
@@ -67,7 +66,7 @@ type JetStreamLog struct {
 // action is subject(actionID). Append publishes a message on its own subject, which
 // the stream may store under subject(actionID) (a subject transform).
 func NewJetStreamLog(js jetstream.JetStream, stream jetstream.Stream, subject func(string) string) *JetStreamLog {
-	return &JetStreamLog{js: js, nc: js.Conn(), stream: stream, subject: subject,
+	return &JetStreamLog{nc: js.Conn(), stream: stream, subject: subject,
 		publishTimeout: 5 * time.Second, recheck: time.Second}
 }
 
@@ -111,13 +110,13 @@ func (l *JetStreamLog) Append(ctx context.Context, actionID string, m *nats.Msg,
 	}
 	for attempt := 0; ; attempt++ {
 		pctx, cancel := l.publishCtx(ctx)
-		ack, err := l.js.PublishMsg(pctx, m)
+		seq, dup, err := publish(pctx, l.nc, m)
 		cancel()
-		if err == nil && ack.Duplicate {
-			return l.duplicate(ctx, actionID, m, ack.Sequence)
+		if err == nil && dup {
+			return l.duplicate(ctx, actionID, m, seq)
 		}
 		if err == nil {
-			return ack.Sequence, nil
+			return seq, nil
 		}
 		if isCASFailure(err) {
 			if attempt > 0 {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,11 +62,15 @@ type Config struct {
 // use.
 type Store struct {
 	kv      jetstream.KeyValue
-	js      jetstream.JetStream
 	bucket  string
 	ttl     time.Duration
 	limit   int           // client-side size check; 0 = none
 	keysTTL time.Duration // the message TTL of idempotency keys; 0 = the bucket TTL
+	// keysTTLHdr is keysTTL as the Nats-TTL header's value.
+	keysTTLHdr []string
+	nc         *nats.Conn // the bucket's connection
+	// pub publishes a write (put): publish on nc; a test replaces it to lose replies.
+	pub func(context.Context, *nats.Msg) (seq uint64, dup bool, err error)
 	// batch says whether CreateAll writes one atomic batch; noBatch says why not.
 	batch   bool
 	noBatch string
@@ -134,7 +139,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bucket %s status: %w", cfg.Bucket, err)
 	}
-	s := &Store{kv: kv, js: js, bucket: cfg.Bucket, ttl: st.TTL(), noBatch: "the bucket's stream is unknown"}
+	nc := js.Conn()
+	s := &Store{kv: kv, nc: nc, bucket: cfg.Bucket, ttl: st.TTL(), noBatch: "the bucket's stream is unknown",
+		pub: func(ctx context.Context, m *nats.Msg) (uint64, bool, error) { return publish(ctx, nc, m) }}
 	var bucketMax int
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		bucketMax = int(bs.Config().MaxValueSize)
@@ -204,11 +211,34 @@ func (s *Store) Create(ctx context.Context, key string, r Record) (uint64, error
 	}
 	r.UpdatedAt = now
 	return s.write(ctx, "create", key, &r, ErrExists, func(ctx context.Context, b []byte) (uint64, error) {
+		rev, err := s.put(ctx, key, b, 0)
+		if !isCASFailure(err) {
+			return rev, err
+		}
+		// The key holds a value, or the marker of one deleted, which a Create may
+		// replace: nats.go's Create tells which (nothing was written).
 		if ttl := s.ttlOf(key); ttl > 0 {
 			return s.kv.Create(ctx, key, b, jetstream.KeyTTL(ttl))
 		}
 		return s.kv.Create(ctx, key, b)
 	})
+}
+
+// put publishes b as key's value if the key's last revision is last (0: none), with
+// the key's message TTL, as the bucket's Create and Update do (publish).
+func (s *Store) put(ctx context.Context, key string, b []byte, last uint64) (uint64, error) {
+	h := nats.Header{jetstream.ExpectedLastSubjSeqHeader: expectNone}
+	if last != 0 {
+		h[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(last, 10)}
+	}
+	if ttl := s.ttlOf(key); ttl > 0 {
+		h[jetstream.MsgTTLHeader] = s.keysTTLHdr
+	}
+	seq, _, err := s.pub(ctx, &nats.Msg{Subject: s.subject(key), Data: b, Header: h})
+	if last != 0 && isCASFailure(err) {
+		err = fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch) // as the bucket's Update says it
+	}
+	return seq, err
 }
 
 // lostReplyCheck bounds the read with which a failed Create or Update looks for its own
@@ -280,16 +310,7 @@ func (s *Store) Update(ctx context.Context, key string, r Record, rev uint64) (u
 	}
 	r.UpdatedAt = time.Now().UTC()
 	return s.write(ctx, "update", key, &r, ErrConflict, func(ctx context.Context, b []byte) (uint64, error) {
-		if ttl := s.ttlOf(key); ttl > 0 {
-			// nats.go's Update sets no TTL: publish the revision as it does, with one.
-			ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.subject(key), Data: b},
-				jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
-			if err != nil {
-				return 0, err
-			}
-			return ack.Sequence, nil
-		}
-		return s.kv.Update(ctx, key, b, rev)
+		return s.put(ctx, key, b, rev)
 	})
 }
 
