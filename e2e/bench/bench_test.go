@@ -106,6 +106,12 @@ func TestSmoke(t *testing.T) {
 	if b, l := fig("1", "latency p50, 1 in flight", "js loop"), above.Bridge; math.Abs(b.Bridge-*b.Floor-l) > 1e-9 {
 		t.Errorf("p50 above js loop's, 1 in flight: %v ms, want %v - %v", l, b.Bridge, *b.Floor)
 	}
+	positive(fig("1", "latency p50, 1 in flight", "promise floor"))
+	// The promise floor's p50 above the js loop's is its p50 less the loop's.
+	if pf, l, p := fig("1", "promise floor p50 above js loop's, 1 in flight", ""), fig("1", "latency p50, 1 in flight", "js loop"),
+		fig("1", "latency p50, 1 in flight", "promise floor"); math.Abs(pf.Bridge-(*p.Floor-*l.Floor)) > 1e-9 {
+		t.Errorf("promise floor p50 above js loop's, 1 in flight: %v ms, want %v - %v", pf.Bridge, *p.Floor, *l.Floor)
+	}
 	positive(fig("2", "events/s delivered", "raw js async pub"))
 	positive(fig("2", "events/s delivered", "http read"))
 	positive(fig("2", "heap allocated/event", "raw js async pub"))
@@ -113,6 +119,8 @@ func TestSmoke(t *testing.T) {
 	targeted(fig("3", "live heap/in-flight, bridge", ""), "<= 32 KiB")
 	targeted(fig("3", "goroutines/in-flight, bridge", "http client"), "<= 3")
 	positive(fig("3", "completion time", "http streams"))
+	positive(fig("3", "completion time", "http + events stored"))
+	positive(fig("3", "http + events stored completion", "http streams"))
 	positive(fig("3", "live heap/in-flight, process", "http streams"))
 	positive(fig("3", "goroutines/in-flight, bridge", "http client"))
 	positive(fig("4", "actions settled/s", "js loop, no dedup"))
@@ -128,8 +136,16 @@ func TestSmoke(t *testing.T) {
 	if rest.Bridge < 5 || peak.Bridge < rest.Bridge || peak.Target != "" {
 		t.Errorf("bridge process: RSS at rest %.1f MiB, peak %.1f MiB (target %q)", rest.Bridge, peak.Bridge, peak.Target)
 	}
+	// Its RSS is file-backed plus anonymous: the two at rest are about its RSS then.
+	file, anon := fig("5", "RSS at rest, file-backed (the binary)", ""), fig("5", "RSS at rest, anonymous (heap, stacks)", "")
+	if file.Bridge <= 0 || anon.Bridge <= 0 || math.Abs(file.Bridge+anon.Bridge-rest.Bridge) > 2 {
+		t.Errorf("bridge process: RSS at rest %.1f MiB, file-backed %.1f + anonymous %.1f", rest.Bridge, file.Bridge, anon.Bridge)
+	}
+	if f, a := fig("5", "most file-backed RSS under load", ""), fig("5", "most anonymous RSS under load", ""); f.Bridge < file.Bridge/2 || a.Bridge <= 0 {
+		t.Errorf("bridge process under load: file-backed %.1f MiB, anonymous %.1f MiB", f.Bridge, a.Bridge)
+	}
 	for _, want := range []string{"scenario", "1 chat", "2 stream fan-out", "3 many streams", "4 duplicate storm", "5 bridge process", "JetStream store: file",
-		"ratios per round (bridge/js loop, bridge/promise floor, promise floor/js loop): r1 ", "p50 above js loop's per round, ms: r1 "} {
+		"ratios per round (bridge/js loop, bridge/promise floor, promise floor/js loop): r1 ", "p50 above js loop's per round, bridge/promise floor, ms: r1 "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -164,7 +180,7 @@ func TestSmoke(t *testing.T) {
 	if !strings.Contains(string(md), "| 4 duplicate storm | Hermes calls | 10 | 10 | keys | 1.00 | == 10 | PASS |") {
 		t.Errorf("markdown table lacks the Hermes calls row:\n%s", md)
 	}
-	for _, name := range []string{"cpu-chat-r1.prof", "cpu-chat-loop-r1.prof", "cpu-chat-promise-r1.prof", "cpu-chat1-r1.prof", "cpu-chat1-loop-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof", "mem-streams-held-goroutines.prof", "mutex.prof"} {
+	for _, name := range []string{"cpu-chat-r1.prof", "cpu-chat-loop-r1.prof", "cpu-chat-promise-r1.prof", "cpu-chat1-r1.prof", "cpu-chat1-loop-r1.prof", "cpu-chat1-promise-r1.prof", "cpu-stream-r1.prof", "cpu-streams.prof", "cpu-dup.prof", "mem-streams-held.prof", "mem-streams-held-goroutines.prof", "mutex.prof"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("profile %s: %v", name, err)
 		}

@@ -70,7 +70,8 @@ Scenarios (-scenarios takes numbers or names; all runs 1 to 5):
              floors: HTTP read of the same stream; raw JetStream async publish (4096 pending)
   3 streams  -streams concurrent chat_streams of -stream-events events: completion time,
              heap/RSS/goroutines per in-flight action (the bridge's goroutines counted by
-             owner); floor: the same streams over HTTP; needs two open files per stream
+             owner); floors: the same streams over HTTP, and over HTTP with every event
+             stored in JetStream (async publish, as replay needs); needs two open files per stream
   4 dup      -dup-actions actions over -dup-keys idempotency keys: settled/s, Hermes calls
   5 rss      the bridge as its own process (go build ./cmd/hermes-bridge into a temporary
              directory, or -bridge-bin; hermes-bridge run configured by environment against

@@ -155,13 +155,20 @@ func decodeFloorResult(m *nats.Msg) (outcome, bool) {
 }
 
 // countSSE counts the SSE events (data: lines) of a stream with a line reader.
-func countSSE(r io.Reader) (int, error) {
+func countSSE(r io.Reader) (int, error) { return forSSE(r, nil) }
+
+// forSSE is countSSE that also hands each data line's payload to f (when f is not nil;
+// the slice is valid during the call only).
+func forSSE(r io.Reader, f func(data []byte)) (int, error) {
 	br := bufio.NewReader(r)
 	n := 0
 	for {
 		line, err := br.ReadSlice('\n')
-		if bytes.HasPrefix(line, []byte("data:")) {
+		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			n++
+			if f != nil {
+				f(bytes.TrimSpace(d))
+			}
 		}
 		if err == bufio.ErrBufferFull {
 			for err == bufio.ErrBufferFull {
