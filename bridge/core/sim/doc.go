@@ -17,11 +17,13 @@
 // result's append (the window where a paused owner races its taker); replicas that
 // crash, pause or shut down; a finite MaxDeliver in half the seeds; Hermes refusing
 // (429), refusing connections, resetting them after the work, dropping streams; runs
-// that fail. Two kinds of world come from generators of their own, so that a seed
-// without them plays as it did before they existed: atomic claims (Options.Claims), and
-// a lapsed key (Options.Lapse: a governed run whose only delivery dies after the run,
-// its key lapsing; a same-key action claiming it; the run published again). Each is
-// drawn per seed unless the options say.
+// that fail. Three kinds of world come from generators of their own, so that a seed
+// without them plays as it did before they existed: atomic claims (Options.Claims); a
+// lapsed key (Options.Lapse: a governed run whose only delivery dies after the run, its
+// key lapsing; a same-key action claiming it; the run published again); and zombies
+// (Options.Zombies: owners paused before their results in most deliveries, more
+// refusals and failed event stores, runs durably idempotent). Each is drawn per seed
+// unless the options say.
 //
 // After quiescence the invariants (invariants.go) are checked: one truthful terminal
 // result per action, at most one execution per unsafe action and per scoped key,

@@ -38,6 +38,8 @@ type mutant struct {
 	// lapse is the worlds' lapsed key (Options.Lapse): "off" unless the mutant is in the
 	// path it plays, for the same reason.
 	lapse string
+	// zombies is the worlds' zombies (Options.Zombies): "off" unless set.
+	zombies string
 }
 
 var mutants = []mutant{
@@ -56,10 +58,11 @@ var mutants = []mutant{
 	},
 	{
 		class: "fence", name: "not_run_unfenced_after_dispatch", file: "settle.go",
-		old:   "(j.rec.State != kvstore.StateDispatched || FreesKey(r))",
-		new:   "j.rec.State != kvstore.StateDispatched",
-		why:   "a dispatched claim stores 'nothing ran' without proving its claim (zombie_certain_failure)",
-		seeds: 110000, // the first seed that catches it (claims off) is 108315
+		old:     "(j.rec.State != kvstore.StateDispatched || FreesKey(r))",
+		new:     "j.rec.State != kvstore.StateDispatched",
+		why:     "a dispatched claim stores 'nothing ran' without proving its claim (zombie_certain_failure)",
+		seeds:   30000, // with zombies, seeds 12330 and one more catch it
+		zombies: "on",
 	},
 	{
 		class: "fence", name: "unknown_pending_followed", file: "settle.go",
@@ -191,9 +194,9 @@ func TestMutants(t *testing.T) {
 			if m.seeds != 0 {
 				seeds = m.seeds
 			}
-			claims, lapse := cmp.Or(m.claims, "off"), cmp.Or(m.lapse, "off")
+			claims, lapse, zombies := cmp.Or(m.claims, "off"), cmp.Or(m.lapse, "off"), cmp.Or(m.zombies, "off")
 			args := []string{"test", "-overlay", overlay, "-count=1", "-run", "^TestSim$", "-timeout", "0", ".", "-sim.claims", claims,
-				"-sim.lapse", lapse, "-sim.seeds", strconv.Itoa(seeds)}
+				"-sim.lapse", lapse, "-sim.zombies", zombies, "-sim.seeds", strconv.Itoa(seeds)}
 			if *simMutantSeed != 0 {
 				args = append(args[:len(args)-2], "-sim.seed", strconv.FormatUint(*simMutantSeed, 10), "-sim.trace")
 			}

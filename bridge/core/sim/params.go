@@ -57,6 +57,9 @@ type params struct {
 	pBatchRefused float64
 	// lapse: the scenario plays a key that lapses under a dispatched action (planLapse).
 	lapse bool
+	// zombies: owners pause before their results far more often, runs are durably
+	// idempotent, and Hermes refuses more (drawZombies).
+	zombies bool
 
 	// Store and log faults, per operation.
 	pSlow, pStale, pLostReply, pFailWrite float64
@@ -159,11 +162,36 @@ func drawLapse(seed uint64, mode string, p *params) sched {
 	return s
 }
 
+// drawZombies draws whether the world breeds zombies (unless mode, Options.Zombies,
+// says), from a generator of its own, and then how: owners that pause right before
+// appending their result (a taker goes on meanwhile) in most deliveries, Hermes
+// refusing a post now and then (a certain failure to store), a run's events failing to
+// be stored now and then (its owner settles while the run goes on, and a taker asks
+// its next approval), and runs durably idempotent (a taker posts a run again). The worlds without them run exactly as
+// before.
+func drawZombies(seed uint64, mode string, p *params) {
+	s := sched{rnd: rand.New(rand.NewPCG(seed, 0x20b1e5))}
+	p.zombies = s.chance(0.3)
+	switch mode {
+	case "off":
+		p.zombies = false
+	case "on":
+		p.zombies = true
+	}
+	if !p.zombies {
+		return
+	}
+	p.pStoredPause = 0.5 + s.rnd.Float64()*0.4
+	p.pRefuse = max(p.pRefuse, 0.05+s.rnd.Float64()*0.15)
+	p.pPublishFail = max(p.pPublishFail, 0.01+s.rnd.Float64()*0.04)
+	p.durableRuns = true
+}
+
 func (p params) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "replicas=%d workers=%d endpoint_max=%d max_deliver=%d max_attempts=%d ttl=%s log_max_age=%s durable_runs=%v\n",
 		p.replicas, p.workers, p.endpointMax, p.maxDeliver, p.maxAttempts, p.ttl, p.logMaxAge, p.durableRuns)
-	fmt.Fprintf(&b, "records_ttl=%s atomic_claim=%v (refused %.3f) lapse=%v\n", p.recordsTTL, p.atomicClaim, p.pBatchRefused, p.lapse)
+	fmt.Fprintf(&b, "records_ttl=%s atomic_claim=%v (refused %.3f) lapse=%v zombies=%v\n", p.recordsTTL, p.atomicClaim, p.pBatchRefused, p.lapse, p.zombies)
 	fmt.Fprintf(&b, "store: slow=%.3f stale=%.3f (lag %s) lost_reply=%.3f fail_write=%.3f\n",
 		p.pSlow, p.pStale, p.staleLag, p.pLostReply, p.pFailWrite)
 	fmt.Fprintf(&b, "jobs: hook_crash=%.3f hook_pause=%.3f op_crash=%.3f op_pause=%.3f panic=%.3f stored_pause=%.3f\n",

@@ -25,6 +25,7 @@ var (
 	simTrace  = flag.Bool("sim.trace", false, "print the trace of every seed TestSim runs")
 	simClaims = flag.String("sim.claims", "", "TestSim: atomic claims in every world (on), in none (off), or drawn per seed (empty)")
 	simLapse  = flag.String("sim.lapse", "", "TestSim: a key that lapses under a dispatched action in every world (on), in none (off), or drawn per seed (empty)")
+	simZombie = flag.String("sim.zombies", "", "TestSim: owners paused before their results in most deliveries, in every world (on), in none (off), or drawn per seed (empty)")
 )
 
 func TestSim(t *testing.T) {
@@ -49,7 +50,7 @@ func TestSim(t *testing.T) {
 		wg.Go(func() {
 			for seed := range work {
 				t0 := time.Now()
-				r := Run(seed, Options{Trace: *simTrace, Claims: *simClaims, Lapse: *simLapse})
+				r := Run(seed, Options{Trace: *simTrace, Claims: *simClaims, Lapse: *simLapse, Zombies: *simZombie})
 				took := time.Since(t0)
 				mu.Lock()
 				total.Add(&r.Stats)
@@ -78,10 +79,10 @@ func TestSim(t *testing.T) {
 	if len(failures) > 0 {
 		r := failures[0]
 		if !*simTrace {
-			r = Run(r.Seed, Options{Trace: true, Claims: *simClaims, Lapse: *simLapse}) // the same run, traced
+			r = Run(r.Seed, Options{Trace: true, Claims: *simClaims, Lapse: *simLapse, Zombies: *simZombie}) // the same run, traced
 		}
-		t.Errorf("seed %d fails; replay it with\n\tgo test ./bridge/core/sim -run TestSim -sim.seed=%d -sim.claims=%q -sim.lapse=%q -sim.trace\n%s",
-			r.Seed, r.Seed, *simClaims, *simLapse, r)
+		t.Errorf("seed %d fails; replay it with\n\tgo test ./bridge/core/sim -run TestSim -sim.seed=%d -sim.claims=%q -sim.lapse=%q -sim.zombies=%q -sim.trace\n%s",
+			r.Seed, r.Seed, *simClaims, *simLapse, *simZombie, r)
 	}
 }
 
@@ -146,7 +147,7 @@ func TestSimFoundSeeds(t *testing.T) {
 		{917, "off", "on", "a delivery adopted its action's key from a read, waited a lease for the record, and sent after the key had lapsed: a same-key action published after that executed again"},
 		{1636, "off", "on", "the same, another world"},
 	} {
-		if r := Run(c.seed, Options{Claims: c.claims, Lapse: cmp.Or(c.lapse, "off")}); len(r.Failures) > 0 {
+		if r := Run(c.seed, Options{Claims: c.claims, Lapse: cmp.Or(c.lapse, "off"), Zombies: "off"}); len(r.Failures) > 0 {
 			t.Errorf("seed %d fails again (%s): %s", c.seed, c.bug, strings.Join(r.Failures, "; "))
 		}
 	}

@@ -21,6 +21,10 @@ type Options struct {
 	// whose only delivery died after its call (planLapse): "" (each seed draws it), "off"
 	// (the worlds as they were before the simulator had it), or "on".
 	Lapse string
+	// Zombies says whether owners pause before their results far more often, with
+	// Hermes refusing more and runs durably idempotent (drawZombies): "" (each seed
+	// draws it), "off" (the worlds as they were before), or "on".
+	Zombies string
 	// sabotage breaks the world on purpose (tests prove that the invariants catch it):
 	// "double_exec" (Hermes executes an unsafe request twice), "no_cas" (the log ignores
 	// the expected sequence), "lie" (a refused request answers completed).
@@ -99,6 +103,7 @@ func newWorld(seed uint64, opt Options) *World {
 	w.p = drawParams(&w.sched)
 	drawClaim(seed, opt.Claims, &w.p)
 	w.lapseRnd = drawLapse(seed, opt.Lapse, &w.p)
+	drawZombies(seed, opt.Zombies, &w.p)
 	w.cfg = coreConfig(w.p)
 	w.kv = &bucket{keysTTL: w.p.ttl, recordsTTL: w.p.recordsTTL, versions: map[string][]kvVersion{}}
 	w.log = &resultLog{maxAge: w.p.logMaxAge, seq: &w.streamq, subjects: map[string][]*logMsg{},
