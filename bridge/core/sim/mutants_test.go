@@ -68,7 +68,7 @@ var mutants = []mutant{
 		class: "fence", name: "unknown_pending_followed", file: "settle.go",
 		old:   "case ev.Status == OK && j.claimed:",
 		new:   "case false:",
-		why:   "a paused delivery follows a taker's pending message with its own result (zombie_replay)",
+		why:   "a paused delivery follows a taker's pending message with its own result (scripts finding_01_pending_terminal, settle)",
 		seeds: 100000,
 	},
 	{
