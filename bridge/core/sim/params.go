@@ -130,55 +130,50 @@ func drawParams(s *sched) params {
 	return p
 }
 
-// drawClaim draws whether the world's store takes atomic claims (unless mode, Options.Claims,
-// says), and how often it refuses one, from a generator of its own: the worlds without
-// them run exactly as they did before the simulator had them.
-func drawClaim(seed uint64, mode string, p *params) {
-	s := sched{rnd: rand.New(rand.NewPCG(seed, 0xc1a1c1a1))}
-	p.atomicClaim = s.chance(0.5)
+// drawKind draws whether a world is of a kind the main draws know nothing of (atomic
+// claims, a lapsed key, zombies): with probability chance, unless mode ("off", "on"; the
+// kind's option) says, from a generator of its own (stream), which it returns for the
+// kind's further draws. So the worlds without the kind run exactly as they did before the
+// simulator had it.
+func drawKind(seed, stream uint64, mode string, chance float64) (sched, bool) {
+	s := sched{rnd: rand.New(rand.NewPCG(seed, stream))}
+	on := s.chance(chance)
 	switch mode {
 	case "off":
-		p.atomicClaim = false
+		on = false
 	case "on":
-		p.atomicClaim = true
+		on = true
 	}
+	return s, on
+}
+
+// drawClaim draws whether the world's store takes atomic claims (Options.Claims), and how
+// often it refuses one.
+func drawClaim(seed uint64, mode string, p *params) {
+	var s sched
+	s, p.atomicClaim = drawKind(seed, 0xc1a1c1a1, mode, 0.5)
 	if s.chance(0.5) {
 		p.pBatchRefused = 0.01 + s.rnd.Float64()*0.19
 	}
 }
 
-// drawLapse draws whether the world plays a lapsed key (unless mode, Options.Lapse, says),
-// from a generator of its own, which planLapse then draws from: the worlds without it
-// run exactly as they did before the simulator had it.
+// drawLapse draws whether the world plays a lapsed key (Options.Lapse); planLapse draws
+// from the generator it returns.
 func drawLapse(seed uint64, mode string, p *params) sched {
-	s := sched{rnd: rand.New(rand.NewPCG(seed, 0x1a95e1a9))}
-	p.lapse = s.chance(0.3)
-	switch mode {
-	case "off":
-		p.lapse = false
-	case "on":
-		p.lapse = true
-	}
+	var s sched
+	s, p.lapse = drawKind(seed, 0x1a95e1a9, mode, 0.3)
 	return s
 }
 
-// drawZombies draws whether the world breeds zombies (unless mode, Options.Zombies,
-// says), from a generator of its own, and then how: owners that pause right before
-// appending their result (a taker goes on meanwhile) in most deliveries, Hermes
-// refusing a post now and then (a certain failure to store), a run's events failing to
-// be stored now and then (its owner settles while the run goes on, and a taker asks
-// its next approval), and runs durably idempotent (a taker posts a run again). The worlds without them run exactly as
-// before.
+// drawZombies draws whether the world breeds zombies (Options.Zombies), and then how:
+// owners that pause right before appending their result (a taker goes on meanwhile) in
+// most deliveries, Hermes refusing a post now and then (a certain failure to store), a
+// run's events failing to be stored now and then (its owner settles while the run goes
+// on, and a taker asks its next approval), and runs durably idempotent (a taker posts a
+// run again).
 func drawZombies(seed uint64, mode string, p *params) {
-	s := sched{rnd: rand.New(rand.NewPCG(seed, 0x20b1e5))}
-	p.zombies = s.chance(0.3)
-	switch mode {
-	case "off":
-		p.zombies = false
-	case "on":
-		p.zombies = true
-	}
-	if !p.zombies {
+	var s sched
+	if s, p.zombies = drawKind(seed, 0x20b1e5, mode, 0.3); !p.zombies {
 		return
 	}
 	p.pStoredPause = 0.5 + s.rnd.Float64()*0.4
