@@ -93,7 +93,6 @@ func (d *driver) runOp(ctx context.Context, r *core.RunRequest) core.Event {
 				ev.Status = core.Failed
 			}
 		case st.Status == hermes.RunWaitingForApproval:
-			ev.Run.Waiting = true
 			if len(st.Approval) > 0 {
 				if ap, err := hermes.ParseRunEvent(st.Approval); err == nil && ap.Name == "approval.request" {
 					ev.Run.WaitsFor = approvalAsk(ap)

@@ -91,10 +91,9 @@ type RunAnswer struct {
 	PublishFailed bool
 	// Approval is a tool approval the run asks (EvRunApproval).
 	Approval *RunApprovalAsk
-	// RunStatus of a run that has not ended: Waiting says its status is
-	// waiting_for_approval, and WaitsFor is the approval.request it waits for, where the
-	// status carries it (Hermes 0.21 and later; nil before).
-	Waiting  bool
+	// WaitsFor is, for RunStatus of a run waiting for a tool approval, the
+	// approval.request it waits for, where the status carries it (Hermes 0.21 and
+	// later; nil before).
 	WaitsFor *RunApprovalAsk
 }
 

@@ -34,7 +34,7 @@ func (j *Job) onRunApproval(ev Event) {
 // queueAsk asks a tool approval of the run, one ask after another. A request Hermes
 // names that this action already asked (the record holds it) or has queued is not asked
 // again. An ask read from the run's events is checked against the run's status first
-// (checked false; checkAsk): events are read from where the action's stored events end,
+// (checked false; startAsk): events are read from where the action's stored events end,
 // from the first when none are stored, so they may be history answered long ago (an
 // action published again after its records expired follows the run Hermes's durable
 // idempotency names, from its first event).

@@ -26,8 +26,8 @@ package core
 // parked-action tombstone=<message>. A log entry: result=<status>[/<code>] [retryable]
 // [uncertain] [replay-of=] by= seq= (no result: an unreadable message). A run's answer:
 // runid= next= run-state= output= last-event= [durable] [tools-ran] [streamed]
-// [publish-failed] [waiting] [waits-for=<request_id>] (a status that waits for that
-// approval). An operation the job aborts is answered Aborted at once, as the driver
+// [publish-failed] [waits-for=<request_id>] (a status that waits for that approval;
+// a bare "waiting" only says so to the reader). An operation the job aborts is answered Aborted at once, as the driver
 // does; what the job does then is printed indented under the abort.
 //
 // A file named bug_*.txt holds cases whose expected output was written by hand: the

@@ -160,7 +160,7 @@ func (h *hermes) run(j *job, e core.Effect) {
 				ev.Run.Status, ev.Run.Output, ev.Run.ErrText, ev.Run.PendingSteer = r.status, r.output, r.errText, r.pending
 				ev.Run.LastEvent, ev.Run.ToolsRan = r.lastEvent, r.toolsRan
 				if r.status == "" && r.waiting > 0 {
-					ev.Run.Waiting, ev.Run.WaitsFor = true, approvalAsk(r, r.waiting)
+					ev.Run.WaitsFor = approvalAsk(r, r.waiting)
 				}
 			case req.Op == core.RunStop:
 				h.stop(r)
